@@ -1,0 +1,188 @@
+"""One table per target arch: every ISA fact the compiler and the emulator rely on.
+
+Sources: ../shared/ISA_NOTES.md (checked against LLVM 22), LLVM AMDGPUUsage, the CDNA3 ISA guide,
+and AMD's matrix instruction calculator. Nothing outside this file should hard-code an arch fact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import UnsupportedArchError
+
+
+@dataclass(frozen=True)
+class MfmaShape:
+    """One MFMA instruction with fp32 accumulation.
+
+    Operand layout (lane l in 0..63, per ISA_NOTES / calculator data):
+      A[i][k]: lane = M * (k // kgroup) + i, register = (k % kgroup) // 2, half = k % 2
+      B[k][j]: lane = N * (k // kgroup) + j, same register/half rule
+      D[i][j]: see `tilegcn.amdgcn.mfma_layout` (blocks of 4 rows per lane group)
+    where kgroup = K * M / 64 elements of k held by one lane (4 for 16x16x16 and 32x32x8,
+    8 for 16x16x32 and 32x32x16).
+    """
+
+    name_template: str  # e.g. "v_mfma_f32_32x32x8_{dtype}"
+    M: int
+    N: int
+    K: int
+    passes: int  # issue passes on the XDL pipe (4 per 16x16 and 8 per 32x32 CDNA3 shape)
+
+    def name(self, dtype: str) -> str:
+        return self.name_template.format(dtype=dtype)
+
+    @property
+    def k_per_lane(self) -> int:
+        """Consecutive k elements one lane holds for one row (A) / column (B)."""
+        return self.K * self.M // 64
+
+    @property
+    def a_regs(self) -> int:
+        """VGPRs per lane for A (and B): k_per_lane 16-bit values, two per register."""
+        return self.k_per_lane // 2
+
+    @property
+    def d_regs(self) -> int:
+        """fp32 accumulator registers per lane."""
+        return self.M * self.N // 64
+
+
+@dataclass(frozen=True)
+class MfmaHazards:
+    """Wait states (s_nop N gives N+1) after an MFMA, keyed by the MFMA's pass count."""
+
+    vdst_to_read: dict  # vdst -> VALU read, VMEM/DS read, v_accvgpr_read, MFMA srcA/B
+    vdst_to_srcc_overlap: dict  # vdst -> srcC of partially overlapping registers
+    valu_write_to_mfma_src: int  # VALU or v_accvgpr_write -> MFMA src
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    family: str  # marketing name of the arch generation
+    min_llvm_major: int  # oldest LLVM whose assembler knows this arch
+    wave_size: int
+    max_workgroup_threads: int
+    lds_bytes: int  # per workgroup
+    lds_banks: int
+    lds_bank_bytes: int
+    arch_vgprs: int  # v0..v255
+    agprs: int  # a0..a255 (unified file of arch_vgprs + agprs per wave)
+    vgpr_alloc_granule: int  # unified VGPR+AGPR allocation granule
+    accum_offset_granule: int  # accum_offset is a multiple of this
+    addressable_sgprs: int  # s0..s101; vcc, m0, exec are separate
+    sgpr_alloc_granule: int
+    mfma_shapes: dict  # dtype ("bf16"/"f16") -> tuple of MfmaShape, preferred first
+    mfma_hazards: MfmaHazards
+    lds_dma_bytes: tuple  # legal per-lane widths of `buffer_load_* ... lds`
+    mubuf_max_imm_offset: int  # MUBUF offset field is 12 bits; llvm-mc truncates silently
+    ds_max_imm_offset: int  # DS offset field is 16 bits unsigned
+    max_vmcnt: int
+    max_lgkmcnt: int
+    m0_write_to_lds_dma_nops: int  # SALU write of M0 directly before an LDS DMA needs s_nop N
+    num_xcds: int
+    cus_per_xcd: int
+    has_cvt_pk_bf16_f32: bool  # v_cvt_pk_bf16_f32 (round to nearest even) exists
+    peak_bf16_tflops: float
+    hbm_tbps: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_vgprs(self) -> int:
+        return self.arch_vgprs + self.agprs
+
+    def waves_per_simd(self, vgprs_and_agprs: int) -> int:
+        """Occupancy from the unified register count (ISA_NOTES: min(8, 512 // roundup(n, 8)))."""
+        granules = -(-max(vgprs_and_agprs, 1) // self.vgpr_alloc_granule) * self.vgpr_alloc_granule
+        return min(8, self.total_vgprs // granules)
+
+
+_CDNA3_MFMA = {
+    dtype: (
+        MfmaShape("v_mfma_f32_32x32x8_{dtype}", 32, 32, 8, passes=8),
+        MfmaShape("v_mfma_f32_16x16x16_{dtype}", 16, 16, 16, passes=4),
+    )
+    for dtype in ("bf16", "f16")
+}
+
+_CDNA4_MFMA = {
+    dtype: (
+        MfmaShape("v_mfma_f32_32x32x16_{dtype}", 32, 32, 16, passes=8),
+        MfmaShape("v_mfma_f32_16x16x32_{dtype}", 16, 16, 32, passes=4),
+    )
+    + _CDNA3_MFMA[dtype]
+    for dtype in ("bf16", "f16")
+}
+
+_COMMON = dict(
+    wave_size=64,
+    max_workgroup_threads=1024,
+    lds_banks=32,
+    lds_bank_bytes=4,
+    arch_vgprs=256,
+    agprs=256,
+    vgpr_alloc_granule=8,
+    accum_offset_granule=4,
+    addressable_sgprs=102,
+    sgpr_alloc_granule=8,
+    mubuf_max_imm_offset=4095,
+    ds_max_imm_offset=65535,
+    max_vmcnt=63,
+    max_lgkmcnt=15,
+    m0_write_to_lds_dma_nops=0,
+    num_xcds=8,
+)
+
+GFX942 = Arch(
+    name="gfx942",
+    family="CDNA3 (MI300X)",
+    min_llvm_major=17,
+    lds_bytes=65536,
+    mfma_shapes=_CDNA3_MFMA,
+    mfma_hazards=MfmaHazards(
+        vdst_to_read={4: 6, 8: 10},
+        vdst_to_srcc_overlap={4: 4, 8: 8},
+        valu_write_to_mfma_src=1,
+    ),
+    lds_dma_bytes=(1, 2, 4),
+    cus_per_xcd=38,
+    has_cvt_pk_bf16_f32=False,
+    peak_bf16_tflops=1307.0,
+    hbm_tbps=5.3,
+    **_COMMON,
+)
+
+GFX950 = Arch(
+    name="gfx950",
+    family="CDNA4 (MI355X)",
+    min_llvm_major=20,
+    lds_bytes=163840,
+    mfma_shapes=_CDNA4_MFMA,
+    mfma_hazards=MfmaHazards(
+        vdst_to_read={4: 7, 8: 11},
+        vdst_to_srcc_overlap={4: 5, 8: 9},
+        valu_write_to_mfma_src=1,
+    ),
+    lds_dma_bytes=(1, 2, 4, 12, 16),
+    cus_per_xcd=32,
+    has_cvt_pk_bf16_f32=True,
+    peak_bf16_tflops=2500.0,
+    hbm_tbps=8.0,
+    **{**_COMMON, "lds_banks": 64},
+)
+
+ARCHES = {a.name: a for a in (GFX942, GFX950)}
+SUPPORTED = tuple(ARCHES)
+DEFAULT_ARCH = "gfx950"
+
+
+def get_arch(name) -> Arch:
+    """The arch table for `name` (an Arch passes through); anything else is an UnsupportedArchError."""
+    if isinstance(name, Arch):
+        return name
+    key = str(name).strip().lower().split(":")[0]  # "gfx942:sramecc+:xnack-" -> "gfx942"
+    if key not in ARCHES:
+        raise UnsupportedArchError(
+            f"tilegcn: unsupported arch {name!r}; supported arches are {', '.join(SUPPORTED)}"
+        )
+    return ARCHES[key]

@@ -1,0 +1,60 @@
+"""Every error tilegcn raises derives from TilegcnError, so users can catch one type.
+
+Program errors (raised while tracing or lowering a user's kernel) carry the user's
+source location, "file:line", found by walking the stack for the first frame outside
+the tilegcn package.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class TilegcnError(Exception):
+    """Base class of all tilegcn errors."""
+
+
+class ToolchainError(TilegcnError):
+    """LLVM is missing, too old, lacks the AMDGPU target, or rejected our assembly."""
+
+
+class UnsupportedArchError(TilegcnError):
+    """An arch other than the supported ones was requested."""
+
+
+class ArgumentError(TilegcnError):
+    """A kernel was called with arguments it cannot take (dtype, shape, stride, device)."""
+
+
+class CompileError(TilegcnError):
+    """A tile program is invalid or cannot be lowered. `location` is the user's file:line."""
+
+    def __init__(self, message: str, location: str | None = None):
+        self.location = location if location is not None else user_location()
+        self.raw_message = message
+        super().__init__(f"{self.location}: {message}" if self.location else message)
+
+
+class ResourceError(CompileError):
+    """A kernel needs more LDS or registers than the arch has (needed vs available)."""
+
+
+class CacheError(TilegcnError):
+    """A cache entry could not be written or read."""
+
+
+class DeviceError(TilegcnError):
+    """A device could not load or launch a code object."""
+
+
+def user_location(skip_package: str = _PACKAGE_DIR) -> str | None:
+    """'file:line' of the innermost stack frame that is not tilegcn's own code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(skip_package + os.sep) and "importlib" not in filename:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
