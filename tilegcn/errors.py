@@ -58,3 +58,16 @@ def user_location(skip_package: str = _PACKAGE_DIR) -> str | None:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
+
+
+class EmulatorError(DeviceError):
+    """The emulated device refused a code object or an instruction (illegal, unknown, out of bounds)."""
+
+
+class HazardError(EmulatorError):
+    """A register or LDS byte was read (or overwritten) while its producer was still in flight,
+    or an MFMA result was read before the arch's required wait states."""
+
+
+class RaceError(EmulatorError):
+    """Two waves of a workgroup touched the same LDS byte (write/read or read/write) in one barrier epoch."""
