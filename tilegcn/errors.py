@@ -54,7 +54,8 @@ def user_location(skip_package: str = _PACKAGE_DIR) -> str | None:
     frame = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(skip_package + os.sep) and "importlib" not in filename:
+        internal = filename.startswith(skip_package + os.sep) or os.path.basename(filename) == "contextlib.py"
+        if not internal and "importlib" not in filename:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None

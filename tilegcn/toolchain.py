@@ -100,6 +100,8 @@ def _assembler_error(stderr: str, asm: str, arch: str) -> ToolchainError:
         lineno = int(m.group(1))
         src = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else "?"
         parts.append(f"  line {lineno}: {m.group(4)}\n    {src}")
+    if len(parts) > 8:
+        parts = parts[:8] + [f"  ... and {len(parts) - 8} more"]
     detail = "\n".join(parts) if parts else stderr.strip()
     return ToolchainError(f"tilegcn: llvm-mc rejected the generated assembly for {arch}:\n{detail}")
 

@@ -27,6 +27,9 @@ class MfmaShape:
     N: int
     K: int
     passes: int  # issue passes on the XDL pipe (4 per 16x16 and 8 per 32x32 CDNA3 shape)
+    # D (and C) layout: each lane holds `d_row_block` consecutive rows of one column in consecutive
+    # registers (calculator data: 4 for every CDNA3 fp32-accumulating shape; the same for gfx950's).
+    d_row_block: int = 4
 
     def name(self, dtype: str) -> str:
         return self.name_template.format(dtype=dtype)

@@ -26,6 +26,7 @@ class DType:
 float32 = DType("float32", "f32", 4, torch.float32)
 float16 = DType("float16", "f16", 2, torch.float16)
 bfloat16 = DType("bfloat16", "bf16", 2, torch.bfloat16)
+int32 = DType("int32", "i32", 4, torch.int32)  # runtime int scalars only, not tensors
 DTYPES = {d.name: d for d in (float32, float16, bfloat16)}
 _ALIASES = {"float": float32, "fp32": float32, "f32": float32, "half": float16, "fp16": float16, "f16": float16,
             "bf16": bfloat16}

@@ -1,0 +1,83 @@
+"""The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
+
+  verify -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
+  -> statement lowering (copy, elementwise, gemm, loops) -> wait counts -> hazard nops -> render
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..amdgcn.abi import KernelAbi
+from ..amdgcn.arch import get_arch
+from ..amdgcn.builder import KernelBuilder
+from ..amdgcn.emit import register_counts, render
+from ..amdgcn.hazards import insert_hazard_nops
+from ..amdgcn.regalloc import check_budget
+from ..amdgcn.waitcnt import insert_waits
+from ..ir import nodes as N
+from ..ir.verify import verify
+from .context import Context
+from .copy import lower_copy
+from .elementwise import lower_fill, lower_parallel
+from .gemm import lower_gemm, plan_gemms
+from .lds import allocate_shared
+from .layout import TID, assign_layouts
+from .pipeline import lower_loop
+from .xcd import lower_swizzle
+
+
+@dataclass
+class Lowered:
+    asm: str
+    meta: dict
+
+
+def lower_statements(ctx: Context, body: list):
+    for s in body:
+        if len(ctx.b.frames) == 1:
+            with ctx.b.statement_scope():
+                lower_statement(ctx, s)
+        else:
+            lower_statement(ctx, s)
+
+
+def lower_statement(ctx: Context, s: N.Stmt):
+    if isinstance(s, N.Copy):
+        lower_copy(ctx, s)
+    elif isinstance(s, N.ParallelStore):
+        lower_parallel(ctx, s)
+    elif isinstance(s, N.Fill):
+        lower_fill(ctx, s)
+    elif isinstance(s, N.Gemm):
+        lower_gemm(ctx, s)
+    elif isinstance(s, N.Loop):
+        lower_loop(ctx, s, lower_statements)
+    elif not isinstance(s, N.Swizzle):  # the swizzle is applied in the prologue
+        raise TypeError(f"no lowering for {type(s).__name__}")
+
+
+def lower(kernel: N.Kernel, arch) -> Lowered:
+    arch = get_arch(arch)
+    verify(kernel)
+    b = KernelBuilder(arch, kernel.name)
+    abi = KernelAbi(b, kernel, TID)
+    ctx = Context(kernel, b, abi)
+    ctx.gemm_plans = plan_gemms(kernel, arch)
+    ctx.shared, lds_bytes = allocate_shared(kernel, arch, ctx.gemm_plans)
+    ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
+    lower_swizzle(ctx)
+    lower_statements(ctx, kernel.body)
+    b.emit("s_endpgm")
+    insts = insert_hazard_nops(insert_waits(b.insts, arch), arch)
+    counts = register_counts(b)
+    owners = ", ".join(f"{v}: {n}" for pool in (b.v, b.a) for v, n in pool.owner.items() if "fragment" in n
+                       or "accumulator" in n)
+    check_budget(arch, counts["vgprs"], counts["agprs"], counts["sgprs"], owners)
+    asm = render(kernel, b, abi, insts, lds_bytes)
+    meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),
+                lds_bytes=lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
+                kernarg_size=abi.kernarg_size,
+                args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
+                           dtype=a.param.dtype.name) for a in abi.args],
+                source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
+    return Lowered(asm, meta)

@@ -1,0 +1,234 @@
+"""SymPy integer expressions -> SALU/VALU instructions, with common-subexpression elimination.
+
+Uniform values (block ids, loop variables, runtime scalars) live in SGPRs; anything that depends on
+the thread id lives in VGPRs. Powers of two become shifts and masks; other constant divisors use a
+multiply-high by a magic number. Every (expression, register file) pair is computed once, in the
+outermost loop frame where its symbols exist (loop-invariant code motion for free).
+"""
+from __future__ import annotations
+
+import sympy
+
+from ..errors import CompileError
+from .builder import KernelBuilder
+from .isa import Reg
+
+_MAGIC_DIVIDEND_LIMIT = 1 << 16  # floor(n / d) by multiply-high is exact for n, d < 2**16
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def split_floor_div(expr):
+    """(numerator, divisor) of floor(x / d), or None."""
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den.is_Integer and den > 1:
+            return num, int(den)
+    return None
+
+
+def split_const(expr):
+    """(constant int, rest) of an expression."""
+    expr = sympy.sympify(expr)
+    c, rest = expr.as_coeff_Add()
+    if not c.is_Integer:
+        return 0, expr
+    return int(c), rest
+
+
+def split_uniform(expr, lane_symbols):
+    """(uniform part, lane-varying part, constant) of a sum."""
+    const, rest = split_const(expr)
+    uniform, varying = [], []
+    for term in sympy.Add.make_args(rest):
+        if term == 0:
+            continue
+        (varying if term.free_symbols & lane_symbols else uniform).append(term)
+    return sympy.Add(*uniform), sympy.Add(*varying), const
+
+
+class ExprLowering:
+    def __init__(self, b: KernelBuilder):
+        self.b = b
+
+    # -- SGPR (uniform) -------------------------------------------------------------------------
+    def sgpr(self, expr) -> Reg | int:
+        """A uniform expression as an int (constant) or an SGPR."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        hit = self.b.cse_get("s", expr)
+        if hit is not None:
+            return hit
+        if expr in self.b.symbol_regs:
+            return self.b.symbol_regs[expr]
+        if expr.free_symbols & self.b.lane_symbols:
+            raise CompileError(f"internal: {expr} is not uniform")
+        frame = self.b.frame_of(expr)
+        out = self.b.s.alloc()
+        self._sgpr_into(out, expr, frame)
+        self.b.cse_put("s", expr, out, frame)
+        return out
+
+    def _sgpr_into(self, out: Reg, expr, frame: int):
+        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
+        if isinstance(expr, sympy.Add):
+            const, rest = split_const(expr)
+            terms = [self.sgpr(t) for t in sympy.Add.make_args(rest)]
+            emit("s_add_u32", out, terms[0], terms[1] if len(terms) > 1 else const)
+            for t in terms[2:]:
+                emit("s_add_u32", out, out, t)
+            if len(terms) > 1 and const:
+                emit("s_add_u32", out, out, const)
+            return
+        if isinstance(expr, sympy.Mul):
+            coeff, rest = expr.as_coeff_Mul()
+            coeff = int(coeff)
+            factors = [self.sgpr(f) for f in sympy.Mul.make_args(rest)]
+            if coeff == 1 and len(factors) >= 2:
+                emit("s_mul_i32", out, factors[0], factors[1])
+                factors = factors[2:]
+            else:
+                first = factors.pop(0)
+                if is_pow2(coeff):
+                    emit("s_lshl_b32", out, first, log2(coeff))
+                else:
+                    emit("s_mul_i32", out, first, coeff)
+            for f in factors:
+                emit("s_mul_i32", out, out, f)
+            return
+        div = split_floor_div(expr)
+        if div is not None:
+            num, d = div
+            src = self.sgpr(num)
+            if is_pow2(d):
+                emit("s_lshr_b32", out, src, log2(d))
+            else:
+                emit("s_mul_hi_u32", out, src, magic(d))
+            return
+        if isinstance(expr, sympy.Mod):
+            x, d = expr.args
+            d = int(d)
+            if is_pow2(d):
+                emit("s_and_b32", out, self.sgpr(x), d - 1)
+            else:
+                q = self.sgpr(sympy.floor(x / d))
+                emit("s_mul_i32", out, q, -d)
+                emit("s_add_u32", out, out, self.sgpr(x))
+            return
+        raise CompileError(f"cannot lower uniform index expression {expr}")
+
+    # -- VGPR (per lane) ------------------------------------------------------------------------
+    def vgpr(self, expr) -> Reg:
+        """Any expression in a VGPR (uniform ones are moved in)."""
+        expr = sympy.sympify(expr)
+        hit = self.b.cse_get("v", expr)
+        if hit is not None:
+            return hit
+        if expr in self.b.symbol_regs and self.b.symbol_regs[expr].file == "v":
+            return self.b.symbol_regs[expr]
+        frame = self.b.frame_of(expr)
+        out = self.b.v.alloc()
+        self._vgpr_into(out, expr, frame)
+        self.b.cse_put("v", expr, out, frame)
+        return out
+
+    def operand(self, expr):
+        """An expression as a VALU operand: int constant, SGPR (uniform) or VGPR."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        if not expr.free_symbols & self.b.lane_symbols:
+            return self.sgpr(expr)
+        return self.vgpr(expr)
+
+    def _vop3_operand(self, expr):
+        """VOP3 takes no 32-bit literal on gfx9: constants outside the inline range go to an SGPR."""
+        x = self.operand(expr)
+        if isinstance(x, int) and not -16 <= x <= 64:
+            return self.b.sgpr_constant(x)
+        return x
+
+    def _vgpr_into(self, out: Reg, expr, frame: int):
+        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
+        if not expr.free_symbols & self.b.lane_symbols:
+            emit("v_mov_b32", out, self.operand(expr))
+            return
+        if isinstance(expr, sympy.Add):
+            const, rest = split_const(expr)
+            if const and rest.free_symbols & self.b.lane_symbols:
+                emit("v_add_u32", out, const, self.vgpr(rest))  # the sum without the constant is shared
+                return
+            terms = [self.operand(t) for t in sympy.Add.make_args(rest)]
+            terms.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")  # VGPR last (VOP2 src1)
+            if const:
+                terms.insert(0, const)
+            acc = terms.pop()
+            while terms:
+                if len(terms) >= 2 and _vop3_legal(terms[-2:] + [acc]):
+                    b_, c_ = terms.pop(), terms.pop()
+                    emit("v_add3_u32", out, acc, b_, c_)
+                else:
+                    emit("v_add_u32", out, terms.pop(), acc)
+                acc = out
+            if acc is not out:
+                emit("v_mov_b32", out, acc)
+            return
+        if isinstance(expr, sympy.Mul):
+            coeff, rest = expr.as_coeff_Mul()
+            coeff = int(coeff)
+            factors = [self.operand(f) for f in sympy.Mul.make_args(rest)]
+            factors.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")
+            acc = factors.pop()
+            for f in factors:
+                emit("v_mul_lo_u32", out, f, acc)
+                acc = out
+            if coeff != 1:
+                if is_pow2(coeff):
+                    emit("v_lshlrev_b32", out, log2(coeff), acc)
+                else:
+                    emit("v_mul_lo_u32", out, self._vop3_operand(coeff), acc)
+                acc = out
+            if acc is not out:
+                emit("v_mov_b32", out, acc)
+            return
+        div = split_floor_div(expr)
+        if div is not None:
+            num, d = div
+            src = self.vgpr(num)
+            if is_pow2(d):
+                emit("v_lshrrev_b32", out, log2(d), src)
+            else:
+                emit("v_mul_hi_u32", out, self.b.sgpr_constant(magic(d)), src)
+            return
+        if isinstance(expr, sympy.Mod):
+            x, d = expr.args
+            d = int(d)
+            if is_pow2(d):
+                emit("v_and_b32", out, d - 1, self.vgpr(x))
+            else:
+                q = self.vgpr(sympy.floor(x / d))
+                emit("v_mul_lo_u32", out, self.b.sgpr_constant(-d), q)
+                emit("v_add_u32", out, self.operand(x), out)
+            return
+        raise CompileError(f"cannot lower index expression {expr}")
+
+
+def _vop3_legal(operands) -> bool:
+    """gfx9 VOP3: no 32-bit literal, and at most one SGPR (the constant bus)."""
+    literals = [o for o in operands if isinstance(o, int) and not -16 <= o <= 64]
+    sgprs = {o for o in operands if isinstance(o, Reg) and o.file == "s"}
+    return not literals and len(sgprs) <= 1
+
+
+def magic(d: int) -> int:
+    """m with floor(n / d) == (n * m) >> 32 for 0 <= n < 2**16 (d < 2**16)."""
+    if not 1 < d < _MAGIC_DIVIDEND_LIMIT:
+        raise CompileError(f"cannot divide by {d} in index math (divisors must be below 65536)")
+    return -(-(1 << 32) // d)

@@ -1,0 +1,149 @@
+"""KernelBuilder: the instruction stream of one kernel while the passes lower tile IR into it.
+
+Code is emitted into *frames*: the kernel body is frame 0 and every loop opens a frame. A value is
+computed in the outermost frame where all of its symbols exist, so loop-invariant address math lands
+before the loop automatically (the loop's own instructions join the parent only when it closes).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import sympy
+
+from . import isa
+from .isa import Inst, Reg
+from .regalloc import RegPool
+
+_KIND_BY_PREFIX = (
+    ("s_load", isa.SMEM), ("s_buffer_load", isa.SMEM), ("s_waitcnt", isa.WAIT), ("s_barrier", isa.BARRIER),
+    ("s_cbranch", isa.BRANCH), ("s_branch", isa.BRANCH), ("s_nop", isa.SOPP), ("s_setprio", isa.SOPP),
+    ("s_endpgm", isa.SOPP), ("s_", isa.SALU), ("v_mfma", isa.MFMA), ("buffer_store", isa.VMEM_STORE),
+    ("global_store", isa.VMEM_STORE), ("buffer_load", isa.VMEM_LOAD), ("global_load", isa.VMEM_LOAD),
+    ("ds_read", isa.DS_READ), ("ds_write", isa.DS_WRITE), ("v_", isa.VALU),
+)
+_NO_DEF_KINDS = (isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP)
+
+
+def kind_of(op: str, suffix: str = "") -> str:
+    if op.startswith("buffer_load") and suffix.split()[-1:] == ["lds"]:
+        return isa.LDS_DMA
+    for prefix, kind in _KIND_BY_PREFIX:
+        if op.startswith(prefix):
+            return kind
+    raise ValueError(f"unknown instruction {op}")
+
+
+@dataclass
+class Frame:
+    insts: list
+    symbols: set = field(default_factory=set)  # symbols defined by this frame (loop variables)
+    cse: dict = field(default_factory=dict)  # (file, expr) -> Reg
+
+
+class KernelBuilder:
+    def __init__(self, arch, kernel_name: str):
+        self.arch = arch
+        self.name = kernel_name
+        self.v = RegPool("v")
+        self.s = RegPool("s")
+        self.a = RegPool("a")
+        self.frames = [Frame([])]
+        self.symbol_regs: dict = {}  # sympy.Symbol -> Reg holding its value
+        self.lane_symbols: set = set()  # symbols that differ per lane (the thread id)
+        self._labels = 0
+        self.lds_bytes = 0
+        self.constant_sgprs: dict = {}
+        self.constant_vgprs: dict = {}
+
+    # -- emission -------------------------------------------------------------------------------
+    def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
+        kind = kind or kind_of(op, suffix)
+        regs = [o for o in operands if isinstance(o, Reg)]
+        if defs is None:
+            defs = () if kind in _NO_DEF_KINDS or not regs else (regs[0],)
+            if uses is None:
+                uses = tuple(regs if kind in _NO_DEF_KINDS else regs[1:])
+        elif uses is None:
+            uses = tuple(r for r in regs if r not in defs)
+        inst = Inst(op, tuple(operands), tuple(defs), tuple(uses), kind, suffix, comment)
+        target = self.frames[-1 if frame is None else frame]
+        target.insts.append(inst)
+        return inst
+
+    def comment(self, text: str):
+        self.frames[-1].insts.append(Inst("", kind=isa.COMMENT, comment=text))
+
+    def label(self, base: str = "L") -> str:
+        self._labels += 1
+        return f".L{base}_{self._labels}"
+
+    @property
+    def insts(self) -> list:
+        assert len(self.frames) == 1, "a loop frame is still open"
+        return self.frames[0].insts
+
+    # -- frames ---------------------------------------------------------------------------------
+    def frame_of(self, expr) -> int:
+        """Index of the outermost frame in which every symbol of `expr` is defined."""
+        symbols = expr.free_symbols if isinstance(expr, sympy.Basic) else set()
+        depth = 0
+        for i, f in enumerate(self.frames):
+            if symbols & f.symbols:
+                depth = i
+        return depth
+
+    @contextlib.contextmanager
+    def loop_frame(self, var: sympy.Symbol, var_reg: Reg):
+        self.symbol_regs[var] = var_reg
+        frame = Frame([], symbols={var})
+        self.frames.append(frame)
+        try:
+            yield frame
+        finally:
+            self.frames.pop()
+
+    @contextlib.contextmanager
+    def statement_scope(self):
+        """Values computed for one top-level statement die with it: their registers return to the
+        pools, so address math of one copy does not occupy registers for the rest of the kernel."""
+        outer = self.frames[0].cse
+        before = set(outer)
+        try:
+            yield
+        finally:
+            for key in [k for k in outer if k not in before]:
+                reg = outer.pop(key)
+                {"v": self.v, "s": self.s}[reg.file].free(reg)
+
+    def cse_get(self, file: str, expr):
+        for f in reversed(self.frames):
+            hit = f.cse.get((file, expr))
+            if hit is not None:
+                return hit
+        return None
+
+    def cse_put(self, file: str, expr, reg: Reg, frame: int):
+        self.frames[frame].cse[(file, expr)] = reg
+
+    # -- constants ------------------------------------------------------------------------------
+    def vgpr_constant(self, value: int) -> Reg:
+        """A VGPR holding `value` in every lane, for operands that may use neither literal nor SGPR
+        (v_cndmask_b32 already reads VCC through the one constant bus on gfx9)."""
+        value &= 0xFFFFFFFF
+        reg = self.constant_vgprs.get(value)
+        if reg is None:
+            reg = self.v.alloc(what=f"const {value:#x}")
+            self.emit("v_mov_b32", reg, value, frame=0)
+            self.constant_vgprs[value] = reg
+        return reg
+
+    def sgpr_constant(self, value: int) -> Reg:
+        """An SGPR holding `value` (VOP3 on gfx9 takes no literal), materialised once in frame 0."""
+        value &= 0xFFFFFFFF
+        reg = self.constant_sgprs.get(value)
+        if reg is None:
+            reg = self.s.alloc(what=f"const {value:#x}")
+            self.emit("s_mov_b32", reg, value, frame=0)
+            self.constant_sgprs[value] = reg
+        return reg

@@ -1,0 +1,96 @@
+"""Registers, operands and instructions as the emitter builds them.
+
+An `Inst` knows which registers it reads (`uses`) and writes (`defs`) and its `kind`; the wait-count
+and hazard passes work from those, never from parsing text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Instruction kinds: what the wait and hazard passes need to know.
+SALU, VALU, SMEM, VMEM_LOAD, VMEM_STORE, LDS_DMA, DS_READ, DS_WRITE, MFMA, SOPP, BRANCH, LABEL, BARRIER, WAIT = (
+    "salu", "valu", "smem", "vmem_load", "vmem_store", "lds_dma", "ds_read", "ds_write", "mfma", "sopp",
+    "branch", "label", "barrier", "wait")
+COMMENT = "comment"
+
+
+@dataclass(frozen=True)
+class Reg:
+    file: str  # "v", "s", "a"
+    index: int
+    count: int = 1
+
+    def __str__(self):
+        if self.count == 1:
+            return f"{self.file}{self.index}"
+        return f"{self.file}[{self.index}:{self.index + self.count - 1}]"
+
+    def __getitem__(self, i) -> "Reg":
+        """One register (int) or a sub-range (slice) of a register tuple."""
+        if isinstance(i, slice):
+            start, stop, _ = i.indices(self.count)
+            return Reg(self.file, self.index + start, stop - start)
+        if not 0 <= i < self.count:
+            raise IndexError(f"{self} has no element {i}")
+        return Reg(self.file, self.index + i, 1)
+
+    def units(self):
+        """(file, index) of every 32-bit register in this tuple."""
+        return [(self.file, self.index + i) for i in range(self.count)]
+
+
+VCC = Reg("vcc", 0, 2)
+EXEC = Reg("exec", 0, 2)
+M0 = Reg("m0", 0, 1)
+SCC = Reg("scc", 0, 1)
+_SPECIAL_NAMES = {"vcc": "vcc", "exec": "exec", "m0": "m0", "scc": "scc"}
+
+
+def operand_text(x) -> str:
+    if isinstance(x, Reg):
+        return _SPECIAL_NAMES.get(x.file) or str(x)
+    if isinstance(x, bool):
+        raise TypeError("bool operand")
+    if isinstance(x, int):
+        return str(x) if -16 <= x <= 64 else hex(x & 0xFFFFFFFF)
+    if isinstance(x, float):
+        return float_literal(x)
+    return str(x)
+
+
+_INLINE_FLOATS = {0.5: "0.5", -0.5: "-0.5", 1.0: "1.0", -1.0: "-1.0", 2.0: "2.0", -2.0: "-2.0", 4.0: "4.0",
+                  -4.0: "-4.0", 0.0: "0"}
+
+
+def float_literal(x: float) -> str:
+    """An f32 operand: an inline constant where the ISA has one, else the 32-bit literal bits."""
+    import struct
+
+    if x in _INLINE_FLOATS and not (x == 0.0 and str(x).startswith("-")):
+        return _INLINE_FLOATS[x]
+    return hex(struct.unpack("<I", struct.pack("<f", x))[0])
+
+
+@dataclass
+class Inst:
+    op: str
+    operands: tuple = ()
+    defs: tuple = ()
+    uses: tuple = ()
+    kind: str = VALU
+    suffix: str = ""  # modifiers printed after the operands (offen offset:16, ...)
+    comment: str = ""
+
+    def text(self) -> str:
+        if self.kind == LABEL:
+            return f"{self.op}:"
+        if self.kind == COMMENT:
+            return f"  // {self.comment}"
+        body = self.op
+        if self.operands:
+            body += " " + ", ".join(operand_text(o) for o in self.operands)
+        if self.suffix:
+            body += " " + self.suffix
+        if self.comment:
+            body = f"{body:<56} // {self.comment}"
+        return "  " + body

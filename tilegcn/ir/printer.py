@@ -1,0 +1,67 @@
+"""Stable, readable text of a tile IR kernel; the text is part of the disk-cache key.
+
+Nothing process-dependent is printed (no ids, no addresses); SymPy expressions print canonically.
+"""
+from __future__ import annotations
+
+from . import nodes as N
+
+
+def _region(r: N.Region) -> str:
+    starts = ", ".join(str(s) for s in r.starts)
+    return f"{r.buffer.name}[{starts}; {'x'.join(str(e) for e in r.extents)}]"
+
+
+def print_expr(e: N.Expr) -> str:
+    if isinstance(e, N.Const):
+        return repr(float(e.value))
+    if isinstance(e, N.ScalarRef):
+        return e.param.name
+    if isinstance(e, N.ElemRef):
+        return f"{e.buffer.name}[{', '.join(str(i) for i in e.index)}]"
+    if isinstance(e, N.BinOp):
+        return f"{e.op}({print_expr(e.a)}, {print_expr(e.b)})"
+    if isinstance(e, N.Call):
+        return f"{e.fn}({', '.join(print_expr(a) for a in e.args)})"
+    if isinstance(e, N.Cast):
+        return f"cast<{e.dtype.name}>({print_expr(e.x)})"
+    raise TypeError(f"unknown expression {e!r}")
+
+
+def _stmt(s: N.Stmt, indent: str, out: list):
+    if isinstance(s, N.Copy):
+        out.append(f"{indent}copy {_region(s.src)} -> {_region(s.dst)}")
+    elif isinstance(s, N.Fill):
+        out.append(f"{indent}fill {s.buffer.name} = {float(s.value)!r}")
+    elif isinstance(s, N.ParallelStore):
+        idx = ", ".join(str(i) for i in s.indices)
+        ext = ", ".join(str(e) for e in s.extents)
+        out.append(f"{indent}parallel ({idx}) in ({ext}): {s.buffer.name}[{idx}] = {print_expr(s.value)}")
+    elif isinstance(s, N.Gemm):
+        out.append(f"{indent}gemm {s.A.name}{'^T' if s.transpose_A else ''} @ {s.B.name}"
+                   f"{'^T' if s.transpose_B else ''} += {s.C.name}")
+    elif isinstance(s, N.Loop):
+        out.append(f"{indent}for {s.var} in pipelined({s.extent}, num_stages={s.num_stages}):")
+        for b in s.body:
+            _stmt(b, indent + "  ", out)
+    elif isinstance(s, N.Swizzle):
+        out.append(f"{indent}swizzle panel_size={s.panel_size} num_xcds={s.num_xcds}")
+    else:
+        raise TypeError(f"unknown statement {s!r}")
+
+
+def print_kernel(k: N.Kernel) -> str:
+    out = [f"kernel {k.name} grid={k.grid} block={k.block}"]
+    for p in k.params:
+        if p.kind == "tensor":
+            b = p.buffer
+            out.append(f"  param {p.name}: tensor<{b.dtype.name}> shape={b.shape} strides={b.spec.strides}"
+                       f" aligned16={b.spec.aligned16}")
+        else:
+            out.append(f"  param {p.name}: scalar<{p.dtype.name}>")
+    for b in k.buffers:
+        if b.scope != N.GLOBAL:
+            out.append(f"  alloc {b.scope} {b.name}: {b.dtype.name}{list(b.shape)}")
+    for s in k.body:
+        _stmt(s, "  ", out)
+    return "\n".join(out) + "\n"

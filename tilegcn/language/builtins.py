@@ -1,0 +1,235 @@
+"""The `T.` surface: what a tile program calls. Each function records tile IR on the current tracer."""
+from __future__ import annotations
+
+import builtins as _py
+import contextlib
+import numbers
+
+import sympy
+
+from ..errors import CompileError, user_location
+from ..ir import nodes as N
+from ..ir.types import as_dtype
+from .proxies import BufferProxy, RegionRef, as_expr
+from .tracer import TensorAnnotation, current
+
+Tensor = TensorAnnotation
+
+
+def ceildiv(a, b):
+    """ceil(a / b) for ints (an int) or index expressions (a SymPy expression)."""
+    if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
+        return -(-int(a) // int(b))
+    return sympy.ceiling(sympy.sympify(a) / b)
+
+
+def _concrete(value, what: str) -> int:
+    try:
+        return int(value)
+    except TypeError:
+        raise CompileError(f"{what} must be known at compile time, got {value}") from None
+
+
+@contextlib.contextmanager
+def Kernel(*grid, threads: int = 128):
+    """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
+
+    Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid).
+    """
+    tracer = current()
+    loc = user_location()
+    if tracer.kernel_info is not None or tracer.bodies:
+        raise CompileError("a tilegcn kernel opens `T.Kernel` exactly once", location=loc)
+    if not 1 <= len(grid) <= 3:
+        raise CompileError(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", location=loc)
+    sizes = [_concrete(g, "the grid size") for g in grid] + [1] * (3 - len(grid))
+    if any(s <= 0 for s in sizes):
+        raise CompileError(f"grid {tuple(sizes)} has an empty dimension", location=loc)
+    threads = _concrete(threads, "threads")
+    if threads <= 0 or threads % 64 or threads > 1024:
+        raise CompileError(f"threads={threads}: must be a multiple of 64 (the wave size) between 64 and 1024",
+                           location=loc)
+    ids = tuple(sympy.Symbol(n, integer=True, nonnegative=True) for n in ("bx", "by", "bz"))
+    body: list = []
+    tracer.bodies.append(body)
+    try:
+        yield ids[0] if len(grid) == 1 else ids[: len(grid)]
+    finally:
+        tracer.bodies.pop()
+    tracer.kernel_info = (tuple(sizes), (threads, 1, 1), ids, body, loc)
+
+
+def alloc_shared(shape, dtype):
+    """A buffer in LDS, shared by the workgroup."""
+    return current().alloc(N.SHARED, shape, dtype, "shared")
+
+
+def alloc_fragment(shape, dtype):
+    """A tile held in registers, spread over the workgroup's threads."""
+    return current().alloc(N.FRAGMENT, shape, dtype, "frag")
+
+
+def _as_region(x, other_extents, what: str) -> N.Region:
+    if isinstance(x, BufferProxy):
+        buf = x.buffer
+        if buf.scope == N.GLOBAL and other_extents is None:
+            raise CompileError(f"{what}: give a start index into global tensor {buf.name}")
+        return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
+    if isinstance(x, RegionRef):
+        extents = list(x.extents)
+        if other_extents is not None:
+            want = list(other_extents)
+            if len(want) > len(extents):
+                raise CompileError(f"{what}: a {len(want)}-d tile does not fit {x.buffer.name}, "
+                                   f"which has {len(extents)} dims")
+            want = [1] * (len(extents) - len(want)) + want  # leading dims of extent 1
+            for axis, (have, need) in enumerate(zip(extents, want)):
+                if have is not None and int(have) != need:
+                    raise CompileError(f"{what}: {x.buffer.name} slice extent {have} on dim {axis} "
+                                       f"does not match the tile's {need}")
+            extents = want
+        if any(e is None for e in extents):
+            raise CompileError(f"{what}: the extent of the {x.buffer.name} region is unknown; "
+                               "copy to or from a whole shared buffer or fragment")
+        return N.Region(x.buffer, tuple(x.starts), tuple(int(e) for e in extents))
+    raise CompileError(f"{what}: expected a tensor region, shared buffer or fragment, got {x!r}")
+
+
+def _whole_extents(x):
+    if isinstance(x, BufferProxy) and x.buffer.scope != N.GLOBAL:
+        return tuple(x.buffer.shape)
+    if isinstance(x, RegionRef) and all(e is not None for e in x.extents):
+        return tuple(int(e) for e in x.extents)
+    return None
+
+
+def _squeeze(extents):
+    return tuple(e for e in extents if e != 1) or (1,)
+
+
+def copy(src, dst):
+    """Copy a tile: global <-> shared/fragment, shared -> fragment, fragment -> fragment.
+
+    A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
+    the other side. Casts to the destination dtype.
+    """
+    tracer = current()
+    loc = user_location()
+    try:
+        src_r = _as_region(src, _whole_extents(dst), "T.copy source")
+        dst_r = _as_region(dst, _whole_extents(src), "T.copy destination")
+    except CompileError as e:
+        raise CompileError(e.raw_message, location=loc) from None
+    if _squeeze(src_r.extents) != _squeeze(dst_r.extents):
+        raise CompileError(f"T.copy extents differ: {src_r.extents} vs {dst_r.extents}", location=loc)
+    if src_r.buffer.scope == N.GLOBAL and dst_r.buffer.scope == N.GLOBAL:
+        raise CompileError("T.copy from global to global: stage the tile through a fragment", location=loc)
+    tracer.record(N.Copy(src_r, dst_r, loc=loc))
+
+
+def _buffer_of(x, what: str) -> N.Buffer:
+    if not isinstance(x, BufferProxy):
+        raise CompileError(f"{what}: expected a buffer from T.alloc_shared/T.alloc_fragment, got {x!r}")
+    return x.buffer
+
+
+def fill(buf, value):
+    tracer = current()
+    b = _buffer_of(buf, "T.fill")
+    if b.scope == N.GLOBAL:
+        raise CompileError("T.fill takes a fragment or shared buffer, not a global tensor")
+    tracer.record(N.Fill(b, float(value), loc=user_location()))
+
+
+def clear(buf):
+    fill(buf, 0.0)
+
+
+def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
+    """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment."""
+    tracer = current()
+    loc = user_location()
+    a, b, c = (_buffer_of(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
+    if a.scope != N.SHARED or b.scope != N.SHARED:
+        raise CompileError(f"T.gemm: A and B must be shared buffers (got {a.scope} {a.name}, "
+                           f"{b.scope} {b.name})", location=loc)
+    if c.scope != N.FRAGMENT or c.dtype.name != "float32":
+        raise CompileError(f"T.gemm: C must be a float32 fragment (got {c.scope} {c.dtype.name} {c.name})",
+                           location=loc)
+    if a.dtype != b.dtype or a.dtype.name not in ("bfloat16", "float16"):
+        raise CompileError(f"T.gemm: A and B must both be bfloat16 or both float16 "
+                           f"(got {a.dtype.name}, {b.dtype.name})", location=loc)
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
+        raise CompileError("T.gemm operands must be 2-d", location=loc)
+    M, K = a.shape[::-1] if transpose_A else a.shape
+    Kb, Nb = b.shape[::-1] if transpose_B else b.shape
+    if K != Kb or tuple(c.shape) != (M, Nb):
+        raise CompileError(f"T.gemm shapes do not agree: A {a.shape}{'^T' if transpose_A else ''} @ "
+                           f"B {b.shape}{'^T' if transpose_B else ''} -> C {c.shape}", location=loc)
+    tracer.record(N.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
+
+
+def Parallel(*extents):
+    """`for i, j in T.Parallel(M, N):` elementwise statements over a fragment's elements."""
+    tracer = current()
+    if tracer.parallel is not None:
+        raise CompileError("T.Parallel cannot be nested")
+    extents = tuple(_concrete(e, "T.Parallel extent") for e in extents)
+    names = ("i", "j", "l", "m")[: len(extents)]
+    indices = tuple(sympy.Symbol(f"p{n}", integer=True, nonnegative=True) for n in names)
+    tracer.parallel = (extents, indices)
+    try:
+        yield indices[0] if len(indices) == 1 else indices
+    finally:
+        tracer.parallel = None
+
+
+def Pipelined(extent, num_stages: int = 1):
+    """`for k in T.Pipelined(n, num_stages=s):` the K loop; records its body once."""
+    tracer = current()
+    loc = user_location()
+    n = _concrete(extent, "the T.Pipelined trip count")
+    if n <= 0:
+        raise CompileError(f"T.Pipelined trip count must be positive, got {n}", location=loc)
+    if num_stages < 1:
+        raise CompileError(f"num_stages must be >= 1, got {num_stages}", location=loc)
+    var = sympy.Symbol(f"k{len(list(N.walk(tracer.body())))}", integer=True, nonnegative=True)
+    body: list = []
+    tracer.bodies.append(body)
+    try:
+        yield var
+    finally:
+        tracer.bodies.pop()
+    tracer.record(N.Loop(var, n, int(num_stages), body, loc=loc))
+
+
+def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
+    """Remap workgroup ids for L2 reuse: chunk per XCD, then rasterise panels of `panel_size` rows."""
+    current().record(N.Swizzle(int(panel_size), int(num_xcds), loc=user_location()))
+
+
+def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
+    return N.BinOp("max", as_expr(a), as_expr(b))
+
+
+def min(a, b):  # noqa: A001
+    return N.BinOp("min", as_expr(a), as_expr(b))
+
+
+def exp2(x):
+    return N.Call("exp2", (as_expr(x),))
+
+
+def exp(x):
+    return N.Call("exp", (as_expr(x),))
+
+
+def abs(x):  # noqa: A001
+    return N.Call("abs", (as_expr(x),))
+
+
+def cast(x, dtype):
+    return N.Cast(as_dtype(dtype), as_expr(x))
+
+
+del _py

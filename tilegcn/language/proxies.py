@@ -1,0 +1,133 @@
+"""What the traced function sees in place of tensors, buffers and scalars."""
+from __future__ import annotations
+
+import numbers
+
+import sympy
+
+from ..errors import CompileError
+from ..ir import nodes as N
+from ..ir.types import DType
+
+
+def as_expr(x) -> N.Expr:
+    """Lift a Python number, a scalar proxy or an expression into an element expression."""
+    if isinstance(x, N.Expr):
+        return x
+    if isinstance(x, ScalarProxy):
+        return N.ScalarRef(x.param)
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
+    return N.Const(float(x))
+
+
+def as_index(x, what: str):
+    """A SymPy integer expression from an int, a block id, a loop variable or index arithmetic."""
+    if isinstance(x, bool):
+        raise CompileError(f"{what}: a bool is not an index")
+    if isinstance(x, numbers.Integral):
+        return sympy.Integer(int(x))
+    if isinstance(x, sympy.Expr):
+        return x
+    if isinstance(x, ScalarProxy) and x.param.symbol is not None:
+        return x.param.symbol
+    raise CompileError(f"{what}: expected an integer index expression, got {x!r}")
+
+
+def _normalise_key(key, ndim: int, what: str):
+    """starts and (optional) extents from an indexing key: ints/expressions or slices."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if len(key) > ndim:
+        raise CompileError(f"{what}: {len(key)} indices for a {ndim}-d buffer")
+    starts, extents = [], []
+    for k in key:
+        if isinstance(k, slice):
+            if k.step not in (None, 1):
+                raise CompileError(f"{what}: slices with a step are not supported")
+            start = as_index(k.start if k.start is not None else 0, what)
+            starts.append(start)
+            extents.append(None if k.stop is None else sympy.simplify(as_index(k.stop, what) - start))
+        else:
+            starts.append(as_index(k, what))
+            extents.append(None)
+    starts += [sympy.Integer(0)] * (ndim - len(key))
+    extents += [None] * (ndim - len(key))
+    return tuple(starts), tuple(extents)
+
+
+class RegionRef:
+    """`A[by * 128, k * 32]`: a region's start; the extent comes from the other side of T.copy."""
+
+    def __init__(self, buffer: N.Buffer, starts, extents):
+        self.buffer, self.starts, self.extents = buffer, starts, extents
+
+
+class BufferProxy:
+    """A global tensor, a shared buffer or a fragment as the traced program sees it."""
+
+    def __init__(self, buffer: N.Buffer):
+        self.buffer = buffer
+
+    @property
+    def shape(self):
+        return self.buffer.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+    @property
+    def ndim(self):
+        return len(self.buffer.shape)
+
+    def _parallel_index(self, key):
+        from .tracer import current
+
+        par = current().parallel
+        if par is None:
+            return None
+        key = key if isinstance(key, tuple) else (key,)
+        return tuple(as_index(k, f"indexing {self.buffer.name}") for k in key)
+
+    def __getitem__(self, key):
+        index = self._parallel_index(key)
+        if index is not None:
+            if len(index) != self.ndim:
+                raise CompileError(f"{self.buffer.name} has {self.ndim} dims, indexed with {len(index)}")
+            return N.ElemRef(self.buffer, index)
+        starts, extents = _normalise_key(key, self.ndim, f"indexing {self.buffer.name}")
+        return RegionRef(self.buffer, starts, extents)
+
+    def __setitem__(self, key, value):
+        from .tracer import current
+
+        tracer = current()
+        if tracer.parallel is None:
+            raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel")
+        index = self._parallel_index(key)
+        tracer.record_parallel_store(self.buffer, index, as_expr(value))
+
+    def __repr__(self):
+        return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
+
+
+class ScalarProxy:
+    """A runtime scalar argument (int or float, passed by value)."""
+
+    def __init__(self, param: N.Param):
+        self.param = param
+
+    def _e(self):
+        return N.ScalarRef(self.param)
+
+    def __add__(self, o): return self._e() + o
+    def __radd__(self, o): return as_expr(o) + self._e()
+    def __sub__(self, o): return self._e() - o
+    def __rsub__(self, o): return as_expr(o) - self._e()
+    def __mul__(self, o): return self._e() * o
+    def __rmul__(self, o): return as_expr(o) * self._e()
+    def __truediv__(self, o): return self._e() / o
+    def __rtruediv__(self, o): return as_expr(o) / self._e()
+    def __neg__(self): return -self._e()
+

@@ -1,0 +1,166 @@
+"""Tracing: run the decorated function once per specialisation with proxies and record tile IR.
+
+The function runs as ordinary Python: shapes are concrete ints, block ids and loop variables are
+SymPy symbols, Python `for ... in range` unrolls, and each `T.*` call appends a statement to the
+innermost open body. Every statement remembers the user's file:line for later error messages.
+"""
+from __future__ import annotations
+
+import inspect
+import linecache
+import re
+import threading
+
+import sympy
+
+from ..errors import ArgumentError, CompileError, user_location
+from ..ir import nodes as N
+from ..ir.types import TensorSpec, as_dtype, float32, int32
+from .proxies import BufferProxy, ScalarProxy
+
+_state = threading.local()
+_ASSIGNED_NAME = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+
+
+def current() -> "Tracer":
+    tracer = getattr(_state, "tracer", None)
+    if tracer is None:
+        raise CompileError("tilegcn.language (T.*) used outside a @tilegcn.jit kernel")
+    return tracer
+
+
+class TensorAnnotation:
+    """`X: T.Tensor(("M", "N"), "bfloat16")`: checked against each call's tensors.
+
+    Dimensions are ints (must match), strings (a named size that must agree across arguments)
+    or None (anything). dtype None accepts any supported dtype.
+    """
+
+    def __init__(self, shape, dtype=None):
+        self.shape = tuple(shape)
+        self.dtype = None if dtype is None else as_dtype(dtype)
+
+    def check(self, name: str, spec: TensorSpec, sizes: dict):
+        if self.dtype is not None and spec.dtype != self.dtype:
+            raise ArgumentError(f"tilegcn: argument {name} has dtype {spec.dtype.name}, "
+                                f"the kernel declares {self.dtype.name}")
+        if len(self.shape) != len(spec.shape):
+            raise ArgumentError(f"tilegcn: argument {name} has {len(spec.shape)} dims {spec.shape}, "
+                                f"the kernel declares {len(self.shape)} {self.shape}")
+        for axis, (want, got) in enumerate(zip(self.shape, spec.shape)):
+            if isinstance(want, int) and want != got:
+                raise ArgumentError(f"tilegcn: argument {name} has shape {spec.shape}; "
+                                    f"dimension {axis} must be {want}")
+            if isinstance(want, str):
+                seen = sizes.setdefault(want, (got, name))
+                if seen[0] != got:
+                    raise ArgumentError(
+                        f"tilegcn: mismatched shapes: {name}.shape[{axis}] = {got} but {want} = {seen[0]} "
+                        f"from argument {seen[1]}")
+
+
+class Tracer:
+    def __init__(self, name: str):
+        self.name = name
+        self.params: list[N.Param] = []
+        self.buffers: list[N.Buffer] = []
+        self.bodies: list[list] = []
+        self.kernel_info = None  # (grid, block, block_ids, body, loc)
+        self.parallel = None  # (extents, indices) inside T.Parallel
+        self._names: dict[str, int] = {}
+
+    # -- naming ---------------------------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        count = self._names.get(base, 0)
+        self._names[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    def name_from_source(self, loc: str | None, fallback: str) -> str:
+        """The variable a buffer is assigned to on the user's line (`A_s = T.alloc_shared(...)`)."""
+        if loc:
+            filename, _, line = loc.rpartition(":")
+            m = _ASSIGNED_NAME.match(linecache.getline(filename, int(line)))
+            if m:
+                return self.unique_name(m.group(1))
+        return self.unique_name(fallback)
+
+    # -- recording ------------------------------------------------------------------------------
+    def body(self) -> list:
+        if not self.bodies:
+            raise CompileError("tile statements must be inside `with T.Kernel(...)`")
+        return self.bodies[-1]
+
+    def record(self, stmt: N.Stmt):
+        if self.parallel is not None and not isinstance(stmt, N.ParallelStore):
+            raise CompileError(f"{type(stmt).__name__.lower()} is not allowed inside T.Parallel")
+        self.body().append(stmt)
+
+    def record_parallel_store(self, buffer: N.Buffer, index, value: N.Expr):
+        extents, indices = self.parallel
+        if buffer.scope != N.FRAGMENT:
+            raise CompileError(f"T.Parallel can only assign fragments; {buffer.name} is {buffer.scope}")
+        if tuple(index) != tuple(indices):
+            raise CompileError(f"assign {buffer.name}[{', '.join(map(str, indices))}] with the T.Parallel "
+                               f"indices in order; got [{', '.join(map(str, index))}]")
+        if tuple(buffer.shape) != tuple(extents):
+            raise CompileError(f"T.Parallel{tuple(extents)} does not match the shape {buffer.shape} "
+                               f"of fragment {buffer.name}")
+        self.body().append(N.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
+
+    def alloc(self, scope: str, shape, dtype, fallback: str) -> BufferProxy:
+        loc = user_location()
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if any(s <= 0 for s in shape):
+            raise CompileError(f"buffer shape {shape} must be positive")
+        buf = N.Buffer(self.name_from_source(loc, fallback), scope, as_dtype(dtype), shape, loc=loc)
+        self.buffers.append(buf)
+        return BufferProxy(buf)
+
+
+def _bind_arguments(fn, args: list):
+    """Proxies for the positional parameters, with annotation checks."""
+    sig = inspect.signature(fn)
+    positional = [p for p in sig.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) != len(positional):
+        raise ArgumentError(f"tilegcn: {fn.__name__} takes {len(positional)} positional arguments "
+                            f"({', '.join(p.name for p in positional)}), got {len(args)}")
+    sizes: dict = {}
+    params, buffers, proxies = [], [], []
+    for index, (p, value) in enumerate(zip(positional, args)):
+        if isinstance(value, TensorSpec):
+            if isinstance(p.annotation, TensorAnnotation):
+                p.annotation.check(p.name, value, sizes)
+            buf = N.Buffer(p.name, N.GLOBAL, value.dtype, value.shape, spec=value, param_index=index)
+            params.append(N.Param(p.name, "tensor", value.dtype, buffer=buf))
+            buffers.append(buf)
+            proxies.append(BufferProxy(buf))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            dtype = float32 if isinstance(value, float) else int32
+            symbol = sympy.Symbol(p.name, integer=True) if dtype is int32 else None
+            param = N.Param(p.name, "scalar", dtype, symbol=symbol)
+            params.append(param)
+            proxies.append(ScalarProxy(param))
+        else:
+            raise ArgumentError(f"tilegcn: argument {p.name} must be a tensor, int or float, "
+                                f"got {type(value).__name__}")
+    return params, buffers, proxies
+
+
+def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
+    """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`."""
+    params, buffers, proxies = _bind_arguments(fn, args)
+    tracer = Tracer(fn.__name__)
+    tracer.params, tracer.buffers = params, list(buffers)
+    tracer.arch = arch
+    previous = getattr(_state, "tracer", None)
+    _state.tracer = tracer
+    try:
+        fn(*proxies, **constants)
+    finally:
+        _state.tracer = previous
+    if tracer.kernel_info is None:
+        raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
+                           location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+    grid, block, block_ids, body, loc = tracer.kernel_info
+    return N.Kernel(fn.__name__, params, tracer.buffers, grid, block, block_ids, body, loc=loc)

@@ -1,0 +1,68 @@
+"""What every lowering pass shares for one kernel: the builder, the ABI, layouts and register access."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..amdgcn.abi import KernelAbi
+from ..amdgcn.addr import ExprLowering
+from ..amdgcn.builder import KernelBuilder
+from ..amdgcn.isa import Reg
+from ..amdgcn.memory import GlobalAccess, pack_f32_pair, unpack_16bit_to_f32
+from ..ir import nodes as N
+
+
+@dataclass
+class Context:
+    kernel: N.Kernel
+    b: KernelBuilder
+    abi: KernelAbi
+    layouts: dict = field(default_factory=dict)  # fragment Buffer -> FragmentLayout
+    shared: dict = field(default_factory=dict)  # shared Buffer -> LDS byte offset
+    gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
+    current_parallel: N.ParallelStore | None = None  # the T.Parallel statement being lowered
+
+    @property
+    def lower(self) -> ExprLowering:
+        return self.abi.lower
+
+    @property
+    def access(self) -> GlobalAccess:
+        if not hasattr(self, "_access"):
+            self._access = GlobalAccess(self.abi)
+        return self._access
+
+    @property
+    def threads(self) -> int:
+        return self.kernel.threads
+
+    # -- fragment elements as fp32 values -------------------------------------------------------
+    def element_reg(self, buf: N.Buffer, r: int) -> Reg:
+        """The register holding element r (for 16-bit fragments: the register of its pair)."""
+        lay = self.layouts[buf]
+        return lay.regs[r // 2] if lay.packed else lay.regs[r]
+
+    def read_f32(self, buf: N.Buffer, r: int) -> tuple:
+        """(VGPR with element r as fp32, whether it is a temporary the caller must free)."""
+        reg = self.element_reg(buf, r)
+        lay = self.layouts[buf]
+        if reg.file == "a":
+            tmp = self.b.v.alloc()
+            self.b.emit("v_accvgpr_read_b32", tmp, reg)
+            return tmp, True
+        if not lay.packed:
+            return reg, False
+        tmp = self.b.v.alloc()
+        unpack_16bit_to_f32(self.b, tmp, reg, r % 2 == 1, buf.dtype)
+        return tmp, True
+
+    def write_f32(self, buf: N.Buffer, r: int, value: Reg, pair_value: Reg | None = None):
+        """Store fp32 `value` into element r (for 16-bit fragments r is even and `pair_value` is r+1)."""
+        reg = self.element_reg(buf, r)
+        lay = self.layouts[buf]
+        if reg.file == "a":
+            self.b.emit("v_accvgpr_write_b32", reg, value)
+        elif not lay.packed:
+            if reg != value:
+                self.b.emit("v_mov_b32", reg, value)
+        else:
+            pack_f32_pair(self.b, reg, value, pair_value, buf.dtype)

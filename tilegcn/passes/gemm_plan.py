@@ -1,0 +1,837 @@
+"""Planning math for `T.gemm`: pure data the AMDGCN emitter consumes (no instruction emission here).
+
+    plan = plan_gemm("gfx942", "bf16", 128, 128, 64, threads=256, transpose_A=False, transpose_B=False)
+    plan.mfma, plan.waves_M, plan.waves_N, plan.repeats_M, plan.repeats_N, plan.read_steps, ...
+    plan.operand_read_offsets("A", wave, lane, rep, kstep_pair)     # LDS byte offset of one ds_read_b128
+    plan.read_offsets("A")                                          # the same, as VGPR bases (SymPy in tid) + constants
+    plan.mfma_sequence(kstep_pair)                                  # which reads / registers each MFMA uses
+    plan.acc_element(rep_m, rep_n, reg, wave, lane) -> (i, j)       # accumulator register -> C tile element
+    plan.store_runs(wave, lane)                                     # runs of 4 consecutive j for vector stores
+    plan.copy_plan("A")                                             # global -> LDS copy, register path
+    plan.check_budget()                                             # ResourceError: needed vs available
+
+Conventions: C[M, N] += A[M, K] @ B[K, N] over one block tile. The user's shared tiles are A (block_M, block_K)
+((block_K, block_M) with transpose_A) and B (block_K, block_N) ((block_N, block_K) with transpose_B). The
+workgroup has threads / 64 waves; wave w is at (wm, wn) = (w // waves_N, w % waves_N) of the wave grid.
+
+Design
+------
+1. Swapped operands. The MFMA computes D' = C^T tile = B^T A^T: srcA takes B's data (MFMA row p = j), srcB takes
+   A's data (MFMA column q = i). D'[p][q] lies at lane dim*((p//4) % G) + q, register 4*(p//(4G)) + p%4
+   (G = 64/dim lane groups), so one lane holds 4 consecutive j of one row i of C in 4 consecutive accumulator
+   registers: the epilogue stores 4 consecutive elements of a C row per lane (`store_runs`).
+2. K-major LDS tiles. Both operands live in LDS as [rows][block_K] 16-bit elements (A: rows i, B: rows j, i.e.
+   B^T), row_bytes = 2*block_K, one tile after the other (A at `lds_a_offset`, B at `lds_b_offset`, then the
+   next stage). Every MFMA operand lane needs consecutive k of one row, which is then one contiguous LDS run.
+   An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) is transposed by the
+   register copy: buffer_load_dwordx4 of 8 elements along the user's contiguous dim, then 8 ds_write_b16 (the
+   odd elements from the high halves: ds_write_b16_d16_hi).
+3. One ds_read_b128 per operand fragment: lane l reads the 16-byte chunk  c = kstep_pair*G + l//dim  of its
+   row (8 consecutive k). For CDNA3 shapes (k_per_lane 4) that chunk feeds two consecutive MFMA k-steps (`pair_k`):
+   registers 0-1 the first, 2-3 the second, so the MFMA's logical k index kk of step (s, sub) is the real
+       k = k_per_read*s + 8*(kk // k_per_lane) + k_per_lane*sub + kk % k_per_lane         (`mfma_k`)
+   the same permutation for both operands, so the sum over k is unchanged. gfx950 shapes (k_per_lane 8): one
+   read per MFMA and the permutation is the identity.
+4. XOR swizzle of 16-byte chunks (`swizzle_chunk`, `swizzled_offset`): physical chunk = chunk ^ f(row),
+       f(row) = (row // q) % m,   RC = row_bytes/16 chunks per row,  NB = banks*4/16 chunks per bank sweep,
+       q = max(1, NB/RC),  m = min(RC, NB)
+   A ds_read_b128 phase is NB consecutive lanes = NB consecutive rows (NB | dim) reading the same logical chunk;
+   their 16-byte slots (row*RC + (chunk ^ f(row))) mod NB are all distinct, so the reads are conflict free on 32
+   and on 64 banks. The swizzle permutes chunks within a row only (an involution), so a copy can apply it on
+   either side: the register path on the LDS side; a future LDS-DMA copy, whose LDS side is contiguous per lane,
+   on the global side (`dma_copy_plan`: the lane writing physical chunk pc of a row fetches logical chunk
+   pc ^ f(row) of that row, still a whole-row, coalesced global access). No padding: none is needed, and padding
+   would break the DMA's contiguous LDS side.
+5. Wave tiling: the first MFMA shape of the arch's list (preferred first) for which some wave grid
+   waves_M x waves_N = threads/64 tiles block_M x block_N with whole MFMA tiles and block_K is a multiple of
+   k_per_read; among those grids the squarest per-wave tile wins, ties going to the wider wave tile in N (a wave
+   then covers more consecutive bytes of each C row it stores).
+6. Resources: `lds_bytes` = (A + B tile) x num_stages vs arch.lds_bytes, accumulators
+   (d_regs x repeats) vs arch.agprs, and a lower bound on the VGPRs (operand fragments of one k-step pair plus
+   the copy staging registers) vs arch.arch_vgprs; `check_budget` raises ResourceError with needed vs available.
+
+Offsets as VGPR base + immediate
+--------------------------------
+The emitter wants each LDS (and global) address as `base(tid) + constant` so one VGPR serves many instructions
+through `offset:` immediates. `read_offsets(operand)` / `CopyPlan.lds_offsets_family()` group the instructions
+into the minimal set of bases (`SeparatedOffsets`: exact equivalence classes of "differ by a lane-independent
+constant", so no smaller set exists) and give each base as a SymPy expression in `tid` (or `wave`, `lane`).
+For the operand reads the XOR swizzle makes a single base impossible whenever a row holds more chunks than the
+lane groups cover and the swizzle reaches the k-step bits: the reads of step s and s' share a base iff
+(s*G) % m == (s'*G) % m, so there are min(read_steps, max(1, m/G)) bases per operand (e.g. 2 for 16x16 and 4 for
+32x32 tiles with block_K = 64); repeats always share a base (they add whole MFMA tiles of rows, a multiple of the
+swizzle period). A single base would need padding instead of the XOR swizzle (see 4).
+
+Everything here is exact integer math; functions that take tid/wave/lane accept Python ints and numpy integer
+arrays alike.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import sympy as sp
+
+from ..amdgcn import mfma_layout
+from ..amdgcn.arch import Arch, MfmaShape, get_arch
+from ..errors import CompileError, ResourceError
+from ..ir.types import DType, as_dtype
+
+WAVE = 64
+CHUNK = 16  # bytes of one ds_read_b128 / ds_write_b128 / buffer_load_dwordx4 per lane
+ELEMS_PER_CHUNK = 8  # 16-bit elements per chunk
+
+#: SymPy symbols of the offset expressions: the flat thread id, or a wave index and a lane (tid = 64*wave + lane).
+TID = sp.Symbol("tid", integer=True, nonnegative=True)
+WAVE_SYM = sp.Symbol("wave", integer=True, nonnegative=True)
+LANE_SYM = sp.Symbol("lane", integer=True, nonnegative=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# integer ops that work on Python ints / numpy arrays and, with the same formulas, build SymPy expressions
+
+
+class _NumOps:
+    @staticmethod
+    def fdiv(a, b):
+        return a // b
+
+    @staticmethod
+    def mod(a, b):
+        return a % b
+
+    @staticmethod
+    def xor(a, b, nbits):  # nbits: b < 2**nbits (unused here)
+        return a ^ b
+
+
+class _SymOps:
+    @staticmethod
+    def fdiv(a, b):
+        return sp.floor(sp.sympify(a) / b)
+
+    @staticmethod
+    def mod(a, b):
+        return sp.Mod(a, b)
+
+    @staticmethod
+    def xor(a, b, nbits):
+        """a ^ b for 0 <= b < 2**nbits as arithmetic: the bits of a above nbits, plus the low bits xor-ed."""
+        if nbits == 0:
+            return sp.sympify(a)
+        low = sum(
+            (2**n * sp.Mod(sp.floor(sp.sympify(a) / 2**n) + sp.floor(sp.sympify(b) / 2**n), 2) for n in range(nbits)),
+            sp.Integer(0),
+        )
+        return a - sp.Mod(a, 2**nbits) + low
+
+
+def _ops_for(*values):
+    return _SymOps if any(isinstance(v, sp.Basic) for v in values) else _NumOps
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _ilog2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# XOR swizzle and the LDS bank model
+
+
+def _swizzle_params(arch: Arch, row_bytes: int):
+    """(RC, q, m): chunks per row, rows per swizzle value, number of swizzle values (f(row) = (row // q) % m)."""
+    if row_bytes % CHUNK or not _is_pow2(row_bytes // CHUNK):
+        raise CompileError(
+            f"T.gemm: the LDS swizzle needs a K-major row of a power-of-two number of 16-byte chunks; "
+            f"a row of {row_bytes} bytes is not (block_K must be a power of two >= 8)"
+        )
+    rc = row_bytes // CHUNK
+    nb = arch.lds_banks * arch.lds_bank_bytes // CHUNK  # 16-byte slots in one sweep of the banks
+    return rc, max(1, nb // rc), min(rc, nb)
+
+
+def swizzle_chunk(arch, row, chunk, row_bytes):
+    """Physical 16-byte chunk of logical `chunk` in K-major LDS row `row`: chunk ^ ((row // q) % m).
+
+    An involution within the row (applying it twice gives `chunk` back), so it also answers the LDS-DMA question
+    "which logical chunk belongs at physical chunk pc": swizzle_chunk(arch, row, pc, row_bytes).
+    Accepts ints, numpy integer arrays or SymPy expressions (then the result is a SymPy expression)."""
+    arch = get_arch(arch)
+    _, q, m = _swizzle_params(arch, row_bytes)
+    ops = _ops_for(row, chunk)
+    return ops.xor(chunk, ops.mod(ops.fdiv(row, q), m), _ilog2(m))
+
+
+def swizzled_offset(arch, row, chunk, row_bytes):
+    """Byte offset, from the tile's base, of the 16-byte chunk `chunk` of K-major row `row` (rows of `row_bytes`).
+
+    Used for every LDS access of the operand tiles: ds_write_b128 / ds_write_b16 of the register copy,
+    ds_read_b128 of the MFMA fragments, and (on the global side) the LDS-DMA copy. Byte b of the chunk is at
+    swizzled_offset(...) + b. See the module doc, point 4, for why ds_read_b128 fragments are conflict free."""
+    return row * row_bytes + CHUNK * swizzle_chunk(arch, row, chunk, row_bytes)
+
+
+def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
+    """Extra LDS cycles of one wave-wide DS access under the emulator's bank model.
+
+    `addrs`: the 64 per-lane byte addresses, `nbytes`: bytes per lane (2, 4, 8, 16). The access is served in phases
+    of banks*4/nbytes consecutive lanes; in a phase each bank costs the number of distinct dword addresses it is
+    asked for (one dword read by several lanes is a broadcast); extra cycles = sum over phases of (max - 1)."""
+    arch = get_arch(arch)
+    addrs = np.asarray(addrs, dtype=np.int64).reshape(-1)
+    active = np.ones(addrs.shape, bool) if active is None else np.asarray(active, bool).reshape(-1)
+    banks = arch.lds_banks
+    phase = max(1, banks * arch.lds_bank_bytes // nbytes)
+    ndw = max(1, nbytes // arch.lds_bank_bytes)
+    extra = 0
+    for p0 in range(0, addrs.size, phase):
+        sel = addrs[p0:p0 + phase][active[p0:p0 + phase]]
+        if sel.size == 0:
+            continue
+        dwords = np.unique((sel[:, None] // arch.lds_bank_bytes + np.arange(ndw)[None, :]).reshape(-1))
+        extra += int(np.bincount(dwords % banks, minlength=banks).max()) - 1
+    return extra
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# base + constant decomposition of families of offsets
+
+
+@dataclass(frozen=True)
+class SeparatedOffsets:
+    """offset(key, tid) == base b (tid) + const[key], b = base_of[key], for every thread active for `key`.
+
+    bases: SymPy expressions in TID; bases_wl: the same in WAVE_SYM, LANE_SYM (tid = 64*wave + lane). Each base is 0
+    at the first active thread of its representative key `base_keys[b]`, so a constant is what that thread (thread
+    0 when it is active) uses. The classes are exactly the equivalence classes of "differs by a thread-independent
+    constant", so no smaller set of bases exists."""
+
+    keys: tuple
+    bases: tuple
+    bases_wl: tuple
+    base_keys: tuple
+    base_of: dict
+    const: dict
+
+    def base_expr(self, key, in_wave_lane: bool = False):
+        return (self.bases_wl if in_wave_lane else self.bases)[self.base_of[key]]
+
+    def evaluate_base(self, b: int, tid):
+        """Base b at integer thread ids (an int or a numpy array), exactly (through numpy floats < 2**53)."""
+        tid = np.asarray(tid, dtype=np.int64)
+        v = np.asarray(self._fns[b](tid), dtype=np.float64)
+        return np.broadcast_to(np.rint(v).astype(np.int64), tid.shape).copy()
+
+    def evaluate(self, key, tid):
+        return self.evaluate_base(self.base_of[key], tid) + self.const[key]
+
+    @cached_property
+    def _fns(self):
+        return [sp.lambdify(TID, e, modules="numpy") for e in self.bases]
+
+
+def _separate(keys, numeric, symbolic, tids, active=None) -> SeparatedOffsets:
+    """Group `keys` by "numeric(key, tids) - numeric(base_key, tids) is constant over the key's active threads".
+
+    symbolic(key, wave, lane) builds the SymPy offset. A base is a formula in tid, defined on every thread, so only
+    the key's active threads must agree."""
+    tids = np.asarray(tids, dtype=np.int64)
+    reps, bases, bases_wl, base_keys, base_of, const = [], [], [], [], {}, {}
+    for key in keys:
+        vals = np.asarray(numeric(key, tids), dtype=np.int64)
+        act = np.ones(tids.shape, bool) if active is None else np.asarray(active(key, tids), bool)
+        if not act.any():
+            raise ValueError(f"T.gemm plan: no thread is active for {key!r}")
+        t0 = int(np.argmax(act))
+        for b, (bvals, tb) in enumerate(reps):
+            if np.ptp(vals[act] - bvals[act]) == 0:
+                base_of[key] = b
+                const[key] = int(vals[t0] - (bvals[t0] - bvals[tb]))
+                break
+        else:
+            base_of[key] = len(bases)
+            bases.append(sp.sympify(symbolic(key, sp.floor(TID / WAVE), sp.Mod(TID, WAVE)) - int(vals[t0])))
+            bases_wl.append(sp.sympify(symbolic(key, WAVE_SYM, LANE_SYM) - int(vals[t0])))
+            base_keys.append(key)
+            reps.append((vals, t0))
+            const[key] = int(vals[t0])
+    return SeparatedOffsets(tuple(keys), tuple(bases), tuple(bases_wl), tuple(base_keys), base_of, const)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# plan records
+
+
+@dataclass(frozen=True)
+class OperandRead:
+    """One ds_read_b128 per lane of operand 'A' or 'B' (repeat `rep`, k-step pair `step`) into 4 VGPRs.
+
+    `vgpr`: first of its 4 VGPRs within that operand's fragment buffer of one step (rep * 4)."""
+
+    operand: str
+    rep: int
+    step: int
+    vgpr: int
+
+
+@dataclass(frozen=True)
+class MfmaIssue:
+    """One MFMA of a k-step pair: acc[acc_first : acc_first + acc_count] += srcA x srcB.
+
+    src_a = (read of B, first VGPR within that read's 4, VGPR count); src_b = (read of A, first, count).
+    `k_step` = the MFMA k-step index within block_K (step * mfma_per_read + sub)."""
+
+    rep_m: int
+    rep_n: int
+    step: int
+    sub: int
+    k_step: int
+    acc_first: int
+    acc_count: int
+    src_a: tuple
+    src_b: tuple
+
+
+@dataclass(frozen=True)
+class StoreRun:
+    """`length` consecutive C elements of row i from column j, in accumulator registers acc_reg .. + length - 1."""
+
+    i: int
+    j: int
+    acc_reg: int
+    length: int
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """Global -> LDS copy of one operand tile, one 16-byte run (8 elements along the user's contiguous dim) per
+    thread per slot.
+
+    kind: 'b128'    buffer_load_dwordx4 + ds_write_b128 (tile K-major in global);
+          'b16'     buffer_load_dwordx4 + 8 ds_write_b16 (element e from VGPR e//2, high half for odd e): transposes;
+          'lds_dma' buffer_load_dwordx4 ... lds (gfx950): the LDS side is M0 + 16*lane, the swizzle is applied on the
+                    global side (`dma_m0(wave, slot)` gives M0).
+    Run index r = slot * threads + tid; a thread is active for a slot iff r < runs (exec mask when not).
+    Coordinates are in the user's tile: (row, col) .. (row, col + 7)."""
+
+    plan: "GemmPlan" = field(repr=False)
+    operand: str
+    kind: str
+    tile_shape: tuple  # the user's tile (rows, cols), cols contiguous in global memory
+    runs: int
+    slots: int
+
+    @property
+    def threads(self) -> int:
+        return self.plan.threads
+
+    @property
+    def writes_per_slot(self) -> int:
+        return 8 if self.kind == "b16" else 1
+
+    @property
+    def write_bytes(self) -> int:
+        return 2 if self.kind == "b16" else CHUNK
+
+    def active(self, tid, slot):
+        return slot * self.threads + np.asarray(tid) < self.runs
+
+    # -- the mapping, written once for ints / numpy arrays / SymPy ------------------------------------------------
+    def _coords(self, tid, slot):
+        """(user row, user col, LDS row, LDS logical chunk) of the run (for 'b16': LDS row of element 0)."""
+        ops = _ops_for(tid)
+        p = self.plan
+        r = slot * self.threads + tid
+        rows, cols = self.tile_shape
+        cpr = cols // ELEMS_PER_CHUNK  # runs per user row
+        if self.kind == "b16":
+            # user tile (K, X): run = 8 consecutive x at one k. Lanes go along k first (kf of them), then along x:
+            # see `_b16_k_fast` for the choice; x-runs of one k are spread over `cpr` lane groups.
+            kf = p._b16_k_fast(self.operand)
+            k = ops.mod(r, kf) + kf * ops.fdiv(r, kf * cpr)
+            xc = ops.mod(ops.fdiv(r, kf), cpr)
+            urow, ucol = k, ELEMS_PER_CHUNK * xc
+            return urow, ucol, ucol, ops.fdiv(k, ELEMS_PER_CHUNK)
+        urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
+        if self.kind == "lds_dma":
+            lc = swizzle_chunk(p.arch, urow, pc, p.row_bytes)  # the logical chunk whose home is physical chunk pc
+            return urow, ELEMS_PER_CHUNK * lc, urow, lc
+        return urow, ELEMS_PER_CHUNK * pc, urow, pc
+
+    def global_coords(self, tid, slot):
+        """(row, col) in the user's tile of the 16-byte run thread `tid` loads in `slot`."""
+        urow, ucol, _, _ = self._coords(tid, slot)
+        return urow, ucol
+
+    def lds_offsets(self, tid, slot, stage: int = 0):
+        """LDS byte offsets (from the LDS allocation's start) of the run's writes: one for 'b128'/'lds_dma',
+        eight (element e of the run) for 'b16'."""
+        p = self.plan
+        base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
+        _, _, lrow, lchunk = self._coords(tid, slot)
+        if self.kind == "b16":
+            ops = _ops_for(tid)
+            k = self._coords(tid, slot)[0]
+            within = 2 * ops.mod(k, ELEMS_PER_CHUNK)
+            return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
+        if self.kind == "lds_dma":
+            return (base + CHUNK * (slot * self.threads + tid),)
+        return (base + swizzled_offset(p.arch, lrow, lchunk, p.row_bytes),)
+
+    def dma_m0(self, wave: int, slot: int, stage: int = 0) -> int:
+        """M0 for wave `wave`'s `buffer_load_dwordx4 ... lds` of `slot` (LDS address = M0 + 16 * lane)."""
+        assert self.kind == "lds_dma"
+        p = self.plan
+        return p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes + CHUNK * (slot * self.threads + WAVE * wave)
+
+    # -- base + constant forms -----------------------------------------------------------------------------------
+    def _family(self, keys, value):
+        tids = np.arange(self.threads)
+        return _separate(
+            keys,
+            lambda key, t: value(t, key),
+            lambda key, wave, lane: value(WAVE * wave + lane, key),
+            tids,
+            active=lambda key, t: self.active(t, key[0] if isinstance(key, tuple) else key),
+        )
+
+    @cached_property
+    def global_row_family(self) -> SeparatedOffsets:
+        """Keys: slot. row(tid, slot) = base(tid) + const[slot]."""
+        return self._family(tuple(range(self.slots)), lambda t, s: self.global_coords(t, s)[0])
+
+    @cached_property
+    def global_col_family(self) -> SeparatedOffsets:
+        """Keys: slot. col(tid, slot) = base(tid) + const[slot]."""
+        return self._family(tuple(range(self.slots)), lambda t, s: self.global_coords(t, s)[1])
+
+    @cached_property
+    def lds_offsets_family(self) -> SeparatedOffsets:
+        """Keys: (slot, write index). LDS byte offset = base(tid) + const[(slot, e)] (stage 0)."""
+        keys = tuple(itertools.product(range(self.slots), range(self.writes_per_slot)))
+        return self._family(keys, lambda t, key: self.lds_offsets(t, key[0])[key[1]])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    arch: Arch
+    dtype: DType
+    block_M: int
+    block_N: int
+    block_K: int
+    threads: int
+    transpose_A: bool
+    transpose_B: bool
+    num_stages: int
+    mfma: MfmaShape
+    waves_M: int
+    waves_N: int
+
+    # -- derived sizes ---------------------------------------------------------------------------------------------
+    @property
+    def waves(self) -> int:
+        return self.threads // WAVE
+
+    @property
+    def dim(self) -> int:
+        """MFMA tile side (M == N)."""
+        return self.mfma.M
+
+    @property
+    def lane_groups(self) -> int:
+        """G = 64 / dim: lane groups of an operand, each holding its own k range."""
+        return WAVE // self.dim
+
+    @property
+    def wave_tile_M(self) -> int:
+        return self.block_M // self.waves_M
+
+    @property
+    def wave_tile_N(self) -> int:
+        return self.block_N // self.waves_N
+
+    @property
+    def repeats_M(self) -> int:
+        return self.wave_tile_M // self.dim
+
+    @property
+    def repeats_N(self) -> int:
+        return self.wave_tile_N // self.dim
+
+    @property
+    def k_steps(self) -> int:
+        """MFMA k-steps per block_K."""
+        return self.block_K // self.mfma.K
+
+    @property
+    def pair_k(self) -> bool:
+        """True when one ds_read_b128 feeds two MFMA k-steps (k_per_lane 4: the CDNA3 shapes)."""
+        return self.mfma.k_per_lane * 2 == ELEMS_PER_CHUNK
+
+    @property
+    def mfma_per_read(self) -> int:
+        return ELEMS_PER_CHUNK // self.mfma.k_per_lane
+
+    @property
+    def k_per_read(self) -> int:
+        """k elements covered by one ds_read_b128 per lane across the wave (8 per lane group)."""
+        return ELEMS_PER_CHUNK * self.lane_groups
+
+    @property
+    def read_steps(self) -> int:
+        """ds_read_b128 steps (`kstep_pair` values) per block_K, = k_steps / mfma_per_read."""
+        return self.block_K // self.k_per_read
+
+    @property
+    def acc_regs_per_lane(self) -> int:
+        return self.mfma.d_regs * self.repeats_M * self.repeats_N
+
+    @property
+    def operand_regs_per_step(self) -> dict:
+        """VGPRs per lane the fragments of one k-step pair take: 4 per ds_read_b128."""
+        return {"A": 4 * self.repeats_M, "B": 4 * self.repeats_N}
+
+    @property
+    def row_bytes(self) -> int:
+        return self.block_K * self.dtype.bytes
+
+    @property
+    def lds_a_bytes(self) -> int:
+        return self.block_M * self.row_bytes
+
+    @property
+    def lds_b_bytes(self) -> int:
+        return self.block_N * self.row_bytes
+
+    @property
+    def lds_a_offset(self) -> int:
+        return 0
+
+    @property
+    def lds_b_offset(self) -> int:
+        return _round_up(self.lds_a_bytes, self._lds_align)
+
+    @property
+    def lds_stage_bytes(self) -> int:
+        return _round_up(self.lds_b_offset + self.lds_b_bytes, self._lds_align)
+
+    @property
+    def lds_bytes(self) -> int:
+        return self.lds_stage_bytes * self.num_stages
+
+    @property
+    def _lds_align(self) -> int:
+        # a tile must start on a whole sweep of the banks for the swizzle's bank pattern to hold (never binding:
+        # tiles are multiples of 16 rows of >= 32 bytes); 16 for ds_read_b128 alignment is implied
+        return self.arch.lds_banks * self.arch.lds_bank_bytes
+
+    def stage_offset(self, stage: int) -> int:
+        return stage * self.lds_stage_bytes
+
+    def operand_lds_offset(self, operand: str) -> int:
+        return {"A": self.lds_a_offset, "B": self.lds_b_offset}[_check_operand(operand)]
+
+    def is_k_major(self, operand: str) -> bool:
+        """Whether the user's tile of `operand` is already K-major (contiguous along k)."""
+        return (not self.transpose_A) if _check_operand(operand) == "A" else self.transpose_B
+
+    # -- wave coordinates ------------------------------------------------------------------------------------------
+    def wave_coords(self, wave):
+        ops = _ops_for(wave)
+        return ops.fdiv(wave, self.waves_N), ops.mod(wave, self.waves_N)
+
+    # -- operand reads ---------------------------------------------------------------------------------------------
+    def _read_offset(self, operand, wave, lane, rep, step, stage=0):
+        ops = _ops_for(wave, lane)
+        wm, wn = self.wave_coords(wave)
+        row0 = wm * self.wave_tile_M if operand == "A" else wn * self.wave_tile_N
+        row = row0 + rep * self.dim + ops.mod(lane, self.dim)
+        chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
+        return (
+            self.operand_lds_offset(operand) + stage * self.lds_stage_bytes
+            + swizzled_offset(self.arch, row, chunk, self.row_bytes)
+        )
+
+    def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0):
+        """LDS byte offset of the ds_read_b128 of `operand` ('A' or 'B'), repeat `rep` (along M for A, N for B),
+        k-step pair `kstep_pair`, for wave `wave`, lane `lane` (ints, numpy arrays, or SymPy expressions)."""
+        operand = _check_operand(operand)
+        reps = self.repeats_M if operand == "A" else self.repeats_N
+        if not 0 <= rep < reps or not 0 <= kstep_pair < self.read_steps:
+            raise IndexError(f"T.gemm plan: rep {rep} / kstep_pair {kstep_pair} out of range ({reps}, {self.read_steps})")
+        return self._read_offset(operand, wave, lane, rep, kstep_pair, stage)
+
+    def operand_read_expr(self, operand, rep, kstep_pair, in_wave_lane: bool = False):
+        """The same as a SymPy expression in TID (or in WAVE_SYM, LANE_SYM)."""
+        if in_wave_lane:
+            return self.operand_read_offsets(operand, WAVE_SYM, LANE_SYM, rep, kstep_pair)
+        return self.operand_read_offsets(operand, sp.floor(TID / WAVE), sp.Mod(TID, WAVE), rep, kstep_pair)
+
+    def read_offsets(self, operand) -> SeparatedOffsets:
+        """The operand's reads as VGPR bases + constants: keys (rep, kstep_pair), stage 0 (add stage_offset)."""
+        return self._read_families[_check_operand(operand)]
+
+    @cached_property
+    def _read_families(self):
+        out = {}
+        tids = np.arange(self.threads)
+        for op in ("A", "B"):
+            reps = self.repeats_M if op == "A" else self.repeats_N
+            keys = tuple(itertools.product(range(reps), range(self.read_steps)))
+            out[op] = _separate(
+                keys,
+                lambda key, t, op=op: self._read_offset(op, t // WAVE, t % WAVE, *key),
+                lambda key, wave, lane, op=op: self._read_offset(op, wave, lane, *key),
+                tids,
+            )
+        return out
+
+    @property
+    def expected_read_bases(self) -> int:
+        """min(read_steps, max(1, m / G)): the number of VGPR bases per operand the XOR swizzle forces (module doc)."""
+        _, _, m = _swizzle_params(self.arch, self.row_bytes)
+        return min(self.read_steps, max(1, m // self.lane_groups))
+
+    def reads(self, kstep_pair: int) -> list:
+        """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB)."""
+        return [OperandRead("B", rn, kstep_pair, 4 * rn) for rn in range(self.repeats_N)] + [
+            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(self.repeats_M)
+        ]
+
+    def mfma_sequence(self, kstep_pair: int) -> list:
+        """MFMAs of one k-step pair, sub-step by sub-step (so the two MFMAs into one accumulator are
+        repeats_M*repeats_N issues apart), within a sub-step rep_m-major."""
+        na = self.mfma.a_regs
+        seq = []
+        for sub in range(self.mfma_per_read):
+            for rm in range(self.repeats_M):
+                for rn in range(self.repeats_N):
+                    acc = (rm * self.repeats_N + rn) * self.mfma.d_regs
+                    seq.append(MfmaIssue(
+                        rm, rn, kstep_pair, sub, kstep_pair * self.mfma_per_read + sub, acc, self.mfma.d_regs,
+                        src_a=(OperandRead("B", rn, kstep_pair, 4 * rn), sub * na, na),
+                        src_b=(OperandRead("A", rm, kstep_pair, 4 * rm), sub * na, na),
+                    ))
+        return seq
+
+    def mfma_k(self, kstep_pair: int, sub: int, kk):
+        """Real k (0 .. block_K-1) of the MFMA's logical k index kk (0 .. mfma.K-1) in step (kstep_pair, sub), for
+        both operands."""
+        kpl = self.mfma.k_per_lane
+        kk = np.asarray(kk) if not isinstance(kk, int) else kk
+        return self.k_per_read * kstep_pair + ELEMS_PER_CHUNK * (kk // kpl) + kpl * sub + kk % kpl
+
+    # -- accumulators and the epilogue -----------------------------------------------------------------------------
+    def acc_element(self, rep_m: int, rep_n: int, reg: int, wave, lane):
+        """(i, j) in the block tile of accumulator register `reg` (0 .. mfma.d_regs-1) of MFMA tile (rep_m, rep_n),
+        wave `wave`, lane `lane` (absolute AGPR index: (rep_m * repeats_N + rep_n) * d_regs + reg)."""
+        p_of, q_of = _d_inverse(self.mfma)
+        wm, wn = self.wave_coords(wave)
+        idx = np.asarray(lane) * self.mfma.d_regs + reg
+        p, q = p_of[idx], q_of[idx]
+        i = wm * self.wave_tile_M + rep_m * self.dim + q
+        j = wn * self.wave_tile_N + rep_n * self.dim + p
+        if np.ndim(i) == 0:
+            return int(i), int(j)
+        return i, j
+
+    def store_runs(self, wave: int, lane: int) -> list:
+        """Runs of consecutive j of one row i held by (wave, lane) in consecutive accumulator registers, in
+        accumulator order. Always of length mfma.d_row_block (4)."""
+        runs = []
+        R = self.mfma.d_row_block
+        for rm in range(self.repeats_M):
+            for rn in range(self.repeats_N):
+                acc0 = (rm * self.repeats_N + rn) * self.mfma.d_regs
+                for r0 in range(0, self.mfma.d_regs, R):
+                    ij = [self.acc_element(rm, rn, r0 + d, wave, lane) for d in range(R)]
+                    assert all(ij[d] == (ij[0][0], ij[0][1] + d) for d in range(R)), "D layout is not 4 consecutive j"
+                    runs.append(StoreRun(ij[0][0], ij[0][1], acc0 + r0, R))
+        return runs
+
+    # -- global -> LDS copies --------------------------------------------------------------------------------------
+    def user_tile_shape(self, operand: str) -> tuple:
+        """(rows, cols) of the user's shared tile, cols contiguous."""
+        if _check_operand(operand) == "A":
+            return (self.block_K, self.block_M) if self.transpose_A else (self.block_M, self.block_K)
+        return (self.block_N, self.block_K) if self.transpose_B else (self.block_K, self.block_N)
+
+    def copy_plan(self, operand: str) -> CopyPlan:
+        """Register-path copy (buffer_load_dwordx4, then ds_write_b128 or, transposing, 8 x ds_write_b16)."""
+        operand = _check_operand(operand)
+        return self._copy(operand, "b128" if self.is_k_major(operand) else "b16")
+
+    def dma_copy_plan(self, operand: str) -> CopyPlan:
+        """LDS-DMA copy (buffer_load_dwordx4 ... lds, gfx950 only), for a K-major operand."""
+        operand = _check_operand(operand)
+        if CHUNK not in self.arch.lds_dma_bytes:
+            raise CompileError(f"T.gemm: {self.arch.name} has no 16-byte LDS DMA (buffer_load_dwordx4 ... lds)")
+        if not self.is_k_major(operand):
+            raise CompileError(f"T.gemm: LDS DMA cannot transpose; operand {operand} is not K-major in global memory")
+        return self._copy(operand, "lds_dma")
+
+    def _copy(self, operand, kind):
+        key = (operand, kind)
+        if key not in self._copies:
+            rows, cols = self.user_tile_shape(operand)
+            runs = rows * cols // ELEMS_PER_CHUNK
+            self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, -(-runs // self.threads))
+        return self._copies[key]
+
+    @cached_property
+    def _copies(self):
+        return {}
+
+    def _b16_k_fast(self, operand: str) -> int:
+        """Lanes along k before x in the transposing copy. All block_K: a wave's ds_write_b16 of element e then
+        covers whole LDS rows (distinct chunks of a row are distinct banks after the swizzle) instead of 64 rows
+        that share one swizzle value and one bank; global reads stay whole 16-byte runs (see the tests' figures)."""
+        rows, _ = self.user_tile_shape(operand)
+        return rows  # == block_K
+
+    # -- resources -------------------------------------------------------------------------------------------------
+    @property
+    def vgprs_lower_bound(self) -> int:
+        """Operand fragments of one k-step pair + copy staging (4 VGPRs per slot per operand): a floor, not a count."""
+        frag = sum(self.operand_regs_per_step.values())
+        stage = 4 * (self.copy_plan("A").slots + self.copy_plan("B").slots)
+        return frag + stage
+
+    def check_budget(self, arch=None) -> None:
+        """ResourceError (needed vs available) when the plan does not fit `arch` (default: the plan's arch)."""
+        arch = self.arch if arch is None else get_arch(arch)
+        problems = []
+        if self.lds_bytes > arch.lds_bytes:
+            stages = f"x{self.num_stages} stage" + ("s" if self.num_stages != 1 else "")
+            problems.append(
+                f"LDS: needs {self.lds_bytes} bytes (A {self.lds_a_bytes} + B {self.lds_b_bytes}, {stages}), "
+                f"{arch.name} has {arch.lds_bytes}"
+            )
+        if self.acc_regs_per_lane > arch.agprs:
+            problems.append(
+                f"accumulators: needs {self.acc_regs_per_lane} AGPRs per lane ({self.repeats_M}x{self.repeats_N} "
+                f"MFMA tiles of {self.mfma.M}x{self.mfma.N} x {self.mfma.d_regs} registers), {arch.name} has {arch.agprs}"
+            )
+        if self.vgprs_lower_bound > arch.arch_vgprs:
+            problems.append(
+                f"VGPRs: needs at least {self.vgprs_lower_bound} per lane (operand fragments "
+                f"{sum(self.operand_regs_per_step.values())} + copy staging "
+                f"{self.vgprs_lower_bound - sum(self.operand_regs_per_step.values())}), {arch.name} has {arch.arch_vgprs}"
+            )
+        if problems:
+            raise ResourceError(
+                f"T.gemm {self.block_M}x{self.block_N}x{self.block_K} with {self.threads} threads does not fit "
+                f"{arch.name}: " + "; ".join(problems)
+            )
+
+    def describe(self) -> str:
+        return (
+            f"{self.arch.name} {self.dtype.short} {self.block_M}x{self.block_N}x{self.block_K} {self.threads} threads: "
+            f"{self.mfma.name(self.dtype.short)}, waves {self.waves_M}x{self.waves_N}, wave tile "
+            f"{self.wave_tile_M}x{self.wave_tile_N} = {self.repeats_M}x{self.repeats_N} MFMA tiles, "
+            f"{self.read_steps} ds_read_b128 step(s) x {self.mfma_per_read} MFMA, {self.acc_regs_per_lane} AGPRs, "
+            f"LDS {self.lds_bytes} bytes"
+        )
+
+
+def _round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def _check_operand(operand: str) -> str:
+    if operand not in ("A", "B"):
+        raise ValueError(f"T.gemm plan: operand must be 'A' or 'B', not {operand!r}")
+    return operand
+
+
+@functools.lru_cache(maxsize=None)
+def _d_inverse(shape: MfmaShape):
+    """(p_of, q_of): MFMA D row/column held at flat position lane * d_regs + reg, from mfma_layout.d_location."""
+    n = WAVE * shape.d_regs
+    p_of, q_of = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    for p in range(shape.M):
+        for q in range(shape.N):
+            lane, reg = mfma_layout.d_location(shape, p, q)
+            p_of[lane * shape.d_regs + reg], q_of[lane * shape.d_regs + reg] = p, q
+    assert (p_of >= 0).all(), "D layout does not fill the accumulator registers"
+    return p_of, q_of
+
+
+def _check_operand_layout(shape: MfmaShape) -> None:
+    """The read plan relies on: lane l holds row l % dim and k_per_lane consecutive k from (l // dim) * k_per_lane,
+    register r / half h being k offset 2r + h (mfma_layout.a_location / b_location)."""
+    kpl = shape.k_per_lane
+    for row in range(shape.M):
+        for kk in range(shape.K):
+            want = (shape.M * (kk // kpl) + row, (kk % kpl) // 2, kk % 2)
+            if mfma_layout.a_location(shape, row, kk) != want or mfma_layout.b_location(shape, kk, row) != want:
+                raise CompileError(f"T.gemm: MFMA {shape.M}x{shape.N}x{shape.K} operand layout is not the one planned for")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
+              transpose_B: bool = False, num_stages: int = 1, check: bool = True) -> GemmPlan:
+    """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc).
+
+    Raises CompileError when no MFMA shape / wave grid tiles the block, and (with `check`) ResourceError when the
+    plan needs more LDS or registers than `arch` has."""
+    arch = get_arch(arch)
+    dt = as_dtype(dtype)
+    shapes = arch.mfma_shapes.get(dt.short)
+    if not dt.is_16bit or not shapes:
+        raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: bfloat16, float16)")
+    for name, v in (("block_M", block_M), ("block_N", block_N), ("block_K", block_K), ("num_stages", num_stages)):
+        if not isinstance(v, int) or v <= 0:
+            raise CompileError(f"T.gemm: {name} must be a positive int, got {v!r}")
+    if threads % WAVE or not 0 < threads <= arch.max_workgroup_threads:
+        raise CompileError(
+            f"T.gemm: threads must be a multiple of {WAVE} in {WAVE}..{arch.max_workgroup_threads}, got {threads}"
+        )
+    waves = threads // WAVE
+    row_bytes = block_K * dt.bytes
+    _swizzle_params(arch, row_bytes)  # block_K a power of two
+    reasons = []
+    for shape in shapes:
+        dim, G = shape.M, WAVE // shape.M
+        k_read = ELEMS_PER_CHUNK * G
+        pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 == ELEMS_PER_CHUNK else ""
+        grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
+        fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
+        why = []
+        if block_K % k_read:
+            why.append(f"block_K % {k_read} == 0{pair}")
+        if not fits:
+            why.append(f"block_M % ({dim}*waves_M) == 0 and block_N % ({dim}*waves_N) == 0 for some "
+                       f"waves_M*waves_N == {waves}")
+        if why:
+            reasons.append(f"{shape.name(dt.short)} needs " + " and ".join(why))
+            continue
+
+        def score(g):
+            tm, tn = block_M // g[0], block_N // g[1]
+            return (max(tm, tn) / min(tm, tn), -tn)
+
+        wm, wn = min(fits, key=score)
+        _check_operand_layout(shape)
+        plan = GemmPlan(arch, dt, block_M, block_N, block_K, threads, bool(transpose_A), bool(transpose_B),
+                        num_stages, shape, wm, wn)
+        if check:
+            plan.check_budget()
+        return plan
+    raise CompileError(
+        f"T.gemm: block {block_M}x{block_N}x{block_K} with {threads} threads ({waves} waves) fits no MFMA shape of "
+        f"{arch.name} {dt.short}: " + "; ".join(reasons)
+    )
