@@ -63,7 +63,7 @@ class GlobalAccess:
         self.lower: ExprLowering = abi.lower
 
     def address(self, buffer: N.Buffer, index, mask_dims) -> tuple:
-        """(V#, voffset VGPR, immediate offset) of element `index` (one SymPy expr per dim)."""
+        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
         es = buffer.dtype.bytes
         offset = sympy.expand(sum(idx * st * es for idx, st in zip(index, buffer.spec.strides)))
         uniform, lane, const = split_uniform(offset, self.b.lane_symbols)
@@ -71,58 +71,46 @@ class GlobalAccess:
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
         srd = self.abi.resource(buffer, uniform)
+        voffset = self.lower.vgpr(lane)
         if not mask_dims:
-            return srd, self.lower.vgpr(lane), imm
-        return srd, self._masked_voffset(buffer, index, mask_dims, lane), imm
+            return srd, voffset, imm, False
+        return srd, self._masked(buffer, index, mask_dims, voffset), imm, True
 
-    def _masked_voffset(self, buffer, index, mask_dims, lane) -> Reg:
-        conds = []
+    def _masked(self, buffer, index, mask_dims, voffset: Reg) -> Reg:
+        """A fresh VGPR: voffset where the element is inside the tensor on every masked dim, else an
+        offset past any NUM_RECORDS. The test is `lane part < shape - uniform part - constant`, so the
+        per-lane operand is shared by all accesses of a run and only the uniform limit differs."""
+        b = self.b
+        tests = []
         for d in mask_dims:
-            u, l, c = split_uniform(sympy.expand(index[d]), self.b.lane_symbols)
-            conds.append((sympy.sympify(buffer.shape[d]) - u, l + c))
-        key = ("vmask", (lane, tuple(conds)))
-        hit = self.b.cse_get(*key)
-        if hit is not None:
-            return hit
-        mask = self._lane_mask(tuple(conds))
-        voff = self.lower.vgpr(lane)
-        frame = max(self.b.frame_of(lane), mask_frame(self.b, conds))
-        out = self.b.v.alloc(what="masked voffset")
-        oob = self.b.vgpr_constant(OUT_OF_RANGE_OFFSET)
-        self.b.emit("v_cndmask_b32", out, oob, voff, mask, frame=frame, comment="out-of-range lanes")
-        self.b.cse_put(key[0], key[1], out, frame)
+            u, l, c = split_uniform(sympy.expand(index[d]), b.lane_symbols)
+            limit = self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c)
+            tests.append((limit, self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)))
+        (limit, lhs), rest = tests[0], tests[1:]
+        b.emit("v_cmp_gt_i32", VCC, limit, lhs, defs=(VCC,), comment="inside the tensor?")
+        for limit, lhs in rest:
+            pair = b.s.alloc(2, align=2)
+            if isinstance(limit, int) and not -16 <= limit <= 64:
+                limit = b.sgpr_constant(limit)
+            b.emit("v_cmp_gt_i32_e64", pair, limit, lhs)
+            b.emit("s_and_b64", VCC, VCC, pair, defs=(VCC,))
+            b.s.free(pair)
+        out = b.v.alloc(what="masked voffset")
+        b.emit("v_cndmask_b32", out, b.vgpr_constant(OUT_OF_RANGE_OFFSET), voffset, VCC,
+               comment="outside: an offset past NUM_RECORDS")
         return out
 
-    def _lane_mask(self, conds) -> Reg:
-        """An SGPR pair: lanes whose index is inside the tensor on every masked dim."""
-        hit = self.b.cse_get("lanemask", conds)
-        if hit is not None:
-            return hit
-        frame = mask_frame(self.b, conds)
-        mask = self.b.s.alloc(2, align=2, what="lane mask")
-        for n, (limit, lhs) in enumerate(conds):
-            lim = self.lower.sgpr(limit)
-            if isinstance(lim, int) and not -16 <= lim <= 64:
-                lim = self.b.sgpr_constant(lim)
-            dst = mask if n == 0 else VCC
-            self.b.emit("v_cmp_gt_i32_e64", dst, lim, self.lower.vgpr(lhs), frame=frame,
-                        comment="inside the tensor on this dim?")
-            if n:
-                self.b.emit("s_and_b64", mask, mask, VCC, frame=frame)
-        self.b.cse_put("lanemask", conds, mask, frame)
-        return mask
-
     def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
         self.b.emit(LOAD_OPS[width], dst, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
+        if temp:
+            self.b.v.free(voff)  # the address is read at issue
 
     def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
         self.b.emit(STORE_OPS[width], src, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
-
-
-def mask_frame(b, conds) -> int:
-    return max(max(b.frame_of(limit), b.frame_of(lhs)) for limit, lhs in conds)
+        if temp:
+            self.b.v.free(voff)
 
 
 # ---- conversions between fp32 registers and 16-bit storage ---------------------------------------

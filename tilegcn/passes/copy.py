@@ -41,6 +41,9 @@ def _pieces(ctx: Context, region: N.Region, frag: N.Buffer):
     return pieces, mask
 
 
+TEMP_BATCH = 16  # loads in flight before their conversion, when they go through temporaries
+
+
 def _load_mode(frag: N.Buffer, g: N.Buffer, lay, per: int) -> str:
     """direct: load into the fragment's registers as is; inplace: load 16-bit values into the upper
     half of an fp32 run and widen them downwards; temp: load into temporaries and convert."""
@@ -59,6 +62,15 @@ def lower_copy_global_to_fragment(ctx: Context, s: N.Copy):
     lay = ctx.layouts[frag]
     pieces, mask = _pieces(ctx, region, frag)
     mode = _load_mode(frag, g, lay, pieces[0][1])
+    if mode == "temp" and len(pieces) > TEMP_BATCH:
+        for start in range(0, len(pieces), TEMP_BATCH):
+            _load_pieces(ctx, region, frag, lay, pieces[start:start + TEMP_BATCH], mask, mode)
+        return
+    _load_pieces(ctx, region, frag, lay, pieces, mask, mode)
+
+
+def _load_pieces(ctx, region, frag, lay, pieces, mask, mode):
+    b, g = ctx.b, region.buffer
     loaded = []
     for r, per, width in pieces:
         index = global_index(region, frag.shape, lay.coords(r, ctx.threads))
