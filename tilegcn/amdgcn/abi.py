@@ -105,7 +105,7 @@ class KernelAbi:
         if hit is not None:
             return hit
         frame = b.frame_of(base_offset)
-        srd = b.s.alloc(4, align=4, what=f"V# {buffer.name}")
+        srd = b.alloc_in_frame("s", frame, 4, align=4, what=f"V# {buffer.name}")
         ptr, nbytes = self.pointers[buffer], buffer.spec.nbytes
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
         off = self.lower.sgpr(base_offset)

@@ -71,7 +71,7 @@ class ExprLowering:
         if expr.free_symbols & self.b.lane_symbols:
             raise CompileError(f"internal: {expr} is not uniform")
         frame = self.b.frame_of(expr)
-        out = self.b.s.alloc()
+        out = self.b.alloc_in_frame("s", frame)
         self._sgpr_into(out, expr, frame)
         self.b.cse_put("s", expr, out, frame)
         return out
@@ -134,7 +134,7 @@ class ExprLowering:
         if expr in self.b.symbol_regs and self.b.symbol_regs[expr].file == "v":
             return self.b.symbol_regs[expr]
         frame = self.b.frame_of(expr)
-        out = self.b.v.alloc()
+        out = self.b.alloc_in_frame("v", frame)
         self._vgpr_into(out, expr, frame)
         self.b.cse_put("v", expr, out, frame)
         return out

@@ -98,10 +98,24 @@ class KernelBuilder:
         self.symbol_regs[var] = var_reg
         frame = Frame([], symbols={var})
         self.frames.append(frame)
+        for pool in (self.v, self.s, self.a):
+            pool.touched.append(set())
         try:
             yield frame
         finally:
             self.frames.pop()
+            for pool in (self.v, self.s, self.a):
+                inner = pool.touched.pop()
+                if pool.touched:
+                    pool.touched[-1].update(inner)
+
+    def alloc_in_frame(self, file: str, frame: int, count: int = 1, align: int = 1, what: str = "") -> Reg:
+        """A register for a value computed in `frame`: when that is outside an open loop, the value is
+        live across the whole loop, so it must avoid every register the loop body has used so far
+        (later loop code cannot take it: it stays allocated)."""
+        pool = {"v": self.v, "s": self.s, "a": self.a}[file]
+        avoid = set().union(*pool.touched[frame:]) if frame < len(self.frames) - 1 else set()
+        return pool.alloc(count, align, what, avoid=avoid)
 
     @contextlib.contextmanager
     def statement_scope(self):
@@ -133,7 +147,7 @@ class KernelBuilder:
         value &= 0xFFFFFFFF
         reg = self.constant_vgprs.get(value)
         if reg is None:
-            reg = self.v.alloc(what=f"const {value:#x}")
+            reg = self.alloc_in_frame("v", 0, what=f"const {value:#x}")
             self.emit("v_mov_b32", reg, value, frame=0)
             self.constant_vgprs[value] = reg
         return reg
@@ -143,7 +157,7 @@ class KernelBuilder:
         value &= 0xFFFFFFFF
         reg = self.constant_sgprs.get(value)
         if reg is None:
-            reg = self.s.alloc(what=f"const {value:#x}")
+            reg = self.alloc_in_frame("s", 0, what=f"const {value:#x}")
             self.emit("s_mov_b32", reg, value, frame=0)
             self.constant_sgprs[value] = reg
         return reg

@@ -16,21 +16,24 @@ class RegPool:
         self.used: list[bool] = [True] * reserved
         self.peak = reserved
         self.owner: dict[int, str] = {}
+        self.touched: list[set] = []  # per open loop: every register allocated inside it
 
-    def alloc(self, count: int = 1, align: int = 1, what: str = "") -> Reg:
-        """The lowest free run of `count` registers starting at a multiple of `align`."""
+    def alloc(self, count: int = 1, align: int = 1, what: str = "", avoid: set = frozenset()) -> Reg:
+        """The lowest free run of `count` registers starting at a multiple of `align`, none in `avoid`."""
         start = 0
         while True:
             start = -(-start // align) * align
             end = start + count
             if end > len(self.used):
                 self.used.extend([False] * (end - len(self.used)))
-            run = self.used[start:end]
-            if not any(run):
+            taken = [i for i in range(start, end) if self.used[i] or i in avoid]
+            if not taken:
                 break
-            start += max(i for i, u in enumerate(run) if u) + 1
+            start = taken[-1] + 1
         for i in range(start, end):
             self.used[i] = True
+        for s in self.touched:
+            s.update(range(start, end))
         if what:
             self.owner[start] = what
         self.peak = max(self.peak, end)

@@ -62,7 +62,7 @@ def lower(kernel: N.Kernel, arch) -> Lowered:
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi)
-    ctx.gemm_plans = plan_gemms(kernel, arch)
+    ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
     ctx.shared, lds_bytes = allocate_shared(kernel, arch, ctx.gemm_plans)
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)

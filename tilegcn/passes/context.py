@@ -19,7 +19,9 @@ class Context:
     layouts: dict = field(default_factory=dict)  # fragment Buffer -> FragmentLayout
     shared: dict = field(default_factory=dict)  # shared Buffer -> LDS byte offset
     gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
+    gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
     current_parallel: N.ParallelStore | None = None  # the T.Parallel statement being lowered
+    lds_state: str = "idle"  # last LDS access kind: "idle", "written" or "read" (for barrier placement)
 
     @property
     def lower(self) -> ExprLowering:

@@ -34,7 +34,7 @@ def _pieces(ctx: Context, region: N.Region, frag: N.Buffer):
         raise CompileError(f"{g.name} has strides {g.spec.strides}: tilegcn needs the last dimension "
                            "contiguous (stride 1); call .contiguous()")
     mask = masked_dims(g, region.starts, region.extents)
-    run = lay.run if lay.acc_plan is None else lay.acc_plan.store_run
+    run = lay.run
     width = access_width(g, run, g.spec and (len(g.shape) - 1) in mask)
     per = width // g.dtype.bytes
     pieces = [(r, per, width) for r in range(0, lay.elems, per)]

@@ -53,14 +53,24 @@ Design
 Offsets as VGPR base + immediate
 --------------------------------
 The emitter wants each LDS (and global) address as `base(tid) + constant` so one VGPR serves many instructions
-through `offset:` immediates. `read_offsets(operand)` / `CopyPlan.lds_offsets_family()` group the instructions
-into the minimal set of bases (`SeparatedOffsets`: exact equivalence classes of "differ by a lane-independent
-constant", so no smaller set exists) and give each base as a SymPy expression in `tid` (or `wave`, `lane`).
-For the operand reads the XOR swizzle makes a single base impossible whenever a row holds more chunks than the
-lane groups cover and the swizzle reaches the k-step bits: the reads of step s and s' share a base iff
-(s*G) % m == (s'*G) % m, so there are min(read_steps, max(1, m/G)) bases per operand (e.g. 2 for 16x16 and 4 for
-32x32 tiles with block_K = 64); repeats always share a base (they add whole MFMA tiles of rows, a multiple of the
-swizzle period). A single base would need padding instead of the XOR swizzle (see 4).
+through `offset:` immediates. `read_offsets(operand)` and `CopyPlan.lds_offsets_family` (also
+`global_row_family`, `global_col_family`) group the instructions into the minimal set of bases
+(`SeparatedOffsets`: exact equivalence classes of "differ by a thread-independent constant", so no smaller set
+exists) and give each base as a SymPy expression in `tid` (or `wave`, `lane`); constants include the operand's LDS
+base (add `stage_offset(stage)`; the DS `offset:` field is 16 bits, so a constant above 65535, possible only in
+LDS allocations over 64 KiB, needs its high part in the VGPR).
+For the operand reads a single base is impossible: a phase's NB lanes share their logical chunk, so f must take NB
+values, i.e. flip log2(NB) low bits of the chunk index, and only log2(G) of those come from the lane group; the
+rest come from the k-step. Reads of steps s and s' share a base iff (s*G) % m == (s'*G) % m, giving
+min(read_steps, max(1, m/G)) bases per operand (`expected_read_bases`; 2 for 16x16 and 4 for 32x32 tiles with
+block_K = 64 on gfx942, 2 and 4 on gfx950 too, 8 for 32x32 with block_K = 128 on gfx950); repeats always share a
+base (they add whole MFMA tiles of rows, a multiple of the swizzle period). The alternative to extra base VGPRs is
+one v_xor_b32 per read: offset = rowpart + 16 * ((s*G) ^ (g ^ f(row))) with the lane part g ^ f(row) in a VGPR.
+One base would need padding instead of the XOR swizzle (see 4). The transposing copy's ds_write_b16 need one base
+per element e (its LDS row x0 + e moves the swizzle value), shared by all slots: 8 (4 on gfx950 with block_K 64);
+the global coordinates need one, and so does the K-major copy whenever a slot advances by a multiple of the
+swizzle period of max(NB, RC) rows (threads / RC rows per slot; e.g. not for 64 threads with block_K 64 on
+gfx950: 2 bases).
 
 Everything here is exact integer math; functions that take tid/wave/lane accept Python ints and numpy integer
 arrays alike.
@@ -352,13 +362,13 @@ class CopyPlan:
         rows, cols = self.tile_shape
         cpr = cols // ELEMS_PER_CHUNK  # runs per user row
         if self.kind == "b16":
-            # user tile (K, X): run = 8 consecutive x at one k. Lanes go along k first (kf of them), then along x:
-            # see `_b16_k_fast` for the choice; x-runs of one k are spread over `cpr` lane groups.
-            kf = p._b16_k_fast(self.operand)
-            k = ops.mod(r, kf) + kf * ops.fdiv(r, kf * cpr)
-            xc = ops.mod(ops.fdiv(r, kf), cpr)
-            urow, ucol = k, ELEMS_PER_CHUNK * xc
-            return urow, ucol, ucol, ops.fdiv(k, ELEMS_PER_CHUNK)
+            # user tile (K, X): a run is 8 consecutive x at one k. Lanes go along k first, then along x, so the
+            # ds_write_b16 of element e by a wave covers whole K-major LDS rows, whose chunks the swizzle spreads over
+            # distinct banks: 0 extra cycles for block_K >= 64 and 1 for block_K 32 (two 64-byte rows whose indices
+            # agree mod 8 share their banks), against 7..31 when lanes go along x (rows 8 apart share one swizzle
+            # value). The global side still loads whole 16-byte runs; a wave touches 64 (32 for block_K 32) rows.
+            k, xc = ops.mod(r, rows), ops.fdiv(r, rows)
+            return k, ELEMS_PER_CHUNK * xc, ELEMS_PER_CHUNK * xc, ops.fdiv(k, ELEMS_PER_CHUNK)
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
             lc = swizzle_chunk(p.arch, urow, pc, p.row_bytes)  # the logical chunk whose home is physical chunk pc
@@ -375,11 +385,9 @@ class CopyPlan:
         eight (element e of the run) for 'b16'."""
         p = self.plan
         base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
-        _, _, lrow, lchunk = self._coords(tid, slot)
+        k, _, lrow, lchunk = self._coords(tid, slot)
         if self.kind == "b16":
-            ops = _ops_for(tid)
-            k = self._coords(tid, slot)[0]
-            within = 2 * ops.mod(k, ELEMS_PER_CHUNK)
+            within = 2 * _ops_for(tid).mod(k, ELEMS_PER_CHUNK)  # byte of element k within its chunk
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + CHUNK * (slot * self.threads + tid),)
@@ -692,13 +700,6 @@ class GemmPlan:
     @cached_property
     def _copies(self):
         return {}
-
-    def _b16_k_fast(self, operand: str) -> int:
-        """Lanes along k before x in the transposing copy. All block_K: a wave's ds_write_b16 of element e then
-        covers whole LDS rows (distinct chunks of a row are distinct banks after the swizzle) instead of 64 rows
-        that share one swizzle value and one bank; global reads stay whole 16-byte runs (see the tests' figures)."""
-        rows, _ = self.user_tile_shape(operand)
-        return rows  # == block_K
 
     # -- resources -------------------------------------------------------------------------------------------------
     @property

@@ -26,7 +26,7 @@ class FragmentLayout:
     elems: int  # elements per thread
     run: int  # consecutive elements along the last dim held by one thread
     regs: object = None  # Reg range: 1 VGPR per fp32 element, 2 16-bit elements per VGPR
-    acc_plan: object = None  # gemm accumulator layouts: the GemmPlan that places elements
+    acc_coords: object = None  # gemm accumulator layouts: r -> (i, j) from the gemm plan
 
     @property
     def packed(self) -> bool:
@@ -38,8 +38,8 @@ class FragmentLayout:
 
     def coords(self, r: int, threads: int) -> tuple:
         """SymPy index (one per dim) of this thread's element `r`, in terms of TID."""
-        if self.acc_plan is not None:
-            return self.acc_plan.acc_coords(r)
+        if self.acc_coords is not None:
+            return self.acc_coords(r)
         shape = self.buffer.shape
         cols = shape[-1]
         runs_per_row = cols // self.run
@@ -117,15 +117,21 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
     for group in _groups(kernel):
         accs = [buf for buf in group if buf in gemm_plans]
         if accs:
+            from .gemm import accumulator_coords
+
             plan = gemm_plans[accs[0]]
             for buf in group:
-                layouts[buf] = FragmentLayout(buf, plan.acc_regs_per_lane, 4, acc_plan=plan)
+                if tuple(buf.shape) != (plan.block_M, plan.block_N):
+                    raise CompileError(f"fragment {buf.name}{list(buf.shape)} shares a layout with the gemm "
+                                       f"accumulator [{plan.block_M}, {plan.block_N}]", location=buf.loc)
+                layouts[buf] = FragmentLayout(buf, plan.acc_regs_per_lane, plan.mfma.d_row_block,
+                                              acc_coords=accumulator_coords(plan))
         else:
             first = blocked_layout(group[0], _run_length(group, kernel), threads)
             for buf in group:
                 layouts[buf] = FragmentLayout(buf, first.elems, first.run)
     for buf, lay in layouts.items():
-        if lay.acc_plan is not None and buf in gemm_plans:
+        if buf in gemm_plans:
             lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")
         else:
             lay.regs = b.v.alloc(lay.nregs, align=2 if lay.nregs > 1 else 1, what=f"fragment {buf.name}")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from ..errors import ResourceError
 from ..ir import nodes as N
 
-LDS_ALIGN = 128
 
 
 def allocate_shared(kernel: N.Kernel, arch, gemm_plans: dict):
+    align = arch.lds_banks * arch.lds_bank_bytes  # a swizzled tile starts on a whole sweep of the banks
     offsets, total, parts = {}, 0, []
     for buf in kernel.buffers:
         if buf.scope != N.SHARED:
@@ -20,7 +20,7 @@ def allocate_shared(kernel: N.Kernel, arch, gemm_plans: dict):
         size = buf.numel * buf.dtype.bytes
         offsets[buf] = total
         parts.append(f"{buf.name} {size}")
-        total += -(-size // LDS_ALIGN) * LDS_ALIGN
+        total += -(-size // align) * align
     if total > arch.lds_bytes:
         first = next((b for b in kernel.buffers if b.scope == N.SHARED), None)
         raise ResourceError(f"LDS budget exceeded: needs {total} bytes ({', '.join(parts)}), "

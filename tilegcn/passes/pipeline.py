@@ -18,6 +18,9 @@ def lower_loop(ctx: Context, s: N.Loop, lower_body):
     counter = b.s.alloc(what=f"loop counter {s.var}")
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
+    if any(isinstance(x, N.Gemm) or (isinstance(x, N.Copy) and x.dst.buffer.scope == N.SHARED)
+           for x in N.walk(s.body)):
+        ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
     with b.loop_frame(s.var, counter) as frame:
         frame.insts.append(Inst(head, kind=isa.LABEL))
         lower_body(ctx, s.body)
