@@ -22,3 +22,46 @@ def axpb_relu(X, Y, *, a=2.0, b=1.0, block_M=256, block_N=128, threads=256):
         for i, j in T.Parallel(block_M, block_N):
             x[i, j] = T.max(x[i, j] * a + b, 0.0)
         T.copy(x, Y[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False, num_stages=1):
+    """C = A @ B (B given as (N, K) when transpose_B), fp32 accumulation, stored in C's dtype."""
+    M, K = A.shape
+    N = C.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        T.use_swizzle(panel_size=4, num_xcds=8)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            if transpose_B:
+                T.copy(B[bx * block_N, k * block_K], B_s)
+            else:
+                T.copy(B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=transpose_B)
+        T.copy(acc, C[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False):
+    """C = relu(A @ B + Bias[None, :]): the epilogue runs on the accumulator fragment."""
+    M, K = A.shape
+    N = C.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            if transpose_B:
+                T.copy(B[bx * block_N, k * block_K], B_s)
+            else:
+                T.copy(B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=transpose_B)
+        for i, j in T.Parallel(block_M, block_N):
+            acc[i, j] = T.max(acc[i, j] + Bias[bx * block_N + j], 0.0)
+        T.copy(acc, C[by * block_M, bx * block_N])

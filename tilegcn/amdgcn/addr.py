@@ -42,14 +42,42 @@ def split_const(expr):
     return int(c), rest
 
 
+def linear_form(expr, scale: int = 1, out: dict | None = None) -> dict:
+    """expr * scale as {atom: integer coefficient} (atom 1 holds the constant).
+
+    Distributes integer factors over sums, nothing else (floor, Mod and products of symbols stay
+    atoms): the cheap part of sympy.expand that address splitting needs."""
+    out = {} if out is None else out
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        out[sympy.S.One] = out.get(sympy.S.One, 0) + scale * int(expr)
+    elif isinstance(expr, sympy.Add):
+        for term in expr.args:
+            linear_form(term, scale, out)
+    elif isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff.is_Integer and coeff != 1:
+            linear_form(rest, scale * int(coeff), out)
+        else:
+            out[expr] = out.get(expr, 0) + scale
+    else:
+        out[expr] = out.get(expr, 0) + scale
+    return out
+
+
 def split_uniform(expr, lane_symbols):
     """(uniform part, lane-varying part, constant) of a sum."""
-    const, rest = split_const(expr)
+    return split_linear(linear_form(expr), lane_symbols)
+
+
+def split_linear(form: dict, lane_symbols):
+    """(uniform part, lane-varying part, constant) of a linear form."""
+    const = form.get(sympy.S.One, 0)
     uniform, varying = [], []
-    for term in sympy.Add.make_args(rest):
-        if term == 0:
+    for atom, coeff in form.items():
+        if atom is sympy.S.One or coeff == 0:
             continue
-        (varying if term.free_symbols & lane_symbols else uniform).append(term)
+        (varying if atom.free_symbols & lane_symbols else uniform).append(coeff * atom)
     return sympy.Add(*uniform), sympy.Add(*varying), const
 
 

@@ -12,7 +12,7 @@ import sympy
 
 from ..ir import nodes as N
 from .abi import OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, split_uniform
+from .addr import ExprLowering, linear_form, split_linear, split_uniform
 from .isa import VCC, Reg
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -65,8 +65,10 @@ class GlobalAccess:
     def address(self, buffer: N.Buffer, index, mask_dims) -> tuple:
         """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
         es = buffer.dtype.bytes
-        offset = sympy.expand(sum(idx * st * es for idx, st in zip(index, buffer.spec.strides)))
-        uniform, lane, const = split_uniform(offset, self.b.lane_symbols)
+        form: dict = {}
+        for idx, st in zip(index, buffer.spec.strides):
+            linear_form(idx, st * es, form)
+        uniform, lane, const = split_linear(form, self.b.lane_symbols)
         limit = self.b.arch.mubuf_max_imm_offset + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
@@ -83,7 +85,7 @@ class GlobalAccess:
         b = self.b
         tests = []
         for d in mask_dims:
-            u, l, c = split_uniform(sympy.expand(index[d]), b.lane_symbols)
+            u, l, c = split_uniform(index[d], b.lane_symbols)
             limit = self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c)
             tests.append((limit, self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)))
         (limit, lhs), rest = tests[0], tests[1:]

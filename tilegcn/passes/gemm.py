@@ -32,6 +32,12 @@ def _gemm_dims(s: N.Gemm):
     return M, N_, K
 
 
+@functools.lru_cache(maxsize=256)
+def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool):
+    """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
+    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb)
+
+
 def plan_gemms(kernel: N.Kernel, arch):
     """({accumulator: plan}, {shared operand buffer: (plan, 'A'|'B')}) for every T.gemm."""
     acc_plans, operands = {}, {}
@@ -40,7 +46,7 @@ def plan_gemms(kernel: N.Kernel, arch):
             continue
         M, N_, K = _gemm_dims(s)
         try:
-            plan = plan_gemm(arch, s.A.dtype, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B)
+            plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B)
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
         for buf, role in ((s.C, None), (s.A, "A"), (s.B, "B")):
@@ -81,14 +87,15 @@ def lds_barrier(ctx: Context, access: str):
     ctx.lds_state = "written" if access == "write" else "read"
 
 
-def _lds_address(ctx: Context, family, key, extra: int):
+def _lds_address(ctx: Context, family, key, extra: int, offsets_of_all_threads):
     """(VGPR base, offset:) for the LDS byte address family[key] + extra.
 
     The plan's base is 0 at a reference thread and may be negative elsewhere; it is shifted to be
     non-negative on every thread (the 32-bit address sum must not rely on wrapping), and the constant
-    is split so `offset:` stays within its 16 bits."""
+    is split so `offset:` stays within its 16 bits. `offsets_of_all_threads`: the numeric offsets of
+    this access for every thread (numpy), from which the base's minimum follows."""
     index = family.base_of[key]
-    low = int(family.evaluate_base(index, np.arange(ctx.threads)).min())
+    low = int(np.min(offsets_of_all_threads)) - family.const[key]
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
@@ -145,6 +152,7 @@ def lower_shared_copy(ctx: Context, s: N.Copy):
     per = width // src.dtype.bytes
     base = ctx.shared[dst] - plan.operand_lds_offset(operand)
     staged = []
+    tids = np.arange(ctx.threads)
     for slot in range(cp.slots):
         regs = b.v.alloc(4, align=4, what=f"staging {dst.name}")
         row = _family_expr(cp.global_row_family, slot)
@@ -160,7 +168,8 @@ def lower_shared_copy(ctx: Context, s: N.Copy):
     for slot, regs in staged:
         with _ExecMask(ctx, cp.runs - slot * ctx.threads):
             for e in range(cp.writes_per_slot):
-                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
+                numeric = cp.lds_offsets(tids, slot)[e]
+                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base, numeric)
                 if cp.kind == "b128":
                     b.emit("ds_write_b128", vaddr, regs, suffix=f"offset:{imm}")
                 else:
@@ -187,10 +196,14 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
 
+    tids = np.arange(ctx.threads)
+
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
-            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand])
+            numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step)
+            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand],
+                                      numeric)
             b.emit("ds_read_b128", regs[read.operand][read.rep], vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
