@@ -1,2 +1,34 @@
 """tilegcn: a Python tile language lowered straight to AMDGCN assembly for AMD Instinct GPUs."""
 __version__ = "0.1.0"
+
+from . import errors  # noqa: E402
+from .errors import (  # noqa: E402
+    ArgumentError,
+    CacheError,
+    CompileError,
+    DeviceError,
+    EmulatorError,
+    HazardError,
+    RaceError,
+    ResourceError,
+    TilegcnError,
+    ToolchainError,
+    UnsupportedArchError,
+)
+from .cache import CacheWarning  # noqa: E402
+from .jit import CompiledKernel, JITFunction, jit  # noqa: E402
+
+
+def __getattr__(name):
+    # `tilegcn.language` on first use: it imports torch, which `python -m tilegcn cache ...` does not need.
+    if name == "language":
+        import importlib
+
+        return importlib.import_module(".language", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+__all__ = [
+    "__version__", "jit", "JITFunction", "CompiledKernel", "language", "errors", "CacheWarning",
+    "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError",
+    "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
+]

@@ -27,7 +27,11 @@ def log2(n: int) -> int:
 def split_floor_div(expr):
     """(numerator, divisor) of floor(x / d), or None."""
     if isinstance(expr, sympy.floor):
-        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        arg = expr.args[0]
+        coeff, rest = arg.as_coeff_Mul()
+        if coeff.is_Rational and not coeff.is_Integer and coeff > 0:  # floor(p/q * x)
+            return coeff.p * rest, int(coeff.q)
+        num, den = sympy.fraction(sympy.together(arg))
         if den.is_Integer and den > 1:
             return num, int(den)
     return None
@@ -84,6 +88,8 @@ def split_linear(form: dict, lane_symbols):
 class ExprLowering:
     def __init__(self, b: KernelBuilder):
         self.b = b
+        self._depth = 0  # nesting of vgpr() calls
+        self._temps: dict = {}  # intermediate values of the outermost vgpr() call in progress
 
     # -- SGPR (uniform) -------------------------------------------------------------------------
     def sgpr(self, expr) -> Reg | int:
@@ -154,17 +160,32 @@ class ExprLowering:
 
     # -- VGPR (per lane) ------------------------------------------------------------------------
     def vgpr(self, expr) -> Reg:
-        """Any expression in a VGPR (uniform ones are moved in)."""
+        """Any expression in a VGPR (uniform ones are moved in).
+
+        The result is kept for reuse (CSE). Intermediate values computed on the way are freed once
+        the outermost value is done, except simple ones (`tid % 64`, `tid // 64`) that many addresses
+        share: long address chains (the XOR swizzle) would otherwise hold registers for a whole loop."""
         expr = sympy.sympify(expr)
-        hit = self.b.cse_get("v", expr)
+        hit = self.b.cse_get("v", expr) or self._temps.get(expr)
         if hit is not None:
             return hit
         if expr in self.b.symbol_regs and self.b.symbol_regs[expr].file == "v":
             return self.b.symbol_regs[expr]
         frame = self.b.frame_of(expr)
         out = self.b.alloc_in_frame("v", frame)
-        self._vgpr_into(out, expr, frame)
-        self.b.cse_put("v", expr, out, frame)
+        self._depth += 1
+        try:
+            self._vgpr_into(out, expr, frame)
+        finally:
+            self._depth -= 1
+        if self._depth == 0 or _is_simple(expr):
+            self.b.cse_put("v", expr, out, frame)
+        else:
+            self._temps[expr] = out
+        if self._depth == 0:
+            for reg in self._temps.values():
+                self.b.v.free(reg)
+            self._temps.clear()
         return out
 
     def operand(self, expr):
@@ -246,6 +267,11 @@ class ExprLowering:
                 emit("v_add_u32", out, self.operand(x), out)
             return
         raise CompileError(f"cannot lower index expression {expr}")
+
+
+def _is_simple(expr) -> bool:
+    """One operation on atoms: worth keeping for other addresses."""
+    return all(a.is_Atom or (a.is_Mul and all(x.is_Atom for x in a.args)) for a in expr.args)
 
 
 def _vop3_legal(operands) -> bool:

@@ -115,7 +115,7 @@ class KernelBuilder:
         (later loop code cannot take it: it stays allocated)."""
         pool = {"v": self.v, "s": self.s, "a": self.a}[file]
         avoid = set().union(*pool.touched[frame:]) if frame < len(self.frames) - 1 else set()
-        return pool.alloc(count, align, what, avoid=avoid)
+        return pool.alloc(count, align, what, avoid=avoid, depth=frame)
 
     @contextlib.contextmanager
     def statement_scope(self):

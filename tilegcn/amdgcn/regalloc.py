@@ -18,8 +18,12 @@ class RegPool:
         self.owner: dict[int, str] = {}
         self.touched: list[set] = []  # per open loop: every register allocated inside it
 
-    def alloc(self, count: int = 1, align: int = 1, what: str = "", avoid: set = frozenset()) -> Reg:
-        """The lowest free run of `count` registers starting at a multiple of `align`, none in `avoid`."""
+    def alloc(self, count: int = 1, align: int = 1, what: str = "", avoid: set = frozenset(),
+              depth: int | None = None) -> Reg:
+        """The lowest free run of `count` registers starting at a multiple of `align`, none in `avoid`.
+
+        `depth`: the loop depth of the code that uses the register (default: every open loop); it is
+        recorded as used inside those loops only."""
         start = 0
         while True:
             start = -(-start // align) * align
@@ -32,7 +36,7 @@ class RegPool:
             start = taken[-1] + 1
         for i in range(start, end):
             self.used[i] = True
-        for s in self.touched:
+        for s in self.touched[:depth]:
             s.update(range(start, end))
         if what:
             self.owner[start] = what

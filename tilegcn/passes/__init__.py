@@ -14,6 +14,7 @@ from ..amdgcn.emit import register_counts, render
 from ..amdgcn.hazards import insert_hazard_nops
 from ..amdgcn.regalloc import check_budget
 from ..amdgcn.waitcnt import insert_waits
+from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.verify import verify
 from .context import Context
@@ -42,6 +43,16 @@ def lower_statements(ctx: Context, body: list):
 
 
 def lower_statement(ctx: Context, s: N.Stmt):
+    """Lower one statement; a CompileError raised anywhere below points at the statement's line."""
+    try:
+        _dispatch(ctx, s)
+    except CompileError as e:
+        if e.location == s.loc or isinstance(s, N.Loop):
+            raise
+        raise type(e)(e.raw_message, location=s.loc) from None
+
+
+def _dispatch(ctx: Context, s: N.Stmt):
     if isinstance(s, N.Copy):
         lower_copy(ctx, s)
     elif isinstance(s, N.ParallelStore):

@@ -1,0 +1,186 @@
+"""The emulated device: loads a linked HSACO code object like a runtime would and runs its kernels on
+torch tensors (CPU, or whatever device the tensors live on).
+
+    from tilegcn.runtime import emulator
+    mod = emulator.load("kernel.hsaco")                    # or bytes; arch from the code object
+    stats = mod.launch("gemm", grid=(gx, gy, gz), block=(256, 1, 1), args=[A, B, C, M, N, K])
+    print(stats.summary())                                 # also mod.last_stats
+
+Instructions come from `llvm-objdump -d --mcpu=<arch>` of the file (decoded once per code object and
+cached in memory); the initial register state follows the kernel descriptor (see `machine.py`). With
+check=True (the default) asynchrony hazards, LDS races and MFMA wait states are errors; check=False
+keeps the semantics and skips those checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import torch
+
+from ...amdgcn.arch import get_arch
+from ...errors import DeviceError, EmulatorError
+from ... import toolchain
+from .. import codeobject
+from ..kernargs import pack
+from .decode import Instr, parse_objdump
+from .machine import Machine
+from .ops_mem import build_memory
+from .ops_mfma import build_mfma
+from .ops_salu import build_scalar, build_sopp
+from .ops_valu import build_valu
+from .program import Binder, BindError, Ctx, Handler, fault_handler
+from .stats import LaunchStats
+
+__all__ = ["EmulatorDevice", "Module", "load", "LaunchStats"]
+
+_DECODED = {}  # (sha256, arch) -> list of Instr
+_BOUND = {}  # (sha256, arch, kernel) -> Program
+_LOCK = threading.Lock()
+
+
+class Program:
+    """A kernel's instructions bound to its descriptor: handlers indexed by instruction number."""
+
+    def __init__(self, name, arch, kernel, instrs, device):
+        self.name = name
+        self.arch = arch
+        self.descriptor = kernel.descriptor
+        self.metadata = kernel.metadata
+        addr_index = {ins.addr: i for i, ins in enumerate(instrs)}
+        if kernel.entry_address not in addr_index:
+            raise EmulatorError(f"tilegcn emulator: kernel {name!r}: entry 0x{kernel.entry_address:x} is not an "
+                                f"instruction of the code object")
+        self.entry_index = addr_index[kernel.entry_address]
+        self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
+        self.handlers = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        end = instrs[-1].addr + instrs[-1].size if instrs else 0
+        self.handlers.append(fault_handler(Instr(end, 0, "<end of code>", "<end>", "<end>", "", []), len(instrs),
+                                           "execution ran past the last instruction (no s_endpgm)"))
+        self.uses_lds = any(h.cls == "ds" or "lds" in ins.mods for h, ins in zip(self.handlers, instrs))
+        self.reg_name = self.ctx.reg_name
+        self.sreg_name = self.ctx.sreg_name
+
+
+def _bind(ins, index, ctx) -> Handler:
+    """Handler for one instruction; anything that cannot be bound raises EmulatorError when executed."""
+    if ins.mnemonic == "<unparsed>":
+        return fault_handler(ins, index, f"cannot decode this instruction: {ins.mods.get('error')}")
+    b = Binder(ctx, ins)
+    try:
+        for build in (build_valu, build_mfma, build_memory, build_scalar):
+            h = build(ins, b, index)
+            if h is not None:
+                return h
+        h = build_sopp(ins, b, index, ctx)
+        if h is not None:
+            return h
+    except BindError as exc:
+        return fault_handler(ins, index, f"{ins.mnemonic}: {exc}")
+    return fault_handler(ins, index, f"unknown instruction {ins.mnemonic!r} (not modelled by the emulator, or not "
+                                     f"an instruction of {ctx.arch.name})")
+
+
+class Module:
+    """A loaded code object; `launch` runs one of its kernels."""
+
+    def __init__(self, data: bytes, arch=None, device=None):
+        self.code = codeobject.parse(data)
+        self.arch = get_arch(arch or self.code.arch)
+        self.digest = hashlib.sha256(self.code.data).hexdigest()
+        self.kernels = self.code.kernels
+        self.last_stats = None
+        key = (self.digest, self.arch.name)
+        with _LOCK:
+            if key not in _DECODED:
+                _DECODED[key] = parse_objdump(toolchain.disassemble(self.code.data, self.arch.name))
+        self.instrs = _DECODED[key]
+
+    def program(self, name, device) -> Program:
+        if name not in self.kernels:
+            raise DeviceError(f"tilegcn emulator: no kernel {name!r} in the code object; it has "
+                              f"{', '.join(self.kernels) or 'none'}")
+        key = (self.digest, self.arch.name, name, str(device))
+        with _LOCK:
+            prog = _BOUND.get(key)
+            if prog is None:
+                prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device)
+        return prog
+
+    def launch(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), check=True) -> LaunchStats:
+        """Run `kernel_name` over `grid` workgroups of `block` threads; returns LaunchStats."""
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        args = list(args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise DeviceError(f"tilegcn emulator: tensor arguments live on different devices: {sorted(map(str, devices))}")
+        device = devices.pop() if devices else torch.device("cpu")
+        info = self.kernels.get(kernel_name)
+        prog = self.program(kernel_name, device)
+        kd = prog.descriptor
+        if kd.float_round_mode_32 or kd.float_round_mode_16_64:
+            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r}: only round-to-nearest-even float modes "
+                                f"are modelled (descriptor FLOAT_ROUND_MODE {kd.float_round_mode_32}/"
+                                f"{kd.float_round_mode_16_64})")
+        if kd.wavefront_size32:
+            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r} asks for wave32; {self.arch.name} runs wave64")
+        meta = info.metadata
+        size = meta.get(".kernarg_segment_size", kd.kernarg_size)
+        kernarg = pack(meta.get(".args", []), args, size)
+        machine = Machine(prog, grid, block, kernarg, tensors, check, device)
+        threads = torch.get_num_threads()
+        want = _launch_threads()
+        if want != threads:
+            torch.set_num_threads(want)
+        try:
+            stats = machine.run()
+        finally:
+            if want != threads:
+                torch.set_num_threads(threads)
+        self.last_stats = stats
+        return stats
+
+
+def _launch_threads() -> int:
+    """torch intra-op threads during a launch. The emulator's tensors are mostly a few thousand to a few
+    hundred thousand elements, where waking a thread pool for every op costs more than it saves (on the
+    2-core machines this was measured on, by a factor of up to 400): default 1, override with
+    $TILEGCN_EMULATOR_THREADS."""
+    try:
+        return max(1, int(os.environ.get("TILEGCN_EMULATOR_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def _dim3(v, what):
+    if isinstance(v, int):
+        v = (v,)
+    v = tuple(int(x) for x in v) + (1,) * (3 - len(v))
+    if len(v) != 3 or any(x < 1 for x in v):
+        raise DeviceError(f"tilegcn emulator: {what} must be 1 to 3 positive integers, got {v}")
+    return v
+
+
+class EmulatorDevice:
+    """The Device interface of the emulator: `load(hsaco) -> Module`."""
+
+    name = "emulator"
+
+    def __init__(self, arch=None):
+        self.arch = arch
+
+    def load(self, hsaco, arch=None) -> Module:
+        return load(hsaco, arch=arch or self.arch)
+
+
+def load(path_or_bytes, arch=None) -> Module:
+    """Load a code object (bytes or a path). `arch` overrides the code object's arch (decode and run it
+    as that arch)."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        data = bytes(path_or_bytes)
+    else:
+        with open(os.fspath(path_or_bytes), "rb") as f:
+            data = f.read()
+    return Module(data, arch)

@@ -1,0 +1,92 @@
+"""Command line: inspect the disk cache.
+
+    python -m tilegcn cache list          # one line per entry: key, kernel, arch, grid/block, LDS, registers
+    python -m tilegcn cache show KEY      # the entry's folder and its meta.json (KEY may be a unique prefix)
+    python -m tilegcn cache clear         # remove every entry
+    python -m tilegcn asm KEY             # print the entry's kernel.s (the cache dir goes to stderr)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .cache import Cache
+from .errors import TilegcnError
+
+
+def _fmt_dims(d) -> str:
+    return "x".join(str(v) for v in d) if isinstance(d, (list, tuple)) else "?"
+
+
+def _list(cache: Cache) -> int:
+    entries = cache.entries()
+    print(f"cache dir: {cache.root} ({len(entries)} entries)")
+    if entries:
+        print(f"{'key':16}  {'kernel':20} {'arch':7} {'grid':>11} {'block':>9} {'lds':>7} {'v/a/s gprs':>11}  "
+              f"{'created':19}  source")
+    for e in entries:
+        m = e.meta
+        regs = "/".join(str(m.get(k, "?")) for k in ("vgprs", "agprs", "sgprs"))
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["created"])) if "created" in m else "?"
+        print(f"{e.key[:16]}  {str(m.get('name', '?')):20} {str(m.get('arch', '?')):7} "
+              f"{_fmt_dims(m.get('grid')):>11} {_fmt_dims(m.get('block')):>9} {str(m.get('lds_bytes', '?')):>7} "
+              f"{regs:>11}  {created:19}  {m.get('source', '')}")
+    return 0
+
+
+def _show(cache: Cache, key: str) -> int:
+    entry = cache.find(key)
+    print(f"cache dir: {cache.root}")
+    print(f"entry:     {entry.path}")
+    for name in ("kernel.ir", "kernel.s", "kernel.hsaco", "meta.json"):
+        p = entry.path / name
+        print(f"  {name:13} {p.stat().st_size:>9} bytes")
+    print(json.dumps(entry.meta, indent=2, sort_keys=True))
+    return 0
+
+
+def _clear(cache: Cache) -> int:
+    n = cache.clear()
+    print(f"cache dir: {cache.root}: removed {n} entries")
+    return 0
+
+
+def _asm(cache: Cache, key: str) -> int:
+    entry = cache.find(key)
+    print(f"cache dir: {cache.root}; entry {entry.path}", file=sys.stderr)
+    sys.stdout.write(entry.asm_path.read_text())
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tilegcn", description="tilegcn tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cache_p = sub.add_parser("cache", help="inspect or clear the disk cache ($TILEGCN_CACHE_DIR)")
+    cache_sub = cache_p.add_subparsers(dest="action", required=True)
+    cache_sub.add_parser("list", help="list entries")
+    show = cache_sub.add_parser("show", help="show one entry's files and meta.json")
+    show.add_argument("key", help="cache key or a unique prefix of it")
+    cache_sub.add_parser("clear", help="remove every entry")
+    asm = sub.add_parser("asm", help="print the AMDGCN assembly (kernel.s) of a cache entry")
+    asm.add_argument("key", help="cache key or a unique prefix of it")
+    args = parser.parse_args(argv)
+    try:
+        cache = Cache(create=False)  # looking does not create the cache dir
+        if args.command == "asm":
+            return _asm(cache, args.key)
+        if args.action == "list":
+            return _list(cache)
+        if args.action == "show":
+            return _show(cache, args.key)
+        return _clear(cache)
+    except TilegcnError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `python -m tilegcn asm KEY | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""``@tilegcn.jit``: specialisation, the compile pipeline, the in-memory memo and the call.
+
+    @tilegcn.jit
+    def kernel(X, Y, *, block_M=64): ...
+
+    kernel(x, y)                      # specialise, compile or hit a cache, launch
+    kernel(x, y, block_M=128, arch="gfx942")
+    k = kernel.compile(x, y)          # CompiledKernel: .ir, .asm, .hsaco_path, .metadata, k(x, y)
+
+A call is specialised on each tensor's dtype, shape, strides and 16-byte alignment of its data pointer,
+each scalar's Python type, the keyword constants and the target arch. Three levels serve a call:
+
+1. the warm path: a flat tuple built straight from the arguments (`_make_keyfn` generates the code per
+   function: positional-only, no loops) looks up a prepared `_Launcher` (device module, kernel name, grid,
+   block) in a dict. No tracing, no hashing of sources or IR, no disk access, no objects created but the key.
+   The key also holds $TILEGCN_ARCH and $TILEGCN_DEVICE (read from the environment's backing dict), so
+   changing either mid-process picks a new kernel / device instead of a stale one.
+2. on a memo miss: arguments are checked and turned into TensorSpecs; (specs, constants, arch) looks up a
+   CompiledKernel of this process (still no tracing).
+3. else: trace -> canonical IR text -> cache key -> disk cache (a verified entry, or lower + assemble and an
+   atomic publish under a per-key file lock).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, toolchain
+from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .cache import Cache, make_key
+from .errors import ArgumentError, UnsupportedArchError
+
+# torch and the IR are imported on first use, so that `import tilegcn` (and `python -m tilegcn cache ...`)
+# stays fast; every decorated function imports torch when it is created.
+
+ENV_ARCH = "TILEGCN_ARCH"
+ENV_DEVICE = "TILEGCN_DEVICE"
+
+# Reading os.environ costs ~0.7 us (key encoding, Mapping machinery); its backing dict costs ~40 ns.
+# os.environ's own __setitem__/__delitem__ keep that dict current, so this sees every change made in Python.
+_environ_data = getattr(os.environ, "_data", None)
+if os.name == "posix" and type(_environ_data) is dict:
+    _env_get = _environ_data.get
+    _ENV_KEYS = (os.environ.encodekey(ENV_ARCH), os.environ.encodekey(ENV_DEVICE))
+else:  # pragma: no cover - other platforms
+    _env_get = os.environ.get
+    _ENV_KEYS = (ENV_ARCH, ENV_DEVICE)
+
+_SCALAR_TYPES = (int, float, bool)
+
+
+@dataclass
+class CacheStats:
+    """Counters of one JITFunction in this process."""
+
+    traces: int = 0  # tile programs traced (one per new specialisation in this process)
+    compiles: int = 0  # lower + assemble runs (disk cache misses)
+    disk_hits: int = 0  # compiles served by a verified disk cache entry
+    memo_misses: int = 0  # calls that left the warm path
+
+
+# -- target arch --------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _visible_gpu_arch() -> str | None:
+    """The gfx name of the visible AMD GPU, or None (no HIP runtime, no GPU, or no probe available)."""
+    try:
+        from .runtime import hip
+
+        return hip.gpu_arch() or None
+    except Exception:  # the HIP probe is optional: any failure means "no GPU to ask"
+        return None
+
+
+def resolve_arch(arch=None) -> str:
+    """The target arch: `arch`, else $TILEGCN_ARCH, else the visible AMD GPU, else DEFAULT_ARCH.
+
+    Unsupported names raise UnsupportedArchError listing the supported arches. The GPU is not consulted
+    when TILEGCN_DEVICE=emulator.
+    """
+    if arch is not None:
+        return get_arch(arch).name
+    env = os.environ.get(ENV_ARCH)
+    if env:
+        try:
+            return get_arch(env).name
+        except UnsupportedArchError as e:
+            raise UnsupportedArchError(f"{e} (from {ENV_ARCH}={env})") from None
+    if os.environ.get(ENV_DEVICE, "").lower() != "emulator":
+        gpu = _visible_gpu_arch()
+        if gpu:
+            try:
+                return get_arch(gpu).name
+            except UnsupportedArchError as e:
+                raise UnsupportedArchError(
+                    f"{e} (the visible GPU is {gpu}; set {ENV_ARCH} or pass arch= to compile for another)"
+                ) from None
+    return get_arch(DEFAULT_ARCH).name
+
+
+# -- the warm path's key ------------------------------------------------------------------------------------
+def _make_keyfn(n: int):
+    """A function of exactly `n` positional arguments returning the memo key of a call.
+
+    Per argument: (dtype, shape, strides, data_ptr & 15, device) for a torch.Tensor (exact class), else the
+    argument's class (a scalar is specialised on its type only); then the two environment values.
+    """
+    names = [f"a{i}" for i in range(n)]
+    items = "".join(
+        f"(({a}.dtype, {a}.shape, {a}.stride(), {a}.data_ptr() & 15, {a}.device) "
+        f"if {a}.__class__ is _Tensor else {a}.__class__), "
+        for a in names
+    )
+    params = ", ".join(names) + (", /, " if names else "") + "*, _Tensor=_Tensor, _get=_get, _ka=_ka, _kd=_kd"
+    src = f"def keyfn({params}):\n    return ({items}_get(_ka), _get(_kd))\n"
+    import torch
+
+    namespace = {"_Tensor": torch.Tensor, "_get": _env_get, "_ka": _ENV_KEYS[0], "_kd": _ENV_KEYS[1]}
+    exec(compile(src, f"<tilegcn keyfn/{n}>", "exec"), namespace)
+    return namespace["keyfn"]
+
+
+def _memoizable(key, base, n: int) -> bool:
+    """A key identifies a specialisation when it is hashable and every argument was an exact Tensor
+    (its key item is a tuple) or an int/float/bool (its class)."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return all(k.__class__ is tuple or k in _SCALAR_TYPES for k in base[:n])
+
+
+def _freeze(value):
+    """A hashable stand-in for a constant's value, keeping its type (2 and 2.0 and True differ)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value).__name__, repr(value))
+    return (type(value).__name__, value)
+
+
+class _Launcher:
+    """What the warm path needs to launch one kernel on one device."""
+
+    __slots__ = ("module", "name", "grid", "block", "kernel")
+
+    def __init__(self, module, name, grid, block, kernel):
+        self.module, self.name, self.grid, self.block, self.kernel = module, name, grid, block, kernel
+
+
+class _SelectArgs:
+    """Module wrapper for a kernel whose parameters are not exactly the function's positional arguments."""
+
+    __slots__ = ("module", "indices")
+
+    def __init__(self, module, indices):
+        self.module, self.indices = module, indices
+
+    def launch(self, name, grid, block, args):
+        return self.module.launch(name, grid, block, [args[i] for i in self.indices])
+
+
+# -- compiled kernels ---------------------------------------------------------------------------------------
+class CompiledKernel:
+    """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco_path`, `.metadata` (meta.json), `.name`,
+    `.key` (cache key), `.arch`, `.grid`, `.block`; call it with arguments of the same specialisation."""
+
+    def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict):
+        self.fn = fn
+        self.key = entry.key
+        self.metadata = entry.meta
+        self.arch = arch
+        self.name = entry.meta["name"]
+        self.grid = tuple(entry.meta["grid"])
+        self.block = tuple(entry.meta["block"])
+        self.hsaco_path = str(entry.hsaco_path)
+        self.cache_path = str(entry.path)
+        self.signature = signature
+        self.constants = constants
+        self.timings = timings  # seconds spent in this process: trace, key, lower, assemble, cache, total
+        self._launchers = {}
+
+    @functools.cached_property
+    def ir(self) -> str:
+        return Path(self.cache_path, "kernel.ir").read_text()
+
+    @functools.cached_property
+    def asm(self) -> str:
+        return Path(self.cache_path, "kernel.s").read_text()
+
+    @functools.cached_property
+    def hsaco(self) -> bytes:
+        return Path(self.hsaco_path).read_bytes()
+
+    def _launcher(self) -> _Launcher:
+        """The launcher for the device selected now (module loaded once per device)."""
+        from .runtime import device_name, get_device
+
+        dev = device_name()
+        launcher = self._launchers.get(dev)
+        if launcher is None:
+            module = get_device(dev).load(self.hsaco)
+            names = [a["name"] for a in self.metadata["args"]]
+            positional = self.fn.arg_names
+            if names and names != list(positional):
+                module = _SelectArgs(module, tuple(positional.index(n) for n in names))
+            launcher = self._launchers[dev] = _Launcher(module, self.name, self.grid, self.block, self)
+        return launcher
+
+    def __call__(self, *args):
+        signature, _ = self.fn._signature(args)
+        if signature != self.signature:
+            raise ArgumentError(
+                f"tilegcn: {self.name} was compiled for {_describe(self.fn.arg_names, self.signature)}, "
+                f"called with {_describe(self.fn.arg_names, signature)}; call the jit function instead"
+            )
+        launcher = self._launcher()
+        return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
+
+    def __repr__(self):
+        return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
+
+
+def _describe(names, signature) -> str:
+    from .ir.types import TensorSpec
+
+    parts = []
+    for name, s in zip(names, signature):
+        if isinstance(s, TensorSpec):
+            parts.append(f"{name}: {s.dtype} {list(s.shape)} strides {list(s.strides)}"
+                         + ("" if s.aligned16 else " (not 16-byte aligned)"))
+        else:
+            parts.append(f"{name}: {s.__name__}")
+    return ", ".join(parts)
+
+
+# -- the decorator ------------------------------------------------------------------------------------------
+class JITFunction:
+    """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching."""
+
+    def __init__(self, fn, *, arch=None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.arch = None if arch is None else get_arch(arch).name
+        self.options = {}  # compile options that change the code object beyond IR and arch (none yet)
+        self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+        positional, defaults = [], {}
+        for p in inspect.signature(fn).parameters.values():
+            where = f"{self.source_location}: tilegcn.jit {self.name}"
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ArgumentError(f"{where}: *args/**kwargs are not supported")
+            if p.kind == p.KEYWORD_ONLY:
+                if p.name == "arch":
+                    raise ArgumentError(f"{where}: 'arch' is reserved for the target arch")
+                defaults[p.name] = p.default  # inspect.Parameter.empty when required
+            elif p.default is not p.empty:
+                raise ArgumentError(
+                    f"{where}: positional parameter {p.name} has a default; make it keyword-only (after *)"
+                )
+            else:
+                positional.append(p.name)
+        self.arg_names = tuple(positional)
+        self.defaults = defaults
+        self.cache_stats = CacheStats()
+        self._keyfn = _make_keyfn(len(positional))
+        self._memo = {}  # warm key -> _Launcher
+        self._kernels = {}  # (signature, constants, arch) -> CompiledKernel
+        functools.update_wrapper(self, fn)
+
+    # The warm path: keep it lean (see the module docstring); measure with bench/compile_time.py.
+    def __call__(self, *args, **kwargs):
+        try:
+            key = self._keyfn(*args)
+        except TypeError:
+            if len(args) != len(self.arg_names):
+                raise self._arity_error(args) from None
+            raise
+        if kwargs:
+            key = (key, tuple(kwargs.items()), tuple(map(type, kwargs.values())))
+        try:
+            launcher = self._memo[key]
+        except (KeyError, TypeError):  # TypeError: an unhashable constant
+            launcher = self._miss(key, args, kwargs)
+        return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
+
+    def _miss(self, key, args, kwargs) -> _Launcher:
+        self.cache_stats.memo_misses += 1
+        launcher = self._compiled(args, kwargs)._launcher()
+        if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)):
+            self._memo[key] = launcher
+        return launcher
+
+    def compile(self, *args, **kwargs) -> CompiledKernel:
+        """Specialise on `args` (tensors or int/float scalars) and compile (or hit a cache); no launch.
+        Keyword arguments: the function's keyword-only constants and `arch`."""
+        return self._compiled(args, kwargs)
+
+    def launchers(self) -> list:
+        """The warm path's prepared launchers (a hook for benchmarks and tests: replacing a launcher's
+        `.module` with an object whose `launch(name, grid, block, args)` does nothing leaves only the
+        host-side overhead of a call)."""
+        return list({id(launcher): launcher for launcher in self._memo.values()}.values())
+
+    def cache_clear(self) -> None:
+        """Forget this process's compiled kernels and launchers, and zero `cache_stats` (disk cache kept)."""
+        self._memo.clear()
+        self._kernels.clear()
+        self.cache_stats = CacheStats()
+
+    # -- the slow path --------------------------------------------------------------------------------
+    def _arity_error(self, args) -> ArgumentError:
+        return ArgumentError(
+            f"tilegcn: {self.name}() takes {len(self.arg_names)} positional argument(s) "
+            f"({', '.join(self.arg_names)}), got {len(args)}"
+        )
+
+    def _constants(self, kwargs: dict) -> dict:
+        for k in kwargs:
+            if k not in self.defaults:
+                valid = ", ".join([*self.defaults, "arch"])
+                how = " (it is positional: pass it by position)" if k in self.arg_names else ""
+                raise ArgumentError(
+                    f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
+                    f"valid keyword arguments: {valid}"
+                )
+        constants = {**self.defaults, **kwargs}
+        missing = [k for k, v in constants.items() if v is inspect.Parameter.empty]
+        if missing:
+            raise ArgumentError(f"tilegcn: {self.name}() is missing keyword argument(s): {', '.join(missing)}")
+        return constants
+
+    def _signature(self, args) -> tuple:
+        """(signature, trace_args): per argument a TensorSpec or a scalar type; checks the arguments."""
+        import torch
+
+        from .ir.types import TensorSpec
+
+        if len(args) != len(self.arg_names):
+            raise self._arity_error(args)
+        signature, trace_args, devices = [], [], {}
+        for name, a in zip(self.arg_names, args):
+            if isinstance(a, torch.Tensor):
+                spec = TensorSpec.of(a, name)
+                if a.dim() and a.shape[-1] > 1 and a.stride(-1) != 1:
+                    raise ArgumentError(
+                        f"tilegcn: tensor {name} has unsupported strides {tuple(a.stride())} for shape "
+                        f"{tuple(a.shape)}: the last dimension must have stride 1; call .contiguous() on it"
+                    )
+                devices.setdefault(str(a.device), name)
+                signature.append(spec)
+                trace_args.append(spec)
+            elif isinstance(a, (int, float)):
+                kind = float if isinstance(a, float) else int
+                signature.append(kind)
+                trace_args.append(kind(a))
+            else:
+                raise ArgumentError(
+                    f"tilegcn: argument {name} of {self.name}() must be a torch tensor or an int/float "
+                    f"scalar, got {type(a).__name__}"
+                )
+        if len(devices) > 1:
+            where = ", ".join(f"{n} on {d}" for d, n in devices.items())
+            raise ArgumentError(f"tilegcn: tensors of {self.name}() are on different devices: {where}")
+        return tuple(signature), trace_args
+
+    def _compiled(self, args, kwargs) -> CompiledKernel:
+        kwargs = dict(kwargs)
+        arch = resolve_arch(kwargs.pop("arch", None) or self.arch)
+        constants = self._constants(kwargs)
+        signature, trace_args = self._signature(args)
+        skey = (signature, _freeze(constants), arch)
+        kernel = self._kernels.get(skey)
+        if kernel is None:
+            kernel = self._kernels[skey] = self._build(signature, trace_args, constants, arch)
+        return kernel
+
+    def _build(self, signature, trace_args, constants, arch) -> CompiledKernel:
+        from .ir import print_kernel
+        from .language import trace
+
+        timings = {}
+        t0 = time.perf_counter()
+        kernel = trace(self.fn, trace_args, constants, arch)
+        self.cache_stats.traces += 1
+        t1 = time.perf_counter()
+        ir = print_kernel(kernel)
+        llvm = toolchain.find_llvm(arch)
+        key = make_key(ir, arch, self.options, llvm.version)
+        t2 = time.perf_counter()
+        timings.update(trace=t1 - t0, key=t2 - t1)
+
+        def build(tmp: Path) -> dict:
+            from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
+
+            tb0 = time.perf_counter()
+            (tmp / "kernel.ir").write_text(ir)
+            lowered = lower(kernel, arch)
+            (tmp / "kernel.s").write_text(lowered.asm)
+            tb1 = time.perf_counter()
+            hsaco = toolchain.assemble(lowered.asm, arch)
+            (tmp / "kernel.hsaco").write_bytes(hsaco)
+            tb2 = time.perf_counter()
+            self.cache_stats.compiles += 1
+            timings.update(lower=tb1 - tb0, assemble=tb2 - tb1)
+            meta = dict(lowered.meta)
+            meta.setdefault("name", kernel.name)
+            meta.setdefault("grid", list(kernel.grid))
+            meta.setdefault("block", list(kernel.block))
+            meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
+            meta.update(
+                arch=arch,
+                source=self.source_location,
+                function=self.fn.__qualname__,
+                constants={k: _jsonable(v) for k, v in constants.items()},
+                compile_time={"trace": t1 - t0, "lower": tb1 - tb0, "assemble": tb2 - tb1,
+                              "total": tb2 - t0},
+                llvm_version=llvm.version,
+                tilegcn_version=__version__,
+                created=time.time(),
+            )
+            return meta
+
+        entry, built = Cache().get_or_build(key, build)
+        if not built:
+            self.cache_stats.disk_hits += 1
+        t3 = time.perf_counter()
+        timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
+        return CompiledKernel(self, entry, signature, constants, arch, timings)
+
+    def __repr__(self):
+        return f"<tilegcn.jit {self.name} at {self.source_location}>"
+
+
+def _jsonable(v):
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return repr(v)
+
+
+def jit(fn=None, *, arch=None):
+    """Decorate a tile program: ``@tilegcn.jit`` or ``@tilegcn.jit(arch="gfx942")``."""
+    if fn is None:
+        return lambda f: JITFunction(f, arch=arch)
+    return JITFunction(fn, arch=arch)

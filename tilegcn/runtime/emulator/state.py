@@ -1,0 +1,289 @@
+"""Memory of the emulated device: global memory (the launch's tensors and kernarg segment) and LDS.
+
+Global memory is a flat address space: each tensor argument maps [data_ptr, data_ptr + bytes) to that
+tensor's bytes, the kernarg segment is mapped read-only, and every other address faults. For speed the
+mapped ranges are staged into one flat byte buffer on the tensors' device for the launch; stores land
+in the user's tensors when the launch finishes (`GlobalMemory.finish`).
+
+LDS is one byte array per workgroup, bounded by the kernel's group segment size. Beside the data it
+keeps what the checks need: per byte, how many LDS-DMA writes are in flight (any wave), and which
+waves of the workgroup wrote or read it in the current barrier epoch (smallest and largest wave
+index, which is enough to tell "only me" from "someone else").
+"""
+from __future__ import annotations
+
+import bisect
+
+import torch
+
+M32 = 0xFFFFFFFF
+
+
+class Fault(Exception):
+    """Raised inside an instruction; the machine adds kernel, pc, instruction and wave to the message.
+    `row` is the wave's row within the executing group (or a global wave id when `global_wave`), `lane`
+    the lane, `kind` the public error class name ('EmulatorError', 'HazardError', 'RaceError')."""
+
+    def __init__(self, message, row=None, lane=None, kind="EmulatorError", global_wave=False):
+        super().__init__(message)
+        self.message, self.row, self.lane, self.kind, self.global_wave = message, row, lane, kind, global_wave
+        self.pc = None  # set when the fault belongs to an earlier instruction retired by the current one
+
+
+def first_true(mask: torch.Tensor):
+    """(row, lane) of the first True in a [rows, 64] (or [rows, 64, k]) bool tensor."""
+    idx = int(torch.nonzero(mask.reshape(mask.shape[0], -1).any(-1) if mask.dim() > 2 else mask)[0][0])
+    if mask.dim() == 2:
+        lane = int(torch.nonzero(mask[idx])[0][0])
+    else:
+        lane = int(torch.nonzero(mask[idx].reshape(64, -1).any(-1))[0][0])
+    return idx, lane
+
+
+class GlobalMemory:
+    def __init__(self, tensors: list, kernarg: bytes, device):
+        self.device = device
+        spans = []
+        for t in tensors:
+            if t.numel() == 0:
+                continue
+            storage = t.untyped_storage()
+            item = t.element_size()
+            # bytes this tensor spans from its data_ptr (covers strided views)
+            extent = (sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0) + 1) * item
+            spans.append([t.data_ptr(), t.data_ptr() + extent, storage])
+        spans.sort(key=lambda s: s[0])
+        merged = []
+        for lo, hi, storage in spans:
+            if merged and lo < merged[-1][1]:
+                if merged[-1][2].data_ptr() != storage.data_ptr():
+                    raise Fault("two tensor arguments overlap in memory without sharing storage")
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi, storage])
+        self.kernarg_holder = torch.zeros(max(len(kernarg), 16) + 64, dtype=torch.uint8)
+        regions = []  # (base, end, storage or None, writable)
+        for lo, hi, storage in merged:
+            regions.append((lo, hi, storage, True))
+        # The kernarg segment needs an address no tensor uses: a host allocation's own address is one.
+        ka = (self.kernarg_holder.data_ptr() + 63) & ~63
+        self.kernarg_address = ka
+        regions.append((ka, ka + max(len(kernarg), 4), None, False))
+        regions.sort(key=lambda r: r[0])
+        for a, b in zip(regions, regions[1:]):
+            if a[1] > b[0]:
+                raise Fault("the kernarg segment's address collides with a tensor argument")
+        self.regions = regions
+        offsets, total = [], 0
+        for lo, hi, _, _ in regions:
+            offsets.append(total)
+            total += (hi - lo + 15) & ~15
+        self.scratch = total  # 64 bytes past the mapped ones: where inactive lanes point
+        self.flat = torch.zeros(total + 64, dtype=torch.uint8, device=device)
+        for (lo, hi, storage, _), off in zip(regions, offsets):
+            if storage is None:
+                self.flat[off:off + len(kernarg)] = torch.frombuffer(bytearray(kernarg), dtype=torch.uint8).to(device)
+            else:
+                self.flat[off:off + hi - lo] = self._storage_bytes(storage, lo, hi)
+        self.flat32 = self.flat.view(torch.int32)
+        self.bases = torch.tensor([r[0] for r in regions], dtype=torch.int64, device=device)
+        self.ends = torch.tensor([r[1] for r in regions], dtype=torch.int64, device=device)
+        self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
+        self.writable = torch.tensor([r[3] for r in regions], dtype=torch.bool, device=device)
+        self.offset_list = offsets
+        self.base_list = [r[0] for r in regions]
+        self.end_list = [r[1] for r in regions]
+        self.dirty = False
+
+    @staticmethod
+    def _storage_bytes(storage, lo, hi):
+        whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+        start = lo - storage.data_ptr()
+        return whole[start:start + hi - lo]
+
+    def finish(self):
+        """Copy the staged bytes back into the tensors' storage (only after a store happened)."""
+        if not self.dirty:
+            return
+        for (lo, hi, storage, writable), off in zip(self.regions, self.offset_list):
+            if storage is not None and writable:
+                self._storage_bytes(storage, lo, hi).copy_(self.flat[off:off + hi - lo])
+
+    def translate(self, addr: torch.Tensor, nbytes: int, active, write: bool = False) -> torch.Tensor:
+        """Flat buffer index of each lane's address; faults (Fault with row/lane) on unmapped active lanes.
+        Inactive lanes get the index of a scratch word past the mapped bytes (loads there are discarded,
+        stores land harmlessly). addr: int64 [rows, X]; active: bool [rows, X] or None (all)."""
+        if addr.numel() == 0:
+            return addr
+        probe = addr if active is None else torch.where(active, addr, addr.new_tensor(-1))
+        hi = int(probe.max())
+        if hi < 0:  # no active lane
+            return torch.full_like(addr, self.scratch)
+        lo = int(addr.min()) if active is None else int(torch.where(active, addr, addr.new_tensor(hi)).min())
+        r = bisect.bisect_right(self.base_list, lo) - 1
+        if r >= 0 and hi + nbytes <= self.end_list[r] and (self.regions[r][3] or not write):
+            flat = addr + (self.offset_list[r] - self.base_list[r])  # one region holds every lane: the usual case
+        else:
+            flat = self._translate_lanes(addr, nbytes, active, write)
+        if active is not None:
+            flat = torch.where(active, flat, self.scratch)
+        return flat
+
+    def _translate_lanes(self, addr, nbytes, active, write):
+        region = torch.searchsorted(self.bases, addr, right=True) - 1
+        rc = region.clamp(min=0)
+        inside = (region >= 0) & (addr + nbytes <= self.ends[rc])
+        ok = inside & self.writable[rc] if write else inside
+        bad = ~ok if active is None else (active & ~ok)
+        if bool(bad.any()):
+            row, lane = first_true(bad)
+            a = int(addr[row, lane])
+            if write and bool(inside[row, lane]):
+                raise Fault(f"store to read-only memory (the kernarg segment) at 0x{a:x}", row, lane)
+            what = "store to" if write else "access to"
+            raise Fault(f"memory fault: {what} 0x{a:x} ({nbytes} bytes) is outside every tensor argument and the "
+                        f"kernarg segment", row, lane)
+        return addr - self.bases[rc] + self.offsets[rc]
+
+    def load_dwords(self, flat: torch.Tensor, ndw: int) -> torch.Tensor:
+        """int32 [..., ndw] read at byte index `flat` (any alignment)."""
+        if not bool((flat & 3).any()):
+            idx = (flat >> 2).unsqueeze(-1) + torch.arange(ndw, device=flat.device)
+            return self.flat32.index_select(0, idx.reshape(-1)).view(idx.shape)
+        return self.load_bytes(flat, 4 * ndw).view(torch.int32)
+
+    def load_bytes(self, flat: torch.Tensor, nbytes: int) -> torch.Tensor:
+        idx = flat.unsqueeze(-1) + torch.arange(nbytes, device=flat.device)
+        return self.flat.index_select(0, idx.reshape(-1)).view(idx.shape)
+
+    def store_dwords(self, flat: torch.Tensor, data: torch.Tensor, mask):
+        """data int32 [..., ndw] written at byte index `flat` (lanes outside `mask` must already point at
+        the scratch word, as translate() leaves them)."""
+        self.dirty = True
+        ndw = data.shape[-1]
+        if not bool((flat & 3).any()):
+            idx = (flat >> 2).unsqueeze(-1) + torch.arange(ndw, device=flat.device)
+            self.flat32.scatter_(0, idx.reshape(-1), data.reshape(-1))
+        else:
+            self.store_bytes(flat, data.contiguous().view(torch.uint8), mask)
+
+    def store_bytes(self, flat: torch.Tensor, data: torch.Tensor, mask):
+        self.dirty = True
+        nbytes = data.shape[-1]
+        idx = flat.unsqueeze(-1) + torch.arange(nbytes, device=flat.device)
+        self.flat.scatter_(0, idx.reshape(-1), data.reshape(-1))
+
+
+class Lds:
+    """The LDS of the workgroups of one chunk, with the DMA-in-flight and race bookkeeping."""
+
+    def __init__(self, n_workgroups: int, size: int, device, track: bool):
+        self.size = size
+        self.stride = (max(size, 4) + 15) & ~15  # bytes per workgroup in the flat array
+        self.n = n_workgroups
+        self.dummy = n_workgroups * self.stride  # a scratch index for lanes that do not access LDS
+        self.data = torch.zeros(n_workgroups * self.stride + 16, dtype=torch.uint8, device=device)
+        self.data32 = self.data.view(torch.int32)
+        self.track = track
+        self.dma_in_flight_ops = 0  # DMA queue entries outstanding (any wave); 0 lets reads skip the check
+        if track:
+            self.dma_pending = torch.zeros(n_workgroups * self.stride + 16, dtype=torch.int16, device=device)
+            self.races = RaceTracker(n_workgroups * self.stride + 16, self.stride, device)
+
+    def new_epoch(self, workgroups: list):
+        """All waves of these workgroups passed s_barrier."""
+        if self.track:
+            self.races.new_epoch(workgroups, self.n)
+
+
+class RaceTracker:
+    """Who read and who wrote each LDS byte in the current barrier epoch, per workgroup.
+
+    Per byte the smallest and largest wave index (within the workgroup) of its readers and of its
+    writers are enough to tell "only this wave" from "another wave too". Accesses are first kept as a
+    list per epoch and folded into those arrays only when an access of the other kind comes in the same
+    epoch: a pipelined kernel whose reads and writes sit in different epochs never pays for the arrays.
+    """
+
+    NOBODY_LO, NOBODY_HI = 127, -1
+
+    def __init__(self, size, stride, device):
+        self.stride = stride
+        self.reads, self.writes = [], []  # pending (idx [rows, k], me [rows, 1] int8, active, row_waves)
+        self.arrays_dirty = False
+        mk = lambda v: torch.full((size,), v, dtype=torch.int8, device=device)  # noqa: E731
+        self.r_lo, self.r_hi, self.w_lo, self.w_hi = mk(127), mk(-1), mk(127), mk(-1)
+
+    def access(self, first, size, me, active, row_waves, is_write):
+        """Check and record accesses of `size` bytes from flat LDS byte index first [rows, L] by the rows'
+        waves (me [rows, 1] int8: wave index within the workgroup); active [rows, L] bool or None."""
+        other_kind = self.reads if is_write else self.writes
+        if other_kind:
+            self._fold(other_kind, not is_write)
+            other_kind.clear()
+        if self.arrays_dirty:
+            self._check(first, size, me, active, row_waves, is_write)
+        (self.writes if is_write else self.reads).append((first, size, me, active))
+
+    @staticmethod
+    def _bytes(first, size, active):
+        idx = (first.unsqueeze(-1) + torch.arange(size, device=first.device)).reshape(first.shape[0], -1)
+        act = None if active is None else active.unsqueeze(-1).expand(*active.shape, size).reshape(idx.shape)
+        return idx, act
+
+    def _fold(self, pending, is_write):
+        lo, hi = (self.w_lo, self.w_hi) if is_write else (self.r_lo, self.r_hi)
+        scratch = lo.numel() - 1
+        for first, size, me, active in pending:
+            idx, act = self._bytes(first, size, active)
+            if act is not None:
+                idx = torch.where(act, idx, scratch)
+            flat = idx.reshape(-1)
+            val = me.expand(idx.shape).reshape(-1)
+            lo.scatter_reduce_(0, flat, val, "amin")
+            hi.scatter_reduce_(0, flat, val, "amax")
+        lo[-1], hi[-1] = self.NOBODY_LO, self.NOBODY_HI  # the scratch byte stays untouched
+        self.arrays_dirty = True
+
+    def _check(self, first, size, me, active, row_waves, is_write):
+        lo_arr, hi_arr = (self.r_lo, self.r_hi) if is_write else (self.w_lo, self.w_hi)
+        idx, act = self._bytes(first, size, active)
+        flat = idx.reshape(-1)
+        lo = lo_arr.index_select(0, flat).view(idx.shape)
+        hi = hi_arr.index_select(0, flat).view(idx.shape)
+        other = (hi >= 0) & ((lo != me) | (hi != me))
+        if act is not None:
+            other &= act
+        if not bool(other.any()):
+            return
+        row = int(torch.nonzero(other.any(1))[0][0])
+        col = int(torch.nonzero(other[row])[0][0])
+        byte = int(idx[row, col]) % self.stride
+        mine = int(me[row, 0])
+        them = int(hi[row, col]) if int(hi[row, col]) != mine else int(lo[row, col])
+        if is_write:
+            msg = (f"writes LDS byte {byte}, which wave {them} of the same workgroup read in this barrier epoch "
+                   f"(write-after-read race: separate them with s_waitcnt + s_barrier)")
+        else:
+            msg = (f"reads LDS byte {byte}, which wave {them} of the same workgroup wrote in this barrier epoch "
+                   f"(read-after-write race: the writer needs s_waitcnt, then s_barrier, before this read)")
+        raise Fault(msg, row_waves[row], None, "RaceError", global_wave=True)
+
+    def new_epoch(self, workgroups, n_workgroups):
+        if len(workgroups) == n_workgroups:
+            self.reads.clear()
+            self.writes.clear()
+            if self.arrays_dirty:
+                for arr, v in ((self.w_lo, 127), (self.w_hi, -1), (self.r_lo, 127), (self.r_hi, -1)):
+                    arr.fill_(v)
+                self.arrays_dirty = False
+            return
+        # only some workgroups move on: fold everything, then forget theirs
+        for pending, is_write in ((self.reads, False), (self.writes, True)):
+            if pending:
+                self._fold(pending, is_write)
+                pending.clear()
+        for wg in workgroups:
+            lo, hi = wg * self.stride, (wg + 1) * self.stride
+            for arr, v in ((self.w_lo, 127), (self.w_hi, -1), (self.r_lo, 127), (self.r_hi, -1)):
+                arr[lo:hi].fill_(v)
