@@ -10,6 +10,7 @@ the figure printed is the median over the repeats.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -121,8 +122,8 @@ def main(argv=None):
     if not torch.allclose(y, reference(x), rtol=1e-5, atol=1e-6):
         raise SystemExit("emulator result differs from the torch reference")
     print(f"elementwise kernel, {n} elements, {stats.waves} waves, {stats.total_instructions} wave-instructions, "
-          f"{stats.lane_instructions} lane-instructions per launch, torch threads {torch.get_num_threads()}, "
-          f"check={not args.no_check}")
+          f"{stats.lane_instructions} lane-instructions per launch, check={not args.no_check}, "
+          f"torch threads during a launch: {os.environ.get('TILEGCN_EMULATOR_THREADS', '1')}")
     print(f"median {statistics.median(secs):.3f} s per launch; "
           f"{statistics.median(rates) / 1e6:.1f} M lane-instructions/s (median of {args.repeats})")
 

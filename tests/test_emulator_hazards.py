@@ -108,6 +108,14 @@ def test_ds_read_of_lds_dma_data_before_vmcnt_is_a_hazard():
     assert torch.equal(dst[:64], src[:64])
 
 
+def test_lds_dma_right_after_an_m0_write_is_a_hazard():
+    need = get_arch("gfx942").m0_write_to_lds_dma_nops + 1
+    body = DMA_READ.format(wait="s_waitcnt vmcnt(0)").replace("s_nop 0\n", "")
+    with pytest.raises(HazardError, match=rf"buffer_load_dword v2, s\[8:11\], 0 offen lds.*reads M0 0 wait states "
+                                          rf"after it was written; gfx942 needs {need}"):
+        launch(kernel(body, lds=256))
+
+
 # Two waves: each writes its own 256 bytes of LDS and reads the other wave's.
 EXCHANGE = """v_xor_b32 v3, 0x100, v2
               ds_write_b32 v2, v1
@@ -249,3 +257,9 @@ def test_check_false_skips_the_checks_but_keeps_asynchrony():
     dst = torch.zeros(1024, dtype=torch.int32)
     mod.launch("k", (1, 1, 1), (64, 1, 1), [src, dst], check=False)
     assert torch.equal(dst[:64], torch.ones(64, dtype=torch.int32))  # v3 still 0 when read: load not retired
+
+
+def test_a_loop_that_never_exits_stops_with_an_error(monkeypatch):
+    monkeypatch.setenv("TILEGCN_EMULATOR_MAX_STEPS", "2000")
+    with pytest.raises(EmulatorError, match=r"s_branch .*does a loop never exit"):
+        module(".Lspin:\ns_branch .Lspin\ns_endpgm", args=()).launch("k", (1, 1, 1), (64, 1, 1), [])

@@ -2,7 +2,6 @@
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -18,16 +17,14 @@ def scalar_results(body, inputs, n_out):
     """Run a one-wave kernel: s[40+i] = inputs[i] (loaded by SMEM from a tensor), `body`, then store
     s[60+j] for j < n_out to the output tensor (as u32)."""
     pre = ["s_load_dwordx2 s[4:5], s[0:1], 0x0", "s_load_dwordx2 s[6:7], s[0:1], 0x8", "s_waitcnt lgkmcnt(0)",
-           f"s_load_dwordx16 s[40:55], s[4:5], 0x0", "s_waitcnt lgkmcnt(0)"]
+           "s_load_dwordx16 s[40:55], s[4:5], 0x0", "s_waitcnt lgkmcnt(0)"]
     post = srd(8, 6, 4 * n_out).splitlines() + ["v_mov_b32 v1, 0"]
     for j in range(n_out):
         post += [f"v_mov_b32 v2, s{60 + j}", f"buffer_store_dword v2, off, s[8:11], 0 offset:{4 * j}"]
     text = kernel_asm("\n".join(pre + body.strip().splitlines() + post + ["s_endpgm"]), args=("ptr", "ptr"),
                       sgprs=102, vgprs=8)
-    src = torch.zeros(16, dtype=torch.int64)
-    src[:len(inputs)] = torch.tensor([x & U32 for x in inputs], dtype=torch.int64)
-    inp = src.to(torch.int32) if False else torch.tensor([((x & U32) ^ 0x80000000) - 0x80000000 for x in
-                                                         list(src.tolist())], dtype=torch.int32)
+    words = [x & U32 for x in inputs] + [0] * (16 - len(inputs))
+    inp = torch.tensor([(w ^ 0x80000000) - 0x80000000 for w in words], dtype=torch.int32)  # same bits, as int32
     out = torch.zeros(n_out, dtype=torch.int32)
     build(text).launch("k", (1, 1, 1), (64, 1, 1), [inp, out])
     return [int(v) & U32 for v in out]

@@ -123,7 +123,6 @@ def test_64bit_shifts():
               v_lshrrev_b64 v[22:23], v12, v[10:11]
               v_ashrrev_i64 v[24:25], v12, v[10:11]"""
     sh = torch.randint(0, 64, (N,), dtype=torch.int32, generator=gen)
-    lo, hi, _, _, _, _ = run_lanes(body.replace("v[20:21]", "v[20:21]"), [A, B, sh], n_out=6)[:6] + [None] * 0
     outs = run_lanes(body, [A, B, sh], n_out=6)
     x = (u(B).astype(object) << 32) | u(A)
     xs = np.where(x >= 2**63, x - 2**64, x)
@@ -308,9 +307,9 @@ def test_f32_to_f16_and_bf16_round_to_nearest_even_like_torch():
 def test_cvt_pk_bf16_f32_rne_on_gfx950_only():
     from tilegcn.errors import EmulatorError
     from asm.emukit import build, lane_kernel
-    from tilegcn.toolchain import assemble
     x, y = _specials(N), torch.randn(N, generator=gen) * 1e3
-    out = run_lanes("v_cvt_pk_bf16_f32 v20, v10, v11", [x, y], arch="gfx950")[0]
+    out, back = run_lanes("v_cvt_pk_bf16_f32 v20, v10, v11\nv_cvt_f32_bf16 v21, v20", [x, y], n_out=2,
+                          arch="gfx950")
     lo = (out & 0xFFFF).to(torch.int16).view(torch.bfloat16)
     hi = (out >> 16).to(torch.int16).view(torch.bfloat16)
     ref_lo, ref_hi = x.to(torch.bfloat16), y.to(torch.bfloat16)
@@ -318,6 +317,7 @@ def test_cvt_pk_bf16_f32_rne_on_gfx950_only():
     assert torch.equal(lo[keep].view(torch.int16), ref_lo[keep].view(torch.int16))
     assert torch.equal(hi.view(torch.int16), ref_hi.view(torch.int16))
     assert lo[~keep].isnan().all()
+    assert torch.equal(back.view(torch.float32)[keep], ref_lo[keep].float())  # bf16 -> f32 is exact
     # the same code object decoded as gfx942 (where the instruction does not exist) is refused
     text = lane_kernel("v_cvt_pk_bf16_f32 v20, v10, v11", 2, 1, "gfx950")
     mod = build(text, "gfx950", "gfx942")

@@ -7,6 +7,7 @@ before the loop automatically (the loop's own instructions join the parent only 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import sympy
@@ -25,6 +26,7 @@ _KIND_BY_PREFIX = (
 _NO_DEF_KINDS = (isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP)
 
 
+@functools.lru_cache(maxsize=None)
 def kind_of(op: str, suffix: str = "") -> str:
     if op.startswith("buffer_load") and suffix.split()[-1:] == ["lds"]:
         return isa.LDS_DMA

@@ -13,7 +13,7 @@ from .isa import Reg
 class RegPool:
     def __init__(self, file: str, reserved: int = 0):
         self.file = file
-        self.used: list[bool] = [True] * reserved
+        self.used = bytearray(b"\x01" * reserved)  # 1 = allocated; bytearray.find scans at C speed
         self.peak = reserved
         self.owner: dict[int, str] = {}
         self.touched: list[set] = []  # per open loop: every register allocated inside it
@@ -24,28 +24,30 @@ class RegPool:
 
         `depth`: the loop depth of the code that uses the register (default: every open loop); it is
         recorded as used inside those loops only."""
+        free_run = bytes(count)
+        self.used.extend(bytes(count + align))  # a free run always exists past the end
         start = 0
         while True:
-            start = -(-start // align) * align
-            end = start + count
-            if end > len(self.used):
-                self.used.extend([False] * (end - len(self.used)))
-            taken = [i for i in range(start, end) if self.used[i] or i in avoid]
-            if not taken:
+            start = self.used.find(free_run, start)
+            if start % align:
+                start += align - start % align
+                continue
+            clash = [i for i in range(start, start + count) if i in avoid] if avoid else None
+            if not clash:
                 break
-            start = taken[-1] + 1
-        for i in range(start, end):
-            self.used[i] = True
-        for s in self.touched[:depth]:
-            s.update(range(start, end))
+            start = clash[-1] + 1
+        end = start + count
+        self.used[start:end] = b"\x01" * count
+        del self.used[max(self.peak, end):]  # keep the array no longer than the high-water mark
         if what:
             self.owner[start] = what
         self.peak = max(self.peak, end)
+        for s in self.touched[:depth]:
+            s.update(range(start, end))
         return Reg(self.file, start, count)
 
     def free(self, reg: Reg):
-        for i in range(reg.index, reg.index + reg.count):
-            self.used[i] = False
+        self.used[reg.index:reg.index + reg.count] = bytes(reg.count)
 
 
 def check_budget(arch, vgprs: int, agprs: int, sgprs: int, owners: str = ""):

@@ -17,70 +17,99 @@ _VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
 _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
 
 
-def _units(regs) -> set:
-    out = set()
+def wait_text(vm, lgkm) -> str:
+    parts = ([f"vmcnt({vm})"] if vm is not None else []) + ([f"lgkmcnt({lgkm})"] if lgkm is not None else [])
+    return " ".join(parts)
+
+
+class Counter:
+    """One in-order counter (vmcnt or lgkmcnt) as tickets: op number t is outstanding while t >= retired."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.issued = 0
+        self.retired = 0
+        self.owner: dict = {}  # register unit -> ticket of the last op writing it
+        self.last_of_kind: dict = {}  # kind -> ticket of the last op of that kind
+        self.smem_pending = 0  # ticket bound below which scalar loads may still be in flight
+
+    @property
+    def outstanding(self) -> int:
+        return self.issued - self.retired
+
+    def allowed_after(self, ticket) -> int | None:
+        """Outstanding ops allowed so that op `ticket` has completed (None: nothing to wait for)."""
+        if ticket is None or ticket < self.retired:
+            return None
+        return self.issued - ticket - 1
+
+    def newest_writer(self, units) -> int | None:
+        owner = self.owner
+        tickets = [owner[u] for u in units if u in owner]
+        return max(tickets) if tickets else None
+
+    def issue(self, kind: str, units):
+        ticket = self.issued
+        self.issued += 1
+        for u in units:
+            self.owner[u] = ticket
+        self.last_of_kind[kind] = ticket
+        if kind == isa.SMEM:
+            self.smem_pending = self.issued
+
+    def wait(self, allowed: int):
+        self.retired = max(self.retired, self.issued - allowed)
+
+
+def _units(regs) -> list:
+    out = []
     for r in regs:
-        out.update(r.units())
+        out.extend(r.units())
     return out
-
-
-def _allowed_after(queue, predicate):
-    """How many ops may stay outstanding so that every op matching `predicate` has completed."""
-    allowed = None
-    for position, entry in enumerate(queue):
-        if predicate(entry):
-            allowed = len(queue) - position - 1
-    return allowed
 
 
 def _min(a, b):
     return b if a is None else a if b is None else min(a, b)
 
 
-def wait_text(vm, lgkm) -> str:
-    parts = ([f"vmcnt({vm})"] if vm is not None else []) + ([f"lgkmcnt({lgkm})"] if lgkm is not None else [])
-    return " ".join(parts)
-
-
 def insert_waits(insts: list, arch) -> list:
     out: list = []
-    vm: list = []  # (kind, units) in issue order
-    lgkm: list = []
+    vm, lgkm = Counter(arch.max_vmcnt), Counter(arch.max_lgkmcnt)
 
     def wait(need_vm, need_lgkm):
-        nonlocal vm, lgkm
-        if need_lgkm is not None and any(kind == isa.SMEM for kind, _ in lgkm):
-            need_lgkm = 0  # scalar loads return out of order
-        if need_vm is not None and need_vm >= len(vm):
+        if need_lgkm is not None and lgkm.smem_pending > lgkm.retired:
+            need_lgkm = 0  # scalar loads return out of order: only lgkmcnt(0) is certain
+        if need_vm is not None and need_vm >= vm.outstanding:
             need_vm = None
-        if need_lgkm is not None and need_lgkm >= len(lgkm):
+        if need_lgkm is not None and need_lgkm >= lgkm.outstanding:
             need_lgkm = None
         if need_vm is None and need_lgkm is None:
             return
         out.append(Inst("s_waitcnt", (wait_text(need_vm, need_lgkm),), kind=isa.WAIT))
         if need_vm is not None:
-            vm = vm[len(vm) - need_vm:] if need_vm else []
+            vm.wait(need_vm)
         if need_lgkm is not None:
-            lgkm = lgkm[len(lgkm) - need_lgkm:] if need_lgkm else []
+            lgkm.wait(need_lgkm)
 
     for inst in insts:
-        if inst.kind in (isa.LABEL, isa.BRANCH):
+        kind = inst.kind
+        if kind in (isa.LABEL, isa.BRANCH):
             wait(0, 0)
-        elif inst.kind == isa.BARRIER:
-            wait(_allowed_after(vm, lambda e: e[0] == isa.LDS_DMA),
-                 _allowed_after(lgkm, lambda e: e[0] == isa.DS_WRITE))
-        elif inst.kind not in (isa.COMMENT, isa.WAIT):
-            touched = _units(inst.uses) | _units(inst.defs)
-            need_vm = _allowed_after(vm, lambda e: e[1] & touched)
-            need_lgkm = _allowed_after(lgkm, lambda e: e[1] & touched)
-            if inst.kind in _VM_KINDS and len(vm) >= arch.max_vmcnt:
-                need_vm = _min(need_vm, arch.max_vmcnt - 1)
-            if inst.kind in _LGKM_KINDS and len(lgkm) >= arch.max_lgkmcnt:
-                need_lgkm = _min(need_lgkm, arch.max_lgkmcnt - 1)
+        elif kind == isa.BARRIER:
+            wait(vm.allowed_after(vm.last_of_kind.get(isa.LDS_DMA)),
+                 lgkm.allowed_after(lgkm.last_of_kind.get(isa.DS_WRITE)))
+        elif kind not in (isa.COMMENT, isa.WAIT):
+            touched = _units(inst.uses) + _units(inst.defs)
+            need_vm = vm.allowed_after(vm.newest_writer(touched))
+            need_lgkm = lgkm.allowed_after(lgkm.newest_writer(touched))
+            if kind in _VM_KINDS and vm.outstanding >= vm.limit:
+                need_vm = _min(need_vm, vm.limit - 1)
+            if kind in _LGKM_KINDS and lgkm.outstanding >= lgkm.limit:
+                need_lgkm = _min(need_lgkm, lgkm.limit - 1)
             wait(need_vm, need_lgkm)
         out.append(inst)
-        if inst.kind in _VM_KINDS:
-            vm.append((inst.kind, _units(inst.defs)))
-        elif inst.kind in _LGKM_KINDS:
-            lgkm.append((inst.kind, _units(inst.defs)))
+        if kind in _VM_KINDS:
+            vm.issue(kind, _units(inst.defs))
+        elif kind in _LGKM_KINDS:
+            lgkm.issue(kind, _units(inst.defs))
     return out

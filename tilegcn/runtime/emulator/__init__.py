@@ -36,7 +36,7 @@ from .stats import LaunchStats
 __all__ = ["EmulatorDevice", "Module", "load", "LaunchStats"]
 
 _DECODED = {}  # (sha256, arch) -> list of Instr
-_BOUND = {}  # (sha256, arch, kernel) -> Program
+_BOUND = {}  # (sha256, arch, kernel, device) -> Program
 _LOCK = threading.Lock()
 
 

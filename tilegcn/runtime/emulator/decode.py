@@ -17,7 +17,6 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from ...errors import EmulatorError
 
 # Hardware SGPR encodings of the named scalar registers; the emulator's scalar file uses the same slots.
 VCC_LO, VCC_HI, M0, EXEC_LO, EXEC_HI = 106, 107, 124, 126, 127
@@ -209,26 +208,19 @@ def parse_asm(asm: str):
     mods: dict = {}
     operands = []
     for i, piece in enumerate(pieces):
+        if i < len(pieces) - 1:
+            operands.append(parse_operand(piece))
+            continue
+        # the last piece: its operand (if the instruction has one), then space-separated modifiers;
+        # an operand itself never contains a space
         toks = piece.split()
-        if i == len(pieces) - 1 and len(toks) > 1:
-            # the last piece carries the modifiers; an operand itself never contains a space
-            first, extra = toks[0], toks[1:]
-            # `s_nop 0` style immediates and modifier-only instructions
-            try:
-                operands.append(parse_operand(first))
-            except ValueError:
-                extra = toks
-            for tok in extra:
-                _parse_modifier(tok, mods)
-        elif toks:
-            try:
-                operands.append(parse_operand(piece))
-            except ValueError:
-                if i == len(pieces) - 1:  # e.g. `ds_read_b32 v1, v2 offset:4` never lands here; modifiers only
-                    for tok in toks:
-                        _parse_modifier(tok, mods)
-                else:
-                    raise
+        try:
+            operands.append(parse_operand(toks[0]))
+            toks = toks[1:]
+        except ValueError:
+            pass
+        for tok in toks:
+            _parse_modifier(tok, mods)
     return mnemonic, operands, mods, rest
 
 
@@ -275,7 +267,3 @@ def signed32(bits: int) -> int:
     bits &= 0xFFFFFFFF
     return bits - (1 << 32) if bits & 0x80000000 else bits
 
-
-def check_no_unparsed(instr: Instr):
-    if instr.mnemonic == "<unparsed>":
-        raise EmulatorError(instr.mods.get("error", "unparsed instruction"))

@@ -20,12 +20,13 @@ so splitting and merging groups never loses or invents a wave's outstanding work
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
 from ...errors import EmulatorError, HazardError, RaceError
-from .decode import EXEC_HI, EXEC_LO
+from .decode import EXEC_HI, EXEC_LO, M0
 from .state import Fault, GlobalMemory, Lds, M32
 from .stats import LaunchStats
 
@@ -88,6 +89,7 @@ class Group:
         self.valu_recs = []  # [t_end, written vgpr set, pc, waves]
         self._exec = None
         self.masks = {}  # SGPR pair slot -> bool [n, 64] lane mask last written by a VALU op
+        self.m0_t = -(1 << 30)  # wait-state count when M0 was last written (LDS DMA reads M0)
 
     # ---- vector registers -------------------------------------------------------------------
     def rv(self, r):
@@ -145,6 +147,8 @@ class Group:
             self.m.sgpr[slot].index_copy_(0, self.sel, val.expand(self.n).contiguous())
         if slot >= EXEC_LO:
             self._exec = None
+        elif slot == M0:
+            self.m0_t = self.t
         if self.masks:
             self.masks.pop(slot & ~1, None)
 
@@ -248,6 +252,8 @@ class Machine:
         self.stats = LaunchStats(kernel=prog.name, arch=self.arch.name, grid=tuple(grid), block=tuple(block))
         self.counts = [0] * len(prog.handlers)
         self.seq = 0
+        # a kernel that never ends (a loop whose exit condition never holds) stops with an error instead
+        self.steps_left = int(os.environ.get("TILEGCN_EMULATOR_MAX_STEPS", 5_000_000))
         hz = self.arch.mfma_hazards
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
@@ -360,6 +366,10 @@ class Machine:
                 h = handlers[pc]
                 g.pc = pc + 1
                 self.current_pc = pc
+                self.steps_left -= 1
+                if self.steps_left < 0:
+                    raise Fault("the launch exceeded $TILEGCN_EMULATOR_MAX_STEPS instruction steps (one step runs "
+                                "an instruction for a group of waves); does a loop never exit?", 0)
                 if check:
                     if g.pend_v and not g.pend_v.keys().isdisjoint(h.vrw):
                         self._register_hazard(g, h, vector=True)
@@ -569,7 +579,7 @@ class Machine:
         s.vmq = [x for x in (e.restricted(ws) for e in g.vmq) if x is not None]
         s.lgkmq = [x for x in (e.restricted(ws) for e in g.lgkmq) if x is not None]
         _rebuild_pending(s)
-        s.t = g.t
+        s.t, s.m0_t = g.t, g.m0_t
         s.mfma_recs = [r[:5] + [w] for r in g.mfma_recs for w in [_narrow(r[5], g.waveset, ws)] if w is not False]
         s.valu_recs = [r[:3] + [w] for r in g.valu_recs for w in [_narrow(r[3], g.waveset, ws)] if w is not False]
         return s
@@ -578,6 +588,7 @@ class Machine:
         waves = sorted(w for g in groups for w in g.waves)
         m = Group(self, waves, groups[0].pc)
         m.t = max(g.t for g in groups)
+        m.m0_t = max(g.m0_t + m.t - g.t for g in groups)
         for g in groups:
             shift = m.t - g.t
             m.vmq += g.vmq

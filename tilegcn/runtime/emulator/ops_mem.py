@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .decode import M0, Const, Off, Reg
+from .decode import M0, Const, Off
 from .program import BindError, Handler, u32
 from .state import Fault, M32, first_true
 from .stats import bank_conflicts
@@ -286,6 +286,11 @@ def _dma_run(ins, addresses, nbytes, inst_offset):
         m = g.m
         lds = m.lds
         dev = m.device
+        need = m.arch.m0_write_to_lds_dma_nops + 1
+        since = g.t - 1 - g.m0_t  # wait states between the last M0 write and this instruction
+        if m.check and since < need:
+            raise Fault(f"reads M0 {since} wait states after it was written; {m.arch.name} needs {need} between a "
+                        f"write of M0 and an LDS DMA (s_nop {need - 1})", 0, None, "HazardError")
         addr, ok = addresses(g)
         ex, act = _element_masks(g, ok)
         elem = 4 if nbytes >= 4 else nbytes

@@ -9,7 +9,6 @@ import torch
 
 from .decode import EXEC_LO, VCC_LO, Const, Reg
 from .program import BindError, Handler
-from .state import Fault
 
 M32 = 0xFFFFFFFF
 M64 = (1 << 64) - 1
@@ -42,10 +41,6 @@ class ScalarBinder:
                 return lambda g: g.rs(s) | (g.rs(s + 1) << 32)
             return lambda g: g.rs(s)
         raise BindError(f"scalar source {getattr(op, 'text', op)!r} not supported")
-
-
-def _b32(fn):
-    return fn
 
 
 SOP2_32 = {  # name: (fn(a, b) -> result (unsigned, may exceed 32 bits before masking), scc rule)
@@ -123,10 +118,6 @@ CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: 
 def _lowest_bit(a):
     low = a & (-a)
     return torch.log2(low.clamp(min=1).double()).round().to(torch.int64)
-
-
-def _m32(x):
-    return x & M32
 
 
 def build_scalar(ins, b, index):

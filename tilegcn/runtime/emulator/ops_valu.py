@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .decode import VCC_LO, EXEC_LO, Const, Reg
+from .decode import EXEC_LO, Const, Reg
 from .fpmath import (f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
 from .program import INT_MIN, Binder, BindError, Handler, as_bits, as_f32, u32
-from .state import Fault
 
 M32 = 0xFFFFFFFF
 
@@ -750,6 +749,3 @@ def _accvgpr(ins, b, index):
         g.wv(dst, src(g))
     return Handler(ins, index, run, "valu", b)
 
-
-def f32_fault(msg):
-    raise Fault(msg)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import EmulatorError
-from .decode import M0, SPECIAL_SGPRS, Const, Off, Reg, Special, f32_of_bits, signed32
+from .decode import SPECIAL_SGPRS, Const, Reg, Special, signed32
 from .state import Fault
 
 INT_MIN = -(1 << 31)
@@ -249,5 +248,3 @@ def fault_handler(ins, index, message, kind="EmulatorError"):
     return Handler(ins, index, run, "other")
 
 
-__all__ = ["Binder", "BindError", "Ctx", "Handler", "as_f32", "as_bits", "u32", "fault_handler", "INT_MIN",
-           "f32_of_bits", "Off", "M0"]
