@@ -58,3 +58,31 @@ def test_assembler_error_quotes_the_offending_line():
     msg = str(err.value)
     assert "line 4" in msg and "v_bogus_op v1, v2" in msg
     assert "s_mov_b32" not in msg  # only the offending line, not the whole listing
+
+
+def test_llvm_probe_is_remembered_on_disk_and_redone_for_a_new_binary(tmp_path, monkeypatch):
+    import os
+    import shutil
+    import subprocess
+
+    from tilegcn import toolchain
+
+    monkeypatch.setenv("TILEGCN_CACHE_DIR", str(tmp_path / "cache"))
+    real_mc = toolchain.find_llvm("gfx942").mc
+    mc = tmp_path / "llvm-mc"
+    shutil.copy2(real_mc if os.path.isabs(real_mc) else shutil.which(real_mc), mc)
+    runs = []
+    real_run = subprocess.run
+
+    def counting_run(cmd, *a, **k):
+        runs.append(cmd)
+        return real_run(cmd, *a, **k)
+
+    monkeypatch.setattr(toolchain.subprocess, "run", counting_run)
+    probe = toolchain._probe.__wrapped__  # bypass the in-process memo: a new process
+    first = probe(str(mc))
+    assert first[1] and runs  # the copy runs and has the AMDGPU target
+    runs.clear()
+    assert probe(str(mc)) == first and not runs  # answered from disk
+    os.utime(mc, ns=(0, 0))  # "a new LLVM installed at the same path"
+    assert probe(str(mc)) == first and runs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 
 from .amdgcn.arch import get_arch
-from .errors import ToolchainError
+from .errors import TilegcnError, ToolchainError
 
 INSTALL_HINT = (
     "install LLVM with the AMDGPU target: on Debian/Ubuntu `apt-get update && apt-get install -y "
@@ -58,15 +59,61 @@ def _candidates():
         yield tuple(os.path.join(d, t) for t in ("llvm-mc", "ld.lld", "llvm-objdump"))
 
 
+def _probe_memo_path() -> str:
+    from .cache import cache_dir
+
+    return os.path.join(str(cache_dir(create=True)), "llvm-probe.json")
+
+
+def _probe_key(mc: str) -> str:
+    st = os.stat(mc)
+    return f"{os.path.realpath(mc)}:{st.st_size}:{st.st_mtime_ns}"
+
+
 @functools.lru_cache(maxsize=None)
 def _probe(mc: str):
-    """(version, has_amdgpu) of one llvm-mc, or None when it does not run."""
+    """(version, has_amdgpu) of one llvm-mc, or None when it does not run.
+
+    Starting llvm-mc costs ~20 ms, most of a cache hit in a new process, so answers are remembered on
+    disk keyed by the binary's path, size and mtime (a new LLVM at the same path is probed again)."""
+    try:
+        key, memo_path = _probe_key(mc), _probe_memo_path()
+    except (OSError, TilegcnError):
+        key = memo_path = None
+    if memo_path:
+        hit = _read_probe_memo(memo_path).get(key)
+        if hit:
+            return tuple(hit)
     try:
         out = subprocess.run([mc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"LLVM version (\d+\.\d+(?:\.\d+)?)", out)
-    return (m.group(1) if m else "0.0", "amdgcn" in out)
+    result = (m.group(1) if m else "0.0", "amdgcn" in out)
+    if memo_path:
+        _remember_probe(memo_path, key, result)
+    return result
+
+
+def _read_probe_memo(memo_path: str) -> dict:
+    try:
+        with open(memo_path) as f:
+            memo = json.load(f)
+        return memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _remember_probe(memo_path: str, key: str, result):
+    memo = _read_probe_memo(memo_path)
+    memo[key] = list(result)
+    tmp = f"{memo_path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(memo, f)
+        os.replace(tmp, memo_path)  # atomic: readers see the old or the new file
+    except OSError:
+        pass
 
 
 @functools.lru_cache(maxsize=None)

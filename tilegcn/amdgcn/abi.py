@@ -21,7 +21,6 @@ WORKGROUP_IDS = (Reg("s", 2), Reg("s", 3), Reg("s", 4))
 WORKITEM_ID = Reg("v", 0)
 FIRST_FREE_SGPR = 5
 FIRST_FREE_VGPR = 1
-RAW_BUFFER_WORD3 = 0x00020000  # DATA_FORMAT 32, raw buffer (gfx9/gfx942/gfx950)
 OUT_OF_RANGE_OFFSET = 0x80000000  # a voffset no buffer reaches: masked lanes load 0, their stores drop
 
 
@@ -119,6 +118,6 @@ class KernelAbi:
             emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
             emit("s_sub_u32", srd[2], nbytes, off, comment="NUM_RECORDS left past the tile origin")
             emit("s_cselect_b32", srd[2], 0, srd[2], comment="origin past the end: nothing in range")
-        emit("s_mov_b32", srd[3], RAW_BUFFER_WORD3)
+        emit("s_mov_b32", srd[3], b.arch.raw_buffer_word3)
         b.cse_put(key[0], key[1], srd, frame)
         return srd

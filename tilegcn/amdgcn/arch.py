@@ -83,6 +83,8 @@ class Arch:
     max_vmcnt: int
     max_lgkmcnt: int
     m0_write_to_lds_dma_nops: int  # SALU write of M0 directly before an LDS DMA needs s_nop N
+    max_nop: int  # s_nop takes 0..max_nop (max_nop + 1 wait states)
+    raw_buffer_word3: int  # V# word 3 of a raw buffer (DATA_FORMAT 32, no swizzle)
     num_xcds: int
     cus_per_xcd: int
     has_cvt_pk_bf16_f32: bool  # v_cvt_pk_bf16_f32 (round to nearest even) exists
@@ -133,6 +135,8 @@ _COMMON = dict(
     max_vmcnt=63,
     max_lgkmcnt=15,
     m0_write_to_lds_dma_nops=0,
+    max_nop=7,
+    raw_buffer_word3=0x00020000,
     num_xcds=8,
 )
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from . import isa
 from .isa import Inst
 
-_MAX_NOP = 7  # s_nop takes 0..7 on gfx9 (1..8 wait states)
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 
 
@@ -70,7 +69,7 @@ def insert_hazard_nops(insts: list, arch) -> list:
     for inst in insts:
         need = _required(inst, mfmas, valu_writes, arch)
         while need > 0:
-            n = min(need, _MAX_NOP + 1)
+            n = min(need, arch.max_nop + 1)
             out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
             advance(n)
             need -= n
