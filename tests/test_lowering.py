@@ -146,3 +146,18 @@ def test_elementwise_outside_parallel_is_an_error():
             f[0] = 1.0
     with pytest.raises(CompileError, match="outside T.Parallel"):
         T.trace(k, [spec((64,))], {}, "gfx942")
+
+
+def annotated(A: T.Tensor(("M", "K"), "bfloat16"), B: T.Tensor(("K", "N"), "bfloat16")):
+    with T.Kernel(1, threads=64):
+        pass
+
+
+def test_annotations_catch_mismatched_shapes_and_wrong_dtype():
+    from tilegcn.errors import ArgumentError
+
+    T.trace(annotated, [spec((64, 32)), spec((32, 16))], {}, "gfx942")
+    with pytest.raises(ArgumentError, match=r"mismatched shapes: B.shape\[0\] = 48 but K = 32 from argument A"):
+        T.trace(annotated, [spec((64, 32)), spec((48, 16))], {}, "gfx942")
+    with pytest.raises(ArgumentError, match="B has dtype float16, the kernel declares bfloat16"):
+        T.trace(annotated, [spec((64, 32)), spec((32, 16), torch.float16)], {}, "gfx942")
