@@ -144,15 +144,21 @@ def _check_mods(ins, allowed):
         raise BindError(f"modifier(s) {', '.join(bad)} not supported on {ins.base}")
 
 
+def _memory_format(ins, family: str):
+    """(is_load, bytes per lane, kind) of a `<family>_load_<fmt>` / `<family>_store_<fmt>` instruction."""
+    is_load = ins.base.startswith(f"{family}_load_")
+    fmt = ins.base[len(f"{family}_load_" if is_load else f"{family}_store_"):]
+    table = LOADS if is_load else STORES
+    if fmt not in table:
+        raise BindError(f"unknown {family} format {fmt!r}")
+    nbytes, kind = table[fmt]
+    return is_load, nbytes, kind
+
+
 def _buffer(ins, b, index):
     ctx = b.ctx
     ops = list(ins.operands)
-    is_load = ins.base.startswith("buffer_load_")
-    fmt = ins.base[len("buffer_load_" if is_load else "buffer_store_"):]
-    table = LOADS if is_load else STORES
-    if fmt not in table:
-        raise BindError(f"unknown buffer format {fmt!r}")
-    nbytes, kind = table[fmt]
+    is_load, nbytes, kind = _memory_format(ins, "buffer")
     _check_mods(ins, _CACHE_OK)
     offen, idxen, lds = bool(ins.mods.get("offen")), bool(ins.mods.get("idxen")), bool(ins.mods.get("lds"))
     inst_offset = int(ins.mods.get("offset", 0))
@@ -339,12 +345,7 @@ _MINUS16 = -torch.ones(1, dtype=torch.int16)
 
 def _global(ins, b, index):
     ops = list(ins.operands)
-    is_load = ins.base.startswith("global_load_")
-    fmt = ins.base[len("global_load_" if is_load else "global_store_"):]
-    table = LOADS if is_load else STORES
-    if fmt not in table:
-        raise BindError(f"unknown global format {fmt!r}")
-    nbytes, kind = table[fmt]
+    is_load, nbytes, kind = _memory_format(ins, "global")
     _check_mods(ins, ("offset",))
     offset = int(ins.mods.get("offset", 0))
     nreg = nregs_of(nbytes, kind)
