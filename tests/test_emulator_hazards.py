@@ -219,16 +219,20 @@ def test_reading_mfma_result_needs_the_arch_wait_states(arch):
 def test_back_to_back_accumulation_is_free_but_partial_overlap_is_not():
     launch(mfma_kernel(f"{MFMA}\n{MFMA}\n{MFMA}"))  # srcC = previous vdst exactly: 0 wait states
     overlap = "v_mfma_f32_16x16x16_bf16 a[2:5], v[2:3], v[4:5], a[2:5]"
-    with pytest.raises(HazardError, match=r"srcC \(partially overlapping\).*needs 4"):
+    need = get_arch("gfx942").mfma_hazards.vdst_to_srcc_overlap[4]  # checked against llc in test_hazards_llvm
+    with pytest.raises(HazardError, match=rf"srcC \(partially overlapping\).*needs {need}"):
         launch(mfma_kernel(f"{MFMA}\n{overlap}"))
-    launch(mfma_kernel(f"{MFMA}\ns_nop 3\n{overlap}"))
+    launch(mfma_kernel(f"{MFMA}\ns_nop {need - 1}\n{overlap}"))
 
 
 def test_valu_write_then_mfma_source_needs_a_wait_state():
     body = f"v_mov_b32 v4, 0x3f803f80\n{MFMA}"
     with pytest.raises(HazardError, match="reads as MFMA source a register `v_mov_b32_e32 v4"):
         launch(mfma_kernel(body))
-    launch(mfma_kernel(f"v_mov_b32 v4, 0x3f803f80\ns_nop 0\n{MFMA}"))
+    need = get_arch("gfx942").mfma_hazards.valu_write_to_mfma_src
+    with pytest.raises(HazardError, match="reads as MFMA source"):
+        launch(mfma_kernel(f"v_mov_b32 v4, 0x3f803f80\ns_nop {need - 2}\n{MFMA}"))
+    launch(mfma_kernel(f"v_mov_b32 v4, 0x3f803f80\ns_nop {need - 1}\n{MFMA}"))
 
 
 # ---- bounds and unknown instructions ------------------------------------------------------------------------

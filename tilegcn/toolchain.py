@@ -38,6 +38,13 @@ class LLVM:
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
+    def tool(self, name: str) -> str | None:
+        """Another tool of the same LLVM (`llc`, `llvm-mca`, ...) beside llvm-mc, with its version suffix
+        (llvm-mc-22 -> llc-22), or None when that LLVM lacks it. Used by tests and benchmarks as oracles."""
+        folder, base = os.path.split(self.mc)
+        path = os.path.join(folder, name + base[len("llvm-mc"):])
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
 
 def _candidates():
     """(llvm-mc, ld.lld, llvm-objdump) path triples in search order."""

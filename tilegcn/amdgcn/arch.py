@@ -146,10 +146,12 @@ GFX942 = Arch(
     min_llvm_major=17,
     lds_bytes=65536,
     mfma_shapes=_CDNA3_MFMA,
+    # LLVM GCNHazardRecognizer (checked by tests/test_hazards_llvm.py against llc): XDL NumPasses + 3 to a read,
+    # NumPasses + 1 to a partially overlapping srcC, 2 after a VALU write
     mfma_hazards=MfmaHazards(
-        vdst_to_read={4: 6, 8: 10},
-        vdst_to_srcc_overlap={4: 4, 8: 8},
-        valu_write_to_mfma_src=1,
+        vdst_to_read={4: 7, 8: 11},
+        vdst_to_srcc_overlap={4: 5, 8: 9},
+        valu_write_to_mfma_src=2,
     ),
     lds_dma_bytes=(1, 2, 4),
     cus_per_xcd=38,
@@ -165,10 +167,11 @@ GFX950 = Arch(
     min_llvm_major=20,
     lds_bytes=163840,
     mfma_shapes=_CDNA4_MFMA,
+    # gfx950 adds one wait state to both MFMA-result rows (LLVM: NumPasses + 3 + (NumPasses != 2 && gfx950))
     mfma_hazards=MfmaHazards(
-        vdst_to_read={4: 7, 8: 11},
-        vdst_to_srcc_overlap={4: 5, 8: 9},
-        valu_write_to_mfma_src=1,
+        vdst_to_read={4: 8, 8: 12},
+        vdst_to_srcc_overlap={4: 6, 8: 10},
+        valu_write_to_mfma_src=2,
     ),
     lds_dma_bytes=(1, 2, 4, 12, 16),
     cus_per_xcd=32,

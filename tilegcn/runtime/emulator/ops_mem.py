@@ -467,7 +467,9 @@ def _ds(ins, b, index):
                                 "HazardError")
         payload = None
         if not is_read:
-            payload = [g.rvs(r, nreg_each).permute(1, 2, 0).contiguous() if kind == "dw"
+            # the data is read now, at issue: the register may be reused before the write retires
+            # (a view of the register file would store whatever it holds at retirement)
+            payload = [g.rvs(r, nreg_each).permute(1, 2, 0).clone() if kind == "dw"
                        else store_bytes_of(g.rvs(r, nreg_each), kind, size) for r in regs]
         rows = g.sel
         waves = g.waves
