@@ -169,8 +169,12 @@ class _SelectArgs:
 
 # -- compiled kernels ---------------------------------------------------------------------------------------
 class CompiledKernel:
-    """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco_path`, `.metadata` (meta.json), `.name`,
-    `.key` (cache key), `.arch`, `.grid`, `.block`; call it with arguments of the same specialisation."""
+    """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco` (bytes), `.metadata` (meta.json), `.name`,
+    `.key` (cache key), `.arch`, `.grid`, `.block`, `.hsaco_path`/`.cache_path` (where the entry was);
+    call it with arguments of the same specialisation.
+
+    It keeps the bytes of its verified cache entry in memory: it launches exactly the code object that
+    was verified, and keeps working after `python -m tilegcn cache clear` removed the entry."""
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict):
         self.fn = fn
@@ -182,22 +186,13 @@ class CompiledKernel:
         self.block = tuple(entry.meta["block"])
         self.hsaco_path = str(entry.hsaco_path)
         self.cache_path = str(entry.path)
+        self.ir = entry.data["kernel.ir"].decode()
+        self.asm = entry.data["kernel.s"].decode()
+        self.hsaco = entry.data["kernel.hsaco"]
         self.signature = signature
         self.constants = constants
         self.timings = timings  # seconds spent in this process: trace, key, lower, assemble, cache, total
         self._launchers = {}
-
-    @functools.cached_property
-    def ir(self) -> str:
-        return Path(self.cache_path, "kernel.ir").read_text()
-
-    @functools.cached_property
-    def asm(self) -> str:
-        return Path(self.cache_path, "kernel.s").read_text()
-
-    @functools.cached_property
-    def hsaco(self) -> bytes:
-        return Path(self.hsaco_path).read_bytes()
 
     def _launcher(self) -> _Launcher:
         """The launcher for the device selected now (module loaded once per device)."""
@@ -427,7 +422,7 @@ class JITFunction:
             )
             return meta
 
-        entry, built = Cache().get_or_build(key, build)
+        entry, built = Cache().get_or_build(key, build, verify=functools.partial(_entry_problem, ir, kernel, arch))
         if not built:
             self.cache_stats.disk_hits += 1
         t3 = time.perf_counter()
@@ -436,6 +431,24 @@ class JITFunction:
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
+
+
+def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
+    """Why a (hash-verified) cache entry does not fit the traced kernel, or None. The entry must hold the
+    very IR its key was made from, and the launch fields of meta.json (kernel name, grid, block, argument
+    order) must be the traced kernel's: a meta.json rewritten together with its digest is still caught."""
+    meta = entry.meta
+    if entry.data["kernel.ir"] != ir.encode():
+        return "kernel.ir is not the IR this key was made from"
+    expected = {"name": kernel.name, "arch": arch, "grid": list(kernel.grid), "block": list(kernel.block)}
+    for name, value in expected.items():
+        if meta.get(name) != value:
+            return f"meta.json says {name}={meta.get(name)!r}, the traced kernel has {value!r}"
+    args = meta.get("args")
+    names = [a.get("name") if isinstance(a, dict) else None for a in args] if isinstance(args, list) else None
+    if names != [p.name for p in kernel.params]:
+        return f"meta.json's args {names} are not the kernel's parameters {[p.name for p in kernel.params]}"
+    return None
 
 
 def _jsonable(v):
