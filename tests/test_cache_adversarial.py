@@ -181,6 +181,7 @@ def _plant_user_files(root):
 def test_clear_removes_only_what_tilegcn_wrote_and_says_what_it_kept(cache_dir, subprocess_env):
     Cache().get_or_build(KEY, writer())
     (cache_dir / C.PROBE_MEMO).write_text("{}")
+    (cache_dir / "tune").mkdir()  # autotuning results: another command's to clear
     stale_tmp = cache_dir / KEY[:2] / f".{KEY}.tmp-abc123"  # left by a killed build
     stale_tmp.mkdir()
     user_files = _plant_user_files(cache_dir)
@@ -194,7 +195,7 @@ def test_clear_removes_only_what_tilegcn_wrote_and_says_what_it_kept(cache_dir, 
     assert "and 3 other tilegcn files" in out.stdout  # the lock, the temp dir, the probe memo
     for kept in ("ab/notes.txt", "zz", "my-project", "README", "victim"):
         assert f"kept {cache_dir / kept}: not written by tilegcn" in out.stdout, out.stdout
-    assert "thesis.tex" in out.stdout and "symbolic link" in out.stdout
+    assert "thesis.tex" in out.stdout and "symbolic link" in out.stdout and "tune clear" in out.stdout
     assert [e.problem for e in Cache().entries()] == ["meta.json is missing"]  # the look-alike, kept
 
 
@@ -269,6 +270,71 @@ def test_bad_lock_timeout_setting_is_named(monkeypatch):
     monkeypatch.setenv(C.ENV_LOCK_TIMEOUT, "soon")
     with pytest.raises(CacheError, match=f"{C.ENV_LOCK_TIMEOUT}='soon'"):
         Cache()
+
+
+def test_a_lock_won_on_a_file_cache_clear_just_unlinked_is_not_taken_as_held(tmp_path, monkeypatch):
+    """clear unlinks a lock file while holding it; a waiter that opened the old file before and wins its
+    flock afterwards holds nothing: it must try again on the new file (held here by another builder)."""
+    from filelock import FileLock, Timeout
+
+    path = tmp_path / ".k.lock"
+    lock = FileLock(str(path))
+    real_acquire = lock.acquire
+    other_holds, other_may_go = threading.Event(), threading.Event()
+
+    def other_builder():
+        with FileLock(str(path)):
+            other_holds.set()
+            other_may_go.wait(30)
+
+    def acquire_then_lose_the_file(*args, **kwargs):
+        result = real_acquire(*args, **kwargs)
+        if not other_holds.is_set():  # the first time: clear swaps the file, another builder takes it
+            path.unlink()
+            threading.Thread(target=other_builder, daemon=True).start()
+            other_holds.wait(30)
+        return result
+
+    monkeypatch.setattr(lock, "acquire", acquire_then_lose_the_file)
+    with pytest.raises(Timeout):
+        C._acquire_current(lock, path, 0.3)
+    assert not lock.is_locked
+    other_may_go.set()
+    C._acquire_current(lock, path, 10)  # the current file, once the other builder is done
+    assert lock.is_locked
+    lock.release()
+
+
+RACER = textwrap.dedent("""
+    import sys, warnings
+    from tilegcn.cache import Cache
+    warnings.simplefilter("ignore")  # "rebuilding" warnings are expected while entries vanish
+    def build(tmp):
+        (tmp / "kernel.ir").write_text("kernel k\\n")
+        (tmp / "kernel.s").write_bytes(b"s_endpgm\\n")
+        (tmp / "kernel.hsaco").write_bytes(b"\\x7fELF-bytes")
+        return {"name": "k"}
+    builds = 0
+    for _ in range(int(sys.argv[2])):
+        entry, built = Cache().get_or_build(sys.argv[1], build)
+        assert entry.data["kernel.hsaco"] == b"\\x7fELF-bytes" and entry.meta["name"] == "k", entry
+        builds += built
+    print(builds)
+""")
+
+
+def test_builders_and_loaders_racing_cache_clear_always_get_a_sound_entry(subprocess_env, cache_dir):
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, KEY, "60"], env=subprocess_env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    clears = removed = 0
+    while any(p.poll() is None for p in racers):
+        report = Cache().clear()
+        clears, removed = clears + 1, removed + len(report.removed)
+        assert all(why.startswith("in use") for _, why in report.left), report.left
+        time.sleep(0.02)
+    outs = [p.communicate(timeout=60) for p in racers]
+    assert all(p.returncode == 0 for p in racers), "\n".join(o[1][-3000:] for o in outs)
+    assert removed > 0 and sum(int(o[0]) for o in outs) >= removed  # entries were cleared and rebuilt
 
 
 # -- the CLI on damaged entries -----------------------------------------------------------------------------

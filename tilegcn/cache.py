@@ -50,6 +50,8 @@ LOCK_NOTICE_S = 5.0  # a waiter says who it waits for after this long, then keep
 FILES = ("kernel.ir", "kernel.s", "kernel.hsaco", "meta.json")
 DIGEST_FIELDS = {"kernel.ir": "ir_sha256", "kernel.s": "asm_sha256", "kernel.hsaco": "hsaco_sha256"}
 PROBE_MEMO = "llvm-probe.json"  # toolchain.py's memo of LLVM probes, kept in the root
+# other tilegcn data in the root that `clear` leaves to its own command
+OTHER_OWNERS = {"tune": "autotuning results: `python -m tilegcn tune clear` removes them"}
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _TMP_MARK = ".tmp-"
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -274,6 +276,8 @@ class Cache:
                 self._clear_shard(item, report)
             elif item.name == PROBE_MEMO or _PROBE_TMP.fullmatch(item.name):
                 _remove(item, report, report.removed_other)
+            elif item.name in OTHER_OWNERS:
+                report.left.append((item, OTHER_OWNERS[item.name]))
             else:
                 report.left.append((item, "not written by tilegcn"))
         return report
@@ -299,7 +303,7 @@ class Cache:
         lock = FileLock(str(lock_path))
         lock_was_there = lock_path.exists()  # taking the lock makes the file: count only one we found
         try:
-            lock.acquire(timeout=0)
+            _acquire_current(lock, lock_path, 0)
         except Timeout:
             why = f"in use: {_describe_holder(shard / f'.{key}.holder')}"
             report.left.extend((p, why) for p in items)
@@ -345,7 +349,7 @@ class Cache:
             return entry, False
         shard = self.root / key[:2]
         with _writing(shard / key):
-            os.makedirs(shard, mode=0o700, exist_ok=True)
+            _make_shard(shard)
         with self._key_lock(shard, key):
             entry, problem = self._check(key, verify)  # someone else may have built it meanwhile
             if entry is not None:
@@ -363,14 +367,14 @@ class Cache:
         notice = min(LOCK_NOTICE_S, self.lock_timeout)
         with _writing(lock_path):
             try:
-                lock.acquire(timeout=notice)
+                _acquire_current(lock, lock_path, notice)
             except Timeout:
                 if self.lock_timeout > notice:
                     warnings.warn(f"tilegcn: waiting for the cache lock {lock_path}, "
                                   f"{_describe_holder(holder)} (giving up after {self.lock_timeout:g} s; "
                                   f"{ENV_LOCK_TIMEOUT} sets that)", CacheWarning, stacklevel=5)
                 try:
-                    lock.acquire(timeout=self.lock_timeout - notice)
+                    _acquire_current(lock, lock_path, self.lock_timeout - notice)
                 except Timeout:
                     raise CacheError(
                         f"tilegcn: gave up after {self.lock_timeout:g} s waiting for the cache lock {lock_path}, "
@@ -408,7 +412,7 @@ class Cache:
                     trash = Path(tempfile.mkdtemp(prefix=f".{key}{_TMP_MARK}bad-", dir=shard))
                     os.rename(final, trash / "old")
                     shutil.rmtree(trash, ignore_errors=True)
-                os.rename(tmp, final)
+                os.rename(tmp, final)  # never onto an entry: that one would be moved aside above
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -451,6 +455,42 @@ def _meta_problem(meta: dict, key: str) -> str | None:
     if meta.get("key") != key:
         return f"meta.json belongs to key {meta.get('key')!r}, not to this folder"
     return None
+
+
+def _acquire_current(lock: FileLock, path: Path, timeout: float) -> None:
+    """Acquire `lock` within `timeout` seconds (else filelock.Timeout), on the lock file that is at `path`
+    now: `cache clear` unlinks a lock file while holding it, so a waiter that then gets the lock of the
+    unlinked file must try again on the new one, or two processes would hold "the" lock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except FileNotFoundError:  # `cache clear` removed the emptied shard folder just now
+            _make_shard(path.parent)
+            continue
+        if _holds_file_at(lock, path):
+            return
+        lock.release()
+        if time.monotonic() > deadline:
+            raise Timeout(str(path))
+
+
+def _make_shard(shard: Path) -> None:
+    """Make a shard folder. `cache clear` may remove it again at any time it is empty: `_acquire_current`
+    remakes it until the lock file in it is held."""
+    with contextlib.suppress(FileExistsError):  # also raised when a clear removed it mid-makedirs
+        os.makedirs(shard, mode=0o700, exist_ok=True)
+
+
+def _holds_file_at(lock: FileLock, path: Path) -> bool:
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    if fd is None:  # a filelock without this attribute: assume the file is current
+        return True
+    try:
+        held, now = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _lock_timeout() -> float:
