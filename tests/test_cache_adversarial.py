@@ -52,6 +52,9 @@ def edit_meta(entry_path, change, keep_digest=False):
     path.write_text(json.dumps(meta))
 
 
+SMALL = dict(block_M=64, block_N=32, threads=64)  # one small workgroup: quick to compile and emulate
+
+
 def small_xy():
     x = torch.randn(40, 24)
     return x, torch.empty_like(x)
@@ -82,13 +85,13 @@ def test_an_edit_to_any_file_of_an_entry_is_detected_and_rebuilt(damage):
 def test_edited_meta_args_cannot_make_a_kernel_write_its_input():
     """The reported defect: swapping the argument names in meta.json made the kernel write into X."""
     x, y = small_xy()
-    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y)
+    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
     x_before = x.clone()
     for keep_digest in (False, True):  # a plain edit, and one that also rewrites the digest
         edit_meta(Path(k.cache_path), lambda m: m.update(args=m["args"][::-1]), keep_digest)
         f = tilegcn.jit(kernels.axpb_relu.fn)
         with pytest.warns(CacheWarning, match="meta_sha256" if not keep_digest else "args"):
-            f(x, y)
+            f(x, y, **SMALL)
         assert f.cache_stats.compiles == 1
         assert torch.equal(x, x_before)
         torch.testing.assert_close(y, relu_ref(x))
@@ -97,15 +100,15 @@ def test_edited_meta_args_cannot_make_a_kernel_write_its_input():
 def test_a_whole_entry_of_another_kernel_under_this_key_is_refused(cache_dir):
     """A self-consistent entry (digests recomputed) of a different kernel planted in this key's folder."""
     x, y = small_xy()
-    good = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y)
-    other = tilegcn.jit(kernels.copy2d.fn).compile(x, y)
+    good = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
+    other = tilegcn.jit(kernels.copy2d.fn).compile(x, y, **SMALL)
     target = Path(good.cache_path)
     for name in C.FILES:
         (target / name).write_bytes((Path(other.cache_path) / name).read_bytes())
     edit_meta(target, lambda m: m.update(key=good.key), keep_digest=True)
     f = tilegcn.jit(kernels.axpb_relu.fn)
     with pytest.warns(CacheWarning, match="kernel.ir is not the IR"):
-        f(x, y)
+        f(x, y, **SMALL)
     torch.testing.assert_close(y, relu_ref(x))  # relu(2x+1), not a copy
 
 
@@ -120,18 +123,18 @@ DAMAGED_META = {
 @pytest.mark.parametrize("damage", sorted(DAMAGED_META))
 def test_damaged_meta_json_through_jit_is_a_rebuild_not_a_key_error(damage):
     x, y = small_xy()
-    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y)
+    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
     edit_meta(Path(k.cache_path), DAMAGED_META[damage])
     f = tilegcn.jit(kernels.axpb_relu.fn)
     with pytest.warns(CacheWarning, match="meta.json"):
-        f(x, y)
+        f(x, y, **SMALL)
     assert f.cache_stats.compiles == 1
     torch.testing.assert_close(y, relu_ref(x))
 
 
 def test_launch_uses_the_verified_bytes_not_a_later_read_of_the_file():
     x, y = small_xy()
-    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y)
+    k = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
     with open(k.hsaco_path, "wb") as fh:  # replaced after verification, before the first launch
         fh.write(b"\x7fELF not the verified code object")
     k(x, y)
@@ -142,7 +145,7 @@ def test_launch_uses_the_verified_bytes_not_a_later_read_of_the_file():
 def test_compiled_kernels_keep_working_after_cache_clear(cache_dir):
     x, y = small_xy()
     f = tilegcn.jit(kernels.axpb_relu.fn)
-    k = f.compile(x, y)
+    k = f.compile(x, y, **SMALL)
     asm = k.asm
     assert Cache().clear().removed == [Path(k.cache_path)]
     assert not os.path.exists(k.hsaco_path)
@@ -150,13 +153,13 @@ def test_compiled_kernels_keep_working_after_cache_clear(cache_dir):
     torch.testing.assert_close(y, relu_ref(x))
     assert k.asm == asm and "axpb_relu" in k.asm
     y.zero_()
-    f(x, y)
+    f(x, y, **SMALL)
     torch.testing.assert_close(y, relu_ref(x))
     x2 = torch.randn(8, 16)  # a new specialisation after the clear compiles into the emptied cache
     y2 = torch.empty_like(x2)
-    f(x2, y2)
+    f(x2, y2, **SMALL)
     torch.testing.assert_close(y2, relu_ref(x2))
-    assert [e.key for e in Cache().entries()] == [f.compile(x2, y2).key]
+    assert [e.key for e in Cache().entries()] == [f.compile(x2, y2, **SMALL).key]
 
 
 def _plant_user_files(root):
