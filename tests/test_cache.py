@@ -176,7 +176,7 @@ def test_concurrent_processes_build_once(cache_dir, subprocess_env, tmp_path):
         print(entry.meta["hsaco_sha256"])
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code], env=subprocess_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+                              stderr=subprocess.PIPE, text=True) for _ in range(16)]
     outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert log.read_text() == "built\n"

@@ -340,6 +340,42 @@ def test_builders_and_loaders_racing_cache_clear_always_get_a_sound_entry(subpro
     assert removed > 0 and sum(int(o[0]) for o in outs) >= removed  # entries were cleared and rebuilt
 
 
+SLOW_BUILDER = textwrap.dedent("""
+    import sys, time
+    from tilegcn.cache import Cache
+    def build(tmp):
+        for name, data in (("kernel.ir", b"kernel k\\n"), ("kernel.s", b"s_endpgm\\n"),
+                           ("kernel.hsaco", b"\\x7fELF-bytes")):
+            (tmp / name).write_bytes(data)
+            time.sleep(0.01)
+        return {"name": "k"}
+    print("start", flush=True)
+    Cache().get_or_build(sys.argv[1], build)
+""")
+
+
+def test_kill_9_at_any_moment_never_leaves_an_entry_that_passes_for_sound(subprocess_env, cache_dir):
+    import random
+
+    rng = random.Random(11)
+    for trial in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_BUILDER, KEY], env=subprocess_env, text=True,
+                                stdout=subprocess.PIPE)
+        assert proc.stdout.readline() == "start\n"
+        time.sleep(rng.uniform(0.0, 0.06))  # before, during or after the build and the publish
+        proc.kill()
+        proc.wait(30)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry = Cache().load(KEY)
+        assert entry is None or entry.data["kernel.hsaco"] == b"\x7fELF-bytes"
+        assert all(e.problem is None for e in Cache().entries())
+        if entry is not None:
+            Cache().clear()
+    entry, _ = Cache(lock_timeout=10).get_or_build(KEY, writer())  # no lock left held by the dead
+    assert entry.data["kernel.hsaco"] == b"\x7fELF-bytes"
+
+
 # -- the CLI on damaged entries -----------------------------------------------------------------------------
 def _cli(args, env):
     return subprocess.run([sys.executable, "-m", "tilegcn", *args], capture_output=True, env=env, timeout=60)

@@ -23,6 +23,7 @@ later. A bad entry is rebuilt with a `CacheWarning`, never a crash.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -34,7 +35,6 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -150,7 +150,7 @@ def meta_digest(meta: dict) -> str:
     return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Entry:
     """A cache entry. From `load`/`get_or_build`/`find` it is verified and `data` holds the verified bytes
     of kernel.ir, kernel.s and kernel.hsaco; `entries()` also lists bad ones (`problem` says why)."""
@@ -158,7 +158,7 @@ class Entry:
     key: str
     path: Path
     meta: dict
-    data: dict = field(default_factory=dict, repr=False)
+    data: dict = dataclasses.field(default_factory=dict, repr=False)
     problem: str | None = None
 
     @property
@@ -178,15 +178,15 @@ class Entry:
         return self.path / "meta.json"
 
 
-@dataclass
+@dataclasses.dataclass
 class ClearReport:
     """What `Cache.clear` did: entries removed, other tilegcn files removed (locks, temp dirs, the LLVM
     probe memo), and what it left in place with the reason."""
 
     root: Path
-    removed: list = field(default_factory=list)
-    removed_other: list = field(default_factory=list)
-    left: list = field(default_factory=list)  # (path, why)
+    removed: list = dataclasses.field(default_factory=list)
+    removed_other: list = dataclasses.field(default_factory=list)
+    left: list = dataclasses.field(default_factory=list)  # (path, why)
 
 
 Verify = Callable[[Entry], "str | None"]
@@ -244,7 +244,7 @@ class Cache:
                 continue
             for path in _listdir(shard):
                 if _KEY.fullmatch(path.name) and path.name.startswith(shard.name) and _is_real_dir(path):
-                    out.append(_read_entry(path))
+                    out.append(dataclasses.replace(_read_entry(path), data={}))  # a listing keeps no bytes
         out.sort(key=lambda e: (-_created(e.meta), e.key))
         return out
 
