@@ -11,14 +11,13 @@ import textwrap
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import kernels
 import tilegcn
-from pathlib import Path
-
 from tilegcn import cache as C
 from tilegcn.cache import Cache, CacheWarning, make_key
 from tilegcn.errors import CacheError

@@ -326,11 +326,15 @@ class Cache:
         if foreign:
             report.left.append((path, f"holds files tilegcn does not write: {', '.join(foreign)}"))
             return
+        trash = None
         try:  # out of sight first, so that a half-done removal is never mistaken for an entry
             trash = Path(tempfile.mkdtemp(prefix=f".{path.name}{_TMP_MARK}clear-", dir=path.parent))
             os.rename(path, trash / "old")
             shutil.rmtree(trash)
         except OSError as e:
+            if trash is not None and path.exists():
+                with contextlib.suppress(OSError):
+                    trash.rmdir()
             report.left.append((path, f"cannot remove it ({e})"))
             return
         report.removed.append(path)
@@ -532,7 +536,7 @@ def _process_state(pid: int) -> str:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return "no longer running: the lock is held by a process it started"
+        return "no longer running: the record is stale, or a process it started holds the lock"
     except PermissionError:
         return "running, as another user"
     try:
