@@ -3,7 +3,6 @@ running process, stuck and killed lock holders (real subprocesses), damaged entr
 unsafe cache root. Each case is one a hostile tester found; each asserts what the user sees."""
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
