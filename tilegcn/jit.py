@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
+from .asm_override import override_file as asm_override_file
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
 from .cache import Cache, make_key
 from .errors import ArgumentError, UnsupportedArchError
@@ -223,6 +224,13 @@ class CompiledKernel:
             )
         launcher = self._launcher()
         return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
+
+    def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
+        """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
+        device on `args` (see tilegcn.asm_override)."""
+        from .asm_override import with_asm
+
+        return with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
 
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
@@ -432,7 +440,9 @@ class JITFunction:
             self.cache_stats.disk_hits += 1
         t3 = time.perf_counter()
         timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
-        return CompiledKernel(self, entry, signature, constants, arch, timings)
+        kernel = CompiledKernel(self, entry, signature, constants, arch, timings)
+        override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
+        return kernel if override is None else kernel.with_asm(override)
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
