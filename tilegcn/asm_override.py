@@ -107,9 +107,11 @@ def compare(generated, edited, args) -> AsmReport:
     """Run both kernels on copies of `args` on the emulated device and report (see AsmReport)."""
     import torch
 
+    from .autotune import _copies
+
     outputs, hazard = [], None
     for k in (generated, edited):
-        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        copies = _copies(args)
         try:
             _run_emulated(k, copies, check=True)
         except EmulatorError as e:
@@ -125,22 +127,25 @@ def compare(generated, edited, args) -> AsmReport:
             d[a.isnan() & b.isnan()] = 0.0
             diffs[name] = d.nan_to_num(float("inf")).max().item()
     return AsmReport(generated.name, edited.metadata.get("asm_override", "?"), diffs, hazard,
-                     (_estimate(generated), _estimate(edited)))
+                     (_estimate(generated, args), _estimate(edited, args)))
+
+
+def launch_args(kernel, args) -> list:
+    """The kernel's parameters picked from the function's positional arguments (by the metadata's names)."""
+    names = [a["name"] for a in kernel.metadata["args"]]
+    return [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
 
 
 def _run_emulated(kernel, args, check: bool):
     from .runtime.emulator import load
 
-    names = [a["name"] for a in kernel.metadata["args"]]
-    launch_args = [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
-    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, launch_args, check=check)
+    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, launch_args(kernel, args), check=check)
 
 
-def _estimate(kernel) -> str:
-    estimate = getattr(kernel, "estimate", None)
-    if estimate is None:
-        return "unavailable (this tilegcn has no timing model: CompiledKernel.estimate)"
+def _estimate(kernel, args) -> str:
+    from .autotune import _arch_device, _copies, estimate_kernel
+
     try:
-        return str(estimate())
+        return str(estimate_kernel(kernel, _copies(args), _arch_device(kernel.arch)))
     except TilegcnError as e:
         return f"unavailable ({e})"

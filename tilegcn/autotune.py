@@ -95,8 +95,29 @@ class Score:
     kind: str = ""  # "estimate" (the timing model), "measured", or a custom ranker's word
 
 
+def estimate_kernel(kernel, args, device: str):
+    """The timing model's estimate of one launch of `kernel` on `args` for `device` (it runs part of the kernel
+    on the emulated device: pass copies of tensors you care about). TuneError when there is no timing model."""
+    estimate = getattr(kernel, "estimate", None)
+    if estimate is not None:
+        params = inspect.signature(estimate).parameters
+        if any(p.kind == p.VAR_POSITIONAL for p in params.values()):
+            return estimate(*args, device=device)
+        return estimate(args=args, device=device) if "args" in params else estimate(device=device)
+    from .runtime.emulator import load
+
+    module = load(kernel.hsaco)
+    if not hasattr(module, "estimate"):
+        raise TuneError("tilegcn: this tilegcn has no timing model (CompiledKernel.estimate / "
+                        "emulator Module.estimate), so it cannot rank or estimate kernels on the emulated device; "
+                        "pass ranker= to rank otherwise")
+    from .asm_override import launch_args
+
+    return module.estimate(kernel.name, kernel.grid, kernel.block, launch_args(kernel, args), device=device)
+
+
 class EstimateRanker:
-    """The timing model's estimate for a device (e.g. "MI355X"): `kernel.estimate(device=...)`."""
+    """The timing model's estimate for a device (e.g. "MI355X")."""
 
     kind = "estimate"
 
@@ -105,15 +126,9 @@ class EstimateRanker:
         self.name = f"estimate:{device}"
 
     def __call__(self, kernel, args) -> Score:
-        estimate = getattr(kernel, "estimate", None)
-        if estimate is None:
-            raise TuneError(
-                "tilegcn.autotune: ranking on the emulated device needs the timing model "
-                "(CompiledKernel.estimate), which this tilegcn does not have; pass ranker= to rank otherwise"
-            )
-        e = estimate(device=self.device)
+        e = estimate_kernel(kernel, args, self.device)
         breakdown = getattr(e, "breakdown", None) or {}
-        limit = breakdown.get("limit") or breakdown.get("limiting") or breakdown.get("bound") or ""
+        limit = breakdown.get("limiting") or breakdown.get("limit") or ""
         return Score(float(e.seconds), getattr(e, "tflops", None), str(limit), "estimate")
 
 
@@ -282,6 +297,7 @@ class TuneReport:
     best: dict | None
     notes: list = dataclasses.field(default_factory=list)
     flops: float | None = None
+    phases: dict = dataclasses.field(default_factory=dict)  # seconds: check, compile, rank, verify
 
     def table(self) -> str:
         head = ("config", "time", "TFLOP/s", "limit", "status")
@@ -488,6 +504,8 @@ class Autotuner:
         extra = {k: v for k, v in kwargs.items() if k != "arch"}
         rows = [Row(dict(c)) for c in self.configs]
         progress = _Progress(len(rows), f"tune {self.name}", self.progress)
+        phases = {}
+        clock = time.perf_counter()
         try:
             for row in rows:  # 1. prune and the compiler's resource checks
                 why = self.space.prune_reason(row.config) if self.space else None
@@ -496,20 +514,27 @@ class Autotuner:
                     row.status, row.reason = "skipped", why
                     progress.update()
             live = [r for r in rows if r.status == "pending"]
+            phases["check"], clock = time.perf_counter() - clock, time.perf_counter()
             self._compile(live, args, extra, arch, progress)  # 2.
+            phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
             ranker = self._ranker(arch)
+            scratch = _copies(args)  # a ranker may run the kernel: keep the caller's tensors as they are
             for row in (r for r in live if r.status == "pending"):  # 3.
                 try:
-                    row.score = ranker(row.kernel, args)
+                    row.score = ranker(row.kernel, scratch)
                     row.status = "ok"
                 except Exception as e:  # a candidate that cannot run is recorded, not fatal
                     row.status, row.reason = "failed", _reason(e)
                 progress.update()
+            phases["rank"], clock = time.perf_counter() - clock, time.perf_counter()
         finally:
             progress.close()
         report = TuneReport(self.name, {k: _jsonable(v) for k, v in key}, arch, self._device_label(arch), rows,
-                            None, flops=self._flops(args))
+                            None, flops=self._flops(args), phases=phases)
         self._pick(report, args)  # 4.
+        phases["verify"] = time.perf_counter() - clock
+        report.notes.append("sweep: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+                            + f" ({self._workers(len(rows))} compile worker(s))")
         self.reports[key] = self.report = report
         if self.verbose:
             print(report.table(), file=sys.stderr)
@@ -520,9 +545,12 @@ class Autotuner:
     def _flops(self, args):
         return None if self.flops is None else self.flops(*args)
 
-    def _compile(self, rows, args, extra, arch, progress):
+    def _workers(self, n) -> int:
         workers = self.workers or int(os.environ.get(ENV_WORKERS, 0)) or os.cpu_count() or 1
-        workers = min(workers, len(rows))
+        return max(1, min(workers, n))
+
+    def _compile(self, rows, args, extra, arch, progress):
+        workers = self._workers(len(rows))
         where = _locate(self.fn)
         if workers > 1 and where is not None:
             signature, trace_args = self.fn._signature(args)
@@ -594,12 +622,15 @@ class Autotuner:
         """Best score first; with `verify`, the winner must agree with a reference config on these arguments
         (the function's defaults when they are a candidate, else the next best): one that does not is failed."""
         ranked = sorted((r for r in report.rows if r.status == "ok"), key=lambda r: r.score.seconds)
+        verify = self.verify(*args) if callable(self.verify) else self.verify
+        if ranked and not verify:
+            report.notes.append("not checked: verify is off for these arguments")
         for winner in ranked:
             others = [r for r in ranked if r is not winner and r.status == "ok"]
             defaults = {k: self.fn.defaults[k] for k in winner.config}
             reference = next((r for r in others if r.config == defaults), others[0] if others else None)
-            if not self.verify or reference is None:
-                if self.verify:
+            if not verify or reference is None:
+                if verify:
                     report.notes.append("not checked: no other config compiled to compare with")
                 winner.status, report.best = "best", winner.config
                 return
@@ -626,7 +657,7 @@ def _compare(kernel, reference, args):
 
     outs = []
     for k in (kernel, reference):
-        copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        copies = _copies(args)
         try:
             k(*copies)
         except TilegcnError as e:
@@ -639,6 +670,12 @@ def _compare(kernel, reference, args):
             if diff > bound:
                 return f"max |{name} - reference| = {diff:.4g} > {bound:.3g}"
     return None
+
+
+def _copies(args) -> list:
+    import torch
+
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def _rounding(dtype) -> float:
@@ -680,7 +717,8 @@ def autotune(configs, key=None, **options):
 
     Options: `device` ("MI300X"/"MI355X": the target the timing model ranks for, and its arch), `ranker`
     (kernel, args -> Score), `workers` (compile processes; default $TILEGCN_TUNE_WORKERS or the CPU count),
-    `verify` (check the winner against a reference config), `progress`, `verbose` (print the table),
+    `verify` (check the winner against a reference config; a bool or a function of the call's arguments),
+    `progress`, `verbose` (print the table),
     `flops` (args -> FLOPs, for TFLOP/s of measured times), `table` (a dispatch table to load)."""
     return lambda fn: Autotuner(fn, configs, key, **options)
 
