@@ -232,8 +232,36 @@ class CompiledKernel:
 
         return with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
 
+    def estimate(self, device=None, args=None, **options):
+        """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
+        default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
+        of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
+        from .amdgcn.arch import TIMING
+        from .runtime.emulator import load
+
+        if args is None:
+            args = [_placeholder(s) for s in self.signature]
+        module = load(self.hsaco, arch=self.arch)
+        names = [a["name"] for a in self.metadata["args"]]
+        if names and names != list(self.fn.arg_names):
+            args = [args[self.fn.arg_names.index(n)] for n in names]
+        return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+                               **options)
+
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
+
+
+def _placeholder(spec):
+    """A zero tensor matching one TensorSpec (1 for a scalar parameter)."""
+    import torch
+
+    from .ir.types import TensorSpec
+
+    if not isinstance(spec, TensorSpec):
+        return spec(1)
+    size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
+    return torch.zeros(size, dtype=spec.dtype.torch).as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:
