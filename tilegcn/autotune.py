@@ -191,21 +191,20 @@ def default_ranker(device: str | None):
 
 
 def _arch_device(arch) -> str:
-    """The product name of an arch (gfx942 -> MI300X), from the arch table's family."""
-    from .amdgcn.arch import DEFAULT_ARCH, get_arch
+    """The device the timing model ranks for by default: the arch's part (gfx942 -> MI300X)."""
+    from .amdgcn.arch import DEFAULT_ARCH, TIMING, get_arch
 
-    family = get_arch(arch or DEFAULT_ARCH).family
-    return family[family.index("(") + 1:family.index(")")]
+    return TIMING[get_arch(arch or DEFAULT_ARCH).name].device
 
 
 def _device_arch(device: str) -> str:
-    from .amdgcn.arch import ARCHES
+    from .amdgcn.arch import TIMING
 
-    for name, a in ARCHES.items():
-        if f"({device.upper()})" in a.family:
-            return name
-    known = ", ".join(_arch_device(a) for a in ARCHES)
-    raise ArgumentError(f"tilegcn.autotune: unknown device {device!r}; known: {known}")
+    for arch, t in TIMING.items():
+        if t.device.upper() == str(device).upper():
+            return arch
+    raise ArgumentError(f"tilegcn.autotune: unknown device {device!r}; known: "
+                        f"{', '.join(t.device for t in TIMING.values())}")
 
 
 # -- feasibility ------------------------------------------------------------------------------------------------
@@ -300,12 +299,14 @@ class TuneReport:
     phases: dict = dataclasses.field(default_factory=dict)  # seconds: check, compile, rank, verify
 
     def table(self) -> str:
-        head = ("config", "time", "TFLOP/s", "limit", "status")
+        kinds = {r.score.kind for r in self.rows if r.score is not None}
+        head = ("config", kinds.pop() if len(kinds) == 1 and "" not in kinds else "time", "TFLOP/s", "limit",
+                "status")
         lines = []
         for r in self.rows:
             cfg = " ".join(f"{k}={v}" for k, v in r.config.items())
             s = r.score
-            time_s = "" if s is None else f"{s.seconds * 1e6:.1f} us" + (f" ({s.kind})" if s.kind else "")
+            time_s = "" if s is None else f"{s.seconds * 1e6:.1f} us"
             tflops = s.tflops if s is not None and s.tflops is not None else (
                 self.flops / s.seconds * 1e-12 if s is not None and self.flops else None)
             status = r.status + (f": {r.reason}" if r.reason else "")
@@ -419,21 +420,22 @@ class Autotuner:
             raise ArgumentError(f"tilegcn.autotune({self.name}): key {unknown} names no argument and no named "
                                 f"size of a T.Tensor annotation; known: {sorted(known)}")
 
-    def key_of(self, args) -> tuple:
-        """((name, value), ...) of the key, then ("dtypes", (...)): what selects a tuned config."""
+    def key_of(self, args, arch=None) -> tuple:
+        """((name, value), ...) of the key, then ("dtypes", (...)) and ("arch", ...): what selects a config."""
         import torch
 
         tensors = [(n, a) for n, a in zip(self.fn.arg_names, args) if isinstance(a, torch.Tensor)]
-        dtypes = ("dtypes", tuple(str(a.dtype).replace("torch.", "") for _, a in tensors))
+        tail = (("dtypes", tuple(str(a.dtype).replace("torch.", "") for _, a in tensors)),
+                ("arch", self._arch({"arch": arch})))
         if self.key_names is None:
-            return tuple((f"{n}.shape", tuple(a.shape)) for n, a in tensors) + (dtypes,)
+            return tuple((f"{n}.shape", tuple(a.shape)) for n, a in tensors) + tail
         sizes = dict(zip(self.fn.arg_names, args))
         params = inspect.signature(self.fn.fn).parameters
         for n, a in tensors:
             for axis, d in enumerate(getattr(params[n].annotation, "shape", ())):
                 if isinstance(d, str) and axis < a.dim():
                     sizes.setdefault(d, a.shape[axis])
-        return tuple((k, sizes[k]) for k in self.key_names) + (dtypes,)
+        return tuple((k, sizes[k]) for k in self.key_names) + tail
 
     # -- calls --------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -449,7 +451,7 @@ class Autotuner:
     def tune(self, *args, **kwargs) -> dict:
         """The config for these arguments: remembered, from a dispatch table, from the disk cache, or a sweep
         (which compiles and ranks but does not launch the winner on these arguments' outputs)."""
-        key = self.key_of(args)
+        key = self.key_of(args, kwargs.get("arch"))
         config = self.results.get(key)
         if config is not None:
             return config
@@ -457,7 +459,7 @@ class Autotuner:
             config = self.results[key] = self._from_table(key)
             self.stats["table_hits"] += 1
             return config
-        arch = self._arch(kwargs)
+        arch = key[-1][1]
         disk = self._disk_path(key, arch)
         try:
             record = json.loads(disk.read_text())
@@ -519,9 +521,12 @@ class Autotuner:
             phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
             ranker = self._ranker(arch)
             scratch = _copies(args)  # a ranker may run the kernel: keep the caller's tensors as they are
+            seen = {}  # configs that compile to the same code object (e.g. a knob the compiler ignores) rank once
             for row in (r for r in live if r.status == "pending"):  # 3.
+                same = (row.kernel.metadata.get("hsaco_sha256"), row.kernel.grid, row.kernel.block)
                 try:
-                    row.score = ranker(row.kernel, scratch)
+                    row.score = seen[same] if same in seen else ranker(row.kernel, scratch)
+                    seen[same] = row.score
                     row.status = "ok"
                 except Exception as e:  # a candidate that cannot run is recorded, not fatal
                     row.status, row.reason = "failed", _reason(e)
@@ -608,14 +613,14 @@ class Autotuner:
         names = [k for k, _ in key]
         best, best_d = None, math.inf
         for tkey, config in self.table.items():
-            if [k for k, _ in tkey] != names or tkey[-1] != key[-1]:  # same key names, same dtypes
+            if [k for k, _ in tkey] != names or tkey[-2:] != key[-2:]:  # same key names, dtypes and arch
                 continue
-            d = _distance([v for _, v in key[:-1]], [v for _, v in tkey[:-1]])
+            d = _distance([v for _, v in key[:-2]], [v for _, v in tkey[:-2]])
             if d < best_d:
                 best, best_d = config, d
         if best is None:
             raise TuneError(f"tilegcn.autotune({self.name}): dispatch table {self.table_path} has no entry for "
-                            f"dtypes {key[-1][1]} (tuned: {sorted({t[-1][1] for t in self.table})})")
+                            f"dtypes {key[-2][1]} on {key[-1][1]} (tuned: {sorted({t[-2:] for t in self.table})})")
         return best
 
     def _pick(self, report, args):

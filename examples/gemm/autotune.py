@@ -54,7 +54,7 @@ def main():
 
     # stacked on the module-level kernel, so that the compile workers can import it
     tuned = tilegcn.autotune(configs=SPACE, key=["M", "N", "K"], device=args.device, flops=gemm_flops,
-                             workers=args.workers,
+                             workers=args.workers, verbose=False,
                              verify=lambda A, B, C: gemm_flops(A, B, C) <= args.verify_max_gflop * 1e9)(gemm)
     torch.manual_seed(0)
     winners = {}
