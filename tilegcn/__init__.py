@@ -29,7 +29,8 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "__version__", "jit", "JITFunction", "CompiledKernel", "autotune", "Autotuner", "Space", "TuneError", "language", "errors", "CacheWarning",
+    "__version__", "jit", "JITFunction", "CompiledKernel", "autotune", "Autotuner", "Space", "TuneError",
+    "language", "errors", "CacheWarning",
     "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
 ]

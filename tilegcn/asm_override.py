@@ -130,22 +130,18 @@ def compare(generated, edited, args) -> AsmReport:
                      (_estimate(generated, args), _estimate(edited, args)))
 
 
-def launch_args(kernel, args) -> list:
-    """The kernel's parameters picked from the function's positional arguments (by the metadata's names)."""
-    names = [a["name"] for a in kernel.metadata["args"]]
-    return [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
-
-
 def _run_emulated(kernel, args, check: bool):
     from .runtime.emulator import load
 
-    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, launch_args(kernel, args), check=check)
+    names = [a["name"] for a in kernel.metadata["args"]]  # the kernel's parameters among the positional args
+    args = [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
+    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, args, check=check)
 
 
 def _estimate(kernel, args) -> str:
-    from .autotune import _arch_device, _copies, estimate_kernel
+    from .autotune import _copies
 
     try:
-        return str(estimate_kernel(kernel, _copies(args), _arch_device(kernel.arch)))
+        return str(kernel.estimate(args=_copies(args)))  # for the kernel's arch's device
     except TilegcnError as e:
         return f"unavailable ({e})"

@@ -95,27 +95,6 @@ class Score:
     kind: str = ""  # "estimate" (the timing model), "measured", or a custom ranker's word
 
 
-def estimate_kernel(kernel, args, device: str):
-    """The timing model's estimate of one launch of `kernel` on `args` for `device` (it runs part of the kernel
-    on the emulated device: pass copies of tensors you care about). TuneError when there is no timing model."""
-    estimate = getattr(kernel, "estimate", None)
-    if estimate is not None:
-        params = inspect.signature(estimate).parameters
-        if any(p.kind == p.VAR_POSITIONAL for p in params.values()):
-            return estimate(*args, device=device)
-        return estimate(args=args, device=device) if "args" in params else estimate(device=device)
-    from .runtime.emulator import load
-
-    module = load(kernel.hsaco)
-    if not hasattr(module, "estimate"):
-        raise TuneError("tilegcn: this tilegcn has no timing model (CompiledKernel.estimate / "
-                        "emulator Module.estimate), so it cannot rank or estimate kernels on the emulated device; "
-                        "pass ranker= to rank otherwise")
-    from .asm_override import launch_args
-
-    return module.estimate(kernel.name, kernel.grid, kernel.block, launch_args(kernel, args), device=device)
-
-
 class EstimateRanker:
     """The timing model's estimate for a device (e.g. "MI355X")."""
 
@@ -126,7 +105,7 @@ class EstimateRanker:
         self.name = f"estimate:{device}"
 
     def __call__(self, kernel, args) -> Score:
-        e = estimate_kernel(kernel, args, self.device)
+        e = kernel.estimate(device=self.device, args=args)  # runs part of the kernel: `args` are the sweep's copies
         breakdown = getattr(e, "breakdown", None) or {}
         limit = breakdown.get("limiting") or breakdown.get("limit") or ""
         return Score(float(e.seconds), getattr(e, "tflops", None), str(limit), "estimate")
@@ -241,6 +220,8 @@ def _locate(jitfn):
     module, qualname = jitfn.fn.__module__, jitfn.fn.__qualname__
     if "<locals>" in qualname or module not in sys.modules:
         return None
+    if module == "__main__" and not getattr(sys.modules[module], "__file__", None):  # python -c, a REPL
+        return None
     try:
         return (module, qualname) if _unwrap(_resolve(sys.modules[module], qualname)) is jitfn else None
     except AttributeError:
@@ -258,13 +239,18 @@ def _unwrap(obj):
 
 
 def _compile_in_worker(where, signature, trace_args, constants, arch):
-    """Worker: import the function and compile one config into the shared disk cache; the error text or None."""
+    """Worker: import the function and compile one config into the shared disk cache. None when it compiled,
+    else (stage, error text): stage "import" (the worker could not find the function: compile it in the
+    parent instead) or "compile" (the candidate's own failure)."""
     module, qualname = where
     try:
         jitfn = _unwrap(_resolve(importlib.import_module(module), qualname))
+    except Exception as e:
+        return "import", _reason(e)
+    try:
         jitfn._build(signature, trace_args, constants, arch)
     except Exception as e:  # any failure is the candidate's, reported in the table
-        return _reason(e)
+        return "compile", _reason(e)
     return None
 
 
@@ -298,12 +284,19 @@ class TuneReport:
     flops: float | None = None
     phases: dict = dataclasses.field(default_factory=dict)  # seconds: check, compile, rank, verify
 
-    def table(self) -> str:
+    def table(self, top: int | None = None) -> str:
+        """One line per config (with `top`: the `top` best ranked and every skipped or failed one)."""
         kinds = {r.score.kind for r in self.rows if r.score is not None}
         head = ("config", kinds.pop() if len(kinds) == 1 and "" not in kinds else "time", "TFLOP/s", "limit",
                 "status")
+        rows, hidden = self.rows, 0
+        if top is not None:
+            ranked = sorted((r for r in self.rows if r.score is not None and r.status in ("ok", "best")),
+                            key=lambda r: r.score.seconds)
+            rows = ranked[:top] + [r for r in self.rows if r.status not in ("ok", "best")]
+            hidden = len(ranked) - len(ranked[:top])
         lines = []
-        for r in self.rows:
+        for r in rows:
             cfg = " ".join(f"{k}={v}" for k, v in r.config.items())
             s = r.score
             time_s = "" if s is None else f"{s.seconds * 1e6:.1f} us"
@@ -316,6 +309,8 @@ class TuneReport:
         fmt = lambda row: "  ".join(v.ljust(w) for v, w in zip(row[:4], widths)) + "  " + row[4]  # noqa: E731
         key = ", ".join(f"{k}={v}" for k, v in self.key.items())
         out = [f"{self.function} [{key}] on {self.arch} ({self.device})", fmt(head)] + [fmt(r) for r in lines]
+        if hidden:
+            out.append(f"... and {hidden} more ranked configs")
         return "\n".join(out + self.notes)
 
     __str__ = table
@@ -420,13 +415,20 @@ class Autotuner:
             raise ArgumentError(f"tilegcn.autotune({self.name}): key {unknown} names no argument and no named "
                                 f"size of a T.Tensor annotation; known: {sorted(known)}")
 
-    def key_of(self, args, arch=None) -> tuple:
-        """((name, value), ...) of the key, then ("dtypes", (...)) and ("arch", ...): what selects a config."""
+    TAIL = 3  # the key's last items, which must match exactly: constants passed, dtypes, arch
+
+    def key_of(self, args, kwargs=None) -> tuple:
+        """((name, value), ...) of the key, then ("constants", the keyword arguments passed but not tuned),
+        ("dtypes", (...)) and ("arch", ...): what selects a config."""
         import torch
 
+        kwargs = kwargs or {}
+        if len(args) != len(self.fn.arg_names):
+            raise self.fn._arity_error(args)
         tensors = [(n, a) for n, a in zip(self.fn.arg_names, args) if isinstance(a, torch.Tensor)]
-        tail = (("dtypes", tuple(str(a.dtype).replace("torch.", "") for _, a in tensors)),
-                ("arch", self._arch({"arch": arch})))
+        tail = (("constants", tuple(sorted((k, v) for k, v in kwargs.items() if k != "arch"))),
+                ("dtypes", tuple(str(a.dtype).replace("torch.", "") for _, a in tensors)),
+                ("arch", self._arch(kwargs)))
         if self.key_names is None:
             return tuple((f"{n}.shape", tuple(a.shape)) for n, a in tensors) + tail
         sizes = dict(zip(self.fn.arg_names, args))
@@ -435,6 +437,10 @@ class Autotuner:
             for axis, d in enumerate(getattr(params[n].annotation, "shape", ())):
                 if isinstance(d, str) and axis < a.dim():
                     sizes.setdefault(d, a.shape[axis])
+        missing = [k for k in self.key_names if k not in sizes]
+        if missing:
+            self.fn._signature(args)  # the argument error, when there is one
+            raise ArgumentError(f"tilegcn.autotune({self.name}): no size {missing} in these arguments")
         return tuple((k, sizes[k]) for k in self.key_names) + tail
 
     # -- calls --------------------------------------------------------------------------------------------------
@@ -451,10 +457,11 @@ class Autotuner:
     def tune(self, *args, **kwargs) -> dict:
         """The config for these arguments: remembered, from a dispatch table, from the disk cache, or a sweep
         (which compiles and ranks but does not launch the winner on these arguments' outputs)."""
-        key = self.key_of(args, kwargs.get("arch"))
+        key = self.key_of(args, kwargs)
         config = self.results.get(key)
         if config is not None:
             return config
+        self.fn._signature(args)  # bad arguments are the caller's error, not every config's
         if self.table is not None:
             config = self.results[key] = self._from_table(key)
             self.stats["table_hits"] += 1
@@ -565,10 +572,10 @@ class Autotuner:
                 for future in cf.as_completed(futures):
                     row = futures[future]
                     try:
-                        error = future.result()
+                        stage, error = future.result() or (None, None)
                     except Exception as e:  # a worker that died (e.g. out of memory)
-                        error = _reason(e)
-                    if error:
+                        stage, error = "compile", _reason(e)
+                    if stage == "compile":
                         row.status, row.reason = "failed", error
                         progress.update()
         for row in rows:  # in this process: compile (or, after the workers, a disk-cache hit)
@@ -613,14 +620,14 @@ class Autotuner:
         names = [k for k, _ in key]
         best, best_d = None, math.inf
         for tkey, config in self.table.items():
-            if [k for k, _ in tkey] != names or tkey[-2:] != key[-2:]:  # same key names, dtypes and arch
+            if [k for k, _ in tkey] != names or tkey[-self.TAIL:] != key[-self.TAIL:]:
                 continue
-            d = _distance([v for _, v in key[:-2]], [v for _, v in tkey[:-2]])
+            d = _distance([v for _, v in key[:-self.TAIL]], [v for _, v in tkey[:-self.TAIL]])
             if d < best_d:
                 best, best_d = config, d
         if best is None:
             raise TuneError(f"tilegcn.autotune({self.name}): dispatch table {self.table_path} has no entry for "
-                            f"dtypes {key[-2][1]} on {key[-1][1]} (tuned: {sorted({t[-2:] for t in self.table})})")
+                            f"{dict(key[-self.TAIL:])} (tuned: {sorted({str(dict(t[-self.TAIL:])) for t in self.table})})")
         return best
 
     def _pick(self, report, args):

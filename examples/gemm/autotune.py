@@ -50,6 +50,7 @@ def main():
                    help="run and check the winner on the emulated device for shapes up to this many GFLOP")
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: the CPU count)")
     p.add_argument("--table", help="also export the winners to this dispatch table (JSON)")
+    p.add_argument("--top", type=int, default=None, help="print only the N best ranked configs (and the failures)")
     args = p.parse_args()
 
     # stacked on the module-level kernel, so that the compile workers can import it
@@ -65,7 +66,7 @@ def main():
         winners[(m, n, k)] = tuned.tune(a, b, c)
         took = time.perf_counter() - start
         report = tuned.reports.get(tuned.key_of((a, b, c)))
-        print(report.table() if report else f"gemm {m}x{n}x{k}: from the tuning cache")
+        print(report.table(args.top) if report else f"gemm {m}x{n}x{k}: from the tuning cache")
         print(f"-> {m}x{n}x{k}: {winners[(m, n, k)]} ({took:.1f} s)\n")
     print(f"{len(set(map(str, winners.values())))} different winners for {len(SHAPES)} shapes")
     if args.table:
