@@ -626,8 +626,9 @@ class Autotuner:
             if d < best_d:
                 best, best_d = config, d
         if best is None:
+            tuned = sorted({str(dict(t[-self.TAIL:])) for t in self.table})
             raise TuneError(f"tilegcn.autotune({self.name}): dispatch table {self.table_path} has no entry for "
-                            f"{dict(key[-self.TAIL:])} (tuned: {sorted({str(dict(t[-self.TAIL:])) for t in self.table})})")
+                            f"{dict(key[-self.TAIL:])} (tuned: {', '.join(tuned)})")
         return best
 
     def _pick(self, report, args):
