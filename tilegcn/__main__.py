@@ -4,6 +4,7 @@
     python -m tilegcn cache show KEY      # the entry's folder and its meta.json (KEY may be a unique prefix)
     python -m tilegcn cache clear         # remove every entry (only what tilegcn wrote; says what it kept)
     python -m tilegcn asm KEY             # print the entry's kernel.s (the cache dir goes to stderr)
+    python -m tilegcn tune list|show ID|clear   # autotuning results (tilegcn.autotune), see tilegcn/autotune.py
 """
 from __future__ import annotations
 
@@ -95,8 +96,18 @@ def main(argv=None) -> int:
     cache_sub.add_parser("clear", help="remove every entry (and nothing tilegcn did not write)")
     asm = sub.add_parser("asm", help="print the AMDGCN assembly (kernel.s) of a cache entry")
     asm.add_argument("key", help="cache key or a unique prefix of it")
+    tune_p = sub.add_parser("tune", help="inspect or clear the autotuning results (<cache dir>/tune)")
+    tune_sub = tune_p.add_subparsers(dest="action", required=True)
+    tune_sub.add_parser("list", help="one line per tuned key: id, function, key, arch, winner")
+    tune_show = tune_sub.add_parser("show", help="the sweep table of one result")
+    tune_show.add_argument("id", help="result id or a unique prefix of it")
+    tune_sub.add_parser("clear", help="remove every tuning result")
     args = parser.parse_args(argv)
     try:
+        if args.command == "tune":
+            from .autotune import tune_command
+
+            return tune_command(args.action, getattr(args, "id", None))
         cache = Cache(create=False)  # looking does not create the cache dir
         if args.command == "asm":
             return _asm(cache, args.key)

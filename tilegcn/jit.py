@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
+from .asm_override import override_file as asm_override_file
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
 from .cache import Cache, make_key
 from .errors import ArgumentError, UnsupportedArchError
@@ -219,8 +220,43 @@ class CompiledKernel:
         launcher = self._launcher()
         return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
 
+    def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
+        """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
+        device on `args` (see tilegcn.asm_override)."""
+        from .asm_override import with_asm
+
+        return with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
+
+    def estimate(self, device=None, args=None, **options):
+        """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
+        default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
+        of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
+        from .amdgcn.arch import TIMING
+        from .runtime.emulator import load
+
+        if args is None:
+            args = [_placeholder(s) for s in self.signature]
+        module = load(self.hsaco, arch=self.arch)
+        names = [a["name"] for a in self.metadata["args"]]
+        if names and names != list(self.fn.arg_names):
+            args = [args[self.fn.arg_names.index(n)] for n in names]
+        return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+                               **options)
+
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
+
+
+def _placeholder(spec):
+    """A zero tensor matching one TensorSpec (1 for a scalar parameter)."""
+    import torch
+
+    from .ir.types import TensorSpec
+
+    if not isinstance(spec, TensorSpec):
+        return spec(1)
+    size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
+    return torch.zeros(size, dtype=spec.dtype.torch).as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:
@@ -427,7 +463,9 @@ class JITFunction:
             self.cache_stats.disk_hits += 1
         t3 = time.perf_counter()
         timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
-        return CompiledKernel(self, entry, signature, constants, arch, timings)
+        kernel = CompiledKernel(self, entry, signature, constants, arch, timings)
+        override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
+        return kernel if override is None else kernel.with_asm(override)
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"

@@ -258,6 +258,10 @@ class Machine:
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
         self.valu_window = hz.valu_write_to_mfma_src if any(h.mfma is not None for h in prog.handlers) else 0
+        # optional observer (the timing model's trace): step(group, handler, pc) after each instruction, plus
+        # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
+        self.tracer = None
+        self.wg_subset = None  # linear workgroup ids to run (None: the whole grid)
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> LaunchStats:
@@ -268,9 +272,10 @@ class Machine:
         per_wg_lds = max(self.lds_size, 16) * (2 + (6 if self.check else 0))
         chunk = max(1, min(self.MAX_CHUNK_VGPR_BYTES // max(per_wg_vgpr, 1),
                            self.MAX_CHUNK_LDS_BYTES // per_wg_lds, 4096 // self.waves_per_wg or 1))
+        ids = list(range(n_wg)) if self.wg_subset is None else list(self.wg_subset)
         try:
-            for first in range(0, n_wg, chunk):
-                self._run_chunk(list(range(first, min(n_wg, first + chunk))))
+            for first in range(0, len(ids), chunk):
+                self._run_chunk(ids[first:first + chunk])
         finally:
             self.mem.finish()
         self._finish_stats(n_wg)
@@ -293,6 +298,7 @@ class Machine:
         wpw = self.waves_per_wg
         W = len(wg_linear) * wpw
         self.W = W
+        self.chunk_wgs = wg_linear
         self.vgpr = torch.zeros((self.kd.vgpr_count, W, 64), dtype=torch.int32, device=dev)
         self.sgpr = torch.zeros((128, W), dtype=torch.int64, device=dev)
         self.scc = torch.zeros(W, dtype=torch.bool, device=dev)
@@ -358,6 +364,7 @@ class Machine:
         counts = self.counts
         check = self.check
         stats = self.stats
+        tracer = self.tracer
         try:
             while g.state == RUN:
                 pc = g.pc
@@ -382,6 +389,8 @@ class Machine:
                 g.t += h.ws
                 counts[pc] += g.n
                 h.run(g)
+                if tracer is not None:
+                    tracer.step(g, h, pc)
                 if h.tracks_valu_write and self.valu_window:
                     g.valu_recs.append([g.t, h.vw, pc, None])
                     if len(g.valu_recs) > 4:

@@ -237,6 +237,8 @@ def _element_masks(g, ok):
 
 def _translate_elems(m, addr, act, elem, write):
     n, _, k = addr.shape
+    if m.tracer is not None:
+        m.tracer.global_access(addr, act, write)
     try:
         flat = m.mem.translate(addr.reshape(n, 64 * k), elem, act.reshape(n, 64 * k), write)
     except Fault as f:
@@ -522,6 +524,8 @@ def _count_conflicts(m, cache, addr, ex, size):
         count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
         cache.insert(0, (addr, ex, count))
         del cache[4:]
+    if m.tracer is not None:
+        m.tracer.ds_conflicts(count)
     if count:
         st = m.stats
         h = m.prog.handlers[m.current_pc]
