@@ -40,7 +40,10 @@ DS_READS = {
     "ds_read_u8": (1, "u"), "ds_read_i8": (1, "s"), "ds_read_u16": (2, "u"), "ds_read_i16": (2, "s"),
     "ds_read_u8_d16": (1, "u_lo"), "ds_read_u8_d16_hi": (1, "u_hi"), "ds_read_i8_d16": (1, "s_lo"),
     "ds_read_i8_d16_hi": (1, "s_hi"), "ds_read_u16_d16": (2, "u_lo"), "ds_read_u16_d16_hi": (2, "u_hi"),
+    "ds_read_b64_tr_b16": (8, "dw"), "ds_read_b64_tr_b8": (8, "dw"),  # gfx950 transposing reads
 }
+# element width of the transposing reads (objdump decodes them only for arches that have them)
+DS_TRANSPOSE = {"ds_read_b64_tr_b16": 16, "ds_read_b64_tr_b8": 8}
 DS_WRITES = {
     "ds_write_b32": (4, "dw"), "ds_write_b64": (8, "dw"), "ds_write_b96": (12, "dw"), "ds_write_b128": (16, "dw"),
     "ds_write_b8": (1, "lo"), "ds_write_b16": (2, "lo"), "ds_write_b8_d16_hi": (1, "hi"),
@@ -50,6 +53,23 @@ DS_PAIRS = {"ds_read2_b32": (4, False, "r"), "ds_read2_b64": (8, False, "r"), "d
             "ds_read2st64_b64": (8, True, "r"), "ds_write2_b32": (4, False, "w"), "ds_write2_b64": (8, False, "w"),
             "ds_write2st64_b32": (4, True, "w"), "ds_write2st64_b64": (8, True, "w")}
 _CACHE_OK = ("offset", "offen", "idxen", "lds")
+
+
+def lane_transpose(raw: torch.Tensor, bits: int) -> torch.Tensor:
+    """ds_read_b64_tr_b*: within each group of 16 lanes the 8 bytes each lane addressed, E = 64 / bits elements
+    a lane, form a matrix M[16][E]; lane j receives element j % E of the lanes k * (16 / E) + j // E
+    (k = 0..E-1). With 16-bit elements: lanes 4k..4k+3 read row k of a 4 x 16 tile in 4 chunks and lane j gets
+    column j. The CDNA4 guide describes the result as the transposed tile; this lane order is the one under
+    which 16 lanes' contiguous 8-byte reads can form it, and Triton's gfx950 matmuls (which load MFMA B
+    operands this way) match torch with it."""
+    rows = raw.shape[0]
+    e = 64 // bits
+    dt = torch.int16 if bits == 16 else torch.int8
+    x = raw.contiguous().view(dt).view(rows, 4, 16, e)
+    j = torch.arange(16, device=raw.device).view(16, 1)
+    k = torch.arange(e, device=raw.device).view(1, e)
+    out = x[:, :, k * (16 // e) + j // e, (j % e).expand(16, e)]
+    return out.reshape(rows, 64, e).contiguous().view(torch.int32)
 
 
 def nregs_of(nbytes, kind):
@@ -135,7 +155,8 @@ def build_memory(ins, b, index):
         return _global(ins, b, index)
     if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
         return _ds(ins, b, index)
-    return None
+    from .ops_dslane import build_dslane
+    return build_dslane(ins, b, index)
 
 
 def _check_mods(ins, allowed):
@@ -416,6 +437,7 @@ def _ds(ins, b, index):
             regs = [b.vsrc_index(ops[1], nreg_each, "data")]
     align = 16 if size == 16 else 1
     ndw = size // 4 if kind == "dw" else 0
+    transpose = DS_TRANSPOSE.get(base)
     conflict_cache = [[] for _ in offsets]  # per access: recent (addresses, exec mask, extra cycles)
 
     def run(g):
@@ -494,6 +516,8 @@ def _ds(ins, b, index):
                         bi = first.unsqueeze(-1) + torch.arange(size, device=dev)
                         raw = lds.data.index_select(0, bi.reshape(-1)).view(bi.shape)
                         raw = raw.view(torch.int32) if kind == "dw" else _bytes_value(raw)
+                    if transpose:
+                        raw = lane_transpose(raw, transpose)
                     old = read_rows(m, regs[k], 1, r) if kind not in ("dw", "u", "s") else None
                     write_rows(m, regs[k], format_load(raw, kind, size, old), r, act)
                 else:
