@@ -53,6 +53,8 @@ DS_PAIRS = {"ds_read2_b32": (4, False, "r"), "ds_read2_b64": (8, False, "r"), "d
             "ds_read2st64_b64": (8, True, "r"), "ds_write2_b32": (4, False, "w"), "ds_write2_b64": (8, False, "w"),
             "ds_write2st64_b32": (4, True, "w"), "ds_write2st64_b64": (8, True, "w")}
 _CACHE_OK = ("offset", "offen", "idxen", "lds")
+# cache write-back / invalidate: one coherent memory here, so they only occupy a slot of the VM queue
+CACHE_CONTROL = ("buffer_wbl2", "buffer_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
 
 
 def lane_transpose(raw: torch.Tensor, bits: int) -> torch.Tensor:
@@ -153,6 +155,9 @@ def build_memory(ins, b, index):
         return _buffer(ins, b, index)
     if base.startswith(("global_load_", "global_store_")):
         return _global(ins, b, index)
+    if "_atomic_" in base or base in CACHE_CONTROL:
+        from .ops_atomic import build_atomic
+        return build_atomic(ins, b, index)
     if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
         return _ds(ins, b, index)
     from .ops_dslane import build_dslane
@@ -176,24 +181,11 @@ def _memory_format(ins, family: str):
     return is_load, nbytes, kind
 
 
-def _buffer(ins, b, index):
-    ctx = b.ctx
-    ops = list(ins.operands)
-    is_load, nbytes, kind = _memory_format(ins, "buffer")
-    _check_mods(ins, _CACHE_OK)
-    offen, idxen, lds = bool(ins.mods.get("offen")), bool(ins.mods.get("idxen")), bool(ins.mods.get("lds"))
+def buffer_addresses(ins, b, ops, ndw, elem):
+    """Binds vaddr / srsrc / soffset (ops) of a MUBUF instruction; returns addresses(g) -> (address of each
+    element [n, 64, ndw] int64, in range [n, 64, ndw] bool) under the raw / structured buffer rules above."""
+    offen, idxen = bool(ins.mods.get("offen")), bool(ins.mods.get("idxen"))
     inst_offset = int(ins.mods.get("offset", 0))
-    if lds:
-        if not is_load:
-            raise BindError("only buffer loads can target LDS")
-        if nbytes not in ctx.arch.lds_dma_bytes:
-            raise BindError(f"{ins.base} ... lds ({nbytes} bytes per lane) is not legal on {ctx.arch.name}; "
-                            f"legal LDS DMA widths there: {ctx.arch.lds_dma_bytes} bytes")
-        vdata = None
-    else:
-        vdata = ops.pop(0)
-    if len(ops) != 3:
-        raise BindError("expected vaddr, srsrc, soffset")
     vaddr_op, srd_op, soff_op = ops
     naddr = int(offen) + int(idxen)
     if naddr == 0:
@@ -207,17 +199,6 @@ def _buffer(ins, b, index):
         soff_const, soff = soff_op.value & M32, None
     else:
         soff_const, soff = 0, b.ssrc_index(soff_op, 1, "soffset")
-    nreg = nregs_of(nbytes, kind)
-    if vdata is not None:
-        if is_load:
-            dst = b.vdst(vdata, nreg, "vdata")
-            b.defer(dst, nreg)  # written (d16 forms: merged into) when the load retires
-        else:
-            data = b.vsrc_index(vdata, nreg, "vdata")
-    if lds:
-        b.read_s(M0)
-    ndw = nbytes // 4 if kind == "dw" else 1
-    elem = 4 if kind == "dw" else nbytes
 
     def addresses(g):
         """(address of each element [n, 64, ndw] int64, in range [n, 64, ndw] bool)."""
@@ -240,6 +221,39 @@ def _buffer(ins, b, index):
         struct_ok = ((vidx if isinstance(vidx, torch.Tensor) else torch.zeros_like(off)) < nrec).unsqueeze(-1)
         ok = torch.where((stride == 0).unsqueeze(-1), raw_ok, struct_ok)
         return addr.unsqueeze(-1) + k * elem, ok
+    return addresses
+
+
+def _buffer(ins, b, index):
+    ctx = b.ctx
+    ops = list(ins.operands)
+    is_load, nbytes, kind = _memory_format(ins, "buffer")
+    _check_mods(ins, _CACHE_OK)
+    lds = bool(ins.mods.get("lds"))
+    inst_offset = int(ins.mods.get("offset", 0))
+    if lds:
+        if not is_load:
+            raise BindError("only buffer loads can target LDS")
+        if nbytes not in ctx.arch.lds_dma_bytes:
+            raise BindError(f"{ins.base} ... lds ({nbytes} bytes per lane) is not legal on {ctx.arch.name}; "
+                            f"legal LDS DMA widths there: {ctx.arch.lds_dma_bytes} bytes")
+        vdata = None
+    else:
+        vdata = ops.pop(0)
+    if len(ops) != 3:
+        raise BindError("expected vaddr, srsrc, soffset")
+    nreg = nregs_of(nbytes, kind)
+    if vdata is not None:
+        if is_load:
+            dst = b.vdst(vdata, nreg, "vdata")
+            b.defer(dst, nreg)  # written (d16 forms: merged into) when the load retires
+        else:
+            data = b.vsrc_index(vdata, nreg, "vdata")
+    if lds:
+        b.read_s(M0)
+    ndw = nbytes // 4 if kind == "dw" else 1
+    elem = 4 if kind == "dw" else nbytes
+    addresses = buffer_addresses(ins, b, ops, ndw, elem)
 
     if lds:
         return Handler(ins, index, _dma_run(ins, addresses, nbytes, inst_offset), "vmem", b, queue="vm")
@@ -364,29 +378,13 @@ _ONE16 = torch.ones(1, dtype=torch.int16)
 _MINUS16 = -torch.ones(1, dtype=torch.int16)
 
 
-def _global(ins, b, index):
-    ops = list(ins.operands)
-    is_load, nbytes, kind = _memory_format(ins, "global")
-    _check_mods(ins, ("offset",))
-    offset = int(ins.mods.get("offset", 0))
-    nreg = nregs_of(nbytes, kind)
-    if is_load:
-        vdata, vaddr_op, saddr_op = ops
-    else:
-        vaddr_op, vdata, saddr_op = ops
+def global_addresses(b, vaddr_op, saddr_op, offset, ndw, elem):
+    """Binds the address operands of a global_* instruction (64-bit vaddr, or 32-bit vaddr + 64-bit saddr);
+    returns addresses(g) -> (address of each element [n, 64, ndw] int64, all True)."""
     if isinstance(saddr_op, Off):
-        vaddr = b.vsrc_index(vaddr_op, 2, "vaddr")
-        saddr = None
+        vaddr, saddr = b.vsrc_index(vaddr_op, 2, "vaddr"), None
     else:
-        vaddr = b.vsrc_index(vaddr_op, 1, "vaddr")
-        saddr = b.ssrc_index(saddr_op, 2, "saddr")
-    if is_load:
-        dst = b.vdst(vdata, nreg, "vdata")
-        b.defer(dst, nreg)
-    else:
-        data = b.vsrc_index(vdata, nreg, "vdata")
-    ndw = nbytes // 4 if kind == "dw" else 1
-    elem = 4 if kind == "dw" else nbytes
+        vaddr, saddr = b.vsrc_index(vaddr_op, 1, "vaddr"), b.ssrc_index(saddr_op, 2, "saddr")
 
     def addresses(g):
         if saddr is None:
@@ -396,7 +394,39 @@ def _global(ins, b, index):
         a = a + offset
         k = torch.arange(ndw, dtype=torch.int64, device=a.device)
         return a.unsqueeze(-1) + k * elem, torch.ones(1, 1, 1, dtype=torch.bool, device=a.device).expand(g.n, 64, ndw)
+    return addresses
 
+
+def _global(ins, b, index):
+    ops = list(ins.operands)
+    _check_mods(ins, ("offset",))
+    offset = int(ins.mods.get("offset", 0))
+    if ins.base.startswith("global_load_lds_"):
+        # gfx950 LDS DMA from a global address: LDS byte M0 + offset + lane * size, like buffer_load ... lds
+        fmt = ins.base[len("global_load_lds_"):]
+        if fmt not in LOADS or LOADS[fmt][1] not in ("dw", "u"):
+            raise BindError(f"unknown global_load_lds format {fmt!r}")
+        nbytes = LOADS[fmt][0]
+        if nbytes not in b.ctx.arch.lds_dma_bytes:
+            raise BindError(f"{ins.base} ({nbytes} bytes per lane) is not legal on {b.ctx.arch.name}")
+        if len(ops) != 2:
+            raise BindError("expected vaddr, saddr")
+        b.read_s(M0)
+        elem = min(nbytes, 4)
+        addresses = global_addresses(b, ops[0], ops[1], offset, max(1, nbytes // 4), elem)
+        return Handler(ins, index, _dma_run(ins, addresses, nbytes, offset), "vmem", b, queue="vm")
+    is_load, nbytes, kind = _memory_format(ins, "global")
+    nreg = nregs_of(nbytes, kind)
+    if is_load:
+        vdata, vaddr_op, saddr_op = ops
+        dst = b.vdst(vdata, nreg, "vdata")
+        b.defer(dst, nreg)
+    else:
+        vaddr_op, vdata, saddr_op = ops
+        data = b.vsrc_index(vdata, nreg, "vdata")
+    ndw = nbytes // 4 if kind == "dw" else 1
+    elem = 4 if kind == "dw" else nbytes
+    addresses = global_addresses(b, vaddr_op, saddr_op, offset, ndw, elem)
     if is_load:
         return Handler(ins, index, _load_run(addresses, nbytes, kind, dst, nreg, ndw, elem), "vmem", b,
                        queue="vm")
