@@ -37,7 +37,7 @@ from .ops_mem import build_memory
 from .ops_mfma import build_mfma
 from .ops_salu import build_scalar, build_sopp
 from .ops_valu import build_valu
-from .program import Binder, BindError, Ctx, Handler, fault_handler
+from .program import Binder, BindError, Ctx, fault_handler
 from .stats import LaunchStats
 
 __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
@@ -61,7 +61,10 @@ class Program:
                                 f"instruction of the code object")
         self.entry_index = addr_index[kernel.entry_address]
         self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
-        self.handlers = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        bound = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        self.handlers = [h for h, _ in bound]
+        # instruction index -> why it cannot run (it faults if reached); see coverage.py
+        self.unsupported = {i: why for i, (_, why) in enumerate(bound) if why}
         end = instrs[-1].addr + instrs[-1].size if instrs else 0
         self.handlers.append(fault_handler(Instr(end, 0, "<end of code>", "<end>", "<end>", "", []), len(instrs),
                                            "execution ran past the last instruction (no s_endpgm)"))
@@ -70,23 +73,28 @@ class Program:
         self.sreg_name = self.ctx.sreg_name
 
 
-def _bind(ins, index, ctx) -> Handler:
-    """Handler for one instruction; anything that cannot be bound raises EmulatorError when executed."""
+def _bind(ins, index, ctx):
+    """(handler, None) for one instruction; (a handler that raises EmulatorError when executed, the reason)
+    for anything that cannot be bound."""
+    why = None
     if ins.mnemonic == "<unparsed>":
-        return fault_handler(ins, index, f"cannot decode this instruction: {ins.mods.get('error')}")
-    b = Binder(ctx, ins)
-    try:
-        for build in (build_valu, build_mfma, build_memory, build_scalar):
-            h = build(ins, b, index)
+        why = f"cannot decode this instruction: {ins.mods.get('error')}"
+    else:
+        b = Binder(ctx, ins)
+        try:
+            for build in (build_valu, build_mfma, build_memory, build_scalar):
+                h = build(ins, b, index)
+                if h is not None:
+                    return h, None
+            h = build_sopp(ins, b, index, ctx)
             if h is not None:
-                return h
-        h = build_sopp(ins, b, index, ctx)
-        if h is not None:
-            return h
-    except BindError as exc:
-        return fault_handler(ins, index, f"{ins.mnemonic}: {exc}")
-    return fault_handler(ins, index, f"unknown instruction {ins.mnemonic!r} (not modelled by the emulator, or not "
-                                     f"an instruction of {ctx.arch.name})")
+                return h, None
+        except BindError as exc:
+            why = f"{ins.mnemonic}: {exc}"
+        else:
+            why = (f"unknown instruction {ins.mnemonic!r} (not modelled by the emulator, or not an instruction "
+                   f"of {ctx.arch.name})")
+    return fault_handler(ins, index, why), why
 
 
 class Module:
