@@ -102,3 +102,16 @@ def transpose(x, **_):
 def grid_info(out, **_):
     g = torch.arange(12, dtype=torch.int32)
     return {"out": torch.stack([torch.full((12,), 3), torch.full((12,), 2), torch.full((12,), 2), g], 1).int()}
+
+
+def hip_intdiv(a, b, d, **_):
+    return {"out_q": torch.div(a, b, rounding_mode="trunc"), "out_r": torch.fmod(a, b),
+            "out_u": ((a.to(torch.int64) & 0xFFFFFFFF) // d).to(torch.int32)}
+
+
+def hip_gemm(A, B, alpha, **_):
+    return {"C": (A.double() @ B.double() * alpha).float()}
+
+
+def hip_flat_lds(inp, **_):
+    return {"out": (inp * 2).view(-1, 256).flip(1).reshape(-1)}
