@@ -181,3 +181,82 @@ def test_permlane_swap_trades_odd_rows_of_vdst_with_even_rows_of_vsrc(row):
             if lane // row % 2 == 1:
                 ra[w + lane], rb[w + lane - row] = B[w + lane - row], A[w + lane]
     assert torch.equal(outs[0], ra) and torch.equal(outs[1], rb)
+
+
+def _swizzle_reference(offset, src, active):
+    out = torch.zeros_like(src)
+    for w in range(0, N, 64):
+        for i in range(64):
+            if offset & 0x8000:
+                s = (i & ~3) | ((offset >> (2 * (i & 3))) & 3)
+            else:
+                s = (i & 0x20) | ((((i & 0x1F) & (offset & 0x1F)) | ((offset >> 5) & 0x1F)) ^ ((offset >> 10) & 0x1F))
+            out[w + i] = src[w + s] if active[s] else 0
+    return out
+
+
+def _exec_body(active, inner):
+    bits = sum(1 << i for i, on in enumerate(active) if on)
+    return f"""s_mov_b32 s96, {bits & 0xFFFFFFFF:#x}
+               s_mov_b32 s97, {bits >> 32:#x}
+               s_mov_b64 s[98:99], exec
+               s_mov_b64 exec, s[96:97]
+               {inner}
+               s_waitcnt lgkmcnt(0)
+               s_mov_b64 exec, s[98:99]"""
+
+
+def test_ds_bpermute_and_permute_against_the_guides_pseudocode():
+    active = [i % 5 != 1 for i in range(64)]
+    addr = torch.randint(0, 1 << 12, (N,), dtype=torch.int32, generator=gen)
+    body = "v_mov_b32 v20, v12\nv_mov_b32 v21, v12\n" + _exec_body(active, """ds_bpermute_b32 v20, v10, v11 offset:8
+                                                                          ds_permute_b32 v21, v10, v11""")
+    outs = run_lanes(body, [addr, A, OLD], n_out=2, block=64)
+    back, fwd = OLD.clone(), OLD.clone()
+    for w in range(0, N, 64):
+        tmp = [0] * 64
+        for i in range(64):  # permute: active senders, the highest lane wins
+            if active[i]:
+                tmp[(int(addr[w + i]) // 4) % 64] = int(A[w + i])
+        for i in range(64):
+            if active[i]:
+                s = ((int(addr[w + i]) + 8) // 4) % 64
+                back[w + i] = int(A[w + s]) if active[s] else 0
+                fwd[w + i] = tmp[i]
+    assert torch.equal(outs[0], back) and torch.equal(outs[1], fwd)
+
+
+@pytest.mark.parametrize("pattern", ["swizzle(QUAD_PERM,3,0,2,1)", "swizzle(SWAP,4)", "swizzle(REVERSE,16)",
+                                     "swizzle(BROADCAST,8,5)", 'swizzle(BITMASK_PERM,"01pip")'])
+def test_ds_swizzle_modes(pattern):
+    from asm.emukit import build, lane_kernel
+    active = [i % 7 != 3 for i in range(64)]
+    body = _exec_body(active, f"ds_swizzle_b32 v20, v10 offset:{pattern}")
+    mod = build(lane_kernel(body, 1, 1, block=64), "gfx942")
+    (ins,) = [i for i in mod.instrs if i.base == "ds_swizzle_b32"]
+    out = torch.zeros(N, dtype=torch.int32)
+    mod.launch("k", (N // 64, 1, 1), (64, 1, 1), [A, out])
+    ref = _swizzle_reference(ins.words[0] & 0xFFFF, A, active)  # the encoded offset llvm-mc chose for the macro
+    ref = torch.where(torch.tensor(active * (N // 64)), ref, 0)  # inactive lanes keep the zero-filled output
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("bits", [16, 8])
+def test_ds_read_b64_tr_gives_lane_j_column_j_of_the_tile(bits):
+    """16 lanes read the rows of a (64/bits) x 16 tile of `bits`-bit elements in 8-byte chunks (lane
+    k*(16/E)+c reads chunk c of row k); after ds_read_b64_tr_b{bits} lane j holds column j."""
+    e = 64 // bits
+    dt = torch.int16 if bits == 16 else torch.int8
+    tile = torch.randint(-100, 100, (4, e, 16), dtype=dt, generator=gen)  # per 16-lane group: E rows of 16
+    words = tile.contiguous().view(torch.int32).view(64, 2)  # 512 bytes: 8 per lane, group g at byte 128g
+    lane = torch.arange(64)
+    addr = ((lane // 16) * 128 + lane % 16 * 8).to(torch.int32)  # lane l of a group reads chunk l
+    body = f"""v_lshlrev_b32 v3, 3, v1
+               ds_write_b64 v3, v[10:11]
+               s_waitcnt lgkmcnt(0)
+               s_barrier
+               ds_read_b64_tr_b{bits} v[20:21], v12
+               s_waitcnt lgkmcnt(0)"""
+    outs = run_lanes(body, [words[:, 0], words[:, 1], addr], n_out=2, block=64, arch="gfx950", lds=512)
+    got = torch.stack([outs[0], outs[1]], 1).contiguous().view(dt).view(4, 16, e)
+    assert torch.equal(got, tile.transpose(1, 2))

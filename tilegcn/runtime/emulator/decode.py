@@ -107,6 +107,7 @@ class Instr:
     operands: list
     mods: dict = field(default_factory=dict)
     raw_operands: str = ""
+    words: tuple = ()  # the encoding's 32-bit words (fields objdump prints symbolically, e.g. swizzle offsets)
 
 
 _LINE = re.compile(r"^\s+(?P<asm>\S.*?)\s*//\s*(?P<addr>[0-9A-Fa-f]+):\s*(?P<words>(?:[0-9A-Fa-f]{8}\s*)+)")
@@ -257,7 +258,8 @@ def parse_objdump(text: str) -> list:
             continue
         sm = _SUFFIX.search(mnemonic)
         base = mnemonic[: sm.start()] if sm else mnemonic
-        instrs.append(Instr(addr, size, asm, mnemonic, base, sm.group(1) if sm else "", operands, mods, rest))
+        words = tuple(int(w, 16) for w in m.group("words").split())
+        instrs.append(Instr(addr, size, asm, mnemonic, base, sm.group(1) if sm else "", operands, mods, rest, words))
     instrs.sort(key=lambda i: i.addr)
     return instrs
 
