@@ -208,3 +208,65 @@ def test_fma_mix_f32_mixes_f16_and_f32_sources():
     mod.launch("k", (N // 256, 1, 1), (256, 1, 1), [x, y, z, out])
     ref = (x.half().double() * y.half().double() + z.double()).float()
     assert torch.equal(out, ref)
+
+
+FLAT_IR = """
+define amdgpu_kernel void @lds(ptr addrspace(1) %in, ptr addrspace(1) %out) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %rev = sub i32 255, %tid
+  %mine = getelementptr [256 x i32], ptr addrspace(3) @sh, i32 0, i32 %tid
+  %other = getelementptr [256 x i32], ptr addrspace(3) @sh, i32 0, i32 %rev
+  %gen = addrspacecast ptr addrspace(3) %mine to ptr
+  %gen2 = addrspacecast ptr addrspace(3) %other to ptr
+  %p = getelementptr i32, ptr addrspace(1) %in, i32 %tid
+  %v = load i32, ptr addrspace(1) %p
+  store i32 %v, ptr %gen
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %r = load i32, ptr %gen2
+  %gout = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  %o = addrspacecast ptr addrspace(1) %gout to ptr
+  store i32 %r, ptr %o
+  ret void
+}
+define amdgpu_kernel void @stack(ptr addrspace(1) %in, ptr addrspace(1) %out) {
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %arr = alloca [300 x i32], align 4, addrspace(5)
+  %p = getelementptr i32, ptr addrspace(1) %in, i32 %tid
+  %v = load i32, ptr addrspace(1) %p
+  %j = and i32 %v, 255
+  %k = add i32 %j, 1
+  %e = getelementptr [300 x i32], ptr addrspace(5) %arr, i32 0, i32 %j
+  store i32 %tid, ptr addrspace(5) %e
+  %e2 = getelementptr [300 x i32], ptr addrspace(5) %arr, i32 0, i32 %k
+  store i32 %v, ptr addrspace(5) %e2
+  %r = load i32, ptr addrspace(5) %e
+  %r2 = load i32, ptr addrspace(5) %e2
+  %s = add i32 %r, %r2
+  %o = getelementptr i32, ptr addrspace(1) %out, i32 %tid
+  store i32 %s, ptr addrspace(1) %o
+  ret void
+}
+@sh = internal addrspace(3) global [256 x i32] poison
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.s.barrier()
+"""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_generic_pointers_into_lds_and_global_and_a_private_stack(arch):
+    """HIP-style code: LDS through a generic pointer built from src_shared_base (flat_store / flat_load in
+    the LDS aperture), a generic pointer to global memory, and a per-lane stack array (scratch_*): lanes
+    writing the same stack index must not see each other's data."""
+    mod = llc_module(FLAT_IR, arch)
+    names = {i.base for i in mod.instrs}
+    assert {"flat_store_dword", "flat_load_dword", "scratch_load_dword"} <= names
+    assert any(n.startswith("scratch_store_") for n in names)
+    assert any("src_shared_base" in i.text for i in mod.instrs)
+    x = torch.randint(0, 1 << 20, (256,), dtype=torch.int32, generator=gen)
+    out = torch.zeros(256, dtype=torch.int32)
+    mod.launch("lds", (1, 1, 1), (256, 1, 1), [x, out])
+    assert torch.equal(out, x.flip(0))
+    mod.launch("stack", (1, 1, 1), (256, 1, 1), [x, out])
+    assert torch.equal(out, torch.arange(256, dtype=torch.int32) + x)

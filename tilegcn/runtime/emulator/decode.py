@@ -37,6 +37,14 @@ INLINE_FLOATS = {
     "-4.0": (0xC0800000, 0xC400, 0xC010000000000000),
     "0.15915494": (0x3E22F983, 0x3118, 0x3FC45F306DC9C882),  # 1/(2*pi)
 }
+# Flat-address apertures the emulated device reports (src_shared_base, src_private_base): the values ROCm uses
+# on gfx9 (high dword 0x10000 / 0x20000), above any host address, so a generic address in
+# [base, base + 2^32) is unambiguously LDS / private. A 32-bit read gives the high dword, a 64-bit read the
+# whole base (LLVM builds generic LDS pointers from the high dword).
+SHARED_APERTURE = 0x1_0000_0000_0000
+PRIVATE_APERTURE = 0x2_0000_0000_0000
+APERTURES = {"src_shared_base": SHARED_APERTURE, "src_shared_limit": SHARED_APERTURE | 0xFFFFFFFF,
+             "src_private_base": PRIVATE_APERTURE, "src_private_limit": PRIVATE_APERTURE | 0xFFFFFFFF}
 # Modifiers that only steer caches / coherence; they do not change what the emulator computes.
 CACHE_POLICY = {"sc0", "sc1", "nt", "glc", "slc", "dlc", "scc"}
 
@@ -59,7 +67,7 @@ class Const:
     """An inline constant or a 32-bit literal. `bits` is the 32-bit pattern for 32-bit operands."""
 
     bits: int
-    kind: str  # 'int' (inline integer), 'float' (inline float), 'literal'
+    kind: str  # 'int' (inline integer), 'float' (inline float), 'literal', 'aperture'
     text: str
     value: int = 0  # the integer value for 'int' / 'literal' (signed for inline ints)
     neg: bool = False
@@ -73,7 +81,9 @@ class Const:
 
     def bits64(self) -> int:
         """The constant as a 64-bit operand sees it: inline ints sign-extend, inline floats are f64
-        encodings, 32-bit literals zero-extend."""
+        encodings, 32-bit literals zero-extend, apertures are their 64-bit base."""
+        if self.kind == "aperture":
+            return self.value
         if self.kind == "float":
             return INLINE_FLOATS[self.text][2]
         if self.kind == "int":
@@ -164,6 +174,8 @@ def parse_operand(tok: str):
         return Reg("s", slot, count, neg, ab, tok, sext)
     if t == "off":
         return Off(tok)
+    if t in APERTURES:
+        return Const(APERTURES[t] >> 32, "aperture", t, APERTURES[t])
     if t in ("src_scc", "src_vccz", "src_execz"):
         return Special(t, tok)
     if t in INLINE_FLOATS:

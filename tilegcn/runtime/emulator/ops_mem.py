@@ -155,6 +155,9 @@ def build_memory(ins, b, index):
         return _buffer(ins, b, index)
     if base.startswith(("global_load_", "global_store_")):
         return _global(ins, b, index)
+    if base.startswith(("flat_", "scratch_")) and "_atomic_" not in base:
+        from .ops_flat import build_flat
+        return build_flat(ins, b, index)
     if "_atomic_" in base or base in CACHE_CONTROL:
         from .ops_atomic import build_atomic
         return build_atomic(ins, b, index)

@@ -313,11 +313,13 @@ def _cmp_class(ins, b, index):
 
 
 # ---- 16-bit ---------------------------------------------------------------------------------------------------
-def _src16(b, op, sel_hi=False):
-    """Reader of a 16-bit operand as int32 holding the 16 bits (neg/abs on bit 15). Inline float constants
-    use their f16 encodings; integers keep the low 16 bits."""
+def src16(b, op, sel_hi=False):
+    """Reader of one 16-bit half of a 32-bit operand (bits [15:0] of the result), with f16 neg/abs on bit 15.
+    A constant as a 16-bit / packed operand sees it: inline floats are f16 in the low half and 0 in the high
+    half; integers keep their 32-bit pattern."""
     if isinstance(op, Const):
-        c = b.ctx.const_tensor(op.bits16() if not sel_hi else (op.bits >> 16) & 0xFFFF)
+        word = op.bits16() if op.kind == "float" else op.bits
+        c = b.ctx.const_tensor((word >> 16) & 0xFFFF if sel_hi else word & 0xFFFF)
         return lambda g: c
     if not isinstance(op, Reg):
         raise BindError(f"16-bit operand {op!r} not supported")
@@ -372,7 +374,7 @@ def _op16(ins, b, index):
     _expect(ins, n if mac else n + 1)
     dst = b.vdst(ops[0])
     src_ops = list(ops[1:]) + ([ops[0]] if mac else [])
-    srcs = [_src16(b, op, bool(sel[i]) if i < len(sel) - 1 else False) for i, op in enumerate(src_ops)]
+    srcs = [src16(b, op, bool(sel[i]) if i < len(sel) - 1 else False) for i, op in enumerate(src_ops)]
     dst_hi = bool(sel[-1]) if len(sel) == n + 1 else False
 
     def compute(g):
@@ -405,7 +407,7 @@ def _fma_mix(ins, b, index):
     srcs = []
     for i, op in enumerate(ops[1:]):
         if sel_hi[i]:
-            h = _src16(b, op, bool(sel[i]))
+            h = src16(b, op, bool(sel[i]))
             srcs.append(lambda g, h=h: f16_bits_to_f32(h(g)))
         else:
             r = b.src(op)
@@ -424,6 +426,87 @@ def _fma_mix(ins, b, index):
             h = f32_to_f16_bits(f64_to_f32_odd(exact(g)))
             old = g.rv(dst)
             g.wv(dst, (old & 0xFFFF) | (h << 16) if hi else (old & -65536) | h)
+    return Handler(ins, index, run, "valu", b)
+
+
+# ---- packed conversions and packed 16-bit integers ----------------------------------------------------------------
+def _sat(x, lo, hi):
+    return x.clamp(lo, hi) & 0xFFFF
+
+
+def _norm16(x, scale, lo):
+    x = torch.nan_to_num(x, nan=0.0)
+    return torch.round(x.clamp(lo, 1.0).double() * scale).to(torch.int64) & 0xFFFF  # torch.round: ties to even
+
+
+PK_CVT = {  # (float sources, fn(source) -> 16-bit value as int64)
+    "v_cvt_pk_u16_u32": (False, lambda a: _sat(u32(a), 0, 65535)),
+    "v_cvt_pk_i16_i32": (False, lambda a: _sat(a.to(torch.int64), -32768, 32767)),
+    "v_cvt_pknorm_i16_f32": (True, lambda x: _norm16(x, 32767.0, -1.0)),
+    "v_cvt_pknorm_u16_f32": (True, lambda x: _norm16(x, 65535.0, 0.0)),
+}
+
+
+def _cvt_pk(ins, b, index):
+    """D = {cvt(S1), cvt(S0)}: S0's 16-bit result in bits [15:0], S1's in [31:16] (saturating / normalising as
+    the name says; norm conversions round to nearest even)."""
+    _expect(ins, 3)
+    _no_mods(ins)
+    is_float, fn = PK_CVT[ins.base]
+    fin = _f32_in(b.ctx) if is_float else (lambda x: x)
+    dst = b.vdst(ins.operands[0])
+    s0, s1 = (b.src(op, float_mods=is_float) for op in ins.operands[1:])
+
+    def run(g):
+        g.wv(dst, _i32(fn(fin(s0(g))) | (fn(fin(s1(g))) << 16)))
+    return Handler(ins, index, run, "valu", b)
+
+
+def _cvt_pk_u8(ins, b, index):
+    """v_cvt_pk_u8_f32 D, S0, S1, S2: S2 with byte S1[1:0] replaced by S0 converted to u8 (round to nearest
+    even, clamped to 0..255, NaN -> 0)."""
+    _expect(ins, 4)
+    _no_mods(ins)
+    fin = _f32_in(b.ctx)
+    dst = b.vdst(ins.operands[0])
+    s0 = b.src(ins.operands[1])
+    s1, s2 = (b.src(op, float_mods=False) for op in ins.operands[2:])
+
+    def run(g):
+        v = torch.round(torch.nan_to_num(fin(s0(g)), nan=0.0).clamp(0.0, 255.0)).to(torch.int64)
+        shift = (u32(s1(g)) & 3) * 8
+        old = u32(s2(g))
+        g.wv(dst, _i32((old & ~(0xFF << shift)) | (v << shift)))
+    return Handler(ins, index, run, "valu", b)
+
+
+PK_INT = {  # on int64 16-bit fields (unsigned 0..65535); results masked to 16 bits
+    "v_pk_add_u16": (2, lambda a, c: a + c), "v_pk_add_i16": (2, lambda a, c: a + c),
+    "v_pk_sub_u16": (2, lambda a, c: a - c), "v_pk_sub_i16": (2, lambda a, c: a - c),
+    "v_pk_mul_lo_u16": (2, lambda a, c: a * c),
+    "v_pk_lshlrev_b16": (2, lambda a, c: c << (a & 15)), "v_pk_lshrrev_b16": (2, lambda a, c: c >> (a & 15)),
+    "v_pk_ashrrev_i16": (2, lambda a, c: _sext16(c) >> (a & 15)),
+    "v_pk_max_u16": (2, torch.maximum), "v_pk_min_u16": (2, torch.minimum),
+    "v_pk_max_i16": (2, lambda a, c: torch.maximum(_sext16(a), _sext16(c))),
+    "v_pk_min_i16": (2, lambda a, c: torch.minimum(_sext16(a), _sext16(c))),
+    "v_pk_mad_u16": (3, lambda a, c, d: a * c + d), "v_pk_mad_i16": (3, lambda a, c, d: a * c + d),
+}
+
+
+def _pk_int(ins, b, index):
+    n, fn = PK_INT[ins.base]
+    _expect(ins, n + 1)
+    _no_mods(ins, ("op_sel", "op_sel_hi"))
+    sel = ins.mods.get("op_sel", (0,) * n)
+    sel_hi = ins.mods.get("op_sel_hi", (1,) * n)
+    dst = b.vdst(ins.operands[0])
+    lo = [src16(b, op, bool(sel[i])) for i, op in enumerate(ins.operands[1:])]
+    hi = [src16(b, op, bool(sel_hi[i])) for i, op in enumerate(ins.operands[1:])]
+
+    def run(g):
+        r_lo = fn(*(s(g).to(torch.int64) for s in lo)) & 0xFFFF
+        r_hi = fn(*(s(g).to(torch.int64) for s in hi)) & 0xFFFF
+        g.wv(dst, _i32(r_lo | (r_hi << 16)))
     return Handler(ins, index, run, "valu", b)
 
 
@@ -530,6 +613,12 @@ def build_vext(ins, b, index):
         return _op16(ins, b, index)
     if base in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
         return _fma_mix(ins, b, index)
+    if base in PK_CVT:
+        return _cvt_pk(ins, b, index)
+    if base == "v_cvt_pk_u8_f32":
+        return _cvt_pk_u8(ins, b, index)
+    if base in PK_INT:
+        return _pk_int(ins, b, index)
     if base == "v_bitop3_b32":
         return _bitop3(ins, b, index)
     if base in ("v_maximum3_f32", "v_minimum3_f32"):
