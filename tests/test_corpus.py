@@ -53,8 +53,7 @@ def run_entry(meta, check=True, hsaco=None):
 def test_corpus_kernel_matches_torch(path):
     meta = load_entry(path)
     missing = coverage.unsupported(emulator.load(os.path.join(CORPUS, meta["hsaco"])))
-    if any(missing.values()):  # until the instructions land (issue 8, emu-instr)
-        pytest.xfail("not modelled yet: " + ", ".join(sorted({m for f in missing.values() for m in f})))
+    assert not any(missing.values()), f"not modelled: {missing}"  # the coverage report prints nothing here
     named, expected = run_entry(meta)
     outputs = [s["name"] for s in meta["args"] if s.get("output")]
     assert sorted(outputs) == sorted(expected)

@@ -59,3 +59,10 @@ def test_fully_modelled_code_object_exits_zero(capsys):
     assert coverage.main([str(ok)]) == 0
     out = capsys.readouterr().out
     assert "grid_info_kernel: ok" in out and "not modelled" not in out
+
+
+def test_nothing_unmodelled_in_the_corpus():
+    paths = sorted((ROOT / "tests" / "corpus").glob("*.hsaco"))
+    assert len(paths) >= 30
+    missing = {p.name: found for p in paths for found in [coverage.unsupported(emulator.load(p))] if any(found.values())}
+    assert not missing

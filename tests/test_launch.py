@@ -121,3 +121,11 @@ def test_small_by_value_integers_and_halves():
     assert data == bytes([0xFE, 0]) + torch.tensor([1.5], dtype=torch.float16).numpy().tobytes() + b"\xff\xff" + bytes(2)
     with pytest.raises(ArgumentError, match="does not fit 16 bits"):
         kernargs.pack(meta, [0, 0.0, 1 << 16], 8)
+
+
+def test_queue_apertures_match_the_aperture_registers(launch_module):
+    out = torch.zeros(3, dtype=torch.int32)
+    launch_module.launch("apertures", 1, 64, [out])
+    shared_hi = int(out[0])
+    assert shared_hi != 0 and int(out[1]) == shared_hi  # the queue's LDS aperture = src_shared_base
+    assert int(out[2]) not in (0, shared_hi)  # a private aperture of its own

@@ -63,3 +63,25 @@ declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
 declare i64 @llvm.amdgcn.dispatch.id()
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare void @llvm.amdgcn.s.barrier()
+
+; The LDS aperture three ways: the high word of a generic pointer to LDS (src_shared_base on gfx9), and the
+; LDS / private aperture words of the queue (amd_queue_t at 0x40 / 0x44, read by older code objects).
+@lds_word = internal addrspace(3) global i32 poison, align 4
+define amdgpu_kernel void @apertures(ptr addrspace(1) %out) {
+  %flat = addrspacecast ptr addrspace(3) @lds_word to ptr
+  %bits = ptrtoint ptr %flat to i64
+  %hi64 = lshr i64 %bits, 32
+  %hi = trunc i64 %hi64 to i32
+  store i32 %hi, ptr addrspace(1) %out
+  %q = call ptr addrspace(4) @llvm.amdgcn.queue.ptr()
+  %qs = getelementptr i8, ptr addrspace(4) %q, i64 64
+  %qp = getelementptr i8, ptr addrspace(4) %q, i64 68
+  %s = load i32, ptr addrspace(4) %qs
+  %p = load i32, ptr addrspace(4) %qp
+  %o1 = getelementptr i32, ptr addrspace(1) %out, i32 1
+  store i32 %s, ptr addrspace(1) %o1
+  %o2 = getelementptr i32, ptr addrspace(1) %out, i32 2
+  store i32 %p, ptr addrspace(1) %o2
+  ret void
+}
+declare ptr addrspace(4) @llvm.amdgcn.queue.ptr()

@@ -18,11 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..kernargs import fill_hidden, hidden_values
-
-# Flat-address apertures as ROCm's KFD sets them on gfx9 (MAKE_LDS_APP_BASE_V9 / MAKE_SCRATCH_APP_BASE_V9):
-# a generic address whose high 32 bits equal the aperture's base high word addresses LDS / scratch.
-SHARED_APERTURE_BASE = 0x1 << 48
-PRIVATE_APERTURE_BASE = 0x2 << 48
+# the apertures src_shared_base / src_private_base report; the hidden arguments and the queue say the same
+from .decode import PRIVATE_APERTURE, SHARED_APERTURE
 
 DISPATCH_PACKET_BYTES = 64
 QUEUE_BYTES = 256
@@ -64,7 +61,7 @@ def _dispatch_packet(grid, block, kd, lds_size, kernel_object, kernarg_address) 
 
 def _queue() -> bytes:
     q = bytearray(QUEUE_BYTES)
-    struct.pack_into("<II", q, QUEUE_SHARED_APERTURE_HI, SHARED_APERTURE_BASE >> 32, PRIVATE_APERTURE_BASE >> 32)
+    struct.pack_into("<II", q, QUEUE_SHARED_APERTURE_HI, SHARED_APERTURE >> 32, PRIVATE_APERTURE >> 32)
     return bytes(q)
 
 
@@ -82,7 +79,7 @@ def prepare(kernel, grid, block, kernarg: bytes, shared_mem: int, dispatch_id: i
     packet = Segment("dispatch packet", DISPATCH_PACKET_BYTES)
     queue = Segment("queue", QUEUE_BYTES)
     descriptor = Segment("kernel descriptor", 64)
-    pointers = {"hidden_shared_base": SHARED_APERTURE_BASE >> 32, "hidden_private_base": PRIVATE_APERTURE_BASE >> 32,
+    pointers = {"hidden_shared_base": SHARED_APERTURE >> 32, "hidden_private_base": PRIVATE_APERTURE >> 32,
                 "hidden_queue_ptr": queue.address}
     kernarg = fill_hidden(meta.get(".args", []), kernarg + bytes(size - len(kernarg)),
                           hidden_values(grid, block, shared_mem, pointers))
@@ -96,7 +93,8 @@ def prepare(kernel, grid, block, kernarg: bytes, shared_mem: int, dispatch_id: i
         "queue_ptr": _words(queue.address, 2),
         "dispatch_id": _words(dispatch_id, 2),
         "private_segment_size": [kd.private_segment_fixed_size],
-        # private_segment_buffer and flat_scratch_init stay 0: the emulator has no scratch memory behind them
+        # private_segment_buffer and flat_scratch_init stay 0: gfx94x/gfx950 use architected flat scratch
+        # (scratch_* address the private segment directly, ops_flat.py); no buffer V# reaches scratch here
     }
     return Dispatch(kernarg=kernarg, lds_size=lds_size, segments=[kernarg_seg, packet, queue, descriptor],
                     user_sgprs=user)
