@@ -22,7 +22,9 @@ Outcome of one deletion:
                retired them too -- redundant for this program;
              - lds stores: it retired only DS writes. LDS reads of other waves are checked by the race
                tracker (a write not waited for before the s_barrier is a RaceError), and the wave's own
-               DS ops are in order -- redundant;
+               DS ops are in order -- redundant. (tilegcn's `lgkmcnt(14)` waits between long runs of
+               ds_writes are of this kind: they keep at most 15 DS ops outstanding, the largest count
+               the 4-bit LGKM_CNT field can name; the emulator's queue has no such bound to check);
              - global stores: it retired only global stores/atomics without a return value; such a
                wait orders global memory for other waves, which the emulator does not check (no
                cross-wave global-memory race detection) -- a checker gap where a kernel needs it,
