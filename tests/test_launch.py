@@ -71,6 +71,11 @@ def test_dynamic_lds_comes_from_shared_mem(launch_module):
         launch_module.launch("dynamic_lds", 1, 256, [out, 256])  # no dynamic LDS asked for
     launch_module.launch("dynamic_lds", 1, 256, [out, 256], shared_mem=1024)
     assert torch.equal(out, torch.arange(255, -1, -1, dtype=torch.int32) * 3)
+    # LLVM lists hidden_dynamic_lds_size for a kernel with dynamic LDS: the launch's shared_mem goes there
+    (lds_arg,) = [a for a in launch_module.kernels["dynamic_lds"].metadata[".args"]
+                  if a[".value_kind"] == "hidden_dynamic_lds_size"]
+    kernarg = launch_module.prepare("dynamic_lds", 1, 256, [out, 256], shared_mem=1024).dispatch.kernarg
+    assert int.from_bytes(kernarg[lds_arg[".offset"]:lds_arg[".offset"] + 4], "little") == 1024
     limit = launch_module.arch.lds_bytes
     with pytest.raises(EmulatorError, match=f"{limit + 4} bytes of LDS .0 fixed \\+ {limit + 4} dynamic"):
         launch_module.launch("dynamic_lds", 1, 256, [out, 256], shared_mem=limit + 4)
