@@ -25,10 +25,13 @@ Outcome of one deletion:
                DS ops are in order -- redundant. (tilegcn's `lgkmcnt(14)` waits between long runs of
                ds_writes are of this kind: they keep at most 15 DS ops outstanding, the largest count
                the 4-bit LGKM_CNT field can name; the emulator's queue has no such bound to check);
-             - global stores: it retired only global stores/atomics without a return value; such a
+             - global stores: it retired only VM-queue stores/atomics without a return value; such a
                wait orders global memory for other waves, which the emulator does not check (no
                cross-wave global-memory race detection) -- a checker gap where a kernel needs it,
-               redundant otherwise.
+               redundant otherwise. Flat stores count here even when they land in LDS: the emulator
+               keeps flat ops on the VM queue only and does not race-check their LDS bytes (hardware
+               counts them on VM_CNT and LGKM_CNT, and LLVM's workgroup release waits only lgkmcnt(0)
+               for them, so race-checking them needs that dual-counter model first).
 """
 from __future__ import annotations
 

@@ -68,9 +68,7 @@ class Program:
         end = instrs[-1].addr + instrs[-1].size if instrs else 0
         self.handlers.append(fault_handler(Instr(end, 0, "<end of code>", "<end>", "<end>", "", []), len(instrs),
                                            "execution ran past the last instruction (no s_endpgm)"))
-        # flat accesses may land in the LDS aperture: they are race-checked like DS ones
-        self.uses_lds = any(h.cls == "ds" or "lds" in ins.mods or ins.base.startswith("flat_")
-                            for h, ins in zip(self.handlers, instrs))
+        self.uses_lds = any(h.cls == "ds" or "lds" in ins.mods for h, ins in zip(self.handlers, instrs))
         self.reg_name = self.ctx.reg_name
         self.sreg_name = self.ctx.sreg_name
 

@@ -122,15 +122,6 @@ class _Access:
                 m.mem.dirty = True
 
 
-def _track_lds(m, acc, waves, me, pos, nbytes, is_write):
-    """Record the LDS bytes a flat access touches when it retires, for the cross-wave race check (as DS
-    accesses are): a flat store to LDS not waited for before s_barrier is caught like a ds_write."""
-    if acc.lds is None or not m.lds.track:
-        return
-    row_waves = list(waves) if pos is None else [waves[i] for i in pos.tolist()]
-    m.lds.races.access(_sub(acc.lds, pos), nbytes, _sub(me, pos), _sub(acc.masks[0], pos), row_waves, is_write)
-
-
 def build_flat(ins, b, index):
     base = ins.base
     if base.startswith(("flat_load_", "flat_store_")):
@@ -187,11 +178,8 @@ def build_flat(ins, b, index):
         ex = g.exec_mask()
         acc = _Access(g, address(g), nbytes, ex, not is_load, generic, private_size, base)
         rows = g.sel
-        g_waves = g.waves
-        me = m.wave_in_wg[rows].view(-1, 1).to(torch.int8)
         if is_load:
             def apply(pos):
-                _track_lds(m, acc, g_waves, me, pos, nbytes, False)
                 raw = acc.sub(pos).load(m, nbytes, private_size)
                 raw = raw.contiguous().view(torch.int32) if kind == "dw" else _bytes_value(raw)
                 r = _rows_of(rows, pos)
@@ -202,7 +190,6 @@ def build_flat(ins, b, index):
             payload = store_bytes_of(g.rvs(data, nreg), kind, nbytes)  # captured at issue
 
             def apply(pos):
-                _track_lds(m, acc, g_waves, me, pos, nbytes, True)
                 acc.sub(pos).store(m, _sub(payload, pos), private_size)
             m.issue(g, "vm", (), (), apply)
     return Handler(ins, index, run, "vmem", b, queue="vm")
