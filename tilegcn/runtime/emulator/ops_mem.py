@@ -8,8 +8,11 @@ an s_waitcnt retires the op (`Machine.wait`).
 Raw buffer range checking (ISA_NOTES): with STRIDE = 0 a dword i of a lane is in range iff
 offset + 4*(i+1) <= NUM_RECORDS (offset + size for sub-dword accesses), where offset is
 voffset + inst_offset; out-of-range loads return 0 (LDS DMA writes 0), out-of-range stores are
-dropped. Whether soffset counts toward the check is uncertain in the sources; the emulator's choice is
-`SOFFSET_IN_RANGE_CHECK`. With STRIDE != 0 (structured buffers) a lane is in range iff its index
+dropped. Whether soffset counts toward the check is left open by the sources: the CDNA3 guide's range-check
+text names only the offset, and LLVM's AMDGPU dialect documents the SGPR offset as one that "may or may not
+be considered in bounds checks" (chipset dependent). The emulator's choice is `SOFFSET_IN_RANGE_CHECK`;
+a lane whose outcome would differ under the other reading is an EmulatorError rather than a guess
+(`_soffset_decides`). With STRIDE != 0 (structured buffers) a lane is in range iff its index
 (idxen) < NUM_RECORDS.
 """
 from __future__ import annotations
@@ -221,10 +224,28 @@ def buffer_addresses(ins, b, ops, ndw, elem):
         checked = off + so if SOFFSET_IN_RANGE_CHECK else off
         k = torch.arange(ndw, device=base.device, dtype=torch.int64)
         raw_ok = (checked.unsqueeze(-1) + (k + 1) * elem) <= nrec.unsqueeze(-1)
+        if soff is not None or soff_const:
+            _soffset_decides(g, off, so, k, elem, nrec, raw_ok, stride)
         struct_ok = ((vidx if isinstance(vidx, torch.Tensor) else torch.zeros_like(off)) < nrec).unsqueeze(-1)
         ok = torch.where((stride == 0).unsqueeze(-1), raw_ok, struct_ok)
         return addr.unsqueeze(-1) + k * elem, ok
     return addresses
+
+
+def _soffset_decides(g, off, so, k, elem, nrec, raw_ok, stride):
+    """Refuse an access whose in-range verdict depends on whether soffset counts (see the module docstring)."""
+    other = off if SOFFSET_IN_RANGE_CHECK else off + so
+    other_ok = (other.unsqueeze(-1) + (k + 1) * elem) <= nrec.unsqueeze(-1)
+    differs = (other_ok != raw_ok).any(-1) & (stride == 0)
+    ex = g.exec_mask()
+    if ex is not None:
+        differs &= ex
+    if bool(differs.any()):
+        row, lane = first_true(differs)
+        raise Fault(f"buffer access at offset {int(off[row, lane])} with soffset {int(so if not isinstance(so, torch.Tensor) else so.view(-1)[row])} "
+                    f"is in range of NUM_RECORDS {int(nrec.view(-1)[row])} under one reading of the ISA and out of "
+                    f"range under the other (whether soffset counts in the range check is not specified); the "
+                    f"emulator does not guess", row, lane)
 
 
 def _buffer(ins, b, index):

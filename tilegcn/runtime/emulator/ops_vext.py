@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from .decode import EXEC_LO, VCC_LO, Const, Reg
-from .fpmath import FLT_MIN, f16_bits_to_f32, f32_to_f16_bits, fma_f64_odd, flush_denorms
-from .program import INT_MIN, BindError, Handler, as_bits, as_f32, u32
+from .fpmath import FLT_MIN, f16_bits_to_f32, f32_to_f16_bits, f64_to_f32_odd, fma_f64_odd, flush_denorms
+from .program import BindError, Handler, as_bits, as_f32, u32
 
 M32 = 0xFFFFFFFF
 SIGN64 = -(1 << 63)
@@ -335,7 +335,6 @@ def src16(b, op, sel_hi=False):
 
 
 def _fma16(a, b, c):
-    from .fpmath import f64_to_f32_odd
     return f64_to_f32_odd(fma_f64_odd(a.double(), b.double(), c.double()))
 
 
@@ -419,7 +418,6 @@ def _fma_mix(ins, b, index):
         def run(g):
             g.wv(dst, as_bits(post(exact(g).float())))
     else:
-        from .fpmath import f64_to_f32_odd
         hi = ins.base == "v_fma_mixhi_f16"
 
         def run(g):

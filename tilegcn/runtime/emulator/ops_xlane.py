@@ -21,7 +21,7 @@ import dataclasses
 import torch
 
 from .decode import Reg
-from .program import BindError, Handler
+from .program import BindError
 
 LANE = torch.arange(64)
 DPP_MODS = ("quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
@@ -198,7 +198,6 @@ def build_sdwa(ins, b, index, build_plain):
     if unused not in ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE"):
         raise BindError(f"dst_unused:{unused} is not an SDWA mode")
     (dst,) = sorted(b.vw)
-    b.vr.add(dst)  # UNUSED_PRESERVE reads the old value
     plain_run = inner.run
     keep_bits = _s32(~(((1 << width) - 1) << shift))
 
