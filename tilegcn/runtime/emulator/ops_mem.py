@@ -158,6 +158,7 @@ def build_memory(ins, b, index):
         return _buffer(ins, b, index)
     if base.startswith(("global_load_", "global_store_")):
         return _global(ins, b, index)
+    # the modules below build on this one's helpers, so they are imported when first needed
     if base.startswith(("flat_", "scratch_")) and "_atomic_" not in base:
         from .ops_flat import build_flat
         return build_flat(ins, b, index)
