@@ -11,8 +11,9 @@ from __future__ import annotations
 import sympy
 
 from ..ir import nodes as N
-from .abi import OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_linear, split_uniform
+from ..errors import CompileError
+from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
+from .addr import ExprLowering, linear_form, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -62,7 +63,7 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
 
-    def address(self, buffer: N.Buffer, index, mask_dims) -> tuple:
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int) -> tuple:
         """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
         es = buffer.dtype.bytes
         form: dict = {}
@@ -72,11 +73,32 @@ class GlobalAccess:
         limit = self.b.arch.mubuf_max_imm_offset + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
+        if not self._voffsets_reach(lane, imm, width):
+            mask_dims = self._mask_every_dim(buffer, lane)
         srd = self.abi.resource(buffer, uniform)
         voffset = self.lower.vgpr(lane)
         if not mask_dims:
             return srd, voffset, imm, False
         return srd, self._masked(buffer, index, mask_dims, voffset), imm, True
+
+    def _voffsets_reach(self, lane, imm: int, width: int) -> bool:
+        """Whether every lane's 32-bit voffset (+ imm) is exact: in-tile offsets below BUFFER_REACH,
+        negative ones (before the origin: out of range) above -BUFFER_REACH. An offset past 2^32
+        would wrap back into the buffer: a stray access."""
+        ranges = {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
+        span = value_range(lane, ranges)
+        return span is None or (span[0] + imm > -BUFFER_REACH and span[1] + imm + width <= BUFFER_REACH)
+
+    def _mask_every_dim(self, buffer: N.Buffer, lane) -> list:
+        """A tile whose voffsets may wrap: mask every dim by compare (dim 0 included), so lanes outside
+        the tensor get OUT_OF_RANGE_OFFSET and lanes inside it, all below BUFFER_REACH from the
+        origin when the whole tensor is, compute exact offsets (32-bit arithmetic wraps only past it)."""
+        if buffer.spec.nbytes > BUFFER_REACH:
+            raise CompileError(
+                f"a tile of {buffer.name} spans more than {BUFFER_REACH >> 30} GiB per lane offset "
+                f"({lane} bytes) in a tensor of {buffer.spec.nbytes} bytes: 32-bit buffer offsets cannot "
+                "reach it; use a smaller tile or a tensor with smaller strides")
+        return list(range(len(buffer.shape)))
 
     def _masked(self, buffer, index, mask_dims, voffset: Reg) -> Reg:
         """A fresh VGPR: voffset where the element is inside the tensor on every masked dim, else an
@@ -103,13 +125,13 @@ class GlobalAccess:
         return out
 
     def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
         self.b.emit(LOAD_OPS[width], dst, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
         if temp:
             self.b.v.free(voff)  # the address is read at issue
 
     def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
         self.b.emit(STORE_OPS[width], src, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
         if temp:
             self.b.v.free(voff)
