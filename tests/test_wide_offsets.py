@@ -52,26 +52,28 @@ def _descriptor_probe(offset_of, arch):
     return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
 
 
-OFFSETS = {
-    "row stride, a power of two": lambda by, n: by * (1 << 33),
-    "coefficient past 2^32": lambda by, n: by * 0x1_2345_6789,
-    "product of a block id and a scalar": lambda by, n: by * n * 0x2468_ACE1 + by * 5 + 12,
-    "past the end": lambda by, n: by * (6 << 30) + n,
+OFFSETS = {  # name: (byte offset of (by, n), the int32 scalar n)
+    "row stride, a power of two": (lambda by, n: by * (1 << 33), 0),
+    "coefficient past 2^32": (lambda by, n: by * 0x1_2345_6789, 0),
+    "product of a block id and a scalar": (lambda by, n: by * n * 0x2468_ACE1 + by * 5 + 12, 0x7654_3210),
+    "past the end": (lambda by, n: by * (6 << 30) + n, 0x7654_3210),
+    "negative scalar, before the start at by=0": (lambda by, n: by * (1 << 33) + n * 0x1_0000_0003, -3),
+    "negative scalar times a block id": (lambda by, n: by * n * 6 + (1 << 34), -(1 << 31)),
 }
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 @pytest.mark.parametrize("name", list(OFFSETS))
 def test_descriptor_math_is_64_bit(name, arch):
-    n = 0x7654_3210
-    kernel, hsaco = _descriptor_probe(OFFSETS[name], arch)
+    offset_of, n = OFFSETS[name]
+    kernel, hsaco = _descriptor_probe(offset_of, arch)
     out = torch.zeros(GRID_Y, 4, dtype=torch.int32)
     emulator.load(hsaco).launch(kernel.name, grid=(1, GRID_Y, 1), block=(64, 1, 1), args=[POINTER, out, n])
     for by in range(GRID_Y):
-        offset = int(sympy.sympify(OFFSETS[name](by, n)))
-        base = POINTER + offset
+        offset = int(sympy.sympify(offset_of(by, n)))
+        base = (POINTER + offset) % (1 << 64)
         left = HUGE.nbytes - offset
-        records = 0 if left < 0 else min(left, 1 << 31)
+        records = 0 if left < 0 or offset < 0 else min(left, 1 << 31)
         got = [w & 0xFFFFFFFF for w in out[by].tolist()]
         assert got[0] == base & 0xFFFFFFFF, (by, hex(got[0]), hex(base))
         assert got[1] == (base >> 32) & 0xFFFF, (by, hex(got[1]), hex(base))

@@ -101,8 +101,8 @@ class KernelAbi:
 
         The offset is computed in 64 bits (addr.ExprLowering.sgpr64), so a tile origin more than
         4 GiB into a tensor is reached, not wrapped. NUM_RECORDS = the bytes from the moved base to
-        the tensor's end, clamped to [0, BUFFER_REACH]: 0 when the origin lies past the end (every
-        access then misses), and never more than the per-lane voffsets can address
+        the tensor's end, clamped to [0, BUFFER_REACH]: 0 when the origin lies past the end or before
+        the start (every access then misses), and never more than the per-lane voffsets can address
         without reaching OUT_OF_RANGE_OFFSET (GlobalAccess.address refuses tiles that would need more).
         """
         b = self.b
@@ -152,9 +152,11 @@ class KernelAbi:
         emit("s_cmp_gt_i32", left[1], 0, comment="4 GiB or more left?")
         emit("s_cselect_b32", left[0], BUFFER_REACH, left[0])
         emit("s_min_u32", out, left[0], BUFFER_REACH, comment="NUM_RECORDS, at most BUFFER_REACH")
+        emit("s_cmp_lt_i32", off[1], 0, comment="origin before the start (a negative scalar)?")
+        emit("s_cselect_b32", out, 0, out, comment="then nothing is in range")
         b.s.free(left)
 
 
 def records_left(nbytes: int, offset: int) -> int:
     """NUM_RECORDS of a V# moved `offset` bytes into a tensor of `nbytes` bytes (see resource)."""
-    return min(max(nbytes - offset, 0), BUFFER_REACH)
+    return min(max(nbytes - offset, 0), BUFFER_REACH) if offset >= 0 else 0

@@ -184,15 +184,19 @@ class ExprLowering:
         """out (a pair) = atom * coeff: a product of 32-bit atoms widened to 64 bits."""
         factors = list(sympy.Mul.make_args(atom)) if isinstance(atom, sympy.Mul) else [atom]
         emit("s_mov_b32", out[0], self.sgpr(factors[0]))
-        high_zero = True
-        for f in [self.sgpr(f) for f in factors[1:]] + ([coeff] if coeff != 1 else []):
-            self._mul64(out, f, high_zero, emit)
+        high_zero = not _signed(factors[0])
+        if not high_zero:
+            emit("s_ashr_i32", out[1], out[0], 31, comment="a signed scalar: sign-extend")
+        for f in factors[1:]:
+            self._mul64(out, self.sgpr(f), high_zero, emit, signed=_signed(f))
             high_zero = False
-        if high_zero:
+        if coeff != 1:
+            self._mul64(out, coeff, high_zero, emit)
+        elif high_zero:
             emit("s_mov_b32", out[1], 0)
 
-    def _mul64(self, x: Reg, factor, high_zero: bool, emit):
-        """x (a pair) *= factor (an SGPR or an int below 2^64), modulo 2^64."""
+    def _mul64(self, x: Reg, factor, high_zero: bool, emit, signed: bool = False):
+        """x (a pair) *= factor (an SGPR, `signed` int32 or unsigned, or an int below 2^64), modulo 2^64."""
         if isinstance(factor, int) and is_pow2(factor) and factor < 1 << 32:
             if high_zero:
                 emit("s_mov_b32", x[1], 0)
@@ -206,6 +210,9 @@ class ExprLowering:
             emit("s_mul_i32", x[1], x[1], lo)
             emit("s_mul_hi_u32", tmp, x[0], lo)
             emit("s_add_u32", x[1], x[1], tmp)
+        if signed:
+            emit("s_ashr_i32", tmp, factor, 31)
+            hi = tmp
         if hi:
             emit("s_mul_i32", tmp, x[0], hi)
             emit("s_add_u32", x[1], x[1], tmp)
@@ -369,6 +376,12 @@ class ExprLowering:
                 emit("v_add_u32", out, self.operand(x), out)
             return
         raise CompileError(f"cannot lower index expression {expr}")
+
+
+def _signed(atom) -> bool:
+    """A runtime int scalar (int32, may be negative); block ids, loop variables, floor and Mod of them
+    are not negative."""
+    return atom.is_Symbol and not atom.is_nonnegative
 
 
 def _is_simple(expr) -> bool:

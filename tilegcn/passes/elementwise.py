@@ -18,6 +18,7 @@ from ..ir import nodes as N
 from .context import Context
 
 LOG2_E = 1.4426950408889634
+SIGN_BIT = 0x80000000
 _VOP2 = {"add": "v_add_f32", "mul": "v_mul_f32", "max": "v_max_f32", "min": "v_min_f32", "sub": "v_sub_f32"}
 _COMMUTATIVE = {"add", "mul", "max", "min"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
@@ -112,7 +113,7 @@ class ElementEvaluator:
     def _call(self, e: N.Call, r: int, dst):
         x = self.eval(e.args[0], r)
         if isinstance(x, float):
-            return _f32({"exp2": lambda v: 2.0 ** v, "exp": math.exp, "abs": abs}[e.fn](x))
+            return _f32({"exp2": lambda v: 2.0 ** v, "exp": math.exp, "abs": abs, "neg": lambda v: -v}[e.fn](x))
         out = dst or self.temp()
         if e.fn == "exp2":
             self.b.emit("v_exp_f32", out, x)
@@ -121,6 +122,8 @@ class ElementEvaluator:
             self.b.emit("v_exp_f32", out, out)
         elif e.fn == "abs":
             self.b.emit("v_and_b32", out, 0x7FFFFFFF, self.vgpr(x))
+        elif e.fn == "neg":
+            self.b.emit("v_xor_b32", out, SIGN_BIT, self.vgpr(x), comment="-x: flip the sign")
         else:
             raise TypeError(f"unknown function {e.fn}")
         return out

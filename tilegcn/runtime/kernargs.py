@@ -12,6 +12,7 @@ import torch
 from ..errors import ArgumentError
 
 _FLOAT_TYPES = ("float", "double", "half", "f32", "f64")
+_SIGNED_TYPES = ("int", "int32_t", "long", "int64_t")
 
 
 def _pack_value(arg_meta: dict, value, index: int) -> bytes:
@@ -30,11 +31,23 @@ def _pack_value(arg_meta: dict, value, index: int) -> bytes:
     fmt = {(4, False): "<i", (8, False): "<q", (4, True): "<f", (8, True): "<d"}.get((size, is_float))
     if fmt is None:
         raise ArgumentError(f"tilegcn: kernel argument {index} has unsupported by-value size {size}")
-    if not is_float and value < 0 and size == 4 and value < -(2**31):
-        raise ArgumentError(f"tilegcn: kernel argument {index} = {value} does not fit 32 bits")
-    if not is_float and value >= 2 ** (8 * size - 1):
-        value -= 2 ** (8 * size)  # unsigned range written as the same bits
+    if not is_float:
+        value = _integer_bits(arg_meta, value, size, index)
     return struct.pack(fmt, value)
+
+
+def _integer_bits(arg_meta: dict, value, size: int, index: int) -> int:
+    """A signed `int` argument (tilegcn's int scalars are int32) must lie in its range; an argument of
+    another integer type may also take the unsigned range (written as the same bits). Anything else
+    is an ArgumentError, never a wrapped value."""
+    bits = 8 * size
+    signed = arg_meta.get(".type_name") in _SIGNED_TYPES
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) if signed else (1 << bits)
+    if not low <= value < high:
+        name = arg_meta.get(".name", index)
+        raise ArgumentError(f"tilegcn: integer argument {name} = {value} is outside the {bits}-bit "
+                            f"{'signed ' if signed else ''}range [{low}, {high - 1}]")
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
 def pack(args_meta: list, values: list, kernarg_size: int) -> bytes:
