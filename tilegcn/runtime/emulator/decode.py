@@ -51,6 +51,7 @@ class Reg:
     neg: bool = False
     abs: bool = False
     text: str = ""
+    sext: bool = False  # SDWA sext(): the selected field is sign-extended
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,10 @@ def _parse_int(tok: str) -> int:
 
 def parse_operand(tok: str):
     """One operand token -> Reg / Const / Special / Off; raises ValueError when it is not one."""
-    neg = ab = False
+    neg = ab = sext = False
     t = tok
+    if t.startswith("sext(") and t.endswith(")"):
+        sext, t = True, t[5:-1]
     if t.startswith("neg(") and t.endswith(")"):
         neg, t = True, t[4:-1]
     if t.startswith("-") and (t[1:2] in ("|", "v", "s", "a") or t[1:].startswith(("vcc", "exec", "m0", "abs("))):
@@ -154,10 +157,10 @@ def parse_operand(tok: str):
         lo = int(m.group("one") if m.group("one") is not None else m.group("lo"))
         hi = int(m.group("one") if m.group("one") is not None else m.group("hi"))
         kind = m.group("kind")
-        return Reg(kind, lo, hi - lo + 1, neg, ab, tok)
+        return Reg(kind, lo, hi - lo + 1, neg, ab, tok, sext)
     if t in SPECIAL_SGPRS:
         slot, count = SPECIAL_SGPRS[t]
-        return Reg("s", slot, count, neg, ab, tok)
+        return Reg("s", slot, count, neg, ab, tok, sext)
     if t == "off":
         return Off(tok)
     if t in ("src_scc", "src_vccz", "src_execz"):
@@ -177,7 +180,7 @@ def parse_operand(tok: str):
 def _parse_modifier(tok: str, mods: dict):
     if tok in CACHE_POLICY:
         return
-    if tok in ("offen", "idxen", "lds", "clamp", "gds", "tfe", "lwe", "addr64", "d16"):
+    if tok in ("offen", "idxen", "lds", "clamp", "gds", "tfe", "lwe", "addr64", "d16", "row_mirror", "row_half_mirror"):
         mods[tok] = True
         return
     if ":" in tok:

@@ -16,6 +16,8 @@ import torch
 from .decode import EXEC_LO, Const, Reg
 from .fpmath import (f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
+from .ops_vext import build_vext
+from .ops_xlane import build_dpp, build_sdwa
 from .program import INT_MIN, Binder, BindError, Handler, as_bits, as_f32, u32
 
 M32 = 0xFFFFFFFF
@@ -190,7 +192,9 @@ F32_OPS = {
     "v_fma_f32": (3, fma_f32),
     "v_exp_f32": (1, torch.exp2),
     "v_log_f32": (1, torch.log2),
+    # correctly rounded; the hardware's reciprocal is within 1 ulp (see ops_vext.py)
     "v_rcp_f32": (1, torch.reciprocal),
+    "v_rcp_iflag_f32": (1, torch.reciprocal),
     "v_rsq_f32": (1, torch.rsqrt),
     "v_sqrt_f32": (1, torch.sqrt),
     "v_floor_f32": (1, torch.floor),
@@ -239,8 +243,13 @@ def _lanes(mask, n):
 def build_valu(ins, b: Binder, index):
     """Handler for a VALU instruction, or None when `ins` is not one this module knows."""
     base, ops, ctx = ins.base, ins.operands, b.ctx
-    if ins.suffix in ("sdwa", "dpp"):
-        raise BindError(f"{ins.suffix.upper()} forms are not supported by the emulator")
+    if ins.suffix == "dpp":
+        return build_dpp(ins, b, index, build_valu)
+    if ins.suffix == "sdwa":
+        return build_sdwa(ins, b, index, build_valu)
+    h = build_vext(ins, b, index)
+    if h is not None:
+        return h
     if base in INT_OPS:
         return _int_op(ins, b, index)
     if base in F32_OPS or base in F32_TO_INT or base in ("v_fmac_f32", "v_mac_f32", "v_fmaak_f32", "v_fmamk_f32",
