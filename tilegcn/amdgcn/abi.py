@@ -117,18 +117,49 @@ class KernelAbi:
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
         off = self.lower.sgpr64(base_offset)
         if isinstance(off, int):
-            self._constant_origin(srd, ptr, off, nbytes, emit)
+            self._constant_origin(srd, ptr, off, nbytes, b.arch.raw_buffer_word3, emit)
         else:
-            emit("s_add_u32", srd[0], ptr[0], off[0])
-            emit("s_addc_u32", srd[1], ptr[1], off[1])
-            emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
-            self._records_left(srd[2], off, nbytes, frame)
-        emit("s_mov_b32", srd[3], b.arch.raw_buffer_word3)
+            self._moved_base(srd, ptr, off, nbytes, frame)
         b.cse_put(key[0], key[1], srd, frame)
         return srd
 
+    def clamped_resource(self, buffer: N.Buffer, base_offset) -> tuple:
+        """(V#, SGPR) for an origin that may lie before the tensor's start (a halo read such as
+        `X[bx * 64 + i - 1]`): the V# is resource() at max(origin, 0) and the SGPR holds
+        min(origin, 0) (int32; the caller adds it to every voffset, so lanes before the start get a
+        negative voffset, which is out of range). Requires -2^31 < origin."""
+        b = self.b
+        base_offset = sympy.sympify(base_offset)
+        keys = (f"srd0:{buffer.name}", f"below:{buffer.name}")
+        hit = b.cse_get(keys[0], base_offset)
+        if hit is not None:
+            return hit, b.cse_get(keys[1], base_offset)
+        frame = b.frame_of(base_offset)
+        emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
+        off = self.lower.sgpr64(base_offset)
+        srd = b.alloc_in_frame("s", frame, 4, align=4, what=f"V# {buffer.name}")
+        below = b.alloc_in_frame("s", frame, what="origin below the start")
+        clamped = b.alloc_in_frame("s", frame, 2, align=2, what="origin")
+        emit("s_cmp_lt_i32", off[1], 0, comment="origin before the tensor's start?")
+        emit("s_cselect_b32", below, off[0], 0, comment="then voffsets move back by it")
+        emit("s_cselect_b64", clamped, 0, off, comment="and the V# starts at the tensor")
+        self._moved_base(srd, self.pointers[buffer], clamped, buffer.spec.nbytes, frame)
+        b.s.free(clamped)
+        b.cse_put(keys[0], base_offset, srd, frame)
+        b.cse_put(keys[1], base_offset, below, frame)
+        return srd, below
+
+    def _moved_base(self, srd: Reg, ptr: Reg, off: Reg, nbytes: int, frame: int):
+        """srd = a raw V# at ptr + off (a 64-bit SGPR pair), NUM_RECORDS as resource() says."""
+        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
+        emit("s_add_u32", srd[0], ptr[0], off[0])
+        emit("s_addc_u32", srd[1], ptr[1], off[1])
+        emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
+        self._records_left(srd[2], off, nbytes, frame)
+        emit("s_mov_b32", srd[3], self.b.arch.raw_buffer_word3)
+
     @staticmethod
-    def _constant_origin(srd: Reg, ptr: Reg, off: int, nbytes: int, emit):
+    def _constant_origin(srd: Reg, ptr: Reg, off: int, nbytes: int, raw_word3: int, emit):
         left = records_left(nbytes, off)
         if off == 0:
             emit("s_mov_b32", srd[0], ptr[0])
@@ -139,6 +170,7 @@ class KernelAbi:
             emit("s_addc_u32", srd[1], ptr[1], off >> 32)
             emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
         emit("s_mov_b32", srd[2], left, comment="NUM_RECORDS from the tile origin")
+        emit("s_mov_b32", srd[3], raw_word3)
 
     def _records_left(self, out: Reg, off: Reg, nbytes: int, frame: int):
         """out = records_left(nbytes, off) for a 64-bit SGPR pair `off`, without wrapping."""
