@@ -174,6 +174,8 @@ def test_int_scalars_are_int32_and_out_of_range_values_are_refused():
     for n in (2**31, 2**40, -2**31 - 1):
         with pytest.raises(ArgumentError, match="outside the 32-bit signed range"):
             add_int(x, y, n)
+    with pytest.raises(ArgumentError, match="outside the range of a 32-bit float"):
+        add_int(x, y, 1e39)
 
 
 # ---- memory -----------------------------------------------------------------------------------------------------

@@ -109,9 +109,11 @@ class BufferProxy:
 
         indices = current().parallel[1]
         if tuple(index) != tuple(indices):
-            want = ", ".join(map(str, indices))
+            names = {s: sympy.Symbol(str(s)[1:]) for s in indices}  # p_i -> i, as the user wrote it
+            want = ", ".join(str(names[s]) for s in indices)
+            got = ", ".join(str(sympy.sympify(k).xreplace(names)) for k in index)
             raise CompileError(
-                f"{self.buffer.scope} {self.buffer.name} read at [{', '.join(map(str, index))}] inside "
+                f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
                 f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, "
                 f"[{want}] (other elements live in other threads); to permute or broadcast, copy "
                 "through a global tensor")

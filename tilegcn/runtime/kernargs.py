@@ -33,7 +33,11 @@ def _pack_value(arg_meta: dict, value, index: int) -> bytes:
         raise ArgumentError(f"tilegcn: kernel argument {index} has unsupported by-value size {size}")
     if not is_float:
         value = _integer_bits(arg_meta, value, size, index)
-    return struct.pack(fmt, value)
+    try:
+        return struct.pack(fmt, value)
+    except OverflowError:  # a float beyond float32's range
+        raise ArgumentError(f"tilegcn: argument {arg_meta.get('.name', index)} = {value} is outside the "
+                            f"range of a {8 * size}-bit float") from None
 
 
 def _integer_bits(arg_meta: dict, value, size: int, index: int) -> int:
