@@ -28,7 +28,8 @@ QUIET_NAN = 0x7FC00000
 _VOP2 = {"add": "v_add_f32", "mul": "v_mul_f32", "max": "v_max_f32", "min": "v_min_f32", "sub": "v_sub_f32"}
 _COMMUTATIVE = {"add", "mul", "max", "min"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "div": lambda a, b: _ieee_div(a, b), "max": lambda a, b: _nan_or(max, a, b), "min": lambda a, b: _nan_or(min, a, b)}
+         "div": lambda a, b: _ieee_div(a, b), "max": lambda a, b: _nan_or(max, a, b),
+         "min": lambda a, b: _nan_or(min, a, b)}
 
 
 def _nan_or(fn, a: float, b: float) -> float:
