@@ -26,6 +26,7 @@ from tilegcn.toolchain import assemble
 
 GRID_Y = 4
 HUGE = TensorSpec(ty.float32, (3, 1 << 20), (1 << 31, 1), True)  # 3 rows 8 GiB apart: ~16 GiB of view
+SMALL = TensorSpec(ty.float32, (3, 1 << 20), (1 << 20, 1), True)  # 12 MiB: NUM_RECORDS's short form
 POINTER = 0x7FFE_FFFF_F000  # near the top of the 48-bit space: the base's carry into bits 47:32 matters
 
 
@@ -34,9 +35,9 @@ def _probe(X, Out, n):
         pass
 
 
-def _descriptor_probe(offset_of, arch):
+def _descriptor_probe(offset_of, arch, spec):
     """A kernel writing, per workgroup row `by`, the four words of abi.resource(X, offset_of(by, n))."""
-    kernel = T.trace(_probe, [HUGE, TensorSpec.of(torch.empty(GRID_Y, 4, dtype=torch.float32)), 0], {}, arch)
+    kernel = T.trace(_probe, [spec, TensorSpec.of(torch.empty(GRID_Y, 4, dtype=torch.float32)), 0], {}, arch)
     x, out, n = kernel.params
     by = kernel.block_ids[1]
     b = KernelBuilder(get_arch(arch), kernel.name)
@@ -59,20 +60,22 @@ OFFSETS = {  # name: (byte offset of (by, n), the int32 scalar n)
     "past the end": (lambda by, n: by * (6 << 30) + n, 0x7654_3210),
     "negative scalar, before the start at by=0": (lambda by, n: by * (1 << 33) + n * 0x1_0000_0003, -3),
     "negative scalar times a block id": (lambda by, n: by * n * 6 + (1 << 34), -(1 << 31)),
+    "up to the end of a small tensor": (lambda by, n: by * n * 0x4_0000 + 4, 12),
 }
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("arch,spec", [("gfx942", HUGE), ("gfx950", HUGE), ("gfx942", SMALL)],
+                         ids=["gfx942-16GiB", "gfx950-16GiB", "gfx942-12MiB"])
 @pytest.mark.parametrize("name", list(OFFSETS))
-def test_descriptor_math_is_64_bit(name, arch):
+def test_descriptor_math_is_64_bit(name, arch, spec):
     offset_of, n = OFFSETS[name]
-    kernel, hsaco = _descriptor_probe(offset_of, arch)
+    kernel, hsaco = _descriptor_probe(offset_of, arch, spec)
     out = torch.zeros(GRID_Y, 4, dtype=torch.int32)
     emulator.load(hsaco).launch(kernel.name, grid=(1, GRID_Y, 1), block=(64, 1, 1), args=[POINTER, out, n])
     for by in range(GRID_Y):
         offset = int(sympy.sympify(offset_of(by, n)))
         base = (POINTER + offset) % (1 << 64)
-        left = HUGE.nbytes - offset
+        left = spec.nbytes - offset
         records = 0 if left < 0 or offset < 0 else min(left, 1 << 31)
         got = [w & 0xFFFFFFFF for w in out[by].tolist()]
         assert got[0] == base & 0xFFFFFFFF, (by, hex(got[0]), hex(base))

@@ -176,6 +176,13 @@ class KernelAbi:
         """out = records_left(nbytes, off) for a 64-bit SGPR pair `off`, without wrapping."""
         b = self.b
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
+        if nbytes <= BUFFER_REACH:  # the usual case: one 64-bit subtraction, its borrow says "past the end"
+            high = b.alloc_in_frame("s", frame, what="bytes left, high word")
+            emit("s_sub_u32", out, nbytes, off[0])
+            emit("s_subb_u32", high, 0, off[1], comment="origin past the end (or negative)?")
+            emit("s_cselect_b32", out, 0, out, comment="then nothing is in range")
+            b.s.free(high)
+            return
         left = b.alloc_in_frame("s", frame, 2, align=2, what="bytes left")
         emit("s_sub_u32", left[0], nbytes & MASK32, off[0])
         emit("s_subb_u32", left[1], nbytes >> 32, off[1], comment="bytes left past the tile origin")

@@ -185,10 +185,22 @@ class ElementEvaluator:
             a, b = self._vop3_sources(a, b)
             self.b.emit(f"v_{op}imum3_f32", out, a, b, b)
             return out
+        if isinstance(a, float) != isinstance(b, float) and not math.isnan(a if isinstance(a, float) else b):
+            return self._max_min_constant(op, *((b, a) if isinstance(a, float) else (a, b)), out)
         x, y = (b, a) if not _is_vgpr(b) else (a, b)
         self.b.emit("v_cmp_u_f32", VCC, x, self.vgpr(y), defs=(VCC,), comment="either operand NaN?")
         self._emit2(op, a, b, out)  # after the compare: `out` may be an operand's register
         self.b.emit("v_cndmask_b32", out, out, self.b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
+        return out
+
+    def _max_min_constant(self, op: str, x, c: float, out: Reg) -> Reg:
+        """max(x, c) / min(x, c) for a constant c (not NaN): x where x > c (< c) or x is NaN, else c
+        (ties, -0.0 against 0.0 included, give c, as torch does); two instructions where maxNum and a
+        NaN select take three (relu's case)."""
+        keep_x = "v_cmp_nge_f32" if op == "max" else "v_cmp_nle_f32"  # !(c >= x) / !(c <= x): true for NaN
+        self.b.emit(keep_x, VCC, c, self.vgpr(x), defs=(VCC,))
+        constant = c if not float_literal(c).startswith("0x") else self.b.vgpr_constant(int(float_literal(c), 16))
+        self.b.emit("v_cndmask_b32", out, constant, self.vgpr(x), VCC, comment=f"{op}(x, {c}), NaN kept")
         return out
 
     def _vop3_sources(self, *operands) -> list:
