@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..ir import nodes as N
-from .addr import ExprLowering
+from .addr import MASK32, ExprLowering
 from .builder import KernelBuilder
 from .isa import Reg
 
@@ -26,7 +26,6 @@ FIRST_FREE_VGPR = 1
 # V#: masked lanes load 0 and their stores drop. The 12-bit `offset:` added on top cannot wrap it.
 BUFFER_REACH = 0x80000000
 OUT_OF_RANGE_OFFSET = BUFFER_REACH
-MASK32, MASK64 = (1 << 32) - 1, (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ class KernelAbi:
             emit("s_mov_b32", srd[0], ptr[0])
             emit("s_and_b32", srd[1], ptr[1], 0xFFFF, comment="base[47:32], stride 0")
         else:
-            off &= MASK64
+            off %= 1 << 64
             emit("s_add_u32", srd[0], ptr[0], off & MASK32)
             emit("s_addc_u32", srd[1], ptr[1], off >> 32)
             emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")

@@ -13,7 +13,7 @@ from ..errors import CompileError
 from .builder import KernelBuilder
 from .isa import Reg
 
-_MASK32 = (1 << 32) - 1
+MASK32 = (1 << 32) - 1
 _MAGIC_DIVIDEND_LIMIT = 1 << 16  # floor(n / d) by multiply-high is exact for n, d < 2**16
 
 
@@ -175,8 +175,8 @@ class ExprLowering:
                 emit("s_addc_u32", out[1], out[1], tmp[1])
             self.b.s.free(tmp)
         if const:
-            emit("s_add_u32", out[0], out[0], const & _MASK32)
-            emit("s_addc_u32", out[1], out[1], (const >> 32) & _MASK32)
+            emit("s_add_u32", out[0], out[0], const & MASK32)
+            emit("s_addc_u32", out[1], out[1], (const >> 32) & MASK32)
         self.b.cse_put("s64", expr, out, frame)
         return out
 
@@ -202,7 +202,7 @@ class ExprLowering:
                 emit("s_mov_b32", x[1], 0)
             emit("s_lshl_b64", x, x, log2(factor))
             return
-        lo, hi = (factor & _MASK32, factor >> 32) if isinstance(factor, int) else (factor, 0)
+        lo, hi = (factor & MASK32, factor >> 32) if isinstance(factor, int) else (factor, 0)
         tmp = self.b.s.alloc()
         if high_zero:
             emit("s_mul_hi_u32", x[1], x[0], lo)
