@@ -82,7 +82,22 @@ class Expr:
     def __rmul__(self, o): return BinOp("mul", self._wrap(o), self)
     def __truediv__(self, o): return BinOp("div", self, self._wrap(o))
     def __rtruediv__(self, o): return BinOp("div", self._wrap(o), self)
-    def __neg__(self): return BinOp("sub", Const(0.0), self)
+    def __neg__(self): return Call("neg", (self,))  # a sign flip: -(+0.0) is -0.0, as in torch
+
+    # Python would answer these at trace time (identity, truthiness), silently: refuse instead.
+    __hash__ = object.__hash__
+
+    def __eq__(self, o): _refuse_python_logic("==")
+    def __ne__(self, o): _refuse_python_logic("!=")
+    def __bool__(self): _refuse_python_logic("a truth test (if/and/or/not)")
+
+
+def _refuse_python_logic(what: str):
+    from ..errors import CompileError
+
+    raise CompileError(f"{what} on an element expression would be decided once, while tracing, not per "
+                       "element: the tile language has no comparisons; write the arithmetic (T.max, T.min, "
+                       "T.abs) that gives the value you want")
 
 
 @dataclass(eq=False)
@@ -112,7 +127,7 @@ class BinOp(Expr):
 
 @dataclass(eq=False)
 class Call(Expr):
-    fn: str  # exp2 exp abs
+    fn: str  # exp2 exp abs neg
     args: tuple
 
 
