@@ -87,7 +87,7 @@ def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) 
 
 def compile_asm(arch, tile, layout, stages, threads=256):
     bm, bn, bk = tile
-    M, N, K = bm, bn, bk * 4
+    M, N, K = bm, bn, bk * 8
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)

@@ -62,14 +62,15 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
 
-    def address(self, buffer: N.Buffer, index, mask_dims) -> tuple:
-        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
+    def address(self, buffer: N.Buffer, index, mask_dims, max_imm: int | None = None) -> tuple:
+        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`; the immediate is at
+        most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side)."""
         es = buffer.dtype.bytes
         form: dict = {}
         for idx, st in zip(index, buffer.spec.strides):
             linear_form(idx, st * es, form)
         uniform, lane, const = split_linear(form, self.b.lane_symbols)
-        limit = self.b.arch.mubuf_max_imm_offset + 1
+        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
         srd = self.abi.resource(buffer, uniform)
