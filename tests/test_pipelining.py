@@ -150,3 +150,50 @@ def test_lds_budget_error_names_bytes_and_what_fits():
     assert "needs 131072 bytes" in msg and "gfx942 has 65536" in msg
     assert "num_stages=1 fits" in msg and "block_K=32 with num_stages=2 fits" in msg
     kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=32, num_stages=2)  # it does
+
+
+# ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------
+def _loop_lines(asm: str) -> range:
+    """Line numbers of the K loop's body: after the loop label, up to its backward branch."""
+    lines = asm.splitlines()
+    end = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch"))
+    label = lines[end].split()[-1]
+    start = lines.index(f"{label}:")
+    return range(start + 1, end)
+
+
+@pytest.mark.parametrize("arch, layout", [("gfx950", "NK")])
+def test_deleting_any_wait_or_barrier_of_the_pipelined_loop_is_caught(arch, layout):
+    """256x256x64, num_stages=2: delete each s_waitcnt and s_barrier of the steady loop in turn, reassemble and run.
+    The emulator must refuse every deletion (hazard, race or a wrong result); one it accepts is a redundant wait."""
+    from tilegcn.errors import HazardError, RaceError
+    from tilegcn.runtime import emulator
+    from tilegcn.toolchain import assemble
+
+    transpose_B = layout == "NK"
+    M = N_ = 256
+    K = 64 * 3  # prologue, one trip of the steady loop (two unrolled iterations), epilogue
+    A, B, _, C = inputs(M, N_, K, torch.bfloat16, transpose_B, False, seed=7)
+    k = kernels.gemm.compile(A, B, C, arch=arch, block_M=256, block_N=256, block_K=64, num_stages=2,
+                             transpose_B=transpose_B)
+    lines = k.asm.splitlines()
+    ref = reference(A, B, None, transpose_B)
+    name = k.metadata["name"]
+    targets = [i for i in _loop_lines(k.asm) if lines[i].strip().startswith(("s_waitcnt", "s_barrier"))]
+    assert any("vmcnt" in lines[i] for i in targets) and any("s_barrier" in lines[i] for i in targets)
+    redundant = []
+    for i in targets:
+        module = emulator.load(assemble("\n".join(lines[:i] + lines[i + 1:]), arch))
+        out = torch.full_like(C, float("nan"))
+        try:
+            module.launch(name, grid=tuple(k.metadata["grid"]), block=tuple(k.metadata["block"]), args=[A, B, out])
+        except (HazardError, RaceError):
+            continue
+        if not (reference is None or outside_tolerance_any(out, ref, K)):
+            redundant.append(f"line {i}: {lines[i].strip()}")
+    assert not redundant, "waits the emulator does not need: " + "; ".join(redundant)
+
+
+def outside_tolerance_any(C, ref, K) -> bool:
+    from test_gemm import outside_tolerance
+    return bool(outside_tolerance(C, ref, K).any())

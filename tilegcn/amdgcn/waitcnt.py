@@ -62,13 +62,14 @@ class Pending:
         return Pending(self.limit, dist, max(self.outstanding, other.outstanding), self.smem or other.smem)
 
     def allowed_for(self, units) -> int | None:
-        """Outstanding ops allowed so that every op writing `units` has completed (None: nothing to wait for)."""
+        """Outstanding ops allowed so that every op writing `units` has completed (None: nothing to wait for).
+        A distance past the counter's range waits for the counter's maximum (as LLVM's SIInsertWaitcnts does)."""
         dist = self.dist
         found = [dist[u] for u in units if u in dist]
-        return min(found) if found else None
+        return min(min(found), self.limit - 1) if found else None
 
     def issue(self, units, smem: bool = False):
-        self.dist = {u: d + 1 for u, d in self.dist.items() if d + 1 < self.limit}
+        self.dist = {u: min(d + 1, self.limit) for u, d in self.dist.items()}  # capped: the lattice stays finite
         for u in units:
             self.dist[u] = 0
         self.outstanding = min(self.outstanding + 1, self.limit)
@@ -86,10 +87,6 @@ def _units(regs) -> list:
     for r in regs:
         out.extend(r.units())
     return out
-
-
-def _min(a, b):
-    return b if a is None else a if b is None else min(a, b)
 
 
 def _written_units(inst: Inst) -> list:
@@ -131,12 +128,7 @@ def _transfer(arch):
             kind = inst.kind
             if kind not in (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH):
                 needed = _needed_units(inst)
-                need_vm, need_lgkm = vm.allowed_for(needed), lgkm.allowed_for(needed)
-                if kind in _VM_KINDS and vm.outstanding >= vm.limit:
-                    need_vm = _min(need_vm, vm.limit - 1)
-                if kind in _LGKM_KINDS and lgkm.outstanding >= lgkm.limit:
-                    need_lgkm = _min(need_lgkm, lgkm.limit - 1)
-                wait(need_vm, need_lgkm)
+                wait(vm.allowed_for(needed), lgkm.allowed_for(needed))
             out.append(inst)
             if kind in _VM_KINDS:
                 vm.issue(_written_units(inst))
