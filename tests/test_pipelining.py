@@ -172,7 +172,7 @@ def test_deleting_any_wait_or_barrier_of_the_pipelined_loop_is_caught(arch, layo
 
     transpose_B = layout == "NK"
     M = N_ = 256
-    K = 64 * 3  # prologue, one trip of the steady loop (two unrolled iterations), epilogue
+    K = 64 * 5  # prologue, two trips of the steady loop (two unrolled iterations each: the back-edge), epilogue
     A, B, _, C = inputs(M, N_, K, torch.bfloat16, transpose_B, False, seed=7)
     k = kernels.gemm.compile(A, B, C, arch=arch, block_M=256, block_N=256, block_K=64, num_stages=2,
                              transpose_B=transpose_B)

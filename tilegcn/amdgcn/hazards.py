@@ -15,6 +15,8 @@ instructions of the next.
 """
 from __future__ import annotations
 
+import functools
+
 from . import cfg, isa
 from .isa import M0, Inst
 
@@ -22,84 +24,120 @@ _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
 
 
-def _units(regs) -> set:
-    out = set()
-    for r in regs:
-        out.update(r.units())
-    return out
-
-
 def _mfma_passes(op: str, arch) -> int:
-    for shapes in arch.mfma_shapes.values():
+    return _passes_by_name(op, arch.name)
+
+
+@functools.lru_cache(maxsize=None)
+def _passes_by_name(op: str, arch_name: str) -> int:
+    from .arch import get_arch
+
+    for shapes in get_arch(arch_name).mfma_shapes.values():
         for shape in shapes:
             if op.startswith(shape.name_template.format(dtype="")):
                 return shape.passes
     raise ValueError(f"unknown MFMA {op}")
 
 
-class Recent:
-    """MFMA results {(dst Reg, passes): since}, VALU writes {units: since} and wait states since M0's write."""
+@functools.lru_cache(maxsize=4096)
+def _reg_units(reg) -> frozenset:
+    return frozenset(reg.units())
 
-    __slots__ = ("mfmas", "valu_writes", "m0_since")
+
+def _units(regs) -> frozenset:
+    if len(regs) == 1:
+        return _reg_units(regs[0])
+    return frozenset().union(*(_reg_units(r) for r in regs))
+
+
+class Recent:
+    """Recent MFMA results {(dst Reg, passes): wait states since}, VALU writes {units: since} and the wait states
+    since M0's write (the dataflow state between blocks). Within a block the pass keeps, per register unit, the
+    newest MFMA / VALU write of it with its issue time on a clock (`now`), so checking and issuing an instruction
+    cost O(its registers)."""
+
+    __slots__ = ("mfma_of", "valu_at", "m0_at", "now")
 
     def __init__(self, mfmas=None, valu_writes=None, m0_since: int = _FORGET_AFTER):
-        self.mfmas = dict(mfmas or {})
-        self.valu_writes = dict(valu_writes or {})
-        self.m0_since = m0_since
+        self.now = 0
+        self.mfma_of = {}  # unit -> (issue time, passes, dst Reg) of the newest MFMA writing it
+        for (dst, passes), since in sorted((mfmas or {}).items(), key=lambda kv: -kv[1]):  # oldest first
+            for u in _reg_units(dst):
+                self.mfma_of[u] = (-since, passes, dst)
+        self.valu_at = {}  # unit -> issue time of the newest VALU write
+        for units, since in sorted((valu_writes or {}).items(), key=lambda kv: -kv[1]):
+            for u in units:
+                self.valu_at[u] = -since
+        self.m0_at = -m0_since
+
+    def since(self) -> tuple:
+        now = self.now
+        mfmas, valu = {}, {}
+        for t, passes, dst in self.mfma_of.values():
+            if now - t < _FORGET_AFTER:
+                mfmas[(dst, passes)] = now - t
+        for u, t in self.valu_at.items():
+            if now - t < _FORGET_AFTER:
+                valu[frozenset((u,))] = now - t
+        return mfmas, valu, min(now - self.m0_at, _FORGET_AFTER)
 
     def copy(self) -> "Recent":
-        return Recent(self.mfmas, self.valu_writes, self.m0_since)
+        return Recent(*self.since())
 
     def __eq__(self, other):
-        return (self.mfmas, self.valu_writes, self.m0_since) == (other.mfmas, other.valu_writes, other.m0_since)
+        return self.since() == other.since()
 
     def join(self, other: "Recent") -> "Recent":
-        mfmas, valu = dict(self.mfmas), dict(self.valu_writes)
-        for k, s in other.mfmas.items():
+        (mfmas, valu, m0), (o_mfmas, o_valu, o_m0) = self.since(), other.since()
+        for k, s in o_mfmas.items():
             mfmas[k] = min(s, mfmas.get(k, s))
-        for k, s in other.valu_writes.items():
+        for k, s in o_valu.items():
             valu[k] = min(s, valu.get(k, s))
-        return Recent(mfmas, valu, min(self.m0_since, other.m0_since))
-
-    def advance(self, states: int):
-        self.m0_since = min(self.m0_since + states, _FORGET_AFTER)
-        self.mfmas = {k: s + states for k, s in self.mfmas.items() if s + states < _FORGET_AFTER}
-        self.valu_writes = {k: s + states for k, s in self.valu_writes.items() if s + states < _FORGET_AFTER}
+        return Recent(mfmas, valu, min(m0, o_m0))
 
     def required(self, inst: Inst, arch) -> int:
         """Wait states `inst` still needs."""
         hz = arch.mfma_hazards
+        now = self.now
         need = 0
+        mfma_of = self.mfma_of
         if inst.kind == isa.LDS_DMA:
-            need = max(need, arch.m0_write_to_lds_dma_nops + 1 - self.m0_since)
+            need = max(need, arch.m0_write_to_lds_dma_nops + 1 - (now - self.m0_at))
         if inst.kind == isa.MFMA:
             src_ab = _units(inst.uses[:2])
             src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
-            src_c = _units([src_c_reg]) if src_c_reg is not None else set()
-            for (dst_reg, passes), since in self.mfmas.items():
-                dst = _units([dst_reg])
-                if dst & src_ab:
-                    need = max(need, hz.vdst_to_read[passes] - since)
-                if dst & src_c and dst_reg != src_c_reg:
-                    need = max(need, hz.vdst_to_srcc_overlap[passes] - since)
-            for dst, since in self.valu_writes.items():
-                if dst & (src_ab | src_c):
-                    need = max(need, hz.valu_write_to_mfma_src - since)
-        elif inst.kind not in _NO_VECTOR_READ:
-            reads = _units(inst.uses)
-            for (dst_reg, passes), since in self.mfmas.items():
-                if _units([dst_reg]) & reads:
-                    need = max(need, hz.vdst_to_read[passes] - since)
+            src_c = _reg_units(src_c_reg) if src_c_reg is not None else frozenset()
+            for u in src_ab:
+                if u in mfma_of:
+                    t, passes, _ = mfma_of[u]
+                    need = max(need, hz.vdst_to_read[passes] - (now - t))
+            for u in src_c:
+                if u in mfma_of:
+                    t, passes, dst = mfma_of[u]
+                    if dst != src_c_reg:
+                        need = max(need, hz.vdst_to_srcc_overlap[passes] - (now - t))
+            valu_at = self.valu_at
+            for u in src_ab | src_c:
+                if u in valu_at:
+                    need = max(need, hz.valu_write_to_mfma_src - (now - valu_at[u]))
+        elif inst.kind not in _NO_VECTOR_READ and mfma_of:
+            for u in _units(inst.uses):
+                if u in mfma_of:
+                    t, passes, _ = mfma_of[u]
+                    need = max(need, hz.vdst_to_read[passes] - (now - t))
         return need
 
     def issued(self, inst: Inst, arch):
-        self.advance(int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1)
+        self.now += int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
         if inst.kind == isa.MFMA:
-            self.mfmas[(inst.defs[0], _mfma_passes(inst.op, arch))] = 0
+            entry = (self.now, _mfma_passes(inst.op, arch), inst.defs[0])
+            for u in _reg_units(inst.defs[0]):
+                self.mfma_of[u] = entry
         elif inst.kind == isa.VALU:
-            self.valu_writes[frozenset(_units(inst.defs))] = 0
+            for u in _units(inst.defs):
+                self.valu_at[u] = self.now
         if M0 in inst.defs:
-            self.m0_since = 0
+            self.m0_at = self.now
 
 
 def _transfer(arch):

@@ -39,45 +39,63 @@ def wait_text(vm, lgkm) -> str:
 
 
 class Pending:
-    """In-flight ops of one in-order counter: unit -> ops issued after the newest op writing it."""
+    """In-flight ops of one in-order counter.
 
-    __slots__ = ("limit", "dist", "outstanding", "smem")
+    Between blocks (the dataflow state): `dist`, unit -> ops issued after the newest op writing it, capped at the
+    counter's limit so the lattice is finite. Within a block, tickets: op number t writes its units
+    (`ticket[unit] = t`), and ops below `retired` are known complete, so issuing and waiting cost O(1)."""
+
+    __slots__ = ("limit", "ticket", "issued", "retired", "smem")
 
     def __init__(self, limit: int, dist=None, outstanding: int = 0, smem: bool = False):
         self.limit = limit
-        self.dist = dict(dist or {})
-        self.outstanding = outstanding
+        self.issued = outstanding  # the block's first op gets this ticket; earlier ops have tickets < it
+        self.retired = 0
+        # a distance capped at the limit becomes the oldest outstanding op: waited for at least as strictly
+        self.ticket = {u: max(outstanding - 1 - d, 0) for u, d in (dist or {}).items()} if outstanding else {}
         self.smem = smem  # a scalar load (out of order) may be outstanding
 
+    @property
+    def outstanding(self) -> int:
+        return min(self.issued - self.retired, self.limit)
+
+    def dist(self) -> dict:
+        issued, retired, limit = self.issued, self.retired, self.limit
+        return {u: min(issued - t - 1, limit) for u, t in self.ticket.items() if t >= retired}
+
+    def key(self):
+        return self.dist(), self.outstanding, self.smem
+
     def copy(self) -> "Pending":
-        return Pending(self.limit, self.dist, self.outstanding, self.smem)
+        return Pending(self.limit, self.dist(), self.outstanding, self.smem)
 
     def __eq__(self, other):
-        return (self.dist, self.outstanding, self.smem) == (other.dist, other.outstanding, other.smem)
+        return self.key() == other.key()
 
     def join(self, other: "Pending") -> "Pending":
-        dist = dict(self.dist)
-        for u, d in other.dist.items():
+        dist = self.dist()
+        for u, d in other.dist().items():
             dist[u] = min(d, dist.get(u, d))
         return Pending(self.limit, dist, max(self.outstanding, other.outstanding), self.smem or other.smem)
 
     def allowed_for(self, units) -> int | None:
         """Outstanding ops allowed so that every op writing `units` has completed (None: nothing to wait for).
         A distance past the counter's range waits for the counter's maximum (as LLVM's SIInsertWaitcnts does)."""
-        dist = self.dist
-        found = [dist[u] for u in units if u in dist]
-        return min(min(found), self.limit - 1) if found else None
+        ticket = self.ticket
+        newest = max((ticket[u] for u in units if u in ticket), default=None)
+        if newest is None or newest < self.retired:
+            return None
+        return min(self.issued - newest - 1, self.limit - 1)
 
     def issue(self, units, smem: bool = False):
-        self.dist = {u: min(d + 1, self.limit) for u, d in self.dist.items()}  # capped: the lattice stays finite
+        t = self.issued
+        self.issued += 1
         for u in units:
-            self.dist[u] = 0
-        self.outstanding = min(self.outstanding + 1, self.limit)
+            self.ticket[u] = t
         self.smem = self.smem or smem
 
     def wait(self, allowed: int):
-        self.dist = {u: d for u, d in self.dist.items() if d < allowed}
-        self.outstanding = min(self.outstanding, allowed)
+        self.retired = max(self.retired, self.issued - allowed)
         if allowed == 0:
             self.smem = False
 

@@ -38,11 +38,18 @@ class Lowered:
 
 def lower_statements(ctx: Context, body: list):
     for s in body:
-        if len(ctx.b.frames) == 1:
+        if len(ctx.b.frames) == 1 and not _pipelined(ctx, s):
             with ctx.b.statement_scope():
                 lower_statement(ctx, s)
         else:
             lower_statement(ctx, s)
+
+
+def _pipelined(ctx: Context, s: N.Stmt) -> bool:
+    """A statement of a pipelined K loop (passes/pipelining.py): its prologue, steady loop and epilogue share
+    their address registers (copy offsets, LDS read bases), so they are not freed statement by statement."""
+    return isinstance(s, (N.AsyncCopy, N.CommitGroup, N.WaitGroup)) or (isinstance(s, N.Gemm) and ctx.pipe is not None) or \
+        (isinstance(s, N.Loop) and any(isinstance(x, N.AsyncCopy) for x in s.body))
 
 
 def lower_statement(ctx: Context, s: N.Stmt):

@@ -7,6 +7,12 @@ k-step pair one ds_read_b128 per operand fragment (the next pair's reads issued 
 MFMAs, into a second register set) and the MFMA sequence into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
+
+Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `uses_lds_dma` says so (gfx950,
+K-major operand, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage) whose ds_writes
+are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory effect
+(`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
+pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in flight.
 """
 from __future__ import annotations
 
