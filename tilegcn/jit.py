@@ -439,8 +439,9 @@ class JITFunction:
             from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
 
             tb0 = time.perf_counter()
-            (tmp / "kernel.ir").write_text(ir)
             lowered = lower(kernel, arch)
+            passes = f"\n// after the tile-IR passes (software pipelining):\n{lowered.ir}" if lowered.ir else ""
+            (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
             tb1 = time.perf_counter()
             hsaco = toolchain.assemble(lowered.asm, arch)

@@ -65,8 +65,10 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
 
-    def address(self, buffer: N.Buffer, index, mask_dims, width: int) -> tuple:
-        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> tuple:
+        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index` accessed `width`
+        bytes wide; the immediate is at most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA,
+        where it also offsets the LDS side)."""
         es = buffer.dtype.bytes
         form: dict = {}
         for idx, st in zip(index, buffer.spec.strides):
@@ -82,7 +84,7 @@ class GlobalAccess:
                 raise CompileError(f"{buffer.name}: a tile reaching {-shift} bytes below its origin is not supported")
             srd, below = self.abi.clamped_resource(buffer, uniform + shift)
             const -= shift
-        limit = self.b.arch.mubuf_max_imm_offset + 1
+        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
         if not self._voffsets_reach(lane, imm, width):

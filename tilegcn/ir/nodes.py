@@ -173,6 +173,28 @@ class Gemm(Stmt):
     C: Buffer
     transpose_A: bool = False
     transpose_B: bool = False
+    stage: int = 0  # pipeline stage of A and B read (passes/pipeline.py)
+
+
+@dataclass(eq=False)
+class AsyncCopy(Copy):
+    """A global -> shared copy into pipeline stage `stage` of its shared buffer; in flight until a WaitGroup
+    retires its group (passes/pipeline.py)."""
+
+    stage: int = 0
+
+
+@dataclass(eq=False)
+class CommitGroup(Stmt):
+    """Close the group of async copies issued since the previous commit."""
+
+
+@dataclass(eq=False)
+class WaitGroup(Stmt):
+    """Wait until at most `pending` committed groups (the newest) are in flight; the copies of the older groups
+    are then visible to every thread of the workgroup."""
+
+    pending: int
 
 
 @dataclass(eq=False)
