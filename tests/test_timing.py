@@ -124,3 +124,18 @@ def test_estimate_rejects_a_device_of_another_arch():
         mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X")
     with pytest.raises(ArgumentError, match="unknown device"):
         mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="H100")
+
+
+def test_cli_estimate_prints_a_cache_entry(capsys):
+    from tilegcn.__main__ import main
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from kernels import gemm
+
+    a = torch.zeros(256, 256, dtype=torch.bfloat16)
+    k = gemm.compile(a, a, a.clone(), block_M=128, block_N=128, arch="gfx942")
+    assert main(["estimate", k.key[:12]]) == 0
+    out = capsys.readouterr().out
+    assert "gemm on MI300X (gfx942)" in out and "MFMA pipe busy" in out
+    assert main(["estimate", k.key[:12], "--device", "MI355X"]) == 1  # a gfx942 code object on MI355X
+    assert "gfx942" in capsys.readouterr().err
