@@ -228,7 +228,7 @@ class Machine:
     MAX_CHUNK_VGPR_BYTES = 96 << 20
     MAX_CHUNK_LDS_BYTES = 192 << 20
 
-    def __init__(self, prog, grid, block, kernarg: bytes, tensors: list, check: bool, device):
+    def __init__(self, prog, grid, block, dispatch, tensors: list, check: bool, device):
         self.prog = prog
         self.kd = prog.descriptor
         self.arch = prog.arch
@@ -244,11 +244,13 @@ class Machine:
             raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r}: block {block} has {self.threads} threads, "
                                 f"more than its .max_flat_workgroup_size {maxwg}")
         self.waves_per_wg = -(-self.threads // 64)
-        self.lds_size = self.kd.group_segment_fixed_size
+        self.lds_size = dispatch.lds_size  # the descriptor's fixed size + the launch's dynamic shared_mem
         if self.lds_size > self.arch.lds_bytes:
-            raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r} asks for {self.lds_size} bytes of LDS; "
-                                f"{self.arch.name} has {self.arch.lds_bytes} per workgroup")
-        self.mem = GlobalMemory(tensors, kernarg, device)
+            raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r} asks for {self.lds_size} bytes of LDS "
+                                f"({self.kd.group_segment_fixed_size} fixed + {self.lds_size - self.kd.group_segment_fixed_size} "
+                                f"dynamic); {self.arch.name} has {self.arch.lds_bytes} per workgroup")
+        self.user_sgprs = dispatch.user_sgprs
+        self.mem = GlobalMemory(tensors, dispatch.segments, device)
         self.stats = LaunchStats(kernel=prog.name, arch=self.arch.name, grid=tuple(grid), block=tuple(block))
         self.counts = [0] * len(prog.handlers)
         self.seq = 0
@@ -320,10 +322,8 @@ class Machine:
         self.sgpr[EXEC_LO] = exec_bits & M32
         self.sgpr[EXEC_HI] = (exec_bits >> 32) & M32
         for name, first, count in kd.user_sgpr_layout():
-            if name == "kernarg_segment_ptr":
-                self.sgpr[first] = self.mem.kernarg_address & M32
-                self.sgpr[first + 1] = self.mem.kernarg_address >> 32
-            # other user SGPRs (dispatch packet, queue, scratch) are not modelled: they read as 0
+            for i, word in enumerate(self.user_sgprs.get(name, [])[:count]):
+                self.sgpr[first + i] = word
         ids = torch.tensor(self.wg_ids, dtype=torch.int64, device=dev).repeat_interleave(wpw, dim=0)
         for name, slot in kd.system_sgpr_layout():
             if name.startswith("workgroup_id_"):
