@@ -106,7 +106,12 @@ class Tracer:
             return
         n = addr.shape[0]
         rows = torch.arange(n, dtype=torch.int64, device=addr.device).view(n, 1, 1)
-        keys = (rows << 44) | (addr >> self.line_shift)  # [n, 64, k]
+        # lines are counted from each buffer's start, as if it were line aligned (as hipMalloc's are), so
+        # the estimate does not depend on where torch happened to allocate the tensor
+        bases = self.m.mem.bases
+        region = (torch.searchsorted(bases, addr.contiguous(), right=True) - 1).clamp(min=0)
+        lines = ((addr - bases[region]) >> self.line_shift) | (region << 32)
+        keys = (rows << 44) | lines  # [n, 64, k]
         keys = keys[act] if act is not None else keys.reshape(-1)
         wgs = [self.m.chunk_wgs[w // self.wpw] for w in g.waves]
         fp = self.footprints
