@@ -139,3 +139,36 @@ def test_cli_estimate_prints_a_cache_entry(capsys):
     assert f"{k.name} on MI300X (gfx942)" in out and "L2 hit rate" in out
     assert main(["estimate", k.key[:12], "--device", "MI355X"]) == 1  # a gfx942 code object on MI355X
     assert "gfx942" in capsys.readouterr().err
+
+
+def _loop_kernel(trips):
+    mfmas = "\n".join(f"{MFMA} v[{16 * i}:{16 * i + 15}], v[64:65], v[66:67], v[{16 * i}:{16 * i + 15}]"
+                      for i in range(4))
+    return "\n".join([
+        "s_load_dwordx2 s[4:5], s[0:1], 0",
+        "v_lshlrev_b32 v70, 2, v0",
+        "s_waitcnt lgkmcnt(0)",
+        srd(8, 4, 256),
+        "s_mov_b32 s12, 0",
+        ".Lloop:",
+        "buffer_load_dword v68, v70, s[8:11], 0 offen",
+        mfmas,
+        "s_waitcnt vmcnt(0)",
+        "s_add_u32 s12, s12, 1",
+        f"s_cmp_lt_u32 s12, {trips}",
+        "s_cbranch_scc1 .Lloop",
+        "s_endpgm",
+    ])
+
+
+def test_fast_forwarded_loop_trips_add_the_steady_trip_time():
+    """A counted loop is simulated for a few trips and the rest extrapolated: the result matches
+    simulating every trip."""
+    mod = module(_loop_kernel(40), arch="gfx950", vgprs=72, sgprs=16)
+    args = [torch.zeros(64, dtype=torch.int32)]
+    fast = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=4)
+    full = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=10_000)
+    # simulated: 4 trips, the trip during which the counter is moved, and the last trip
+    assert fast.breakdown["skipped_trips"] == 40 - 6 and full.breakdown["skipped_trips"] == 0
+    assert fast.cycles == full.cycles
+    assert fast.flops == full.flops == 40 * 4 * 2 * 32 * 32 * 8
