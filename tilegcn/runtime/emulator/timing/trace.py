@@ -46,8 +46,6 @@ class Skip:
 @dataclass
 class Trace:
     program: object  # emulator Program (handlers, descriptor)
-    instrs: list  # decoded instructions, by pc index
-    waves_per_wg: int
     streams: list  # per wave of the detailed workgroup: list of (pc, extra LDS cycles) or Skip
     footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> set of line numbers
 
@@ -233,12 +231,13 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     machine = _machine(module, name, launch_args, wgs[:1])
     tracer = machine.tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
     _run(machine)
+    program = machine.prog
     machine = _machine(module, name, launch_args, wgs, _addresses_only)
     foot = machine.tracer = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     _run(machine)
-    return Trace(machine.prog, module.instrs, machine.waves_per_wg, tracer.streams, foot.footprints)
+    return Trace(program, tracer.streams, foot.footprints)
 
 
 def _addresses_only(handlers):
