@@ -1,8 +1,6 @@
-"""The timing model ranks the K-loop schedules of issue 7 (branch kloop): num_stages=2 above 1, and the
-interleaved schedule above the plain one. Each test skips while this build compiles both variants to
-the same code (pipelining not lowered yet) or does not have the option."""
-import inspect
-
+"""The timing model ranks the K-loop schedules of issue 7: num_stages=2 (software-pipelined, LDS DMA on
+gfx950) above num_stages=1. (The interleaved MFMA/ds_read schedule of issue 7 item 5 does not exist yet, so
+there is no interleave-vs-plain ranking to test.)"""
 import pytest
 import torch
 
@@ -14,7 +12,7 @@ K = 4096
 
 
 @tilegcn.jit
-def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, threads=256, num_stages=1, interleave=None):
+def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, threads=256, num_stages=1):
     M, K = A.shape
     N = B.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
@@ -23,8 +21,7 @@ def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, threads=256, num_stag
         acc = T.alloc_fragment((block_M, block_N), "float32")
         T.use_swizzle(panel_size=8, num_xcds=8)
         T.clear(acc)
-        extra = {} if interleave is None else {"interleave": interleave}
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages, **extra):
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
             T.copy(A[by * block_M, k * block_K], A_s)
             T.copy(B[k * block_K, bx * block_N], B_s)
             T.gemm(A_s, B_s, acc)
@@ -40,8 +37,7 @@ def tensors():
 def _pair(tensors, first, second):
     a = gemm.compile(*tensors, arch="gfx950", **first)
     b = gemm.compile(*tensors, arch="gfx950", **second)
-    if a.asm.split(".rodata")[0] == b.asm.split(".rodata")[0]:
-        pytest.skip(f"{second} compiles to the same code as {first} in this build")
+    assert a.asm.split(".rodata")[0] != b.asm.split(".rodata")[0], "the two variants compiled to the same code"
     return a.estimate(args=list(tensors)), b.estimate(args=list(tensors))
 
 
@@ -49,9 +45,3 @@ def test_two_stages_rank_above_one(tensors):
     one, two = _pair(tensors, {"num_stages": 1}, {"num_stages": 2})
     assert two.cycles < one.cycles
 
-
-def test_interleaved_schedule_ranks_above_plain(tensors):
-    if "interleave" not in inspect.signature(T.Pipelined).parameters:
-        pytest.skip("T.Pipelined has no interleave option in this build")
-    plain, mixed = _pair(tensors, {"num_stages": 2, "interleave": False}, {"num_stages": 2, "interleave": True})
-    assert mixed.cycles < plain.cycles
