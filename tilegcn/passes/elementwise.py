@@ -8,8 +8,8 @@ Invariant kept: every element expression is evaluated in fp32, as TileLang does 
 from __future__ import annotations
 
 import math
-import struct
 
+import numpy as np
 import sympy
 
 from ..amdgcn.isa import Reg
@@ -21,11 +21,19 @@ LOG2_E = 1.4426950408889634
 _VOP2 = {"add": "v_add_f32", "mul": "v_mul_f32", "max": "v_max_f32", "min": "v_min_f32", "sub": "v_sub_f32"}
 _COMMUTATIVE = {"add", "mul", "max", "min"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "div": lambda a, b: a / b, "max": max, "min": min}
+         "div": lambda a, b: _f32_div(a, b), "max": max, "min": min}
 
 
 def _f32(x: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    """x rounded to fp32 as the device holds it: past the fp32 range it is +-inf (IEEE), not an error."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(x))
+
+
+def _f32_div(a: float, b: float) -> float:
+    """IEEE fp32 a / b for constants: x/0 is +-inf and 0/0 is NaN, as on the device (no ZeroDivisionError)."""
+    with np.errstate(all="ignore"):
+        return float(np.float32(a) / np.float32(b))
 
 
 def _is_vgpr(x) -> bool:
@@ -90,7 +98,7 @@ class ElementEvaluator:
         out = dst or self.temp()
         if e.op == "div":
             if isinstance(b, float):
-                return self._emit2("mul", a, _f32(1.0 / b), out)
+                return self._emit2("mul", a, _f32_div(1.0, b), out)
             rcp = self.temp()
             self.b.emit("v_rcp_f32", rcp, b)
             return self._emit2("mul", a, rcp, out)
