@@ -315,6 +315,8 @@ class JITFunction:
         try:
             launcher = self._memo[key]
         except (KeyError, TypeError):  # TypeError: an unhashable constant
+            launcher = None
+        if launcher is None:  # outside the except block: a user's error does not show the KeyError as context
             launcher = self._miss(key, args, kwargs)
         return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
 
