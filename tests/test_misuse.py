@@ -17,6 +17,7 @@ import tilegcn
 from tilegcn import language as T
 from tilegcn.errors import (ArgumentError, CacheError, CompileError, DeviceError, ResourceError, TilegcnError,
                             UnsupportedArchError)
+from tilegcn.runtime import hip_gpu_visible
 
 CASES = []
 
@@ -687,7 +688,7 @@ def arg_mixed_meta(): ew(xy()[0], torch.empty(64, 64, device="meta"), f=lambda v
 def arg_column_stride(): ew(torch.randn(64, 128)[:, ::2], xy()[1], f=lambda v: v)
 @misuse(ArgumentError, r"Y .*written.*stride 0.*broadcast")
 def arg_broadcast_output(): ew(xy()[0], torch.empty(1, 64).expand(64, 64), f=lambda v: v)
-@misuse(ArgumentError, r"Y is written.*elements overlap")
+@misuse(ArgumentError, r"Y is written.*elements may overlap")
 def arg_overlapping_output_rows():
     base = torch.empty(64 * 32 + 32)
     ew(xy()[0], base.as_strided((64, 64), (32, 1)), f=lambda v: v)
@@ -775,6 +776,9 @@ ENV_CASES = [
     pytest.param({"TILEGCN_ARCH": "gfx1100"}, UnsupportedArchError, r"gfx1100.*TILEGCN_ARCH", id="env_arch"),
     pytest.param({"TILEGCN_DEVICE": "gpu"}, DeviceError, r"unknown device 'gpu'.*emulator, hip, auto",
                  id="env_device"),
+    pytest.param({"TILEGCN_DEVICE": "hip"}, DeviceError, r"HIP device .*needs the HIP runtime and an AMD GPU",
+                 id="env_device_hip_without_gpu", marks=pytest.mark.skipif(hip_gpu_visible(), reason="a GPU is here")),
+    pytest.param({"TILEGCN_CACHE_DIR": __file__}, CacheError, r"cannot create the cache dir", id="env_cache_is_file"),
 ]
 
 
@@ -897,3 +901,13 @@ def test_fill_past_fp32_range_is_inf():
     x, y = xy()
     run_body(body, x, y)
     assert torch.equal(y, torch.full_like(y, -math.inf))
+
+
+def test_argument_error_points_at_the_call():
+    import linecache
+
+    x, y = xy()
+    with pytest.raises(ArgumentError) as err:
+        ew(x, y.double(), f=abs_free_identity)  # <- the call site
+    file, line = err.value.location.rsplit(":", 1)
+    assert file == __file__ and "<- the call site" in linecache.getline(file, int(line))

@@ -241,15 +241,12 @@ def _check_constant_type(name: str, value, default) -> None:
 
 
 def _check_tensor_storage(name: str, t) -> None:
-    """Tensors the device can read: strided (not sparse), with memory (not meta)."""
+    """Tensors the device can read: strided (not sparse)."""
     import torch
 
     if t.layout != torch.strided:
         raise ArgumentError(f"tilegcn: tensor {name} has layout {t.layout} (sparse); pass a dense tensor "
                             "(.to_dense())")
-    if t.is_meta:
-        raise ArgumentError(f"tilegcn: tensor {name} is a meta tensor: it has a shape but no memory to "
-                            "compute on; pass a tensor on the CPU (emulator) or an AMD GPU")
 
 
 def _describe(names, signature) -> str:
@@ -402,6 +399,9 @@ class JITFunction:
         if len(devices) > 1:
             where = ", ".join(f"{n} on {d}" for d, n in devices.items())
             raise ArgumentError(f"tilegcn: tensors of {self.name}() are on different devices: {where}")
+        if "meta" in devices:
+            raise ArgumentError(f"tilegcn: tensor {devices['meta']} is a meta tensor: it has a shape but no memory "
+                                "to compute on; pass a tensor on the CPU (emulator) or an AMD GPU")
         return tuple(signature), trace_args
 
     def _compiled(self, args, kwargs) -> CompiledKernel:

@@ -10,6 +10,7 @@ import inspect
 import linecache
 import os
 import re
+import sysconfig
 import threading
 import traceback
 
@@ -135,9 +136,11 @@ _USER_NAMES = {"ElemRef": "tile element", "BinOp": "tile element expression", "C
 def _as_program_error(e: Exception) -> CompileError:
     """A Python exception raised by the user's tile program while it was traced, as a CompileError at the
     innermost line of the user's code in its traceback."""
+    libraries = [_PACKAGE_DIR] + [sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")]
     location = None
     for frame, line in traceback.walk_tb(e.__traceback__):
-        if not os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not any(filename.startswith(os.path.abspath(lib) + os.sep) for lib in libraries):
             location = f"{frame.f_code.co_filename}:{line}"
     message = str(e)
     for internal, user in _USER_NAMES.items():
@@ -156,7 +159,7 @@ def _check_written_tensors(kernel: N.Kernel) -> None:
                                        key=lambda d: d[1]):
                 if stride <= reach:
                     what = "stride 0 (a broadcast view, e.g. from expand())" if stride == 0 else \
-                        f"stride {stride} on a dim of size {size}, so its elements overlap"
+                        f"stride {stride} on a dim of size {size}, so its elements may overlap"
                     raise ArgumentError(f"tilegcn: tensor {name} is written by the kernel ({s.loc}) but has {what}:"
                                         f" shape {spec.shape}, strides {spec.strides}; pass a tensor with its own "
                                         "memory for each element (.contiguous())")
