@@ -4,8 +4,8 @@
 
 Each case draws a kernel and its arguments from a seeded generator, runs it on the emulated device and
 compares with torch. Outcomes:
-  ok       matches torch within the output dtype's rounding;
-  wrong    a silent wrong answer: a bug (the case is printed with everything needed to reproduce it);
+  ok       matches torch within the output dtype's rounding, and nothing outside the output view changed;
+  wrong    a silent wrong answer or a stray write: a bug (the case is printed with everything needed to reproduce it);
   refused  a clear tilegcn error (TilegcnError) for a configuration tilegcn does not support;
   error    any other exception escaping to the user: a bug.
 tests/test_fuzz.py runs a reduced number of these cases in the test suite.
@@ -122,12 +122,11 @@ def _run_elementwise(c: Case):
     gen = torch.Generator().manual_seed(p["seed"])
     x = _view(gen, p["M"], p["N"], DTYPES[p["x_dtype"]], p["x_layout"])
     y = _view(gen, p["M"], p["N"], DTYPES[p["y_dtype"]], p["y_layout"])
-    before = y.clone()
+    base_before = None if y._base is None else y._base.clone()
     _, op, ref = EW_OPS[p["op"]]
     fuzz_elementwise(x, y, p["a"], op=op, block_M=p["block_M"], block_N=p["block_N"], threads=p["threads"],
                      arch=c.arch)
-    want = ref(x.float(), float(p["a"])).to(y.dtype)
-    return y, want, before
+    return y, ref(x.float(), float(p["a"])).to(y.dtype), base_before
 
 
 def _run_gemm(c: Case):
@@ -140,18 +139,29 @@ def _run_gemm(c: Case):
     c_out = torch.empty(p["M"], p["N"], dtype=DTYPES[p["c_dtype"]])
     fuzz_gemm(a, b, c_out, block_M=p["block_M"], block_N=p["block_N"], block_K=p["block_K"], threads=p["threads"],
               transpose_B=p["transpose_B"], arch=c.arch)
-    want = (a.float() @ (b.float().T if p["transpose_B"] else b.float())).to(c_out.dtype)
-    return c_out, want, None
+    return c_out, (a.float() @ (b.float().T if p["transpose_B"] else b.float())).to(c_out.dtype), None
+
+
+def _stray_writes(view: torch.Tensor, base_before: torch.Tensor) -> int:
+    """Elements of the tensor `view` was cut from, outside the view, that the kernel changed."""
+    base = view._base
+    outside = torch.ones(base.shape, dtype=torch.bool)
+    outside.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(False)
+    return int((base[outside] != base_before[outside]).sum())
 
 
 def run_case(c: Case) -> tuple:
     """(outcome, detail): outcome is "ok", "wrong", "refused" or "error"."""
+    run = _run_elementwise if c.kind == "elementwise" else _run_gemm
     try:
-        got, want, _ = (_run_elementwise if c.kind == "elementwise" else _run_gemm)(c)
+        got, want, base_before = run(c)
     except tilegcn.TilegcnError as e:
         return "refused", f"{type(e).__name__}: {e}"
     except Exception as e:  # noqa: BLE001 - a raw exception escaping is a finding
         return "error", f"{type(e).__name__}: {e}"
+    stray = 0 if base_before is None else _stray_writes(got, base_before)
+    if stray:
+        return "wrong", f"{stray} elements outside the output view were written"
     rtol, atol = _ulp_tolerance(got.dtype)
     if c.kind == "gemm":  # fp32 accumulation in another order than torch's
         atol = max(atol, 1e-5 * c.params["K"] ** 0.5)
