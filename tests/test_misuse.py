@@ -342,7 +342,17 @@ def gemm_lds_over_budget(): gemm(*abc(512, 512, 512), block_M=512, block_N=512, 
 def gemm_misaligned_operand_view():
     a, b, c = abc(64, 64, 66)
     gemm(a[:, 2:], b[2:], c)
-@misuse(CompileError, r"odd row length|even row length")
+@misuse(CompileError, r"A: its row stride of 67 bfloat16 elements is odd \(a view into a wider tensor\)")
+def gemm_odd_row_stride_view():
+    a, b, c = abc(64, 64, 67)
+    gemm(a[:, :64], b[:64], c)
+@misuse(CompileError, r"NameError while tracing the tile program: name 'undefined_name' is not defined")
+def user_name_error():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            undefined_name  # noqa: F821, B018
+    run_body(body)
+@misuse(CompileError, r"A: rows of 63 bfloat16 elements are not 4-byte aligned: T.gemm needs an even row length")
 def gemm_odd_row_length(): gemm(*abc(64, 64, 63))
 @misuse(CompileError, r"T.gemm C: expected a buffer")
 def gemm_c_is_int():
@@ -911,3 +921,16 @@ def test_argument_error_points_at_the_call():
         ew(x, y.double(), f=abs_free_identity)  # <- the call site
     file, line = err.value.location.rsplit(":", 1)
     assert file == __file__ and "<- the call site" in linecache.getline(file, int(line))
+
+
+def test_an_exception_inside_lowering_is_reported_as_a_tilegcn_bug(monkeypatch):
+    import tilegcn.passes
+
+    def broken_pass(kernel, arch):
+        raise RuntimeError("a pass failed")
+
+    monkeypatch.setattr(tilegcn.passes, "lower", broken_pass)
+    with pytest.raises(CompileError, match=r"internal error while lowering ew .*RuntimeError: a pass failed.*"
+                                           r"tilegcn bug") as err:
+        run_ew(abs_free_identity)
+    assert isinstance(err.value.__cause__, RuntimeError)  # the original traceback stays chained
