@@ -530,6 +530,15 @@ def whole_tile_augmented_assign():
     run_body(body)
 
 
+@misuse(CompileError, r"iterating over global X: loop over its elements with `for i, j in T.Parallel")
+def iterate_over_tensor():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for row in X:
+                pass
+    run_body(body)
+
+
 @misuse(CompileError, r"expected an integer index expression, got 0\.5")
 def parallel_float_index_into_global():
     run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), X[i, 0.5])))

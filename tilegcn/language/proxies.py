@@ -83,6 +83,10 @@ class BufferProxy(N.RefusesPythonOperators):
     def _subject(self) -> str:
         return f"the whole tile {self.buffer.name}"
 
+    def __iter__(self):  # without it, Python would iterate by calling __getitem__(0), (1), ... forever
+        raise CompileError(f"iterating over {self.buffer.scope} {self.buffer.name}: loop over its elements with "
+                           "`for i, j in T.Parallel(...)`, or over tiles with `for k in T.Pipelined(...)`")
+
     @property
     def shape(self):
         return self.buffer.shape
