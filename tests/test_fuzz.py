@@ -13,7 +13,7 @@ _spec = importlib.util.spec_from_file_location("bench_fuzz", REPO / "bench" / "f
 fuzz = sys.modules["bench_fuzz"] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
 _spec.loader.exec_module(fuzz)
 
-CASES = fuzz.make_cases(seed=2026, n=6)
+CASES = fuzz.make_cases(seed=2026, n=18)
 
 
 def test_the_sample_covers_both_kinds_and_arches():
