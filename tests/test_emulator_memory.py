@@ -245,3 +245,21 @@ def test_bank_conflicts_follow_the_documented_model():
     stats = two_buffers(body, 0, arch="gfx950", lds=16384).launch("k", (1, 1, 1), (64, 1, 1),
                                                                  [torch.zeros(4), torch.zeros(4)])
     assert stats.lds_bank_conflicts == 63
+
+
+def test_buffer_range_check_refuses_to_guess_soffsets_part():
+    """Whether soffset counts in the raw-buffer range check is not specified (ops_mem docstring): an access
+    that is in range under one reading and out of range under the other is an error, not a guess; one the
+    readings agree on runs."""
+    from asm.emukit import run_lanes, srd
+    from tilegcn.errors import EmulatorError
+    off = (torch.arange(64, dtype=torch.int32) * 4) % 64
+    body = f"""{srd(96, 6, 128)}
+               s_mov_b32 s95, {{so}}
+               buffer_load_dword v20, v10, s[96:99], s95 offen
+               s_waitcnt vmcnt(0)"""
+    data = torch.arange(64, dtype=torch.int32)
+    out = run_lanes(body.format(so=16), [off, data], block=64)[0]  # offsets < 64, + 16 < 128: both readings agree
+    assert torch.equal(out, off // 4 + 4)
+    with pytest.raises(EmulatorError, match="soffset"):
+        run_lanes(body.format(so=100), [off, data], block=64)

@@ -239,3 +239,21 @@ def test_load_refuses_a_code_object_for_another_arch(monkeypatch):
     monkeypatch.setattr(hip, "_library", lambda: (FakeHip(arch=b"gfx942:sramecc+:xnack-"), None))
     with pytest.raises(DeviceError, match="for gfx950 but the GPU is gfx942"):
         hip.HipDevice().load(hsaco)
+
+
+def test_launch_takes_the_emulators_parameters(monkeypatch):
+    """shared_mem -> sharedMemBytes, kernarg= bytes handed over as the buffer, buffers= need GPU tensors."""
+    hsaco = _hsaco("gfx942")
+    fake = FakeHip()
+    monkeypatch.setattr(hip, "_library", lambda: (fake, None))
+    module = hip.HipDevice().load(hsaco)
+    packed = struct.pack("<Qi", 0xABC0_0000, 9)
+    module.launch("k", 2, 64, kernarg=packed, shared_mem=4096, check=False)
+    (launch,) = fake.launches
+    assert launch["shared"] == 4096 and launch["kernargs"] == packed + bytes(24 - len(packed))
+    with pytest.raises(ArgumentError, match="65540 bytes of LDS .0 fixed \\+ 65540 shared_mem.*65536"):
+        module.launch("k", 2, 64, [0, 1], shared_mem=65540)
+    with pytest.raises(ArgumentError, match=r"buffers\[0\] is a tensor on cpu"):
+        module.launch("k", 2, 64, kernarg=packed, buffers=[torch.zeros(2)])
+    with pytest.raises(ArgumentError, match="either as args= or as kernarg="):
+        module.launch("k", 2, 64, [0, 1], kernarg=packed)

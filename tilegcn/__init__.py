@@ -17,6 +17,7 @@ from .errors import (  # noqa: E402
 )
 from .cache import CacheWarning  # noqa: E402
 from .jit import CompiledKernel, JITFunction, jit  # noqa: E402
+from .autotune import Autotuner, Space, TuneError, autotune  # noqa: E402
 
 
 def __getattr__(name):
@@ -28,7 +29,8 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "__version__", "jit", "JITFunction", "CompiledKernel", "language", "errors", "CacheWarning",
+    "__version__", "jit", "JITFunction", "CompiledKernel", "autotune", "Autotuner", "Space", "TuneError",
+    "language", "errors", "CacheWarning",
     "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
 ]

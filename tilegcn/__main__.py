@@ -2,8 +2,9 @@
 
     python -m tilegcn cache list          # one line per entry: key, kernel, arch, grid/block, LDS, registers
     python -m tilegcn cache show KEY      # the entry's folder and its meta.json (KEY may be a unique prefix)
-    python -m tilegcn cache clear         # remove every entry
+    python -m tilegcn cache clear         # remove every entry (only what tilegcn wrote; says what it kept)
     python -m tilegcn asm KEY             # print the entry's kernel.s (the cache dir goes to stderr)
+    python -m tilegcn tune list|show ID|clear   # autotuning results (tilegcn.autotune), see tilegcn/autotune.py
 """
 from __future__ import annotations
 
@@ -20,19 +21,30 @@ def _fmt_dims(d) -> str:
     return "x".join(str(v) for v in d) if isinstance(d, (list, tuple)) else "?"
 
 
+def _created_text(meta: dict) -> str:
+    value = meta.get("created")
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+    except (TypeError, ValueError, OverflowError, OSError):  # absent, not a number, out of range
+        return "?"
+
+
 def _list(cache: Cache) -> int:
     entries = cache.entries()
-    print(f"cache dir: {cache.root} ({len(entries)} entries)")
+    bad = sum(e.problem is not None for e in entries)
+    print(f"cache dir: {cache.root} ({len(entries)} entries" + (f", {bad} bad" if bad else "") + ")")
     if entries:
         print(f"{'key':16}  {'kernel':20} {'arch':7} {'grid':>11} {'block':>9} {'lds':>7} {'v/a/s gprs':>11}  "
               f"{'created':19}  source")
     for e in entries:
+        if e.problem:  # reported, never trusted: the next compile of that kernel rebuilds it
+            print(f"{e.key[:16]}  BAD ENTRY: {e.problem} ({e.path})")
+            continue
         m = e.meta
         regs = "/".join(str(m.get(k, "?")) for k in ("vgprs", "agprs", "sgprs"))
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["created"])) if "created" in m else "?"
         print(f"{e.key[:16]}  {str(m.get('name', '?')):20} {str(m.get('arch', '?')):7} "
               f"{_fmt_dims(m.get('grid')):>11} {_fmt_dims(m.get('block')):>9} {str(m.get('lds_bytes', '?')):>7} "
-              f"{regs:>11}  {created:19}  {m.get('source', '')}")
+              f"{regs:>11}  {_created_text(m):19}  {m.get('source', '')}")
     return 0
 
 
@@ -40,23 +52,36 @@ def _show(cache: Cache, key: str) -> int:
     entry = cache.find(key)
     print(f"cache dir: {cache.root}")
     print(f"entry:     {entry.path}")
-    for name in ("kernel.ir", "kernel.s", "kernel.hsaco", "meta.json"):
-        p = entry.path / name
-        print(f"  {name:13} {p.stat().st_size:>9} bytes")
+    for name in ("kernel.ir", "kernel.s", "kernel.hsaco"):
+        print(f"  {name:13} {len(entry.data[name]):>9} bytes")
     print(json.dumps(entry.meta, indent=2, sort_keys=True))
     return 0
 
 
-def _clear(cache: Cache) -> int:
-    n = cache.clear()
-    print(f"cache dir: {cache.root}: removed {n} entries")
+def _clear(cache: Cache, max_lines: int = 50) -> int:
+    report = cache.clear()
+    extra = (f" and {len(report.removed_other)} other tilegcn files (locks, temp folders, the LLVM probe memo)"
+             if report.removed_other else "")
+    print(f"cache dir: {cache.root}: removed {len(report.removed)} entries{extra}")
+    for path in report.removed[:max_lines]:
+        print(f"  removed {path}")
+    if len(report.removed) > max_lines:
+        print(f"  ... and {len(report.removed) - max_lines} more")
+    if report.left:
+        print(f"left {len(report.left)} items in place:")
+        for path, why in report.left[:max_lines]:
+            print(f"  kept {path}: {why}")
+        if len(report.left) > max_lines:
+            print(f"  ... and {len(report.left) - max_lines} more")
     return 0
 
 
 def _asm(cache: Cache, key: str) -> int:
     entry = cache.find(key)
     print(f"cache dir: {cache.root}; entry {entry.path}", file=sys.stderr)
-    sys.stdout.write(entry.asm_path.read_text())
+    sys.stdout.flush()
+    sys.stdout.buffer.write(entry.data["kernel.s"])  # the verified bytes, as they are
+    sys.stdout.buffer.flush()
     return 0
 
 
@@ -68,11 +93,21 @@ def main(argv=None) -> int:
     cache_sub.add_parser("list", help="list entries")
     show = cache_sub.add_parser("show", help="show one entry's files and meta.json")
     show.add_argument("key", help="cache key or a unique prefix of it")
-    cache_sub.add_parser("clear", help="remove every entry")
+    cache_sub.add_parser("clear", help="remove every entry (and nothing tilegcn did not write)")
     asm = sub.add_parser("asm", help="print the AMDGCN assembly (kernel.s) of a cache entry")
     asm.add_argument("key", help="cache key or a unique prefix of it")
+    tune_p = sub.add_parser("tune", help="inspect or clear the autotuning results (<cache dir>/tune)")
+    tune_sub = tune_p.add_subparsers(dest="action", required=True)
+    tune_sub.add_parser("list", help="one line per tuned key: id, function, key, arch, winner")
+    tune_show = tune_sub.add_parser("show", help="the sweep table of one result")
+    tune_show.add_argument("id", help="result id or a unique prefix of it")
+    tune_sub.add_parser("clear", help="remove every tuning result")
     args = parser.parse_args(argv)
     try:
+        if args.command == "tune":
+            from .autotune import tune_command
+
+            return tune_command(args.action, getattr(args, "id", None))
         cache = Cache(create=False)  # looking does not create the cache dir
         if args.command == "asm":
             return _asm(cache, args.key)
@@ -86,6 +121,9 @@ def main(argv=None) -> int:
         return 1
     except BrokenPipeError:  # `python -m tilegcn asm KEY | head`
         return 0
+    except OSError as e:  # the cache dir itself is unreadable
+        print(f"error: tilegcn: cannot read the cache dir: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
+from .asm_override import override_file as asm_override_file
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
 from .cache import Cache, make_key
-from .errors import ArgumentError, CacheError, CompileError, TilegcnError, UnsupportedArchError
+from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
 
 # torch and the IR are imported on first use, so that `import tilegcn` (and `python -m tilegcn cache ...`)
 # stays fast; every decorated function imports torch when it is created.
@@ -170,8 +171,12 @@ class _SelectArgs:
 
 # -- compiled kernels ---------------------------------------------------------------------------------------
 class CompiledKernel:
-    """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco_path`, `.metadata` (meta.json), `.name`,
-    `.key` (cache key), `.arch`, `.grid`, `.block`; call it with arguments of the same specialisation."""
+    """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco` (bytes), `.metadata` (meta.json), `.name`,
+    `.key` (cache key), `.arch`, `.grid`, `.block`, `.hsaco_path`/`.cache_path` (where the entry was);
+    call it with arguments of the same specialisation.
+
+    It keeps the bytes of its verified cache entry in memory: it launches exactly the code object that
+    was verified, and keeps working after `python -m tilegcn cache clear` removed the entry."""
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict):
         self.fn = fn
@@ -183,22 +188,13 @@ class CompiledKernel:
         self.block = tuple(entry.meta["block"])
         self.hsaco_path = str(entry.hsaco_path)
         self.cache_path = str(entry.path)
+        self.ir = entry.data["kernel.ir"].decode()
+        self.asm = entry.data["kernel.s"].decode()
+        self.hsaco = entry.data["kernel.hsaco"]
         self.signature = signature
         self.constants = constants
         self.timings = timings  # seconds spent in this process: trace, key, lower, assemble, cache, total
         self._launchers = {}
-
-    @functools.cached_property
-    def ir(self) -> str:
-        return Path(self.cache_path, "kernel.ir").read_text()
-
-    @functools.cached_property
-    def asm(self) -> str:
-        return Path(self.cache_path, "kernel.s").read_text()
-
-    @functools.cached_property
-    def hsaco(self) -> bytes:
-        return Path(self.hsaco_path).read_bytes()
 
     def _launcher(self) -> _Launcher:
         """The launcher for the device selected now (module loaded once per device)."""
@@ -225,6 +221,29 @@ class CompiledKernel:
         launcher = self._launcher()
         return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
 
+    def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
+        """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
+        device on `args` (see tilegcn.asm_override)."""
+        from .asm_override import with_asm
+
+        return with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
+
+    def estimate(self, device=None, args=None, **options):
+        """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
+        default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
+        of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
+        from .amdgcn.arch import TIMING
+        from .runtime.emulator import load
+
+        if args is None:
+            args = [_placeholder(s) for s in self.signature]
+        module = load(self.hsaco, arch=self.arch)
+        names = [a["name"] for a in self.metadata["args"]]
+        if names and names != list(self.fn.arg_names):
+            args = [args[self.fn.arg_names.index(n)] for n in names]
+        return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+                               **options)
+
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
 
@@ -247,6 +266,18 @@ def _check_tensor_storage(name: str, t) -> None:
     if t.layout != torch.strided:
         raise ArgumentError(f"tilegcn: tensor {name} has layout {t.layout} (sparse); pass a dense tensor "
                             "(.to_dense())")
+
+
+def _placeholder(spec):
+    """A zero tensor matching one TensorSpec (1 for a scalar parameter)."""
+    import torch
+
+    from .ir.types import TensorSpec
+
+    if not isinstance(spec, TensorSpec):
+        return spec(1)
+    size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
+    return torch.zeros(size, dtype=spec.dtype.torch).as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:
@@ -461,16 +492,14 @@ class JITFunction:
             )
             return meta
 
-        entry, built = Cache().get_or_build(key, build)
+        entry, built = Cache().get_or_build(key, build, verify=functools.partial(_entry_problem, ir, kernel, arch))
         if not built:
             self.cache_stats.disk_hits += 1
         t3 = time.perf_counter()
         timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
-        try:
-            return CompiledKernel(self, entry, signature, constants, arch, timings)
-        except (KeyError, TypeError, ValueError) as e:
-            raise CacheError(f"tilegcn: cache entry {entry.path}: meta.json is damaged ({type(e).__name__}: {e}); "
-                             "delete the entry (python -m tilegcn cache clear) to rebuild it") from e
+        kernel = CompiledKernel(self, entry, signature, constants, arch, timings)
+        override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
+        return kernel if override is None else kernel.with_asm(override)
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
@@ -486,6 +515,24 @@ def _lower_or_report(lower, kernel, arch):
     except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
         raise CompileError(f"internal error while lowering {kernel.name} for {arch} ({type(e).__name__}: {e}); "
                            "this is a tilegcn bug, please report it with the kernel", location=kernel.loc) from e
+
+
+def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
+    """Why a (hash-verified) cache entry does not fit the traced kernel, or None. The entry must hold the
+    very IR its key was made from, and the launch fields of meta.json (kernel name, grid, block, argument
+    order) must be the traced kernel's: a meta.json rewritten together with its digest is still caught."""
+    meta = entry.meta
+    if entry.data["kernel.ir"] != ir.encode():
+        return "kernel.ir is not the IR this key was made from"
+    expected = {"name": kernel.name, "arch": arch, "grid": list(kernel.grid), "block": list(kernel.block)}
+    for name, value in expected.items():
+        if meta.get(name) != value:
+            return f"meta.json says {name}={meta.get(name)!r}, the traced kernel has {value!r}"
+    args = meta.get("args")
+    names = [a.get("name") if isinstance(a, dict) else None for a in args] if isinstance(args, list) else None
+    if names != [p.name for p in kernel.params]:
+        return f"meta.json's args {names} are not the kernel's parameters {[p.name for p in kernel.params]}"
+    return None
 
 
 def _jsonable(v):

@@ -114,3 +114,44 @@ def run_lanes(body: str, inputs, n_out: int = 1, arch: str = "gfx942", block: in
     outs = [torch.zeros(n, dtype=torch.int32) for _ in range(n_out)]
     mod.launch("k", grid=(-(-n // block), 1, 1), block=(block, 1, 1), args=ins + outs)
     return outs
+
+
+@functools.lru_cache(maxsize=None)
+def llc_module(ir: str, arch: str = "gfx942"):
+    """Compile LLVM IR with `llc` (LLVM is the oracle for what compilers emit), link, load on the emulator."""
+    import subprocess
+
+    from tilegcn.toolchain import find_llvm
+
+    llc = find_llvm(arch).tool("llc")
+    asm = subprocess.run([llc, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-O2", "-o", "-"], input=ir,
+                         capture_output=True, text=True, check=True).stdout
+    return emulator.load(assemble(asm, arch))
+
+
+def lane_ir(body: str, n_in: int, n_out: int, ty: str = "i32") -> str:
+    """IR of a kernel where thread t reads %x0..%x{n_in-1} = in_i[t] (type `ty`), runs `body` (which must
+    define %y0..%y{n_out-1} of type `ty`) and writes out_j[t] = %yj. Pointers: inputs, then outputs."""
+    params = ", ".join(f"ptr addrspace(1) %p{i}" for i in range(n_in + n_out))
+    lines = ["%tid = call i32 @llvm.amdgcn.workitem.id.x()", "%wg = call i32 @llvm.amdgcn.workgroup.id.x()",
+             "%base = mul i32 %wg, 256", "%i = add i32 %base, %tid"]
+    for k in range(n_in):
+        lines += [f"%a{k} = getelementptr {ty}, ptr addrspace(1) %p{k}, i32 %i", f"%x{k} = load {ty}, ptr addrspace(1) %a{k}"]
+    lines += [ln.strip() for ln in body.strip().splitlines()]
+    for j in range(n_out):
+        lines += [f"%o{j} = getelementptr {ty}, ptr addrspace(1) %p{n_in + j}, i32 %i",
+                  f"store {ty} %y{j}, ptr addrspace(1) %o{j}"]
+    text = "\n  ".join(lines)
+    return (f"define amdgpu_kernel void @k({params}) {{\n  {text}\n  ret void\n}}\n"
+            "declare i32 @llvm.amdgcn.workitem.id.x()\ndeclare i32 @llvm.amdgcn.workgroup.id.x()\n")
+
+
+def run_ir(body: str, inputs, n_out: int = 1, ty: str = "i32", arch: str = "gfx942", out_dtype=None):
+    """Run `lane_ir(body)` compiled by llc over equally long inputs (multiple of 256); returns the outputs."""
+    import torch
+
+    n = inputs[0].numel()
+    mod = llc_module(lane_ir(body, len(inputs), n_out, ty), arch)
+    outs = [torch.zeros(n, dtype=out_dtype or inputs[0].dtype) for _ in range(n_out)]
+    mod.launch("k", grid=(n // 256, 1, 1), block=(256, 1, 1), args=list(inputs) + outs)
+    return outs

@@ -200,3 +200,65 @@ def get_arch(name) -> Arch:
             f"tilegcn: unsupported arch {name!r}; supported arches are {', '.join(SUPPORTED)}"
         )
     return ARCHES[key]
+
+
+# ---- timing model parameters ----------------------------------------------------------------------------
+# Used only by the emulated device's timing model (tilegcn/runtime/emulator/timing). Sources are the tags of
+# ../shared/reference/timing.md (S1..S37); "chosen" marks a value no source gives.
+@dataclass(frozen=True)
+class Timing:
+    device: str  # marketing name of the part
+    cus: int  # S1
+    simds_per_cu: int  # S11
+    max_waves_per_simd: int  # S3, S11
+    lds_bytes_per_cu: int  # S1
+    lds_alloc_granule: int  # S8
+    clock_hz: float  # sustained clock under dense GEMM load (timing.md 1: S22 / derived from S19g, S20)
+    peak_clock_hz: float  # S2, S3
+    issue_slot_clk: int  # a SIMD gets an issue slot every 4 clk (S11)
+    valu_clk: int  # one 64-lane VALU op on a 16-lane SIMD (S11; LLVM 1 qc, S6)
+    trans_clk: int  # transcendental: quarter rate (LLVM 4 qc, S6)
+    branch_taken_clk: int  # LLVM branch latency 8 qc = 32 clk (S6; instruction-fetch bubble not measured)
+    smem_latency_clk: int  # chosen: LLVM's 5 qc is a placeholder (S6); scalar L1 hit ~ sL1D, unmeasured here
+    barrier_release_clk: int  # chosen: no source gives s_barrier cost (timing.md 5.1); LLVM's 500 qc is "guessed"
+    lds_port_read_bytes_per_clk: int  # per SIMD pair (S11 CDNA3: 64 B/clk; S17 gfx950: 128 B/clk)
+    lds_port_write_bytes_per_clk: int  # per SIMD pair; stores also carry 4 B of address per lane (S11)
+    lds_fifo_entries: int  # per SIMD-pair FIFO (S17, gfx950; assumed the same on gfx942)
+    lds_latency_clk: int  # unloaded ds_read latency after service (S17: 50-70 clk, S24: 50-64)
+    tcp_clk_per_dword: dict  # TCP cycles per wave instruction by dwords per lane (S18: x1 4, x2 16, x4 16)
+    vmem_inflight_bytes: int  # per CU (S18: ~32 KB, the TCP size)
+    vmem_queue_entries: int  # per CU request queue (S18: ~12)
+    l2_hit_latency_clk: int  # loaded L2 hit round trip; chosen between S23's 224 (unloaded) and S18's ~1000 mix
+    hbm_latency_clk: int  # loaded HBM round trip (S24: 500-800 under load; S23: 1212 cold single thread)
+    l2_bytes_per_clk_per_xcd: int  # 16 channels x 128 B/clk (S12)
+    l2_bytes_per_xcd: int  # 4 MB (S1)
+    l2_line_bytes: int  # 128 B (S1)
+    hbm_bytes_per_s: float  # S13, S10
+    launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing.md 5.8)
+
+
+TIMING = {
+    "gfx942": Timing(
+        device="MI300X", cus=304, simds_per_cu=4, max_waves_per_simd=8, lds_bytes_per_cu=65536,
+        lds_alloc_granule=512, clock_hz=1.3e9,  # between the MAF median 1207 MHz (S22) and 1.52 GHz (S19g)
+        peak_clock_hz=2.1e9, issue_slot_clk=4, valu_clk=4, trans_clk=16, branch_taken_clk=32,
+        smem_latency_clk=200, barrier_release_clk=16,
+        lds_port_read_bytes_per_clk=64, lds_port_write_bytes_per_clk=64, lds_fifo_entries=8, lds_latency_clk=56,
+        tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
+        l2_hit_latency_clk=500, hbm_latency_clk=800, l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20,
+        l2_line_bytes=128, hbm_bytes_per_s=5.3e12, launch_overhead_clk=2000,
+    ),
+    "gfx950": Timing(
+        device="MI355X", cus=256, simds_per_cu=4, max_waves_per_simd=8, lds_bytes_per_cu=163840,
+        lds_alloc_granule=1280, clock_hz=1.44e9,  # derived from Gluon's 1489 TF at 98.75 % MFMA efficiency (S20)
+        peak_clock_hz=2.4e9, issue_slot_clk=4, valu_clk=4, trans_clk=16, branch_taken_clk=32,
+        smem_latency_clk=200, barrier_release_clk=16,
+        lds_port_read_bytes_per_clk=128, lds_port_write_bytes_per_clk=64,  # writes: 32-bank behaviour (S21p, S16)
+        lds_fifo_entries=8, lds_latency_clk=56,
+        tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
+        l2_hit_latency_clk=500, hbm_latency_clk=1000,  # S18: ~1000 clk round trip under GEMM load
+        l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l2_line_bytes=128, hbm_bytes_per_s=8.0e12,
+        launch_overhead_clk=2000,
+    ),
+}
+DEVICES = {"MI300X": "gfx942", "MI355X": "gfx950"}

@@ -3,9 +3,11 @@
     device = get_device()                 # TILEGCN_DEVICE=emulator|hip|auto (auto: HIP if an AMD GPU is visible)
     module = device.load(hsaco_bytes)     # -> Module
     module.launch(kernel_name, grid, block, args)   # grid in workgroups, block in threads, (x, y, z)
+    module.launch(kernel_name, grid, block, kernarg=packed, buffers=[t], shared_mem=bytes_of_dynamic_lds)
 
 `args` are torch tensors (passed as device pointers) and Python ints/floats (by value), packed per the
-code object's metadata by `tilegcn.runtime.kernargs.pack`, the one place kernel arguments are packed.
+code object's metadata by `tilegcn.runtime.kernargs`, the one place kernel arguments are packed; both
+devices take the same launch parameters (see `tilegcn.runtime.emulator.Module.launch`).
 """
 from __future__ import annotations
 

@@ -282,6 +282,7 @@ class KernelInfo:
     descriptor: KernelDescriptor
     entry_address: int  # virtual address of the first instruction
     descriptor_address: int = 0
+    descriptor_bytes: bytes = b""  # the raw 64 bytes (a dispatch packet's kernel object points at them)
 
 
 @dataclass
@@ -384,7 +385,8 @@ def parse(data: bytes) -> CodeObject:
         if symbol not in symbols:
             raise DeviceError(f"tilegcn: kernel {name!r}: descriptor symbol {symbol!r} not in the code object")
         kd_addr = symbols[symbol].value
-        kd = parse_kernel_descriptor(co.read(kd_addr, KERNEL_DESCRIPTOR_BYTES))
-        co.kernels[name] = KernelInfo(name=name, metadata=kmeta, descriptor=kd,
-                                      entry_address=kd_addr + kd.entry_offset, descriptor_address=kd_addr)
+        raw = co.read(kd_addr, KERNEL_DESCRIPTOR_BYTES)
+        kd = parse_kernel_descriptor(raw)
+        co.kernels[name] = KernelInfo(name=name, metadata=kmeta, descriptor=kd, entry_address=kd_addr + kd.entry_offset,
+                                      descriptor_address=kd_addr, descriptor_bytes=bytes(raw))
     return co

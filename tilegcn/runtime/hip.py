@@ -4,8 +4,9 @@
         module = HipDevice().load(hsaco_bytes)  # hipModuleLoadData
         module.launch("kernel", grid, block, [x, y, n])   # hipModuleLaunchKernel on torch's current stream
 
-Kernel arguments are packed by `tilegcn.runtime.kernargs.pack` from the code object's own metadata and
-handed to HIP as one buffer (HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END). Tensors must already be on
+Kernel arguments are packed by `tilegcn.runtime.kernargs` from the code object's own metadata (or given
+pre-packed as `kernarg=` bytes) and handed to HIP as one buffer (HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE /
+_END); `shared_mem=` is hipModuleLaunchKernel's sharedMemBytes. Tensors must already be on
 the GPU (ROCm builds of torch call it the "cuda" device).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import os
 import re
 
+from ..amdgcn.arch import get_arch
 from ..errors import ArgumentError, DeviceError
 from . import kernargs
 
@@ -140,18 +142,29 @@ def _dim3(value, what: str) -> tuple:
     return dims + (1,) * (3 - len(dims))
 
 
-def pack_args(metadata: dict, args) -> bytes:
-    """Kernarg bytes for one launch; every tensor must live on the GPU."""
+def _require_gpu_tensor(value, what: str) -> None:
     import torch
 
-    explicit = [a for a in metadata.get(".args", []) if not a.get(".value_kind", "").startswith("hidden_")]
+    if isinstance(value, torch.Tensor) and value.device.type != "cuda":
+        raise ArgumentError(
+            f"tilegcn: {what} is a tensor on {value.device}, but the HIP device needs "
+            "GPU tensors: move it with .to('cuda'), or run on the emulator (TILEGCN_DEVICE=emulator)")
+
+
+def pack_args(metadata: dict, args=(), kernarg=None, buffers=()) -> bytes:
+    """Kernarg bytes for one launch (hidden arguments zero: the HIP runtime writes them at dispatch);
+    every tensor must live on the GPU."""
+    import torch
+
+    explicit = kernargs.explicit_args(metadata.get(".args", []))
     for index, (meta, value) in enumerate(zip(explicit, args)):
-        if isinstance(value, torch.Tensor) and value.device.type != "cuda":
-            label = f"{index} ({meta['.name']})" if meta.get(".name") else str(index)
-            raise ArgumentError(
-                f"tilegcn: kernel argument {label} is a tensor on {value.device}, but the HIP device needs "
-                "GPU tensors: move it with .to('cuda'), or run on the emulator (TILEGCN_DEVICE=emulator)")
-    return kernargs.pack(metadata.get(".args", []), list(args), metadata.get(".kernarg_segment_size", 0))
+        label = f"{index} ({meta['.name']})" if meta.get(".name") else str(index)
+        _require_gpu_tensor(value, f"kernel argument {label}")
+    for index, value in enumerate(buffers):
+        if not isinstance(value, torch.Tensor):
+            raise ArgumentError(f"tilegcn: buffers[{index}] must be a tensor, got {type(value).__name__}")
+        _require_gpu_tensor(value, f"buffers[{index}]")
+    return kernargs.build(metadata, args, kernarg)
 
 
 class HipModule:
@@ -183,22 +196,35 @@ class HipModule:
             self._functions[name] = fn
         return self._functions[name]
 
-    def launch(self, kernel_name: str, grid, block, args) -> None:
-        """Launch `kernel_name` on grid (workgroups) x block (threads), asynchronously on torch's current stream."""
+    def launch(self, kernel_name: str, grid, block, args=(), shared_mem=0, kernarg=None, buffers=(),
+               check=True) -> None:
+        """Launch `kernel_name` on grid (workgroups) x block (threads), asynchronously on torch's current
+        stream. Same parameters as the emulator's launch: `kernarg` = the packed explicit arguments
+        (then `args` is empty), `buffers` = tensors reached through pointers inside them (they only need
+        to be on the GPU), `shared_mem` = dynamic LDS bytes (sharedMemBytes). `check` is accepted for the
+        same signature; a GPU has no hazard checker."""
         info = self._code.kernels.get(kernel_name)
         if info is None:
             raise DeviceError(f"tilegcn: no kernel {kernel_name!r} in the code object; it has "
                               f"{', '.join(self._code.kernels) or 'none'}")
         gx, gy, gz = _dim3(grid, "grid")
         bx, by, bz = _dim3(block, "block")
-        data = pack_args(info.metadata, args)
+        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
+            raise ArgumentError(f"tilegcn: shared_mem must be a byte count >= 0, got {shared_mem!r}")
+        lds = info.descriptor.group_segment_fixed_size + shared_mem
+        limit = get_arch(self._code.arch).lds_bytes
+        if lds > limit:
+            raise ArgumentError(f"tilegcn: kernel {kernel_name!r} needs {lds} bytes of LDS "
+                                f"({info.descriptor.group_segment_fixed_size} fixed + {shared_mem} shared_mem); "
+                                f"{self._code.arch} has {limit} per workgroup")
+        data = pack_args(info.metadata, args, kernarg, buffers)
         buf = ctypes.create_string_buffer(data, len(data))
         size = ctypes.c_size_t(len(data))
         extra = (_vp * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.cast(buf, _vp),
                           HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.cast(ctypes.byref(size), _vp),
                           HIP_LAUNCH_PARAM_END)
         rc = self._lib.hipModuleLaunchKernel(self._function(kernel_name), gx, gy, gz, bx, by, bz,
-                                             0, _current_stream(), None, extra)
+                                             shared_mem, _current_stream(), None, extra)
         _check(self._lib, rc, f"hipModuleLaunchKernel({kernel_name!r})")
 
     def __del__(self):

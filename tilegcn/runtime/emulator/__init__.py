@@ -5,6 +5,12 @@ torch tensors (CPU, or whatever device the tensors live on).
     mod = emulator.load("kernel.hsaco")                    # or bytes; arch from the code object
     stats = mod.launch("gemm", grid=(gx, gy, gz), block=(256, 1, 1), args=[A, B, C, M, N, K])
     print(stats.summary())                                 # also mod.last_stats
+    mod.launch("k", grid, block, kernarg=packed_bytes, buffers=[t1, t2], shared_mem=4096)
+
+A launch is set up as hipModuleLaunchKernel sets it up (`dispatch.py`): hidden kernel arguments (grid
+and block sizes, dynamic LDS size, apertures, ...), the AQL dispatch packet and queue behind the
+dispatch/queue pointer user SGPRs, dynamic LDS (`shared_mem`) on top of the descriptor's fixed size, and
+arguments as values or as pre-packed bytes (`kernarg`) whose pointers may reach `buffers`.
 
 Instructions come from `llvm-objdump -d --mcpu=<arch>` of the file (decoded once per code object and
 cached in memory); the initial register state follows the kernel descriptor (see `machine.py`). With
@@ -20,20 +26,21 @@ import threading
 import torch
 
 from ...amdgcn.arch import get_arch
-from ...errors import DeviceError, EmulatorError
+from ...errors import ArgumentError, DeviceError, EmulatorError
 from ... import toolchain
 from .. import codeobject
-from ..kernargs import pack
+from .. import kernargs
+from . import dispatch
 from .decode import Instr, parse_objdump
 from .machine import Machine
 from .ops_mem import build_memory
 from .ops_mfma import build_mfma
 from .ops_salu import build_scalar, build_sopp
 from .ops_valu import build_valu
-from .program import Binder, BindError, Ctx, Handler, fault_handler
+from .program import Binder, BindError, Ctx, fault_handler
 from .stats import LaunchStats
 
-__all__ = ["EmulatorDevice", "Module", "load", "LaunchStats"]
+__all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 
 _DECODED = {}  # (sha256, arch) -> list of Instr
 _BOUND = {}  # (sha256, arch, kernel, device) -> Program
@@ -54,7 +61,10 @@ class Program:
                                 f"instruction of the code object")
         self.entry_index = addr_index[kernel.entry_address]
         self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
-        self.handlers = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        bound = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        self.handlers = [h for h, _ in bound]
+        # instruction index -> why it cannot run (it faults if reached); see coverage.py
+        self.unsupported = {i: why for i, (_, why) in enumerate(bound) if why}
         end = instrs[-1].addr + instrs[-1].size if instrs else 0
         self.handlers.append(fault_handler(Instr(end, 0, "<end of code>", "<end>", "<end>", "", []), len(instrs),
                                            "execution ran past the last instruction (no s_endpgm)"))
@@ -63,23 +73,28 @@ class Program:
         self.sreg_name = self.ctx.sreg_name
 
 
-def _bind(ins, index, ctx) -> Handler:
-    """Handler for one instruction; anything that cannot be bound raises EmulatorError when executed."""
+def _bind(ins, index, ctx):
+    """(handler, None) for one instruction; (a handler that raises EmulatorError when executed, the reason)
+    for anything that cannot be bound."""
+    why = None
     if ins.mnemonic == "<unparsed>":
-        return fault_handler(ins, index, f"cannot decode this instruction: {ins.mods.get('error')}")
-    b = Binder(ctx, ins)
-    try:
-        for build in (build_valu, build_mfma, build_memory, build_scalar):
-            h = build(ins, b, index)
+        why = f"cannot decode this instruction: {ins.mods.get('error')}"
+    else:
+        b = Binder(ctx, ins)
+        try:
+            for build in (build_valu, build_mfma, build_memory, build_scalar):
+                h = build(ins, b, index)
+                if h is not None:
+                    return h, None
+            h = build_sopp(ins, b, index, ctx)
             if h is not None:
-                return h
-        h = build_sopp(ins, b, index, ctx)
-        if h is not None:
-            return h
-    except BindError as exc:
-        return fault_handler(ins, index, f"{ins.mnemonic}: {exc}")
-    return fault_handler(ins, index, f"unknown instruction {ins.mnemonic!r} (not modelled by the emulator, or not "
-                                     f"an instruction of {ctx.arch.name})")
+                return h, None
+        except BindError as exc:
+            why = f"{ins.mnemonic}: {exc}"
+        else:
+            why = (f"unknown instruction {ins.mnemonic!r} (not modelled by the emulator, or not an instruction "
+                   f"of {ctx.arch.name})")
+    return fault_handler(ins, index, why), why
 
 
 class Module:
@@ -91,6 +106,7 @@ class Module:
         self.digest = hashlib.sha256(self.code.data).hexdigest()
         self.kernels = self.code.kernels
         self.last_stats = None
+        self._dispatches = 0  # dispatch ids, as a queue numbers its packets
         key = (self.digest, self.arch.name)
         with _LOCK:
             if key not in _DECODED:
@@ -108,28 +124,16 @@ class Module:
                 prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device)
         return prog
 
-    def launch(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), check=True) -> LaunchStats:
-        """Run `kernel_name` over `grid` workgroups of `block` threads; returns LaunchStats."""
-        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
-        args = list(args)
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        devices = {t.device for t in tensors}
-        if len(devices) > 1:
-            raise DeviceError(f"tilegcn emulator: tensor arguments live on different devices: {sorted(map(str, devices))}")
-        device = devices.pop() if devices else torch.device("cpu")
-        info = self.kernels.get(kernel_name)
-        prog = self.program(kernel_name, device)
-        kd = prog.descriptor
-        if kd.float_round_mode_32 or kd.float_round_mode_16_64:
-            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r}: only round-to-nearest-even float modes "
-                                f"are modelled (descriptor FLOAT_ROUND_MODE {kd.float_round_mode_32}/"
-                                f"{kd.float_round_mode_16_64})")
-        if kd.wavefront_size32:
-            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r} asks for wave32; {self.arch.name} runs wave64")
-        meta = info.metadata
-        size = meta.get(".kernarg_segment_size", kd.kernarg_size)
-        kernarg = pack(meta.get(".args", []), args, size)
-        machine = Machine(prog, grid, block, kernarg, tensors, check, device)
+    def launch(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_mem=0, kernarg=None,
+               buffers=(), check=True) -> LaunchStats:
+        """Run `kernel_name` over `grid` workgroups of `block` threads, as hipModuleLaunchKernel would;
+        returns LaunchStats. The explicit arguments come as values (`args`) or as their packed bytes
+        (`kernarg`, with `args` empty); `buffers` are tensors the kernel reaches only through pointers
+        inside those bytes or structs (they are mapped like tensor arguments); `shared_mem` bytes of
+        dynamic LDS are added to the descriptor's fixed size."""
+        launch = self.prepare(kernel_name, grid, block, args, shared_mem, kernarg, buffers)
+        machine = Machine(launch.program, launch.grid, launch.block, launch.dispatch, launch.tensors, check,
+                          launch.device)
         threads = torch.get_num_threads()
         want = _launch_threads()
         if want != threads:
@@ -141,6 +145,54 @@ class Module:
                 torch.set_num_threads(threads)
         self.last_stats = stats
         return stats
+
+    def estimate(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI355X", flops=None,
+                 shared_mem=0, kernarg=None, buffers=(), **options):
+        """The timing model's estimate of this launch (see `tilegcn.runtime.emulator.timing`): an Estimate
+        with .cycles, .seconds, .tflops, .breakdown. Options: clock_hz, trace (Chrome trace JSON path),
+        detail_iterations."""
+        from .timing import estimate
+
+        return estimate(self, kernel_name, grid, block, args, device, flops, shared_mem, kernarg, buffers,
+                        **options)
+
+    def prepare(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_mem=0, kernarg=None,
+                buffers=()) -> "Launch":
+        """Everything `launch` checks and builds before running (program, dispatch, mapped tensors)."""
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int) or shared_mem < 0:
+            raise ArgumentError(f"tilegcn emulator: shared_mem must be a byte count >= 0, got {shared_mem!r}")
+        args, buffers = list(args), list(buffers)
+        for i, b in enumerate(buffers):
+            if not isinstance(b, torch.Tensor):
+                raise ArgumentError(f"tilegcn emulator: buffers[{i}] must be a tensor, got {type(b).__name__}")
+        tensors = [a for a in args if isinstance(a, torch.Tensor)] + buffers
+        devices = {t.device for t in tensors}
+        if len(devices) > 1:
+            raise DeviceError(f"tilegcn emulator: tensor arguments live on different devices: {sorted(map(str, devices))}")
+        device = devices.pop() if devices else torch.device("cpu")
+        prog = self.program(kernel_name, device)
+        info = self.kernels[kernel_name]
+        kd = prog.descriptor
+        if kd.float_round_mode_32 or kd.float_round_mode_16_64:
+            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r}: only round-to-nearest-even float modes "
+                                f"are modelled (descriptor FLOAT_ROUND_MODE {kd.float_round_mode_32}/"
+                                f"{kd.float_round_mode_16_64})")
+        if kd.wavefront_size32:
+            raise EmulatorError(f"tilegcn emulator: kernel {kernel_name!r} asks for wave32; {self.arch.name} runs wave64")
+        explicit = kernargs.build(info.metadata, args, kernarg, info.metadata.get(".kernarg_segment_size", kd.kernarg_size))
+        self._dispatches += 1
+        disp = dispatch.prepare(info, grid, block, explicit, shared_mem, dispatch_id=self._dispatches)
+        return Launch(prog, grid, block, disp, tensors, device)
+
+
+class Launch:
+    """One prepared dispatch: the bound program, dims, dispatch state (kernarg, packet, user SGPRs) and the
+    tensors mapped into global memory."""
+
+    def __init__(self, program, grid, block, dispatch_state, tensors, device):
+        self.program, self.grid, self.block = program, grid, block
+        self.dispatch, self.tensors, self.device = dispatch_state, tensors, device
 
 
 def _launch_threads() -> int:

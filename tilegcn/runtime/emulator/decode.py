@@ -37,6 +37,14 @@ INLINE_FLOATS = {
     "-4.0": (0xC0800000, 0xC400, 0xC010000000000000),
     "0.15915494": (0x3E22F983, 0x3118, 0x3FC45F306DC9C882),  # 1/(2*pi)
 }
+# Flat-address apertures the emulated device reports (src_shared_base, src_private_base): the values ROCm uses
+# on gfx9 (high dword 0x10000 / 0x20000), above any host address, so a generic address in
+# [base, base + 2^32) is unambiguously LDS / private. A 32-bit read gives the high dword, a 64-bit read the
+# whole base (LLVM builds generic LDS pointers from the high dword).
+SHARED_APERTURE = 0x1_0000_0000_0000
+PRIVATE_APERTURE = 0x2_0000_0000_0000
+APERTURES = {"src_shared_base": SHARED_APERTURE, "src_shared_limit": SHARED_APERTURE | 0xFFFFFFFF,
+             "src_private_base": PRIVATE_APERTURE, "src_private_limit": PRIVATE_APERTURE | 0xFFFFFFFF}
 # Modifiers that only steer caches / coherence; they do not change what the emulator computes.
 CACHE_POLICY = {"sc0", "sc1", "nt", "glc", "slc", "dlc", "scc"}
 
@@ -51,6 +59,7 @@ class Reg:
     neg: bool = False
     abs: bool = False
     text: str = ""
+    sext: bool = False  # SDWA sext(): the selected field is sign-extended
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class Const:
     """An inline constant or a 32-bit literal. `bits` is the 32-bit pattern for 32-bit operands."""
 
     bits: int
-    kind: str  # 'int' (inline integer), 'float' (inline float), 'literal'
+    kind: str  # 'int' (inline integer), 'float' (inline float), 'literal', 'aperture'
     text: str
     value: int = 0  # the integer value for 'int' / 'literal' (signed for inline ints)
     neg: bool = False
@@ -72,7 +81,9 @@ class Const:
 
     def bits64(self) -> int:
         """The constant as a 64-bit operand sees it: inline ints sign-extend, inline floats are f64
-        encodings, 32-bit literals zero-extend."""
+        encodings, 32-bit literals zero-extend, apertures are their 64-bit base."""
+        if self.kind == "aperture":
+            return self.value
         if self.kind == "float":
             return INLINE_FLOATS[self.text][2]
         if self.kind == "int":
@@ -106,6 +117,7 @@ class Instr:
     operands: list
     mods: dict = field(default_factory=dict)
     raw_operands: str = ""
+    words: tuple = ()  # the encoding's 32-bit words (fields objdump prints symbolically, e.g. swizzle offsets)
 
 
 _LINE = re.compile(r"^\s+(?P<asm>\S.*?)\s*//\s*(?P<addr>[0-9A-Fa-f]+):\s*(?P<words>(?:[0-9A-Fa-f]{8}\s*)+)")
@@ -139,8 +151,10 @@ def _parse_int(tok: str) -> int:
 
 def parse_operand(tok: str):
     """One operand token -> Reg / Const / Special / Off; raises ValueError when it is not one."""
-    neg = ab = False
+    neg = ab = sext = False
     t = tok
+    if t.startswith("sext(") and t.endswith(")"):
+        sext, t = True, t[5:-1]
     if t.startswith("neg(") and t.endswith(")"):
         neg, t = True, t[4:-1]
     if t.startswith("-") and (t[1:2] in ("|", "v", "s", "a") or t[1:].startswith(("vcc", "exec", "m0", "abs("))):
@@ -154,12 +168,14 @@ def parse_operand(tok: str):
         lo = int(m.group("one") if m.group("one") is not None else m.group("lo"))
         hi = int(m.group("one") if m.group("one") is not None else m.group("hi"))
         kind = m.group("kind")
-        return Reg(kind, lo, hi - lo + 1, neg, ab, tok)
+        return Reg(kind, lo, hi - lo + 1, neg, ab, tok, sext)
     if t in SPECIAL_SGPRS:
         slot, count = SPECIAL_SGPRS[t]
-        return Reg("s", slot, count, neg, ab, tok)
+        return Reg("s", slot, count, neg, ab, tok, sext)
     if t == "off":
         return Off(tok)
+    if t in APERTURES:
+        return Const(APERTURES[t] >> 32, "aperture", t, APERTURES[t])
     if t in ("src_scc", "src_vccz", "src_execz"):
         return Special(t, tok)
     if t in INLINE_FLOATS:
@@ -177,7 +193,7 @@ def parse_operand(tok: str):
 def _parse_modifier(tok: str, mods: dict):
     if tok in CACHE_POLICY:
         return
-    if tok in ("offen", "idxen", "lds", "clamp", "gds", "tfe", "lwe", "addr64", "d16"):
+    if tok in ("offen", "idxen", "lds", "clamp", "gds", "tfe", "lwe", "addr64", "d16", "row_mirror", "row_half_mirror"):
         mods[tok] = True
         return
     if ":" in tok:
@@ -254,7 +270,8 @@ def parse_objdump(text: str) -> list:
             continue
         sm = _SUFFIX.search(mnemonic)
         base = mnemonic[: sm.start()] if sm else mnemonic
-        instrs.append(Instr(addr, size, asm, mnemonic, base, sm.group(1) if sm else "", operands, mods, rest))
+        words = tuple(int(w, 16) for w in m.group("words").split())
+        instrs.append(Instr(addr, size, asm, mnemonic, base, sm.group(1) if sm else "", operands, mods, rest, words))
     instrs.sort(key=lambda i: i.addr)
     return instrs
 

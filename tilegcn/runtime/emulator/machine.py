@@ -228,7 +228,7 @@ class Machine:
     MAX_CHUNK_VGPR_BYTES = 96 << 20
     MAX_CHUNK_LDS_BYTES = 192 << 20
 
-    def __init__(self, prog, grid, block, kernarg: bytes, tensors: list, check: bool, device):
+    def __init__(self, prog, grid, block, dispatch, tensors: list, check: bool, device):
         self.prog = prog
         self.kd = prog.descriptor
         self.arch = prog.arch
@@ -244,11 +244,13 @@ class Machine:
             raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r}: block {block} has {self.threads} threads, "
                                 f"more than its .max_flat_workgroup_size {maxwg}")
         self.waves_per_wg = -(-self.threads // 64)
-        self.lds_size = self.kd.group_segment_fixed_size
+        self.lds_size = dispatch.lds_size  # the descriptor's fixed size + the launch's dynamic shared_mem
         if self.lds_size > self.arch.lds_bytes:
-            raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r} asks for {self.lds_size} bytes of LDS; "
-                                f"{self.arch.name} has {self.arch.lds_bytes} per workgroup")
-        self.mem = GlobalMemory(tensors, kernarg, device)
+            raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r} asks for {self.lds_size} bytes of LDS "
+                                f"({self.kd.group_segment_fixed_size} fixed + {self.lds_size - self.kd.group_segment_fixed_size} "
+                                f"dynamic); {self.arch.name} has {self.arch.lds_bytes} per workgroup")
+        self.user_sgprs = dispatch.user_sgprs
+        self.mem = GlobalMemory(tensors, dispatch.segments, device)
         self.stats = LaunchStats(kernel=prog.name, arch=self.arch.name, grid=tuple(grid), block=tuple(block))
         self.counts = [0] * len(prog.handlers)
         self.seq = 0
@@ -258,6 +260,10 @@ class Machine:
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
         self.valu_window = hz.valu_write_to_mfma_src if any(h.mfma is not None for h in prog.handlers) else 0
+        # optional observer (the timing model's trace): step(group, handler, pc) after each instruction, plus
+        # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
+        self.tracer = None
+        self.wg_subset = None  # linear workgroup ids to run (None: the whole grid)
 
     # ------------------------------------------------------------------------------------------
     def run(self) -> LaunchStats:
@@ -268,9 +274,10 @@ class Machine:
         per_wg_lds = max(self.lds_size, 16) * (2 + (6 if self.check else 0))
         chunk = max(1, min(self.MAX_CHUNK_VGPR_BYTES // max(per_wg_vgpr, 1),
                            self.MAX_CHUNK_LDS_BYTES // per_wg_lds, 4096 // self.waves_per_wg or 1))
+        ids = list(range(n_wg)) if self.wg_subset is None else list(self.wg_subset)
         try:
-            for first in range(0, n_wg, chunk):
-                self._run_chunk(list(range(first, min(n_wg, first + chunk))))
+            for first in range(0, len(ids), chunk):
+                self._run_chunk(ids[first:first + chunk])
         finally:
             self.mem.finish()
         self._finish_stats(n_wg)
@@ -293,6 +300,7 @@ class Machine:
         wpw = self.waves_per_wg
         W = len(wg_linear) * wpw
         self.W = W
+        self.chunk_wgs = wg_linear
         self.vgpr = torch.zeros((self.kd.vgpr_count, W, 64), dtype=torch.int32, device=dev)
         self.sgpr = torch.zeros((128, W), dtype=torch.int64, device=dev)
         self.scc = torch.zeros(W, dtype=torch.bool, device=dev)
@@ -314,10 +322,8 @@ class Machine:
         self.sgpr[EXEC_LO] = exec_bits & M32
         self.sgpr[EXEC_HI] = (exec_bits >> 32) & M32
         for name, first, count in kd.user_sgpr_layout():
-            if name == "kernarg_segment_ptr":
-                self.sgpr[first] = self.mem.kernarg_address & M32
-                self.sgpr[first + 1] = self.mem.kernarg_address >> 32
-            # other user SGPRs (dispatch packet, queue, scratch) are not modelled: they read as 0
+            for i, word in enumerate(self.user_sgprs.get(name, [])[:count]):
+                self.sgpr[first + i] = word
         ids = torch.tensor(self.wg_ids, dtype=torch.int64, device=dev).repeat_interleave(wpw, dim=0)
         for name, slot in kd.system_sgpr_layout():
             if name.startswith("workgroup_id_"):
@@ -358,6 +364,7 @@ class Machine:
         counts = self.counts
         check = self.check
         stats = self.stats
+        tracer = self.tracer
         try:
             while g.state == RUN:
                 pc = g.pc
@@ -382,6 +389,8 @@ class Machine:
                 g.t += h.ws
                 counts[pc] += g.n
                 h.run(g)
+                if tracer is not None:
+                    tracer.step(g, h, pc)
                 if h.tracks_valu_write and self.valu_window:
                     g.valu_recs.append([g.t, h.vw, pc, None])
                     if len(g.valu_recs) > 4:

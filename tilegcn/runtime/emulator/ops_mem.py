@@ -8,8 +8,11 @@ an s_waitcnt retires the op (`Machine.wait`).
 Raw buffer range checking (ISA_NOTES): with STRIDE = 0 a dword i of a lane is in range iff
 offset + 4*(i+1) <= NUM_RECORDS (offset + size for sub-dword accesses), where offset is
 voffset + inst_offset; out-of-range loads return 0 (LDS DMA writes 0), out-of-range stores are
-dropped. Whether soffset counts toward the check is uncertain in the sources; the emulator's choice is
-`SOFFSET_IN_RANGE_CHECK`. With STRIDE != 0 (structured buffers) a lane is in range iff its index
+dropped. Whether soffset counts toward the check is left open by the sources: the CDNA3 guide's range-check
+text names only the offset, and LLVM's AMDGPU dialect documents the SGPR offset as one that "may or may not
+be considered in bounds checks" (chipset dependent). The emulator's choice is `SOFFSET_IN_RANGE_CHECK`;
+a lane whose outcome would differ under the other reading is an EmulatorError rather than a guess
+(`_soffset_decides`). With STRIDE != 0 (structured buffers) a lane is in range iff its index
 (idxen) < NUM_RECORDS.
 """
 from __future__ import annotations
@@ -40,7 +43,10 @@ DS_READS = {
     "ds_read_u8": (1, "u"), "ds_read_i8": (1, "s"), "ds_read_u16": (2, "u"), "ds_read_i16": (2, "s"),
     "ds_read_u8_d16": (1, "u_lo"), "ds_read_u8_d16_hi": (1, "u_hi"), "ds_read_i8_d16": (1, "s_lo"),
     "ds_read_i8_d16_hi": (1, "s_hi"), "ds_read_u16_d16": (2, "u_lo"), "ds_read_u16_d16_hi": (2, "u_hi"),
+    "ds_read_b64_tr_b16": (8, "dw"), "ds_read_b64_tr_b8": (8, "dw"),  # gfx950 transposing reads
 }
+# element width of the transposing reads (objdump decodes them only for arches that have them)
+DS_TRANSPOSE = {"ds_read_b64_tr_b16": 16, "ds_read_b64_tr_b8": 8}
 DS_WRITES = {
     "ds_write_b32": (4, "dw"), "ds_write_b64": (8, "dw"), "ds_write_b96": (12, "dw"), "ds_write_b128": (16, "dw"),
     "ds_write_b8": (1, "lo"), "ds_write_b16": (2, "lo"), "ds_write_b8_d16_hi": (1, "hi"),
@@ -50,6 +56,25 @@ DS_PAIRS = {"ds_read2_b32": (4, False, "r"), "ds_read2_b64": (8, False, "r"), "d
             "ds_read2st64_b64": (8, True, "r"), "ds_write2_b32": (4, False, "w"), "ds_write2_b64": (8, False, "w"),
             "ds_write2st64_b32": (4, True, "w"), "ds_write2st64_b64": (8, True, "w")}
 _CACHE_OK = ("offset", "offen", "idxen", "lds")
+# cache write-back / invalidate: one coherent memory here, so they only occupy a slot of the VM queue
+CACHE_CONTROL = ("buffer_wbl2", "buffer_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
+
+
+def lane_transpose(raw: torch.Tensor, bits: int) -> torch.Tensor:
+    """ds_read_b64_tr_b*: within each group of 16 lanes the 8 bytes each lane addressed, E = 64 / bits elements
+    a lane, form a matrix M[16][E]; lane j receives element j % E of the lanes k * (16 / E) + j // E
+    (k = 0..E-1). With 16-bit elements: lanes 4k..4k+3 read row k of a 4 x 16 tile in 4 chunks and lane j gets
+    column j. The CDNA4 guide describes the result as the transposed tile; this lane order is the one under
+    which 16 lanes' contiguous 8-byte reads can form it, and Triton's gfx950 matmuls (which load MFMA B
+    operands this way) match torch with it."""
+    rows = raw.shape[0]
+    e = 64 // bits
+    dt = torch.int16 if bits == 16 else torch.int8
+    x = raw.contiguous().view(dt).view(rows, 4, 16, e)
+    j = torch.arange(16, device=raw.device).view(16, 1)
+    k = torch.arange(e, device=raw.device).view(1, e)
+    out = x[:, :, k * (16 // e) + j // e, (j % e).expand(16, e)]
+    return out.reshape(rows, 64, e).contiguous().view(torch.int32)
 
 
 def nregs_of(nbytes, kind):
@@ -133,9 +158,17 @@ def build_memory(ins, b, index):
         return _buffer(ins, b, index)
     if base.startswith(("global_load_", "global_store_")):
         return _global(ins, b, index)
+    # the modules below build on this one's helpers, so they are imported when first needed
+    if base.startswith(("flat_", "scratch_")) and "_atomic_" not in base:
+        from .ops_flat import build_flat
+        return build_flat(ins, b, index)
+    if "_atomic_" in base or base in CACHE_CONTROL:
+        from .ops_atomic import build_atomic
+        return build_atomic(ins, b, index)
     if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
         return _ds(ins, b, index)
-    return None
+    from .ops_dslane import build_dslane
+    return build_dslane(ins, b, index)
 
 
 def _check_mods(ins, allowed):
@@ -155,24 +188,11 @@ def _memory_format(ins, family: str):
     return is_load, nbytes, kind
 
 
-def _buffer(ins, b, index):
-    ctx = b.ctx
-    ops = list(ins.operands)
-    is_load, nbytes, kind = _memory_format(ins, "buffer")
-    _check_mods(ins, _CACHE_OK)
-    offen, idxen, lds = bool(ins.mods.get("offen")), bool(ins.mods.get("idxen")), bool(ins.mods.get("lds"))
+def buffer_addresses(ins, b, ops, ndw, elem):
+    """Binds vaddr / srsrc / soffset (ops) of a MUBUF instruction; returns addresses(g) -> (address of each
+    element [n, 64, ndw] int64, in range [n, 64, ndw] bool) under the raw / structured buffer rules above."""
+    offen, idxen = bool(ins.mods.get("offen")), bool(ins.mods.get("idxen"))
     inst_offset = int(ins.mods.get("offset", 0))
-    if lds:
-        if not is_load:
-            raise BindError("only buffer loads can target LDS")
-        if nbytes not in ctx.arch.lds_dma_bytes:
-            raise BindError(f"{ins.base} ... lds ({nbytes} bytes per lane) is not legal on {ctx.arch.name}; "
-                            f"legal LDS DMA widths there: {ctx.arch.lds_dma_bytes} bytes")
-        vdata = None
-    else:
-        vdata = ops.pop(0)
-    if len(ops) != 3:
-        raise BindError("expected vaddr, srsrc, soffset")
     vaddr_op, srd_op, soff_op = ops
     naddr = int(offen) + int(idxen)
     if naddr == 0:
@@ -186,17 +206,6 @@ def _buffer(ins, b, index):
         soff_const, soff = soff_op.value & M32, None
     else:
         soff_const, soff = 0, b.ssrc_index(soff_op, 1, "soffset")
-    nreg = nregs_of(nbytes, kind)
-    if vdata is not None:
-        if is_load:
-            dst = b.vdst(vdata, nreg, "vdata")
-            b.defer(dst, nreg)  # written (d16 forms: merged into) when the load retires
-        else:
-            data = b.vsrc_index(vdata, nreg, "vdata")
-    if lds:
-        b.read_s(M0)
-    ndw = nbytes // 4 if kind == "dw" else 1
-    elem = 4 if kind == "dw" else nbytes
 
     def addresses(g):
         """(address of each element [n, 64, ndw] int64, in range [n, 64, ndw] bool)."""
@@ -216,9 +225,60 @@ def _buffer(ins, b, index):
         checked = off + so if SOFFSET_IN_RANGE_CHECK else off
         k = torch.arange(ndw, device=base.device, dtype=torch.int64)
         raw_ok = (checked.unsqueeze(-1) + (k + 1) * elem) <= nrec.unsqueeze(-1)
+        if soff is not None or soff_const:
+            _soffset_decides(g, off, so, k, elem, nrec, raw_ok, stride)
         struct_ok = ((vidx if isinstance(vidx, torch.Tensor) else torch.zeros_like(off)) < nrec).unsqueeze(-1)
         ok = torch.where((stride == 0).unsqueeze(-1), raw_ok, struct_ok)
         return addr.unsqueeze(-1) + k * elem, ok
+    return addresses
+
+
+def _soffset_decides(g, off, so, k, elem, nrec, raw_ok, stride):
+    """Refuse an access whose in-range verdict depends on whether soffset counts (see the module docstring)."""
+    other = off if SOFFSET_IN_RANGE_CHECK else off + so
+    other_ok = (other.unsqueeze(-1) + (k + 1) * elem) <= nrec.unsqueeze(-1)
+    differs = (other_ok != raw_ok).any(-1) & (stride == 0)
+    ex = g.exec_mask()
+    if ex is not None:
+        differs &= ex
+    if bool(differs.any()):
+        row, lane = first_true(differs)
+        raise Fault(f"buffer access at offset {int(off[row, lane])} with soffset {int(so if not isinstance(so, torch.Tensor) else so.view(-1)[row])} "
+                    f"is in range of NUM_RECORDS {int(nrec.view(-1)[row])} under one reading of the ISA and out of "
+                    f"range under the other (whether soffset counts in the range check is not specified); the "
+                    f"emulator does not guess", row, lane)
+
+
+def _buffer(ins, b, index):
+    ctx = b.ctx
+    ops = list(ins.operands)
+    is_load, nbytes, kind = _memory_format(ins, "buffer")
+    _check_mods(ins, _CACHE_OK)
+    lds = bool(ins.mods.get("lds"))
+    inst_offset = int(ins.mods.get("offset", 0))
+    if lds:
+        if not is_load:
+            raise BindError("only buffer loads can target LDS")
+        if nbytes not in ctx.arch.lds_dma_bytes:
+            raise BindError(f"{ins.base} ... lds ({nbytes} bytes per lane) is not legal on {ctx.arch.name}; "
+                            f"legal LDS DMA widths there: {ctx.arch.lds_dma_bytes} bytes")
+        vdata = None
+    else:
+        vdata = ops.pop(0)
+    if len(ops) != 3:
+        raise BindError("expected vaddr, srsrc, soffset")
+    nreg = nregs_of(nbytes, kind)
+    if vdata is not None:
+        if is_load:
+            dst = b.vdst(vdata, nreg, "vdata")
+            b.defer(dst, nreg)  # written (d16 forms: merged into) when the load retires
+        else:
+            data = b.vsrc_index(vdata, nreg, "vdata")
+    if lds:
+        b.read_s(M0)
+    ndw = nbytes // 4 if kind == "dw" else 1
+    elem = 4 if kind == "dw" else nbytes
+    addresses = buffer_addresses(ins, b, ops, ndw, elem)
 
     if lds:
         return Handler(ins, index, _dma_run(ins, addresses, nbytes, inst_offset), "vmem", b, queue="vm")
@@ -237,6 +297,8 @@ def _element_masks(g, ok):
 
 def _translate_elems(m, addr, act, elem, write):
     n, _, k = addr.shape
+    if m.tracer is not None:
+        m.tracer.global_access(addr, act, write)
     try:
         flat = m.mem.translate(addr.reshape(n, 64 * k), elem, act.reshape(n, 64 * k), write)
     except Fault as f:
@@ -343,29 +405,13 @@ _ONE16 = torch.ones(1, dtype=torch.int16)
 _MINUS16 = -torch.ones(1, dtype=torch.int16)
 
 
-def _global(ins, b, index):
-    ops = list(ins.operands)
-    is_load, nbytes, kind = _memory_format(ins, "global")
-    _check_mods(ins, ("offset",))
-    offset = int(ins.mods.get("offset", 0))
-    nreg = nregs_of(nbytes, kind)
-    if is_load:
-        vdata, vaddr_op, saddr_op = ops
-    else:
-        vaddr_op, vdata, saddr_op = ops
+def global_addresses(b, vaddr_op, saddr_op, offset, ndw, elem):
+    """Binds the address operands of a global_* instruction (64-bit vaddr, or 32-bit vaddr + 64-bit saddr);
+    returns addresses(g) -> (address of each element [n, 64, ndw] int64, all True)."""
     if isinstance(saddr_op, Off):
-        vaddr = b.vsrc_index(vaddr_op, 2, "vaddr")
-        saddr = None
+        vaddr, saddr = b.vsrc_index(vaddr_op, 2, "vaddr"), None
     else:
-        vaddr = b.vsrc_index(vaddr_op, 1, "vaddr")
-        saddr = b.ssrc_index(saddr_op, 2, "saddr")
-    if is_load:
-        dst = b.vdst(vdata, nreg, "vdata")
-        b.defer(dst, nreg)
-    else:
-        data = b.vsrc_index(vdata, nreg, "vdata")
-    ndw = nbytes // 4 if kind == "dw" else 1
-    elem = 4 if kind == "dw" else nbytes
+        vaddr, saddr = b.vsrc_index(vaddr_op, 1, "vaddr"), b.ssrc_index(saddr_op, 2, "saddr")
 
     def addresses(g):
         if saddr is None:
@@ -375,7 +421,39 @@ def _global(ins, b, index):
         a = a + offset
         k = torch.arange(ndw, dtype=torch.int64, device=a.device)
         return a.unsqueeze(-1) + k * elem, torch.ones(1, 1, 1, dtype=torch.bool, device=a.device).expand(g.n, 64, ndw)
+    return addresses
 
+
+def _global(ins, b, index):
+    ops = list(ins.operands)
+    _check_mods(ins, ("offset",))
+    offset = int(ins.mods.get("offset", 0))
+    if ins.base.startswith("global_load_lds_"):
+        # gfx950 LDS DMA from a global address: LDS byte M0 + offset + lane * size, like buffer_load ... lds
+        fmt = ins.base[len("global_load_lds_"):]
+        if fmt not in LOADS or LOADS[fmt][1] not in ("dw", "u"):
+            raise BindError(f"unknown global_load_lds format {fmt!r}")
+        nbytes = LOADS[fmt][0]
+        if nbytes not in b.ctx.arch.lds_dma_bytes:
+            raise BindError(f"{ins.base} ({nbytes} bytes per lane) is not legal on {b.ctx.arch.name}")
+        if len(ops) != 2:
+            raise BindError("expected vaddr, saddr")
+        b.read_s(M0)
+        elem = min(nbytes, 4)
+        addresses = global_addresses(b, ops[0], ops[1], offset, max(1, nbytes // 4), elem)
+        return Handler(ins, index, _dma_run(ins, addresses, nbytes, offset), "vmem", b, queue="vm")
+    is_load, nbytes, kind = _memory_format(ins, "global")
+    nreg = nregs_of(nbytes, kind)
+    if is_load:
+        vdata, vaddr_op, saddr_op = ops
+        dst = b.vdst(vdata, nreg, "vdata")
+        b.defer(dst, nreg)
+    else:
+        vaddr_op, vdata, saddr_op = ops
+        data = b.vsrc_index(vdata, nreg, "vdata")
+    ndw = nbytes // 4 if kind == "dw" else 1
+    elem = 4 if kind == "dw" else nbytes
+    addresses = global_addresses(b, vaddr_op, saddr_op, offset, ndw, elem)
     if is_load:
         return Handler(ins, index, _load_run(addresses, nbytes, kind, dst, nreg, ndw, elem), "vmem", b,
                        queue="vm")
@@ -416,6 +494,7 @@ def _ds(ins, b, index):
             regs = [b.vsrc_index(ops[1], nreg_each, "data")]
     align = 16 if size == 16 else 1
     ndw = size // 4 if kind == "dw" else 0
+    transpose = DS_TRANSPOSE.get(base)
     conflict_cache = [[] for _ in offsets]  # per access: recent (addresses, exec mask, extra cycles)
 
     def run(g):
@@ -494,6 +573,8 @@ def _ds(ins, b, index):
                         bi = first.unsqueeze(-1) + torch.arange(size, device=dev)
                         raw = lds.data.index_select(0, bi.reshape(-1)).view(bi.shape)
                         raw = raw.view(torch.int32) if kind == "dw" else _bytes_value(raw)
+                    if transpose:
+                        raw = lane_transpose(raw, transpose)
                     old = read_rows(m, regs[k], 1, r) if kind not in ("dw", "u", "s") else None
                     write_rows(m, regs[k], format_load(raw, kind, size, old), r, act)
                 else:
@@ -522,6 +603,8 @@ def _count_conflicts(m, cache, addr, ex, size):
         count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
         cache.insert(0, (addr, ex, count))
         del cache[4:]
+    if m.tracer is not None:
+        m.tracer.ds_conflicts(count)
     if count:
         st = m.stats
         h = m.prog.handlers[m.current_pc]

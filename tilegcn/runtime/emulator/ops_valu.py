@@ -16,6 +16,8 @@ import torch
 from .decode import EXEC_LO, Const, Reg
 from .fpmath import (f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
+from .ops_vext import build_vext, src16
+from .ops_xlane import build_dpp, build_sdwa
 from .program import INT_MIN, Binder, BindError, Handler, as_bits, as_f32, u32
 
 M32 = 0xFFFFFFFF
@@ -190,7 +192,9 @@ F32_OPS = {
     "v_fma_f32": (3, fma_f32),
     "v_exp_f32": (1, torch.exp2),
     "v_log_f32": (1, torch.log2),
+    # correctly rounded; the hardware's reciprocal is within 1 ulp (see ops_vext.py)
     "v_rcp_f32": (1, torch.reciprocal),
+    "v_rcp_iflag_f32": (1, torch.reciprocal),
     "v_rsq_f32": (1, torch.rsqrt),
     "v_sqrt_f32": (1, torch.sqrt),
     "v_floor_f32": (1, torch.floor),
@@ -239,8 +243,13 @@ def _lanes(mask, n):
 def build_valu(ins, b: Binder, index):
     """Handler for a VALU instruction, or None when `ins` is not one this module knows."""
     base, ops, ctx = ins.base, ins.operands, b.ctx
-    if ins.suffix in ("sdwa", "dpp"):
-        raise BindError(f"{ins.suffix.upper()} forms are not supported by the emulator")
+    if ins.suffix == "dpp":
+        return build_dpp(ins, b, index, build_valu)
+    if ins.suffix == "sdwa":
+        return build_sdwa(ins, b, index, build_valu)
+    h = build_vext(ins, b, index)
+    if h is not None:
+        return h
     if base in INT_OPS:
         return _int_op(ins, b, index)
     if base in F32_OPS or base in F32_TO_INT or base in ("v_fmac_f32", "v_mac_f32", "v_fmaak_f32", "v_fmamk_f32",
@@ -581,37 +590,13 @@ def _mbcnt(ins, b, index):
     return Handler(ins, index, run, "valu", b)
 
 
-def _src16(b, op, sel_hi):
-    """Reader of one 16-bit half of a 32-bit operand (bits [15:0] of the result), with f16 neg/abs.
-    A constant as a packed operand sees it: inline floats are f16 in the low half and 0 in the high
-    half; integers keep their 32-bit pattern."""
-    if isinstance(op, Const):
-        word = op.bits16() if op.kind == "float" else op.bits
-        c = b.ctx.const_tensor((word >> 16) & 0xFFFF if sel_hi else word & 0xFFFF)
-        return lambda g: c
-    if not isinstance(op, Reg):
-        raise BindError(f"16-bit operand {op!r} not supported")
-    raw = b.src(Reg(op.kind, op.index, op.count, False, False, op.text))
-    if sel_hi:
-        read = lambda g: (raw(g) >> 16) & 0xFFFF  # noqa: E731
-    else:
-        read = lambda g: raw(g) & 0xFFFF  # noqa: E731
-    if op.abs:
-        plain = read
-        read = lambda g: plain(g) & 0x7FFF  # noqa: E731
-    if op.neg:
-        unsigned = read
-        read = lambda g: unsigned(g) ^ 0x8000  # noqa: E731
-    return read
-
-
 def _convert16(ins, b, index):
     base, ops, ctx = ins.base, ins.operands, b.ctx
     dst = b.vdst(ops[0])
     sel = ins.mods.get("op_sel", (0, 0, 0, 0))
     if base == "v_cvt_f32_f16":
         _no_mods(ins, ("clamp", "omod"))
-        src = _src16(b, ops[1], bool(sel[0]))
+        src = src16(b, ops[1], bool(sel[0]))
         post, has_post = _f32_out(ins, ctx)
 
         def run(g):
@@ -619,7 +604,7 @@ def _convert16(ins, b, index):
         return Handler(ins, index, run, "valu", b)
     if base == "v_cvt_f32_bf16":
         _no_mods(ins, ())
-        src = _src16(b, ops[1], bool(sel[0]))
+        src = src16(b, ops[1], bool(sel[0]))
 
         def run(g):
             g.wv(dst, src(g) << 16)
@@ -645,8 +630,8 @@ def _convert16(ins, b, index):
         return Handler(ins, index, run, "valu", b)
     # v_pack_b32_f16 D = {S1.f16, S0.f16}
     _no_mods(ins, ("op_sel",))
-    lo = _src16(b, ops[1], bool(sel[0]))
-    hi = _src16(b, ops[2], bool(sel[1]))
+    lo = src16(b, ops[1], bool(sel[0]))
+    hi = src16(b, ops[2], bool(sel[1]))
 
     def run(g):
         g.wv(dst, lo(g) | (hi(g) << 16))
@@ -672,8 +657,8 @@ def _packed16(ins, b, index):
     for i, op in enumerate(ops[1:]):
         if isinstance(op, Reg) and (op.neg or op.abs):
             raise BindError("packed operands take neg_lo/neg_hi, not -x/|x|")
-        lo_src.append(_neg16(_src16(b, op, bool(sel[i])), neg_lo[i]))
-        hi_src.append(_neg16(_src16(b, op, bool(sel_hi[i])), neg_hi[i]))
+        lo_src.append(_neg16(src16(b, op, bool(sel[i])), neg_lo[i]))
+        hi_src.append(_neg16(src16(b, op, bool(sel_hi[i])), neg_hi[i]))
 
     def half(srcs, g):
         vals = [f16_bits_to_f32(s(g)) for s in srcs]

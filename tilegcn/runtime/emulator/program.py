@@ -90,6 +90,8 @@ class Binder:
         self.ctx, self.ins = ctx, ins
         self.vr, self.vw, self.sr, self.sw = set(), set(), set(), set()
         self.vdef, self.sdef = set(), set()
+        # DPP / SDWA: transforms of the next 32-bit sources read (in operand order), see ops_xlane.py
+        self.src_hooks = []
 
     def defer(self, first, count, scalar=False):
         """Registers first.. that the instruction's memory access writes (or merges into) at retirement."""
@@ -161,6 +163,8 @@ class Binder:
         if not float_mods and any(mods):
             raise BindError(f"{what} {_txt(op)}: neg/abs modifiers are not valid here")
         read = self._raw_src(op, what)
+        if self.src_hooks:
+            read = self.src_hooks.pop(0)(read)
         return _with_sign_mods(read, *mods) if any(mods) else read
 
     def _raw_src(self, op, what):

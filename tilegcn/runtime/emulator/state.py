@@ -1,4 +1,5 @@
-"""Memory of the emulated device: global memory (the launch's tensors and kernarg segment) and LDS.
+"""Memory of the emulated device: global memory (the launch's tensors and the dispatch's read-only
+segments: kernarg segment, dispatch packet, queue) and LDS.
 
 Global memory is a flat address space: each tensor argument maps [data_ptr, data_ptr + bytes) to that
 tensor's bytes, the kernarg segment is mapped read-only, and every other address faults. For speed the
@@ -41,7 +42,9 @@ def first_true(mask: torch.Tensor):
 
 
 class GlobalMemory:
-    def __init__(self, tensors: list, kernarg: bytes, device):
+    def __init__(self, tensors: list, segments: list, device):
+        """`tensors` are mapped read-write at their data pointers; `segments` (dispatch.Segment: address,
+        data) read-only at theirs (the kernarg segment, dispatch packet, ...)."""
         self.device = device
         spans = []
         for t in tensors:
@@ -61,18 +64,12 @@ class GlobalMemory:
                 merged[-1][1] = max(merged[-1][1], hi)
             else:
                 merged.append([lo, hi, storage])
-        self.kernarg_holder = torch.zeros(max(len(kernarg), 16) + 64, dtype=torch.uint8)
-        regions = []  # (base, end, storage or None, writable)
-        for lo, hi, storage in merged:
-            regions.append((lo, hi, storage, True))
-        # The kernarg segment needs an address no tensor uses: a host allocation's own address is one.
-        ka = (self.kernarg_holder.data_ptr() + 63) & ~63
-        self.kernarg_address = ka
-        regions.append((ka, ka + max(len(kernarg), 4), None, False))
+        regions = [(lo, hi, storage, True) for lo, hi, storage in merged]  # (base, end, storage or bytes, writable)
+        regions += [(seg.address, seg.address + len(seg.data), seg.data, False) for seg in segments]
         regions.sort(key=lambda r: r[0])
         for a, b in zip(regions, regions[1:]):
             if a[1] > b[0]:
-                raise Fault("the kernarg segment's address collides with a tensor argument")
+                raise Fault("a read-only segment (kernarg, dispatch packet, ...) collides with a tensor argument")
         self.regions = regions
         offsets, total = [], 0
         for lo, hi, _, _ in regions:
@@ -80,9 +77,9 @@ class GlobalMemory:
             total += (hi - lo + 15) & ~15
         self.scratch = total  # 64 bytes past the mapped ones: where inactive lanes point
         self.flat = torch.zeros(total + 64, dtype=torch.uint8, device=device)
-        for (lo, hi, storage, _), off in zip(regions, offsets):
-            if storage is None:
-                self.flat[off:off + len(kernarg)] = torch.frombuffer(bytearray(kernarg), dtype=torch.uint8).to(device)
+        for (lo, hi, storage, writable), off in zip(regions, offsets):
+            if not writable:
+                self.flat[off:off + hi - lo] = torch.frombuffer(bytearray(storage), dtype=torch.uint8).to(device)
             else:
                 self.flat[off:off + hi - lo] = self._storage_bytes(storage, lo, hi)
         self.flat32 = self.flat.view(torch.int32)
@@ -106,7 +103,7 @@ class GlobalMemory:
         if not self.dirty:
             return
         for (lo, hi, storage, writable), off in zip(self.regions, self.offset_list):
-            if storage is not None and writable:
+            if writable:
                 self._storage_bytes(storage, lo, hi).copy_(self.flat[off:off + hi - lo])
 
     def translate(self, addr: torch.Tensor, nbytes: int, active, write: bool = False) -> torch.Tensor:
@@ -139,10 +136,10 @@ class GlobalMemory:
             row, lane = first_true(bad)
             a = int(addr[row, lane])
             if write and bool(inside[row, lane]):
-                raise Fault(f"store to read-only memory (the kernarg segment) at 0x{a:x}", row, lane)
+                raise Fault(f"store to read-only memory (the kernarg segment or the dispatch packet) at 0x{a:x}", row, lane)
             what = "store to" if write else "access to"
             raise Fault(f"memory fault: {what} 0x{a:x} ({nbytes} bytes) is outside every tensor argument and the "
-                        f"kernarg segment", row, lane)
+                        f"dispatch's read-only segments", row, lane)
         return addr - self.bases[rc] + self.offsets[rc]
 
     def load_dwords(self, flat: torch.Tensor, ndw: int) -> torch.Tensor:

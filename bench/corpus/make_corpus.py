@@ -1,0 +1,356 @@
+"""Compile the Triton part of tests/corpus/: Triton 3.9's AMD backend output for gfx942 and gfx950.
+
+Benchmark-side only (Triton is never a tilegcn dependency). Run it with the Triton environment:
+
+    /work/venvs/triton/bin/python bench/corpus/make_corpus.py [--out tests/corpus] [--only NAME ...]
+
+For each kernel and arch it writes NAME.ARCH.hsaco (the code object the tests run), NAME.ARCH.amdgcn
+(Triton's assembly, which bench/checker_power.py edits and reassembles) and NAME.ARCH.json:
+kernel name, grid, block, dynamic LDS (Triton's kernels take their LDS as sharedMemBytes), the argument
+list (tensors with shape/dtype/init, scalars, the two scratch pointers Triton appends), the name of the
+torch reference in tests/corpus/reference.py, the outputs to compare and the tolerance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+ARCHES = ("gfx942", "gfx950")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "..", "..", "tests", "corpus")
+
+
+# ------------------------------------------------------------------------------------------------------
+# kernels
+# ------------------------------------------------------------------------------------------------------
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+@triton.jit
+def gelu_silu_kernel(x, out_gelu, out_silu, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x + offs, mask=m).to(tl.float32)
+    g = 0.5 * v * (1.0 + tl.extra.hip.libdevice.tanh(0.7978845608 * (v + 0.044715 * v * v * v)))
+    s = v / (1.0 + tl.exp(-v))
+    tl.store(out_gelu + offs, g.to(tl.float16), mask=m)
+    tl.store(out_silu + offs, s.to(tl.float16), mask=m)
+
+
+@triton.jit
+def row_sum_max_kernel(x, out_sum, out_max, out_argmax, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x + row * stride + cols, mask=cols < n_cols, other=float("-inf"))
+    tl.store(out_max + row, tl.max(v, axis=0))
+    tl.store(out_argmax + row, tl.argmax(v, axis=0))
+    tl.store(out_sum + row, tl.sum(tl.where(cols < n_cols, v, 0.0), axis=0))
+
+
+@triton.jit
+def col_sum_kernel(x, out, n_rows, n_cols, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for r0 in range(0, n_rows, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        acc += tl.sum(tl.load(x + rows[:, None] * n_cols + cols[None, :], mask=m, other=0.0), axis=0)
+    tl.store(out + cols, acc, mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_kernel(x, out, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x + row * stride + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    v = v - tl.max(v, axis=0)
+    e = tl.exp(v)
+    tl.store(out + row * stride + cols, (e / tl.sum(e, axis=0)).to(out.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def layernorm_kernel(x, w, b, out, mean_out, rstd_out, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n_cols
+    v = tl.load(x + row * n_cols + cols, mask=m, other=0.0).to(tl.float32)
+    mean = tl.sum(v, axis=0) / n_cols
+    d = tl.where(m, v - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / n_cols + eps)
+    y = d * rstd * tl.load(w + cols, mask=m).to(tl.float32) + tl.load(b + cols, mask=m).to(tl.float32)
+    tl.store(out + row * n_cols + cols, y.to(tl.float16), mask=m)
+    tl.store(mean_out + row, mean)
+    tl.store(rstd_out + row, rstd)
+
+
+@triton.jit
+def rmsnorm_kernel(x, w, out, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n_cols
+    v = tl.load(x + row * n_cols + cols, mask=m, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(v * v, axis=0) / n_cols + eps)
+    tl.store(out + row * n_cols + cols, (v * r * tl.load(w + cols, mask=m).to(tl.float32)).to(tl.bfloat16), mask=m)
+
+
+@triton.jit
+def matmul_kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        ka = k0 + rk
+        at = tl.load(a + rm[:, None] * sam + ka[None, :] * sak, mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+        bt = tl.load(b + ka[:, None] * sbk + rn[None, :] * sbn, mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(at, bt)
+    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(c.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def flash_attn_fwd_kernel(q, k, v, o, seq, sm_scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    bh = tl.program_id(1)
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    base = bh * seq * D
+    qt = tl.load(q + base + rm[:, None] * D + rd[None, :], mask=rm[:, None] < seq, other=0.0)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for n0 in range(0, seq, BN):
+        rn = n0 + tl.arange(0, BN)
+        kt = tl.load(k + base + rn[None, :] * D + rd[:, None], mask=rn[None, :] < seq, other=0.0)
+        s = tl.dot(qt, kt) * sm_scale
+        s = tl.where(rn[None, :] < seq, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        vt = tl.load(v + base + rn[:, None] * D + rd[None, :], mask=rn[:, None] < seq, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt)
+        m_i = m_new
+    tl.store(o + base + rm[:, None] * D + rd[None, :], (acc / l_i[:, None]).to(o.dtype.element_ty),
+             mask=rm[:, None] < seq)
+
+
+@triton.jit
+def convert_kernel(x, out_f16, out_bf16, out_i32, out_from_int, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x + offs, mask=m)
+    tl.store(out_f16 + offs, v.to(tl.float16), mask=m)
+    tl.store(out_bf16 + offs, v.to(tl.bfloat16), mask=m)
+    i = v.to(tl.int32)
+    tl.store(out_i32 + offs, i, mask=m)
+    tl.store(out_from_int + offs, (i * 3 + 1).to(tl.float32), mask=m)
+
+
+@triton.jit
+def int_math_kernel(a, b, out_div, out_mod, out_bits, out_udiv, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(a + offs, mask=m, other=1)
+    y = tl.load(b + offs, mask=m, other=1)
+    tl.store(out_div + offs, x // y, mask=m)
+    tl.store(out_mod + offs, x % y, mask=m)
+    tl.store(out_bits + offs, ((x << 3) ^ (y >> 1)) & 0x7FFF | tl.minimum(x, y), mask=m)
+    tl.store(out_udiv + offs, (x.to(tl.uint32) // 7).to(tl.int32), mask=m)
+
+
+@triton.jit
+def atomic_kernel(x, idx, hist, out_max, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x + offs, mask=m)
+    i = tl.load(idx + offs, mask=m)
+    tl.atomic_add(hist + i, v, mask=m)
+    tl.atomic_max(out_max + i, (v * 1000).to(tl.int32), mask=m)
+
+
+@triton.jit
+def cumsum_kernel(x, out, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    v = tl.load(x + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out + row * n_cols + cols, tl.cumsum(v, axis=0), mask=cols < n_cols)
+
+
+@triton.jit
+def transpose_kernel(x, out, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    t = tl.load(x + rm[:, None] * N + rn[None, :], mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out + rn[:, None] * M + rm[None, :], tl.trans(t), mask=(rn[:, None] < N) & (rm[None, :] < M))
+
+
+@triton.jit
+def grid_info_kernel(out):
+    """tl.num_programs reads the hidden block counts: zeros there would make it 0."""
+    pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+    tl.store(out + pid * 4 + tl.arange(0, 4),
+             tl.where(tl.arange(0, 4) == 0, tl.num_programs(0),
+                      tl.where(tl.arange(0, 4) == 1, tl.num_programs(1),
+                               tl.where(tl.arange(0, 4) == 2, tl.num_programs(2), pid))))
+
+
+# ------------------------------------------------------------------------------------------------------
+# the corpus: kernel, signature, constexprs, one launch with its arguments, reference, tolerance
+# ------------------------------------------------------------------------------------------------------
+
+def T(shape, dtype, init="randn", out=False):
+    return {"kind": "tensor", "shape": list(shape), "dtype": dtype, "init": init, "output": out}
+
+
+def S(value):
+    return {"kind": "scalar", "value": value}
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def corpus():
+    """[(name, fn, signature, constexprs, options, grid, args, reference, tol)]; arg names come from fn."""
+    n, rows, cols = 1000, 6, 200
+    M, N, K = 72, 80, 96  # dynamic shapes: none a multiple of the tiles
+    seq, heads, D = 80, 2, 64
+    f16, bf16 = "fp16", "bf16"
+    return [
+        ("add", add_kernel, {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32"}, {"BLOCK": 256},
+         {"num_warps": 4}, (_cdiv(n, 256),), [T([n], "float32"), T([n], "float32"), T([n], "float32", "zeros", True),
+                                               S(n)], "add", (1e-6, 1e-6)),
+        ("gelu_silu", gelu_silu_kernel, {"x": "*fp16", "out_gelu": "*fp16", "out_silu": "*fp16", "n": "i32"},
+         {"BLOCK": 512}, {"num_warps": 4}, (_cdiv(n, 512),),
+         [T([n], "float16"), T([n], "float16", "zeros", True), T([n], "float16", "zeros", True), S(n)],
+         "gelu_silu", (2e-3, 2e-3)),
+        ("row_sum_max", row_sum_max_kernel, {"x": "*fp32", "out_sum": "*fp32", "out_max": "*fp32",
+                                             "out_argmax": "*i32", "n_cols": "i32", "stride": "i32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (rows,),
+         [T([rows, cols], "float32"), T([rows], "float32", "zeros", True), T([rows], "float32", "zeros", True),
+          T([rows], "int32", "zeros", True), S(cols), S(cols)], "row_sum_max", (1e-4, 1e-5)),
+        ("col_sum", col_sum_kernel, {"x": "*fp32", "out": "*fp32", "n_rows": "i32", "n_cols": "i32"},
+         {"BLOCK_R": 16, "BLOCK_C": 64}, {"num_warps": 4}, (_cdiv(cols, 64),),
+         [T([37, cols], "float32"), T([cols], "float32", "zeros", True), S(37), S(cols)], "col_sum", (1e-4, 1e-5)),
+        ("softmax", softmax_kernel, {"x": "*fp16", "out": "*fp16", "n_cols": "i32", "stride": "i32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (rows,),
+         [T([rows, cols], "float16"), T([rows, cols], "float16", "zeros", True), S(cols), S(cols)],
+         "softmax", (2e-3, 1e-2)),
+        ("layernorm", layernorm_kernel, {"x": "*fp16", "w": "*fp16", "b": "*fp16", "out": "*fp16",
+                                         "mean_out": "*fp32", "rstd_out": "*fp32", "n_cols": "i32", "eps": "fp32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (rows,),
+         [T([rows, cols], "float16"), T([cols], "float16"), T([cols], "float16"),
+          T([rows, cols], "float16", "zeros", True), T([rows], "float32", "zeros", True),
+          T([rows], "float32", "zeros", True), S(cols), S(1e-5)], "layernorm", (1e-2, 1e-2)),
+        ("rmsnorm", rmsnorm_kernel, {"x": "*bf16", "w": "*bf16", "out": "*bf16", "n_cols": "i32", "eps": "fp32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (rows,),
+         [T([rows, cols], "bfloat16"), T([cols], "bfloat16"), T([rows, cols], "bfloat16", "zeros", True),
+          S(cols), S(1e-6)], "rmsnorm", (2e-2, 2e-2)),
+    ] + [
+        (f"matmul_{dt}", matmul_kernel,
+         {"a": f"*{tt}", "b": f"*{tt}", "c": f"*{tt}", **{s: "i32" for s in
+                                                         ("M", "N", "K", "sam", "sak", "sbk", "sbn", "scm", "scn")}},
+         {"BM": 32, "BN": 32, "BK": bk}, {"num_warps": 4}, (_cdiv(M, 32), _cdiv(N, 32)),
+         [T([M, K], dt), T([K, N], dt), T([M, N], dt, "zeros", True), S(M), S(N), S(K), S(K), S(1), S(N), S(1),
+          S(N), S(1)], "matmul", tol)
+        # fp32 inputs would need the f32/xf32 MFMAs, which the emulator does not model
+        for dt, tt, bk, tol in (("float16", f16, 32, (2e-2, 2e-2)), ("bfloat16", bf16, 32, (5e-2, 3e-2)))
+    ] + [
+        ("flash_attn_fwd", flash_attn_fwd_kernel, {"q": "*fp16", "k": "*fp16", "v": "*fp16", "o": "*fp16",
+                                                   "seq": "i32", "sm_scale": "fp32"},
+         {"D": D, "BM": 32, "BN": 32}, {"num_warps": 4}, (_cdiv(seq, 32), heads),
+         [T([heads, seq, D], "float16"), T([heads, seq, D], "float16"), T([heads, seq, D], "float16"),
+          T([heads, seq, D], "float16", "zeros", True), S(seq), S(D ** -0.5)], "flash_attn_fwd", (2e-2, 2e-2)),
+        ("convert", convert_kernel, {"x": "*fp32", "out_f16": "*fp16", "out_bf16": "*bf16", "out_i32": "*i32",
+                                     "out_from_int": "*fp32", "n": "i32"}, {"BLOCK": 256}, {"num_warps": 4},
+         (_cdiv(n, 256),), [T([n], "float32", "randn100"), T([n], "float16", "zeros", True),
+                            T([n], "bfloat16", "zeros", True), T([n], "int32", "zeros", True),
+                            T([n], "float32", "zeros", True), S(n)], "convert", (0.0, 0.0)),
+        ("int_math", int_math_kernel, {"a": "*i32", "b": "*i32", "out_div": "*i32", "out_mod": "*i32",
+                                       "out_bits": "*i32", "out_udiv": "*i32", "n": "i32"}, {"BLOCK": 256},
+         {"num_warps": 4}, (_cdiv(n, 256),),
+         [T([n], "int32", "randint_signed"), T([n], "int32", "randint_nonzero"), T([n], "int32", "zeros", True),
+          T([n], "int32", "zeros", True), T([n], "int32", "zeros", True), T([n], "int32", "zeros", True), S(n)],
+         "int_math", (0.0, 0.0)),
+        ("atomics", atomic_kernel, {"x": "*fp32", "idx": "*i32", "hist": "*fp32", "out_max": "*i32", "n": "i32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (_cdiv(n, 256),),
+         [T([n], "float32", "rand"), T([n], "int32", "randint16"), T([16], "float32", "zeros", True),
+          T([16], "int32", "zeros", True), S(n)], "atomics", (1e-4, 1e-5)),
+        ("cumsum", cumsum_kernel, {"x": "*fp32", "out": "*fp32", "n_cols": "i32"}, {"BLOCK": 128},
+         {"num_warps": 2}, (rows,), [T([rows, 100], "float32"), T([rows, 100], "float32", "zeros", True), S(100)],
+         "cumsum", (1e-4, 1e-5)),
+        ("transpose", transpose_kernel, {"x": "*fp16", "out": "*fp16", "M": "i32", "N": "i32"},
+         {"BM": 64, "BN": 64}, {"num_warps": 4}, (_cdiv(70, 64), _cdiv(90, 64)),
+         [T([70, 90], "float16"), T([90, 70], "float16", "zeros", True), S(70), S(90)], "transpose", (0.0, 0.0)),
+        ("grid_info", grid_info_kernel, {"out": "*i32"}, {}, {"num_warps": 1}, (3, 2, 2),
+         [T([12, 4], "int32", "zeros", True)], "grid_info", (0.0, 0.0)),
+    ]
+
+
+def _arg_names(fn):
+    return list(fn.arg_names)
+
+
+def build(entry, arch, out_dir):
+    name, fn, sig, constexprs, options, grid, args, ref, tol = entry
+    signature = dict(sig)
+    for c in constexprs:
+        signature[c] = "constexpr"
+    src = ASTSource(fn, signature=signature, constexprs=dict(constexprs))
+    k = triton.compile(src, target=GPUTarget("hip", arch, 64), options=dict(options))
+    names = [a for a in _arg_names(fn) if a not in constexprs]
+    assert len(names) == len(args), (name, names)
+    described = [dict(a, name=n) for n, a in zip(names, args)]
+    # Triton appends two pointers to every AMD kernel: global scratch and profile scratch (unused here)
+    described += [{"kind": "null", "name": "global_scratch"}, {"kind": "null", "name": "profile_scratch"}]
+    stem = f"{name}.{arch}"
+    with open(os.path.join(out_dir, stem + ".hsaco"), "wb") as f:
+        f.write(k.asm["hsaco"])
+    with open(os.path.join(out_dir, stem + ".amdgcn"), "w") as f:
+        f.write(k.asm["amdgcn"])
+    meta = {
+        "name": name, "arch": arch, "kernel": k.name, "compiler": f"triton {triton.__version__}",
+        "hsaco": stem + ".hsaco", "amdgcn": stem + ".amdgcn",
+        "grid": list(grid) + [1] * (3 - len(grid)), "block": [64 * k.metadata.num_warps, 1, 1],
+        "shared_mem": k.metadata.shared, "args": described, "reference": ref,
+        "atol": tol[0], "rtol": tol[1], "constexprs": dict(constexprs),
+    }
+    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    return stem
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--arch", nargs="*", default=list(ARCHES))
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    for entry in corpus():
+        if a.only and entry[0] not in a.only:
+            continue
+        for arch in a.arch:
+            try:
+                print("built", build(entry, arch, a.out))
+            except Exception as exc:  # report and go on: one kernel must not stop the corpus
+                print(f"FAILED {entry[0]} {arch}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

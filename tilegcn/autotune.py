@@ -1,0 +1,779 @@
+"""Config sweeps over a ``@tilegcn.jit`` kernel: ``@tilegcn.autotune(configs, key)``, tuned dispatch tables.
+
+    @tilegcn.autotune(configs=tilegcn.Space(block_M=[128, 256], threads=[256, 512]), key=["M", "N", "K"])
+    @tilegcn.jit
+    def gemm(A: T.Tensor(("M", "K")), B: T.Tensor(("K", "N")), C: T.Tensor(("M", "N")), *, block_M=128, ...): ...
+
+    gemm(a, b, c)                 # first call per key: sweep, pick, remember (memory + disk); later calls dispatch
+    gemm.tune(a, b, c)            # the winner's config without launching; gemm.report is the sweep's table
+    gemm.export_table("gemm.json"); other.load_table("gemm.json")   # ship the winners, never tune again
+
+A sweep, per key value (default key: every tensor argument's shape; the dtypes always belong to it):
+1. prune: the `Space` prune hook, then the compiler's own resource checks on a trace of each config
+   (`feasibility`: the MFMA plan of every T.gemm and the LDS allocation, the functions `passes.lower` runs),
+   so a config that cannot fit is skipped, with the compiler's reason, before anything is compiled;
+2. compile the rest in `workers` spawned processes (they share the disk cache, whose per-key locks make that
+   safe); a candidate that fails is recorded with its error and the sweep goes on;
+3. rank: a `Ranker` turns a CompiledKernel into a `Score`. On a HIP device the default measures it (`measure`:
+   warm-up, repeats with the L2 flushed before each, median); on the emulated device it asks the timing model
+   (`kernel.estimate(device=...)`);
+4. check: the winner and a reference config (the first other candidate that compiled) run on copies of the
+   call's arguments and must agree; a winner that does not is marked failed and the next one is checked.
+Results are cached on disk (`<cache dir>/tune/`), keyed by the function's source, the config list, the key
+values, dtypes, arch, device, ranker, tilegcn version and compiler sources: a new process with the same shapes
+dispatches without tuning. `python -m tilegcn tune list|show|clear` inspects them.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .errors import ArgumentError, CompileError, TilegcnError
+
+ENV_WORKERS = "TILEGCN_TUNE_WORKERS"
+TABLE_FORMAT = "tilegcn-dispatch-table/1"
+
+
+class TuneError(TilegcnError):
+    """No config of a sweep worked, a dispatch table cannot serve a call, or a ranker is unavailable."""
+
+
+# -- search spaces ----------------------------------------------------------------------------------------------
+class Space:
+    """The cartesian product of keyword values, e.g. ``Space(block_M=[128, 256], threads=[256, 512])``.
+
+    `prune(config)` may drop a config before any check: return a reason (a str, or True) to drop it, a falsy
+    value to keep it."""
+
+    def __init__(self, prune=None, **axes):
+        for name, values in axes.items():
+            if not isinstance(values, (list, tuple)) or not values:
+                raise ArgumentError(f"tilegcn.Space: {name} must be a non-empty list of values, got {values!r}")
+        self.axes = {name: list(values) for name, values in axes.items()}
+        self.prune = prune
+
+    def configs(self) -> list:
+        names = list(self.axes)
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.axes.values())]
+
+    def prune_reason(self, config: dict):
+        if self.prune is None:
+            return None
+        why = self.prune(config)
+        if not why:
+            return None
+        return why if isinstance(why, str) else "dropped by the prune hook"
+
+    def __len__(self):
+        return math.prod(len(v) for v in self.axes.values())
+
+    def __repr__(self):
+        return f"Space({', '.join(f'{k}={v}' for k, v in self.axes.items())})"
+
+
+# -- ranking ----------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Score:
+    """What a ranker says about one compiled candidate: lower `seconds` wins."""
+
+    seconds: float
+    tflops: float | None = None
+    limit: str = ""  # the limiting resource, where the ranker knows it
+    kind: str = ""  # "estimate" (the timing model), "measured", or a custom ranker's word
+
+
+class EstimateRanker:
+    """The timing model's estimate for a device (e.g. "MI355X")."""
+
+    kind = "estimate"
+
+    def __init__(self, device: str):
+        self.device = device
+        self.name = f"estimate:{device}"
+
+    def __call__(self, kernel, args) -> Score:
+        e = kernel.estimate(device=self.device, args=args)  # runs part of the kernel: `args` are the sweep's copies
+        breakdown = getattr(e, "breakdown", None) or {}
+        limit = breakdown.get("limiting") or breakdown.get("limit") or ""
+        return Score(float(e.seconds), getattr(e, "tflops", None), str(limit), "estimate")
+
+
+def measure(run, *, warmup: int = 3, repeats: int = 20, flush=None, elapsed=None) -> list:
+    """Seconds of each of `repeats` timed calls of `run()` after `warmup` untimed ones, `flush()` before each
+    (as triton.testing.do_bench does, so every repeat starts from a cold L2). `elapsed(run)` times one call
+    (default: HIP events on torch's current stream)."""
+    elapsed = elapsed or _event_elapsed
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        if flush is not None:
+            flush()
+        times.append(elapsed(run))
+    return times
+
+
+def _event_elapsed(run) -> float:
+    import torch
+
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1e-3
+
+
+class MeasureRanker:
+    """Measured time on the HIP device: median of `repeats` runs, L2 (and MALL) flushed before each."""
+
+    kind = "measured"
+    name = "measure"
+    FLUSH_BYTES = 512 << 20  # more than the last-level cache: MI300X/MI355X have a 256 MiB Infinity Cache
+
+    def __init__(self, warmup: int = 3, repeats: int = 20):
+        self.warmup, self.repeats = warmup, repeats
+        self._scratch = None
+
+    def _flush(self):
+        import torch
+
+        if self._scratch is None:
+            self._scratch = torch.empty(self.FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self._scratch.zero_()
+
+    def __call__(self, kernel, args) -> Score:
+        times = measure(lambda: kernel(*args), warmup=self.warmup, repeats=self.repeats, flush=self._flush)
+        return Score(statistics.median(times), None, "", "measured")
+
+
+def default_ranker(device: str | None):
+    """Measured time on a HIP device; the timing model's estimate for `device` on the emulator."""
+    from .runtime import device_name
+
+    if device_name() == "hip":
+        return MeasureRanker()
+    return EstimateRanker(device or _arch_device(None))
+
+
+def _arch_device(arch) -> str:
+    """The device the timing model ranks for by default: the arch's part (gfx942 -> MI300X)."""
+    from .amdgcn.arch import DEFAULT_ARCH, TIMING, get_arch
+
+    return TIMING[get_arch(arch or DEFAULT_ARCH).name].device
+
+
+def _device_arch(device: str) -> str:
+    from .amdgcn.arch import TIMING
+
+    for arch, t in TIMING.items():
+        if t.device.upper() == str(device).upper():
+            return arch
+    raise ArgumentError(f"tilegcn.autotune: unknown device {device!r}; known: "
+                        f"{', '.join(t.device for t in TIMING.values())}")
+
+
+# -- feasibility ------------------------------------------------------------------------------------------------
+def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
+    """None when `config` passes the compiler's resource checks on a trace of it, else the compiler's reason.
+
+    Cheap (a trace and the planning passes, no lowering): the MFMA plan of every T.gemm (shape, accumulators,
+    a VGPR floor) and the LDS allocation, the same functions `passes.lower` calls first."""
+    from .language import trace
+    from .passes.gemm import plan_gemms
+    from .passes.lds import allocate_shared
+    from .amdgcn.arch import get_arch
+
+    try:
+        constants = jitfn._constants(config)
+        _, trace_args = jitfn._signature(args)
+        kernel = trace(jitfn.fn, trace_args, constants, arch)
+        plans, _ = plan_gemms(kernel, get_arch(arch))
+        allocate_shared(kernel, get_arch(arch), plans)
+    except (CompileError, ArgumentError) as e:
+        return _reason(e)
+    return None
+
+
+def _reason(e: BaseException) -> str:
+    text = getattr(e, "raw_message", None) or str(e)
+    return f"{type(e).__name__}: {text}"
+
+
+# -- parallel compile -------------------------------------------------------------------------------------------
+def _locate(jitfn):
+    """(module, qualname) under which a spawned worker can import `jitfn` (possibly behind an Autotuner), or
+    None (defined in a function, or replaced): then candidates compile in this process."""
+    module, qualname = jitfn.fn.__module__, jitfn.fn.__qualname__
+    if "<locals>" in qualname or module not in sys.modules:
+        return None
+    if module == "__main__" and not getattr(sys.modules[module], "__file__", None):  # python -c, a REPL
+        return None
+    try:
+        return (module, qualname) if _unwrap(_resolve(sys.modules[module], qualname)) is jitfn else None
+    except AttributeError:
+        return None
+
+
+def _resolve(obj, qualname):
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _unwrap(obj):
+    return obj.fn if isinstance(obj, Autotuner) else obj
+
+
+def _compile_in_worker(where, signature, trace_args, constants, arch):
+    """Worker: import the function and compile one config into the shared disk cache. None when it compiled,
+    else (stage, error text): stage "import" (the worker could not find the function: compile it in the
+    parent instead) or "compile" (the candidate's own failure)."""
+    module, qualname = where
+    try:
+        jitfn = _unwrap(_resolve(importlib.import_module(module), qualname))
+    except Exception as e:
+        return "import", _reason(e)
+    try:
+        jitfn._build(signature, trace_args, constants, arch)
+    except Exception as e:  # any failure is the candidate's, reported in the table
+        return "compile", _reason(e)
+    return None
+
+
+def _pool(workers: int):
+    # spawn: a clean interpreter per worker (no forked torch threads); it inherits sys.path and os.environ, so
+    # workers import the same tilegcn and use the same cache dir as this process.
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+# -- the sweep's record -----------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+    config: dict
+    status: str = "pending"  # skipped | failed | ok | best
+    reason: str = ""
+    score: Score | None = None
+    kernel: object = None
+
+
+@dataclasses.dataclass
+class TuneReport:
+    """One sweep: every config with its status, and the winner."""
+
+    function: str
+    key: dict
+    arch: str
+    device: str
+    rows: list
+    best: dict | None
+    notes: list = dataclasses.field(default_factory=list)
+    flops: float | None = None
+    phases: dict = dataclasses.field(default_factory=dict)  # seconds: check, compile, rank, verify
+
+    def table(self, top: int | None = None) -> str:
+        """One line per config (with `top`: the `top` best ranked and every skipped or failed one)."""
+        kinds = {r.score.kind for r in self.rows if r.score is not None}
+        head = ("config", kinds.pop() if len(kinds) == 1 and "" not in kinds else "time", "TFLOP/s", "limit",
+                "status")
+        rows, hidden = self.rows, 0
+        if top is not None:
+            ranked = sorted((r for r in self.rows if r.score is not None and r.status in ("ok", "best")),
+                            key=lambda r: r.score.seconds)
+            rows = ranked[:top] + [r for r in self.rows if r.status not in ("ok", "best")]
+            hidden = len(ranked) - len(ranked[:top])
+        lines = []
+        for r in rows:
+            cfg = " ".join(f"{k}={v}" for k, v in r.config.items())
+            s = r.score
+            time_s = "" if s is None else f"{s.seconds * 1e6:.1f} us"
+            tflops = s.tflops if s is not None and s.tflops is not None else (
+                self.flops / s.seconds * 1e-12 if s is not None and self.flops else None)
+            status = r.status + (f": {r.reason}" if r.reason else "")
+            lines.append((cfg, time_s, "" if tflops is None else f"{tflops:.1f}", "" if s is None else s.limit,
+                          status))
+        widths = [max(len(x) for x in col) for col in zip(head, *lines)][:4]
+        fmt = lambda row: "  ".join(v.ljust(w) for v, w in zip(row[:4], widths)) + "  " + row[4]  # noqa: E731
+        key = ", ".join(f"{k}={v}" for k, v in self.key.items())
+        out = [f"{self.function} [{key}] on {self.arch} ({self.device})", fmt(head)] + [fmt(r) for r in lines]
+        if hidden:
+            out.append(f"... and {hidden} more ranked configs")
+        return "\n".join(out + self.notes)
+
+    __str__ = table
+
+    def to_json(self) -> dict:
+        return {
+            "function": self.function, "key": self.key, "arch": self.arch, "device": self.device,
+            "best": self.best, "notes": self.notes,
+            "rows": [{"config": r.config, "status": r.status, "reason": r.reason,
+                      "score": None if r.score is None else dataclasses.asdict(r.score)} for r in self.rows],
+        }
+
+
+# -- the tuning cache on disk -----------------------------------------------------------------------------------
+def tune_dir(create: bool = True) -> Path:
+    from .cache import cache_dir
+
+    path = cache_dir(create) / "tune"
+    if create:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def tuned_entries() -> list:
+    """(path, record) of every tuning result on disk, newest first."""
+    root = tune_dir(create=False)
+    out = []
+    for p in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            out.append((p, json.loads(p.read_text())))
+        except (OSError, ValueError):
+            out.append((p, {}))
+    return sorted(out, key=lambda e: -e[1].get("created", 0))
+
+
+def _write_json(path: Path, record: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
+
+
+# -- the decorator ----------------------------------------------------------------------------------------------
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _tuplify(value):
+    if isinstance(value, list):
+        return tuple(_tuplify(v) for v in value)
+    return value
+
+
+class Autotuner:
+    """A ``@tilegcn.jit`` function with a config sweep per key value (see the module doc)."""
+
+    def __init__(self, fn, configs, key=None, *, device=None, ranker=None, workers=None, verify=True,
+                 progress=True, verbose=True, flops=None, table=None):
+        from .jit import JITFunction
+
+        if not isinstance(fn, JITFunction):
+            raise ArgumentError("tilegcn.autotune must decorate a @tilegcn.jit function (put @tilegcn.jit below it)")
+        self.fn = fn
+        self.space = configs if isinstance(configs, Space) else None
+        self.configs = configs.configs() if isinstance(configs, Space) else [dict(c) for c in configs]
+        if not self.configs:
+            raise ArgumentError(f"tilegcn.autotune({fn.name}): configs is empty")
+        for c in self.configs:
+            for k in c:
+                if k not in fn.defaults:
+                    raise ArgumentError(f"tilegcn.autotune({fn.name}): config key {k!r} is not a keyword-only "
+                                        f"parameter of {fn.name} ({', '.join(fn.defaults)})")
+        self.key_names = None if key is None else list(key)
+        self._check_key_names()
+        self.device = device
+        self.arch = None if device is None else _device_arch(device)
+        self.ranker = ranker
+        self.workers = workers
+        self.verify = verify
+        self.progress = progress
+        self.verbose = verbose
+        self.flops = flops
+        self.results = {}  # key -> config (memory memo, from sweeps, the disk cache or a table)
+        self.reports = {}  # key -> TuneReport of this process's sweeps
+        self.report = None  # the last sweep's
+        self.table = None  # key -> config of a loaded dispatch table; then calls never tune
+        self.stats = {"sweeps": 0, "disk_hits": 0, "table_hits": 0}
+        self.name = fn.name
+        if table is not None:
+            self.load_table(table)
+
+    # -- keys ---------------------------------------------------------------------------------------------------
+    def _check_key_names(self):
+        if self.key_names is None:
+            return
+        known = set(self.fn.arg_names)
+        for p in inspect.signature(self.fn.fn).parameters.values():
+            known.update(d for d in getattr(p.annotation, "shape", ()) if isinstance(d, str))
+        unknown = [k for k in self.key_names if k not in known]
+        if unknown:
+            raise ArgumentError(f"tilegcn.autotune({self.name}): key {unknown} names no argument and no named "
+                                f"size of a T.Tensor annotation; known: {sorted(known)}")
+
+    TAIL = 3  # the key's last items, which must match exactly: constants passed, dtypes, arch
+
+    def key_of(self, args, kwargs=None) -> tuple:
+        """((name, value), ...) of the key, then ("constants", the keyword arguments passed but not tuned),
+        ("dtypes", (...)) and ("arch", ...): what selects a config."""
+        import torch
+
+        kwargs = kwargs or {}
+        if len(args) != len(self.fn.arg_names):
+            raise self.fn._arity_error(args)
+        tensors = [(n, a) for n, a in zip(self.fn.arg_names, args) if isinstance(a, torch.Tensor)]
+        tail = (("constants", tuple(sorted((k, v) for k, v in kwargs.items() if k != "arch"))),
+                ("dtypes", tuple(str(a.dtype).replace("torch.", "") for _, a in tensors)),
+                ("arch", self._arch(kwargs)))
+        if self.key_names is None:
+            return tuple((f"{n}.shape", tuple(a.shape)) for n, a in tensors) + tail
+        sizes = dict(zip(self.fn.arg_names, args))
+        params = inspect.signature(self.fn.fn).parameters
+        for n, a in tensors:
+            for axis, d in enumerate(getattr(params[n].annotation, "shape", ())):
+                if isinstance(d, str) and axis < a.dim():
+                    sizes.setdefault(d, a.shape[axis])
+        missing = [k for k in self.key_names if k not in sizes]
+        if missing:
+            self.fn._signature(args)  # the argument error, when there is one
+            raise ArgumentError(f"tilegcn.autotune({self.name}): no size {missing} in these arguments")
+        return tuple((k, sizes[k]) for k in self.key_names) + tail
+
+    # -- calls --------------------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        config = self.tune(*args, **kwargs)
+        return self.fn(*args, **self._merge(config, kwargs))
+
+    def _merge(self, config, kwargs):
+        clash = sorted(set(config) & set(kwargs))
+        if clash:
+            raise ArgumentError(f"tilegcn.autotune({self.name}): {clash} are tuned; don't pass them")
+        return {**config, **kwargs}
+
+    def tune(self, *args, **kwargs) -> dict:
+        """The config for these arguments: remembered, from a dispatch table, from the disk cache, or a sweep
+        (which compiles and ranks but does not launch the winner on these arguments' outputs)."""
+        key = self.key_of(args, kwargs)
+        config = self.results.get(key)
+        if config is not None:
+            return config
+        self.fn._signature(args)  # bad arguments are the caller's error, not every config's
+        if self.table is not None:
+            config = self.results[key] = self._from_table(key)
+            self.stats["table_hits"] += 1
+            return config
+        arch = key[-1][1]
+        disk = self._disk_path(key, arch)
+        try:
+            record = json.loads(disk.read_text())
+            config = record["best"]
+            self.stats["disk_hits"] += 1
+        except (OSError, ValueError, KeyError, TypeError):
+            report = self._sweep(args, kwargs, key, arch)
+            config = report.best
+            record = report.to_json()
+            record.update(created=time.time(), source=self.fn.source_location, tilegcn_version=__version__)
+            _write_json(disk, record)
+        self.results[key] = config
+        return config
+
+    def _arch(self, kwargs) -> str:
+        from .jit import resolve_arch
+
+        return resolve_arch(kwargs.get("arch") or self.arch or self.fn.arch)
+
+    def _device_label(self, arch) -> str:
+        from .runtime import device_name
+
+        return f"{device_name()} device, ranked by {_ranker_name(self._ranker(arch))}"
+
+    def _ranker(self, arch):
+        if self.ranker is not None:
+            return self.ranker
+        return default_ranker(self.device or _arch_device(arch))
+
+    def _disk_path(self, key, arch) -> Path:
+        from .cache import compiler_hash
+
+        try:
+            source = inspect.getsource(self.fn.fn)
+        except (OSError, TypeError):
+            source = self.fn.fn.__code__.co_code.hex()
+        ident = json.dumps([source, self.configs, _jsonable(key), arch, self._device_label(arch), __version__,
+                            compiler_hash()], sort_keys=True, default=repr)
+        return tune_dir() / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
+
+    # -- the sweep ----------------------------------------------------------------------------------------------
+    def _sweep(self, args, kwargs, key, arch) -> TuneReport:
+        self.stats["sweeps"] += 1
+        extra = {k: v for k, v in kwargs.items() if k != "arch"}
+        rows = [Row(dict(c)) for c in self.configs]
+        progress = _Progress(len(rows), f"tune {self.name}", self.progress)
+        phases = {}
+        clock = time.perf_counter()
+        try:
+            for row in rows:  # 1. prune and the compiler's resource checks
+                why = self.space.prune_reason(row.config) if self.space else None
+                why = why or feasibility(self.fn, args, self._merge(row.config, extra), arch)
+                if why:
+                    row.status, row.reason = "skipped", why
+                    progress.update()
+            live = [r for r in rows if r.status == "pending"]
+            phases["check"], clock = time.perf_counter() - clock, time.perf_counter()
+            self._compile(live, args, extra, arch, progress)  # 2.
+            phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
+            ranker = self._ranker(arch)
+            scratch = _copies(args)  # a ranker may run the kernel: keep the caller's tensors as they are
+            seen = {}  # configs that compile to the same code object (e.g. a knob the compiler ignores) rank once
+            for row in (r for r in live if r.status == "pending"):  # 3.
+                same = (row.kernel.metadata.get("hsaco_sha256"), row.kernel.grid, row.kernel.block)
+                try:
+                    row.score = seen[same] if same in seen else ranker(row.kernel, scratch)
+                    seen[same] = row.score
+                    row.status = "ok"
+                except Exception as e:  # a candidate that cannot run is recorded, not fatal
+                    row.status, row.reason = "failed", _reason(e)
+                progress.update()
+            phases["rank"], clock = time.perf_counter() - clock, time.perf_counter()
+        finally:
+            progress.close()
+        report = TuneReport(self.name, {k: _jsonable(v) for k, v in key}, arch, self._device_label(arch), rows,
+                            None, flops=self._flops(args), phases=phases)
+        self._pick(report, args)  # 4.
+        phases["verify"] = time.perf_counter() - clock
+        report.notes.append("sweep: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+                            + f" ({self._workers(len(rows))} compile worker(s))")
+        self.reports[key] = self.report = report
+        if self.verbose:
+            print(report.table(), file=sys.stderr)
+        if report.best is None:
+            raise TuneError(f"tilegcn.autotune({self.name}): no config worked for {report.key}:\n{report.table()}")
+        return report
+
+    def _flops(self, args):
+        return None if self.flops is None else self.flops(*args)
+
+    def _workers(self, n) -> int:
+        workers = self.workers or int(os.environ.get(ENV_WORKERS, 0)) or os.cpu_count() or 1
+        return max(1, min(workers, n))
+
+    def _compile(self, rows, args, extra, arch, progress):
+        workers = self._workers(len(rows))
+        where = _locate(self.fn)
+        if workers > 1 and where is not None:
+            signature, trace_args = self.fn._signature(args)
+            with _pool(workers) as pool:
+                futures = {pool.submit(_compile_in_worker, where, signature, trace_args,
+                                       self.fn._constants(self._merge(r.config, extra)), arch): r for r in rows}
+                for future in cf.as_completed(futures):
+                    row = futures[future]
+                    try:
+                        stage, error = future.result() or (None, None)
+                    except Exception as e:  # a worker that died (e.g. out of memory)
+                        stage, error = "compile", _reason(e)
+                    if stage == "compile":
+                        row.status, row.reason = "failed", error
+                        progress.update()
+        for row in rows:  # in this process: compile (or, after the workers, a disk-cache hit)
+            if row.status != "pending":
+                continue
+            try:
+                row.kernel = self.fn.compile(*args, arch=arch, **self._merge(row.config, extra))
+            except Exception as e:
+                row.status, row.reason = "failed", _reason(e)
+                progress.update()
+
+    # -- dispatch tables ----------------------------------------------------------------------------------------
+    def export_table(self, path) -> int:
+        """Write every config this process knows (sweeps, disk cache, a loaded table) to a JSON dispatch table;
+        the number of entries."""
+        entries = [{"key": [[k, _jsonable(v)] for k, v in key], "config": config}
+                   for key, config in self.results.items()]
+        _write_json(Path(path), {"format": TABLE_FORMAT, "function": self.name, "key_names": self.key_names,
+                                 "entries": entries})
+        return len(entries)
+
+    def load_table(self, path) -> int:
+        """Serve calls from a dispatch table: the exact key, else the nearest tuned shape with the same dtypes;
+        no call tunes afterwards. The number of entries."""
+        try:
+            record = json.loads(Path(path).read_text())
+            if record.get("format") != TABLE_FORMAT:
+                raise ValueError(f"format is {record.get('format')!r}, expected {TABLE_FORMAT!r}")
+            table = {tuple((k, _tuplify(v)) for k, v in e["key"]): dict(e["config"]) for e in record["entries"]}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TuneError(f"tilegcn.autotune({self.name}): cannot read dispatch table {path}: {e}") from None
+        if record.get("key_names") != self.key_names:
+            raise TuneError(f"tilegcn.autotune({self.name}): dispatch table {path} is keyed by "
+                            f"{record.get('key_names') or 'tensor shapes'}, this function by "
+                            f"{self.key_names or 'tensor shapes'}")
+        self.table = {**(self.table or {}), **table}
+        self.results.update(table)
+        self.table_path = str(path)
+        return len(table)
+
+    def _from_table(self, key) -> dict:
+        names = [k for k, _ in key]
+        best, best_d = None, math.inf
+        for tkey, config in self.table.items():
+            if [k for k, _ in tkey] != names or tkey[-self.TAIL:] != key[-self.TAIL:]:
+                continue
+            d = _distance([v for _, v in key[:-self.TAIL]], [v for _, v in tkey[:-self.TAIL]])
+            if d < best_d:
+                best, best_d = config, d
+        if best is None:
+            tuned = sorted({str(dict(t[-self.TAIL:])) for t in self.table})
+            raise TuneError(f"tilegcn.autotune({self.name}): dispatch table {self.table_path} has no entry for "
+                            f"{dict(key[-self.TAIL:])} (tuned: {', '.join(tuned)})")
+        return best
+
+    def _pick(self, report, args):
+        """Best score first; with `verify`, the winner must agree with a reference config on these arguments
+        (the function's defaults when they are a candidate, else the next best): one that does not is failed."""
+        ranked = sorted((r for r in report.rows if r.status == "ok"), key=lambda r: r.score.seconds)
+        verify = self.verify(*args) if callable(self.verify) else self.verify
+        if ranked and not verify:
+            report.notes.append("not checked: verify is off for these arguments")
+        for winner in ranked:
+            others = [r for r in ranked if r is not winner and r.status == "ok"]
+            defaults = {k: self.fn.defaults[k] for k in winner.config}
+            reference = next((r for r in others if r.config == defaults), others[0] if others else None)
+            if not verify or reference is None:
+                if verify:
+                    report.notes.append("not checked: no other config compiled to compare with")
+                winner.status, report.best = "best", winner.config
+                return
+            diff = _compare(winner.kernel, reference.kernel, args)
+            if diff is None:
+                winner.status, report.best = "best", winner.config
+                report.notes.append(f"checked: the winner's output matches the reference config "
+                                    f"({_config_text(reference.config)}) on these arguments")
+                return
+            winner.status, winner.reason = "failed", f"output differs from {_config_text(reference.config)}: {diff}"
+
+
+def _ranker_name(ranker) -> str:
+    return getattr(ranker, "name", None) or getattr(ranker, "__qualname__", None) or type(ranker).__qualname__
+
+
+def _config_text(config) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _compare(kernel, reference, args):
+    """Run both kernels on copies of `args`; None when every tensor agrees within output rounding, else why."""
+    import torch
+
+    outs = []
+    for k in (kernel, reference):
+        copies = _copies(args)
+        try:
+            k(*copies)
+        except TilegcnError as e:
+            return _reason(e)
+        outs.append(copies)
+    for name, a, b in zip(kernel.fn.arg_names, *outs):
+        if isinstance(a, torch.Tensor):
+            diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item() if a.numel() else 0.0
+            bound = _rounding(a.dtype) * max(1.0, b.double().abs().max().item() if b.numel() else 0.0)
+            if diff > bound:
+                return f"max |{name} - reference| = {diff:.4g} > {bound:.3g}"
+    return None
+
+
+def _copies(args) -> list:
+    import torch
+
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _rounding(dtype) -> float:
+    """Two units in the last place of `dtype`, relative: configs may sum in a different order."""
+    import torch
+
+    return 2.0 * torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+
+
+class _Progress:
+    """A tqdm bar over the sweep's configs (a plain count on stderr when tqdm is missing)."""
+
+    def __init__(self, total, desc, enabled):
+        self.bar = None
+        self.enabled = enabled
+        self.n, self.total, self.desc = 0, total, desc
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, unit="config", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def update(self):
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            print(f"{self.desc}: {self.n}/{self.total} configs", file=sys.stderr)
+
+
+def autotune(configs, key=None, **options):
+    """Decorate a ``@tilegcn.jit`` function: ``@tilegcn.autotune(configs=[{...}, ...] or Space(...), key=...)``.
+
+    Options: `device` ("MI300X"/"MI355X": the target the timing model ranks for, and its arch), `ranker`
+    (kernel, args -> Score), `workers` (compile processes; default $TILEGCN_TUNE_WORKERS or the CPU count),
+    `verify` (check the winner against a reference config; a bool or a function of the call's arguments),
+    `progress`, `verbose` (print the table),
+    `flops` (args -> FLOPs, for TFLOP/s of measured times), `table` (a dispatch table to load)."""
+    return lambda fn: Autotuner(fn, configs, key, **options)
+
+
+def _distance(a, b) -> float:
+    """Distance of two key values: sum of |log2(x / y)| over their sizes (inf when their structure differs)."""
+    fa, fb = _flatten(a), _flatten(b)
+    if len(fa) != len(fb):
+        return math.inf
+    return sum(abs(math.log2(max(x, 1) / max(y, 1))) for x, y in zip(fa, fb))
+
+
+def _flatten(v) -> list:
+    if isinstance(v, (list, tuple)):
+        return [x for item in v for x in _flatten(item)]
+    return [v] if isinstance(v, (int, float)) else [0]
+
+
+# -- python -m tilegcn tune ... ---------------------------------------------------------------------------------
+def tune_command(action: str, ident: str | None = None) -> int:
+    entries = tuned_entries()
+    root = tune_dir(create=False)
+    if action == "clear":
+        for path, _ in entries:
+            path.unlink(missing_ok=True)
+        print(f"tune dir: {root}: removed {len(entries)} results")
+        return 0
+    if action == "list":
+        print(f"tune dir: {root} ({len(entries)} results)")
+        for path, r in entries:
+            key = ", ".join(f"{k}={v}" for k, v in (r.get("key") or {}).items())
+            best = _config_text(r["best"]) if r.get("best") else "?"
+            print(f"{path.stem[:16]}  {r.get('function', '?'):16} {r.get('arch', '?'):7} [{key}] -> {best}")
+        return 0
+    matches = [(p, r) for p, r in entries if p.stem.startswith(ident or "")] if ident and len(ident) >= 2 else []
+    if len(matches) != 1:
+        raise TuneError(f"tilegcn: {'no' if not matches else 'more than one'} tuning result {ident!r} in {root}")
+    path, r = matches[0]
+    rows = [Row(x["config"], x["status"], x["reason"], None if x["score"] is None else Score(**x["score"]))
+            for x in r.get("rows", [])]
+    report = TuneReport(r.get("function", "?"), r.get("key", {}), r.get("arch", "?"), r.get("device", "?"), rows,
+                        r.get("best"), r.get("notes", []))
+    print(f"{path}\nsource: {r.get('source', '?')}")
+    print(report.table())
+    return 0

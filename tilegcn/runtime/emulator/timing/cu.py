@@ -1,0 +1,273 @@
+"""One CU, clock by clock: the waves of the resident workgroups replaying their traced streams.
+
+Issue rules (S11, timing.md 2): SIMD s gets an issue slot at every clk t with t % 4 == s. In its slot it
+issues at most one instruction per wave and one per category (VALU+MFMA, VMEM, SALU/SMEM, LDS, branch)
+across its waves; waves are tried in s_setprio order (higher first), then oldest first. s_waitcnt,
+s_nop, s_barrier and s_setprio take the wave's slot but no category. After issuing, a wave's next
+instruction can issue in its SIMD's next slot (4 clk later), except:
+- MFMA holds the SIMD's matrix pipe for passes x 4 clk; the next MFMA waits for it (LLVM HWXDL, S6); other
+  VALU ops co-issue while it runs, except under an f32/f64 MFMA (S9). The hardware does not interlock
+  on MFMA results: wait states are the code's s_nops, which the model executes (s_nop N holds the wave
+  for N + 1 slots) - so a dependent chain costs what the hazard table makes the compiler insert.
+- transcendental VALU ops take `trans_clk`; a taken branch adds `branch_taken_clk`.
+- VMEM and DS go through `memory.py`; their completion times feed vmcnt (in order) and lgkmcnt (DS in
+  order; SMEM returns after `smem_latency_clk`, and only lgkmcnt(0) waits for it, as in the emulator).
+- s_waitcnt holds the wave until the counted operations have completed.
+- s_barrier holds every wave of the workgroup until the last live one arrives, plus `barrier_release_clk`.
+Nothing else stalls a wave (no register scoreboard: the ISA leaves those hazards to software).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .memory import LdsPort, VmemPath
+from .trace import Skip
+
+INF = float("inf")
+STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe")
+
+
+class Wave:
+    __slots__ = ("id", "wg", "simd", "stream", "i", "ready", "prio", "vm", "ds", "smem", "done", "acc",
+                 "backedges", "skipped", "name")
+
+    def __init__(self, wid, wg, simd, stream):
+        self.id, self.wg, self.simd, self.stream = wid, wg, simd, stream
+        self.i = 0
+        self.ready = 0.0
+        self.prio = 0
+        self.vm, self.ds, self.smem = [], [], []
+        self.done = None
+        self.acc = dict.fromkeys(STALLS + ("mfma_busy", "issued", "flops"), 0.0)
+        self.backedges = {}  # loop pc -> [(time, acc copy)]
+        self.skipped = []  # (trips, clk per trip, acc per trip)
+        self.name = f"wg{wg} wave{wid}"
+
+
+@dataclass
+class CuResult:
+    cycles: float  # simulated cycles plus fast-forwarded trips
+    simulated_cycles: float
+    per_wave: list  # acc dicts extrapolated over the skipped trips
+    mfma_busy: list  # per SIMD, clk (extrapolated)
+    lds_busy: float
+    tcp_busy: float
+    vmem_bytes: float
+    skipped_trips: int
+    events: list = field(default_factory=list)
+
+
+def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
+    """Replay `streams` (one per wave of a workgroup; list of (pc, extra LDS cycles) or Skip) for `n_wgs`
+    copies of the workgroup on one CU. `ops[pc]` is the Op of each pc."""
+    wpw = len(streams)
+    prepared = [_prepare(s, ops) for s in streams]
+    waves = [Wave(k * wpw + w, k, (k * wpw + w) % t.simds_per_cu, prepared[w])
+             for k in range(n_wgs) for w in range(wpw)]
+    by_simd = [[w for w in waves if w.simd == s] for s in range(t.simds_per_cu)]
+    xdl_until = [0.0] * t.simds_per_cu
+    coexec = [True] * t.simds_per_cu
+    mfma_busy = [0.0] * t.simds_per_cu
+    ports = [LdsPort(t, banks) for _ in range(max(1, t.simds_per_cu // 2))]
+    vmem = VmemPath(t, *vmem_args)
+    barrier = {k: [] for k in range(n_wgs)}
+    live = {k: wpw for k in range(n_wgs)}
+    slot = t.issue_slot_clk
+    alive = list(waves)
+    now = 0.0
+    ev = events
+
+    def release_barrier(k, when):
+        arrived = barrier[k]
+        if len(arrived) >= live[k] and arrived:
+            release = max(when, max(a for _, a in arrived)) + t.barrier_release_clk
+            for w, a in arrived:
+                w.acc["barrier"] += release - a
+                w.ready = release
+                if ev is not None:
+                    ev.append(_ev(w, "barrier", a, release - a))
+            barrier[k] = []
+
+    while alive:
+        s = int(now) % t.simds_per_cu
+        used = set()
+        cands = [w for w in by_simd[s] if w.done is None and w.ready <= now]
+        if len(cands) > 1:
+            cands.sort(key=lambda w: (-w.prio, w.id))
+        for w in cands:
+            while isinstance(w.stream[w.i][0], Skip):
+                _skip(w, w.stream[w.i][0])
+                w.i += 1
+            op, extra, taken, back, pc = w.stream[w.i]
+            cat = op.category
+            if cat is not None and cat in used:
+                continue
+            kind = op.kind
+            nxt = now + slot
+            if kind == "mfma":
+                if xdl_until[s] > now:
+                    w.ready = xdl_until[s]
+                    w.acc["mfma_pipe"] += xdl_until[s] - now
+                    continue
+                busy = op.passes * 4
+                xdl_until[s] = now + busy
+                coexec[s] = op.coexec
+                mfma_busy[s] += busy
+                w.acc["mfma_busy"] += busy
+                w.acc["flops"] += op.flops
+                if ev is not None:
+                    ev.append({"name": pc_name(op, pc), "ph": "X", "ts": now, "dur": busy, "pid": 0, "tid": s})
+            elif kind in ("valu", "trans"):
+                if xdl_until[s] > now and not coexec[s]:
+                    w.ready = xdl_until[s]
+                    continue
+                if kind == "trans":
+                    nxt = now + t.trans_clk
+            elif kind == "vmem":
+                blocked = vmem.blocked_until(now, op.bytes_per_lane * 64 if not op.store else 0)
+                if blocked is not None:
+                    w.acc["vmem_issue"] += blocked - now
+                    w.ready = blocked
+                    continue
+                done = vmem.issue(now, op)
+                w.vm.append(max(done, w.vm[-1]) if w.vm else done)
+            elif kind == "ds":
+                port = ports[s // 2 % len(ports)]
+                blocked = port.blocked_until(now)
+                if blocked is not None:
+                    w.acc["lds_issue"] += blocked - now
+                    w.ready = blocked
+                    continue
+                done = port.issue(now, op, extra)
+                w.ds.append(max(done, w.ds[-1]) if w.ds else done)
+            elif kind == "smem":
+                w.smem.append(now + t.smem_latency_clk)
+            elif kind == "branch":
+                if taken:
+                    nxt += t.branch_taken_clk
+                if back is not None:
+                    w.backedges.setdefault(back, []).append((now, dict(w.acc)))
+            elif kind == "waitcnt":
+                need, why = _wait(w, op, now)
+                if need > nxt:
+                    w.acc[why] += need - nxt
+                    if ev is not None:
+                        ev.append(_ev(w, f"wait {why}", nxt, need - nxt))
+                    nxt = need
+            elif kind == "nop":
+                nxt = now + slot * op.nops
+                w.acc["nop"] += slot * (op.nops - 1)
+            elif kind == "setprio":
+                w.prio = op.prio
+            elif kind == "barrier":
+                barrier[w.wg].append((w, now + slot))
+                w.ready = INF
+                w.i += 1
+                w.acc["issued"] += 1
+                release_barrier(w.wg, now + slot)
+                continue
+            elif kind == "end":
+                w.done = now + slot
+                alive.remove(w)
+                live[w.wg] -= 1
+                w.acc["issued"] += 1
+                release_barrier(w.wg, now + slot)
+                continue
+            if cat is not None:
+                used.add(cat)
+            w.acc["issued"] += 1
+            w.ready = nxt
+            w.i += 1
+            if ev is not None and kind not in ("mfma", "waitcnt"):
+                ev.append(_ev(w, pc_name(op, pc), now, slot))
+        if not alive:
+            break
+        nxt_any = min(w.ready for w in alive)
+        if nxt_any == INF:
+            raise RuntimeError("tilegcn timing: every live wave waits at a barrier that cannot release")
+        now = min(_slot_at(max(w.ready, now + 1), w.simd, t.simds_per_cu) for w in alive if w.ready < INF)
+
+    end = max(w.done for w in waves)
+    extra = max((sum(n * clk for n, clk, _ in w.skipped) for w in waves), default=0.0)
+    per_wave = []
+    for w in waves:
+        acc = dict(w.acc)
+        for n, _, per in w.skipped:
+            for k, v in per.items():
+                acc[k] += n * v
+        per_wave.append(acc)
+    busy = [0.0] * t.simds_per_cu
+    for w, acc in zip(waves, per_wave):
+        busy[w.simd] += acc["mfma_busy"]
+    scale = (end + extra) / end if end else 1.0
+    return CuResult(cycles=end + extra, simulated_cycles=end, per_wave=per_wave, mfma_busy=busy,
+                    lds_busy=sum(p.busy for p in ports) * scale, tcp_busy=vmem.tcp_busy * scale,
+                    vmem_bytes=vmem.bytes * scale,
+                    skipped_trips=max((sum(n for n, _, _ in w.skipped) for w in waves), default=0),
+                    events=events if events is not None else [])
+
+
+def pc_name(op, pc):
+    return f"{op.kind}@{pc}"
+
+
+def _ev(w, name, ts, dur):
+    return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 1 + w.simd, "tid": w.id}
+
+
+def _slot_at(x, simd, n):
+    """First clk >= x at which SIMD `simd` has its issue slot."""
+    x = int(-(-x // 1))
+    return x + ((simd - x) % n)
+
+
+def _wait(w, op, now):
+    """Completion time that s_waitcnt `op` waits for, and the counter that decided it."""
+    need, why = now, "vmcnt"
+    if op.vmcnt is not None:
+        w.vm = [x for x in w.vm if x > now]
+        if len(w.vm) > op.vmcnt:
+            k = len(w.vm) - op.vmcnt
+            need = w.vm[k - 1]
+            w.vm = w.vm[k:]
+    if op.lgkmcnt is not None:
+        w.ds = [x for x in w.ds if x > now]
+        lg = now
+        if len(w.ds) > op.lgkmcnt:
+            k = len(w.ds) - op.lgkmcnt
+            lg = w.ds[k - 1]
+            w.ds = w.ds[k:]
+        if op.lgkmcnt == 0 and w.smem:
+            lg = max(lg, max(w.smem))
+            w.smem = []
+        if lg > need:
+            need, why = lg, "lgkmcnt"
+    return need, why
+
+
+def _skip(w, marker):
+    """Fast-forwarded trips: the steady trip time and stall mix are those of the last simulated trips."""
+    marks = w.backedges.get(marker.loop, [])
+    if len(marks) < 2:
+        return
+    last = marks[-3:]
+    clk = statistics.median(b[0] - a[0] for a, b in zip(last, last[1:]))
+    a, b = last[-2][1], last[-1][1]
+    per = {k: b[k] - a[k] for k in a}
+    w.skipped.append((marker.trips, clk, per))
+
+
+def _prepare(stream, ops):
+    """(Op, extra LDS cycles, taken?, back-edge target or None, pc) per entry; Skip markers kept as (Skip,)."""
+    out = []
+    for k, e in enumerate(stream):
+        if isinstance(e, Skip):
+            out.append((e,))
+            continue
+        pc, extra = e
+        nxt = next((x[0] for x in stream[k + 1:k + 3] if not isinstance(x, Skip)), pc + 1)
+        taken = nxt != pc + 1
+        back = nxt if taken and nxt <= pc else None
+        out.append((ops[pc], extra, taken, back, pc))
+    return out

@@ -1,0 +1,173 @@
+"""The whole launch: occupancy, dispatch rounds, extrapolation, and the `Estimate` it returns.
+
+Occupancy (S7, S13, S8): waves per SIMD = min(8, 512 // roundup(VGPRs + AGPRs, 8)); workgroups per CU are
+limited by those wave slots (a workgroup's waves spread over the 4 SIMDs), by the CU's LDS (allocation
+rounded up to the arch's granule) and by 32 wave slots. Dispatch: workgroup i to XCD i % 8 (S19v9), then
+to the XCD's CUs; with R workgroups resident per CU the busiest CU runs ceil(ceil(n / CUs) / R) rounds of
+R workgroups, each round timed by `cu.simulate` on copies of the detailed workgroup's streams. The
+bandwidth each CU gets is its share of the XCD's L2 and of HBM among the CUs that have work.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from ....amdgcn.arch import DEVICES, TIMING
+from ....errors import ArgumentError
+from .cu import simulate
+from .l2 import hit_rate
+from .ops import classify
+from .trace import record
+
+
+class Estimate:
+    """What the timing model predicts for one launch: `.cycles`, `.seconds` at `.clock_hz`, `.tflops`
+    (when the FLOPs are known), `.breakdown` (dict), readable `str()`."""
+
+    def __init__(self, kernel, device, arch, cycles, clock_hz, flops, breakdown):
+        self.kernel, self.device, self.arch = kernel, device, arch
+        self.cycles = cycles
+        self.clock_hz = clock_hz
+        self.flops = flops
+        self.breakdown = breakdown
+
+    @property
+    def seconds(self) -> float:
+        return self.cycles / self.clock_hz
+
+    @property
+    def tflops(self):
+        return None if not self.flops else self.flops / self.seconds / 1e12
+
+    def __repr__(self):
+        return f"<Estimate {self.kernel} on {self.device}: {self.cycles:.0f} cycles>"
+
+    def __str__(self):
+        b = self.breakdown
+        lines = [
+            f"{self.kernel} on {self.device} ({self.arch}), timing model estimate",
+            f"  cycles            {self.cycles:,.0f}  ({b['rounds']} round(s) of {b['cycles_per_round']:,.0f})",
+            f"  time              {self.seconds * 1e6:,.1f} us at a sustained {self.clock_hz / 1e9:.2f} GHz",
+        ]
+        if self.tflops is not None:
+            lines.append(f"  throughput        {self.tflops:,.1f} TFLOP/s ({self.flops:.3g} FLOP)")
+        lines += [
+            f"  occupancy         {b['workgroups_per_cu']} workgroup(s)/CU, {b['waves_per_simd']} wave(s)/SIMD "
+            f"(limited by {b['occupancy_limit']})",
+            f"  MFMA pipe busy    {b['mfma_busy_pct']:.1f} %",
+            f"  stalls (per wave) vmcnt {b['stall_vmcnt_pct']:.1f} %, lgkmcnt {b['stall_lgkmcnt_pct']:.1f} %, "
+            f"barrier {b['stall_barrier_pct']:.1f} %",
+            f"  LDS utilisation   {b['lds_util_pct']:.1f} %    L1 (TCP) utilisation {b['l1_util_pct']:.1f} %",
+            f"  L2 hit rate       {b['l2_hit_rate'] * 100:.1f} %    HBM bandwidth use {b['hbm_util_pct']:.1f} %",
+            f"  limited by        {b['limiting']}",
+            f"  detail            {b['simulated_cycles']:,.0f} cycles simulated, {b['skipped_trips']} loop "
+            f"trip(s) extrapolated",
+        ]
+        return "\n".join(lines)
+
+
+def timing_of(device):
+    """(device name, Timing) for "MI300X"/"MI355X" or an arch name."""
+    arch = DEVICES.get(str(device), str(device))
+    if arch not in TIMING:
+        raise ArgumentError(f"tilegcn: unknown device {device!r} for estimate(); known: {', '.join(DEVICES)}")
+    return TIMING[arch].device, TIMING[arch]
+
+
+def occupancy(arch, t, kd, waves_per_wg, lds_bytes):
+    """(workgroups per CU, waves per SIMD from registers, limiting resource)."""
+    wps = arch.waves_per_simd(kd.vgpr_count)
+    limits = {"registers": max(1, t.simds_per_cu * wps // waves_per_wg),
+              "wave slots": max(1, t.simds_per_cu * t.max_waves_per_simd // waves_per_wg)}
+    if lds_bytes:
+        alloc = -(-lds_bytes // t.lds_alloc_granule) * t.lds_alloc_granule
+        limits["LDS"] = max(1, t.lds_bytes_per_cu // alloc)
+    limit = min(limits, key=limits.get)
+    return limits[limit], wps, limit
+
+
+def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI355X", flops=None,
+             shared_mem=0, kernarg=None, buffers=(), clock_hz=None, trace=None, detail_iterations=4) -> Estimate:
+    """Estimate one launch of `name` (the same launch parameters as Module.launch). The kernel runs on the
+    emulated device for the workgroups of one XCD's first round (its stores land in `args`' tensors, with
+    garbage values where loops were fast-forwarded). `flops`: the launch's FLOPs (default: the MFMAs'
+    2*M*N*K). `trace`: a path to write the simulated schedule as Chrome/Perfetto trace events."""
+    from .. import _dim3
+
+    if kernarg is not None or tuple(buffers):
+        raise ArgumentError("tilegcn: estimate(kernarg=, buffers=) needs the emulator's HIP-style launch "
+                            "(branch emu-launch), which this build does not have yet")
+    dev_name, t = timing_of(device)
+    arch = module.arch
+    if TIMING[arch.name] is not t:
+        other = next(d for d, a in DEVICES.items() if a == arch.name)
+        raise ArgumentError(f"tilegcn: the code object is for {arch.name} ({other}); {dev_name} runs "
+                            f"{DEVICES[dev_name]} code objects: compile for that arch to estimate it there")
+    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    clock = float(clock_hz or t.clock_hz)
+    info = module.kernels.get(name)
+    if info is None:
+        module.program(name, torch.device("cpu"))  # raises the emulator's "no kernel" error
+    kd = info.descriptor
+    threads = block[0] * block[1] * block[2]
+    wpw = -(-threads // 64)
+    n_wg = grid[0] * grid[1] * grid[2]
+    wgs_cu, wps, limit = occupancy(arch, t, kd, wpw, kd.group_segment_fixed_size + shared_mem)
+    cus_per_xcd = t.cus // arch.num_xcds
+    per_cu = -(-n_wg // t.cus)
+    resident = min(wgs_cu, per_cu)
+    rounds = -(-per_cu // resident)
+    xcd_wgs = list(range(0, n_wg, arch.num_xcds))[:cus_per_xcd * resident]
+    tr = record(module, name, grid, block, args, xcd_wgs, detail_iterations, t.l2_line_bytes)
+    hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes)
+    ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
+    active_cus = min(n_wg, t.cus)
+    l2_bw = t.l2_bytes_per_clk_per_xcd / max(1, min(cus_per_xcd, math.ceil(active_cus / arch.num_xcds)))
+    hbm_bw = t.hbm_bytes_per_s / clock / active_cus
+    events = [] if trace else None
+    cu = simulate(tr.streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw), events)
+    cycles = t.launch_overhead_clk + rounds * cu.cycles
+    mfma_flops = sum(acc["flops"] for acc in cu.per_wave[:wpw]) * n_wg
+    if trace:
+        _write_trace(trace, cu.events, name, dev_name)
+    c = cu.cycles
+    waves = cu.per_wave
+    stall = {k: 100.0 * sum(a[k] for a in waves) / len(waves) / c for k in ("vmcnt", "lgkmcnt", "barrier")}
+    mfma_pct = 100.0 * sum(cu.mfma_busy) / (len(cu.mfma_busy) * c)
+    lds_pct = 100.0 * cu.lds_busy / (c * max(1, t.simds_per_cu // 2))
+    l1_pct = 100.0 * cu.tcp_busy / c
+    hbm_pct = 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw
+    breakdown = {
+        "cycles_per_round": c, "rounds": rounds, "workgroups": n_wg, "workgroups_per_cu": resident,
+        "waves_per_simd": resident * wpw / t.simds_per_cu, "occupancy_limit": limit,
+        "mfma_busy_pct": mfma_pct, "stall_vmcnt_pct": stall["vmcnt"], "stall_lgkmcnt_pct": stall["lgkmcnt"],
+        "stall_barrier_pct": stall["barrier"], "lds_util_pct": lds_pct, "l1_util_pct": l1_pct,
+        "l2_hit_rate": hit, "l2_requests": requests, "l2_misses": misses, "hbm_util_pct": hbm_pct,
+        "simulated_cycles": cu.simulated_cycles, "skipped_trips": cu.skipped_trips,
+    }
+    breakdown["limiting"] = _limiting(breakdown)
+    return Estimate(name, dev_name, arch.name, cycles, clock, flops if flops is not None else mfma_flops, breakdown)
+
+
+def _limiting(b):
+    """The resource a person should look at first."""
+    used = {"MFMA pipe (compute bound)": b["mfma_busy_pct"], "L1/TCP (vector memory issue)": b["l1_util_pct"],
+            "LDS bandwidth": b["lds_util_pct"], "HBM bandwidth": b["hbm_util_pct"]}
+    top = max(used, key=used.get)
+    if used[top] >= 80:
+        return top
+    stalls = {"memory latency (vmcnt waits)": b["stall_vmcnt_pct"], "LDS latency (lgkmcnt waits)":
+              b["stall_lgkmcnt_pct"], "barriers": b["stall_barrier_pct"]}
+    worst = max(stalls, key=stalls.get)
+    return worst if stalls[worst] >= 10 else top
+
+
+def _write_trace(path, events, name, device):
+    meta = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"{device} CU: MFMA pipe per SIMD"}}]
+    meta += [{"name": "process_name", "ph": "M", "pid": 1 + s, "args": {"name": f"SIMD {s} waves"}}
+             for s in range(4)]
+    with open(path, "w") as f:
+        json.dump({"traceEvents": meta + events, "displayTimeUnit": "ns",
+                   "otherData": {"kernel": name, "time unit": "1 us in the viewer = 1 clk"}}, f)
