@@ -46,7 +46,8 @@ def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpos
 
 
 @tilegcn.jit
-def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False):
+def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False,
+                   num_stages=1):
     """C = relu(A @ B + Bias[None, :]): the epilogue runs on the accumulator fragment."""
     M, K = A.shape
     N = C.shape[1]
@@ -55,7 +56,7 @@ def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threa
         B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
         acc = T.alloc_fragment((block_M, block_N), "float32")
         T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
             T.copy(A[by * block_M, k * block_K], A_s)
             if transpose_B:
                 T.copy(B[bx * block_N, k * block_K], B_s)

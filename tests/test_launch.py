@@ -124,7 +124,7 @@ def test_small_by_value_integers_and_halves():
             {".offset": 4, ".size": 2, ".value_kind": "by_value"}]
     data = kernargs.pack(meta, [-2, 1.5, 0xFFFF], 8)
     assert data == bytes([0xFE, 0]) + torch.tensor([1.5], dtype=torch.float16).numpy().tobytes() + b"\xff\xff" + bytes(2)
-    with pytest.raises(ArgumentError, match="does not fit 16 bits"):
+    with pytest.raises(ArgumentError, match="outside the 16-bit range"):
         kernargs.pack(meta, [0, 0.0, 1 << 16], 8)
 
 

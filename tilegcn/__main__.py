@@ -5,6 +5,7 @@
     python -m tilegcn cache clear         # remove every entry (only what tilegcn wrote; says what it kept)
     python -m tilegcn asm KEY             # print the entry's kernel.s (the cache dir goes to stderr)
     python -m tilegcn tune list|show ID|clear   # autotuning results (tilegcn.autotune), see tilegcn/autotune.py
+    python -m tilegcn estimate KEY [--device MI300X|MI355X] [--trace FILE]   # the timing model's estimate
 """
 from __future__ import annotations
 
@@ -85,6 +86,13 @@ def _asm(cache: Cache, key: str) -> int:
     return 0
 
 
+def _estimate(cache: Cache, args) -> int:
+    from .runtime.emulator.timing.entry import estimate_entry
+
+    print(estimate_entry(cache.find(args.key), args.device, trace=args.trace))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilegcn", description="tilegcn tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +110,10 @@ def main(argv=None) -> int:
     tune_show = tune_sub.add_parser("show", help="the sweep table of one result")
     tune_show.add_argument("id", help="result id or a unique prefix of it")
     tune_sub.add_parser("clear", help="remove every tuning result")
+    est = sub.add_parser("estimate", help="the timing model's estimate of a cache entry's kernel")
+    est.add_argument("key", help="cache key or a unique prefix of it")
+    est.add_argument("--device", help="MI300X (gfx942) or MI355X (gfx950); default: the entry's arch")
+    est.add_argument("--trace", help="write the simulated schedule as Chrome/Perfetto trace JSON here")
     args = parser.parse_args(argv)
     try:
         if args.command == "tune":
@@ -111,6 +123,8 @@ def main(argv=None) -> int:
         cache = Cache(create=False)  # looking does not create the cache dir
         if args.command == "asm":
             return _asm(cache, args.key)
+        if args.command == "estimate":
+            return _estimate(cache, args)
         if args.action == "list":
             return _list(cache)
         if args.action == "show":

@@ -135,12 +135,20 @@ def _memoizable(key, base, n: int) -> bool:
     return all(k.__class__ is tuple or k in _SCALAR_TYPES for k in base[:n])
 
 
+def _has_float_zero(kwargs: dict) -> bool:
+    """A float constant 0.0 or -0.0: the warm key (a dict's items) cannot tell them apart, so such calls
+    take the slow path, whose key (_freeze) can."""
+    return any(v.__class__ is float and v == 0.0 for v in kwargs.values())
+
+
 def _freeze(value):
     """A hashable stand-in for a constant's value, keeping its type (2 and 2.0 and True differ)."""
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_freeze(v) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
+    if isinstance(value, float):
+        return ("float", value.hex())  # by bits: 0.0 and -0.0 compare equal but compute differently
     try:
         hash(value)
     except TypeError:
@@ -351,7 +359,7 @@ class JITFunction:
     def _miss(self, key, args, kwargs) -> _Launcher:
         self.cache_stats.memo_misses += 1
         launcher = self._compiled(args, kwargs)._launcher()
-        if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)):
+        if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)) and not _has_float_zero(kwargs):
             self._memo[key] = launcher
         return launcher
 
@@ -465,8 +473,9 @@ class JITFunction:
             from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
 
             tb0 = time.perf_counter()
-            (tmp / "kernel.ir").write_text(ir)
             lowered = _lower_or_report(lower, kernel, arch)
+            passes = f"\n// after the tile-IR passes (software pipelining):\n{lowered.ir}" if lowered.ir else ""
+            (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
             tb1 = time.perf_counter()
             hsaco = toolchain.assemble(lowered.asm, arch)

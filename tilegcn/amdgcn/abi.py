@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..ir import nodes as N
-from .addr import ExprLowering
+from .addr import MASK32, ExprLowering
 from .builder import KernelBuilder
 from .isa import Reg
 
@@ -21,7 +21,11 @@ WORKGROUP_IDS = (Reg("s", 2), Reg("s", 3), Reg("s", 4))
 WORKITEM_ID = Reg("v", 0)
 FIRST_FREE_SGPR = 5
 FIRST_FREE_VGPR = 1
-OUT_OF_RANGE_OFFSET = 0x80000000  # a voffset no buffer reaches: masked lanes load 0, their stores drop
+# Per-lane voffsets (32 bits) address [0, BUFFER_REACH) of a V#; NUM_RECORDS never exceeds it, so
+# OUT_OF_RANGE_OFFSET (and any negative voffset, which reads as >= 2^31) is out of range for every
+# V#: masked lanes load 0 and their stores drop. The 12-bit `offset:` added on top cannot wrap it.
+BUFFER_REACH = 0x80000000
+OUT_OF_RANGE_OFFSET = BUFFER_REACH
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,11 @@ class KernelAbi:
     def resource(self, buffer: N.Buffer, base_offset) -> Reg:
         """A V# for `buffer` whose base is moved forward by the uniform byte offset `base_offset`.
 
-        NUM_RECORDS shrinks by the same amount (clamped at 0), so the hardware range check still
-        masks exactly the bytes past the tensor's end while the per-lane voffset stays small.
+        The offset is computed in 64 bits (addr.ExprLowering.sgpr64), so a tile origin more than
+        4 GiB into a tensor is reached, not wrapped. NUM_RECORDS = the bytes from the moved base to
+        the tensor's end, clamped to [0, BUFFER_REACH]: 0 when the origin lies past the end or before
+        the start (every access then misses), and never more than the per-lane voffsets can address
+        without reaching OUT_OF_RANGE_OFFSET (GlobalAccess.address refuses tiles that would need more).
         """
         b = self.b
         base_offset = sympy.sympify(base_offset)
@@ -107,17 +114,87 @@ class KernelAbi:
         srd = b.alloc_in_frame("s", frame, 4, align=4, what=f"V# {buffer.name}")
         ptr, nbytes = self.pointers[buffer], buffer.spec.nbytes
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
-        off = self.lower.sgpr(base_offset)
+        off = self.lower.sgpr64(base_offset)
+        if isinstance(off, int):
+            self._constant_origin(srd, ptr, off, nbytes, b.arch.raw_buffer_word3, emit)
+        else:
+            self._moved_base(srd, ptr, off, nbytes, frame)
+        b.cse_put(key[0], key[1], srd, frame)
+        return srd
+
+    def clamped_resource(self, buffer: N.Buffer, base_offset) -> tuple:
+        """(V#, SGPR) for an origin that may lie before the tensor's start (a halo read such as
+        `X[bx * 64 + i - 1]`): the V# is resource() at max(origin, 0) and the SGPR holds
+        min(origin, 0) (int32; the caller adds it to every voffset, so lanes before the start get a
+        negative voffset, which is out of range). Requires -2^31 < origin."""
+        b = self.b
+        base_offset = sympy.sympify(base_offset)
+        keys = (f"srd0:{buffer.name}", f"below:{buffer.name}")
+        hit = b.cse_get(keys[0], base_offset)
+        if hit is not None:
+            return hit, b.cse_get(keys[1], base_offset)
+        frame = b.frame_of(base_offset)
+        emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
+        off = self.lower.sgpr64(base_offset)
+        srd = b.alloc_in_frame("s", frame, 4, align=4, what=f"V# {buffer.name}")
+        below = b.alloc_in_frame("s", frame, what="origin below the start")
+        clamped = b.alloc_in_frame("s", frame, 2, align=2, what="origin")
+        emit("s_cmp_lt_i32", off[1], 0, comment="origin before the tensor's start?")
+        emit("s_cselect_b32", below, off[0], 0, comment="then voffsets move back by it")
+        emit("s_cselect_b64", clamped, 0, off, comment="and the V# starts at the tensor")
+        self._moved_base(srd, self.pointers[buffer], clamped, buffer.spec.nbytes, frame)
+        b.s.free(clamped)
+        b.cse_put(keys[0], base_offset, srd, frame)
+        b.cse_put(keys[1], base_offset, below, frame)
+        return srd, below
+
+    def _moved_base(self, srd: Reg, ptr: Reg, off: Reg, nbytes: int, frame: int):
+        """srd = a raw V# at ptr + off (a 64-bit SGPR pair), NUM_RECORDS as resource() says."""
+        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
+        emit("s_add_u32", srd[0], ptr[0], off[0])
+        emit("s_addc_u32", srd[1], ptr[1], off[1])
+        emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
+        self._records_left(srd[2], off, nbytes, frame)
+        emit("s_mov_b32", srd[3], self.b.arch.raw_buffer_word3)
+
+    @staticmethod
+    def _constant_origin(srd: Reg, ptr: Reg, off: int, nbytes: int, raw_word3: int, emit):
+        left = records_left(nbytes, off)
         if off == 0:
             emit("s_mov_b32", srd[0], ptr[0])
             emit("s_and_b32", srd[1], ptr[1], 0xFFFF, comment="base[47:32], stride 0")
-            emit("s_mov_b32", srd[2], nbytes, comment="NUM_RECORDS = tensor bytes")
         else:
-            emit("s_add_u32", srd[0], ptr[0], off)
-            emit("s_addc_u32", srd[1], ptr[1], 0)
+            off %= 1 << 64
+            emit("s_add_u32", srd[0], ptr[0], off & MASK32)
+            emit("s_addc_u32", srd[1], ptr[1], off >> 32)
             emit("s_and_b32", srd[1], srd[1], 0xFFFF, comment="base[47:32], stride 0")
-            emit("s_sub_u32", srd[2], nbytes, off, comment="NUM_RECORDS left past the tile origin")
-            emit("s_cselect_b32", srd[2], 0, srd[2], comment="origin past the end: nothing in range")
-        emit("s_mov_b32", srd[3], b.arch.raw_buffer_word3)
-        b.cse_put(key[0], key[1], srd, frame)
-        return srd
+        emit("s_mov_b32", srd[2], left, comment="NUM_RECORDS from the tile origin")
+        emit("s_mov_b32", srd[3], raw_word3)
+
+    def _records_left(self, out: Reg, off: Reg, nbytes: int, frame: int):
+        """out = records_left(nbytes, off) for a 64-bit SGPR pair `off`, without wrapping."""
+        b = self.b
+        emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
+        if nbytes <= BUFFER_REACH:  # the usual case: one 64-bit subtraction, its borrow says "past the end"
+            high = b.alloc_in_frame("s", frame, what="bytes left, high word")
+            emit("s_sub_u32", out, nbytes, off[0])
+            emit("s_subb_u32", high, 0, off[1], comment="origin past the end (or negative)?")
+            emit("s_cselect_b32", out, 0, out, comment="then nothing is in range")
+            b.s.free(high)
+            return
+        left = b.alloc_in_frame("s", frame, 2, align=2, what="bytes left")
+        emit("s_sub_u32", left[0], nbytes & MASK32, off[0])
+        emit("s_subb_u32", left[1], nbytes >> 32, off[1], comment="bytes left past the tile origin")
+        emit("s_cmp_lt_i32", left[1], 0, comment="origin past the end?")
+        emit("s_cselect_b32", left[0], 0, left[0], comment="then nothing is in range")
+        emit("s_cmp_gt_i32", left[1], 0, comment="4 GiB or more left?")
+        emit("s_cselect_b32", left[0], BUFFER_REACH, left[0])
+        emit("s_min_u32", out, left[0], BUFFER_REACH, comment="NUM_RECORDS, at most BUFFER_REACH")
+        emit("s_cmp_lt_i32", off[1], 0, comment="origin before the start (a negative scalar)?")
+        emit("s_cselect_b32", out, 0, out, comment="then nothing is in range")
+        b.s.free(left)
+
+
+def records_left(nbytes: int, offset: int) -> int:
+    """NUM_RECORDS of a V# moved `offset` bytes into a tensor of `nbytes` bytes (see resource)."""
+    return min(max(nbytes - offset, 0), BUFFER_REACH) if offset >= 0 else 0

@@ -13,6 +13,7 @@ from ..errors import CompileError
 from .builder import KernelBuilder
 from .isa import Reg
 
+MASK32 = (1 << 32) - 1
 _MAGIC_DIVIDEND_LIMIT = 1 << 16  # floor(n / d) by multiply-high is exact for n, d < 2**16
 
 
@@ -85,6 +86,36 @@ def split_linear(form: dict, lane_symbols):
     return sympy.Add(*uniform), sympy.Add(*varying), const
 
 
+def value_range(expr, ranges: dict):
+    """(lowest, highest) value of an integer expression whose symbols lie in `ranges` ({symbol: (lo,
+    hi)}), by interval arithmetic (a bound, exact for the linear address forms tilegcn builds), or
+    None when a symbol's range is unknown or the expression has another form."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr), int(expr)
+    if expr.is_Symbol:
+        return ranges.get(expr)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [value_range(a, ranges) for a in expr.args]
+        if None in parts:
+            return None
+        lo, hi = parts[0]
+        for plo, phi in parts[1:]:
+            if isinstance(expr, sympy.Add):
+                lo, hi = lo + plo, hi + phi
+            else:
+                corners = (lo * plo, lo * phi, hi * plo, hi * phi)
+                lo, hi = min(corners), max(corners)
+        return lo, hi
+    div = split_floor_div(expr)
+    if div is not None:
+        r = value_range(div[0], ranges)
+        return None if r is None else (r[0] // div[1], r[1] // div[1])
+    if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
+        return 0, int(expr.args[1]) - 1
+    return None
+
+
 class ExprLowering:
     def __init__(self, b: KernelBuilder):
         self.b = b
@@ -109,6 +140,84 @@ class ExprLowering:
         self._sgpr_into(out, expr, frame)
         self.b.cse_put("s", expr, out, frame)
         return out
+
+    def sgpr64(self, expr) -> Reg | int:
+        """A uniform byte offset as an int or a 64-bit SGPR pair, computed modulo 2^64.
+
+        Each term of the linear form is an atom (a symbol, floor, Mod: 32-bit values, as sgpr()
+        computes them) or a product of atoms, times an integer coefficient; products are widened
+        to 64 bits (s_mul_hi_u32) and terms added with a carry, so offsets past 4 GiB are exact.
+        A term with a negative coefficient is refused: the offset could go below the tensor's start,
+        where a V# cannot range-check it."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return int(expr)
+        hit = self.b.cse_get("s64", expr)
+        if hit is not None:
+            return hit
+        form = linear_form(expr)
+        const = form.pop(sympy.S.One, 0)
+        negative = [f"{c}*{a}" for a, c in form.items() if c < 0]
+        if negative:
+            raise CompileError(f"tile origin {expr} (bytes) decreases as {', '.join(negative)} grows: tilegcn "
+                               "needs global tile origins that do not decrease with block ids, loop "
+                               "variables and scalars (the negative part cannot be range-checked)")
+        frame = self.b.frame_of(expr)
+        out = self.b.alloc_in_frame("s", frame, 2, align=2, what="64-bit offset")
+        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
+        terms = [(atom, coeff) for atom, coeff in form.items() if coeff]
+        self._term64_into(out, *terms[0], emit)
+        if len(terms) > 1:
+            tmp = self.b.s.alloc(2, align=2)
+            for atom, coeff in terms[1:]:
+                self._term64_into(tmp, atom, coeff, emit)
+                emit("s_add_u32", out[0], out[0], tmp[0])
+                emit("s_addc_u32", out[1], out[1], tmp[1])
+            self.b.s.free(tmp)
+        if const:
+            emit("s_add_u32", out[0], out[0], const & MASK32)
+            emit("s_addc_u32", out[1], out[1], (const >> 32) & MASK32)
+        self.b.cse_put("s64", expr, out, frame)
+        return out
+
+    def _term64_into(self, out: Reg, atom, coeff: int, emit):
+        """out (a pair) = atom * coeff: a product of 32-bit atoms widened to 64 bits."""
+        factors = list(sympy.Mul.make_args(atom)) if isinstance(atom, sympy.Mul) else [atom]
+        emit("s_mov_b32", out[0], self.sgpr(factors[0]))
+        high_zero = not _signed(factors[0])
+        if not high_zero:
+            emit("s_ashr_i32", out[1], out[0], 31, comment="a signed scalar: sign-extend")
+        for f in factors[1:]:
+            self._mul64(out, self.sgpr(f), high_zero, emit, signed=_signed(f))
+            high_zero = False
+        if coeff != 1:
+            self._mul64(out, coeff, high_zero, emit)
+        elif high_zero:
+            emit("s_mov_b32", out[1], 0)
+
+    def _mul64(self, x: Reg, factor, high_zero: bool, emit, signed: bool = False):
+        """x (a pair) *= factor (an SGPR, `signed` int32 or unsigned, or an int below 2^64), modulo 2^64."""
+        if isinstance(factor, int) and is_pow2(factor) and factor < 1 << 32:
+            if high_zero:
+                emit("s_mov_b32", x[1], 0)
+            emit("s_lshl_b64", x, x, log2(factor))
+            return
+        lo, hi = (factor & MASK32, factor >> 32) if isinstance(factor, int) else (factor, 0)
+        tmp = self.b.s.alloc()
+        if high_zero:
+            emit("s_mul_hi_u32", x[1], x[0], lo)
+        else:
+            emit("s_mul_i32", x[1], x[1], lo)
+            emit("s_mul_hi_u32", tmp, x[0], lo)
+            emit("s_add_u32", x[1], x[1], tmp)
+        if signed:
+            emit("s_ashr_i32", tmp, factor, 31)
+            hi = tmp
+        if hi:
+            emit("s_mul_i32", tmp, x[0], hi)
+            emit("s_add_u32", x[1], x[1], tmp)
+        emit("s_mul_i32", x[0], x[0], lo)
+        self.b.s.free(tmp)
 
     def _sgpr_into(self, out: Reg, expr, frame: int):
         emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
@@ -267,6 +376,12 @@ class ExprLowering:
                 emit("v_add_u32", out, self.operand(x), out)
             return
         raise CompileError(f"cannot lower index expression {expr}")
+
+
+def _signed(atom) -> bool:
+    """A runtime int scalar (int32, may be negative); block ids, loop variables, floor and Mod of them
+    are not negative."""
+    return atom.is_Symbol and not atom.is_nonnegative
 
 
 def _is_simple(expr) -> bool:

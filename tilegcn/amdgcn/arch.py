@@ -92,6 +92,7 @@ class Arch:
     num_xcds: int
     cus_per_xcd: int
     has_cvt_pk_bf16_f32: bool  # v_cvt_pk_bf16_f32 (round to nearest even) exists
+    has_ieee_maximum3: bool  # v_maximum3_f32 / v_minimum3_f32 (NaN-propagating, IEEE 754-2019) exist
     peak_bf16_tflops: float
     hbm_tbps: float
     extra: dict = field(default_factory=dict)
@@ -160,6 +161,7 @@ GFX942 = Arch(
     lds_dma_bytes=(1, 2, 4),
     cus_per_xcd=38,
     has_cvt_pk_bf16_f32=False,
+    has_ieee_maximum3=False,
     peak_bf16_tflops=1307.0,
     hbm_tbps=5.3,
     **_COMMON,
@@ -180,6 +182,7 @@ GFX950 = Arch(
     lds_dma_bytes=(1, 2, 4, 12, 16),
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
+    has_ieee_maximum3=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
     **{**_COMMON, "lds_banks": 64},

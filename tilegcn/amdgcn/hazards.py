@@ -1,91 +1,164 @@
 """Hazard nops: `s_nop` where the arch needs wait states between dependent instructions.
 
-Input: instructions with waits placed. Output: the same with `s_nop N` (N+1 wait states) inserted.
-Rules come from the arch table (`arch.mfma_hazards`): an MFMA's result read by VALU, memory ops,
+Input: instructions with waits placed, any control flow. Output: the same with `s_nop N` (N+1 wait states)
+inserted. Rules come from the arch table (`arch.mfma_hazards`): an MFMA's result read by VALU, memory ops,
 v_accvgpr_read or as another MFMA's srcA/srcB needs `vdst_to_read[passes]` wait states; as srcC of
 exactly the same registers none (back-to-back accumulation), of partially overlapping ones
 `vdst_to_srcc_overlap[passes]`; a VALU write (v_accvgpr_write included) read by an MFMA needs
 `valu_write_to_mfma_src`; an LDS DMA (which reads M0) right after a SALU write of M0 needs
-`m0_write_to_lds_dma_nops + 1`. Every issued instruction counts one wait state. The pass follows the
-instruction list linearly (labels do not reset it).
+`m0_write_to_lds_dma_nops + 1`. Every issued instruction (a branch too) counts one wait state.
+
+The state (recent MFMA results, VALU writes and the M0 write, each with the wait states since) is a forward
+dataflow problem over the control-flow graph (cfg.py): at the loop head the state of the preheader and of the
+loop's tail meet (the smaller count wins), so an MFMA at the end of one iteration is seen by the first
+instructions of the next.
 """
 from __future__ import annotations
 
-from . import isa
+import functools
+
+from . import cfg, isa
 from .isa import M0, Inst
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
-
-
-def _units(regs) -> set:
-    out = set()
-    for r in regs:
-        out.update(r.units())
-    return out
+_NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
 
 
 def _mfma_passes(op: str, arch) -> int:
-    for shapes in arch.mfma_shapes.values():
+    return _passes_by_name(op, arch.name)
+
+
+@functools.lru_cache(maxsize=None)
+def _passes_by_name(op: str, arch_name: str) -> int:
+    from .arch import get_arch
+
+    for shapes in get_arch(arch_name).mfma_shapes.values():
         for shape in shapes:
             if op.startswith(shape.name_template.format(dtype="")):
                 return shape.passes
     raise ValueError(f"unknown MFMA {op}")
 
 
-def _required(inst: Inst, mfmas: list, valu_writes: list, m0_since: int, arch) -> int:
-    """Wait states `inst` still needs."""
-    hz = arch.mfma_hazards
-    need = 0
-    if inst.kind == isa.LDS_DMA:
-        need = max(need, arch.m0_write_to_lds_dma_nops + 1 - m0_since)
-    if inst.kind == isa.MFMA:
-        src_ab = _units(inst.uses[:2])
-        src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
-        src_c = _units([src_c_reg]) if src_c_reg is not None else set()
-        for dst_reg, dst, passes, since in mfmas:
-            if dst & src_ab:
-                need = max(need, hz.vdst_to_read[passes] - since)
-            if dst & src_c and dst_reg != src_c_reg:
-                need = max(need, hz.vdst_to_srcc_overlap[passes] - since)
-        for dst, since in valu_writes:
-            if dst & (src_ab | src_c):
-                need = max(need, hz.valu_write_to_mfma_src - since)
-    elif inst.kind not in (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU,
-                           isa.SMEM):
-        reads = _units(inst.uses)
-        for _, dst, passes, since in mfmas:
-            if dst & reads:
-                need = max(need, hz.vdst_to_read[passes] - since)
-    return need
+@functools.lru_cache(maxsize=4096)
+def _reg_units(reg) -> frozenset:
+    return frozenset(reg.units())
+
+
+def _units(regs) -> frozenset:
+    if len(regs) == 1:
+        return _reg_units(regs[0])
+    return frozenset().union(*(_reg_units(r) for r in regs))
+
+
+class Recent:
+    """Recent MFMA results {(dst Reg, passes): wait states since}, VALU writes {units: since} and the wait states
+    since M0's write (the dataflow state between blocks). Within a block the pass keeps, per register unit, the
+    newest MFMA / VALU write of it with its issue time on a clock (`now`), so checking and issuing an instruction
+    cost O(its registers)."""
+
+    __slots__ = ("mfma_of", "valu_at", "m0_at", "now")
+
+    def __init__(self, mfmas=None, valu_writes=None, m0_since: int = _FORGET_AFTER):
+        self.now = 0
+        self.mfma_of = {}  # unit -> (issue time, passes, dst Reg) of the newest MFMA writing it
+        for (dst, passes), since in sorted((mfmas or {}).items(), key=lambda kv: -kv[1]):  # oldest first
+            for u in _reg_units(dst):
+                self.mfma_of[u] = (-since, passes, dst)
+        self.valu_at = {}  # unit -> issue time of the newest VALU write
+        for units, since in sorted((valu_writes or {}).items(), key=lambda kv: -kv[1]):
+            for u in units:
+                self.valu_at[u] = -since
+        self.m0_at = -m0_since
+
+    def since(self) -> tuple:
+        now = self.now
+        mfmas, valu = {}, {}
+        for t, passes, dst in self.mfma_of.values():
+            if now - t < _FORGET_AFTER:
+                mfmas[(dst, passes)] = now - t
+        for u, t in self.valu_at.items():
+            if now - t < _FORGET_AFTER:
+                valu[frozenset((u,))] = now - t
+        return mfmas, valu, min(now - self.m0_at, _FORGET_AFTER)
+
+    def copy(self) -> "Recent":
+        return Recent(*self.since())
+
+    def __eq__(self, other):
+        return self.since() == other.since()
+
+    def join(self, other: "Recent") -> "Recent":
+        (mfmas, valu, m0), (o_mfmas, o_valu, o_m0) = self.since(), other.since()
+        for k, s in o_mfmas.items():
+            mfmas[k] = min(s, mfmas.get(k, s))
+        for k, s in o_valu.items():
+            valu[k] = min(s, valu.get(k, s))
+        return Recent(mfmas, valu, min(m0, o_m0))
+
+    def required(self, inst: Inst, arch) -> int:
+        """Wait states `inst` still needs."""
+        hz = arch.mfma_hazards
+        now = self.now
+        need = 0
+        mfma_of = self.mfma_of
+        if inst.kind == isa.LDS_DMA:
+            need = max(need, arch.m0_write_to_lds_dma_nops + 1 - (now - self.m0_at))
+        if inst.kind == isa.MFMA:
+            src_ab = _units(inst.uses[:2])
+            src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
+            src_c = _reg_units(src_c_reg) if src_c_reg is not None else frozenset()
+            for u in src_ab:
+                if u in mfma_of:
+                    t, passes, _ = mfma_of[u]
+                    need = max(need, hz.vdst_to_read[passes] - (now - t))
+            for u in src_c:
+                if u in mfma_of:
+                    t, passes, dst = mfma_of[u]
+                    if dst != src_c_reg:
+                        need = max(need, hz.vdst_to_srcc_overlap[passes] - (now - t))
+            valu_at = self.valu_at
+            for u in src_ab | src_c:
+                if u in valu_at:
+                    need = max(need, hz.valu_write_to_mfma_src - (now - valu_at[u]))
+        elif inst.kind not in _NO_VECTOR_READ and mfma_of:
+            for u in _units(inst.uses):
+                if u in mfma_of:
+                    t, passes, _ = mfma_of[u]
+                    need = max(need, hz.vdst_to_read[passes] - (now - t))
+        return need
+
+    def issued(self, inst: Inst, arch):
+        self.now += int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
+        if inst.kind == isa.MFMA:
+            entry = (self.now, _mfma_passes(inst.op, arch), inst.defs[0])
+            for u in _reg_units(inst.defs[0]):
+                self.mfma_of[u] = entry
+        elif inst.kind == isa.VALU:
+            for u in _units(inst.defs):
+                self.valu_at[u] = self.now
+        if M0 in inst.defs:
+            self.m0_at = self.now
+
+
+def _transfer(arch):
+    def transfer(insts: list, state: Recent):
+        state = state.copy()
+        out: list = []
+        for inst in insts:
+            need = state.required(inst, arch)
+            while need > 0:
+                n = min(need, arch.max_nop + 1)
+                nop = Inst("s_nop", (n - 1,), kind=isa.SOPP)
+                out.append(nop)
+                state.issued(nop, arch)
+                need -= n
+            out.append(inst)
+            if inst.kind not in (isa.LABEL, isa.COMMENT):
+                state.issued(inst, arch)
+        return out, state
+
+    return transfer
 
 
 def insert_hazard_nops(insts: list, arch) -> list:
-    out: list = []
-    mfmas: list = []  # (dst Reg, dst units, passes, wait states since)
-    valu_writes: list = []  # (units, wait states since)
-    m0_since = _FORGET_AFTER  # wait states since the last write of M0
-
-    def advance(states: int):
-        nonlocal mfmas, valu_writes, m0_since
-        m0_since = min(m0_since + states, _FORGET_AFTER)
-        mfmas = [(r, d, p, s + states) for r, d, p, s in mfmas if s + states < _FORGET_AFTER]
-        valu_writes = [(d, s + states) for d, s in valu_writes if s + states < _FORGET_AFTER]
-
-    for inst in insts:
-        need = _required(inst, mfmas, valu_writes, m0_since, arch)
-        while need > 0:
-            n = min(need, arch.max_nop + 1)
-            out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
-            advance(n)
-            need -= n
-        out.append(inst)
-        if inst.kind in (isa.LABEL, isa.COMMENT):
-            continue
-        advance(int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1)
-        if inst.kind == isa.MFMA:
-            mfmas.append((inst.defs[0], _units(inst.defs), _mfma_passes(inst.op, arch), 0))
-        elif inst.kind == isa.VALU:
-            valu_writes.append((_units(inst.defs), 0))
-        if M0 in inst.defs:
-            m0_since = 0
-    return out
+    return cfg.solve(cfg.blocks(insts), Recent(), _transfer(arch), lambda a, b: b.copy() if a is None else a.join(b))

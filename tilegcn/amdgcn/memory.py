@@ -11,8 +11,9 @@ from __future__ import annotations
 import sympy
 
 from ..ir import nodes as N
-from .abi import OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_linear, split_uniform
+from ..errors import CompileError
+from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
+from .addr import ExprLowering, linear_form, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -31,7 +32,9 @@ def access_width(buffer: N.Buffer, run_elems: int, masked_last_dim: bool) -> int
         return es
     width = 16
     run_bytes = run_elems * es
-    constraints = [run_bytes] + [st * es for st in buffer.spec.strides[:-1]]
+    # the tensor's end: an access straddling it is out of range as a whole, losing its valid part
+    # (a 1-d tensor of odd length in 16-bit); rows of 2-d tensors end at multiples of the row stride
+    constraints = [run_bytes, buffer.spec.nbytes] + [st * es for st in buffer.spec.strides[:-1]]
     if masked_last_dim:
         constraints.append(buffer.shape[-1] * es)
     while width > es and any(c % width for c in constraints):
@@ -62,39 +65,84 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
 
-    def address(self, buffer: N.Buffer, index, mask_dims) -> tuple:
-        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index`."""
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> tuple:
+        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index` accessed `width`
+        bytes wide; the immediate is at most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA,
+        where it also offsets the LDS side)."""
         es = buffer.dtype.bytes
         form: dict = {}
         for idx, st in zip(index, buffer.spec.strides):
             linear_form(idx, st * es, form)
         uniform, lane, const = split_linear(form, self.b.lane_symbols)
-        limit = self.b.arch.mubuf_max_imm_offset + 1
+        srd = below = None
+        span = value_range(lane, self._lane_ranges())
+        if span is not None and uniform != 0 and span[0] + const < 0:
+            # lanes below the tile origin (a halo such as X[bx * 64 + i - 1]): they may still be
+            # inside the tensor, so the origin moves down to the lowest lane instead
+            shift = span[0] + const
+            if shift <= -BUFFER_REACH:
+                raise CompileError(f"{buffer.name}: a tile reaching {-shift} bytes below its origin is not supported")
+            srd, below = self.abi.clamped_resource(buffer, uniform + shift)
+            const -= shift
+        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
-        srd = self.abi.resource(buffer, uniform)
-        voffset = self.lower.vgpr(lane)
+        if not self._voffsets_reach(lane, imm, width):
+            mask_dims = self._mask_every_dim(buffer, lane)
+        srd = srd or self.abi.resource(buffer, uniform)
+        voffset, temp = self.lower.vgpr(lane), False
+        if below is not None:
+            voffset, temp = self.b.v.alloc(what="voffset"), True
+            self.b.emit("v_add_u32", voffset, below, self.lower.vgpr(lane), comment="origin below the start")
         if not mask_dims:
-            return srd, voffset, imm, False
-        return srd, self._masked(buffer, index, mask_dims, voffset), imm, True
+            return srd, voffset, imm, temp
+        masked = self._masked(buffer, index, mask_dims, voffset)
+        if temp:
+            self.b.v.free(voffset)
+        return srd, masked, imm, True
+
+    def _lane_ranges(self) -> dict:
+        return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
+
+    def _voffsets_reach(self, lane, imm: int, width: int) -> bool:
+        """Whether every lane's 32-bit voffset (+ imm) is exact: in-tile offsets below BUFFER_REACH,
+        negative ones (before the origin: out of range) above -BUFFER_REACH. An offset past 2^32
+        would wrap back into the buffer: a stray access."""
+        span = value_range(lane, self._lane_ranges())
+        return span is not None and span[0] + imm > -BUFFER_REACH and span[1] + imm + width <= BUFFER_REACH
+
+    def _mask_every_dim(self, buffer: N.Buffer, lane) -> list:
+        """A tile whose voffsets may wrap: mask every dim by compare (dim 0 included), so lanes outside
+        the tensor get OUT_OF_RANGE_OFFSET and lanes inside it, all below BUFFER_REACH from the
+        origin when the whole tensor is, compute exact offsets (32-bit arithmetic wraps only past it)."""
+        if buffer.spec.nbytes > BUFFER_REACH:
+            raise CompileError(
+                f"a tile of {buffer.name} spans more than {BUFFER_REACH >> 30} GiB per lane offset "
+                f"({lane} bytes) in a tensor of {buffer.spec.nbytes} bytes: 32-bit buffer offsets cannot "
+                "reach it; use a smaller tile or a tensor with smaller strides")
+        return list(range(len(buffer.shape)))
 
     def _masked(self, buffer, index, mask_dims, voffset: Reg) -> Reg:
         """A fresh VGPR: voffset where the element is inside the tensor on every masked dim, else an
-        offset past any NUM_RECORDS. The test is `lane part < shape - uniform part - constant`, so the
-        per-lane operand is shared by all accesses of a run and only the uniform limit differs."""
+        offset past any NUM_RECORDS. The test is `lane part < shape - uniform part - constant` (and
+        `lane part >= -uniform part - constant` where the index can go below 0), so the per-lane
+        operand is shared by all accesses of a run and only the uniform limit differs."""
         b = self.b
-        tests = []
+        tests = []  # (compare, uniform limit, lane part): limit > lane ("gt") or limit <= lane ("le")
         for d in mask_dims:
             u, l, c = split_uniform(index[d], b.lane_symbols)
-            limit = self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c)
-            tests.append((limit, self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)))
-        (limit, lhs), rest = tests[0], tests[1:]
-        b.emit("v_cmp_gt_i32", VCC, limit, lhs, defs=(VCC,), comment="inside the tensor?")
-        for limit, lhs in rest:
+            lhs = self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)
+            tests.append(("gt", self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c), lhs))
+            span = value_range(l, self._lane_ranges())
+            if span is None or span[0] + c < 0:
+                tests.append(("le", self.lower.sgpr(-u - c), lhs))
+        (cmp, limit, lhs), rest = tests[0], tests[1:]
+        b.emit(f"v_cmp_{cmp}_i32", VCC, limit, lhs, defs=(VCC,), comment="inside the tensor?")
+        for cmp, limit, lhs in rest:
             pair = b.s.alloc(2, align=2)
             if isinstance(limit, int) and not -16 <= limit <= 64:
                 limit = b.sgpr_constant(limit)
-            b.emit("v_cmp_gt_i32_e64", pair, limit, lhs)
+            b.emit(f"v_cmp_{cmp}_i32_e64", pair, limit, lhs)
             b.emit("s_and_b64", VCC, VCC, pair, defs=(VCC,))
             b.s.free(pair)
         out = b.v.alloc(what="masked voffset")
@@ -103,13 +151,13 @@ class GlobalAccess:
         return out
 
     def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
         self.b.emit(LOAD_OPS[width], dst, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
         if temp:
             self.b.v.free(voff)  # the address is read at issue
 
     def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims)
+        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
         self.b.emit(STORE_OPS[width], src, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
         if temp:
             self.b.v.free(voff)

@@ -1,20 +1,36 @@
 """Wait-count insertion: a `s_waitcnt` right before the first instruction that needs a result.
 
-Input: a straight list of instructions with defs/uses/kinds and no waits. Output: the same list with
-`s_waitcnt vmcnt(N) lgkmcnt(M)` inserted where a register produced by an in-flight memory op is read
-or overwritten (ticket scheme: the producer is the K-th of T outstanding ops -> vmcnt(T-K-1)).
-Vector memory and LDS ops complete in order; scalar loads do not, so any outstanding s_load forces
-lgkmcnt(0). Before `s_barrier` every LDS write (ds_write: lgkmcnt; LDS DMA: vmcnt) is waited for, since
-the barrier is what publishes LDS data to the other waves and does not wait by itself. Labels and
-branches flush every counter (the pass does not follow control flow).
+Input: instructions with defs/uses/kinds and no waits, any control flow (labels, branches, loops). Output: the
+same with `s_waitcnt vmcnt(N) lgkmcnt(M)` inserted where a register produced by an in-flight memory op is read
+or overwritten. Per counter the state is, for every register unit an in-flight op will write, the number of ops
+of that counter issued after it (`dist`): the unit is written once at most `dist` ops are outstanding, so the
+wait is exactly `vmcnt(dist)` — counting tickets rather than draining. The state is a forward dataflow problem
+over the control-flow graph (cfg.py): at a join (the loop head: the preheader and the back-edge) a unit keeps its
+smallest distance, so a load issued in iteration i and consumed in i+1 gets the exact count on every path and
+nothing is flushed at labels or branches.
+
+Vector memory and LDS ops complete in order; scalar loads do not, so any outstanding s_load forces lgkmcnt(0).
+LDS writes are memory effects, not registers: a ds_write or LDS DMA may name the LDS region it writes as a
+pseudo-register (file "lds", `lds_tag`) in its defs. `s_barrier` publishes LDS writes to the other waves and does
+not wait by itself (gfx90a and later), so before it the pass waits for every *untagged* LDS write and for the
+tagged regions the barrier lists in its uses; a tagged region nobody publishes yet (the next pipeline stage) stays
+in flight across the barrier. Writing the same LDS region twice needs no wait (they are ordered).
 """
 from __future__ import annotations
 
-from . import isa
-from .isa import Inst
+from . import cfg, isa
+from .isa import Inst, Reg
 
 _VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
 _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
+_LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
+LDS_FILE = "lds"
+UNTAGGED_LDS = (LDS_FILE, -1)  # the unit of every LDS write that names no region
+
+
+def lds_tag(n: int) -> Reg:
+    """Pseudo-register naming LDS region n (e.g. one pipeline stage of one shared tile) as a memory effect."""
+    return Reg(LDS_FILE, n)
 
 
 def wait_text(vm, lgkm) -> str:
@@ -22,43 +38,66 @@ def wait_text(vm, lgkm) -> str:
     return " ".join(parts)
 
 
-class Counter:
-    """One in-order counter (vmcnt or lgkmcnt) as tickets: op number t is outstanding while t >= retired."""
+class Pending:
+    """In-flight ops of one in-order counter.
 
-    def __init__(self, limit: int):
+    Between blocks (the dataflow state): `dist`, unit -> ops issued after the newest op writing it, capped at the
+    counter's limit so the lattice is finite. Within a block, tickets: op number t writes its units
+    (`ticket[unit] = t`), and ops below `retired` are known complete, so issuing and waiting cost O(1)."""
+
+    __slots__ = ("limit", "ticket", "issued", "retired", "smem")
+
+    def __init__(self, limit: int, dist=None, outstanding: int = 0, smem: bool = False):
         self.limit = limit
-        self.issued = 0
+        self.issued = outstanding  # the block's first op gets this ticket; earlier ops have tickets < it
         self.retired = 0
-        self.owner: dict = {}  # register unit -> ticket of the last op writing it
-        self.last_of_kind: dict = {}  # kind -> ticket of the last op of that kind
-        self.smem_pending = 0  # ticket bound below which scalar loads may still be in flight
+        # a distance capped at the limit becomes the oldest outstanding op: waited for at least as strictly
+        self.ticket = {u: max(outstanding - 1 - d, 0) for u, d in (dist or {}).items()} if outstanding else {}
+        self.smem = smem  # a scalar load (out of order) may be outstanding
 
     @property
     def outstanding(self) -> int:
-        return self.issued - self.retired
+        return min(self.issued - self.retired, self.limit)
 
-    def allowed_after(self, ticket) -> int | None:
-        """Outstanding ops allowed so that op `ticket` has completed (None: nothing to wait for)."""
-        if ticket is None or ticket < self.retired:
+    def dist(self) -> dict:
+        issued, retired, limit = self.issued, self.retired, self.limit
+        return {u: min(issued - t - 1, limit) for u, t in self.ticket.items() if t >= retired}
+
+    def key(self):
+        return self.dist(), self.outstanding, self.smem
+
+    def copy(self) -> "Pending":
+        return Pending(self.limit, self.dist(), self.outstanding, self.smem)
+
+    def __eq__(self, other):
+        return self.key() == other.key()
+
+    def join(self, other: "Pending") -> "Pending":
+        dist = self.dist()
+        for u, d in other.dist().items():
+            dist[u] = min(d, dist.get(u, d))
+        return Pending(self.limit, dist, max(self.outstanding, other.outstanding), self.smem or other.smem)
+
+    def allowed_for(self, units) -> int | None:
+        """Outstanding ops allowed so that every op writing `units` has completed (None: nothing to wait for).
+        A distance past the counter's range waits for the counter's maximum (as LLVM's SIInsertWaitcnts does)."""
+        ticket = self.ticket
+        newest = max((ticket[u] for u in units if u in ticket), default=None)
+        if newest is None or newest < self.retired:
             return None
-        return self.issued - ticket - 1
+        return min(self.issued - newest - 1, self.limit - 1)
 
-    def newest_writer(self, units) -> int | None:
-        owner = self.owner
-        tickets = [owner[u] for u in units if u in owner]
-        return max(tickets) if tickets else None
-
-    def issue(self, kind: str, units):
-        ticket = self.issued
+    def issue(self, units, smem: bool = False):
+        t = self.issued
         self.issued += 1
         for u in units:
-            self.owner[u] = ticket
-        self.last_of_kind[kind] = ticket
-        if kind == isa.SMEM:
-            self.smem_pending = self.issued
+            self.ticket[u] = t
+        self.smem = self.smem or smem
 
     def wait(self, allowed: int):
         self.retired = max(self.retired, self.issued - allowed)
+        if allowed == 0:
+            self.smem = False
 
 
 def _units(regs) -> list:
@@ -68,48 +107,60 @@ def _units(regs) -> list:
     return out
 
 
-def _min(a, b):
-    return b if a is None else a if b is None else min(a, b)
+def _written_units(inst: Inst) -> list:
+    units = _units(inst.defs)
+    if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
+        units.append(UNTAGGED_LDS)
+    return units
+
+
+def _needed_units(inst: Inst) -> list:
+    """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
+    (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
+    if inst.kind == isa.BARRIER:
+        return [UNTAGGED_LDS] + _units(inst.uses)
+    return _units(inst.uses) + [u for u in _units(inst.defs) if u[0] != LDS_FILE]
+
+
+def _transfer(arch):
+    def transfer(insts: list, state):
+        vm, lgkm = state[0].copy(), state[1].copy()
+        out: list = []
+
+        def wait(need_vm, need_lgkm):
+            if need_lgkm is not None and lgkm.smem:
+                need_lgkm = 0  # scalar loads return out of order: only lgkmcnt(0) is certain
+            if need_vm is not None and need_vm >= vm.outstanding:
+                need_vm = None
+            if need_lgkm is not None and need_lgkm >= lgkm.outstanding:
+                need_lgkm = None
+            if need_vm is None and need_lgkm is None:
+                return
+            out.append(Inst("s_waitcnt", (wait_text(need_vm, need_lgkm),), kind=isa.WAIT))
+            if need_vm is not None:
+                vm.wait(need_vm)
+            if need_lgkm is not None:
+                lgkm.wait(need_lgkm)
+
+        for inst in insts:
+            kind = inst.kind
+            if kind not in (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH):
+                needed = _needed_units(inst)
+                wait(vm.allowed_for(needed), lgkm.allowed_for(needed))
+            out.append(inst)
+            if kind in _VM_KINDS:
+                vm.issue(_written_units(inst))
+            elif kind in _LGKM_KINDS:
+                lgkm.issue(_written_units(inst), smem=kind == isa.SMEM)
+        return out, (vm, lgkm)
+
+    return transfer
+
+
+def _join(a, b):
+    return b if a is None else (a[0].join(b[0]), a[1].join(b[1]))
 
 
 def insert_waits(insts: list, arch) -> list:
-    out: list = []
-    vm, lgkm = Counter(arch.max_vmcnt), Counter(arch.max_lgkmcnt)
-
-    def wait(need_vm, need_lgkm):
-        if need_lgkm is not None and lgkm.smem_pending > lgkm.retired:
-            need_lgkm = 0  # scalar loads return out of order: only lgkmcnt(0) is certain
-        if need_vm is not None and need_vm >= vm.outstanding:
-            need_vm = None
-        if need_lgkm is not None and need_lgkm >= lgkm.outstanding:
-            need_lgkm = None
-        if need_vm is None and need_lgkm is None:
-            return
-        out.append(Inst("s_waitcnt", (wait_text(need_vm, need_lgkm),), kind=isa.WAIT))
-        if need_vm is not None:
-            vm.wait(need_vm)
-        if need_lgkm is not None:
-            lgkm.wait(need_lgkm)
-
-    for inst in insts:
-        kind = inst.kind
-        if kind in (isa.LABEL, isa.BRANCH):
-            wait(0, 0)
-        elif kind == isa.BARRIER:
-            wait(vm.allowed_after(vm.last_of_kind.get(isa.LDS_DMA)),
-                 lgkm.allowed_after(lgkm.last_of_kind.get(isa.DS_WRITE)))
-        elif kind not in (isa.COMMENT, isa.WAIT):
-            touched = _units(inst.uses) + _units(inst.defs)
-            need_vm = vm.allowed_after(vm.newest_writer(touched))
-            need_lgkm = lgkm.allowed_after(lgkm.newest_writer(touched))
-            if kind in _VM_KINDS and vm.outstanding >= vm.limit:
-                need_vm = _min(need_vm, vm.limit - 1)
-            if kind in _LGKM_KINDS and lgkm.outstanding >= lgkm.limit:
-                need_lgkm = _min(need_lgkm, lgkm.limit - 1)
-            wait(need_vm, need_lgkm)
-        out.append(inst)
-        if kind in _VM_KINDS:
-            vm.issue(kind, _units(inst.defs))
-        elif kind in _LGKM_KINDS:
-            lgkm.issue(kind, _units(inst.defs))
-    return out
+    entry = (Pending(arch.max_vmcnt), Pending(arch.max_lgkmcnt))
+    return cfg.solve(cfg.blocks(insts), entry, _transfer(arch), _join)

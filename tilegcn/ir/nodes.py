@@ -158,7 +158,22 @@ class Expr(RefusesPythonOperators):
     def __rmul__(self, o): return BinOp("mul", self._wrap(o), self)
     def __truediv__(self, o): return BinOp("div", self, self._wrap(o))
     def __rtruediv__(self, o): return BinOp("div", self._wrap(o), self)
-    def __neg__(self): return BinOp("sub", Const(0.0), self)
+    def __neg__(self): return Call("neg", (self,))  # a sign flip: -(+0.0) is -0.0, as in torch
+
+    # Python would answer these at trace time (identity, truthiness), silently: refuse instead.
+    __hash__ = object.__hash__
+
+    def __eq__(self, o): _refuse_python_logic("==")
+    def __ne__(self, o): _refuse_python_logic("!=")
+    def __bool__(self): _refuse_python_logic("a truth test (if/and/or/not)")
+
+
+def _refuse_python_logic(what: str):
+    from ..errors import CompileError
+
+    raise CompileError(f"{what} on an element expression would be decided once, while tracing, not per "
+                       "element: the tile language has no comparisons; write the arithmetic (T.max, T.min, "
+                       "T.abs) that gives the value you want")
 
 
 @dataclass(eq=False)
@@ -188,7 +203,7 @@ class BinOp(Expr):
 
 @dataclass(eq=False)
 class Call(Expr):
-    fn: str  # exp2 exp abs
+    fn: str  # exp2 exp abs neg
     args: tuple
 
 
@@ -234,6 +249,28 @@ class Gemm(Stmt):
     C: Buffer
     transpose_A: bool = False
     transpose_B: bool = False
+    stage: int = 0  # pipeline stage of A and B read (passes/pipeline.py)
+
+
+@dataclass(eq=False)
+class AsyncCopy(Copy):
+    """A global -> shared copy into pipeline stage `stage` of its shared buffer; in flight until a WaitGroup
+    retires its group (passes/pipeline.py)."""
+
+    stage: int = 0
+
+
+@dataclass(eq=False)
+class CommitGroup(Stmt):
+    """Close the group of async copies issued since the previous commit."""
+
+
+@dataclass(eq=False)
+class WaitGroup(Stmt):
+    """Wait until at most `pending` committed groups (the newest) are in flight; the copies of the older groups
+    are then visible to every thread of the workgroup."""
+
+    pending: int
 
 
 @dataclass(eq=False)

@@ -29,8 +29,14 @@ def print_expr(e: N.Expr) -> str:
 
 
 def _stmt(s: N.Stmt, indent: str, out: list):
-    if isinstance(s, N.Copy):
+    if isinstance(s, N.AsyncCopy):
+        out.append(f"{indent}async_copy {_region(s.src)} -> {_region(s.dst)} stage={s.stage}")
+    elif isinstance(s, N.Copy):
         out.append(f"{indent}copy {_region(s.src)} -> {_region(s.dst)}")
+    elif isinstance(s, N.CommitGroup):
+        out.append(f"{indent}commit_group")
+    elif isinstance(s, N.WaitGroup):
+        out.append(f"{indent}wait_group {s.pending}")
     elif isinstance(s, N.Fill):
         out.append(f"{indent}fill {s.buffer.name} = {float(s.value)!r}")
     elif isinstance(s, N.ParallelStore):
@@ -39,7 +45,8 @@ def _stmt(s: N.Stmt, indent: str, out: list):
         out.append(f"{indent}parallel ({idx}) in ({ext}): {s.buffer.name}[{idx}] = {print_expr(s.value)}")
     elif isinstance(s, N.Gemm):
         out.append(f"{indent}gemm {s.A.name}{'^T' if s.transpose_A else ''} @ {s.B.name}"
-                   f"{'^T' if s.transpose_B else ''} += {s.C.name}")
+                   f"{'^T' if s.transpose_B else ''} += {s.C.name}"
+                   + (f" stage={s.stage}" if s.stage else ""))
     elif isinstance(s, N.Loop):
         out.append(f"{indent}for {s.var} in pipelined({s.extent}, num_stages={s.num_stages}):")
         for b in s.body:

@@ -18,6 +18,9 @@ def _check_region_bounds(r: N.Region, loc):
         if int(start) < 0 or int(start) + extent > size:
             raise CompileError(f"{r.buffer.name}: region [{start}, {int(start) + extent}) on dim {d} is "
                                f"outside its shape {r.buffer.shape}", location=loc)
+    if r.buffer.scope == N.FRAGMENT and (any(s != 0 for s in r.starts) or tuple(r.extents) != r.buffer.shape):
+        raise CompileError(f"{r.buffer.name}: T.copy takes a whole fragment ({list(r.buffer.shape)}), not the "
+                           f"region at {list(r.starts)} of extent {list(r.extents)}", location=loc)
 
 
 def _check_statement(s: N.Stmt, depth: int, seen_swizzle: list):

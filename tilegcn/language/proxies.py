@@ -113,9 +113,28 @@ class BufferProxy(N.RefusesPythonOperators):
         if index is not None:
             if len(index) != self.ndim:
                 raise CompileError(f"{self.buffer.name} has {self.ndim} dims, indexed with {len(index)}")
+            if self.buffer.scope != N.GLOBAL:
+                self._check_own_element(index)
             return N.ElemRef(self.buffer, index)
         starts, extents = _normalise_key(key, self.ndim, f"indexing {self.buffer.name}")
         return RegionRef(self.buffer, starts, extents)
+
+    def _check_own_element(self, index):
+        """Inside T.Parallel a thread holds only the fragment elements of its own T.Parallel indices;
+        any other index (`x[j, i]`, `x[i, 0]`, `x[63 - i]`) names another thread's registers, which
+        tilegcn does not fetch: refused rather than read wrongly."""
+        from .tracer import current
+
+        indices = current().parallel[1]
+        if tuple(index) != tuple(indices):
+            names = {s: sympy.Symbol(str(s)[1:]) for s in indices}  # p_i -> i, as the user wrote it
+            want = ", ".join(str(names[s]) for s in indices)
+            got = ", ".join(str(sympy.sympify(k).xreplace(names)) for k in index)
+            raise CompileError(
+                f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
+                f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, "
+                f"[{want}] (other elements live in other threads); to permute or broadcast, copy "
+                "through a global tensor")
 
     def __setitem__(self, key, value):
         from .tracer import current
@@ -151,4 +170,10 @@ class ScalarProxy(N.RefusesPythonOperators):
     def __truediv__(self, o): return self._e() / o
     def __rtruediv__(self, o): return as_expr(o) / self._e()
     def __neg__(self): return -self._e()
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, o): return self._e() == o  # refused, as for any element expression
+    def __ne__(self, o): return self._e() != o
+    def __bool__(self): return bool(self._e())
 

@@ -1,6 +1,6 @@
 """The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
 
-  verify -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
+  verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
   -> statement lowering (copy, elementwise, gemm, loops) -> wait counts -> hazard nops -> render
 """
 from __future__ import annotations
@@ -16,14 +16,16 @@ from ..amdgcn.regalloc import check_budget
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.printer import print_kernel
 from ..ir.verify import verify
 from .context import Context
 from .copy import lower_copy
 from .elementwise import lower_fill, lower_parallel
-from .gemm import lower_gemm, plan_gemms
+from .gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, plan_gemms
 from .lds import allocate_shared
 from .layout import TID, assign_layouts
 from .pipeline import lower_loop
+from .pipelining import pipeline_loops
 from .xcd import lower_swizzle
 
 
@@ -31,15 +33,23 @@ from .xcd import lower_swizzle
 class Lowered:
     asm: str
     meta: dict
+    ir: str | None = None  # the tile IR after the tile-IR passes, when they changed it
 
 
 def lower_statements(ctx: Context, body: list):
     for s in body:
-        if len(ctx.b.frames) == 1:
+        if len(ctx.b.frames) == 1 and not _pipelined(ctx, s):
             with ctx.b.statement_scope():
                 lower_statement(ctx, s)
         else:
             lower_statement(ctx, s)
+
+
+def _pipelined(ctx: Context, s: N.Stmt) -> bool:
+    """A statement of a pipelined K loop (passes/pipelining.py): its prologue, steady loop and epilogue share
+    their address registers (copy offsets, LDS read bases), so they are not freed statement by statement."""
+    return isinstance(s, (N.AsyncCopy, N.CommitGroup, N.WaitGroup)) or (isinstance(s, N.Gemm) and ctx.pipe is not None) or \
+        (isinstance(s, N.Loop) and any(isinstance(x, N.AsyncCopy) for x in s.body))
 
 
 def lower_statement(ctx: Context, s: N.Stmt):
@@ -53,8 +63,14 @@ def lower_statement(ctx: Context, s: N.Stmt):
 
 
 def _dispatch(ctx: Context, s: N.Stmt):
-    if isinstance(s, N.Copy):
+    if isinstance(s, N.AsyncCopy):
+        lower_async_copy(ctx, s)
+    elif isinstance(s, N.Copy):
         lower_copy(ctx, s)
+    elif isinstance(s, N.CommitGroup):
+        lower_commit_group(ctx, s)
+    elif isinstance(s, N.WaitGroup):
+        lower_wait_group(ctx, s)
     elif isinstance(s, N.ParallelStore):
         lower_parallel(ctx, s)
     elif isinstance(s, N.Fill):
@@ -70,11 +86,13 @@ def _dispatch(ctx: Context, s: N.Stmt):
 def lower(kernel: N.Kernel, arch) -> Lowered:
     arch = get_arch(arch)
     verify(kernel)
+    traced = kernel
+    kernel = pipeline_loops(kernel)
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi)
     ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
-    ctx.shared, lds_bytes = allocate_shared(kernel, arch, ctx.gemm_plans)
+    ctx.shared, ctx.stage_bytes, lds_bytes = allocate_shared(kernel, arch, ctx.gemm_plans)
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
@@ -91,4 +109,4 @@ def lower(kernel: N.Kernel, arch) -> Lowered:
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
                            dtype=a.param.dtype.name) for a in abi.args],
                 source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    return Lowered(asm, meta)
+    return Lowered(asm, meta, None if kernel is traced else print_kernel(kernel))

@@ -22,6 +22,8 @@ class Context:
     gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
     current_parallel: N.ParallelStore | None = None  # the T.Parallel statement being lowered
     lds_state: str = "idle"  # last LDS access kind: "idle", "written" or "read" (for barrier placement)
+    stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its pipeline stages
+    pipe: object = None  # gemm.PipeState while pipelined copies are in flight
 
     @property
     def lower(self) -> ExprLowering:

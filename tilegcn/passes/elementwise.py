@@ -12,16 +12,28 @@ import math
 import numpy as np
 import sympy
 
-from ..amdgcn.isa import Reg
+from ..amdgcn.isa import VCC, Reg, float_literal
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..ir import nodes as N
 from .context import Context
 
-LOG2_E = 1.4426950408889634
+# llvm.exp.f32's expansion (llc -mcpu=gfx942): log2(e) as f32 plus its low part, and the inputs below
+# which e^x underflows to 0 (~ -103.28) and above which it overflows (~ 88.72), all as f32 bits
+LOG2_E_BITS, LOG2_E_LOW_BITS = 0x3FB8AA3B, 0x32A5705F
+EXP_UNDERFLOW_BITS, EXP_OVERFLOW_BITS = 0xC2CE8ED0, 0x42B17218
+POSITIVE_INF = 0x7F800000
+SIGN_BIT = 0x80000000
+QUIET_NAN = 0x7FC00000
 _VOP2 = {"add": "v_add_f32", "mul": "v_mul_f32", "max": "v_max_f32", "min": "v_min_f32", "sub": "v_sub_f32"}
 _COMMUTATIVE = {"add", "mul", "max", "min"}
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "div": lambda a, b: _f32_div(a, b), "max": max, "min": min}
+         "div": lambda a, b: _ieee_div(a, b), "max": lambda a, b: _nan_or(max, a, b),
+         "min": lambda a, b: _nan_or(min, a, b)}
+
+
+def _nan_or(fn, a: float, b: float) -> float:
+    """Folded T.max/T.min: NaN when either is NaN, as torch.maximum/minimum."""
+    return math.nan if math.isnan(a) or math.isnan(b) else fn(a, b)
 
 
 def _f32(x: float) -> float:
@@ -30,8 +42,24 @@ def _f32(x: float) -> float:
         return float(np.float32(x))
 
 
-def _f32_div(a: float, b: float) -> float:
-    """IEEE fp32 a / b for constants: x/0 is +-inf and 0/0 is NaN, as on the device (no ZeroDivisionError)."""
+class _Neg:
+    """A VOP3 source with the neg modifier (`-v3`); the instruction lists the register in `uses`."""
+
+    def __init__(self, reg: Reg):
+        self.reg = reg
+
+    def __str__(self):
+        return f"-{self.reg}"
+
+
+def _exact_reciprocal(b: float) -> bool:
+    """b = +-2^k with 1/b a normal f32: a / b == a * (1/b) exactly, rounding included."""
+    m, e = math.frexp(b)
+    return abs(m) == 0.5 and -126 <= 1 - e <= 127
+
+
+def _ieee_div(a: float, b: float) -> float:
+    """Folded division in f32, IEEE (x/0 is +-inf or NaN, as on the device)."""
     with np.errstate(all="ignore"):
         return float(np.float32(a) / np.float32(b))
 
@@ -97,12 +125,97 @@ class ElementEvaluator:
             return _f32(_FOLD[e.op](a, b))
         out = dst or self.temp()
         if e.op == "div":
-            if isinstance(b, float):
-                return self._emit2("mul", a, _f32_div(1.0, b), out)
-            rcp = self.temp()
-            self.b.emit("v_rcp_f32", rcp, b)
-            return self._emit2("mul", a, rcp, out)
+            if isinstance(b, float) and _exact_reciprocal(b):
+                return self._emit2("mul", a, _f32(1.0 / b), out)
+            return self._divide(a, b, out)
+        if e.op in ("max", "min"):
+            return self._max_min(e.op, a, b, out)
         return self._emit2(e.op, a, b, out)
+
+    def _exp(self, x: Reg, out: Reg):
+        """e^x as LLVM expands llvm.exp.f32 for gfx9: x*log2(e) split into an integer n and a small
+        remainder computed with the product's rounding error (an FMA and the low part of log2(e)),
+        so v_exp_f32 sees |r| <= 0.5 and v_ldexp_f32 applies 2^n exactly; past the range ends the
+        result is 0 or inf."""
+        emit, const = self.b.emit, self.b.sgpr_constant
+        log2e = const(LOG2_E_BITS)
+        ph, n, r = self.temp(), self.temp(), self.temp()
+        emit("v_mul_f32", ph, log2e, x, comment="x*log2(e), rounded")
+        emit("v_rndne_f32", n, ph)
+        emit("v_sub_f32", r, ph, n)
+        emit("v_fma_f32", ph, x, log2e, _Neg(ph), defs=(ph,), uses=(x, log2e, ph), comment="its rounding error")
+        emit("v_fma_f32", ph, x, const(LOG2_E_LOW_BITS), ph, comment="+ x * (log2(e) - f32(log2(e)))")
+        emit("v_add_f32", r, r, ph)
+        emit("v_exp_f32", r, r)
+        emit("v_cvt_i32_f32", n, n)
+        emit("v_cmp_ngt_f32", VCC, const(EXP_UNDERFLOW_BITS), x, defs=(VCC,), comment="x >= low end (or NaN)?")
+        emit("v_ldexp_f32", r, r, n)
+        emit("v_cndmask_b32", r, 0, r, VCC, comment="else 0")
+        emit("v_cmp_nlt_f32", VCC, const(EXP_OVERFLOW_BITS), x, defs=(VCC,), comment="x <= high end (or NaN)?")
+        emit("v_cndmask_b32", out, self.b.vgpr_constant(POSITIVE_INF), r, VCC, comment="else inf")
+
+    def _divide(self, a, b, out: Reg) -> Reg:
+        """a / b correctly rounded (IEEE 754, as torch), the way LLVM expands `fdiv float` for gfx9:
+        scale numerator and denominator away from the range limits (v_div_scale_f32), refine the
+        reciprocal and the quotient with FMAs, v_div_fmas_f32 undoes the scaling and
+        v_div_fixup_f32 handles zeros, infinities, NaN and overflow."""
+        emit = self.b.emit
+        n, d = self.vgpr(a), self.vgpr(b)
+        den, rcp, err, num, q, t = (self.temp() for _ in range(6))
+        flags = self.b.s.alloc(2, align=2)
+        emit("v_div_scale_f32", den, flags, d, d, n, defs=(den, flags), uses=(d, n), comment="scaled b")
+        self.b.s.free(flags)
+        emit("v_rcp_f32", rcp, den)
+        # between a transcendental and its use: one independent instruction (a gfx940+ wait state)
+        emit("v_div_scale_f32", num, VCC, n, d, n, defs=(num, VCC), uses=(n, d), comment="scaled a")
+        emit("v_fma_f32", err, _Neg(den), rcp, 1.0, defs=(err,), uses=(den, rcp))
+        emit("v_fma_f32", rcp, err, rcp, rcp, comment="refined 1/b")
+        emit("v_mul_f32", q, num, rcp)
+        emit("v_fma_f32", t, _Neg(den), q, num, defs=(t,), uses=(den, q, num))
+        emit("v_fma_f32", q, t, rcp, q, comment="refined quotient")
+        emit("v_fma_f32", t, _Neg(den), q, num, defs=(t,), uses=(den, q, num), comment="its residual")
+        emit("v_div_fmas_f32", t, t, rcp, q, defs=(t,), uses=(t, rcp, q, VCC))
+        emit("v_div_fixup_f32", out, t, d, n, defs=(out,), uses=(t, d, n))
+        return out
+
+    def _max_min(self, op: str, a, b, out: Reg) -> Reg:
+        """torch.maximum/minimum: NaN when either operand is NaN. v_max_f32 is IEEE maxNum, which
+        returns the other operand; gfx950's v_maximum3_f32 propagates NaN, elsewhere a v_cmp_u_f32
+        (unordered: either is NaN) selects a quiet NaN afterwards."""
+        if self.b.arch.has_ieee_maximum3:
+            a, b = self._vop3_sources(a, b)
+            self.b.emit(f"v_{op}imum3_f32", out, a, b, b)
+            return out
+        if isinstance(a, float) != isinstance(b, float) and not math.isnan(a if isinstance(a, float) else b):
+            return self._max_min_constant(op, *((b, a) if isinstance(a, float) else (a, b)), out)
+        x, y = (b, a) if not _is_vgpr(b) else (a, b)
+        self.b.emit("v_cmp_u_f32", VCC, x, self.vgpr(y), defs=(VCC,), comment="either operand NaN?")
+        self._emit2(op, a, b, out)  # after the compare: `out` may be an operand's register
+        self.b.emit("v_cndmask_b32", out, out, self.b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
+        return out
+
+    def _max_min_constant(self, op: str, x, c: float, out: Reg) -> Reg:
+        """max(x, c) / min(x, c) for a constant c (not NaN): x where x > c (< c) or x is NaN, else c
+        (ties, -0.0 against 0.0 included, give c, as torch does); two instructions where maxNum and a
+        NaN select take three (relu's case)."""
+        keep_x = "v_cmp_nge_f32" if op == "max" else "v_cmp_nle_f32"  # !(c >= x) / !(c <= x): true for NaN
+        self.b.emit(keep_x, VCC, c, self.vgpr(x), defs=(VCC,))
+        constant = c if not float_literal(c).startswith("0x") else self.b.vgpr_constant(int(float_literal(c), 16))
+        self.b.emit("v_cndmask_b32", out, constant, self.vgpr(x), VCC, comment=f"{op}(x, {c}), NaN kept")
+        return out
+
+    def _vop3_sources(self, *operands) -> list:
+        """gfx9 VOP3 operands: no literal constant, at most one SGPR (the constant bus)."""
+        out, sgprs = [], set()
+        for x in operands:
+            literal = isinstance(x, float) and float_literal(x).startswith("0x")
+            sgpr = isinstance(x, Reg) and x.file == "s"
+            if literal or (sgpr and sgprs - {x}):
+                x = self.vgpr(x)
+            elif sgpr:
+                sgprs.add(x)
+            out.append(x)
+        return out
 
     def _emit2(self, op: str, a, b, out: Reg) -> Reg:
         """VOP2: src1 must be a VGPR; swap commutative operands or use the reversed form."""
@@ -120,15 +233,16 @@ class ElementEvaluator:
     def _call(self, e: N.Call, r: int, dst):
         x = self.eval(e.args[0], r)
         if isinstance(x, float):
-            return _f32({"exp2": lambda v: 2.0 ** v, "exp": math.exp, "abs": abs}[e.fn](x))
+            return _f32({"exp2": lambda v: 2.0 ** v, "exp": math.exp, "abs": abs, "neg": lambda v: -v}[e.fn](x))
         out = dst or self.temp()
         if e.fn == "exp2":
             self.b.emit("v_exp_f32", out, x)
         elif e.fn == "exp":
-            self._emit2("mul", LOG2_E, self.vgpr(x), out)
-            self.b.emit("v_exp_f32", out, out)
+            self._exp(self.vgpr(x), out)
         elif e.fn == "abs":
             self.b.emit("v_and_b32", out, 0x7FFFFFFF, self.vgpr(x))
+        elif e.fn == "neg":
+            self.b.emit("v_xor_b32", out, SIGN_BIT, self.vgpr(x), comment="-x: flip the sign")
         else:
             raise TypeError(f"unknown function {e.fn}")
         return out

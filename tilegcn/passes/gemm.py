@@ -7,21 +7,30 @@ k-step pair one ds_read_b128 per operand fragment (the next pair's reads issued 
 MFMAs, into a second register set) and the MFMA sequence into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
+
+Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `uses_lds_dma` says so (gfx950,
+K-major operand, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage) whose ds_writes
+are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory effect
+(`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
+pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in flight.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
-from ..amdgcn.isa import EXEC, VCC
+from ..amdgcn.isa import EXEC, M0, VCC, Reg
+from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
 from ..errors import CompileError
 from ..ir import nodes as N
 from .context import Context
-from .gemm_plan import TID, WAVE, plan_gemm
+from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
+from .lds import stage_counts
 
 DS_WRITE_HALF = ("ds_write_b16", "ds_write_b16_d16_hi")  # low / high 16 bits of the data VGPR
 
@@ -139,7 +148,8 @@ def _misalignment(src: N.Buffer) -> str:
             "pass a copy (.contiguous() or .clone())")
 
 
-def lower_shared_copy(ctx: Context, s: N.Copy):
+def _check_shared_copy(ctx: Context, s: N.Copy):
+    """(plan, operand, masked dims, access width) of a global -> shared gemm operand copy, or CompileError."""
     src, dst = s.src.buffer, s.dst.buffer
     if (src.scope, dst.scope) != (N.GLOBAL, N.SHARED):
         raise CompileError(f"T.copy from {src.scope} to {dst.scope} is not supported yet", location=s.loc)
@@ -159,34 +169,190 @@ def lower_shared_copy(ctx: Context, s: N.Copy):
     width = access_width(src, 8, 1 in mask)
     if width < 4:
         raise CompileError(f"{src.name}: {_misalignment(src)}", location=s.loc)
-    b = ctx.b
+    return plan, operand, mask, width
+
+
+def _lds_base(ctx: Context, plan, operand: str, buf: N.Buffer, stage: int) -> int:
+    """What to add to the plan's LDS offsets of `operand` (stage 0) for `buf`'s allocation at `stage`."""
+    return ctx.shared[buf] - plan.operand_lds_offset(operand) + stage * ctx.stage_bytes.get(buf, 0)
+
+
+def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list):
+    """buffer_load the copy's 16-byte runs, slot by slot, into regs[slot] (4 VGPRs each)."""
+    src, region = s.src.buffer, s.src
     per = width // src.dtype.bytes
-    base = ctx.shared[dst] - plan.operand_lds_offset(operand)
-    staged = []
-    tids = np.arange(ctx.threads)
+    dw = width // 4
     for slot in range(cp.slots):
-        regs = b.v.alloc(4, align=4, what=f"staging {dst.name}")
         row = _family_expr(cp.global_row_family, slot)
         col = _family_expr(cp.global_col_family, slot)
         with _ExecMask(ctx, cp.runs - slot * ctx.threads):
             for piece in range(8 // per):
                 index = (region.starts[0] + row, region.starts[1] + col + piece * per)
-                dw = width // 4
-                ctx.access.load(regs[piece * dw:(piece + 1) * dw], width, src, index, mask,
-                                comment=f"{src.name} -> {dst.name} slot {slot}")
-        staged.append((slot, regs))
-    lds_barrier(ctx, "write")
-    for slot, regs in staged:
+                ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
+                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}")
+
+
+def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
+    """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
+    b = ctx.b
+    tids = np.arange(ctx.threads)
+    for slot, slot_regs in enumerate(regs):
         with _ExecMask(ctx, cp.runs - slot * ctx.threads):
             for e in range(cp.writes_per_slot):
                 numeric = cp.lds_offsets(tids, slot)[e]
                 vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base, numeric)
                 if cp.kind == "b128":
-                    b.emit("ds_write_b128", vaddr, regs, suffix=f"offset:{imm}")
+                    b.emit("ds_write_b128", vaddr, slot_regs, suffix=f"offset:{imm}", defs=defs)
                 else:
-                    b.emit(DS_WRITE_HALF[e % 2], vaddr, regs[e // 2], suffix=f"offset:{imm}",
+                    b.emit(DS_WRITE_HALF[e % 2], vaddr, slot_regs[e // 2], suffix=f"offset:{imm}", defs=defs,
                            comment=f"transpose element {e}")
-        b.v.free(regs)
+
+
+def lower_shared_copy(ctx: Context, s: N.Copy):
+    if isinstance(s, N.AsyncCopy):
+        return lower_async_copy(ctx, s)
+    plan, operand, mask, width = _check_shared_copy(ctx, s)
+    cp = plan.copy_plan(operand)
+    b = ctx.b
+    regs = [b.v.alloc(4, align=4, what=f"staging {s.dst.buffer.name}") for _ in range(cp.slots)]
+    _load_to_registers(ctx, s, cp, mask, width, regs)
+    lds_barrier(ctx, "write")
+    _write_staged(ctx, cp, _lds_base(ctx, plan, operand, s.dst.buffer, 0), regs)
+    for r in regs:
+        b.v.free(r)
+
+
+# ---- pipelined copies: AsyncCopy, CommitGroup, WaitGroup (passes/pipelining.py) ------------------------------
+
+@dataclass
+class _Group:
+    tags: list = field(default_factory=list)  # LDS regions the group writes (lds_tag pseudo-registers)
+    writes: list = field(default_factory=list)  # register path: callables emitting the deferred ds_writes
+
+
+@dataclass
+class PipeState:
+    """Copies in flight while a pipelined loop is lowered.
+
+    A register-path copy loads into VGPRs when issued and writes LDS when its group is waited for (one stage
+    later), from staging registers fixed per (buffer, stage) so that code lowered once serves every trip of the
+    unrolled loop. `reads`: (buffer, stage) read by a gemm since the last s_barrier; writing one of them needs a
+    barrier first (other waves may still read it)."""
+
+    groups: list = field(default_factory=list)  # committed, not yet published, oldest first
+    current: _Group = field(default_factory=_Group)
+    reads: set = field(default_factory=set)
+    staging: dict = field(default_factory=dict)  # (buffer, stage) -> [4-VGPR Reg per slot]
+    tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
+    wave_lds: Reg | None = None  # SGPR: the wave's 16 * 64 * wave bytes of an LDS-DMA M0
+    loop_writes: list | None = None  # (buffer, stage) written before the first barrier of the loop body
+
+    def barrier(self):
+        self.reads.clear()
+        if self.loop_writes is not None:
+            self.loop_writes.append(None)  # writes after this in the loop body follow a barrier
+
+    def tag(self, key) -> Reg:
+        if key not in self.tags:
+            self.tags[key] = lds_tag(len(self.tags))
+        return self.tags[key]
+
+
+def _pipe(ctx: Context) -> PipeState:
+    if ctx.pipe is None:
+        ctx.pipe = PipeState()
+    return ctx.pipe
+
+
+def uses_lds_dma(ctx: Context, plan, operand: str, width: int) -> bool:
+    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the operand is K-major in global memory
+    (DMA cannot transpose) and whole 16-byte runs are legal; otherwise register-staged copies."""
+    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.is_k_major(operand) and width == CHUNK
+
+
+def _before_lds_write(ctx: Context, key):
+    """s_barrier before writing LDS region `key` when a gemm read it since the last barrier (write after read)."""
+    pipe = ctx.pipe
+    if key in pipe.reads:
+        ctx.b.emit("s_barrier", comment="LDS stage write after reads")
+        pipe.barrier()
+    if pipe.loop_writes is not None:
+        pipe.loop_writes.append(key)
+
+
+def lower_async_copy(ctx: Context, s: N.AsyncCopy):
+    plan, operand, mask, width = _check_shared_copy(ctx, s)
+    pipe = _pipe(ctx)
+    dst = s.dst.buffer
+    key = (dst, s.stage)
+    tag = pipe.tag(key)
+    base = _lds_base(ctx, plan, operand, dst, s.stage)
+    if uses_lds_dma(ctx, plan, operand, width):
+        _before_lds_write(ctx, key)
+        _lds_dma(ctx, s, plan.dma_copy_plan(operand), mask, base + plan.operand_lds_offset(operand), tag)
+        pipe.current.tags.append(tag)
+        return
+    cp = plan.copy_plan(operand)
+    b = ctx.b
+    if key not in pipe.staging:  # every stage's registers at once, before any loop: they live across it
+        for st in range(stage_counts(ctx.kernel).get(dst, 1)):
+            pipe.staging[(dst, st)] = [b.alloc_in_frame("v", 0, 4, align=4, what=f"staging {dst.name} stage {st}")
+                                       for _ in range(cp.slots)]
+    regs = pipe.staging[key]
+    _load_to_registers(ctx, s, cp, mask, width, regs)
+
+    def write():
+        _before_lds_write(ctx, key)
+        _write_staged(ctx, cp, base, regs, defs=(tag,))
+
+    pipe.current.tags.append(tag)
+    pipe.current.writes.append(write)
+
+
+def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
+    """buffer_load_dwordx4 ... lds per slot: M0 = the wave's first LDS byte of the slot (the LDS address is
+    M0 + inst_offset + 16 * lane, so the global offset is kept whole in voffset and inst_offset is 0); the swizzle is
+    in the global coordinates each lane fetches."""
+    b, pipe = ctx.b, ctx.pipe
+    if pipe.wave_lds is None:
+        wave_bytes = ctx.lower.vgpr(CHUNK * WAVE * sympy.floor(TID / WAVE))
+        pipe.wave_lds = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
+        b.emit("v_readfirstlane_b32", pipe.wave_lds, wave_bytes, frame=0)
+    src, region = s.src.buffer, s.src
+    for slot in range(cp.slots):
+        row = _family_expr(cp.global_row_family, slot)
+        col = _family_expr(cp.global_col_family, slot)
+        with _ExecMask(ctx, cp.runs - slot * ctx.threads):
+            srd, voff, _, temp = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask,
+                                                    CHUNK, max_imm=0)
+            b.emit("s_add_u32", M0, pipe.wave_lds, lds_base + CHUNK * slot * ctx.threads, defs=(M0,),
+                   uses=(pipe.wave_lds,))
+            b.emit("buffer_load_dwordx4", voff, srd, 0, suffix="offen lds", defs=(tag,),
+                   uses=(voff, srd, M0), comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
+            if temp:
+                b.v.free(voff)
+
+
+def lower_commit_group(ctx: Context, s: N.CommitGroup):
+    pipe = _pipe(ctx)
+    pipe.groups.append(pipe.current)
+    pipe.current = _Group()
+
+
+def lower_wait_group(ctx: Context, s: N.WaitGroup):
+    """Groups older than the `pending` newest: their deferred ds_writes, then one s_barrier that publishes their LDS
+    regions (the wait pass puts the exact vmcnt / lgkmcnt for exactly those regions before it)."""
+    pipe = _pipe(ctx)
+    ready = pipe.groups[:max(0, len(pipe.groups) - s.pending)]
+    pipe.groups = pipe.groups[len(ready):]
+    tags = []
+    for group in ready:
+        for write in group.writes:
+            write()
+        tags += group.tags
+    if tags:
+        ctx.b.emit("s_barrier", uses=tuple(dict.fromkeys(tags)), comment=f"wait_group {s.pending}: publish LDS")
+        pipe.barrier()
 
 
 def _family_expr(family, key):
@@ -200,9 +366,11 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
     op_name = plan.mfma.name(s.A.dtype.short)
-    lds_barrier(ctx, "read")
-    bases = {"A": ctx.shared[s.A] - plan.operand_lds_offset("A"),
-             "B": ctx.shared[s.B] - plan.operand_lds_offset("B")}
+    if ctx.pipe is not None and (s.A, s.stage) in ctx.pipe.tags:
+        ctx.pipe.reads.update({(s.A, s.stage), (s.B, s.stage)})  # published by its wait_group's barrier
+    else:
+        lds_barrier(ctx, "read")
+    bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]

@@ -20,6 +20,7 @@ from ..errors import ArgumentError
 _FLOAT_TYPES = ("float", "double", "half", "f32", "f64", "f16")
 _INT_FORMATS = {1: "<b", 2: "<h", 4: "<i", 8: "<q"}
 _FLOAT_FORMATS = {2: "<e", 4: "<f", 8: "<d"}
+_SIGNED_TYPES = ("int", "int32_t", "long", "int64_t")
 
 
 def is_hidden(arg_meta: dict) -> bool:
@@ -71,11 +72,26 @@ def _pack_value(arg_meta: dict, value, index: int) -> bytes:
         raise ArgumentError(f"tilegcn: kernel argument {label} is a {size}-byte by-value argument; pass its bytes "
                             f"(bytes or a ctypes.Structure), not a Python {type(value).__name__}")
     if not is_float:
-        if not -(2 ** (8 * size - 1)) <= value < 2 ** (8 * size):
-            raise ArgumentError(f"tilegcn: kernel argument {label} = {value} does not fit {8 * size} bits")
-        if value >= 2 ** (8 * size - 1):
-            value -= 2 ** (8 * size)  # unsigned range written as the same bits
-    return struct.pack(fmt, value)
+        value = _integer_bits(arg_meta, value, size, index)
+    try:
+        return struct.pack(fmt, value)
+    except OverflowError:  # a float beyond float32's range
+        raise ArgumentError(f"tilegcn: argument {arg_meta.get('.name', index)} = {value} is outside the "
+                            f"range of a {8 * size}-bit float") from None
+
+
+def _integer_bits(arg_meta: dict, value, size: int, index: int) -> int:
+    """A signed `int` argument (tilegcn's int scalars are int32) must lie in its range; an argument of
+    another integer type may also take the unsigned range (written as the same bits). Anything else
+    is an ArgumentError, never a wrapped value."""
+    bits = 8 * size
+    signed = arg_meta.get(".type_name") in _SIGNED_TYPES
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) if signed else (1 << bits)
+    if not low <= value < high:
+        name = arg_meta.get(".name", index)
+        raise ArgumentError(f"tilegcn: integer argument {name} = {value} is outside the {bits}-bit "
+                            f"{'signed ' if signed else ''}range [{low}, {high - 1}]")
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
 def pack(args_meta: list, values: list, kernarg_size: int) -> bytes:

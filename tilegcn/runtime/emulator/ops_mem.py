@@ -384,6 +384,8 @@ def _dma_run(ins, addresses, nbytes, inst_offset):
             lds.dma_in_flight_ops += 1
         me = m.wave_in_wg[rows].view(-1, 1).to(torch.int8)
         waves = g.waves
+        if track:  # the write may land any time from issue on: it conflicts with this epoch's accesses too
+            lds.races.access(idx[..., 0], nbytes, me, None if ex is None else writes, list(waves), True)
 
         def apply(pos):
             f, a, w, ix = _sub(flat, pos), _sub(act, pos), _sub(writes, pos), _sub(idx, pos)

@@ -14,6 +14,7 @@ instruction can issue in its SIMD's next slot (4 clk later), except:
   order; SMEM returns after `smem_latency_clk`, and only lgkmcnt(0) waits for it, as in the emulator).
 - s_waitcnt holds the wave until the counted operations have completed.
 - s_barrier holds every wave of the workgroup until the last live one arrives, plus `barrier_release_clk`.
+- s_endpgm: the wave ends when its last MFMA and memory operations have completed.
 Nothing else stalls a wave (no register scoreboard: the ISA leaves those hazards to software).
 """
 from __future__ import annotations
@@ -168,7 +169,8 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 release_barrier(w.wg, now + slot)
                 continue
             elif kind == "end":
-                w.done = now + slot
+                # the wave's slot frees once its MFMA and memory operations have completed
+                w.done = max([now + slot, xdl_until[s]] + w.vm[-1:] + w.ds[-1:])
                 alive.remove(w)
                 live[w.wg] -= 1
                 w.acc["issued"] += 1

@@ -96,9 +96,6 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     2*M*N*K). `trace`: a path to write the simulated schedule as Chrome/Perfetto trace events."""
     from .. import _dim3
 
-    if kernarg is not None or tuple(buffers):
-        raise ArgumentError("tilegcn: estimate(kernarg=, buffers=) needs the emulator's HIP-style launch "
-                            "(branch emu-launch), which this build does not have yet")
     dev_name, t = timing_of(device)
     arch = module.arch
     if TIMING[arch.name] is not t:
@@ -120,7 +117,8 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     resident = min(wgs_cu, per_cu)
     rounds = -(-per_cu // resident)
     xcd_wgs = list(range(0, n_wg, arch.num_xcds))[:cus_per_xcd * resident]
-    tr = record(module, name, grid, block, args, xcd_wgs, detail_iterations, t.l2_line_bytes)
+    launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
+    tr = record(module, name, launch_args, xcd_wgs, detail_iterations, t.l2_line_bytes)
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
     active_cus = min(n_wg, t.cus)

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from ....errors import EmulatorError
-from ...kernargs import pack
 from ..decode import Const, Reg
 from ..machine import Machine
 
@@ -47,12 +46,8 @@ class Skip:
 @dataclass
 class Trace:
     program: object  # emulator Program (handlers, descriptor)
-    instrs: list  # decoded instructions, by pc index
-    waves_per_wg: int
     streams: list  # per wave of the detailed workgroup: list of (pc, extra LDS cycles) or Skip
     footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> set of line numbers
-    wgs: list = field(default_factory=list)  # linear ids of the recorded workgroups
-    trips: dict = field(default_factory=dict)  # loop pc -> total trips of its first run (when fast-forwarded)
 
 
 class Tracer:
@@ -73,7 +68,6 @@ class Tracer:
         self.trips = {}  # loop pc -> trips taken in the current run of the loop
         self.snap = {}  # loop pc -> SGPR values of the group's first wave at each back edge
         self.last_cmp = None
-        self.total_trips = {}
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
 
@@ -110,7 +104,12 @@ class Tracer:
             return
         n = addr.shape[0]
         rows = torch.arange(n, dtype=torch.int64, device=addr.device).view(n, 1, 1)
-        keys = (rows << 44) | (addr >> self.line_shift)  # [n, 64, k]
+        # lines are counted from each buffer's start, as if it were line aligned (as hipMalloc's are), so
+        # the estimate does not depend on where torch happened to allocate the tensor
+        bases = self.m.mem.bases
+        region = (torch.searchsorted(bases, addr.contiguous(), right=True) - 1).clamp(min=0)
+        lines = ((addr - bases[region]) >> self.line_shift) | (region << 32)
+        keys = (rows << 44) | lines  # [n, 64, k]
         keys = keys[act] if act is not None else keys.reshape(-1)
         wgs = [self.m.chunk_wgs[w // self.wpw] for w in g.waves]
         fp = self.footprints
@@ -181,7 +180,6 @@ class Tracer:
             return
         skip = remaining - 1
         self.m.sgpr[slot, g.waves[0]:g.waves[-1] + 1] = (cv[2] + skip * step) & 0xFFFFFFFF
-        self.total_trips.setdefault(target, self.trips[pc] + remaining + 1)
         if self.first_chunk:
             for w in g.waves:
                 if w < self.wpw:
@@ -197,17 +195,13 @@ class _Done(Exception):
     """Raised by the footprint run's tracer once every wave is past the iterations it records."""
 
 
-def _machine(module, name, grid, block, args, wgs, handlers=None):
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    device = tensors[0].device if tensors else torch.device("cpu")
-    prog = module.program(name, device)
+def _machine(module, name, launch_args, wgs, handlers=None):
+    launch = module.prepare(name, **launch_args)
+    prog = launch.program
     if handlers is not None:
         prog = copy.copy(prog)
         prog.handlers = handlers(prog.handlers)
-    meta = module.kernels[name].metadata
-    size = meta.get(".kernarg_segment_size", prog.descriptor.kernarg_size)
-    kernarg = pack(meta.get(".args", []), list(args), size)
-    machine = Machine(prog, grid, block, kernarg, tensors, False, device)
+    machine = Machine(prog, launch.grid, launch.block, launch.dispatch, launch.tensors, False, launch.device)
     machine.wg_subset = list(wgs)
     return machine
 
@@ -227,23 +221,23 @@ def _run(machine):
         torch.set_num_threads(threads)
 
 
-def record(module, name, grid, block, args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
-    """Two functional runs with the trace hook (same launch parameters as Module.launch):
+def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
+    """Two functional runs with the trace hook (`launch_args`: Module.prepare's keyword arguments):
     - the detailed workgroup `wgs[0]`, exactly (check=False), for the wave streams;
     - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math and
       LDS accesses (their values cannot change the addresses of GEMM-like kernels) and stops once every
       wave is past the iterations it records, so it costs a few loop trips of address arithmetic.
     """
-    machine = _machine(module, name, grid, block, args, wgs[:1])
+    machine = _machine(module, name, launch_args, wgs[:1])
     tracer = machine.tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
     _run(machine)
-    machine = _machine(module, name, grid, block, args, wgs, _addresses_only)
+    program = machine.prog
+    machine = _machine(module, name, launch_args, wgs, _addresses_only)
     foot = machine.tracer = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     _run(machine)
-    return Trace(machine.prog, module.instrs, machine.waves_per_wg, tracer.streams, foot.footprints,
-                 wgs=list(wgs), trips=tracer.total_trips)
+    return Trace(program, tracer.streams, foot.footprints)
 
 
 def _addresses_only(handlers):

@@ -1,0 +1,129 @@
+"""The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
+
+    python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
+
+For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads) without running it, finds the K loop in
+the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
+instructions, MFMAs, non-MFMA instructions per MFMA, ds_read, ds_write, loads (LDS DMA / into VGPRs),
+s_waitcnt, vmcnt(0), s_barrier, v_readfirstlane, scratch instructions, and llvm-mca's cycles for the loop body
+against the MFMA issue bound.
+
+The bound is the loop's MFMA FLOPs at the arch's full bf16 rate: the best FLOPs per 4-clock pass of the arch's MFMA
+shapes (gfx942: 32x32x8, 16384 FLOP in 8 passes = 2048 per pass; gfx950: 32x32x16, 4096 per pass), so a half-rate
+legacy shape on gfx950 cannot flatter it. LLVM's AMDGPU scheduling model (what llvm-mca runs) books one cycle per
+MFMA pass (a 32x32 MFMA occupies the XDL pipe for 8 of its cycles), so the bound is counted in passes too. A loop that covers several K=64 steps (unrolled by the pipeliner) is
+divided by its number of steps. llvm-mca models one wave alone on a SIMD with every memory access hitting its
+scheduling model's latency: the ratio says how well the instruction stream keeps the MFMA pipe fed, not what a
+loaded GPU achieves.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.toolchain import find_llvm  # noqa: E402
+
+MCA_ITERATIONS = 50
+_MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
+
+
+def loop_body(asm: str) -> list:
+    """Instruction lines (no labels, comments, directives) of the last loop: label L ... s_cbranch_* L."""
+    lines = [ln.split("//")[0].rstrip() for ln in asm.splitlines()]
+    branches = [(i, ln.split()[-1]) for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch")]
+    for end, target in reversed(branches):
+        start = next((i for i in range(end, -1, -1) if lines[i].strip() == f"{target}:"), None)
+        if start is not None:
+            return [ln.strip() for ln in lines[start + 1:end + 1] if ln.strip() and not ln.strip().endswith(":")]
+    raise ValueError("no loop (label + backward s_cbranch) in the assembly")
+
+
+def full_rate_flops_per_pass(arch) -> float:
+    """Best bf16 MFMA FLOPs per pass of one SIMD: max over the arch's shapes of 2*M*N*K / passes."""
+    return max(2 * s.M * s.N * s.K / s.passes for s in arch.mfma_shapes["bf16"])
+
+
+def mca_cycles(body: list, arch_name: str) -> float:
+    mca = find_llvm(arch_name).tool("llvm-mca")
+    text = "\n".join(i for i in body if not i.startswith("s_cbranch")) + "\n"
+    out = subprocess.run([mca, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch_name}", f"-iterations={MCA_ITERATIONS}"],
+                         input=text, capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / MCA_ITERATIONS
+
+
+def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) -> dict:
+    arch = get_arch(arch_name)
+    body = loop_body(asm)
+    ops = [i.split()[0] for i in body]
+    mfma_flops = sum(2 * int(a) * int(b) * int(c) for i in body for a, b, c in _MFMA.findall(i.split()[0]))
+    waves = threads // 64
+    steps = mfma_flops / (2 * block_M * block_N // waves * 64)  # K=64 steps of one wave per loop iteration
+    bound = mfma_flops / full_rate_flops_per_pass(arch)
+    cycles = mca_cycles(body, arch_name)
+    mfmas = sum(op.startswith("v_mfma") for op in ops)
+    count = lambda pred: sum(1 for i in body if pred(i)) / steps  # noqa: E731
+    return dict(
+        insts=len(body) / steps, mfma=mfmas / steps, other_per_mfma=(len(body) - mfmas) / max(mfmas, 1),
+        ds_read=count(lambda i: i.startswith("ds_read")), ds_write=count(lambda i: i.startswith("ds_write")),
+        lds_dma=count(lambda i: i.startswith("buffer_load") and i.endswith(" lds")),
+        vgpr_loads=count(lambda i: i.startswith(("buffer_load", "global_load")) and not i.endswith(" lds")),
+        waitcnt=count(lambda i: i.startswith("s_waitcnt")), vmcnt0=count(lambda i: "vmcnt(0)" in i),
+        barrier=count(lambda i: i.startswith("s_barrier")), readfirstlane=count(lambda i: "readfirstlane" in i),
+        scratch=count(lambda i: i.startswith("scratch_") or "buffer_store" in i and "s[0:3]" in i),
+        mca=cycles / steps, bound=bound / steps, ratio=cycles / bound,
+    )
+
+
+def compile_asm(arch, tile, layout, stages, threads=256):
+    bm, bn, bk = tile
+    M, N, K = bm, bn, bk * 8
+    A = torch.empty(M, K, dtype=torch.bfloat16)
+    B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
+    C = torch.empty(M, N, dtype=torch.bfloat16)
+    return kernels.gemm.compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                                transpose_B=layout == "NT", num_stages=stages).asm
+
+
+COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
+           "barrier", "readfirstlane", "scratch", "mca", "bound", "ratio")
+HEAD = ("insts", "mfma", "oth/mfma", "ds_rd", "ds_wr", "dma", "ld_v", "wait", "vm(0)", "bar", "rfl", "scr", "mca",
+        "bound", "ratio")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="gfx942,gfx950")
+    ap.add_argument("--tile", default="256x256x64,128x128x64")
+    ap.add_argument("--layout", default="NN,NT")
+    ap.add_argument("--stages", default="1,2,3")
+    args = ap.parse_args(argv)
+    print(f"{'config':<34}" + "".join(f"{h:>9}" for h in HEAD))
+    for arch in args.arch.split(","):
+        for tile in args.tile.split(","):
+            dims = tuple(int(x) for x in tile.split("x"))
+            for layout in args.layout.split(","):
+                for stages in (int(s) for s in args.stages.split(",")):
+                    name = f"{arch} {tile} {layout} stages={stages}"
+                    try:
+                        m = metrics(compile_asm(arch, dims, layout, stages), arch, dims[0], dims[1], 256)
+                    except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
+                        print(f"{name:<34} {type(e).__name__}: {str(e)[:110]}")
+                        continue
+                    print(f"{name:<34}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
+                                                   for c in COLUMNS))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TILEGCN_DEVICE", "emulator")
+    main()

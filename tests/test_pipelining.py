@@ -1,0 +1,199 @@
+"""`T.Pipelined(n, num_stages=S)`: the tile-IR transform (passes/pipelining.py) and pipelined GEMMs on the emulator.
+
+The transform is checked by executing its output IR abstractly: copies land only when a wait_group retires their
+group, a gemm must find in its stage exactly the tiles of its own k (not an older one, not one still in flight),
+and every k is computed once, in order. The GEMMs run on the emulated device with checks on (a missing wait or
+barrier is a HazardError / RaceError) against torch, over a covering set of arches, dtypes, B layouts, tiles,
+stage counts, ragged shapes and the fused epilogue.
+"""
+from __future__ import annotations
+
+import sympy
+import pytest
+import torch
+
+import kernels
+from test_gemm import DTYPES, TILES, assert_close, inputs, launch, reference
+from tilegcn.errors import ResourceError
+from tilegcn.ir import nodes as N
+from tilegcn.ir.printer import print_kernel
+from tilegcn.ir.types import as_dtype
+from tilegcn.passes.pipelining import pipeline_loops
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+
+
+# ---- the transform, executed abstractly -----------------------------------------------------------------------
+BK = 64
+
+
+def k_loop_kernel(n: int, stages: int) -> N.Kernel:
+    bf16 = as_dtype("bfloat16")
+    A = N.Buffer("A", N.GLOBAL, bf16, (128, BK * n))
+    B = N.Buffer("B", N.GLOBAL, bf16, (BK * n, 128))
+    A_s = N.Buffer("A_s", N.SHARED, bf16, (128, BK))
+    B_s = N.Buffer("B_s", N.SHARED, bf16, (BK, 128))
+    acc = N.Buffer("acc", N.FRAGMENT, as_dtype("float32"), (128, 128))
+    k = sympy.Symbol("k", integer=True, nonnegative=True)
+    body = [N.Copy(N.Region(A, (0, BK * k), (128, BK)), N.Region(A_s, (0, 0), (128, BK))),
+            N.Copy(N.Region(B, (BK * k, 0), (BK, 128)), N.Region(B_s, (0, 0), (BK, 128))),
+            N.Gemm(A_s, B_s, acc)]
+    return N.Kernel("k", [], [A, B, A_s, B_s, acc], (1, 1, 1), (256, 1, 1), (), [N.Loop(k, n, stages, body)])
+
+
+def _tile_k(copy: N.AsyncCopy, env) -> int:
+    """Which K tile a copy fetches: its K start / BK (A's dim 1, B's dim 0)."""
+    start = copy.src.starts[1] if copy.src.buffer.name == "A" else copy.src.starts[0]
+    return int(sympy.sympify(start).subs(env)) // BK
+
+
+def execute(stmts, env=None, state=None):
+    """Run the IR's control flow; returns the k of every gemm in order. Asserts the data each gemm reads."""
+    state = state if state is not None else dict(lds={}, current=[], groups=[], computed=[])
+    env = env or {}
+    for s in stmts:
+        if isinstance(s, N.Loop):
+            assert s.num_stages == 1, "a loop left with num_stages > 1 after the transform"
+            for t in range(s.extent):
+                execute(s.body, {**env, s.var: t}, state)
+        elif isinstance(s, N.AsyncCopy):
+            key = (s.dst.buffer.name, s.stage)
+            state["lds"][key] = None  # being overwritten: unreadable until its group is waited for
+            state["current"].append((key, _tile_k(s, env)))
+        elif isinstance(s, N.CommitGroup):
+            state["groups"].append(state["current"])
+            state["current"] = []
+        elif isinstance(s, N.WaitGroup):
+            done = state["groups"][:max(0, len(state["groups"]) - s.pending)]
+            state["groups"] = state["groups"][len(done):]
+            for group in done:
+                for key, k in group:
+                    state["lds"][key] = k
+        elif isinstance(s, N.Gemm):
+            k = len(state["computed"])
+            for buf in (s.A, s.B):
+                got = state["lds"].get((buf.name, s.stage))
+                assert got == k, f"gemm #{k} reads {buf.name} stage {s.stage} holding tile {got}"
+            state["computed"].append(k)
+        else:
+            raise AssertionError(f"unexpected statement {s}")
+    return state["computed"]
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 9])
+def test_pipelined_ir_computes_every_k_once_in_order_from_landed_tiles(n, stages):
+    out = pipeline_loops(k_loop_kernel(n, stages))
+    if stages == 1:
+        assert isinstance(out.body[0], N.Loop) and out.body[0].num_stages == 1  # today's serial loop
+        return
+    assert execute(out.body) == list(range(n))
+    copies = [s for s in N.walk(out.body) if isinstance(s, N.AsyncCopy)]
+    assert {s.stage for s in copies} == set(range(min(stages, n)))  # S rotating buffers (fewer when n < S)
+    text = print_kernel(out)
+    assert "async_copy" in text and "commit_group" in text and "wait_group" in text
+
+
+def test_steady_loop_keeps_stages_minus_one_groups_in_flight():
+    out = pipeline_loops(k_loop_kernel(9, 3))
+    (loop,) = [s for s in out.body if isinstance(s, N.Loop)]
+    assert [s.pending for s in loop.body if isinstance(s, N.WaitGroup)] == [2, 2, 2]
+    assert sum(isinstance(s, N.Gemm) for s in loop.body) == 3  # unrolled by S: constant stage indices
+
+
+# ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
+SMALL = {"ragged": (300, 260, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64)}
+# (arch, dtype, B layout, tile, threads, shape, epilogue, num_stages)
+CASES = [
+    ("gfx942", "bf16", "KN", "64x64x32", 256, "ragged", False, 3),
+    ("gfx942", "f16", "NK", "64x64x32", 256, "row", True, 2),
+    ("gfx942", "f16", "KN", "128x128x64", 256, "ragged", True, 2),
+    ("gfx942", "bf16", "NK", "128x128x64", 256, "one_k_tile", False, 2),
+    ("gfx950", "bf16", "NK", "256x256x64", 256, "ragged", True, 2),
+    ("gfx950", "f16", "KN", "256x256x64", 512, "ragged", False, 2),
+    ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged", True, 3),
+    ("gfx950", "f16", "NK", "128x128x64", 256, "one_k_tile", False, 3),
+    ("gfx950", "f16", "NK", "64x64x32", 256, "ragged", False, 3),
+    ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
+]
+
+
+def _case_id(case):
+    arch, dt, layout, tile, threads, shape, epi, stages = case
+    return f"{arch}-{dt}-B{layout}-{tile}-t{threads}-{shape}-{'bias_relu' if epi else 'plain'}-S{stages}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_pipelined_gemm_matches_torch(case):
+    arch, dt, layout, tile, threads, shape, epilogue, stages = case
+    transpose_B = layout == "NK"
+    (M, N_, K), (bm, bn, bk) = SMALL[shape], TILES[tile]
+    A, B, bias, C = inputs(M, N_, K, DTYPES[dt], transpose_B, epilogue, seed=CASES.index(case))
+    stats = launch(A, B, bias, C, arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                   transpose_B=transpose_B, num_stages=stages)
+    assert_close(C, reference(A, B, bias, transpose_B), K, _case_id(case))
+    dma = stats.by_mnemonic.get("buffer_load_dwordx4", 0) and stats.bytes_global_to_lds
+    if arch == "gfx950" and transpose_B:  # both operands K-major, 16-byte rows: every operand byte by LDS DMA
+        assert dma and "ds_write_b128" not in stats.by_mnemonic and "ds_write_b16" not in stats.by_mnemonic
+    if arch == "gfx942":  # no 16-byte LDS DMA there: register-staged copies
+        assert not stats.bytes_global_to_lds
+
+
+def test_lds_budget_error_names_bytes_and_what_fits():
+    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=1)
+    with pytest.raises(ResourceError) as err:
+        kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=2)
+    msg = str(err.value)
+    assert "needs 131072 bytes" in msg and "gfx942 has 65536" in msg
+    assert "num_stages=1 fits" in msg and "block_K=32 with num_stages=2 fits" in msg
+    kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=32, num_stages=2)  # it does
+
+
+# ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------
+def _loop_lines(asm: str) -> range:
+    """Line numbers of the K loop's body: after the loop label, up to its backward branch."""
+    lines = asm.splitlines()
+    end = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch"))
+    label = lines[end].split()[-1]
+    start = lines.index(f"{label}:")
+    return range(start + 1, end)
+
+
+@pytest.mark.parametrize("arch, layout", [("gfx950", "NK")])
+def test_deleting_any_wait_or_barrier_of_the_pipelined_loop_is_caught(arch, layout):
+    """256x256x64, num_stages=2: delete each s_waitcnt and s_barrier of the steady loop in turn, reassemble and run.
+    The emulator must refuse every deletion (hazard, race or a wrong result); one it accepts is a redundant wait."""
+    from tilegcn.errors import HazardError, RaceError
+    from tilegcn.runtime import emulator
+    from tilegcn.toolchain import assemble
+
+    transpose_B = layout == "NK"
+    M = N_ = 256
+    K = 64 * 5  # prologue, two trips of the steady loop (two unrolled iterations each: the back-edge), epilogue
+    A, B, _, C = inputs(M, N_, K, torch.bfloat16, transpose_B, False, seed=7)
+    k = kernels.gemm.compile(A, B, C, arch=arch, block_M=256, block_N=256, block_K=64, num_stages=2,
+                             transpose_B=transpose_B)
+    lines = k.asm.splitlines()
+    ref = reference(A, B, None, transpose_B)
+    name = k.metadata["name"]
+    targets = [i for i in _loop_lines(k.asm) if lines[i].strip().startswith(("s_waitcnt", "s_barrier"))]
+    assert any("vmcnt" in lines[i] for i in targets) and any("s_barrier" in lines[i] for i in targets)
+    redundant = []
+    for i in targets:
+        module = emulator.load(assemble("\n".join(lines[:i] + lines[i + 1:]), arch))
+        out = torch.full_like(C, float("nan"))
+        try:
+            module.launch(name, grid=tuple(k.metadata["grid"]), block=tuple(k.metadata["block"]), args=[A, B, out])
+        except (HazardError, RaceError):
+            continue
+        if not (reference is None or outside_tolerance_any(out, ref, K)):
+            redundant.append(f"line {i}: {lines[i].strip()}")
+    assert not redundant, "waits the emulator does not need: " + "; ".join(redundant)
+
+
+def outside_tolerance_any(C, ref, K) -> bool:
+    from test_gemm import outside_tolerance
+    return bool(outside_tolerance(C, ref, K).any())

@@ -1,0 +1,174 @@
+"""The timing model's cycle accounting on hand-written kernels, and its API (estimate, str, trace, CLI).
+
+Every figure here is relative: differences between two kernels that differ in one thing, against the
+rule the model states (tilegcn/runtime/emulator/timing) and the arch table's parameters."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from tilegcn import ArgumentError
+from tilegcn.amdgcn.arch import TIMING, get_arch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "asm"))
+from emukit import module, srd  # noqa: E402
+
+DEVICE = {"gfx942": "MI300X", "gfx950": "MI355X"}
+MFMA = "v_mfma_f32_32x32x8_bf16"  # 8 passes on both arches (timing.md 2)
+PASSES = 8
+
+
+def _estimate(body, arch, **kw):
+    mod = module(body, arch=arch, **kw)
+    return mod, mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device=DEVICE[arch])
+
+
+def _independent(n):
+    # four accumulators in rotation: each MFMA accumulates into its own vdst (srcC == vdst needs no wait)
+    return "\n".join(f"{MFMA} v[{16 * (i % 4)}:{16 * (i % 4) + 15}], v[64:65], v[66:67], "
+                     f"v[{16 * (i % 4)}:{16 * (i % 4) + 15}]" for i in range(n)) + "\ns_endpgm"
+
+
+def _nops(states, arch):
+    """s_nop instructions that give `states` wait states."""
+    top = get_arch(arch).max_nop + 1
+    out = []
+    while states > 0:
+        out.append(f"s_nop {min(states, top) - 1}")
+        states -= min(states, top)
+    return out
+
+
+def _dependent(n, arch):
+    # each MFMA reads the previous result as srcA: the hazard table's wait states separate them
+    nops = _nops(get_arch(arch).mfma_hazards.vdst_to_read[PASSES], arch)
+    lines = []
+    for _ in range(n):
+        lines.append(f"{MFMA} v[0:15], v[0:1], v[2:3], v[0:15]")
+        lines += nops
+    return "\n".join(lines) + "\ns_endpgm"
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_independent_mfmas_take_passes_times_four_each(arch):
+    t = TIMING[arch]
+    cycles = {}
+    for n in (4, 12):
+        mod, est = _estimate(_independent(n), arch, vgprs=72)
+        mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)])  # the emulator accepts it
+        cycles[n] = est.cycles
+        # start-up: the launch overhead; the wave ends when its last MFMA leaves the pipe
+        assert est.cycles == t.launch_overhead_clk + n * PASSES * 4
+    assert cycles[12] - cycles[4] == 8 * PASSES * 4
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_dependent_mfma_chain_takes_the_hazard_wait_states(arch):
+    states = get_arch(arch).mfma_hazards.vdst_to_read[PASSES]
+    slot = TIMING[arch].issue_slot_clk
+    cycles = {}
+    for n in (3, 7):
+        mod, est = _estimate(_dependent(n, arch), arch, vgprs=24)
+        mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)])  # hazard-free: emulator agrees
+        cycles[n] = est.cycles
+    # one link = the MFMA's own issue slot + its wait states (longer than the 8-pass pipe occupancy)
+    assert states + 1 > PASSES
+    assert cycles[7] - cycles[3] == 4 * (states + 1) * slot
+
+
+def _load_kernel(load):
+    return "\n".join([
+        "s_load_dwordx2 s[4:5], s[0:1], 0",
+        "v_lshlrev_b32 v1, 2, v0",
+        "s_waitcnt lgkmcnt(0)",
+        srd(8, 4, 256),
+        "buffer_load_dword v2, v1, s[8:11], 0 offen" if load else "v_mov_b32 v2, 0",
+        "s_waitcnt vmcnt(0)",
+        "s_endpgm",
+    ])
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_one_global_load_takes_the_configured_latency(arch):
+    t = TIMING[arch]
+    _, with_load = _estimate(_load_kernel(True), arch, vgprs=8, sgprs=16)
+    _, without = _estimate(_load_kernel(False), arch, vgprs=8, sgprs=16)
+    # the only touch of a line is an L2 miss: the wait ends TCP time + HBM latency after the load issues,
+    # then s_endpgm takes a slot; without the load, v_mov, s_waitcnt and s_endpgm take one slot each
+    assert with_load.breakdown["l2_hit_rate"] == 0.0
+    slot = t.issue_slot_clk
+    expected = (t.tcp_clk_per_dword[1] + t.hbm_latency_clk + slot) - 3 * slot
+    assert with_load.cycles - without.cycles == expected
+
+
+def test_estimate_reports_and_traces(tmp_path):
+    path = tmp_path / "trace.json"
+    mod = module(_independent(4), arch="gfx950", vgprs=72)
+    est = mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X",
+                       trace=str(path))
+    assert est.seconds == pytest.approx(est.cycles / est.clock_hz)
+    assert est.flops == 4 * 2 * 32 * 32 * 8 and est.tflops > 0
+    assert est.breakdown["mfma_busy_pct"] > 0 and est.breakdown["limiting"]
+    text = str(est)
+    assert "MFMA pipe busy" in text and "L2 hit rate" in text and "MI355X" in text
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X" and e["pid"] == 0) == 4  # 4 MFMA-busy spans
+    assert all(e["dur"] == PASSES * 4 for e in events if e.get("ph") == "X" and e["pid"] == 0)
+
+
+def test_estimate_rejects_a_device_of_another_arch():
+    mod = module(_independent(1), arch="gfx942", vgprs=72)
+    with pytest.raises(ArgumentError, match="gfx942"):
+        mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X")
+    with pytest.raises(ArgumentError, match="unknown device"):
+        mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="H100")
+
+
+def test_cli_estimate_prints_a_cache_entry(capsys):
+    from tilegcn.__main__ import main
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from kernels import copy2d
+
+    x = torch.zeros(128, 256, dtype=torch.float32)
+    k = copy2d.compile(x, x.clone(), arch="gfx942")
+    assert main(["estimate", k.key[:12]]) == 0
+    out = capsys.readouterr().out
+    assert f"{k.name} on MI300X (gfx942)" in out and "L2 hit rate" in out
+    assert main(["estimate", k.key[:12], "--device", "MI355X"]) == 1  # a gfx942 code object on MI355X
+    assert "gfx942" in capsys.readouterr().err
+
+
+def _loop_kernel(trips):
+    mfmas = "\n".join(f"{MFMA} v[{16 * i}:{16 * i + 15}], v[64:65], v[66:67], v[{16 * i}:{16 * i + 15}]"
+                      for i in range(4))
+    return "\n".join([
+        "s_load_dwordx2 s[4:5], s[0:1], 0",
+        "v_lshlrev_b32 v70, 2, v0",
+        "s_waitcnt lgkmcnt(0)",
+        srd(8, 4, 256),
+        "s_mov_b32 s12, 0",
+        ".Lloop:",
+        "buffer_load_dword v68, v70, s[8:11], 0 offen",
+        mfmas,
+        "s_waitcnt vmcnt(0)",
+        "s_add_u32 s12, s12, 1",
+        f"s_cmp_lt_u32 s12, {trips}",
+        "s_cbranch_scc1 .Lloop",
+        "s_endpgm",
+    ])
+
+
+def test_fast_forwarded_loop_trips_add_the_steady_trip_time():
+    """A counted loop is simulated for a few trips and the rest extrapolated: the result matches
+    simulating every trip."""
+    mod = module(_loop_kernel(40), arch="gfx950", vgprs=72, sgprs=16)
+    args = [torch.zeros(64, dtype=torch.int32)]
+    fast = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=4)
+    full = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=10_000)
+    # simulated: 4 trips, the trip during which the counter is moved, and the last trip
+    assert fast.breakdown["skipped_trips"] == 40 - 6 and full.breakdown["skipped_trips"] == 0
+    assert fast.cycles == full.cycles
+    assert fast.flops == full.flops == 40 * 4 * 2 * 32 * 32 * 8

@@ -1,0 +1,114 @@
+"""Tile origins past 4 GiB and tiles whose per-lane offsets could wrap: never a stray access.
+
+The V# math (64-bit base, NUM_RECORDS clamped without wrapping) is run on the emulator and compared
+with Python's big integers; the tensors it describes are never mapped (the probe kernel only writes
+its descriptors out), so the test needs no 4 GiB of memory.
+"""
+import pytest
+import sympy
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.amdgcn.abi import KernelAbi
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.amdgcn.builder import KernelBuilder
+from tilegcn.amdgcn.emit import render
+from tilegcn.amdgcn.hazards import insert_hazard_nops
+from tilegcn.amdgcn.waitcnt import insert_waits
+from tilegcn.errors import CompileError
+from tilegcn.ir import TensorSpec
+from tilegcn.ir import types as ty
+from tilegcn.passes import lower
+from tilegcn.passes.layout import TID
+from tilegcn.runtime import emulator
+from tilegcn.toolchain import assemble
+
+GRID_Y = 4
+HUGE = TensorSpec(ty.float32, (3, 1 << 20), (1 << 31, 1), True)  # 3 rows 8 GiB apart: ~16 GiB of view
+SMALL = TensorSpec(ty.float32, (3, 1 << 20), (1 << 20, 1), True)  # 12 MiB: NUM_RECORDS's short form
+POINTER = 0x7FFE_FFFF_F000  # near the top of the 48-bit space: the base's carry into bits 47:32 matters
+
+
+def _probe(X, Out, n):
+    with T.Kernel(1, GRID_Y, threads=64) as (bx, by):
+        pass
+
+
+def _descriptor_probe(offset_of, arch, spec):
+    """A kernel writing, per workgroup row `by`, the four words of abi.resource(X, offset_of(by, n))."""
+    kernel = T.trace(_probe, [spec, TensorSpec.of(torch.empty(GRID_Y, 4, dtype=torch.float32)), 0], {}, arch)
+    x, out, n = kernel.params
+    by = kernel.block_ids[1]
+    b = KernelBuilder(get_arch(arch), kernel.name)
+    abi = KernelAbi(b, kernel, TID)
+    srd = abi.resource(x.buffer, offset_of(by, n.symbol))
+    words = b.v.alloc(4, align=4)
+    for i in range(4):
+        b.emit("v_mov_b32", words[i], srd[i])
+    dest = abi.resource(out.buffer, by * 16)
+    b.emit("buffer_store_dwordx4", words, b.vgpr_constant(0), dest, 0, suffix="offen offset:0")
+    b.emit("s_endpgm")
+    insts = insert_hazard_nops(insert_waits(b.insts, b.arch), b.arch)
+    return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
+
+
+OFFSETS = {  # name: (byte offset of (by, n), the int32 scalar n)
+    "row stride, a power of two": (lambda by, n: by * (1 << 33), 0),
+    "coefficient past 2^32": (lambda by, n: by * 0x1_2345_6789, 0),
+    "product of a block id and a scalar": (lambda by, n: by * n * 0x2468_ACE1 + by * 5 + 12, 0x7654_3210),
+    "past the end": (lambda by, n: by * (6 << 30) + n, 0x7654_3210),
+    "negative scalar, before the start at by=0": (lambda by, n: by * (1 << 33) + n * 0x1_0000_0003, -3),
+    "negative scalar times a block id": (lambda by, n: by * n * 6 + (1 << 34), -(1 << 31)),
+    "up to the end of a small tensor": (lambda by, n: by * n * 0x4_0000 + 4, 12),
+}
+
+
+@pytest.mark.parametrize("arch,spec", [("gfx942", HUGE), ("gfx950", HUGE), ("gfx942", SMALL)],
+                         ids=["gfx942-16GiB", "gfx950-16GiB", "gfx942-12MiB"])
+@pytest.mark.parametrize("name", list(OFFSETS))
+def test_descriptor_math_is_64_bit(name, arch, spec):
+    offset_of, n = OFFSETS[name]
+    kernel, hsaco = _descriptor_probe(offset_of, arch, spec)
+    out = torch.zeros(GRID_Y, 4, dtype=torch.int32)
+    emulator.load(hsaco).launch(kernel.name, grid=(1, GRID_Y, 1), block=(64, 1, 1), args=[POINTER, out, n])
+    for by in range(GRID_Y):
+        offset = int(sympy.sympify(offset_of(by, n)))
+        base = (POINTER + offset) % (1 << 64)
+        left = spec.nbytes - offset
+        records = 0 if left < 0 or offset < 0 else min(left, 1 << 31)
+        got = [w & 0xFFFFFFFF for w in out[by].tolist()]
+        assert got[0] == base & 0xFFFFFFFF, (by, hex(got[0]), hex(base))
+        assert got[1] == (base >> 32) & 0xFFFF, (by, hex(got[1]), hex(base))
+        assert got[2] == records, (by, got[2], records)
+        assert got[3] == get_arch(arch).raw_buffer_word3
+
+
+@tilegcn.jit
+def _copy_rows(X, Y, *, block_M=256, block_N=4, threads=256):
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        tile = T.alloc_fragment((block_M, block_N), X.dtype)
+        T.copy(X[by * block_M, bx * block_N], tile)
+        T.copy(tile, Y[by * block_M, bx * block_N])
+
+
+def test_rows_past_a_strided_view_do_not_wrap_into_it():
+    """Two rows 32 MiB apart in a 256-row tile: row 128 of the tile is 4 GiB past its origin, which a
+    32-bit offset wraps to row 0. Rows past the view must neither read nor write anything."""
+    stride = 1 << 23  # floats: 32 MiB
+    x = torch.randn(2, 4)
+    ys = torch.full((stride + 4,), 7.0)
+    y = ys.as_strided((2, 4), (stride, 1))
+    _copy_rows(x, y)
+    assert torch.equal(y, x)
+    untouched = torch.ones_like(ys, dtype=torch.bool)
+    untouched[:4] = untouched[stride:] = False
+    assert bool((ys[untouched] == 7.0).all())
+
+
+def test_tile_that_32_bit_offsets_cannot_reach_is_refused():
+    big = TensorSpec(ty.float32, (600, 4), (1 << 22, 1), True)  # ~9.4 GiB view, 16 MiB per row
+    kernel = T.trace(_copy_rows.fn, [big, big], dict(block_M=256, block_N=4, threads=256), "gfx942")
+    with pytest.raises(CompileError, match="32-bit buffer offsets cannot reach"):
+        lower(kernel, "gfx942")

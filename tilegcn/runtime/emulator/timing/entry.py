@@ -1,0 +1,37 @@
+"""`python -m tilegcn estimate KEY`: the estimate of a cache entry's kernel, launched as its meta.json
+says (grid, block) on zero tensors of the shapes its kernel.ir records (scalars = 1)."""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ....amdgcn.arch import TIMING
+from ....ir.types import DTYPES
+from .. import load
+
+_PARAM = re.compile(r"^\s*param (\w+): (?:tensor<(\w+)> shape=\(([^)]*)\) strides=\(([^)]*)\)|scalar<(\w+)>)", re.M)
+
+
+def _ints(text):
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def entry_args(entry) -> list:
+    """Placeholder arguments in the order of the code object's kernel arguments."""
+    params = {}
+    for name, dtype, shape, strides, scalar in _PARAM.findall(entry.path.joinpath("kernel.ir").read_text()):
+        if dtype:
+            shape, strides = _ints(shape), _ints(strides)
+            size = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+            params[name] = torch.zeros(size, dtype=DTYPES[dtype].torch).as_strided(shape, strides)
+        else:
+            params[name] = 1.0 if scalar.startswith("f") else 1
+    return [params[a["name"]] for a in entry.meta.get("args", [])]
+
+
+def estimate_entry(entry, device=None, **options):
+    meta = entry.meta
+    module = load(entry.hsaco_path, arch=meta["arch"])
+    return module.estimate(meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
+                           device=device or TIMING[meta["arch"]].device, **options)
