@@ -25,7 +25,15 @@ class UnsupportedArchError(TilegcnError):
 
 
 class ArgumentError(TilegcnError):
-    """A kernel was called with arguments it cannot take (dtype, shape, stride, device)."""
+    """A kernel was called with arguments it cannot take (dtype, shape, stride, device).
+
+    `location` is the user's call site (file:line of the call into the jitted function), found like
+    CompileError's; pass location="" for none."""
+
+    def __init__(self, message: str, location: str | None = None):
+        self.location = location if location is not None else user_location()
+        self.raw_message = message
+        super().__init__(f"{self.location}: {message}" if self.location else message)
 
 
 class CompileError(TilegcnError):

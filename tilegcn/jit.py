@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 import os
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from . import __version__, toolchain
 from .asm_override import override_file as asm_override_file
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
 from .cache import Cache, make_key
-from .errors import ArgumentError, UnsupportedArchError
+from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
 
 # torch and the IR are imported on first use, so that `import tilegcn` (and `python -m tilegcn cache ...`)
 # stays fast; every decorated function imports torch when it is created.
@@ -255,6 +256,26 @@ class CompiledKernel:
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
 
 
+def _check_constant_type(name: str, value, default) -> None:
+    """A constant whose default is a number (or a string) must be given a number (a string): `block_M="64"`
+    would otherwise fail deep inside tracing."""
+    if default is inspect.Parameter.empty or default is None:
+        return
+    for kind, what in ((numbers.Real, "a number"), (str, "a string")):
+        if isinstance(default, kind) and not isinstance(value, kind):
+            raise ArgumentError(f"tilegcn: constant {name}={value!r} is a {type(value).__name__}; the default is "
+                                f"{type(default).__name__} {default!r}, so pass {what}")
+
+
+def _check_tensor_storage(name: str, t) -> None:
+    """Tensors the device can read: strided (not sparse)."""
+    import torch
+
+    if t.layout != torch.strided:
+        raise ArgumentError(f"tilegcn: tensor {name} has layout {t.layout} (sparse); pass a dense tensor "
+                            "(.to_dense())")
+
+
 def _placeholder(spec):
     """A zero tensor matching one TensorSpec (1 for a scalar parameter)."""
     import torch
@@ -285,6 +306,9 @@ class JITFunction:
     """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching."""
 
     def __init__(self, fn, *, arch=None):
+        if not inspect.isfunction(fn):
+            raise ArgumentError(f"tilegcn.jit decorates a Python function (a tile program), got "
+                                f"{type(fn).__name__} {fn!r}")
         self.fn = fn
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
@@ -292,16 +316,18 @@ class JITFunction:
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
-            where = f"{self.source_location}: tilegcn.jit {self.name}"
+            where = f"tilegcn.jit {self.name}"
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise ArgumentError(f"{where}: *args/**kwargs are not supported")
+                raise ArgumentError(f"{where}: *args/**kwargs are not supported", location=self.source_location)
             if p.kind == p.KEYWORD_ONLY:
                 if p.name == "arch":
-                    raise ArgumentError(f"{where}: 'arch' is reserved for the target arch")
+                    raise ArgumentError(f"{where}: 'arch' is reserved for the target arch",
+                                        location=self.source_location)
                 defaults[p.name] = p.default  # inspect.Parameter.empty when required
             elif p.default is not p.empty:
                 raise ArgumentError(
-                    f"{where}: positional parameter {p.name} has a default; make it keyword-only (after *)"
+                    f"{where}: positional parameter {p.name} has a default; make it keyword-only (after *)",
+                    location=self.source_location,
                 )
             else:
                 positional.append(p.name)
@@ -317,15 +343,16 @@ class JITFunction:
     def __call__(self, *args, **kwargs):
         try:
             key = self._keyfn(*args)
-        except TypeError:
-            if len(args) != len(self.arg_names):
-                raise self._arity_error(args) from None
+        except Exception:  # wrong arity, or a tensor the key cannot describe (sparse: no data pointer)
+            self._signature(args)  # raises the ArgumentError naming the argument
             raise
         if kwargs:
             key = (key, tuple(kwargs.items()), tuple(map(type, kwargs.values())))
         try:
             launcher = self._memo[key]
         except (KeyError, TypeError):  # TypeError: an unhashable constant
+            launcher = None
+        if launcher is None:  # outside the except block: a user's error does not show the KeyError as context
             launcher = self._miss(key, args, kwargs)
         return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
 
@@ -369,6 +396,8 @@ class JITFunction:
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
                     f"valid keyword arguments: {valid}"
                 )
+        for k, v in kwargs.items():
+            _check_constant_type(k, v, self.defaults[k])
         constants = {**self.defaults, **kwargs}
         missing = [k for k, v in constants.items() if v is inspect.Parameter.empty]
         if missing:
@@ -386,6 +415,7 @@ class JITFunction:
         signature, trace_args, devices = [], [], {}
         for name, a in zip(self.arg_names, args):
             if isinstance(a, torch.Tensor):
+                _check_tensor_storage(name, a)
                 spec = TensorSpec.of(a, name)
                 if a.dim() and a.shape[-1] > 1 and a.stride(-1) != 1:
                     raise ArgumentError(
@@ -400,13 +430,17 @@ class JITFunction:
                 signature.append(kind)
                 trace_args.append(kind(a))
             else:
+                hint = "; convert it with torch.from_numpy" if type(a).__module__ == "numpy" else ""
                 raise ArgumentError(
                     f"tilegcn: argument {name} of {self.name}() must be a torch tensor or an int/float "
-                    f"scalar, got {type(a).__name__}"
+                    f"scalar, got {type(a).__name__}{hint}"
                 )
         if len(devices) > 1:
             where = ", ".join(f"{n} on {d}" for d, n in devices.items())
             raise ArgumentError(f"tilegcn: tensors of {self.name}() are on different devices: {where}")
+        if "meta" in devices:
+            raise ArgumentError(f"tilegcn: tensor {devices['meta']} is a meta tensor: it has a shape but no memory "
+                                "to compute on; pass a tensor on the CPU (emulator) or an AMD GPU")
         return tuple(signature), trace_args
 
     def _compiled(self, args, kwargs) -> CompiledKernel:
@@ -439,7 +473,7 @@ class JITFunction:
             from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
 
             tb0 = time.perf_counter()
-            lowered = lower(kernel, arch)
+            lowered = _lower_or_report(lower, kernel, arch)
             passes = f"\n// after the tile-IR passes (software pipelining):\n{lowered.ir}" if lowered.ir else ""
             (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
@@ -478,6 +512,18 @@ class JITFunction:
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
+
+
+def _lower_or_report(lower, kernel, arch):
+    """Run the lowering passes; a Python exception from inside them is a tilegcn bug, reported as a
+    CompileError at the kernel's line (the original traceback stays chained) rather than a raw exception."""
+    try:
+        return lower(kernel, arch)
+    except TilegcnError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
+        raise CompileError(f"internal error while lowering {kernel.name} for {arch} ({type(e).__name__}: {e}); "
+                           "this is a tilegcn bug, please report it with the kernel", location=kernel.loc) from e
 
 
 def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from ..errors import UnsupportedArchError
 
 
+# hsa_kernel_dispatch_packet_t.grid_size_{x,y,z} count work-items in 32 bits (HSA runtime spec, AMDGPUUsage).
+HSA_MAX_GRID_WORKITEMS = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class MfmaShape:
     """One MFMA instruction with fp32 accumulation.

@@ -66,7 +66,83 @@ class Region:
 
 # ---- element expressions ---------------------------------------------------------------------
 
-class Expr:
+_ELEMENT_OPS = "+ - * /, T.max, T.min, T.exp, T.exp2, T.abs, T.cast"
+_INSTEAD = {
+    "**": "multiply (x * x) for small integer powers; T.exp2 / T.exp for exponentials",
+    "%": f"the tile language has {_ELEMENT_OPS}",
+    "//": "divide with `/` (element math is floating point)",
+    "abs()": "write T.abs(x)",
+    "comparison": "elements have no value while the program is traced, so Python cannot branch on them; "
+                  "write relu/clamp as T.max(x, 0.0) / T.min(x, hi)",
+    "truth value": "elements have no value while the program is traced; use T.max / T.min instead of "
+                   "`if`, `and`, `or`",
+    "conversion": "elements have no value while the program is traced (math.* functions call float() on "
+                  "their argument); use T.exp, T.exp2, T.abs, T.max, T.min",
+    "bitwise": f"element math is floating point: {_ELEMENT_OPS}",
+}
+
+
+def _refuse(subject: str, what: str, kind: str):
+    from ..errors import CompileError
+
+    raise CompileError(f"{what} of {subject} is not in the tile language: {_INSTEAD[kind]}")
+
+
+class RefusesPythonOperators:
+    """Python operators that have no tile-language meaning raise a CompileError that says what to write
+    instead (rather than a TypeError naming an internal class). `_subject()` names the operand."""
+
+    def _subject(self) -> str:
+        return "a tile element"
+
+    def __pow__(self, o): _refuse(self._subject(), "`**`", "**")
+    def __rpow__(self, o): _refuse(self._subject(), "`**`", "**")
+    def __mod__(self, o): _refuse(self._subject(), "`%`", "%")
+    def __rmod__(self, o): _refuse(self._subject(), "`%`", "%")
+    def __floordiv__(self, o): _refuse(self._subject(), "`//`", "//")
+    def __rfloordiv__(self, o): _refuse(self._subject(), "`//`", "//")
+    def __divmod__(self, o): _refuse(self._subject(), "divmod()", "//")
+    def __abs__(self): _refuse(self._subject(), "abs()", "abs()")
+    def __lt__(self, o): _refuse(self._subject(), "comparison `<`", "comparison")
+    def __le__(self, o): _refuse(self._subject(), "comparison `<=`", "comparison")
+    def __gt__(self, o): _refuse(self._subject(), "comparison `>`", "comparison")
+    def __ge__(self, o): _refuse(self._subject(), "comparison `>=`", "comparison")
+    def __bool__(self): _refuse(self._subject(), "the truth value (in a Python `if`, `and`, `or`)", "truth value")
+    def __float__(self): _refuse(self._subject(), "float()", "conversion")
+    def __int__(self): _refuse(self._subject(), "int()", "conversion")
+    def __index__(self): _refuse(self._subject(), "int()", "conversion")
+    def __complex__(self): _refuse(self._subject(), "complex()", "conversion")
+    def __round__(self, n=None): _refuse(self._subject(), "round()", "conversion")
+    def __trunc__(self): _refuse(self._subject(), "math.trunc()", "conversion")
+    def __floor__(self): _refuse(self._subject(), "math.floor()", "conversion")
+    def __ceil__(self): _refuse(self._subject(), "math.ceil()", "conversion")
+    def __and__(self, o): _refuse(self._subject(), "`&`", "bitwise")
+    def __rand__(self, o): _refuse(self._subject(), "`&`", "bitwise")
+    def __or__(self, o): _refuse(self._subject(), "`|`", "bitwise")
+    def __ror__(self, o): _refuse(self._subject(), "`|`", "bitwise")
+    def __xor__(self, o): _refuse(self._subject(), "`^`", "bitwise")
+    def __rxor__(self, o): _refuse(self._subject(), "`^`", "bitwise")
+    def __lshift__(self, o): _refuse(self._subject(), "`<<`", "bitwise")
+    def __rshift__(self, o): _refuse(self._subject(), "`>>`", "bitwise")
+    def __invert__(self): _refuse(self._subject(), "`~`", "bitwise")
+    def __matmul__(self, o): _refuse(self._subject(), "`@`", "bitwise")
+    def __rmatmul__(self, o): _refuse(self._subject(), "`@`", "bitwise")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        from ..errors import CompileError
+
+        name = getattr(func, "__name__", str(func))
+        raise CompileError(f"torch.{name} cannot run on tile elements while the program is traced: write it "
+                           f"with {_ELEMENT_OPS} (e.g. sigmoid(x) = 1 / (1 + T.exp(-x)))")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from ..errors import CompileError
+
+        raise CompileError(f"numpy.{ufunc.__name__} cannot run on tile elements: write it with {_ELEMENT_OPS}")
+
+
+class Expr(RefusesPythonOperators):
     """Base of element expressions; operators build the tree (the tracer's proxies forward here)."""
 
     def _wrap(self, other):

@@ -7,27 +7,60 @@ import numbers
 
 import sympy
 
-from ..errors import CompileError, user_location
+from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
+from ..errors import ArgumentError, CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import as_dtype
-from .proxies import BufferProxy, RegionRef, as_expr
+from .proxies import BufferProxy, RegionRef, ScalarProxy, as_expr
 from .tracer import TensorAnnotation, current
 
 Tensor = TensorAnnotation
 
 
 def ceildiv(a, b):
-    """ceil(a / b) for ints (an int) or index expressions (a SymPy expression)."""
-    if isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral):
-        return -(-int(a) // int(b))
-    return sympy.ceiling(sympy.sympify(a) / b)
+    """ceil(a / b) for ints (an int) or index expressions (a SymPy expression); b must be positive."""
+    if isinstance(b, numbers.Integral) and not isinstance(b, bool) and b <= 0:
+        raise CompileError(f"T.ceildiv({a}, {b}): " + ("division by zero" if b == 0 else
+                           "the divisor must be positive") + " (check the block-size constants)")
+    a_index = _integer(a, "T.ceildiv numerator")
+    b_index = _integer(b, "T.ceildiv divisor")
+    if isinstance(a_index, int) and isinstance(b_index, int):
+        return -(-a_index // b_index)
+    return sympy.ceiling(sympy.sympify(a_index) / b_index)
+
+
+def _integer(value, what: str):
+    """An int, or a SymPy index expression (block ids, loop variables, runtime int scalars)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, sympy.Expr) and value.is_integer:
+        return int(value) if value.is_Integer else value
+    if isinstance(value, ScalarProxy) and value.param.symbol is not None:
+        return value.param.symbol
+    raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
 
 
 def _concrete(value, what: str) -> int:
-    try:
-        return int(value)
-    except TypeError:
-        raise CompileError(f"{what} must be known at compile time, got {value}") from None
+    """An int known while tracing: not a float, not a block id, loop variable or runtime scalar."""
+    value = _integer(value, what)
+    if isinstance(value, int):
+        return value
+    names = ", ".join(sorted(str(sym) for sym in value.free_symbols))
+    raise CompileError(f"{what} must be known at compile time, got {value}, which depends on {names} "
+                       "(block ids, loop variables and runtime scalars are only known on the device)")
+
+
+def _grid_sizes(grid, threads: int) -> tuple:
+    """Three workgroup counts; each dimension's work-items must fit the dispatch packet's 32-bit grid size."""
+    sizes = [_concrete(g, "the grid size") for g in grid] + [1] * (3 - len(grid))
+    if any(s <= 0 for s in sizes):
+        raise CompileError(f"grid {tuple(sizes)} has an empty dimension")
+    block = (threads, 1, 1)
+    for axis, (n, per) in enumerate(zip(sizes, block)):
+        if n * per > HSA_MAX_GRID_WORKITEMS:
+            raise CompileError(f"grid {tuple(sizes)} with {threads} threads: dimension {axis} has {n * per} "
+                               f"work-items; a dispatch allows at most {HSA_MAX_GRID_WORKITEMS} per dimension")
+    return tuple(sizes)
 
 
 @contextlib.contextmanager
@@ -42,13 +75,12 @@ def Kernel(*grid, threads: int = 128):
         raise CompileError("a tilegcn kernel opens `T.Kernel` exactly once", location=loc)
     if not 1 <= len(grid) <= 3:
         raise CompileError(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", location=loc)
-    sizes = [_concrete(g, "the grid size") for g in grid] + [1] * (3 - len(grid))
-    if any(s <= 0 for s in sizes):
-        raise CompileError(f"grid {tuple(sizes)} has an empty dimension", location=loc)
+    arch = get_arch(tracer.arch)
     threads = _concrete(threads, "threads")
-    if threads <= 0 or threads % 64 or threads > 1024:
-        raise CompileError(f"threads={threads}: must be a multiple of 64 (the wave size) between 64 and 1024",
-                           location=loc)
+    if threads <= 0 or threads % arch.wave_size or threads > arch.max_workgroup_threads:
+        raise CompileError(f"threads={threads}: must be a multiple of {arch.wave_size} (the wave size) between "
+                           f"{arch.wave_size} and {arch.max_workgroup_threads}", location=loc)
+    sizes = _grid_sizes(grid, threads)
     ids = tuple(sympy.Symbol(n, integer=True, nonnegative=True) for n in ("bx", "by", "bz"))
     body: list = []
     tracer.bodies.append(body)
@@ -56,7 +88,7 @@ def Kernel(*grid, threads: int = 128):
         yield ids[0] if len(grid) == 1 else ids[: len(grid)]
     finally:
         tracer.bodies.pop()
-    tracer.kernel_info = (tuple(sizes), (threads, 1, 1), ids, body, loc)
+    tracer.kernel_info = (sizes, (threads, 1, 1), ids, body, loc)
 
 
 def alloc_shared(shape, dtype):
@@ -115,6 +147,11 @@ def copy(src, dst):
     """
     tracer = current()
     loc = user_location()
+    if tracer.parallel is not None:
+        raise CompileError("T.copy is not allowed inside T.Parallel: copy whole tiles before or after the "
+                           "loop", location=loc)
+    if all(isinstance(x, (BufferProxy, RegionRef)) and x.buffer.scope == N.GLOBAL for x in (src, dst)):
+        raise CompileError("T.copy from global to global: stage the tile through a fragment", location=loc)
     try:
         src_r = _as_region(src, _whole_extents(dst), "T.copy source")
         dst_r = _as_region(dst, _whole_extents(src), "T.copy destination")
@@ -122,8 +159,6 @@ def copy(src, dst):
         raise CompileError(e.raw_message, location=loc) from None
     if _squeeze(src_r.extents) != _squeeze(dst_r.extents):
         raise CompileError(f"T.copy extents differ: {src_r.extents} vs {dst_r.extents}", location=loc)
-    if src_r.buffer.scope == N.GLOBAL and dst_r.buffer.scope == N.GLOBAL:
-        raise CompileError("T.copy from global to global: stage the tile through a fragment", location=loc)
     tracer.record(N.Copy(src_r, dst_r, loc=loc))
 
 
@@ -138,6 +173,12 @@ def fill(buf, value):
     b = _buffer_of(buf, "T.fill")
     if b.scope == N.GLOBAL:
         raise CompileError("T.fill takes a fragment or shared buffer, not a global tensor")
+    if isinstance(value, ScalarProxy):
+        raise CompileError(f"T.fill value must be a number known at compile time; {value.param.name} is a "
+                           f"runtime scalar: assign it inside T.Parallel instead ({b.name}[i, j] = "
+                           f"{value.param.name})")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise CompileError(f"T.fill value must be a number, got {value!r} ({type(value).__name__})")
     tracer.record(N.Fill(b, float(value), loc=user_location()))
 
 
@@ -191,6 +232,7 @@ def Pipelined(extent, num_stages: int = 1):
     n = _concrete(extent, "the T.Pipelined trip count")
     if n <= 0:
         raise CompileError(f"T.Pipelined trip count must be positive, got {n}", location=loc)
+    num_stages = _concrete(num_stages, "num_stages")
     if num_stages < 1:
         raise CompileError(f"num_stages must be >= 1, got {num_stages}", location=loc)
     var = sympy.Symbol(f"k{len(list(N.walk(tracer.body())))}", integer=True, nonnegative=True)
@@ -205,7 +247,8 @@ def Pipelined(extent, num_stages: int = 1):
 
 def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
     """Remap workgroup ids for L2 reuse: chunk per XCD, then rasterise panels of `panel_size` rows."""
-    current().record(N.Swizzle(int(panel_size), int(num_xcds), loc=user_location()))
+    sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
+    current().record(N.Swizzle(*sizes, loc=user_location()))
 
 
 def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
@@ -229,7 +272,15 @@ def abs(x):  # noqa: A001
 
 
 def cast(x, dtype):
-    return N.Cast(as_dtype(dtype), as_expr(x))
+    return N.Cast(program_dtype(dtype), as_expr(x))
+
+
+def program_dtype(dtype):
+    """as_dtype for a dtype written in the tile program: a bad one is a CompileError at the user's line."""
+    try:
+        return as_dtype(dtype)
+    except ArgumentError as e:
+        raise CompileError(e.raw_message) from None
 
 
 del _py

@@ -63,11 +63,29 @@ class RegionRef:
         self.buffer, self.starts, self.extents = buffer, starts, extents
 
 
-class BufferProxy:
+def _whole_tile_math(proxy, *_):
+    b = proxy.buffer
+    raise CompileError(f"arithmetic on the whole {b.scope} {'tensor' if b.scope == N.GLOBAL else 'tile'} "
+                       f"{b.name}: element math goes inside `for i, j in T.Parallel(...)`, e.g. "
+                       f"x[i, j] = x[i, j] * 2.0")
+
+
+class BufferProxy(N.RefusesPythonOperators):
     """A global tensor, a shared buffer or a fragment as the traced program sees it."""
 
     def __init__(self, buffer: N.Buffer):
         self.buffer = buffer
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _whole_tile_math
+    __truediv__ = __rtruediv__ = __neg__ = _whole_tile_math
+    __pow__ = __rpow__ = __mod__ = __rmod__ = __floordiv__ = __rfloordiv__ = _whole_tile_math
+
+    def _subject(self) -> str:
+        return f"the whole tile {self.buffer.name}"
+
+    def __iter__(self):  # without it, Python would iterate by calling __getitem__(0), (1), ... forever
+        raise CompileError(f"iterating over {self.buffer.scope} {self.buffer.name}: loop over its elements with "
+                           "`for i, j in T.Parallel(...)`, or over tiles with `for k in T.Pipelined(...)`")
 
     @property
     def shape(self):
@@ -131,11 +149,14 @@ class BufferProxy:
         return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
 
 
-class ScalarProxy:
+class ScalarProxy(N.RefusesPythonOperators):
     """A runtime scalar argument (int or float, passed by value)."""
 
     def __init__(self, param: N.Param):
         self.param = param
+
+    def _subject(self) -> str:
+        return f"runtime scalar {self.param.name}"
 
     def _e(self):
         return N.ScalarRef(self.param)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import os
 import re
+import sysconfig
 import threading
+import traceback
 
 import sympy
 
-from ..errors import ArgumentError, CompileError, user_location
+from ..errors import _PACKAGE_DIR, ArgumentError, CompileError, TilegcnError, user_location
 from ..ir import nodes as N
 from ..ir.types import TensorSpec, as_dtype, float32, int32
 from .proxies import BufferProxy, ScalarProxy
@@ -108,13 +111,59 @@ class Tracer:
         self.body().append(N.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
 
     def alloc(self, scope: str, shape, dtype, fallback: str) -> BufferProxy:
+        from .builtins import _concrete, program_dtype
+
         loc = user_location()
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+        shape = tuple(_concrete(s, f"buffer shape {_show(shape)}: dimension {axis}") for axis, s in enumerate(dims))
         if any(s <= 0 for s in shape):
             raise CompileError(f"buffer shape {shape} must be positive")
-        buf = N.Buffer(self.name_from_source(loc, fallback), scope, as_dtype(dtype), shape, loc=loc)
+        buf = N.Buffer(self.name_from_source(loc, fallback), scope, program_dtype(dtype), shape, loc=loc)
         self.buffers.append(buf)
         return BufferProxy(buf)
+
+
+def _show(value) -> str:
+    return str(tuple(value)) if isinstance(value, (tuple, list)) else repr(value)
+
+
+# Internal class names a raw exception message may carry, and what the user calls them.
+_USER_NAMES = {"ElemRef": "tile element", "BinOp": "tile element expression", "Call": "tile element expression",
+               "Const": "constant", "ScalarRef": "runtime scalar", "ScalarProxy": "runtime scalar",
+               "BufferProxy": "tile", "RegionRef": "tensor region"}
+
+
+def _as_program_error(e: Exception) -> CompileError:
+    """A Python exception raised by the user's tile program while it was traced, as a CompileError at the
+    innermost line of the user's code in its traceback."""
+    libraries = [_PACKAGE_DIR] + [sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")]
+    location = None
+    for frame, line in traceback.walk_tb(e.__traceback__):
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not any(filename.startswith(os.path.abspath(lib) + os.sep) for lib in libraries):
+            location = f"{frame.f_code.co_filename}:{line}"
+    message = str(e)
+    for internal, user in _USER_NAMES.items():
+        message = re.sub(rf"'?\b{internal}\b'?", user, message)
+    return CompileError(f"{type(e).__name__} while tracing the tile program: {message}", location=location)
+
+
+def _check_written_tensors(kernel: N.Kernel) -> None:
+    """A tensor the kernel writes must not overlap itself (a broadcast view from expand(), a stride-0 dim,
+    or rows that share memory): its elements would be written by several threads in no defined order."""
+    for s in N.walk(kernel.body):
+        if isinstance(s, N.Copy) and s.dst.buffer.scope == N.GLOBAL:
+            spec, name = s.dst.buffer.spec, s.dst.buffer.name
+            reach = 0  # the furthest element offset the inner dims reach
+            for size, stride in sorted(((n, st) for n, st in zip(spec.shape, spec.strides) if n > 1),
+                                       key=lambda d: d[1]):
+                if stride <= reach:
+                    what = "stride 0 (a broadcast view, e.g. from expand())" if stride == 0 else \
+                        f"stride {stride} on a dim of size {size}, so its elements may overlap"
+                    raise ArgumentError(f"tilegcn: tensor {name} is written by the kernel ({s.loc}) but has {what}:"
+                                        f" shape {spec.shape}, strides {spec.strides}; pass a tensor with its own "
+                                        "memory for each element (.contiguous())")
+                reach += (size - 1) * stride
 
 
 def _bind_arguments(fn, args: list):
@@ -157,10 +206,16 @@ def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
     _state.tracer = tracer
     try:
         fn(*proxies, **constants)
+    except TilegcnError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's program failed in plain Python: say where and why
+        raise _as_program_error(e) from e
     finally:
         _state.tracer = previous
     if tracer.kernel_info is None:
         raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
                            location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
     grid, block, block_ids, body, loc = tracer.kernel_info
-    return N.Kernel(fn.__name__, params, tracer.buffers, grid, block, block_ids, body, loc=loc)
+    kernel = N.Kernel(fn.__name__, params, tracer.buffers, grid, block, block_ids, body, loc=loc)
+    _check_written_tensors(kernel)
+    return kernel

@@ -8,7 +8,6 @@ Invariant kept: every element expression is evaluated in fp32, as TileLang does 
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 import sympy
@@ -38,7 +37,9 @@ def _nan_or(fn, a: float, b: float) -> float:
 
 
 def _f32(x: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    """x rounded to fp32 as the device holds it: past the fp32 range it is +-inf (IEEE), not an error."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(x))
 
 
 class _Neg:

@@ -136,6 +136,18 @@ class _ExecMask:
 
 # ---- global -> shared ---------------------------------------------------------------------------------------
 
+def _misalignment(src: N.Buffer) -> str:
+    """Why an operand tensor cannot be read in 4-byte pieces, in the user's terms."""
+    if not src.spec.aligned16:
+        return ("its data pointer is not 16-byte aligned (a view that starts inside a row, such as "
+                "A[:, 1:]), and T.gemm operands are read in 16-byte pieces; pass a copy (.clone())")
+    stride = next((st for st in src.spec.strides[:-1] if st * src.dtype.bytes % 4), src.shape[-1])
+    if stride == src.shape[-1]:
+        return f"rows of {stride} {src.dtype.name} elements are not 4-byte aligned: T.gemm needs an even row length"
+    return (f"its row stride of {stride} {src.dtype.name} elements is odd (a view into a wider tensor); "
+            "pass a copy (.contiguous() or .clone())")
+
+
 def _check_shared_copy(ctx: Context, s: N.Copy):
     """(plan, operand, masked dims, access width) of a global -> shared gemm operand copy, or CompileError."""
     src, dst = s.src.buffer, s.dst.buffer
@@ -156,8 +168,7 @@ def _check_shared_copy(ctx: Context, s: N.Copy):
     mask = masked_dims(src, region.starts, region.extents)
     width = access_width(src, 8, 1 in mask)
     if width < 4:
-        raise CompileError(f"{src.name}: rows of {src.shape[-1]} {src.dtype.name} elements are not 4-byte "
-                           "aligned; T.gemm operands need an even row length", location=s.loc)
+        raise CompileError(f"{src.name}: {_misalignment(src)}", location=s.loc)
     return plan, operand, mask, width
 
 

@@ -1,0 +1,955 @@
+"""The standing adversarial suite: every way a user can misuse tilegcn ends in a tilegcn error.
+
+Each case below does one wrong thing. The test asserts the tilegcn error class, that the message names
+the cause (a regex), and, for program errors, that the error points at the user's line (this file).
+Any other exception (TypeError, KeyError, ZeroDivisionError, ...) escaping to the user fails the test.
+Most cases fail while tracing, before anything is compiled, so the table is cheap.
+"""
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.errors import (ArgumentError, CacheError, CompileError, DeviceError, ResourceError, TilegcnError,
+                            UnsupportedArchError)
+from tilegcn.runtime import hip_gpu_visible
+
+CASES = []
+
+
+def misuse(error, pattern, *, located=True):
+    """Register a case: calling it must raise `error` whose message matches `pattern`; program errors
+    (CompileError) and argument errors must also name a line of this file when `located`."""
+    def register(fn):
+        CASES.append(pytest.param(fn, error, pattern, located, id=fn.__name__))
+        return fn
+    return register
+
+
+def xy(M=64, N=64, dtype=torch.float32):
+    x = torch.randn(M, N, dtype=dtype)
+    return x, torch.empty_like(x)
+
+
+# -- generic tile programs: the misuse is passed in as a constant -------------------------------------------
+@tilegcn.jit
+def prog(X, Y, *, body=None):
+    """Runs `body(X, Y)`: the whole tile program is the case's own function."""
+    body(X, Y)
+
+
+@tilegcn.jit
+def ew(X, Y, *, f=None, block_M=64, block_N=64, threads=128):
+    """Y = f(X) elementwise; `f` receives one tile element inside T.Parallel."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        x = T.alloc_fragment((block_M, block_N), "float32")
+        T.copy(X[by * block_M, bx * block_N], x)
+        for i, j in T.Parallel(block_M, block_N):
+            x[i, j] = f(x[i, j])
+        T.copy(x, Y[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def ew_scalar(X, Y, s, *, f=None):
+    """Y = f(X, s) with a runtime scalar `s`."""
+    with T.Kernel(1, threads=128) as bx:
+        x = T.alloc_fragment((64, 64), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(64, 64):
+            x[i, j] = f(x[i, j], s)
+        T.copy(x, Y[0, 0])
+
+
+@tilegcn.jit
+def gemm(A, B, C, *, block_M=64, block_N=64, block_K=32, threads=256, a_scope="shared", c_dtype="float32",
+         transpose_B=False):
+    M, K = A.shape
+    N = C.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = (T.alloc_shared if a_scope == "shared" else T.alloc_fragment)((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), c_dtype)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K)):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            T.copy(B[bx * block_N, k * block_K] if transpose_B else B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=transpose_B)
+        T.copy(acc, C[by * block_M, bx * block_N])
+
+
+def run_body(body, x=None, y=None):
+    if x is None:
+        x, y = xy()
+    prog(x, y, body=body)
+
+
+def run_ew(f, **kw):
+    ew(*xy(), f=f, **kw)
+
+
+def abc(M=64, N=64, K=64, dtype=torch.bfloat16):
+    return torch.randn(M, K, dtype=dtype), torch.randn(K, N, dtype=dtype), torch.empty(M, N, dtype=dtype)
+
+
+# == T.Kernel =================================================================================================
+def kernel_with(*grid, threads=128):
+    def body(X, Y):
+        with T.Kernel(*grid, threads=threads):
+            pass
+    return body
+
+
+@misuse(CompileError, r"grid .* empty dimension")
+def kernel_grid_zero(): run_body(kernel_with(0))
+@misuse(CompileError, r"grid .* empty dimension")
+def kernel_grid_negative(): run_body(kernel_with(4, -1))
+@misuse(CompileError, r"1 to 3 grid dimensions, got 4")
+def kernel_four_dims(): run_body(kernel_with(1, 1, 1, 1))
+@misuse(CompileError, r"1 to 3 grid dimensions, got 0")
+def kernel_no_dims(): run_body(kernel_with())
+@misuse(CompileError, r"threads must be an integer, got 64\.5 \(float\)")
+def kernel_threads_fractional(): run_body(kernel_with(1, threads=64.5))
+@misuse(CompileError, r"threads=100: must be a multiple of 64")
+def kernel_threads_not_wave_multiple(): run_body(kernel_with(1, threads=100))
+@misuse(CompileError, r"threads=2048: must be a multiple of 64 .*between 64 and 1024")
+def kernel_threads_too_many(): run_body(kernel_with(1, threads=2048))
+@misuse(CompileError, r"threads=0")
+def kernel_threads_zero(): run_body(kernel_with(1, threads=0))
+@misuse(CompileError, r"threads must be an integer, got '128' \(str\)")
+def kernel_threads_str(): run_body(kernel_with(1, threads="128"))
+@misuse(CompileError, r"grid size must be an integer, got 4\.5")
+def kernel_grid_fractional(): run_body(kernel_with(4.5))
+@misuse(CompileError, r"grid .*4294967296.*at most")
+def kernel_grid_2_pow_32(): run_body(kernel_with(2 ** 32))
+@misuse(CompileError, r"grid .*work-items")
+def kernel_grid_workitems_past_32_bits(): run_body(kernel_with(2 ** 25, threads=256))
+@misuse(CompileError, r"grid size must be known at compile time")
+def kernel_grid_runtime_scalar(): _grid_scalar_kernel(xy()[0], 4)
+
+
+@tilegcn.jit
+def _grid_scalar_kernel(X, n):
+    with T.Kernel(n, threads=64):
+        pass
+
+
+
+@misuse(CompileError, r"opens `T.Kernel` exactly once")
+def kernel_nested():
+    def body(X, Y):
+        with T.Kernel(1):
+            with T.Kernel(1):
+                pass
+    run_body(body)
+
+
+@misuse(CompileError, r"never opened `with T.Kernel")
+def kernel_never_opened(): run_body(lambda X, Y: None)
+@misuse(CompileError, r"used outside a @tilegcn.jit kernel")
+def language_outside_jit(): T.alloc_fragment((64, 64), "float32")
+@misuse(CompileError, r"inside `with T.Kernel")
+def statement_before_kernel():
+    def body(X, Y):
+        T.copy(X[0, 0], T.alloc_fragment((64, 64), "float32"))
+    run_body(body)
+
+
+# == allocations =============================================================================================
+def alloc_with(shape, dtype="float32", alloc=None):
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            (alloc or T.alloc_fragment)(shape, dtype)
+    return body
+
+
+@misuse(CompileError, r"shape \(0, 64\) must be positive")
+def alloc_zero(): run_body(alloc_with((0, 64)))
+@misuse(CompileError, r"must be positive")
+def alloc_negative(): run_body(alloc_with((64, -2)))
+@misuse(CompileError, r"buffer shape \(64\.5, 64\): dimension 0 must be an integer, got 64\.5")
+def alloc_fractional(): run_body(alloc_with((64.5, 64)))
+@misuse(CompileError, r"buffer shape .*dimension 0 must be an integer, got '64' \(str\)")
+def alloc_str_dim(): run_body(alloc_with(("64", 64)))
+@misuse(CompileError, r"buffer shape .*dimension 0 must be known at compile time.*depends on bx")
+def alloc_block_id_dependent():
+    def body(X, Y):
+        with T.Kernel(2, threads=64) as bx:
+            T.alloc_fragment((64 * (bx + 1), 64), "float32")
+    run_body(body)
+
+
+@misuse(CompileError, r"buffer shape.*known at compile time")
+def alloc_runtime_scalar_dependent(): _alloc_scalar(xy()[0], 8)
+
+
+@tilegcn.jit
+def _alloc_scalar(X, n):
+    with T.Kernel(1, threads=64):
+        T.alloc_fragment((n, 64), "float32")
+
+
+@misuse(CompileError, r"unsupported dtype 'int8'")
+def alloc_dtype_int8(): run_body(alloc_with((64, 64), "int8"))
+@misuse(CompileError, r"unsupported dtype torch.int32")
+def alloc_dtype_torch_int32(): run_body(alloc_with((64, 64), torch.int32))
+@misuse(CompileError, r"unsupported dtype None")
+def alloc_dtype_none(): run_body(alloc_with((64, 64), None))
+@misuse(CompileError, r"buffer shape .*dimension 0 must be an integer, got \[64\] \(list\)")
+def alloc_nested_shape(): run_body(alloc_with(([64], 64)))
+@misuse(CompileError, r"buffer shape None: dimension 0 must be an integer, got None")
+def alloc_shape_none(): run_body(alloc_with(None))
+@misuse(CompileError, r"unsupported dtype 'int8'")
+def alloc_shared_dtype(): run_body(alloc_with((64, 64), "int8", T.alloc_shared))
+@misuse(ResourceError, r"(?i)vgpr|register")
+def fragment_past_register_file():
+    ew(*xy(128, 256), f=lambda v: v, block_M=128, block_N=256, threads=64)
+
+
+# == T.copy ==================================================================================================
+def copy_body(make):
+    def body(X, Y):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((64, 64), "float32")
+            s = T.alloc_shared((64, 64), "bfloat16")
+            make(X, Y, x, s)
+    return body
+
+
+@misuse(CompileError, r"global to global")
+def copy_global_to_global(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0:64], Y[0, 0:64])))
+@misuse(CompileError, r"T.copy extents differ: \(64, 64\) vs \(32, 64\)")
+def copy_whole_global_into_smaller_tile():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(X, T.alloc_fragment((32, 64), "float32"))))
+@misuse(CompileError, r"T.copy extents differ")
+def copy_fragment_extents_differ():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(x, T.alloc_fragment((32, 64), "float32"))))
+@misuse(CompileError, r"3-d tile does not fit X, which has 2 dims")
+def copy_tile_more_dims_than_tensor():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0], T.alloc_fragment((2, 32, 64), "float32"))))
+@misuse(CompileError, r"slices with a step")
+def copy_slice_step(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0:64:2, 0], x)))
+@misuse(CompileError, r"T.copy from shared to global is not supported")
+def copy_shared_to_global(): run_body(copy_body(lambda X, Y, x, s: T.copy(s, Y[0, 0])))
+@misuse(CompileError, r"T.copy from fragment to shared is not supported")
+def copy_fragment_to_shared(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, s)))
+@misuse(CompileError, r"expected a tensor region, shared buffer or fragment, got 3")
+def copy_from_int(): run_body(copy_body(lambda X, Y, x, s: T.copy(3, x)))
+@misuse(CompileError, r"a bool is not an index")
+def copy_bool_index(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[True, 0], x)))
+@misuse(CompileError, r"expected an integer index expression, got 0\.5")
+def copy_float_index(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0.5, 0], x)))
+@misuse(CompileError, r"3 indices for a 2-d buffer")
+def copy_too_many_indices(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0, 0], x)))
+@misuse(CompileError, r"slice extent 32 on dim 0 does not match the tile's 64")
+def copy_slice_extent_mismatch(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0:32, 0:64], x)))
+@misuse(CompileError, r"expected a tensor region, shared buffer or fragment, got 'Y'")
+def copy_to_string(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, "Y")))
+@misuse(CompileError, r"not a T.gemm operand")
+def copy_into_unused_shared():
+    def make(X, Y, x, s):
+        T.copy(X[0, 0], s)
+    run_body(copy_body(make), *xy(dtype=torch.bfloat16))
+
+
+@misuse(CompileError, r"outside its shape")
+def copy_fragment_region_out_of_bounds():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(x[32:96, 0:64], T.alloc_fragment((64, 64), "float32"))))
+
+
+@misuse(CompileError, r"indexing X: expected an integer index expression")
+def copy_float_scalar_index(): _copy_at(*xy(), 1.5)
+
+
+@tilegcn.jit
+def _copy_at(X, Y, s):
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((64, 64), "float32")
+        T.copy(X[s, 0], x)
+
+
+# == T.gemm ==================================================================================================
+@misuse(CompileError, r"A and B must be shared buffers")
+def gemm_a_in_fragment(): gemm(*abc(), a_scope="fragment")
+@misuse(CompileError, r"C must be a float32 fragment")
+def gemm_bf16_accumulator(): gemm(*abc(), c_dtype="bfloat16")
+@misuse(CompileError, r"must both be bfloat16 or both float16 \(got float32, float32\)")
+def gemm_fp32_operands(): gemm(*abc(dtype=torch.float32))
+@misuse(CompileError, r"must both be bfloat16 or both float16 \(got bfloat16, float16\)")
+def gemm_mixed_dtypes():
+    a, b, c = abc()
+    gemm(a, b.half(), c)
+@misuse(CompileError, r"T.gemm shapes do not agree")
+def gemm_k_mismatch():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((64, 32), "bfloat16")
+            b = T.alloc_shared((64, 64), "bfloat16")
+            c = T.alloc_fragment((64, 64), "float32")
+            T.gemm(a, b, c)
+    run_body(body)
+
+
+@misuse(CompileError, r"T.gemm shapes do not agree")
+def gemm_c_shape_mismatch():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((64, 32), "bfloat16")
+            b = T.alloc_shared((32, 64), "bfloat16")
+            T.gemm(a, b, T.alloc_fragment((64, 32), "float32"))
+    run_body(body)
+
+
+@misuse(CompileError, r"T.gemm operands must be 2-d")
+def gemm_3d_operand():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((1, 64, 32), "bfloat16")
+            b = T.alloc_shared((32, 64), "bfloat16")
+            T.gemm(a, b, T.alloc_fragment((64, 64), "float32"))
+    run_body(body)
+
+
+@misuse(CompileError, r"T.gemm A: expected a buffer from T.alloc_shared/T.alloc_fragment")
+def gemm_global_operand():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            T.gemm(A[0, 0], T.alloc_shared((64, 64), "bfloat16"), T.alloc_fragment((64, 64), "float32"))
+    run_body(body)
+
+
+@misuse(CompileError, r"gemm is not allowed inside T.Parallel")
+def gemm_inside_parallel():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((64, 64), "bfloat16")
+            c = T.alloc_fragment((64, 64), "float32")
+            for i, j in T.Parallel(64, 64):
+                T.gemm(a, a, c)
+    run_body(body)
+
+
+@misuse(CompileError, r"(?i)mfma|multiple")
+def gemm_tile_not_mfma_multiple(): gemm(*abc(), block_M=8, block_N=8, block_K=8, threads=64)
+@misuse(ResourceError, r"(?i)LDS.*(needs|need).*\d+")
+def gemm_lds_over_budget(): gemm(*abc(512, 512, 512), block_M=512, block_N=512, block_K=128, threads=1024)
+@misuse(CompileError, r"16-byte aligned")
+def gemm_misaligned_operand_view():
+    a, b, c = abc(64, 64, 66)
+    gemm(a[:, 2:], b[2:], c)
+@misuse(CompileError, r"A: its row stride of 67 bfloat16 elements is odd \(a view into a wider tensor\)")
+def gemm_odd_row_stride_view():
+    a, b, c = abc(64, 64, 67)
+    gemm(a[:, :64], b[:64], c)
+@misuse(CompileError, r"NameError while tracing the tile program: name 'undefined_name' is not defined")
+def user_name_error():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            undefined_name  # noqa: F821, B018
+    run_body(body)
+@misuse(CompileError, r"A: rows of 63 bfloat16 elements are not 4-byte aligned: T.gemm needs an even row length")
+def gemm_odd_row_length(): gemm(*abc(64, 64, 63))
+@misuse(CompileError, r"T.gemm C: expected a buffer")
+def gemm_c_is_int():
+    def body(A, B):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((64, 64), "bfloat16")
+            T.gemm(a, a, 0)
+    run_body(body)
+
+
+# == T.Parallel and element expressions =========================================================================
+@misuse(CompileError, r"T.Parallel cannot be nested")
+def parallel_nested():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            T.alloc_fragment((64, 64), "float32")
+            for i in T.Parallel(64):
+                for j in T.Parallel(64):
+                    pass
+    run_body(body)
+
+
+@misuse(CompileError, r"T.Parallel extent must be an integer, got 6\.5")
+def parallel_fractional_extent():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(6.5):
+                pass
+    run_body(body)
+
+
+@misuse(CompileError, r"T.Parallel extent must be known at compile time")
+def parallel_block_id_extent():
+    def body(X, Y):
+        with T.Kernel(2, threads=64) as bx:
+            for i in T.Parallel(bx + 1):
+                pass
+    run_body(body)
+
+
+def parallel_store(target):
+    def body(X, Y):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((64, 64), "float32")
+            s = T.alloc_shared((64, 64), "float32")
+            T.copy(X[0, 0], x)
+            for i, j in T.Parallel(64, 64):
+                target(X, x, s, i, j)
+    return body
+
+
+def _set(buf, idx, value):
+    buf[idx] = value
+
+
+@misuse(CompileError, r"T.Parallel can only assign fragments; s is shared")
+def parallel_assign_shared(): run_body(parallel_store(lambda X, x, s, i, j: _set(s, (i, j), x[i, j])))
+@misuse(CompileError, r"T.Parallel can only assign fragments; X is global")
+def parallel_assign_global(): run_body(parallel_store(lambda X, x, s, i, j: _set(X, (i, j), x[i, j])))
+@misuse(CompileError, r"with the T.Parallel indices in order")
+def parallel_assign_transposed(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (j, i), 1.0)))
+@misuse(CompileError, r"x has 2 dims, indexed with 1")
+def parallel_wrong_index_count(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), x[i])))
+@misuse(CompileError, r"reading shared buffer s inside T.Parallel")
+def parallel_read_shared(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), s[i, j])))
+@misuse(CompileError, r"T.copy is not allowed inside T.Parallel")
+def parallel_contains_copy(): run_body(parallel_store(lambda X, x, s, i, j: T.copy(X[0, 0], x)))
+@misuse(CompileError, r"T.Parallel\(32, 64\) does not match the shape \(64, 64\)")
+def parallel_extent_mismatch():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            for i, j in T.Parallel(32, 64):
+                x[i, j] = 0.0
+    run_body(body)
+
+
+@misuse(CompileError, r"element assignment to x outside T.Parallel")
+def assign_outside_parallel():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            x[0, 0] = 1.0
+    run_body(body)
+
+
+@misuse(CompileError, r"`\*\*`.*T.exp2")
+def op_pow(): run_ew(lambda v: v ** 2)
+@misuse(CompileError, r"`\*\*`")
+def op_rpow(): run_ew(lambda v: 2 ** v)
+@misuse(CompileError, r"`%`")
+def op_mod(): run_ew(lambda v: v % 2)
+@misuse(CompileError, r"`%`")
+def op_rmod(): run_ew(lambda v: 2 % v)
+@misuse(CompileError, r"`//`")
+def op_floordiv(): run_ew(lambda v: v // 2)
+@misuse(CompileError, r"abs\(\).*T.abs")
+def op_builtin_abs(): run_ew(lambda v: abs(v))
+@misuse(CompileError, r"math.exp|float\(\).*T.exp")
+def op_math_exp(): run_ew(lambda v: math.exp(v))
+@misuse(CompileError, r"math.sqrt|float\(\)")
+def op_math_sqrt(): run_ew(lambda v: math.sqrt(v))
+@misuse(CompileError, r"torch.sigmoid.*T.exp")
+def op_torch_sigmoid(): run_ew(lambda v: torch.sigmoid(v))
+@misuse(CompileError, r"torch.exp.*T.exp")
+def op_torch_exp(): run_ew(lambda v: torch.exp(v))
+@misuse(CompileError, r"numpy.*T\.")
+def op_numpy_exp(): run_ew(lambda v: np.exp(v))
+@misuse(CompileError, r"comparison `>`.*T.max")
+def op_if_greater():
+    def f(v):
+        if v > 0:
+            return v
+        return 0.0
+    run_ew(f)
+
+
+@misuse(CompileError, r"comparison `<`")
+def op_less(): run_ew(lambda v: v < 1.0)
+@misuse(CompileError, r"comparison `>=`")
+def op_greater_equal(): run_ew(lambda v: v >= 1.0)
+@misuse(CompileError, r"comparison `<=`")
+def op_less_equal_reflected(): run_ew(lambda v: 1.0 >= v)
+@misuse(CompileError, r"int\(\)")
+def op_int(): run_ew(lambda v: int(v))
+@misuse(CompileError, r"float\(\)")
+def op_float(): run_ew(lambda v: float(v))
+@misuse(CompileError, r"round\(\)")
+def op_round(): run_ew(lambda v: round(v))
+@misuse(CompileError, r"cannot use 'a' \(str\) in an element expression")
+def op_str_value(): run_ew(lambda v: "a")
+@misuse(CompileError, r"cannot use None")
+def op_none_value(): run_ew(lambda v: None)
+@misuse(CompileError, r"cannot use 1j \(complex\)")
+def op_complex_value(): run_ew(lambda v: v + 1j)
+@misuse(CompileError, r"`&`")
+def op_bitand(): run_ew(lambda v: v & 1)
+@misuse(CompileError, r"`\|`")
+def op_bitor(): run_ew(lambda v: v | 1)
+@misuse(CompileError, r"`<<`")
+def op_shift(): run_ew(lambda v: v << 1)
+@misuse(CompileError, r"`@`")
+def op_matmul(): run_ew(lambda v: v @ v)
+@misuse(CompileError, r"`~`")
+def op_invert(): run_ew(lambda v: ~v)
+@misuse(CompileError, r"cannot use 'x' \(str\)")
+def op_t_max_str(): run_ew(lambda v: T.max(v, "x"))
+@misuse(CompileError, r"cannot use \[1\.0\] \(list\)")
+def op_t_exp_list(): run_ew(lambda v: T.exp([1.0]))
+@misuse(CompileError, r"unsupported dtype 'int8'")
+def op_cast_int8(): run_ew(lambda v: T.cast(v, "int8"))
+@misuse(CompileError, r"cannot use True \(bool\)")
+def op_bool_value(): run_ew(lambda v: v * True)
+@misuse(CompileError, r"a truth test \(if/and/or/not\) on an element expression")
+def op_truth_value(): run_ew(lambda v: v if v else 0.0)
+@misuse(CompileError, r"`\*\*`")
+def op_scalar_pow(): ew_scalar(*xy(), 2.0, f=lambda v, s: v * s ** 2)
+@misuse(CompileError, r"`%`")
+def op_scalar_mod(): ew_scalar(*xy(), 3, f=lambda v, s: v + s % 2)
+@misuse(CompileError, r"whole fragment tile x: element math goes inside .*T.Parallel")
+def whole_tile_arithmetic():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            x + 1.0
+    run_body(body)
+
+
+@misuse(CompileError, r"whole fragment tile x: element math goes inside .*T.Parallel")
+def whole_tile_augmented_assign():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            x *= 2.0
+    run_body(body)
+
+
+@misuse(CompileError, r"iterating over global X: loop over its elements with `for i, j in T.Parallel")
+def iterate_over_tensor():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for row in X:
+                pass
+    run_body(body)
+
+
+@misuse(CompileError, r"expected an integer index expression, got 0\.5")
+def parallel_float_index_into_global():
+    run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), X[i, 0.5])))
+
+
+# == T.Pipelined ================================================================================================
+def pipelined(n, **kw):
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for k in T.Pipelined(n, **kw):
+                pass
+    return body
+
+
+@misuse(CompileError, r"trip count must be positive, got 0")
+def pipelined_zero_trips(): run_body(pipelined(0))
+@misuse(CompileError, r"trip count must be an integer, got 2\.5")
+def pipelined_fractional_trips(): run_body(pipelined(2.5))
+@misuse(CompileError, r"num_stages must be >= 1, got 0")
+def pipelined_zero_stages(): run_body(pipelined(4, num_stages=0))
+@misuse(CompileError, r"num_stages must be an integer, got '2' \(str\)")
+def pipelined_str_stages(): run_body(pipelined(4, num_stages="2"))
+@misuse(CompileError, r"trip count must be known at compile time")
+def pipelined_runtime_trips(): _loop_scalar(xy()[0], 4)
+
+
+@tilegcn.jit
+def _loop_scalar(X, n):
+    with T.Kernel(1, threads=64):
+        for k in T.Pipelined(n):
+            pass
+
+
+# == T.fill / T.clear ============================================================================================
+def fill_body(make):
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            make(X, T.alloc_fragment((64, 64), "float32"), T.alloc_shared((64, 64), "float32"))
+    return body
+
+
+@misuse(CompileError, r"T.fill value must be a number, got 'abc' \(str\)")
+def fill_str(): run_body(fill_body(lambda X, x, s: T.fill(x, "abc")))
+@misuse(CompileError, r"T.fill value must be a number, got None")
+def fill_none(): run_body(fill_body(lambda X, x, s: T.fill(x, None)))
+@misuse(CompileError, r"T.fill value must be a number, got 1j")
+def fill_complex(): run_body(fill_body(lambda X, x, s: T.fill(x, 1j)))
+@misuse(CompileError, r"T.fill takes a fragment or shared buffer, not a global tensor")
+def fill_global(): run_body(fill_body(lambda X, x, s: T.fill(X, 0.0)))
+@misuse(CompileError, r"T.fill/T.clear of shared buffer \w+ is not supported; fill a fragment")
+def fill_shared(): run_body(fill_body(lambda X, x, s: T.fill(s, 0.0)))
+@misuse(CompileError, r"T.fill: expected a buffer from T.alloc_shared/T.alloc_fragment, got 3")
+def clear_int(): run_body(fill_body(lambda X, x, s: T.clear(3)))
+@misuse(CompileError, r"T.fill value must be a number known at compile time; v is a runtime scalar")
+def fill_runtime_scalar(): _fill_scalar(xy()[0], 2.0)
+
+
+@tilegcn.jit
+def _fill_scalar(X, v):
+    with T.Kernel(1, threads=64):
+        T.fill(T.alloc_fragment((64, 64), "float32"), v)
+
+
+# == T.use_swizzle ===============================================================================================
+def swizzle(*args, inside_loop=False, twice=False, **kw):
+    def body(X, Y):
+        with T.Kernel(4, 4, threads=64):
+            if inside_loop:
+                for k in T.Pipelined(2):
+                    T.use_swizzle(*args, **kw)
+            else:
+                T.use_swizzle(*args, **kw)
+                if twice:
+                    T.use_swizzle(*args, **kw)
+    return body
+
+
+@misuse(CompileError, r"panel_size and num_xcds must be positive")
+def swizzle_zero_panel(): run_body(swizzle(0))
+@misuse(CompileError, r"panel_size and num_xcds must be positive")
+def swizzle_negative_xcds(): run_body(swizzle(4, num_xcds=-8))
+@misuse(CompileError, r"must be at the top of the kernel body")
+def swizzle_inside_loop(): run_body(swizzle(4, inside_loop=True))
+@misuse(CompileError, r"T.use_swizzle given twice")
+def swizzle_twice(): run_body(swizzle(4, twice=True))
+@misuse(CompileError, r"panel_size must be an integer, got '8' \(str\)")
+def swizzle_str_panel(): run_body(swizzle("8"))
+@misuse(CompileError, r"num_xcds must be an integer, got 8\.5")
+def swizzle_fractional_xcds(): run_body(swizzle(4, num_xcds=8.5))
+
+
+# == T.ceildiv ===================================================================================================
+@misuse(CompileError, r"T.ceildiv\(64, 0\): division by zero")
+def ceildiv_zero(): run_ew(lambda v: v, block_M=0)
+@misuse(ArgumentError, r"constant block_M='64' is a str; the default is int 64")
+def ceildiv_str_constant(): run_ew(lambda v: v, block_M="64")
+@misuse(CompileError, r"T.ceildiv divisor must be an integer, got 2\.5")
+def ceildiv_fractional():
+    def body(X, Y):
+        with T.Kernel(T.ceildiv(64, 2.5), threads=64):
+            pass
+    run_body(body)
+
+
+@misuse(CompileError, r"T.ceildiv divisor must be an integer, got '64' \(str\)")
+def ceildiv_str():
+    def body(X, Y):
+        with T.Kernel(T.ceildiv(X.shape[0], "64"), threads=64):
+            pass
+    run_body(body)
+
+
+@misuse(CompileError, r"T.ceildiv\(64, -64\).*positive")
+def ceildiv_negative():
+    def body(X, Y):
+        with T.Kernel(T.ceildiv(64, -64), threads=64):
+            pass
+    run_body(body)
+
+
+@misuse(CompileError, r"ZeroDivisionError while tracing the tile program: integer division or modulo by zero")
+def user_integer_division_by_zero():
+    def body(X, Y):
+        with T.Kernel(X.shape[0] // 0, threads=64):
+            pass
+    run_body(body)
+
+
+# == T.Tensor annotations ========================================================================================
+@tilegcn.jit
+def annotated(X: T.Tensor(("M", "N"), "bfloat16"), Y: T.Tensor(("M", 64), "bfloat16")):
+    with T.Kernel(1, threads=64):
+        pass
+
+
+@misuse(ArgumentError, r"argument X has dtype float32, the kernel declares bfloat16")
+def annotation_dtype(): annotated(*xy())
+@misuse(ArgumentError, r"argument X has 1 dims")
+def annotation_ndim(): annotated(torch.zeros(64, dtype=torch.bfloat16), torch.zeros(64, 64, dtype=torch.bfloat16))
+@misuse(ArgumentError, r"dimension 1 must be 64")
+def annotation_fixed_dim(): annotated(*xy(64, 32, torch.bfloat16))
+@misuse(ArgumentError, r"mismatched shapes: Y.shape\[0\] = 32 but M = 64")
+def annotation_named_size():
+    annotated(torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(32, 64, dtype=torch.bfloat16))
+@misuse(ArgumentError, r"unsupported dtype 'int8'")
+def annotation_bad_dtype():
+    @tilegcn.jit
+    def k(X: T.Tensor((64,), "int8")):
+        pass
+
+
+# == arguments ===================================================================================================
+@misuse(ArgumentError, r"tensor X has dtype torch.int64")
+def arg_int64(): ew(torch.zeros(64, 64, dtype=torch.int64), xy()[1], f=None)
+@misuse(ArgumentError, r"tensor X has dtype torch.bool")
+def arg_bool_tensor(): ew(torch.zeros(64, 64, dtype=torch.bool), xy()[1], f=None)
+@misuse(ArgumentError, r"tensor X has dtype torch.complex64")
+def arg_complex_tensor(): ew(torch.zeros(64, 64, dtype=torch.complex64), xy()[1], f=None)
+@misuse(ArgumentError, r"tensor Y has dtype torch.float64")
+def arg_float64(): ew(xy()[0], torch.zeros(64, 64, dtype=torch.float64), f=None)
+@misuse(ArgumentError, r"tensor X is a meta tensor")
+def arg_meta(): ew(torch.empty(64, 64, device="meta"), torch.empty(64, 64, device="meta"), f=lambda v: v)
+@misuse(ArgumentError, r"different devices|meta tensor")
+def arg_mixed_meta(): ew(xy()[0], torch.empty(64, 64, device="meta"), f=lambda v: v)
+@misuse(ArgumentError, r"last dimension must have stride 1")
+def arg_column_stride(): ew(torch.randn(64, 128)[:, ::2], xy()[1], f=lambda v: v)
+@misuse(ArgumentError, r"Y .*written.*stride 0.*broadcast")
+def arg_broadcast_output(): ew(xy()[0], torch.empty(1, 64).expand(64, 64), f=lambda v: v)
+@misuse(ArgumentError, r"Y is written.*elements may overlap")
+def arg_overlapping_output_rows():
+    base = torch.empty(64 * 32 + 32)
+    ew(xy()[0], base.as_strided((64, 64), (32, 1)), f=lambda v: v)
+@misuse(ArgumentError, r"takes 2 positional argument\(s\) \(X, Y\), got 1")
+def arg_too_few(): ew(xy()[0], f=None)
+@misuse(ArgumentError, r"takes 2 positional argument\(s\) \(X, Y\), got 3")
+def arg_too_many(): ew(*xy(), xy()[0], f=None)
+@misuse(ArgumentError, r"argument Y of ew\(\) must be a torch tensor or an int/float scalar, got str")
+def arg_str(): ew(xy()[0], "y", f=None)
+@misuse(ArgumentError, r"got NoneType")
+def arg_none(): ew(xy()[0], None, f=None)
+@misuse(ArgumentError, r"got list")
+def arg_list(): ew(xy()[0], [1.0], f=None)
+@misuse(ArgumentError, r"got ndarray.*torch.from_numpy")
+def arg_numpy(): ew(xy()[0], np.zeros((64, 64), np.float32), f=None)
+@misuse(ArgumentError, r"argument s .*got complex")
+def arg_complex_scalar(): ew_scalar(*xy(), 1j, f=lambda v, s: v)
+@misuse(ArgumentError, r"unknown keyword argument 'blockM'")
+def arg_unknown_keyword(): ew(*xy(), f=None, blockM=64)
+@misuse(ArgumentError, r"'X' \(it is positional: pass it by position\)")
+def arg_positional_as_keyword(): ew(*xy(), f=None, X=xy()[0])
+@misuse(ArgumentError, r"missing keyword argument\(s\): needed")
+def arg_missing_constant(): _needs_constant(*xy())
+
+
+@tilegcn.jit
+def _needs_constant(X, Y, *, needed):
+    with T.Kernel(1, threads=64):
+        pass
+
+
+@misuse(ArgumentError, r"constant threads=None is a NoneType; the default is int 128")
+def arg_none_constant(): run_ew(lambda v: v, threads=None)
+@misuse(ArgumentError, r"constant block_N=\[64\] is a list")
+def arg_list_constant(): run_ew(lambda v: v, block_N=[64])
+@misuse(ArgumentError, r"sparse")
+def arg_sparse(): ew(xy()[0].to_sparse(), xy()[1], f=lambda v: v)
+
+
+# == the decorator, arch, device and environment =================================================================
+@misuse(ArgumentError, r"\*args/\*\*kwargs are not supported")
+def jit_varargs():
+    @tilegcn.jit
+    def k(*xs):
+        pass
+
+
+@misuse(ArgumentError, r"\*args/\*\*kwargs are not supported")
+def jit_varkw():
+    @tilegcn.jit
+    def k(X, **kw):
+        pass
+
+
+@misuse(ArgumentError, r"positional parameter N has a default; make it keyword-only")
+def jit_positional_default():
+    @tilegcn.jit
+    def k(X, N=4):
+        pass
+
+
+@misuse(ArgumentError, r"'arch' is reserved")
+def jit_arch_keyword():
+    @tilegcn.jit
+    def k(X, *, arch="gfx942"):
+        pass
+
+
+@misuse(UnsupportedArchError, r"gfx90a.*gfx942, gfx950", located=False)
+def jit_decorator_arch(): tilegcn.jit(arch="gfx90a")(lambda X: None)
+@misuse(UnsupportedArchError, r"sm_90.*gfx942", located=False)
+def call_arch_cuda_name(): run_ew(lambda v: v, arch="sm_90")
+@misuse(UnsupportedArchError, r"942.*gfx942", located=False)
+def call_arch_int(): run_ew(lambda v: v, arch=942)
+@misuse(ArgumentError, r"tilegcn.jit.*function")
+def jit_non_function(): tilegcn.jit(42)
+
+
+@pytest.fixture
+def env(monkeypatch):
+    return monkeypatch
+
+
+ENV_CASES = [
+    pytest.param({"TILEGCN_ARCH": "gfx1100"}, UnsupportedArchError, r"gfx1100.*TILEGCN_ARCH", id="env_arch"),
+    pytest.param({"TILEGCN_DEVICE": "gpu"}, DeviceError, r"unknown device 'gpu'.*emulator, hip, auto",
+                 id="env_device"),
+    pytest.param({"TILEGCN_DEVICE": "hip"}, DeviceError, r"HIP device .*needs the HIP runtime and an AMD GPU",
+                 id="env_device_hip_without_gpu", marks=pytest.mark.skipif(hip_gpu_visible(), reason="a GPU is here")),
+    pytest.param({"TILEGCN_CACHE_DIR": __file__}, CacheError, r"cannot create the cache dir", id="env_cache_is_file"),
+]
+
+
+# == the emulated device =========================================================================================
+def _emulator_module(x, y):
+    from tilegcn.runtime import get_device
+
+    k = ew.compile(x, y, f=lambda v: v + 1.0)
+    return k, get_device("emulator").load(k.hsaco)
+
+
+@misuse(ArgumentError, r"was compiled for .*called with", located=False)
+def compiled_kernel_other_shape():
+    k, _ = _emulator_module(*xy())
+    k(*xy(128, 64))
+
+
+@misuse(DeviceError, r"no kernel 'nope' in the code object", located=False)
+def emulator_unknown_kernel():
+    k, module = _emulator_module(*xy())
+    module.launch("nope", (1, 1, 1), (128, 1, 1), xy())
+
+
+@misuse(DeviceError, r"grid must be 1 to 3 positive integers", located=False)
+def emulator_zero_grid():
+    k, module = _emulator_module(*xy())
+    module.launch(k.name, (0, 1, 1), (128, 1, 1), xy())
+
+
+@misuse(ArgumentError, r"kernel takes 2 arguments, got 1", located=False)
+def emulator_wrong_argument_count():
+    k, module = _emulator_module(*xy())
+    module.launch(k.name, (1, 1, 1), (128, 1, 1), xy()[:1])
+
+
+@misuse(DeviceError, r"(?i)not an ELF|code object", located=False)
+def emulator_garbage_code_object():
+    from tilegcn.runtime import get_device
+
+    get_device("emulator").load(b"\x7fELF not really")
+
+
+@misuse(DeviceError, r"unknown device 'tpu'", located=False)
+def get_device_unknown():
+    from tilegcn.runtime import get_device
+
+    get_device("tpu")
+
+
+def abs_free_identity(v):
+    return v
+
+
+def _entry(k):
+    from pathlib import Path
+
+    return Path(k.cache_path)
+
+
+# == the tests ===================================================================================================
+def _check(fn, error, pattern, located):
+    try:
+        fn()
+    except TilegcnError as e:
+        assert isinstance(e, error), f"expected {error.__name__}, got {type(e).__name__}: {e}"
+        assert re.search(pattern, str(e)), f"message does not name the cause ({pattern!r}): {e}"
+        if located and isinstance(e, (CompileError, ArgumentError)):
+            assert __file__ in str(e), f"the error does not point at the user's line: {e}"
+        return
+    except Exception as e:  # noqa: BLE001 - the point of the suite
+        pytest.fail(f"a raw {type(e).__name__} escaped instead of a tilegcn error: {e}")
+    pytest.fail("no error raised")
+
+
+@pytest.mark.parametrize("fn, error, pattern, located", CASES)
+def test_misuse(fn, error, pattern, located):
+    _check(fn, error, pattern, located)
+
+
+@pytest.mark.parametrize("settings, error, pattern", ENV_CASES)
+def test_environment_misuse(settings, error, pattern, monkeypatch):
+    for k, v in settings.items():
+        monkeypatch.setenv(k, v)
+    _check(lambda: run_ew(lambda v: v), error, pattern, located=False)
+
+
+def test_the_table_is_large():
+    assert len(CASES) + len(ENV_CASES) >= 100
+
+
+# == constants the device computes in IEEE fp32: folded the same way, never a Python exception =================
+@pytest.mark.parametrize("f, ref", [
+    (lambda v: v / 0.0, lambda x: x / 0.0),
+    (lambda v: v + 1e39, lambda x: x + math.inf),
+    (lambda v: v * 0.0 / 0.0, lambda x: torch.full_like(x, math.nan)),
+], ids=["x_div_zero", "const_past_fp32", "zero_div_zero"])
+def test_constants_fold_to_ieee_inf_and_nan(f, ref):
+    x, y = xy()
+    x[0, :4] = torch.tensor([0.0, -0.0, 1.0, -2.0])
+    ew(x, y, f=f)
+    torch.testing.assert_close(y, ref(x), equal_nan=True, rtol=0, atol=0)
+
+
+def test_fill_past_fp32_range_is_inf():
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            x = T.alloc_fragment((64, 64), "float32")
+            T.fill(x, -1e39)
+            T.copy(x, Y[0, 0])
+    x, y = xy()
+    run_body(body, x, y)
+    assert torch.equal(y, torch.full_like(y, -math.inf))
+
+
+def test_argument_error_points_at_the_call():
+    import linecache
+
+    x, y = xy()
+    with pytest.raises(ArgumentError) as err:
+        ew(x, y.double(), f=abs_free_identity)  # <- the call site
+    file, line = err.value.location.rsplit(":", 1)
+    assert file == __file__ and "<- the call site" in linecache.getline(file, int(line))
+
+
+def test_an_exception_inside_lowering_is_reported_as_a_tilegcn_bug(monkeypatch):
+    import tilegcn.passes
+
+    def broken_pass(kernel, arch):
+        raise RuntimeError("a pass failed")
+
+    monkeypatch.setattr(tilegcn.passes, "lower", broken_pass)
+    with pytest.raises(CompileError, match=r"internal error while lowering ew .*RuntimeError: a pass failed.*"
+                                           r"tilegcn bug") as err:
+        tilegcn.jit(ew.fn)(*xy(), f=abs_free_identity)  # a new JITFunction: nothing compiled in this process
+    assert isinstance(err.value.__cause__, RuntimeError)  # the original traceback stays chained
+
+
+def test_a_damaged_meta_json_never_escapes_as_a_raw_error():
+    """meta.json without its launch fields (a KeyError in jit once): the entry is rebuilt, or refused with a
+    CacheError; the kernel never runs from it and no KeyError reaches the user."""
+    import warnings
+
+    x, y = xy()
+    entry = _entry(ew.compile(x, y, f=abs_free_identity))
+    meta = json.loads((entry / "meta.json").read_text())
+    del meta["name"], meta["grid"]
+    (entry / "meta.json").write_text(json.dumps(meta))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the cache may warn that it rebuilt the entry
+            tilegcn.jit(ew.fn)(x, y, f=abs_free_identity)
+    except CacheError as e:
+        assert "meta.json" in str(e)
+    else:
+        assert torch.equal(y, x)
