@@ -197,3 +197,18 @@ def test_deleting_any_wait_or_barrier_of_the_pipelined_loop_is_caught(arch, layo
 def outside_tolerance_any(C, ref, K) -> bool:
     from test_gemm import outside_tolerance
     return bool(outside_tolerance(C, ref, K).any())
+
+
+def test_a_pipelined_kernel_is_a_disk_cache_hit_later(recwarn):
+    """kernel.ir holds the traced IR and then the pipelined one; the entry check must accept its own entry
+    (it once rebuilt every pipelined kernel in every new process, with a CacheWarning)."""
+    a = torch.randn(128, 256, dtype=torch.bfloat16)
+    b = torch.randn(256, 128, dtype=torch.bfloat16)
+    c = torch.empty(128, 128, dtype=torch.bfloat16)
+    first = kernels.gemm.compile(a, b, c, num_stages=2, arch="gfx950")
+    assert "after the tile-IR passes" in first.ir
+    kernels.gemm.cache_clear()  # forget this process's kernels: the next compile goes to the disk cache
+    again = kernels.gemm.compile(a, b, c, num_stages=2, arch="gfx950")
+    assert kernels.gemm.cache_stats.disk_hits == 1 and kernels.gemm.cache_stats.compiles == 0
+    assert again.asm == first.asm
+    assert not [w for w in recwarn.list if "cache entry" in str(w.message)]

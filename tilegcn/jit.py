@@ -474,7 +474,7 @@ class JITFunction:
 
             tb0 = time.perf_counter()
             lowered = _lower_or_report(lower, kernel, arch)
-            passes = f"\n// after the tile-IR passes (software pipelining):\n{lowered.ir}" if lowered.ir else ""
+            passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
             (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
             tb1 = time.perf_counter()
@@ -526,12 +526,19 @@ def _lower_or_report(lower, kernel, arch):
                            "this is a tilegcn bug, please report it with the kernel", location=kernel.loc) from e
 
 
+# kernel.ir holds the traced IR (what the key hashes), then, when a tile-IR pass rewrote it, this marker and
+# the rewritten IR (e.g. the software-pipelined loop)
+_PASSES_MARKER = "\n// after the tile-IR passes (software pipelining):\n"
+
+
 def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     """Why a (hash-verified) cache entry does not fit the traced kernel, or None. The entry must hold the
-    very IR its key was made from, and the launch fields of meta.json (kernel name, grid, block, argument
+    very IR its key was made from (followed only by what the tile-IR passes made of it), and the launch fields of meta.json (kernel name, grid, block, argument
     order) must be the traced kernel's: a meta.json rewritten together with its digest is still caught."""
     meta = entry.meta
-    if entry.data["kernel.ir"] != ir.encode():
+    stored = entry.data["kernel.ir"]
+    traced = ir.encode()
+    if stored != traced and not stored.startswith(traced + _PASSES_MARKER.encode()):
         return "kernel.ir is not the IR this key was made from"
     expected = {"name": kernel.name, "arch": arch, "grid": list(kernel.grid), "block": list(kernel.block)}
     for name, value in expected.items():
