@@ -4,28 +4,11 @@ there is no interleave-vs-plain ranking to test.)"""
 import pytest
 import torch
 
-import tilegcn
-from tilegcn import language as T
+from kernels import gemm  # the tests' shared GEMM tile program (tests/kernels.py)
 
 M = N = 2048
 K = 4096
-
-
-@tilegcn.jit
-def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, threads=256, num_stages=1):
-    M, K = A.shape
-    N = B.shape[1]
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_s = T.alloc_shared((block_M, block_K), A.dtype)
-        B_s = T.alloc_shared((block_K, block_N), B.dtype)
-        acc = T.alloc_fragment((block_M, block_N), "float32")
-        T.use_swizzle(panel_size=8, num_xcds=8)
-        T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            T.copy(A[by * block_M, k * block_K], A_s)
-            T.copy(B[k * block_K, bx * block_N], B_s)
-            T.gemm(A_s, B_s, acc)
-        T.copy(acc, C[by * block_M, bx * block_N])
+TILE = dict(block_M=256, block_N=256, block_K=64, threads=256)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +18,8 @@ def tensors():
 
 
 def _pair(tensors, first, second):
-    a = gemm.compile(*tensors, arch="gfx950", **first)
-    b = gemm.compile(*tensors, arch="gfx950", **second)
+    a = gemm.compile(*tensors, arch="gfx950", **TILE, **first)
+    b = gemm.compile(*tensors, arch="gfx950", **TILE, **second)
     assert a.asm.split(".rodata")[0] != b.asm.split(".rodata")[0], "the two variants compiled to the same code"
     return a.estimate(args=list(tensors)), b.estimate(args=list(tensors))
 
