@@ -10,11 +10,14 @@ import torch
 
 import tilegcn
 from tilegcn import language as T
-from tilegcn.amdgcn.abi import KernelAbi
+from tilegcn.amdgcn import isa
+from tilegcn.amdgcn.abi import WORKITEM_ID, KernelAbi
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.emit import render
 from tilegcn.amdgcn.hazards import insert_hazard_nops
+from tilegcn.amdgcn.isa import Inst
+from tilegcn.amdgcn.memory import GlobalAccess
 from tilegcn.amdgcn.waitcnt import insert_waits
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec
@@ -112,3 +115,85 @@ def test_tile_that_32_bit_offsets_cannot_reach_is_refused():
     kernel = T.trace(_copy_rows.fn, [big, big], dict(block_M=256, block_N=4, threads=256), "gfx942")
     with pytest.raises(CompileError, match="32-bit buffer offsets cannot reach"):
         lower(kernel, "gfx942")
+
+
+# ---- addresses formed inside a loop: the V# built once before it, the loop advancing soffset / voffset ----------
+STEPS = 6
+
+
+def _loop_probe(arch, spec, index_of, mask_dims):
+    """A kernel whose loop `for k in range(STEPS)` forms, as a load in the loop would (GlobalAccess.address), the
+    operands that access X[index_of(k, lane)] and writes them per step and lane: the V#'s words, soffset, voffset
+    and the immediate offset. X itself is never accessed."""
+    out_spec = TensorSpec.of(torch.empty(STEPS, 64, 8, dtype=torch.float32))  # launched with int32 words
+    kernel = T.trace(_probe, [spec, out_spec, 0], {}, arch)
+    x, out, _ = kernel.params
+    b = KernelBuilder(get_arch(arch), kernel.name)
+    abi = KernelAbi(b, kernel, TID)
+    access = GlobalAccess(abi)
+    dest = abi.resource(out.buffer, 0)
+    row_bytes = b.v.alloc()
+    b.emit("v_lshlrev_b32", row_bytes, 5, WORKITEM_ID)
+    k = sympy.Symbol("k", integer=True, nonnegative=True)
+    counter = b.s.alloc()
+    b.emit("s_mov_b32", counter, 0)
+    access.loop_ranges[k] = (0, STEPS - 1)
+    with b.loop_frame(k, counter) as frame:
+        frame.insts.append(Inst(".Lprobe", kind=isa.LABEL))
+        a = access.address(x.buffer, index_of(k, TID), mask_dims, 4)
+        words = b.v.alloc(8, align=4)
+        for i, value in enumerate([a.srd[0], a.srd[1], a.srd[2], a.srd[3], a.soffset, a.voffset, a.imm, 0]):
+            b.emit("v_mov_b32", words[i], value)
+        step_bytes, voff = b.s.alloc(), b.v.alloc()
+        b.emit("s_lshl_b32", step_bytes, counter, 11)  # 64 lanes x 32 bytes per step
+        b.emit("v_add_u32", voff, step_bytes, row_bytes)
+        b.emit("buffer_store_dwordx4", words[0:4], voff, dest, 0, suffix="offen offset:0")
+        b.emit("buffer_store_dwordx4", words[4:8], voff, dest, 0, suffix="offen offset:16")
+        b.emit("s_add_u32", counter, counter, 1)
+        b.emit("s_cmp_lt_u32", counter, STEPS, defs=(), uses=(counter,))
+        b.emit("s_cbranch_scc1", ".Lprobe")
+    b.frames[-1].insts.extend(frame.insts)
+    b.emit("s_endpgm")
+    insts = insert_hazard_nops(insert_waits(b.insts, b.arch), b.arch)
+    return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
+
+
+LOOP_WALKS = {  # name: (tensor, index of (loop variable, lane), masked dims)
+    "rows 16 MiB apart, walked past 4 GiB": (
+        TensorSpec(ty.float32, (STEPS * 64, 4), (1 << 22, 1), True), lambda k, t: (64 * k + t, 1), []),
+    "rows 4 MiB apart, ragged, walked 1.25 GiB": (
+        TensorSpec(ty.float32, (STEPS * 64 - 20, 4), (1 << 20, 1), True), lambda k, t: (64 * k + t, 3), []),
+    "rows 4 KiB apart, every row inside": (
+        TensorSpec(ty.float32, (STEPS * 64, 1024), (1024, 1), True), lambda k, t: (64 * k + t, 5), []),
+    "ragged columns walked, ragged rows": (
+        TensorSpec(ty.float32, (50, 300), (300, 1), True), lambda k, t: (t, 64 * k + 7), [1]),
+    "one row of 4 GiB, walked 256 MiB a step": (
+        TensorSpec(ty.float32, (1, 1 << 30), (1 << 30, 1), True), lambda k, t: (0, (1 << 26) * k + 4 * t), [1]),
+    "one row of 4 GiB, walked 1 GiB a step": (
+        TensorSpec(ty.float32, (1, 1 << 30), (1 << 30, 1), True), lambda k, t: (0, (1 << 28) * k + 4 * t), [1]),
+}
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("name", list(LOOP_WALKS))
+def test_loop_addresses_reach_every_step_exactly(name, arch):
+    """Every step of the loop reaches exactly the element it names (64-bit base + soffset + voffset + offset:,
+    as the hardware adds them), and an element is in range of NUM_RECORDS, under either reading of whether
+    soffset counts in the range check, iff it lies inside the tensor: tiles far from the first are neither
+    wrapped nor cut off by the 32-bit NUM_RECORDS."""
+    spec, index_of, mask_dims = LOOP_WALKS[name]
+    kernel, hsaco = _loop_probe(arch, spec, index_of, mask_dims)
+    out = torch.zeros(STEPS, 64, 8, dtype=torch.int32)
+    emulator.load(hsaco).launch(kernel.name, grid=(1, 1, 1), block=(64, 1, 1), args=[POINTER, out, 0])
+    words = out.to(torch.int64) & 0xFFFFFFFF
+    for k in range(STEPS):
+        for lane in range(64):
+            base, high, records, _, soffset, voffset, imm, _ = words[k, lane].tolist()
+            index = index_of(k, lane)
+            inside = all(0 <= i < n for i, n in zip(index, spec.shape))
+            checked = {voffset + imm + 4 <= records, voffset + imm + soffset + 4 <= records}
+            assert checked == {inside}, (k, lane, index, hex(voffset), hex(soffset), hex(records))
+            if inside:
+                address = (base | high << 32) + soffset + voffset + imm
+                element = POINTER + 4 * sum(i * st for i, st in zip(index, spec.strides))
+                assert address == element, (k, lane, index, hex(address), hex(element))

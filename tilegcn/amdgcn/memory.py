@@ -5,8 +5,18 @@ part (folded into the V# base, see abi.KernelAbi.resource), a per-lane part (vof
 constant (the 12-bit `offset:` field, the rest folded into voffset). Ragged edges: rows past the end
 fall outside NUM_RECORDS; columns past the end of an inner dimension are masked by steering voffset
 to an out-of-range value, so the hardware returns 0 for loads and drops stores.
+
+Inside a loop the uniform part's loop-variable terms (the advance) stay out of the V#, so the V# is
+built once before the loop and the loop only computes the advance (an SGPR) each step. Where the advance
+moves along inner dims only, or no lane can be past the end of dim 0, it is the instruction's soffset: an
+element's in-range verdict is then the same whether or not the hardware counts soffset in the range check
+(ISA_NOTES leaves that open), because lanes past the end of dim 0 (if any) are out of range by voffset
+alone and every other lane outside the tensor is masked to OUT_OF_RANGE_OFFSET. An advance along a dim 0
+with a ragged end is added to voffset instead (one VALU op per access).
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import sympy
 
@@ -59,16 +69,32 @@ def masked_dims(buffer: N.Buffer, starts, extents) -> list:
     return dims
 
 
+class Address(NamedTuple):
+    """The operands of a buffer access: V#, voffset VGPR, soffset (SGPR or 0), `offset:` immediate, and
+    whether voffset is a temporary the caller frees after issuing the access."""
+    srd: Reg
+    voffset: Reg
+    soffset: Reg | int
+    imm: int
+    temp: bool
+
+
 class GlobalAccess:
     def __init__(self, abi: KernelAbi):
         self.abi = abi
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
+        self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
 
-    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> tuple:
-        """(V#, voffset VGPR, immediate offset, voffset is a temporary) of element `index` accessed `width`
-        bytes wide; the immediate is at most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA,
-        where it also offsets the LDS side)."""
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> Address:
+        """The operands that access element `index` `width` bytes wide; the immediate is at most `max_imm`
+        (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side)."""
+        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
+        return (self._in_loop_address(buffer, index, mask_dims, width, limit)
+                or self._address(buffer, index, mask_dims, width, limit))
+
+    def _address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address:
+        """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
         es = buffer.dtype.bytes
         form: dict = {}
         for idx, st in zip(index, buffer.spec.strides):
@@ -84,7 +110,6 @@ class GlobalAccess:
                 raise CompileError(f"{buffer.name}: a tile reaching {-shift} bytes below its origin is not supported")
             srd, below = self.abi.clamped_resource(buffer, uniform + shift)
             const -= shift
-        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
         imm = const % limit if const >= 0 else 0
         lane = lane + (const - imm)
         if not self._voffsets_reach(lane, imm, width):
@@ -94,12 +119,71 @@ class GlobalAccess:
         if below is not None:
             voffset, temp = self.b.v.alloc(what="voffset"), True
             self.b.emit("v_add_u32", voffset, below, self.lower.vgpr(lane), comment="origin below the start")
+        return self._finish(buffer, index, mask_dims, Address(srd, voffset, 0, imm, temp))
+
+    def _finish(self, buffer, index, mask_dims, addr: Address) -> Address:
+        """`addr` with voffset steered out of range for lanes outside the tensor on a masked dim."""
         if not mask_dims:
-            return srd, voffset, imm, temp
-        masked = self._masked(buffer, index, mask_dims, voffset)
-        if temp:
-            self.b.v.free(voffset)
-        return srd, masked, imm, True
+            return addr
+        masked = self._masked(buffer, index, mask_dims, addr.voffset)
+        if addr.temp:
+            self.b.v.free(addr.voffset)
+        return addr._replace(voffset=masked, temp=True)
+
+    def _in_loop_address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address | None:
+        """The access with its loop-variable terms (the advance) kept out of the V#, or None where that
+        does not apply (no open loop variable in the address, an advance that is not a sum of loop
+        variables with a known range, a tile reaching below its origin, or offsets that 32 bits cannot
+        hold: the caller then builds the V# at the whole offset, as outside loops).
+
+        The V# is at the loop-invariant uniform offset (built before the loop, NUM_RECORDS up to the
+        tensor's end); valid elements lie at advance + voffset + imm < NUM_RECORDS because the whole
+        offset stays below BUFFER_REACH. The advance is the soffset where no lane can be past dim 0's end
+        or where the advance does not move dim 0 (see the module docstring for why that keeps masking
+        exact); otherwise (a ragged dim 0 that the loop walks) it is added to voffset. For LDS DMA
+        (`limit` 1) the constant joins the advance, so the per-lane VGPRs are shared by every step."""
+        loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
+        es = buffer.dtype.bytes
+        forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
+        moving = [d for d, form in enumerate(forms) if any(a.free_symbols & loop_vars for a in form)]
+        if not moving or not loop_vars <= set(self.loop_ranges):
+            return None
+        rows = value_range(index[0], {**self.loop_ranges, **self._lane_ranges()})
+        rows_inside = rows is not None and rows[0] >= 0 and rows[1] < buffer.shape[0]
+        rows_by_voffset = 0 not in moving and buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * es
+        in_soffset = rows_inside or rows_by_voffset
+        row_const_in_lane = in_soffset and not rows_inside  # rows past the end: out of range by voffset alone
+        advance, rest, inner = {}, {}, []
+        for d, form in enumerate(forms):
+            for atom, coeff in form.items():
+                loop_term = bool(atom.free_symbols & loop_vars)
+                const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
+                target = advance if loop_term or const_term else rest
+                target[atom] = target.get(atom, 0) + coeff
+                if d > 0 and target is rest and (atom is sympy.S.One or atom.free_symbols & self.b.lane_symbols):
+                    inner.append(coeff * atom)
+        if row_const_in_lane and (value_range(sympy.Add(*inner), self._lane_ranges()) or (-1,))[0] < 0:
+            return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
+        advance = sympy.Add(*(c * a for a, c in advance.items()))
+        if not advance.free_symbols <= loop_vars or any(abs(c) >= BUFFER_REACH for c in linear_form(advance).values()):
+            return None
+        uniform, lane, const = split_linear(rest, self.b.lane_symbols)
+        steps = value_range(advance, self.loop_ranges)
+        span = value_range(lane, self._lane_ranges())
+        if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
+            return None
+        imm = const % limit
+        lane = lane + (const - imm)
+        if span[1] + const + steps[1] + width > BUFFER_REACH:
+            return None
+        srd = self.abi.resource(buffer, uniform)
+        step = self.lower.sgpr(advance)
+        voffset = self.lower.vgpr(lane)
+        if in_soffset:
+            return self._finish(buffer, index, mask_dims, Address(srd, voffset, step, imm, False))
+        moved = self.b.v.alloc(what="voffset + loop advance")
+        self.b.emit("v_add_u32", moved, step, voffset, comment="loop advance")
+        return self._finish(buffer, index, mask_dims, Address(srd, moved, 0, imm, True))
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
@@ -151,16 +235,17 @@ class GlobalAccess:
         return out
 
     def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
-        self.b.emit(LOAD_OPS[width], dst, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
-        if temp:
-            self.b.v.free(voff)  # the address is read at issue
+        a = self.address(buffer, index, mask_dims, width)
+        self.b.emit(LOAD_OPS[width], dst, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
+        if a.temp:
+            self.b.v.free(a.voffset)  # the address is read at issue
 
     def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        srd, voff, imm, temp = self.address(buffer, index, mask_dims, width)
-        self.b.emit(STORE_OPS[width], src, voff, srd, 0, suffix=f"offen offset:{imm}", comment=comment)
-        if temp:
-            self.b.v.free(voff)
+        a = self.address(buffer, index, mask_dims, width)
+        self.b.emit(STORE_OPS[width], src, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
+                    comment=comment)
+        if a.temp:
+            self.b.v.free(a.voffset)
 
 
 # ---- conversions between fp32 registers and 16-bit storage ---------------------------------------

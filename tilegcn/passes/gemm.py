@@ -323,14 +323,14 @@ def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
         row = _family_expr(cp.global_row_family, slot)
         col = _family_expr(cp.global_col_family, slot)
         with _ExecMask(ctx, cp.runs - slot * ctx.threads):
-            srd, voff, _, temp = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask,
-                                                    CHUNK, max_imm=0)
+            a = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask, CHUNK, max_imm=0)
             b.emit("s_add_u32", M0, pipe.wave_lds, lds_base + CHUNK * slot * ctx.threads, defs=(M0,),
                    uses=(pipe.wave_lds,))
-            b.emit("buffer_load_dwordx4", voff, srd, 0, suffix="offen lds", defs=(tag,),
-                   uses=(voff, srd, M0), comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
-            if temp:
-                b.v.free(voff)
+            b.emit("buffer_load_dwordx4", a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
+                   uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
+                   comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
+            if a.temp:
+                b.v.free(a.voffset)
 
 
 def lower_commit_group(ctx: Context, s: N.CommitGroup):

@@ -28,6 +28,7 @@ def lower_loop(ctx: Context, s: N.Loop, lower_body):
     outer_writes = None
     if pipe is not None:
         outer_writes, pipe.loop_writes = pipe.loop_writes, []
+    ctx.access.loop_ranges[s.var] = (0, max(s.extent - 1, 0))
     with b.loop_frame(s.var, counter) as frame:
         frame.insts.append(Inst(head, kind=isa.LABEL))
         first = len(frame.insts)

@@ -1,0 +1,70 @@
+"""Nothing loop-invariant in the GEMM's K loop, as a reader of the kernel's `.s` sees it.
+
+The buffer descriptors (V#s) of the operands are built once before the loop; each K step only advances an offset
+(soffset, or voffset where a ragged dim 0 is walked), M0 for LDS DMA, and the loop counter. Numerics of the same
+kernels, ragged shapes included, are checked against torch in test_gemm.py and test_pipelining.py.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kernels
+
+NOT_SALU = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_cbranch", "s_branch")
+_SGPRS = re.compile(r"\bs(\d+)\b|\bs\[(\d+):(\d+)\]")
+
+
+def loop_body(asm: str) -> list:
+    """Instructions of the K loop (the last backward branch's loop), comments stripped."""
+    lines = [ln.split("//")[0].strip() for ln in asm.splitlines()]
+    end = max(i for i, ln in enumerate(lines) if ln.startswith("s_cbranch"))
+    start = lines.index(lines[end].split()[-1] + ":")
+    return [ln for ln in lines[start + 1:end + 1] if ln and not ln.endswith(":")]
+
+
+def sgprs(operand: str) -> set:
+    """SGPR numbers named by an operand: s7 -> {7}, s[4:7] -> {4, 5, 6, 7}."""
+    out = set()
+    for one, lo, hi in _SGPRS.findall(operand):
+        out |= {int(one)} if one else set(range(int(lo), int(hi) + 1))
+    return out
+
+
+def operands(inst: str) -> list:
+    return [o.strip() for o in inst.split(None, 1)[1].split(",")] if " " in inst else []
+
+
+def written_sgprs(inst: str) -> set:
+    """SGPRs an SALU instruction writes (its first operand; s_cmp* writes only SCC)."""
+    if not inst.startswith("s_") or inst.startswith(NOT_SALU + ("s_cmp",)):
+        return set()
+    return sgprs(operands(inst)[0])
+
+
+CONFIGS = [  # arch, B layout, tile (M = N), num_stages
+    ("gfx950", "NT", 256, 2), ("gfx950", "NN", 256, 2), ("gfx942", "NT", 256, 1), ("gfx942", "NN", 128, 2),
+]
+
+
+@pytest.mark.parametrize("arch, layout, tile, stages", CONFIGS, ids=["-".join(map(str, c)) for c in CONFIGS])
+def test_k_loop_builds_no_descriptor(arch, layout, tile, stages):
+    bk, K = 64, 64 * 8
+    A = torch.empty(tile, K, dtype=torch.bfloat16)
+    B = torch.empty(*((tile, K) if layout == "NT" else (K, tile)), dtype=torch.bfloat16)
+    C = torch.empty(tile, tile, dtype=torch.bfloat16)
+    asm = kernels.gemm.compile(A, B, C, arch=arch, block_M=tile, block_N=tile, block_K=bk, threads=256,
+                               transpose_B=layout == "NT", num_stages=stages).asm
+    body = loop_body(asm)
+    loads = [i for i in body if i.startswith("buffer_load")]
+    descriptors = set().union(*(sgprs(next(o for o in operands(i) if o.startswith("s["))) for i in loads))
+    written = set().union(*(written_sgprs(i) for i in body))
+    assert loads and not descriptors & written, f"V# SGPRs {sorted(descriptors & written)} written in the K loop"
+    assert not any(i.startswith("v_readfirstlane") for i in body)
+    # what SALU is left: the counter (add + compare), M0 per LDS DMA, and the offset advance (<= 2 per K step)
+    steps = len(loads) * 16 * 256 // (2 * tile * bk * 2)  # 16-byte loads of one A and one B tile per K step
+    salu = [i for i in body if i.startswith("s_") and not i.startswith(NOT_SALU)]
+    advance = [i for i in salu if operands(i)[0] != "m0" and not i.startswith("s_cmp")]
+    assert len(advance) - 1 <= 2 * steps, f"{len(advance) - 1} SALU besides the counter for {steps} K steps: {advance}"
