@@ -138,52 +138,63 @@ class GlobalAccess:
 
         The V# is at the loop-invariant uniform offset (built before the loop, NUM_RECORDS up to the
         tensor's end); valid elements lie at advance + voffset + imm < NUM_RECORDS because the whole
-        offset stays below BUFFER_REACH. The advance is the soffset where no lane can be past dim 0's end
-        or where the advance does not move dim 0 (see the module docstring for why that keeps masking
-        exact); otherwise (a ragged dim 0 that the loop walks) it is added to voffset. For LDS DMA
-        (`limit` 1) the constant joins the advance, so the per-lane VGPRs are shared by every step."""
+        offset stays below BUFFER_REACH. The advance is the soffset where `_soffset_is_exact` says so,
+        else it is added to voffset. For LDS DMA (`limit` 1) the constant joins the advance, so the
+        per-lane VGPRs are shared by every step."""
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
         es = buffer.dtype.bytes
         forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
         moving = [d for d, form in enumerate(forms) if any(a.free_symbols & loop_vars for a in form)]
         if not moving or not loop_vars <= set(self.loop_ranges):
             return None
-        rows = value_range(index[0], {**self.loop_ranges, **self._lane_ranges()})
-        rows_inside = rows is not None and rows[0] >= 0 and rows[1] < buffer.shape[0]
-        rows_by_voffset = 0 not in moving and buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * es
-        in_soffset = rows_inside or rows_by_voffset
-        row_const_in_lane = in_soffset and not rows_inside  # rows past the end: out of range by voffset alone
-        advance, rest, inner = {}, {}, []
+        rows_inside = self._rows_inside(buffer, index[0])
+        in_soffset = rows_inside or (0 not in moving and self._rows_past_end_by_voffset(buffer))
+        row_const_in_lane = in_soffset and not rows_inside
+        advance, rest = {}, {}
         for d, form in enumerate(forms):
             for atom, coeff in form.items():
-                loop_term = bool(atom.free_symbols & loop_vars)
                 const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
-                target = advance if loop_term or const_term else rest
+                target = advance if const_term or atom.free_symbols & loop_vars else rest
                 target[atom] = target.get(atom, 0) + coeff
-                if d > 0 and target is rest and (atom is sympy.S.One or atom.free_symbols & self.b.lane_symbols):
-                    inner.append(coeff * atom)
-        if row_const_in_lane and (value_range(sympy.Add(*inner), self._lane_ranges()) or (-1,))[0] < 0:
+        if row_const_in_lane and not self._inner_voffsets_nonnegative(forms, rest):
             return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
+        if max(map(abs, advance.values())) >= BUFFER_REACH:
+            return None  # a coefficient SALU literals cannot hold; its advance would pass 2 GiB anyway
         advance = sympy.Add(*(c * a for a, c in advance.items()))
-        if not advance.free_symbols <= loop_vars or any(abs(c) >= BUFFER_REACH for c in linear_form(advance).values()):
-            return None
         uniform, lane, const = split_linear(rest, self.b.lane_symbols)
         steps = value_range(advance, self.loop_ranges)
         span = value_range(lane, self._lane_ranges())
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
-        imm = const % limit
-        lane = lane + (const - imm)
         if span[1] + const + steps[1] + width > BUFFER_REACH:
             return None
+        imm = const % limit
         srd = self.abi.resource(buffer, uniform)
         step = self.lower.sgpr(advance)
-        voffset = self.lower.vgpr(lane)
+        voffset = self.lower.vgpr(lane + (const - imm))
         if in_soffset:
             return self._finish(buffer, index, mask_dims, Address(srd, voffset, step, imm, False))
         moved = self.b.v.alloc(what="voffset + loop advance")
         self.b.emit("v_add_u32", moved, step, voffset, comment="loop advance")
         return self._finish(buffer, index, mask_dims, Address(srd, moved, 0, imm, True))
+
+    def _rows_inside(self, buffer: N.Buffer, row) -> bool:
+        """Whether dim 0's index `row` lies inside the tensor for every lane and loop step."""
+        rows = value_range(row, {**self.loop_ranges, **self._lane_ranges()})
+        return rows is not None and rows[0] >= 0 and rows[1] < buffer.shape[0]
+
+    @staticmethod
+    def _rows_past_end_by_voffset(buffer: N.Buffer) -> bool:
+        """Rows do not overlap (the tensor ends within its last row), so an offset to a row past dim 0's end,
+        measured from the tile origin, is past NUM_RECORDS whatever the inner dims add (when not negative)."""
+        return buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * buffer.dtype.bytes
+
+    def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
+        """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
+        inner = [c * a for form in forms[1:] for a, c in form.items()
+                 if a in rest and (a is sympy.S.One or a.free_symbols & self.b.lane_symbols)]
+        span = value_range(sympy.Add(*inner), self._lane_ranges())
+        return span is not None and span[0] >= 0
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}

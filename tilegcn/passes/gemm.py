@@ -311,8 +311,8 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
 
 def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
     """buffer_load_dwordx4 ... lds per slot: M0 = the wave's first LDS byte of the slot (the LDS address is
-    M0 + inst_offset + 16 * lane, so the global offset is kept whole in voffset and inst_offset is 0); the swizzle is
-    in the global coordinates each lane fetches."""
+    M0 + inst_offset + 16 * lane, so the global offset is kept in voffset and soffset, the K loop's advance, and
+    inst_offset is 0); the swizzle is in the global coordinates each lane fetches."""
     b, pipe = ctx.b, ctx.pipe
     if pipe.wave_lds is None:
         wave_bytes = ctx.lower.vgpr(CHUNK * WAVE * sympy.floor(TID / WAVE))
