@@ -19,7 +19,6 @@ Nothing else stalls a wave (no register scoreboard: the ISA leaves those hazards
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from .memory import LdsPort, VmemPath
