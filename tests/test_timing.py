@@ -172,3 +172,29 @@ def test_fast_forwarded_loop_trips_add_the_steady_trip_time():
     assert fast.breakdown["skipped_trips"] == 40 - 6 and full.breakdown["skipped_trips"] == 0
     assert fast.cycles == full.cycles
     assert fast.flops == full.flops == 40 * 4 * 2 * 32 * 32 * 8
+
+
+def test_l2_sharers_far_apart_in_dispatch_order_miss_more():
+    """Eight workgroups of one XCD (ids 0, 8, ..., 56) computing a 2 x 4 block of tiles: each touches one
+    A row panel and one B column panel. Column-first order puts a column's two workgroups next to each
+    other in dispatch order (B sharers 1 apart, A sharers 2 apart: 16 in all over 10 sharer pairs);
+    row-first order puts a row's four together (A sharers 1 apart, B sharers 4 apart: 22). Same lines, so
+    the same lockstep miss count; the row-first order's sharers are further apart, so it refetches more."""
+    from tilegcn.runtime.emulator.timing.l2 import hit_rate
+
+    t = TIMING["gfx950"]
+
+    def footprints(tiles):
+        def panel(first):
+            return set(range(first * 64, first * 64 + 64))
+        return {(8 * pos, 1): panel(row) | panel(100 + col) for pos, (row, col) in enumerate(tiles)}
+
+    column_first = footprints([(pos % 2, pos // 2) for pos in range(8)])
+    row_first = footprints([(pos // 4, pos % 4) for pos in range(8)])
+    lockstep = [hit_rate(fp, t.l2_bytes_per_xcd, t.l2_line_bytes) for fp in (column_first, row_first)]
+    assert lockstep[0] == lockstep[1]
+    (hit_near, _, miss_near), (hit_far, _, miss_far) = (
+        hit_rate(fp, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base, t.l2_refetch_per_gap)
+        for fp in (column_first, row_first))
+    assert miss_near > lockstep[0][2]  # a later sharer may find the line evicted
+    assert miss_far > miss_near and hit_far < hit_near

@@ -42,9 +42,9 @@ def estimates(tensors):
 
 def test_xcd_aware_swizzle_raises_the_l2_hit_rate(estimates):
     """Panel order alone (num_xcds=1) hands XCD 0 the tiles 0, 8, 16, ... of the panels: one A row panel
-    and 32 B column panels per round. The XCD remap gives it a 4 x 8 block of tiles instead: 12 panels,
-    so about 12 of the 64 tile loads per K step miss instead of 33 (the row-major order with no swizzle also
-    gives a 4 x 8 block on this power-of-two grid, so it is no worse in this model)."""
+    and 32 B column panels per round. The XCD remap gives it a 4 x 8 block of tiles instead: 12 panels to
+    fetch per K step instead of 33. (Plain row-major order, no swizzle, also gives a 4 x 8 block on this
+    power-of-two grid, with sharers closer in dispatch order: the model rates it higher still; README.)"""
     panel_only, xcd_aware = estimates[256, 1], estimates[256, 8]
     assert xcd_aware.breakdown["l2_hit_rate"] > panel_only.breakdown["l2_hit_rate"]
     assert xcd_aware.breakdown["l2_misses"] < panel_only.breakdown["l2_misses"]

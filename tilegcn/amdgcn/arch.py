@@ -236,6 +236,11 @@ class Timing:
     l2_bytes_per_clk_per_xcd: int  # 16 channels x 128 B/clk (S12)
     l2_bytes_per_xcd: int  # 4 MB (S1)
     l2_line_bytes: int  # 128 B (S1)
+    # L2 refetch by a later sharer of a line, with probability base + per_gap x its distance in the XCD's
+    # dispatch order (timing/l2.py): fitted to the row-major and GM1 orders of C10 (S19v9, MI355X) by
+    # `bench/model_accuracy.py --fit-l2`; C10's GM4/6/8 are held out. gfx942: assumed the same (no data).
+    l2_refetch_base: float
+    l2_refetch_per_gap: float
     hbm_bytes_per_s: float  # S13, S10
     launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing.md 5.8)
 
@@ -249,7 +254,8 @@ TIMING = {
         lds_port_read_bytes_per_clk=64, lds_port_write_bytes_per_clk=64, lds_fifo_entries=8, lds_latency_clk=56,
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
         l2_hit_latency_clk=500, hbm_latency_clk=800, l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20,
-        l2_line_bytes=128, hbm_bytes_per_s=5.3e12, launch_overhead_clk=2000,
+        l2_line_bytes=128, hbm_bytes_per_s=5.3e12,
+        l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143, launch_overhead_clk=2000,
     ),
     "gfx950": Timing(
         device="MI355X", cus=256, simds_per_cu=4, max_waves_per_simd=8, lds_bytes_per_cu=163840,
@@ -261,6 +267,7 @@ TIMING = {
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
         l2_hit_latency_clk=500, hbm_latency_clk=1000,  # S18: ~1000 clk round trip under GEMM load
         l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l2_line_bytes=128, hbm_bytes_per_s=8.0e12,
+        l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143,
         launch_overhead_clk=2000,
     ),
 }

@@ -89,11 +89,13 @@ def occupancy(arch, t, kd, waves_per_wg, lds_bytes):
 
 
 def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI355X", flops=None,
-             shared_mem=0, kernarg=None, buffers=(), clock_hz=None, trace=None, detail_iterations=4) -> Estimate:
+             shared_mem=0, kernarg=None, buffers=(), clock_hz=None, trace=None, detail_iterations=None) -> Estimate:
     """Estimate one launch of `name` (the same launch parameters as Module.launch). The kernel runs on the
     emulated device for the workgroups of one XCD's first round (its stores land in `args`' tensors, with
     garbage values where loops were fast-forwarded). `flops`: the launch's FLOPs (default: the MFMAs'
-    2*M*N*K). `trace`: a path to write the simulated schedule as Chrome/Perfetto trace events."""
+    2*M*N*K). `trace`: a path to write the simulated schedule as Chrome/Perfetto trace events.
+    `detail_iterations`: loop trips simulated before a loop is fast-forwarded; default 4 per workgroup
+    resident on a CU (co-resident workgroups take a few trips each to settle into their steady stagger)."""
     from .. import _dim3
 
     dev_name, t = timing_of(device)
@@ -118,8 +120,10 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     rounds = -(-per_cu // resident)
     xcd_wgs = list(range(0, n_wg, arch.num_xcds))[:cus_per_xcd * resident]
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
-    tr = record(module, name, launch_args, xcd_wgs, detail_iterations, t.l2_line_bytes)
-    hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes)
+    detail = detail_iterations or 4 * resident
+    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes)
+    hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
+                                     t.l2_refetch_per_gap)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
     active_cus = min(n_wg, t.cus)
     l2_bw = t.l2_bytes_per_clk_per_xcd / max(1, min(cus_per_xcd, math.ceil(active_cus / arch.num_xcds)))

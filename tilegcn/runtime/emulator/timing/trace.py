@@ -112,9 +112,12 @@ class Tracer:
         keys = (rows << 44) | lines  # [n, 64, k]
         keys = keys[act] if act is not None else keys.reshape(-1)
         wgs = [self.m.chunk_wgs[w // self.wpw] for w in g.waves]
+        keys = np.unique(keys.cpu().numpy())
+        rows = keys >> 44
+        lines = keys & ((1 << 44) - 1)
         fp = self.footprints
-        for key in np.unique(keys.cpu().numpy()).tolist():
-            fp.setdefault((wgs[key >> 44], seg), set()).add(key & ((1 << 44) - 1))
+        for row in np.unique(rows).tolist():  # the waves' workgroups (usually one)
+            fp.setdefault((wgs[row], seg), set()).update(lines[rows == row].tolist())
 
     # ---- loops ----------------------------------------------------------------------------------------------
     def _back_edge(self, g, pc, target):
