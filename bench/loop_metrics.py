@@ -19,6 +19,7 @@ loaded GPU achieves.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -31,6 +32,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+import tilegcn  # noqa: E402
+from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -85,13 +88,19 @@ def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) 
     )
 
 
-def compile_asm(arch, tile, layout, stages, threads=256):
+@functools.lru_cache(maxsize=None)
+def gemm_kernel(schedule: str):
+    """tests/kernels.py `gemm` compiled with `schedule` ("interleave" is the default decorator's)."""
+    return kernels.gemm if schedule == INTERLEAVE else tilegcn.jit(kernels.gemm.fn, schedule=schedule)
+
+
+def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE):
     bm, bn, bk = tile
     M, N, K = bm, bn, bk * 8
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
-    return kernels.gemm.compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+    return gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
                                 transpose_B=layout == "NT", num_stages=stages).asm
 
 
@@ -107,21 +116,29 @@ def main(argv=None):
     ap.add_argument("--tile", default="256x256x64,128x128x64")
     ap.add_argument("--layout", default="NN,NT")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--schedule", default="interleave,plain",
+                    help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
     args = ap.parse_args(argv)
-    print(f"{'config':<34}" + "".join(f"{h:>9}" for h in HEAD))
+    schedules = args.schedule.split(",")
+    print(f"{'config':<46}" + "".join(f"{h:>9}" for h in HEAD))
     for arch in args.arch.split(","):
         for tile in args.tile.split(","):
             dims = tuple(int(x) for x in tile.split("x"))
             for layout in args.layout.split(","):
                 for stages in (int(s) for s in args.stages.split(",")):
-                    name = f"{arch} {tile} {layout} stages={stages}"
-                    try:
-                        m = metrics(compile_asm(arch, dims, layout, stages), arch, dims[0], dims[1], 256)
-                    except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
-                        print(f"{name:<34} {type(e).__name__}: {str(e)[:110]}")
-                        continue
-                    print(f"{name:<34}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
-                                                   for c in COLUMNS))
+                    for schedule in (schedules if stages == 2 else schedules[:1]):
+                        _row(arch, tile, dims, layout, stages, schedule)
+
+
+def _row(arch, tile, dims, layout, stages, schedule):
+    name = f"{arch} {tile} {layout} stages={stages} {schedule}"
+    try:
+        m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule), arch, dims[0], dims[1], 256)
+    except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
+        print(f"{name:<46} {type(e).__name__}: {str(e)[:110]}")
+        return
+    print(f"{name:<46}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
+                                   for c in COLUMNS))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
 _LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
 LDS_FILE = "lds"
 UNTAGGED_LDS = (LDS_FILE, -1)  # the unit of every LDS write that names no region
+LDS_READS = (LDS_FILE, -2)  # the unit of every ds_read: a barrier waits for them (another wave may write next)
 
 
 def lds_tag(n: int) -> Reg:
@@ -111,6 +112,8 @@ def _written_units(inst: Inst) -> list:
     units = _units(inst.defs)
     if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
         units.append(UNTAGGED_LDS)
+    elif inst.kind == isa.DS_READ:
+        units.append(LDS_READS)
     return units
 
 
@@ -118,7 +121,7 @@ def _needed_units(inst: Inst) -> list:
     """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
     (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
     if inst.kind == isa.BARRIER:
-        return [UNTAGGED_LDS] + _units(inst.uses)
+        return [UNTAGGED_LDS, LDS_READS] + _units(inst.uses)
     return _units(inst.uses) + [u for u in _units(inst.defs) if u[0] != LDS_FILE]
 
 
