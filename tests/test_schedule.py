@@ -34,7 +34,10 @@ def s(i, n=1):
 
 
 def builder():
-    return KernelBuilder(ARCH, "k")
+    """A loop body (the scheduler's domain: a block that branches back to its own label) to fill."""
+    b = KernelBuilder(ARCH, "k")
+    b.insts.append(isa.Inst(".Lloop", kind=isa.LABEL))
+    return b
 
 
 def mfma(b, acc: int, src: int = 0):
@@ -47,9 +50,11 @@ def ds_read(b, dst: int, offset: int = 0):
 
 
 def scheduled(b) -> list:
+    b.emit("s_cbranch_scc1", ".Lloop")
     b.emit("s_endpgm")
     out = schedule(b.insts, ARCH)
     assert sorted(map(id, out)) == sorted(map(id, b.insts)), "the scheduler must permute, never add or drop"
+    assert out[0].kind == isa.LABEL and out[-2].kind == isa.BRANCH  # the block's ends stay in place
     return out
 
 
@@ -62,7 +67,7 @@ def test_independent_reads_fill_the_gaps_between_back_to_back_mfmas():
     mfmas = [mfma(b, acc) for acc in range(8)]
     reads = [ds_read(b, 20 + 4 * r, 16 * r) for r in range(8)]  # the next group's fragments
     out = scheduled(b)
-    kinds = [x.kind for x in out[:-1]]
+    kinds = [x.kind for x in out[1:-2]]
     first, last = position(out, mfmas[0]), position(out, mfmas[-1])
     assert all(first < position(out, r) < last for r in reads)  # issued under the MFMAs, not after them
     gaps = "".join("m" if k == isa.MFMA else "." for k in kinds).strip(".").split("m")
@@ -120,18 +125,20 @@ def test_no_lds_access_crosses_a_barrier():
     assert position(out, barrier) < position(out, mfmas[-1])  # the barrier itself may issue among MFMAs
 
 
-def test_labels_and_branches_bound_the_blocks():
-    b = builder()
-    before = mfma(b, 0)
+def test_only_loop_bodies_are_scheduled_and_their_ends_stay():
+    b = KernelBuilder(ARCH, "k")
+    straight = [mfma(b, acc) for acc in range(4)] + [ds_read(b, 40)]  # runs once: source order kept
     b.insts.append(isa.Inst(".Lloop", kind=isa.LABEL))
     mfmas = [mfma(b, acc) for acc in range(1, 4)]
     read = ds_read(b, 40)
     b.emit("s_cmp_lt_u32", s(1), 4, defs=(), uses=(s(1),))
     b.emit("s_cbranch_scc1", ".Lloop")
-    out = scheduled(b)
+    b.emit("s_endpgm")
+    out = schedule(b.insts, ARCH)
+    assert out[:len(straight)] == straight
     label = next(i for i, x in enumerate(out) if x.kind == isa.LABEL)
-    assert position(out, before) < label < position(out, read) < position(out, mfmas[-1])
-    assert out[-2].op == "s_cbranch_scc1"
+    assert label == len(straight) < position(out, read) < position(out, mfmas[-1])
+    assert out[-2].op == "s_cbranch_scc1" and out[-1].op == "s_endpgm"
 
 
 # ---- a barrier waits for the LDS reads in flight: another wave may overwrite what they read ------------------------
@@ -148,7 +155,7 @@ def _read_barrier_overwrite(wait: bool) -> str:
         "s_barrier",
         "ds_read_b32 v4, v1",
     ]
-    b = builder()
+    b = KernelBuilder(ARCH, "k")
     b.emit("ds_read_b32", v(4), v(1))
     b.emit("s_barrier")
     waited = [i.text().strip() for i in insert_waits(b.insts, ARCH)]
