@@ -36,8 +36,8 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 import tilegcn  # noqa: E402
-from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
 MCA_ITERATIONS = 50
@@ -105,7 +105,7 @@ def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE):
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
     return gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                transpose_B=layout == "NT", num_stages=stages).asm
+                                         transpose_B=layout == "NT", num_stages=stages).asm
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",

@@ -199,6 +199,8 @@ def test_unknown_schedule_is_a_clear_error():
         tilegcn.jit(kernels.gemm.fn, schedule="fast")
     with pytest.raises(ArgumentError, match="schedule"):
         tilegcn.jit(schedule="Plain")(kernels.gemm.fn)
+    with pytest.raises(ArgumentError, match=r"decorator option: tilegcn.jit\(gemm, schedule=...\)"):
+        kernels.gemm.compile(*_gemm_operands(), arch="gfx950", schedule="plain")  # not a per-call argument
 
 
 @pytest.mark.parametrize("arch", ["gfx950", "gfx942"])

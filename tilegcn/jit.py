@@ -393,6 +393,8 @@ class JITFunction:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
                 how = " (it is positional: pass it by position)" if k in self.arg_names else ""
+                if k == "schedule":
+                    how = f" (schedule is a decorator option: tilegcn.jit({self.name}, schedule=...))"
                 raise ArgumentError(
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
                     f"valid keyword arguments: {valid}"
@@ -570,8 +572,8 @@ def _check_schedule(schedule) -> str:
 def jit(fn=None, *, arch=None, schedule=INTERLEAVE):
     """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
 
-    `schedule`: "interleave" (default) list-schedules the MFMA blocks so that LDS reads, copies and address math
-    issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys)."""
+    `schedule`: "interleave" (default) list-schedules the code around MFMAs (the GEMM's K loop) so that LDS
+    reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys)."""
     if fn is None:
         return lambda f: JITFunction(f, arch=arch, schedule=schedule)
     return JITFunction(fn, arch=arch, schedule=schedule)

@@ -3,10 +3,10 @@
 Input: the lowered instruction list (defs/uses/kinds filled in, physical or virtual `Reg`s, `lds_tag` memory
 effects, no `s_waitcnt` and no hazard `s_nop` yet). Output: the same instructions, each basic block permuted
 within itself (labels stay first, the branch or `s_endpgm` that ends a block stays last); `interleave=False`
-("plain") returns the list unchanged, so the two can be compared (`@tilegcn.jit(schedule="plain")`). Only loop
-bodies holding an MFMA are scheduled (a block that branches back to its own label: the GEMM's K loop); every other
-block runs once per kernel and keeps source order (scheduling the GEMM's prologue and epilogue too took 2.4x the
-time of the loop alone, for code that does not repeat).
+("plain") returns the list unchanged, so the two can be compared (`@tilegcn.jit(schedule="plain")`). Only blocks
+holding an MFMA are scheduled: a loop body (the GEMM's K loop) whole, a block that runs once (the pipeline's
+drain) up to its last MFMA; the rest keeps source order (the epilogue's accumulator stores: scheduling them too
+took 2.4x the time for code that runs once, after the MFMAs).
 
 Dependencies (an edge keeps two instructions in source order), computed per 32-bit register unit of `defs`/`uses`
 so that physical and virtual registers work alike: read after write, write after read, write after write; plus
@@ -70,15 +70,20 @@ _VCC_USERS = ("v_cmp", "v_cndmask", "v_div_")
 
 
 def schedule(insts: list, arch, interleave: bool = True) -> list:
-    """`insts` with every loop body that holds an MFMA list-scheduled (see the module docstring); unchanged if not
+    """`insts` with the blocks that hold MFMAs list-scheduled (see the module docstring); unchanged if not
     `interleave`."""
     if not interleave:
         return list(insts)
     out: list = []
     for n, blk in enumerate(cfg.blocks(insts)):
         body = blk.insts
-        loop = n in blk.succs  # a loop body: it branches back to its own label
-        out.extend(_schedule_block(body, arch) if loop and any(i.kind == isa.MFMA for i in body) else body)
+        last_mfma = max((k for k, inst in enumerate(body) if inst.kind == isa.MFMA), default=None)
+        if last_mfma is None:
+            out.extend(body)
+        elif n in blk.succs:  # a loop body: it branches back to its own label
+            out.extend(_schedule_block(body, arch))
+        else:  # runs once: only its MFMA part, not the epilogue's stores after the last MFMA
+            out.extend(_schedule_block(body[:last_mfma + 1], arch) + body[last_mfma + 1:])
     return out
 
 
