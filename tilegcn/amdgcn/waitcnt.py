@@ -12,7 +12,8 @@ nothing is flushed at labels or branches.
 Vector memory and LDS ops complete in order; scalar loads do not, so any outstanding s_load forces lgkmcnt(0).
 LDS writes are memory effects, not registers: a ds_write or LDS DMA may name the LDS region it writes as a
 pseudo-register (file "lds", `lds_tag`) in its defs. `s_barrier` publishes LDS writes to the other waves and does
-not wait by itself (gfx90a and later), so before it the pass waits for every *untagged* LDS write and for the
+not wait by itself (gfx90a and later), so before it the pass waits for every *untagged* LDS write, for every
+`ds_read` in flight (another wave may overwrite what it reads right after the barrier) and for the
 tagged regions the barrier lists in its uses; a tagged region nobody publishes yet (the next pipeline stage) stays
 in flight across the barrier. Writing the same LDS region twice needs no wait (they are ordered).
 """
