@@ -1,12 +1,15 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
+                                 [--schedule interleave,plain] [--estimate]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
 instructions, MFMAs, non-MFMA instructions per MFMA, ds_read, ds_write, loads (LDS DMA / into VGPRs),
 s_waitcnt, vmcnt(0), s_barrier, v_readfirstlane, scratch instructions, and llvm-mca's cycles for the loop body
-against the MFMA issue bound.
+against the MFMA issue bound. num_stages=2 configs are compiled with each `--schedule` (amdgcn/schedule.py: the
+default "interleave" list-schedules the loop, "plain" keeps the emitted order), side by side; `--estimate` adds the
+timing model's cycles (`kernel.estimate()`) of the GEMM on a 20x20 grid of workgroups.
 
 The bound is the loop's MFMA FLOPs at the arch's full bf16 rate: the best FLOPs per 4-clock pass of the arch's MFMA
 shapes (gfx942: 32x32x8, 16384 FLOP in 8 passes = 2048 per pass; gfx950: 32x32x16, 4096 per pass), so a half-rate
@@ -19,6 +22,7 @@ loaded GPU achieves.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -31,10 +35,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+import tilegcn  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
 MCA_ITERATIONS = 50
+ESTIMATE_GRID = 20  # --estimate: 400 workgroups, more than one per CU on both arches
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
 
 
@@ -85,14 +92,20 @@ def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) 
     )
 
 
-def compile_asm(arch, tile, layout, stages, threads=256):
+@functools.lru_cache(maxsize=None)
+def gemm_kernel(schedule: str):
+    """tests/kernels.py `gemm` compiled with `schedule` ("interleave" is the default decorator's)."""
+    return kernels.gemm if schedule == INTERLEAVE else tilegcn.jit(kernels.gemm.fn, schedule=schedule)
+
+
+def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE):
     bm, bn, bk = tile
     M, N, K = bm, bn, bk * 8
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
-    return kernels.gemm.compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                transpose_B=layout == "NT", num_stages=stages).asm
+    return gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                                         transpose_B=layout == "NT", num_stages=stages).asm
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
@@ -107,21 +120,45 @@ def main(argv=None):
     ap.add_argument("--tile", default="256x256x64,128x128x64")
     ap.add_argument("--layout", default="NN,NT")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--schedule", default="interleave,plain",
+                    help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
+    ap.add_argument("--estimate", action="store_true",
+                    help=f"add the timing model's cycles for a {ESTIMATE_GRID}x{ESTIMATE_GRID}-workgroup GEMM, K=512 "
+                         "(kernel.estimate(); ~20 s a row)")
     args = ap.parse_args(argv)
-    print(f"{'config':<34}" + "".join(f"{h:>9}" for h in HEAD))
+    schedules = args.schedule.split(",")
+    print(f"{'config':<46}" + "".join(f"{h:>9}" for h in HEAD) + (f"{'est_cycles':>11}" if args.estimate else ""))
     for arch in args.arch.split(","):
         for tile in args.tile.split(","):
             dims = tuple(int(x) for x in tile.split("x"))
             for layout in args.layout.split(","):
                 for stages in (int(s) for s in args.stages.split(",")):
-                    name = f"{arch} {tile} {layout} stages={stages}"
-                    try:
-                        m = metrics(compile_asm(arch, dims, layout, stages), arch, dims[0], dims[1], 256)
-                    except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
-                        print(f"{name:<34} {type(e).__name__}: {str(e)[:110]}")
-                        continue
-                    print(f"{name:<34}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
-                                                   for c in COLUMNS))
+                    for schedule in (schedules if stages == 2 else schedules[:1]):
+                        _row(arch, tile, dims, layout, stages, schedule, args.estimate)
+
+
+def estimate_cycles(arch, tile, layout, stages, schedule, threads=256) -> float:
+    """The timing model's cycles for one launch of the GEMM on a grid of ESTIMATE_GRID^2 workgroups, K=512."""
+    bm, bn, bk = tile
+    M, N, K = bm * ESTIMATE_GRID, bn * ESTIMATE_GRID, 512
+    A = torch.empty(M, K, dtype=torch.bfloat16)
+    B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
+    C = torch.empty(M, N, dtype=torch.bfloat16)
+    kernel = gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                                           transpose_B=layout == "NT", num_stages=stages)
+    return kernel.estimate().cycles
+
+
+def _row(arch, tile, dims, layout, stages, schedule, estimate=False):
+    name = f"{arch} {tile} {layout} stages={stages} {schedule}"
+    try:
+        m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule), arch, dims[0], dims[1], 256)
+    except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
+        print(f"{name:<46} {type(e).__name__}: {str(e)[:110]}")
+        return
+    est = f"{estimate_cycles(arch, dims, layout, stages, schedule):>11.0f}" if estimate else ""
+    print(f"{name:<46}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
+                                   for c in COLUMNS) + est, flush=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 from . import __version__, toolchain
 from .asm_override import override_file as asm_override_file
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.schedule import INTERLEAVE, SCHEDULES
 from .cache import Cache, make_key
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
 
@@ -305,14 +306,14 @@ def _describe(names, signature) -> str:
 class JITFunction:
     """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching."""
 
-    def __init__(self, fn, *, arch=None):
+    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE):
         if not inspect.isfunction(fn):
             raise ArgumentError(f"tilegcn.jit decorates a Python function (a tile program), got "
                                 f"{type(fn).__name__} {fn!r}")
         self.fn = fn
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
-        self.options = {}  # compile options that change the code object beyond IR and arch (none yet)
+        self.options = {"schedule": _check_schedule(schedule)}  # compile options beyond IR and arch (cache key)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
@@ -392,6 +393,8 @@ class JITFunction:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
                 how = " (it is positional: pass it by position)" if k in self.arg_names else ""
+                if k == "schedule":
+                    how = f" (schedule is a decorator option: tilegcn.jit({self.name}, schedule=...))"
                 raise ArgumentError(
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
                     f"valid keyword arguments: {valid}"
@@ -473,7 +476,7 @@ class JITFunction:
             from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
 
             tb0 = time.perf_counter()
-            lowered = _lower_or_report(lower, kernel, arch)
+            lowered = _lower_or_report(lower, kernel, arch, self.options["schedule"])
             passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
             (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
@@ -514,11 +517,11 @@ class JITFunction:
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
 
 
-def _lower_or_report(lower, kernel, arch):
+def _lower_or_report(lower, kernel, arch, schedule):
     """Run the lowering passes; a Python exception from inside them is a tilegcn bug, reported as a
     CompileError at the kernel's line (the original traceback stays chained) rather than a raw exception."""
     try:
-        return lower(kernel, arch)
+        return lower(kernel, arch, schedule)
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
@@ -559,8 +562,18 @@ def _jsonable(v):
     return repr(v)
 
 
-def jit(fn=None, *, arch=None):
-    """Decorate a tile program: ``@tilegcn.jit`` or ``@tilegcn.jit(arch="gfx942")``."""
+def _check_schedule(schedule) -> str:
+    if schedule not in SCHEDULES:
+        raise ArgumentError(f"tilegcn.jit: unknown schedule={schedule!r}; choose one of "
+                            + ", ".join(repr(s) for s in SCHEDULES))
+    return schedule
+
+
+def jit(fn=None, *, arch=None, schedule=INTERLEAVE):
+    """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
+
+    `schedule`: "interleave" (default) list-schedules the code around MFMAs (the GEMM's K loop) so that LDS
+    reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys)."""
     if fn is None:
-        return lambda f: JITFunction(f, arch=arch)
-    return JITFunction(fn, arch=arch)
+        return lambda f: JITFunction(f, arch=arch, schedule=schedule)
+    return JITFunction(fn, arch=arch, schedule=schedule)

@@ -12,7 +12,8 @@ nothing is flushed at labels or branches.
 Vector memory and LDS ops complete in order; scalar loads do not, so any outstanding s_load forces lgkmcnt(0).
 LDS writes are memory effects, not registers: a ds_write or LDS DMA may name the LDS region it writes as a
 pseudo-register (file "lds", `lds_tag`) in its defs. `s_barrier` publishes LDS writes to the other waves and does
-not wait by itself (gfx90a and later), so before it the pass waits for every *untagged* LDS write and for the
+not wait by itself (gfx90a and later), so before it the pass waits for every *untagged* LDS write, for every
+`ds_read` in flight (another wave may overwrite what it reads right after the barrier) and for the
 tagged regions the barrier lists in its uses; a tagged region nobody publishes yet (the next pipeline stage) stays
 in flight across the barrier. Writing the same LDS region twice needs no wait (they are ordered).
 """
@@ -26,6 +27,7 @@ _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
 _LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
 LDS_FILE = "lds"
 UNTAGGED_LDS = (LDS_FILE, -1)  # the unit of every LDS write that names no region
+LDS_READS = (LDS_FILE, -2)  # the unit of every ds_read: a barrier waits for them (another wave may write next)
 
 
 def lds_tag(n: int) -> Reg:
@@ -111,6 +113,8 @@ def _written_units(inst: Inst) -> list:
     units = _units(inst.defs)
     if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
         units.append(UNTAGGED_LDS)
+    elif inst.kind == isa.DS_READ:
+        units.append(LDS_READS)
     return units
 
 
@@ -118,7 +122,7 @@ def _needed_units(inst: Inst) -> list:
     """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
     (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
     if inst.kind == isa.BARRIER:
-        return [UNTAGGED_LDS] + _units(inst.uses)
+        return [UNTAGGED_LDS, LDS_READS] + _units(inst.uses)
     return _units(inst.uses) + [u for u in _units(inst.defs) if u[0] != LDS_FILE]
 
 

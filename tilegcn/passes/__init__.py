@@ -1,7 +1,7 @@
 """The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
 
   verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
-  -> statement lowering (copy, elementwise, gemm, loops) -> wait counts -> hazard nops -> render
+  -> statement lowering (copy, elementwise, gemm, loops) -> instruction scheduling -> wait counts -> hazard nops -> render
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..amdgcn.builder import KernelBuilder
 from ..amdgcn.emit import register_counts, render
 from ..amdgcn.hazards import insert_hazard_nops
 from ..amdgcn.regalloc import check_budget
+from ..amdgcn.schedule import INTERLEAVE, schedule
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -83,7 +84,7 @@ def _dispatch(ctx: Context, s: N.Stmt):
         raise TypeError(f"no lowering for {type(s).__name__}")
 
 
-def lower(kernel: N.Kernel, arch) -> Lowered:
+def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
@@ -97,7 +98,8 @@ def lower(kernel: N.Kernel, arch) -> Lowered:
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
-    insts = insert_hazard_nops(insert_waits(b.insts, arch), arch)
+    insts = schedule(b.insts, arch, interleave=schedule_mode == INTERLEAVE)  # sched: list scheduler (amdgcn/schedule.py)
+    insts = insert_hazard_nops(insert_waits(insts, arch), arch)
     counts = register_counts(b)
     owners = ", ".join(f"{v}: {n}" for pool in (b.v, b.a) for v, n in pool.owner.items() if "fragment" in n
                        or "accumulator" in n)

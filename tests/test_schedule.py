@@ -1,0 +1,216 @@
+"""The list scheduler (tilegcn/amdgcn/schedule.py) on hand-built blocks, the `schedule=` compile option, and the
+wait a barrier needs once the scheduler lets LDS reads be in flight across it (judged by the emulator)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent / "asm"))
+import emukit  # noqa: E402
+
+import kernels  # noqa: E402
+import tilegcn  # noqa: E402
+from tilegcn.amdgcn import isa  # noqa: E402
+from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.builder import KernelBuilder  # noqa: E402
+from tilegcn.amdgcn.isa import EXEC, VCC, Reg  # noqa: E402
+from tilegcn.amdgcn.schedule import schedule  # noqa: E402
+from tilegcn.amdgcn.waitcnt import insert_waits  # noqa: E402
+from tilegcn.errors import ArgumentError, RaceError  # noqa: E402
+
+ARCH = get_arch("gfx950")
+MFMA = "v_mfma_f32_32x32x16_bf16"  # 8 passes: 7 other instructions issue under it
+
+
+def v(i, n=1):
+    return Reg("v", i, n)
+
+
+def s(i, n=1):
+    return Reg("s", i, n)
+
+
+def builder():
+    """A loop body (the scheduler's domain: a block that branches back to its own label) to fill."""
+    b = KernelBuilder(ARCH, "k")
+    b.insts.append(isa.Inst(".Lloop", kind=isa.LABEL))
+    return b
+
+
+def mfma(b, acc: int, src: int = 0):
+    d = Reg("a", 16 * acc, 16)
+    return b.emit(MFMA, d, v(src, 4), v(src + 4, 4), d, defs=(d,), uses=(v(src, 4), v(src + 4, 4), d))
+
+
+def ds_read(b, dst: int, offset: int = 0):
+    return b.emit("ds_read_b128", v(dst, 4), v(100), suffix=f"offset:{offset}")
+
+
+def scheduled(b) -> list:
+    b.emit("s_cbranch_scc1", ".Lloop")
+    b.emit("s_endpgm")
+    out = schedule(b.insts, ARCH)
+    assert sorted(map(id, out)) == sorted(map(id, b.insts)), "the scheduler must permute, never add or drop"
+    assert out[0].kind == isa.LABEL and out[-2].kind == isa.BRANCH  # the block's ends stay in place
+    return out
+
+
+def position(out, inst) -> int:
+    return next(i for i, x in enumerate(out) if x is inst)
+
+
+def test_independent_reads_fill_the_gaps_between_back_to_back_mfmas():
+    b = builder()
+    mfmas = [mfma(b, acc) for acc in range(8)]
+    reads = [ds_read(b, 20 + 4 * r, 16 * r) for r in range(8)]  # the next group's fragments
+    out = scheduled(b)
+    kinds = [x.kind for x in out[1:-2]]
+    first, last = position(out, mfmas[0]), position(out, mfmas[-1])
+    assert all(first < position(out, r) < last for r in reads)  # issued under the MFMAs, not after them
+    gaps = "".join("m" if k == isa.MFMA else "." for k in kinds).strip(".").split("m")
+    assert max(map(len, gaps)) <= 7  # never more than an 8-pass MFMA hides
+    assert schedule(b.insts, ARCH, interleave=False) == b.insts  # plain: source order
+
+
+def test_a_dependent_pair_never_swaps():
+    b = builder()
+    war = mfma(b, 4, src=40)  # reads v[40:47] ...
+    independent = [mfma(b, acc) for acc in range(4)]
+    load = ds_read(b, 40)  # ... which this overwrites: it must wait for the MFMA (write after read)
+    use = mfma(b, 5, src=40)  # reads the loaded v[40:43] (read after write)
+    waw = b.emit("v_mov_b32", v(40), 0)  # overwrites it again (write after read and after write)
+    out = scheduled(b)
+    assert position(out, war) < position(out, load) < position(out, use) < position(out, waw)
+    assert position(out, load) < position(out, independent[-1])  # it did move up, past independent MFMAs
+
+
+def test_scc_definition_and_its_user_stay_together():
+    b = builder()
+    mfmas = [mfma(b, acc) for acc in range(4)]
+    cmp = b.emit("s_cmp_lt_u32", s(1), s(2), defs=(), uses=(s(1), s(2)))
+    select = b.emit("s_cselect_b32", s(3), 1, 0)  # reads SCC only: no register dependency on the compare
+    add = b.emit("s_add_u32", s(4), s(4), 1)  # writes SCC: must not land between the compare and the select
+    out = scheduled(b)
+    assert position(out, cmp) < position(out, select) < position(out, add)
+    assert position(out, cmp) < position(out, mfmas[-1])  # scalar work did move among the MFMAs
+
+
+def test_nothing_vector_crosses_an_exec_write():
+    b = builder()
+    mfmas = [mfma(b, acc) for acc in range(4)]
+    b.emit("v_cmp_gt_u32", VCC, 5, v(0), defs=(VCC,))
+    saveexec = b.emit("s_and_saveexec_b64", s(10, 2), VCC, defs=(s(10, 2), EXEC), uses=(VCC, EXEC))
+    masked = b.emit("v_mov_b32", v(50), 1)  # runs on the masked lanes only
+    restore = b.emit("s_mov_b64", EXEC, s(10, 2), defs=(EXEC,), uses=(s(10, 2),))
+    after = mfma(b, 6, src=60)  # independent of everything above but the mask
+    out = scheduled(b)
+    assert position(out, saveexec) < position(out, masked) < position(out, restore) < position(out, after)
+    assert all(position(out, m) < position(out, saveexec) for m in mfmas)
+
+
+def test_no_lds_access_crosses_a_barrier():
+    b = builder()
+    mfmas = [mfma(b, acc) for acc in range(4)]
+    write = b.emit("ds_write_b128", v(100), v(20, 4), suffix="offset:0")
+    read_before = ds_read(b, 30, 512)
+    barrier = b.emit("s_barrier")
+    read_after = ds_read(b, 24, 0)
+    write_after = b.emit("ds_write_b128", v(101), v(36, 4), suffix="offset:1024")
+    out = scheduled(b)
+    assert max(position(out, write), position(out, read_before)) < position(out, barrier)
+    assert position(out, barrier) < min(position(out, read_after), position(out, write_after))
+    assert position(out, barrier) < position(out, mfmas[-1])  # the barrier itself may issue among MFMAs
+
+
+def test_only_loop_bodies_are_scheduled_and_their_ends_stay():
+    b = KernelBuilder(ARCH, "k")
+    straight = [mfma(b, acc) for acc in range(4)] + [ds_read(b, 40)]  # runs once: source order kept
+    b.insts.append(isa.Inst(".Lloop", kind=isa.LABEL))
+    mfmas = [mfma(b, acc) for acc in range(1, 4)]
+    read = ds_read(b, 40)
+    b.emit("s_cmp_lt_u32", s(1), 4, defs=(), uses=(s(1),))
+    b.emit("s_cbranch_scc1", ".Lloop")
+    b.emit("s_endpgm")
+    out = schedule(b.insts, ARCH)
+    assert out[:len(straight)] == straight
+    label = next(i for i, x in enumerate(out) if x.kind == isa.LABEL)
+    assert label == len(straight) < position(out, read) < position(out, mfmas[-1])
+    assert out[-2].op == "s_cbranch_scc1" and out[-1].op == "s_endpgm"
+
+
+# ---- a barrier waits for the LDS reads in flight: another wave may overwrite what they read ------------------------
+def _read_barrier_overwrite(wait: bool) -> str:
+    """Each lane reads its LDS word, the waves meet at s_barrier, then each lane overwrites the word of the lane 64
+    away (in the other wave) and stores what it read: the read must have completed before the barrier."""
+    body = [
+        "s_load_dwordx2 s[4:5], s[0:1], 0",
+        "v_lshlrev_b32 v1, 2, v0",  # my LDS word
+        "v_xor_b32 v2, 0x100, v1",  # the other wave's
+        "v_mov_b32 v3, 7",
+        "ds_write_b32 v1, v0",
+        "s_waitcnt lgkmcnt(0)",
+        "s_barrier",
+        "ds_read_b32 v4, v1",
+    ]
+    b = KernelBuilder(ARCH, "k")
+    b.emit("ds_read_b32", v(4), v(1))
+    b.emit("s_barrier")
+    waited = [i.text().strip() for i in insert_waits(b.insts, ARCH)]
+    body += waited[1:2] if wait else []  # the pass's own wait between the read and the barrier
+    body += ["s_barrier", "ds_write_b32 v2, v3", "s_waitcnt lgkmcnt(0)",
+             "s_mov_b32 s8, s4", "s_and_b32 s9, s5, 0xffff", "s_mov_b32 s10, 512", "s_mov_b32 s11, 0x20000",
+             "buffer_store_dword v4, v1, s[8:11], 0 offen", "s_endpgm"]
+    return "\n".join(body), waited
+
+
+def test_barrier_waits_for_lds_reads_in_flight():
+    body, waited = _read_barrier_overwrite(wait=True)
+    assert waited == ["ds_read_b32 v4, v1", "s_waitcnt lgkmcnt(0)", "s_barrier"]
+    out = torch.zeros(128, dtype=torch.int32)
+    emukit.module(body, arch="gfx950", lds=512).launch("k", grid=(1, 1, 1), block=(128, 1, 1), args=[out])
+    assert out.tolist() == list(range(128))
+    unwaited, _ = _read_barrier_overwrite(wait=False)
+    with pytest.raises(RaceError):  # the emulator's verdict on the same kernel without that wait
+        emukit.module(unwaited, arch="gfx950", lds=512).launch("k", grid=(1, 1, 1), block=(128, 1, 1),
+                                                               args=[torch.zeros(128, dtype=torch.int32)])
+
+
+# ---- the compile option ------------------------------------------------------------------------------------------
+def _gemm_operands():
+    A = torch.randn(128, 256).to(torch.bfloat16)
+    B = torch.randn(128, 256).to(torch.bfloat16)
+    return A, B, torch.empty(128, 128, dtype=torch.bfloat16)
+
+
+def test_schedule_option_changes_the_code_and_the_cache_key():
+    plain = tilegcn.jit(kernels.gemm.fn, schedule="plain")
+    args = _gemm_operands()
+    options = dict(arch="gfx950", block_M=128, block_N=128, block_K=64, transpose_B=True, num_stages=2)
+    a, b = kernels.gemm.compile(*args, **options), plain.compile(*args, **options)
+    assert a.key != b.key and a.cache_path != b.cache_path  # two cache entries
+    assert a.asm != b.asm and sorted(a.asm.splitlines()) != a.asm.splitlines()
+
+
+def test_unknown_schedule_is_a_clear_error():
+    with pytest.raises(ArgumentError, match=r"schedule='fast'.*'interleave', 'plain'"):
+        tilegcn.jit(kernels.gemm.fn, schedule="fast")
+    with pytest.raises(ArgumentError, match="schedule"):
+        tilegcn.jit(schedule="Plain")(kernels.gemm.fn)
+    with pytest.raises(ArgumentError, match=r"decorator option: tilegcn.jit\(gemm, schedule=...\)"):
+        kernels.gemm.compile(*_gemm_operands(), arch="gfx950", schedule="plain")  # not a per-call argument
+
+
+@pytest.mark.parametrize("arch", ["gfx950", "gfx942"])
+def test_pipelined_gemm_is_right_with_either_schedule(arch, monkeypatch):
+    """The same kernel scheduled both ways agrees with torch on the emulator (hazard and race checks on)."""
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    A = torch.randn(96, 160).to(torch.bfloat16)
+    B = torch.randn(160, 80).to(torch.bfloat16)
+    expected = (A.float() @ B.float()).to(torch.bfloat16)
+    for fn in (kernels.gemm, tilegcn.jit(kernels.gemm.fn, schedule="plain")):
+        C = torch.zeros(96, 80, dtype=torch.bfloat16)
+        fn(A, B, C, arch=arch, block_M=64, block_N=64, block_K=32, num_stages=2)
+        torch.testing.assert_close(C.float(), expected.float(), rtol=2e-2, atol=0.5)

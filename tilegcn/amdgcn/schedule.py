@@ -1,0 +1,250 @@
+"""Instruction scheduling: a dependency-graph list scheduler per basic block that keeps the MFMA pipe busy.
+
+Input: the lowered instruction list (defs/uses/kinds filled in, physical or virtual `Reg`s, `lds_tag` memory
+effects, no `s_waitcnt` and no hazard `s_nop` yet). Output: the same instructions, each basic block permuted
+within itself (labels stay first, the branch or `s_endpgm` that ends a block stays last); `interleave=False`
+("plain") returns the list unchanged, so the two can be compared (`@tilegcn.jit(schedule="plain")`). Only blocks
+holding an MFMA are scheduled: a loop body (the GEMM's K loop) whole, a block that runs once (the pipeline's
+drain) up to its last MFMA; the rest keeps source order (the epilogue's accumulator stores: scheduling them too
+took 2.4x the time for code that runs once, after the MFMAs).
+
+Dependencies (an edge keeps two instructions in source order), computed per 32-bit register unit of `defs`/`uses`
+so that physical and virtual registers work alike: read after write, write after read, write after write; plus
+implicit state the operand lists do not name, each modelled as a pseudo-unit that instructions read or write:
+  - SCC: every SALU op but `s_mov*` / `s_mul*` reads and writes it (`s_add_u32` ... `s_cmp_*`, `s_cselect_*`),
+    so scalar arithmetic keeps its order and the compare stays last before its `s_cbranch_scc*`;
+  - VCC: `v_cmp*`, `v_cndmask*`, `v_div_*` and carry ops (`_co_`) read and write it;
+  - EXEC: every vector instruction reads it, so nothing vector crosses `s_and_saveexec_b64` / `s_mov_b64 exec`;
+  - LDS: `ds_read` reads it, `ds_write` and LDS DMA write it (so reads move among reads only), `s_barrier`
+    writes it: no LDS access crosses a barrier in either direction;
+  - global memory: buffer/scalar loads and LDS DMA read it, buffer stores and `s_barrier` write it (stores keep
+    their order with every load and store; nothing memory crosses a barrier);
+  - everything else (`s_nop`, `s_setprio`, `s_waitcnt`, an unknown kind) is a full fence.
+
+The heuristic (what llvm-mca and the timing model reward). Measured with llvm-mca-22 (`-mcpu=gfx950`, gfx942 alike)
+on hand-written loops: the AMDGPU model issues in order, one instruction a cycle, and an MFMA holds the XDL pipe one
+cycle per pass while other instructions issue under it. 8 independent 8-pass MFMAs each followed by 7 `ds_read_b128`
+take 64.1 cycles an iteration (the MFMA bound: 64), each followed by 9 take 80.1; the 8 reads of a group placed after
+the 8 MFMAs instead of between them cost 65.1. So order matters exactly where more than `passes - 1` non-MFMA
+instructions sit between two MFMAs (a run of copy issues, a group of reads), or where a read is consumed before its
+latency has passed. The timing model (runtime/emulator/timing/cu.py) is the same in issue slots: one instruction per
+4-clk slot, an MFMA holds the pipe `passes x 4` clk. So this is a list scheduler on a clock of issue slots: an
+instruction is ready when its predecessors have issued and their results are due (`ds_read` -> user: the arch's
+LDS latency; buffer / scalar load -> user: L2-hit / SMEM latency; MFMA -> user: its passes; SALU write of M0 ->
+LDS DMA: the M0 hazard's wait states, so useful work fills the gap instead of `s_nop`); each slot issues the ready
+MFMA first when the XDL pipe is free, else the ready instruction earliest in source order. The next group's
+`ds_read`s, the next stage's copy issues with their M0 writes and the address arithmetic thus fill the slots between
+back-to-back MFMAs, as early as they may (early loads hide their latency), up to `passes - 1` per MFMA; source-order
+priority keeps the emitted structure (reads of step k+1 before the MFMAs of step k, copies in slot order) and makes
+the result deterministic.
+
+What it cannot move: the copies of a pipelined loop's first unrolled stage sit between the loop label and the
+barrier that publishes the stage its MFMAs read (they must issue before that barrier's wait, which leaves them in
+flight), so only the second stage's copies (and its barrier) fill MFMA gaps, those of the first stage's last MFMAs.
+Such a barrier then has LDS reads in flight (their MFMAs follow it); the wait pass waits for them before the barrier,
+since another wave overwrites that stage after it (waitcnt.py).
+
+`s_setprio` is not emitted: raising it around the loop's MFMAs measured slightly worse in both models (gfx950
+128x128x64 NT num_stages=2, 8x8 workgroups: timing model 13971 vs 13960 cycles, llvm-mca 326.7 vs 324.7 cycles an
+iteration): a 256-thread GEMM workgroup has one wave per SIMD, where priority arbitrates little, and the
+instruction costs an issue slot.
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+
+from . import cfg, isa
+from .arch import TIMING
+from .hazards import _mfma_passes
+
+INTERLEAVE, PLAIN = "interleave", "plain"
+SCHEDULES = (INTERLEAVE, PLAIN)
+
+_VECTOR = (isa.VALU, isa.MFMA, isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA, isa.DS_READ, isa.DS_WRITE)
+_KNOWN = _VECTOR + (isa.SALU, isa.SMEM, isa.BARRIER)
+_LDS, _GLOBAL, _FENCE = -1, -2, -3  # memory pseudo-units (negative); register units are numbered from 0
+_SCC_FREE = ("s_mov", "s_mul")
+_VCC_USERS = ("v_cmp", "v_cndmask", "v_div_")
+
+
+def schedule(insts: list, arch, interleave: bool = True) -> list:
+    """`insts` with the blocks that hold MFMAs list-scheduled (see the module docstring); unchanged if not
+    `interleave`."""
+    if not interleave:
+        return list(insts)
+    out: list = []
+    for n, blk in enumerate(cfg.blocks(insts)):
+        body = blk.insts
+        last_mfma = max((k for k, inst in enumerate(body) if inst.kind == isa.MFMA), default=None)
+        if last_mfma is None:
+            out.extend(body)
+        elif n in blk.succs:  # a loop body: it branches back to its own label
+            out.extend(_schedule_block(body, arch))
+        else:  # runs once: only its MFMA part, not the epilogue's stores after the last MFMA
+            out.extend(_schedule_block(body[:last_mfma + 1], arch) + body[last_mfma + 1:])
+    return out
+
+
+_UNIT_IDS: dict = {}  # (file, index) -> a small int: dicts keyed by ints are cheaper than by tuples
+
+
+def _unit_id(unit) -> int:
+    return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reg_units(reg) -> tuple:
+    return tuple(_unit_id(u) for u in reg.units())
+
+
+_SCC, _M0 = _unit_id(("scc", 0)), _unit_id(("m0", 0))
+_VCC, _EXEC = _reg_units(isa.VCC), _reg_units(isa.EXEC)
+
+
+def _effects(inst) -> tuple:
+    """(units read, units written) of one instruction: its registers plus the implicit state it touches."""
+    reads = [u for r in inst.uses for u in _reg_units(r)]
+    writes = [u for r in inst.defs for u in _reg_units(r)]
+    kind, op = inst.kind, inst.op
+    reads.append(_FENCE)
+    if kind not in _KNOWN:
+        writes.append(_FENCE)
+        return reads, writes
+    if kind in _VECTOR:
+        reads += _EXEC
+    if kind == isa.SALU and not op.startswith(_SCC_FREE):
+        reads.append(_SCC)
+        writes.append(_SCC)
+    if kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op):
+        reads += _VCC
+        writes += _VCC
+    if kind == isa.DS_READ:
+        reads.append(_LDS)
+    elif kind in (isa.DS_WRITE, isa.LDS_DMA):
+        writes.append(_LDS)
+    if kind in (isa.VMEM_LOAD, isa.SMEM, isa.LDS_DMA):
+        reads.append(_GLOBAL)
+    elif kind == isa.VMEM_STORE:
+        writes.append(_GLOBAL)
+    if kind == isa.BARRIER:
+        writes += [_LDS, _GLOBAL]
+    return reads, writes
+
+
+class _Latency:
+    """Issue slots from an instruction's issue to when a reader of its result may issue."""
+
+    def __init__(self, arch):
+        t = TIMING[arch.name]
+        slots = lambda clk: math.ceil(clk / t.issue_slot_clk)  # noqa: E731
+        self.after = {isa.DS_READ: slots(t.lds_latency_clk), isa.SMEM: slots(t.smem_latency_clk),
+                      isa.VMEM_LOAD: slots(t.l2_hit_latency_clk)}
+        self.m0_to_dma = arch.m0_write_to_lds_dma_nops + 2  # N + 1 wait states between them
+        self.arch = arch
+
+    def of(self, producer) -> int:
+        """Slots until a register `producer` writes may be read."""
+        if producer.kind == isa.MFMA:
+            return _mfma_passes(producer.op, self.arch)
+        return self.after.get(producer.kind, 1)
+
+
+def _dependencies(nodes: list, latency: _Latency) -> list:
+    """preds[i]: {j: slots} for every j < i that must issue before node i, with the slots from j's issue."""
+    preds: list = []
+    result_slots = [latency.of(node) for node in nodes]
+    last_write: dict = {}
+    readers: dict = {}
+    for i, inst in enumerate(nodes):
+        reads, writes = _effects(inst)
+        mine: dict = {}
+        for u in reads:
+            j = last_write.get(u)
+            if j is None:
+                continue
+            slots = 1 if u < 0 else result_slots[j]
+            if u == _M0 and inst.kind == isa.LDS_DMA:
+                slots = latency.m0_to_dma
+            if mine.get(j, -1) < slots:
+                mine[j] = slots
+        for u in writes:
+            j = last_write.get(u)
+            if j is not None and j not in mine:
+                mine[j] = 0
+            for j in readers.pop(u, ()):
+                if j not in mine:
+                    mine[j] = 0
+            last_write[u] = i
+        mine.pop(i, None)
+        preds.append(mine)
+        written = set(writes)
+        for u in reads:
+            if u not in written:
+                readers.setdefault(u, []).append(i)
+    return preds
+
+
+def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
+    """The node order (see the module docstring): MFMAs back to back, the rest in the slots between them.
+
+    Nodes whose predecessors have all issued wait in `pending` (a heap by due slot) until their results are due,
+    then in `ready_mfma` / `ready_other` (heaps by source index)."""
+    n = len(nodes)
+    succs: list = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for j, slots in ps.items():
+            succs[j].append((i, slots))
+    waiting = [len(ps) for ps in preds]
+    due = [0] * n
+    mfma = [node.kind == isa.MFMA for node in nodes]
+    pending = [(0, i) for i in range(n) if not waiting[i]]
+    ready_mfma: list = []
+    ready_other: list = []
+    order: list = []
+    clock = pipe_free = 0
+    while pending or ready_mfma or ready_other:
+        while pending and pending[0][0] <= clock:
+            i = heapq.heappop(pending)[1]
+            heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+        if ready_mfma and pipe_free <= clock:
+            pick = heapq.heappop(ready_mfma)
+            pipe_free = clock + latency.of(nodes[pick])
+        elif ready_other:
+            pick = heapq.heappop(ready_other)
+        else:  # nothing can issue in this slot: skip to the first that can
+            clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []))
+            continue
+        order.append(pick)
+        for i, slots in succs[pick]:
+            due[i] = max(due[i], clock + slots)
+            waiting[i] -= 1
+            if not waiting[i]:
+                heapq.heappush(pending, (due[i], i))
+        clock += 1
+    assert len(order) == n, "dependency cycle in a basic block"
+    return order
+
+
+def _schedule_block(insts: list, arch) -> list:
+    """One basic block scheduled; its label stays first and its terminator last, comments go with the
+    instruction that follows them."""
+    head = [insts[0]] if insts[0].kind == isa.LABEL else []
+    last = insts[-1]
+    tail = [last] if last.kind == isa.BRANCH or last.op in cfg.ENDS else []
+    nodes, notes, pending = [], [], []
+    for inst in insts[len(head):len(insts) - len(tail)]:
+        if inst.kind == isa.COMMENT:
+            pending.append(inst)
+            continue
+        nodes.append(inst)
+        notes.append(pending)
+        pending = []
+    latency = _Latency(arch)
+    order = _list_schedule(nodes, _dependencies(nodes, latency), latency)
+    out = list(head)
+    for i in order:
+        out += notes[i]
+        out.append(nodes[i])
+    return out + pending + tail
