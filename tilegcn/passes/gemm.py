@@ -391,7 +391,8 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     acc = ctx.layouts[s.C].regs
     op_name = plan.mfma.name(s.A.dtype.short)
     if ctx.pipe is not None and (s.A, s.stage) in ctx.pipe.tags:
-        ctx.pipe.reads.update({ctx.lds_slot(s.A, s.stage), ctx.lds_slot(s.B, s.stage)})  # published by its wait_group's barrier
+        # published by its wait_group's barrier
+        ctx.pipe.reads.update({ctx.lds_slot(s.A, s.stage), ctx.lds_slot(s.B, s.stage)})
     else:
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}

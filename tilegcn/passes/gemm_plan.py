@@ -410,9 +410,11 @@ class CopyPlan:
         p = self.plan
         base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
         k, _, lrow, lchunk = self._coords(tid, slot)
-        if self.kind == "transpose":  # the byte of element k within its chunk (k % 8 kept free of SymPy's Mod(4*x, 8) forms)
+        if self.kind == "transpose":
+            # the byte of element k within its chunk: 2 * (k % 8), written so that SymPy keeps it in floor / Mod of
+            # tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
             kg, j, _ = self._transpose_unit(tid, slot)
-            within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)  # byte of element k within its chunk
+            within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + CHUNK * (slot * self.threads + tid),)
