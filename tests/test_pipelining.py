@@ -118,6 +118,7 @@ CASES = [
     ("gfx950", "bf16", "NK", "256x256x64", 256, "ragged", True, 2),
     ("gfx950", "f16", "KN", "256x256x64", 512, "ragged", False, 2),
     ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged", True, 3),
+    ("gfx950", "bf16", "KN", "256x256x64", 256, "narrow", False, 3),  # A: 3 LDS-DMA buffers, B: 1 shared (register)
     ("gfx950", "f16", "NK", "128x128x64", 256, "one_k_tile", False, 3),
     ("gfx950", "f16", "NK", "64x64x32", 256, "ragged", False, 3),
     ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
