@@ -101,6 +101,43 @@ def test_perm_b32_selects_bytes_sign_and_constants():
     assert np.array_equal(u(out), _perm_ref(a, b, u(selv)))
 
 
+def _llvm_folded_perm(triples) -> list:
+    """What LLVM's constant folding of llvm.amdgcn.perm (opt -passes=instcombine, from AMD's v_perm_b32
+    definition) makes of each (s0, s1, selector): an outside oracle for the emulator's v_perm_b32."""
+    import re
+    import subprocess
+
+    from tilegcn.toolchain import find_llvm
+
+    opt = find_llvm("gfx942").tool("opt")
+    if opt is None:
+        pytest.skip("this LLVM has no opt")
+    body = "".join(f"  %r{i} = call i32 @llvm.amdgcn.perm(i32 {a}, i32 {b}, i32 {c})\n"
+                   f"  %p{i} = getelementptr i32, ptr addrspace(1) %out, i32 {i}\n"
+                   f"  store i32 %r{i}, ptr addrspace(1) %p{i}\n" for i, (a, b, c) in enumerate(triples))
+    ir = ("declare i32 @llvm.amdgcn.perm(i32, i32, i32)\n"
+          f"define void @f(ptr addrspace(1) %out) {{\n{body}  ret void\n}}\n")
+    out = subprocess.run([opt, "-mtriple=amdgcn-amd-amdhsa", "-mcpu=gfx942", "-passes=instcombine", "-S"],
+                         input=ir, capture_output=True, text=True, check=True).stdout
+    stores = re.findall(r"store i32 (-?\d+), ptr addrspace\(1\) (%out|%p(\d+))", out)
+    assert len(stores) == len(triples), out
+    folded = {0 if name == "%out" else int(i): int(v) & U32 for v, name, i in stores}
+    return [folded[i] for i in range(len(triples))]
+
+
+def test_perm_b32_agrees_with_llvm_constant_folding():
+    """Selector bytes 0..15 (bytes, sign replication, 0x00, 0xFF) and the 16-bit half selectors the transposing
+    GEMM copy packs k pairs with (0x05040100, 0x07060302)."""
+    n = 64
+    sel = torch.randint(0, 16, (n, 4), generator=gen)
+    selv = (sel[:, 0] | sel[:, 1] << 8 | sel[:, 2] << 16 | sel[:, 3] << 24).to(torch.int32)
+    selv[:2] = torch.tensor([0x05040100, 0x07060302], dtype=torch.int32)
+    x, y = rand_i32(n), rand_i32(n)
+    got = u(run_lanes("v_perm_b32 v20, v10, v11, v12", [x, y, selv], block=64)[0])
+    want = _llvm_folded_perm(list(zip(u(x).tolist(), u(y).tolist(), u(selv).tolist())))
+    assert got.tolist() == want
+
+
 def test_carry_chain_builds_64bit_sums():
     """v_add_co_u32 / v_addc_co_u32 (VOP2 with vcc, VOP3 with an SGPR pair) and the borrow forms."""
     body = """v_add_co_u32 v20, vcc, v10, v12

@@ -99,7 +99,7 @@ def fill_lds(plan, A, B, dma=False):
                 lds[idx] = run
                 np.add.at(count, idx.reshape(-1), 1)
             else:
-                assert cp.kind == "b16" and len(offs) == 8
+                assert cp.kind == "transpose" and len(offs) == 8
                 for e in range(8):
                     assert (offs[e] % 2 == 0).all()
                     lds[offs[e] // 2] = run[:, e]
@@ -286,17 +286,20 @@ def test_operand_reads_are_conflict_free(cfg):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
 def test_copy_write_conflicts(cfg):
-    """ds_write_b128 of K-major copies: 0. Transposing ds_write_b16 (fallback path): at most 1 extra cycle per
-    wave instruction: 1 where block_K is 32, because a wave then writes two 64-byte rows whose row indices agree
-    mod 8 (8 consecutive x per thread), so they share banks and swizzle value on both 32 and 64 banks."""
+    """ds_write_b128 of K-major copies: 0. Transposing copies: at most 1 extra cycle per wave instruction. Where a
+    K-major row spans all banks (gfx942, block_K >= 64), k pairs packed by v_perm_b32 (ds_write_b32/b64/b128): a
+    write phase covers one row, whose chunks the swizzle spreads over the banks: 0. Shorter rows: ds_write_b16 (a
+    phase of 64 lanes covers whole rows): 0, but 1 where block_K is 32, because a wave then writes two 64-byte rows
+    whose row indices agree mod 8 (8 consecutive x per thread), so they share banks and swizzle value on both 32
+    and 64 banks"""
     arch, tile, threads = cfg
-    plan = plan_of(arch, tile, threads, True, False)  # A transposed (b16), B transposed (b16)
+    plan = plan_of(arch, tile, threads, True, False)  # A transposed, B transposed: both by the transposing copy
     plan_km = plan_of(arch, tile, threads, False, True)  # both K-major (b128)
     for p in (plan, plan_km):
         for op in "AB":
             cp = p.copy_plan(op)
             worst = 0
-            for s in range(cp.slots):
+            for s in cp.write_slots:
                 for w in range(p.waves):
                     t = 64 * w + np.arange(64)
                     act = cp.active(t, s)
@@ -402,15 +405,15 @@ def test_copy_offsets_separate_into_bases_and_constants(cfg):
                 row, col = cp.global_coords(tids, s)
                 assert (rowf.evaluate(s, tids)[act] == row[act]).all()
                 assert (colf.evaluate(s, tids)[act] == col[act]).all()
-                offs = cp.lds_offsets(tids, s)
+                offs = cp.lds_offsets(tids, s) if s in cp.write_slots else ()
                 for e, off in enumerate(offs):
                     assert (ldsf.evaluate((s, e), tids)[act] == np.asarray(off)[act]).all()
             # K-major: one LDS base for every slot; transposing: one per element (the XOR of the swizzle moves
             # with the LDS row, i.e. with the element), shared by all slots
             want = 1 if cp.kind == "b128" else len({ldsf.base_of[(0, e)] for e in range(8)})
             assert len(ldsf.bases) == want
-            if cp.kind == "b16":
-                assert all(ldsf.base_of[(s, e)] == ldsf.base_of[(0, e)] for s in range(cp.slots) for e in range(8))
+            if cp.kind == "transpose":
+                assert all(ldsf.base_of[(s, e)] == ldsf.base_of[(0, e)] for s in cp.write_slots for e in range(8))
 
 
 # ---------------------------------------------------------------------------------------------------------------

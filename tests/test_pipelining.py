@@ -105,16 +105,20 @@ def test_steady_loop_keeps_stages_minus_one_groups_in_flight():
 
 
 # ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
-SMALL = {"ragged": (300, 260, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64)}
+SMALL = {"ragged": (300, 260, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64),
+         "narrow": (300, 130, 336)}  # ragged M, N, K in two 256x256 blocks: half of "ragged"'s work
 # (arch, dtype, B layout, tile, threads, shape, epilogue, num_stages)
 CASES = [
     ("gfx942", "bf16", "KN", "64x64x32", 256, "ragged", False, 3),
     ("gfx942", "f16", "NK", "64x64x32", 256, "row", True, 2),
     ("gfx942", "f16", "KN", "128x128x64", 256, "ragged", True, 2),
     ("gfx942", "bf16", "NK", "128x128x64", 256, "one_k_tile", False, 2),
+    ("gfx942", "bf16", "KN", "256x256x64", 256, "narrow", True, 2),  # one LDS buffer, the next stage in VGPRs
+    ("gfx942", "f16", "NK", "256x256x64", 256, "narrow", False, 2),
     ("gfx950", "bf16", "NK", "256x256x64", 256, "ragged", True, 2),
     ("gfx950", "f16", "KN", "256x256x64", 512, "ragged", False, 2),
     ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged", True, 3),
+    ("gfx950", "bf16", "KN", "256x256x64", 256, "narrow", False, 3),  # A: 3 LDS-DMA buffers, B: 1 shared (register)
     ("gfx950", "f16", "NK", "128x128x64", 256, "one_k_tile", False, 3),
     ("gfx950", "f16", "NK", "64x64x32", 256, "ragged", False, 3),
     ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
@@ -143,13 +147,28 @@ def test_pipelined_gemm_matches_torch(case):
 
 
 def test_lds_budget_error_names_bytes_and_what_fits():
-    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=1)
-    with pytest.raises(ResourceError) as err:
-        kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=2)
+    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, True, False, seed=1)
+    with pytest.raises(ResourceError) as err:  # LDS DMA writes every stage into its own LDS buffer
+        kernels.gemm.compile(A, B, C, arch="gfx950", block_M=256, block_N=256, block_K=64, num_stages=3,
+                             transpose_B=True)
     msg = str(err.value)
-    assert "needs 131072 bytes" in msg and "gfx942 has 65536" in msg
-    assert "num_stages=1 fits" in msg and "block_K=32 with num_stages=2 fits" in msg
-    kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=32, num_stages=2)  # it does
+    assert "needs 196608 bytes" in msg and "gfx950 has 163840" in msg
+    assert "num_stages=2 fits" in msg and "block_K=32 with num_stages=3 fits" in msg
+    kernels.gemm.compile(A, B, C, arch="gfx950", block_M=256, block_N=256, block_K=32, num_stages=3,
+                         transpose_B=True)  # it does
+
+
+def test_register_staged_stages_share_one_lds_buffer_where_two_do_not_fit():
+    """gfx942 256x256x64 at num_stages=2: two LDS buffers of A and B would need 128 KiB of its 64 KiB; the stage
+    ahead waits in VGPRs, so one LDS buffer (64 KiB) is what the kernel asks for. B stored (K, N) is transposed in
+    registers: v_perm_b32 packs k pairs, ds_write_b128 writes 8 k of one n, no 2-byte ds_write. num_stages=3 would
+    keep two stages in VGPRs: a register budget error naming the staging registers, never a spill."""
+    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=1)
+    k = kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=2)
+    assert k.metadata["lds_bytes"] == 65536 and "scratch" not in k.asm
+    assert "ds_write_b16" not in k.asm and "v_perm_b32" in k.asm
+    with pytest.raises(ResourceError, match=r"needs \d+ VGPRs, gfx942 has 256 \(staging A_s stage 0"):
+        kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=3)
 
 
 # ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 from dataclasses import dataclass
 
 from ..amdgcn.abi import KernelAbi
@@ -22,7 +24,7 @@ from ..ir.verify import verify
 from .context import Context
 from .copy import lower_copy
 from .elementwise import lower_fill, lower_parallel
-from .gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, plan_gemms
+from .gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, may_use_lds_dma, plan_gemms
 from .lds import allocate_shared
 from .layout import TID, assign_layouts
 from .pipeline import lower_loop
@@ -38,12 +40,23 @@ class Lowered:
 
 
 def lower_statements(ctx: Context, body: list):
-    for s in body:
-        if len(ctx.b.frames) == 1 and not _pipelined(ctx, s):
-            with ctx.b.statement_scope():
-                lower_statement(ctx, s)
-        else:
+    """Outside loops, each statement's values die with it, and a pipelined K loop's (prologue, steady loop,
+    epilogue) with the loop's last statement."""
+    if len(ctx.b.frames) > 1:
+        for s in body:
             lower_statement(ctx, s)
+        return
+    with contextlib.ExitStack() as pipeline_scope:
+        in_pipeline = False
+        for s in body:
+            pipelined = _pipelined(ctx, s)
+            if in_pipeline and not pipelined:
+                pipeline_scope.close()
+            elif pipelined and not in_pipeline:
+                pipeline_scope.enter_context(ctx.b.statement_scope())
+            in_pipeline = pipelined
+            with contextlib.nullcontext() if pipelined else ctx.b.statement_scope():
+                lower_statement(ctx, s)
 
 
 def _pipelined(ctx: Context, s: N.Stmt) -> bool:
@@ -93,7 +106,8 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi)
     ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
-    ctx.shared, ctx.stage_bytes, lds_bytes = allocate_shared(kernel, arch, ctx.gemm_plans)
+    ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
+        kernel, arch, ctx.gemm_plans, by_dma=lambda buf: may_use_lds_dma(ctx, buf))
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
@@ -101,8 +115,9 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     insts = schedule(b.insts, arch, interleave=schedule_mode == INTERLEAVE)  # sched: list scheduler (amdgcn/schedule.py)
     insts = insert_hazard_nops(insert_waits(insts, arch), arch)
     counts = register_counts(b)
-    owners = ", ".join(f"{v}: {n}" for pool in (b.v, b.a) for v, n in pool.owner.items() if "fragment" in n
-                       or "accumulator" in n)
+    owners = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in collections.Counter(
+        n for pool in (b.v, b.a) for n in pool.owner.values()
+        if any(w in n for w in ("fragment", "accumulator", "staging"))).items())
     check_budget(arch, counts["vgprs"], counts["agprs"], counts["sgprs"], owners)
     asm = render(kernel, b, abi, insts, lds_bytes)
     meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),

@@ -22,7 +22,8 @@ class Context:
     gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
     current_parallel: N.ParallelStore | None = None  # the T.Parallel statement being lowered
     lds_state: str = "idle"  # last LDS access kind: "idle", "written" or "read" (for barrier placement)
-    stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its pipeline stages
+    stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
+    lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight
 
     @property
@@ -34,6 +35,10 @@ class Context:
         if not hasattr(self, "_access"):
             self._access = GlobalAccess(self.abi)
         return self._access
+
+    def lds_slot(self, buf: N.Buffer, stage: int) -> tuple:
+        """(buffer, LDS buffer index) holding pipeline stage `stage` of shared buffer `buf` (passes/lds.py)."""
+        return buf, stage % self.lds_buffers.get(buf, 1)
 
     @property
     def threads(self) -> int:

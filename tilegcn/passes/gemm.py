@@ -2,9 +2,10 @@
 
 Input: Gemm statements and Copy(global -> shared) statements whose shared buffer is a gemm operand.
 Output, following the GemmPlan (gemm_plan.py): register-path copies into K-major, XOR-swizzled LDS
-tiles (buffer_load + ds_write_b128, or ds_write_b16 when the operand must be transposed), then per
-k-step pair one ds_read_b128 per operand fragment (the next pair's reads issued before this pair's
-MFMAs, into a second register set) and the MFMA sequence into accumulators held in AGPRs.
+tiles (buffer_load + ds_write_b128, or, when the operand must be transposed, v_perm_b32 packing the 16-bit
+halves of runs at consecutive k into k pairs + ds_write_b32/b64/b128), then per k-step pair one ds_read_b128 per
+operand fragment (the next pair's reads issued before this pair's MFMAs, into a second register set) and the MFMA
+sequence into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
 
@@ -32,6 +33,7 @@ from .context import Context
 from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
 from .lds import stage_counts
 
+PERM_LOW_HALVES, PERM_HIGH_HALVES = 0x05040100, 0x07060302  # v_perm_b32 selectors: {s0[15:0], s1[15:0]}, [31:16]
 DS_WRITE_HALF = ("ds_write_b16", "ds_write_b16_d16_hi")  # low / high 16 bits of the data VGPR
 
 
@@ -174,7 +176,8 @@ def _check_shared_copy(ctx: Context, s: N.Copy):
 
 def _lds_base(ctx: Context, plan, operand: str, buf: N.Buffer, stage: int) -> int:
     """What to add to the plan's LDS offsets of `operand` (stage 0) for `buf`'s allocation at `stage`."""
-    return ctx.shared[buf] - plan.operand_lds_offset(operand) + stage * ctx.stage_bytes.get(buf, 0)
+    _, index = ctx.lds_slot(buf, stage)
+    return ctx.shared[buf] - plan.operand_lds_offset(operand) + index * ctx.stage_bytes.get(buf, 0)
 
 
 def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list):
@@ -185,7 +188,7 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
     for slot in range(cp.slots):
         row = _family_expr(cp.global_row_family, slot)
         col = _family_expr(cp.global_col_family, slot)
-        with _ExecMask(ctx, cp.runs - slot * ctx.threads):
+        with _ExecMask(ctx, cp.active_threads(slot)):
             for piece in range(8 // per):
                 index = (region.starts[0] + row, region.starts[1] + col + piece * per)
                 ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
@@ -194,18 +197,32 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
     """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
-    b = ctx.b
     tids = np.arange(ctx.threads)
-    for slot, slot_regs in enumerate(regs):
-        with _ExecMask(ctx, cp.runs - slot * ctx.threads):
+    for slot in cp.write_slots:
+        with _ExecMask(ctx, cp.active_threads(slot)):
             for e in range(cp.writes_per_slot):
                 numeric = cp.lds_offsets(tids, slot)[e]
                 vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base, numeric)
                 if cp.kind == "b128":
-                    b.emit("ds_write_b128", vaddr, slot_regs, suffix=f"offset:{imm}", defs=defs)
+                    ctx.b.emit("ds_write_b128", vaddr, regs[slot], suffix=f"offset:{imm}", defs=defs)
                 else:
-                    b.emit(DS_WRITE_HALF[e % 2], vaddr, slot_regs[e // 2], suffix=f"offset:{imm}", defs=defs,
-                           comment=f"transpose element {e}")
+                    _write_packed(ctx, cp, vaddr, imm, regs[slot:slot + cp.pack], e, defs)
+
+
+def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
+    """ds_write of element e of `runs` (staged at consecutive k): pair d packs element e of runs 2d (low half) and
+    2d + 1 (high half), from the low or high halves of their VGPR e // 2, by v_perm_b32; a single run writes its
+    16-bit half directly."""
+    b = ctx.b
+    if cp.pack == 1:
+        b.emit(DS_WRITE_HALF[e % 2], vaddr, runs[0][e // 2], suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}")
+        return
+    pairs = b.v.alloc(cp.pack // 2, align=min(2, cp.pack // 2), what="packed k pairs")
+    select = b.sgpr_constant(PERM_HIGH_HALVES if e % 2 else PERM_LOW_HALVES)
+    for d in range(cp.pack // 2):
+        b.emit("v_perm_b32", pairs[d], runs[2 * d + 1][e // 2], runs[2 * d][e // 2], select)
+    b.emit(f"ds_write_b{16 * cp.pack}", vaddr, pairs, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, k pairs")
+    b.v.free(pairs)
 
 
 def lower_shared_copy(ctx: Context, s: N.Copy):
@@ -236,8 +253,8 @@ class PipeState:
 
     A register-path copy loads into VGPRs when issued and writes LDS when its group is waited for (one stage
     later), from staging registers fixed per (buffer, stage) so that code lowered once serves every trip of the
-    unrolled loop. `reads`: (buffer, stage) read by a gemm since the last s_barrier; writing one of them needs a
-    barrier first (other waves may still read it)."""
+    unrolled loop. `reads`: LDS buffers (`ctx.lds_slot`: stages may share one) read by a gemm since the last
+    s_barrier; writing one of them needs a barrier first (other waves may still read it)."""
 
     groups: list = field(default_factory=list)  # committed, not yet published, oldest first
     current: _Group = field(default_factory=_Group)
@@ -245,7 +262,7 @@ class PipeState:
     staging: dict = field(default_factory=dict)  # (buffer, stage) -> [4-VGPR Reg per slot]
     tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
     wave_lds: Reg | None = None  # SGPR: the wave's 16 * 64 * wave bytes of an LDS-DMA M0
-    loop_writes: list | None = None  # (buffer, stage) written before the first barrier of the loop body
+    loop_writes: list | None = None  # LDS buffers written before the first barrier of the loop body
 
     def barrier(self):
         self.reads.clear()
@@ -270,8 +287,15 @@ def uses_lds_dma(ctx: Context, plan, operand: str, width: int) -> bool:
     return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.is_k_major(operand) and width == CHUNK
 
 
+def may_use_lds_dma(ctx: Context, buf: N.Buffer) -> bool:
+    """Whether pipelined copies into shared `buf` may go by LDS DMA (if their rows allow whole 16-byte runs)."""
+    plan, operand = ctx.gemm_operands[buf]
+    return uses_lds_dma(ctx, plan, operand, CHUNK)
+
+
 def _before_lds_write(ctx: Context, key):
-    """s_barrier before writing LDS region `key` when a gemm read it since the last barrier (write after read)."""
+    """s_barrier before writing LDS region `key` = ctx.lds_slot(...) when a gemm read it since the last barrier
+    (write after read)."""
     pipe = ctx.pipe
     if key in pipe.reads:
         ctx.b.emit("s_barrier", comment="LDS stage write after reads")
@@ -284,11 +308,11 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     pipe = _pipe(ctx)
     dst = s.dst.buffer
-    key = (dst, s.stage)
+    key, slot = (dst, s.stage), ctx.lds_slot(dst, s.stage)
     tag = pipe.tag(key)
     base = _lds_base(ctx, plan, operand, dst, s.stage)
     if uses_lds_dma(ctx, plan, operand, width):
-        _before_lds_write(ctx, key)
+        _before_lds_write(ctx, slot)
         _lds_dma(ctx, s, plan.dma_copy_plan(operand), mask, base + plan.operand_lds_offset(operand), tag)
         pipe.current.tags.append(tag)
         return
@@ -302,7 +326,7 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
     _load_to_registers(ctx, s, cp, mask, width, regs)
 
     def write():
-        _before_lds_write(ctx, key)
+        _before_lds_write(ctx, slot)
         _write_staged(ctx, cp, base, regs, defs=(tag,))
 
     pipe.current.tags.append(tag)
@@ -367,7 +391,8 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     acc = ctx.layouts[s.C].regs
     op_name = plan.mfma.name(s.A.dtype.short)
     if ctx.pipe is not None and (s.A, s.stage) in ctx.pipe.tags:
-        ctx.pipe.reads.update({(s.A, s.stage), (s.B, s.stage)})  # published by its wait_group's barrier
+        # published by its wait_group's barrier
+        ctx.pipe.reads.update({ctx.lds_slot(s.A, s.stage), ctx.lds_slot(s.B, s.stage)})
     else:
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}

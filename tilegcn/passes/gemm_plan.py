@@ -24,8 +24,8 @@ Design
    B^T), row_bytes = 2*block_K, one tile after the other (A at `lds_a_offset`, B at `lds_b_offset`, then the
    next stage). Every MFMA operand lane needs consecutive k of one row, which is then one contiguous LDS run.
    An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) is transposed by the
-   register copy: buffer_load_dwordx4 of 8 elements along the user's contiguous dim, then 8 ds_write_b16 (the
-   odd elements from the high halves: ds_write_b16_d16_hi).
+   register copy: buffer_load_dwordx4 of 8 elements along the user's contiguous dim, for `pack` consecutive k,
+   then per element one ds_write of its `pack` k (k pairs packed by v_perm_b32; see CopyPlan 'transpose').
 3. One ds_read_b128 per operand fragment: lane l reads the 16-byte chunk  c = kstep_pair*G + l//dim  of its
    row (8 consecutive k). For CDNA3 shapes (k_per_lane 4) that chunk feeds two consecutive MFMA k-steps (`pair_k`):
    registers 0-1 the first, 2-3 the second, so the MFMA's logical k index kk of step (s, sub) is the real
@@ -325,10 +325,15 @@ class CopyPlan:
     thread per slot.
 
     kind: 'b128'    buffer_load_dwordx4 + ds_write_b128 (tile K-major in global);
-          'b16'     buffer_load_dwordx4 + 8 ds_write_b16 (element e from VGPR e//2, high half for odd e): transposes;
+          'transpose' (user tile (K, X), X contiguous): a thread loads `pack` runs at consecutive k of the same 8 x
+                    (slots pack*g .. pack*g + pack-1 of unit g) and writes, per x, their `pack` consecutive k into its
+                    K-major LDS row: 8 ds_write_b{16*pack} per unit, the k pairs packed from the 16-bit halves of
+                    runs 2d, 2d+1 by v_perm_b32; with pack 1, 8 ds_write_b16 per run (odd x from the high halves:
+                    ds_write_b16_d16_hi). `_transpose_pack` picks pack;
           'lds_dma' buffer_load_dwordx4 ... lds (gfx950): the LDS side is M0 + 16*lane, the swizzle is applied on the
                     global side (`dma_m0(wave, slot)` gives M0).
-    Run index r = slot * threads + tid; a thread is active for a slot iff r < runs (exec mask when not).
+    Run index r = slot * threads + tid; a thread is active for a slot iff r < runs (exec mask when not); for
+    'transpose' unit u = (slot // pack) * threads + tid, active iff u < runs // pack.
     Coordinates are in the user's tile: (row, col) .. (row, col + 7)."""
 
     plan: "GemmPlan" = field(repr=False)
@@ -337,6 +342,7 @@ class CopyPlan:
     tile_shape: tuple  # the user's tile (rows, cols), cols contiguous in global memory
     runs: int
     slots: int
+    pack: int = 1  # 'transpose': k rows per thread packed into one LDS write
 
     @property
     def threads(self) -> int:
@@ -344,36 +350,54 @@ class CopyPlan:
 
     @property
     def writes_per_slot(self) -> int:
-        return 8 if self.kind == "b16" else 1
+        """LDS writes of one write slot (one per element x for 'transpose')."""
+        return ELEMS_PER_CHUNK if self.kind == "transpose" else 1
+
+    @property
+    def write_slots(self) -> range:
+        """The slots whose `lds_offsets` the LDS writes use ('transpose': the first slot of each unit)."""
+        return range(0, self.slots, self.pack)
 
     @property
     def write_bytes(self) -> int:
-        return 2 if self.kind == "b16" else CHUNK
+        return 2 * self.pack if self.kind == "transpose" else CHUNK
+
+    def active_threads(self, slot: int) -> int:
+        """Threads 0 .. n-1 are active for `slot` (the others are masked off by EXEC)."""
+        return self.runs // self.pack - (slot // self.pack) * self.threads
 
     def active(self, tid, slot):
-        return slot * self.threads + np.asarray(tid) < self.runs
+        return np.asarray(tid) < self.active_threads(slot)
 
     # -- the mapping, written once for ints / numpy arrays / SymPy ------------------------------------------------
     def _coords(self, tid, slot):
-        """(user row, user col, LDS row, LDS logical chunk) of the run (for 'b16': LDS row of element 0)."""
+        """(user row, user col, LDS row, LDS logical chunk) of the run (for 'transpose': LDS row of element 0)."""
         ops = _ops_for(tid)
         p = self.plan
         r = slot * self.threads + tid
         rows, cols = self.tile_shape
         cpr = cols // ELEMS_PER_CHUNK  # runs per user row
-        if self.kind == "b16":
-            # user tile (K, X): a run is 8 consecutive x at one k. Lanes go along k first, then along x, so the
-            # ds_write_b16 of element e by a wave covers whole K-major LDS rows, whose chunks the swizzle spreads over
-            # distinct banks: 0 extra cycles for block_K >= 64 and 1 for block_K 32 (two 64-byte rows whose indices
-            # agree mod 8 share their banks), against 7..31 when lanes go along x (rows 8 apart share one swizzle
-            # value). The global side still loads whole 16-byte runs; a wave touches 64 (32 for block_K 32) rows.
-            k, xc = ops.mod(r, rows), ops.fdiv(r, rows)
+        if self.kind == "transpose":
+            # user tile (K, X): a run is 8 consecutive x at one k; unit u holds `pack` runs at consecutive k. Units go
+            # along k first, then along x, so the writes of element e by a wave cover whole K-major LDS rows, whose
+            # chunks the swizzle spreads over distinct banks: 0 extra cycles for block_K >= 64 and 1 for block_K 32
+            # (two 64-byte rows whose indices agree mod 8 share their banks), against up to 7 when units go along x
+            # (rows 8 apart share one swizzle value). The global side still loads whole 16-byte runs.
+            kg, j, xc = self._transpose_unit(tid, slot)
+            k = self.pack * kg + j
             return k, ELEMS_PER_CHUNK * xc, ELEMS_PER_CHUNK * xc, ops.fdiv(k, ELEMS_PER_CHUNK)
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
             lc = swizzle_chunk(p.arch, urow, pc, p.row_bytes)  # the logical chunk whose home is physical chunk pc
             return urow, ELEMS_PER_CHUNK * lc, urow, lc
         return urow, ELEMS_PER_CHUNK * pc, urow, pc
+
+    def _transpose_unit(self, tid, slot):
+        """'transpose': (k group, run j within it, x chunk) of slot `slot`: the run's k is pack * k_group + j."""
+        ops = _ops_for(tid)
+        u = (slot // self.pack) * self.threads + tid
+        groups = self.tile_shape[0] // self.pack  # units along k
+        return ops.mod(u, groups), slot % self.pack, ops.fdiv(u, groups)
 
     def global_coords(self, tid, slot):
         """(row, col) in the user's tile of the 16-byte run thread `tid` loads in `slot`."""
@@ -382,12 +406,15 @@ class CopyPlan:
 
     def lds_offsets(self, tid, slot, stage: int = 0):
         """LDS byte offsets (from the LDS allocation's start) of the run's writes: one for 'b128'/'lds_dma',
-        eight (element e of the run) for 'b16'."""
+        eight (element e of the run) for 'transpose'."""
         p = self.plan
         base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
         k, _, lrow, lchunk = self._coords(tid, slot)
-        if self.kind == "b16":
-            within = 2 * _ops_for(tid).mod(k, ELEMS_PER_CHUNK)  # byte of element k within its chunk
+        if self.kind == "transpose":
+            # the byte of element k within its chunk: 2 * (k % 8), written so that SymPy keeps it in floor / Mod of
+            # tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
+            kg, j, _ = self._transpose_unit(tid, slot)
+            within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + CHUNK * (slot * self.threads + tid),)
@@ -422,8 +449,8 @@ class CopyPlan:
 
     @cached_property
     def lds_offsets_family(self) -> SeparatedOffsets:
-        """Keys: (slot, write index). LDS byte offset = base(tid) + const[(slot, e)] (stage 0)."""
-        keys = tuple(itertools.product(range(self.slots), range(self.writes_per_slot)))
+        """Keys: (write slot, write index). LDS byte offset = base(tid) + const[(slot, e)] (stage 0)."""
+        keys = tuple(itertools.product(self.write_slots, range(self.writes_per_slot)))
         return self._family(keys, lambda t, key: self.lds_offsets(t, key[0])[key[1]])
 
 
@@ -676,9 +703,9 @@ class GemmPlan:
         return (self.block_N, self.block_K) if self.transpose_B else (self.block_K, self.block_N)
 
     def copy_plan(self, operand: str) -> CopyPlan:
-        """Register-path copy (buffer_load_dwordx4, then ds_write_b128 or, transposing, 8 x ds_write_b16)."""
+        """Register-path copy (buffer_load_dwordx4, then ds_write_b128 or, transposing, v_perm_b32 + ds_write)."""
         operand = _check_operand(operand)
-        return self._copy(operand, "b128" if self.is_k_major(operand) else "b16")
+        return self._copy(operand, "b128" if self.is_k_major(operand) else "transpose")
 
     def dma_copy_plan(self, operand: str) -> CopyPlan:
         """LDS-DMA copy (buffer_load_dwordx4 ... lds, gfx950 only), for a K-major operand."""
@@ -694,8 +721,22 @@ class GemmPlan:
         if key not in self._copies:
             rows, cols = self.user_tile_shape(operand)
             runs = rows * cols // ELEMS_PER_CHUNK
-            self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, -(-runs // self.threads))
+            pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
+            slots = pack * -(-runs // pack // self.threads)
+            self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, slots, pack)
         return self._copies[key]
+
+    def _transpose_pack(self, runs_per_thread: int) -> int:
+        """k runs a transposing copy packs per thread: as many as the thread loads anyway, a power of two up to 8 (a
+        whole 16-byte chunk: ds_write_b128) dividing block_K. Packed writes are conflict free only where a write phase
+        (one sweep of the banks) covers one K-major row; with shorter rows the phase holds rows 8 apart, which share
+        their banks, and unpacked ds_write_b16 (a 2-byte phase spans 64 lanes: whole rows) stay conflict free."""
+        if self.row_bytes < self.arch.lds_banks * self.arch.lds_bank_bytes:
+            return 1
+        pack = 2
+        while pack < 8 and 2 * pack <= runs_per_thread and self.block_K % (2 * pack) == 0:
+            pack *= 2
+        return pack
 
     @cached_property
     def _copies(self):
