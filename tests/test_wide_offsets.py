@@ -15,6 +15,7 @@ from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.emit import render
 from tilegcn.amdgcn.hazards import insert_hazard_nops
+from tilegcn.amdgcn.regalloc import allocate
 from tilegcn.amdgcn.waitcnt import insert_waits
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec
@@ -49,8 +50,9 @@ def _descriptor_probe(offset_of, arch, spec):
     dest = abi.resource(out.buffer, by * 16)
     b.emit("buffer_store_dwordx4", words, b.vgpr_constant(0), dest, 0, suffix="offen offset:0")
     b.emit("s_endpgm")
-    insts = insert_hazard_nops(insert_waits(b.insts, b.arch), b.arch)
-    return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
+    insts, counts = allocate(b.insts, b)
+    insts = insert_hazard_nops(insert_waits(insts, b.arch), b.arch)
+    return kernel, assemble(render(kernel, b.arch, abi, insts, 0, counts), arch)
 
 
 OFFSETS = {  # name: (byte offset of (by, n), the int32 scalar n)

@@ -1,7 +1,8 @@
 """The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
 
   verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
-  -> statement lowering (copy, elementwise, gemm, loops) -> wait counts -> hazard nops -> render
+  -> statement lowering (copy, elementwise, gemm, loops; virtual registers) -> register allocation -> wait counts
+  -> hazard nops -> render
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from dataclasses import dataclass
 from ..amdgcn.abi import KernelAbi
 from ..amdgcn.arch import get_arch
 from ..amdgcn.builder import KernelBuilder
-from ..amdgcn.emit import register_counts, render
+from ..amdgcn.emit import render
 from ..amdgcn.hazards import insert_hazard_nops
-from ..amdgcn.regalloc import check_budget
+from ..amdgcn.regalloc import allocate
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -97,12 +98,10 @@ def lower(kernel: N.Kernel, arch) -> Lowered:
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
-    insts = insert_hazard_nops(insert_waits(b.insts, arch), arch)
-    counts = register_counts(b)
-    owners = ", ".join(f"{v}: {n}" for pool in (b.v, b.a) for v, n in pool.owner.items() if "fragment" in n
-                       or "accumulator" in n)
-    check_budget(arch, counts["vgprs"], counts["agprs"], counts["sgprs"], owners)
-    asm = render(kernel, b, abi, insts, lds_bytes)
+    insts = b.insts
+    insts, counts = allocate(insts, b)  # register allocation: virtual -> physical registers, counts (ResourceError)
+    insts = insert_hazard_nops(insert_waits(insts, arch), arch)
+    asm = render(kernel, arch, abi, insts, lds_bytes, counts)
     meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),
                 lds_bytes=lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
                 kernarg_size=abi.kernarg_size,
