@@ -85,24 +85,35 @@ def allocate(insts: list, b) -> tuple:
 def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
     """Linear scan of one file: fills placed[g] with each live group's first physical register; returns the
     file's peak (registers [0, peak) used). Raises ResourceError past the arch's file."""
+    groups, first, last = vf.groups, lives.first, lives.last
     floor = max(lives.floor[file], vf.reserved)
     used = bytearray(b"\x01" * floor)  # 1 = taken
-    peak, at_peak = floor, []
-    order = sorted((lives.first[g], g) for g, _ in vf.owned() if lives.first[g] >= 0)
+    peak, at_peak, available = floor, [], _available(arch, file)
+    order = sorted((first[g], g) for g in vf.numbers if first[g] >= 0)
     active: list = []  # heap of (last position, group number)
     for start, g in order:
         while active and active[0][0] < start:
-            _, done = heapq.heappop(active)
-            grp = vf.groups[done]
-            used[placed[done]:placed[done] + grp.count] = bytes(grp.count)
-        grp = vf.groups[g]
-        at = _lowest_free(used, grp.count, max(grp.align, arch.register_alignment(file, grp.count)))
-        used[at:at + grp.count] = b"\x01" * grp.count
+            done = heapq.heappop(active)[1]
+            at = placed[done]
+            used[at:at + groups[done].count] = bytes(groups[done].count)
+        grp = groups[g]
+        count = grp.count
+        if count == 1 and grp.align == 1:  # most values: the lowest free register
+            at = used.find(0)
+            if at < 0:
+                at = len(used)
+                used.append(1)
+            else:
+                used[at] = 1
+        else:
+            at = _lowest_free(used, count, max(grp.align, arch.register_alignment(file, count)))
+            used[at:at + count] = b"\x01" * count
         placed[g] = at
-        heapq.heappush(active, (lives.last[g], g))
-        if at + grp.count > peak:
-            peak = at + grp.count
-            at_peak = [vf.groups[x] for _, x in active]
+        heapq.heappush(active, (last[g], g))
+        if at + count > peak:
+            peak = at + count
+            if peak > available:  # what to name in the ResourceError
+                at_peak = [groups[x] for _, x in active]
     check_budget(arch, file, peak, at_peak)
     return peak
 
@@ -122,10 +133,13 @@ _FILE_SIZE = {"v": ("arch_vgprs", "VGPRs"), "a": ("agprs", "AGPRs for accumulato
               "s": ("addressable_sgprs", "SGPRs")}
 
 
+def _available(arch, file: str) -> int:
+    return getattr(arch, _FILE_SIZE[file][0])
+
+
 def check_budget(arch, file: str, needed: int, live: list = ()):
     """ResourceError (needed vs available, and what holds the registers) when `needed` exceeds the file."""
-    attr, what = _FILE_SIZE[file]
-    available = getattr(arch, attr)
+    what, available = _FILE_SIZE[file][1], _available(arch, file)
     if needed <= available:
         return
     holders = Counter()
@@ -146,37 +160,43 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
 
 
 def _rewrite(insts: list, files: dict, placed: list) -> list:
-    """`insts` with every virtual register replaced by its physical one."""
+    """`insts` with every virtual register replaced by its physical one.
+
+    Every operand, def and use object is looked up by identity in `replace` (the objects stay alive in `insts`),
+    which maps each virtual Reg (or operand wrapping one, such as elementwise._Neg) to its physical version, so
+    the per-slot work runs in C (map, dict.get) and the Python work is once per distinct object."""
     where = {f: _physical_indices(vf, placed) for f, vf in files.items()}
-    memo: dict = {}  # (file, virtual index, count) -> physical Reg
-
-    def phys(r):
-        if not r.virtual:
-            return r
-        key = (r.file, r.index, r.count)
-        hit = memo.get(key)
-        if hit is None:
-            at = where[r.file][r.index]
-            if at < 0:
-                raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-            hit = memo[key] = Reg(r.file, at, r.count)
-        return hit
-
-    def operand(o):
-        if isinstance(o, Reg):
-            return phys(o)
-        inner = getattr(o, "reg", None)  # an operand with a modifier (elementwise._Neg)
-        if isinstance(inner, Reg) and inner.virtual:
-            return type(o)(phys(inner))
-        return o
-
+    objects = {id(o): o for inst in insts for part in (inst.operands, inst.defs, inst.uses) for o in part}
+    replace, made = {}, {}  # made: (file, physical index, count) -> Reg, as building a Reg is slow (frozen)
+    for key, o in objects.items():
+        kind = type(o)
+        if kind is Reg:
+            if o.virtual:
+                replace[key] = _physical(o, where, made)
+        elif kind not in _PLAIN and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
+            replace[key] = kind(_physical(o.reg, where, made))  # an operand with a modifier (elementwise._Neg)
+    get = replace.get
     out = []
-    for inst in insts:
-        if inst.operands or inst.defs or inst.uses:
-            inst = Inst(inst.op, tuple([operand(o) for o in inst.operands]), tuple([phys(r) for r in inst.defs]),
-                        tuple([phys(r) for r in inst.uses]), inst.kind, inst.suffix, inst.comment)
-        out.append(inst)
+    for i in insts:
+        ops, defs, uses = i.operands, i.defs, i.uses
+        out.append(Inst(i.op, tuple([get(id(o), o) for o in ops]) if ops else ops,
+                        tuple([get(id(r), r) for r in defs]) if defs else defs,
+                        tuple([get(id(r), r) for r in uses]) if uses else uses, i.kind, i.suffix, i.comment))
     return out
+
+
+_PLAIN = (int, str, float)  # operand types that hold no register
+
+
+def _physical(r: Reg, where: dict, made: dict) -> Reg:
+    at = where[r.file][r.index]
+    if at < 0:
+        raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
+    key = (r.file, at, r.count)
+    reg = made.get(key)
+    if reg is None:
+        reg = made[key] = Reg(r.file, at, r.count)
+    return reg
 
 
 def _physical_indices(vf: VirtualFile, placed: list) -> list:
