@@ -31,7 +31,6 @@ from .liveness import live_ranges
 
 @dataclass(frozen=True)
 class Group:
-    file: str
     base: int  # first index in the file's virtual numbering
     count: int
     align: int
@@ -56,17 +55,13 @@ class VirtualFile:
     def alloc(self, count: int = 1, align: int = 1, what: str = "") -> Reg:
         """A new virtual group of `count` registers, placed at a multiple of `align` by `allocate`."""
         number, base = len(self.groups), len(self.group_of)
-        self.groups.append(Group(self.file, base, count, align, what))
+        self.groups.append(Group(base, count, align, what))
         self.numbers.append(number)
         self.group_of.extend([number] * count)
         return Reg(self.file, base, count, virtual=True)
 
     def free(self, reg: Reg):
         """Nothing to do: a group's life ends at its last use in the instructions."""
-
-    def owned(self):
-        """(group number, Group) of this file's groups."""
-        return [(g, self.groups[g]) for g in self.numbers]
 
 
 def allocate(insts: list, b) -> tuple:
@@ -202,7 +197,8 @@ def _physical(r: Reg, where: dict, made: dict) -> Reg:
 def _physical_indices(vf: VirtualFile, placed: list) -> list:
     """Virtual index -> physical register of one file (-1 where the group appears in no instruction)."""
     out = [-1] * len(vf.group_of)
-    for g, grp in vf.owned():
+    for g in vf.numbers:
+        grp = vf.groups[g]
         if placed[g] >= 0:
             out[grp.base:grp.base + grp.count] = range(placed[g], placed[g] + grp.count)
     return out
