@@ -51,8 +51,11 @@ def test_xcd_aware_swizzle_raises_the_l2_hit_rate(estimates):
     assert xcd_aware.cycles <= panel_only.cycles
 
 
-def test_256_tiles_rank_above_128_tiles(estimates):
+def test_256_tiles_read_operands_half_as_often_as_128_tiles(estimates):
+    """Which tile is faster depends on occupancy in this unpipelined kernel: since register allocation by
+    liveness, the 128x128 tile fits 4 waves per SIMD (60 VGPRs + 64 AGPRs) against the 256x256 tile's 1, and the
+    model ranks it first. What the tile size fixes is the traffic: each operand is fetched half as often."""
     big, small = estimates[256, 8], estimates[128, 8]
-    assert big.cycles < small.cycles
-    assert big.tflops > small.tflops
+    assert big.breakdown["l2_requests"] * 2 == small.breakdown["l2_requests"]
+    assert big.breakdown["waves_per_simd"] < small.breakdown["waves_per_simd"]
     assert big.flops == small.flops == 2 * SIZE ** 3

@@ -18,6 +18,7 @@ from tilegcn.amdgcn.emit import render
 from tilegcn.amdgcn.hazards import insert_hazard_nops
 from tilegcn.amdgcn.isa import Inst
 from tilegcn.amdgcn.memory import GlobalAccess
+from tilegcn.amdgcn.regalloc import allocate
 from tilegcn.amdgcn.waitcnt import insert_waits
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec
@@ -52,8 +53,9 @@ def _descriptor_probe(offset_of, arch, spec):
     dest = abi.resource(out.buffer, by * 16)
     b.emit("buffer_store_dwordx4", words, b.vgpr_constant(0), dest, 0, suffix="offen offset:0")
     b.emit("s_endpgm")
-    insts = insert_hazard_nops(insert_waits(b.insts, b.arch), b.arch)
-    return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
+    insts, counts = allocate(b.insts, b)
+    insts = insert_hazard_nops(insert_waits(insts, b.arch), b.arch)
+    return kernel, assemble(render(kernel, b.arch, abi, insts, 0, counts), arch)
 
 
 OFFSETS = {  # name: (byte offset of (by, n), the int32 scalar n)
@@ -154,8 +156,9 @@ def _loop_probe(arch, spec, index_of, mask_dims):
         b.emit("s_cbranch_scc1", ".Lprobe")
     b.frames[-1].insts.extend(frame.insts)
     b.emit("s_endpgm")
-    insts = insert_hazard_nops(insert_waits(b.insts, b.arch), b.arch)
-    return kernel, assemble(render(kernel, b, abi, insts, 0), arch)
+    insts, counts = allocate(b.insts, b)
+    insts = insert_hazard_nops(insert_waits(insts, b.arch), b.arch)
+    return kernel, assemble(render(kernel, b.arch, abi, insts, 0, counts), arch)
 
 
 LOOP_WALKS = {  # name: (tensor, index of (loop variable, lane), masked dims)

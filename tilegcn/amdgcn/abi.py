@@ -70,8 +70,8 @@ class KernelAbi:
     def __init__(self, b: KernelBuilder, kernel: N.Kernel, tid_symbol):
         self.b, self.kernel = b, kernel
         self.lower = ExprLowering(b)
-        b.s.alloc(FIRST_FREE_SGPR, what="kernarg pointer, workgroup ids")
-        b.v.alloc(FIRST_FREE_VGPR, what="work-item id")
+        b.s.reserve(FIRST_FREE_SGPR)  # kernarg pointer, workgroup ids: physical, set up by the descriptor
+        b.v.reserve(FIRST_FREE_VGPR)  # work-item id
         b.symbol_regs[tid_symbol] = WORKITEM_ID
         b.lane_symbols.add(tid_symbol)
         for sym, reg in zip(kernel.block_ids, WORKGROUP_IDS):

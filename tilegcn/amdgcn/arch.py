@@ -79,6 +79,8 @@ class Arch:
     accum_offset_granule: int  # accum_offset is a multiple of this
     addressable_sgprs: int  # s0..s101; vcc, m0, exec are separate
     sgpr_alloc_granule: int
+    vector_tuple_align: int  # a VGPR/AGPR tuple starts at a multiple of this (gfx90a+; llvm-mc rejects v[1:4])
+    sgpr_tuple_align: dict  # SGPRs in a tuple -> its start's alignment (s[3:4] and s[6:9] are rejected)
     mfma_shapes: dict  # dtype ("bf16"/"f16") -> tuple of MfmaShape, preferred first
     mfma_hazards: MfmaHazards
     lds_dma_bytes: tuple  # legal per-lane widths of `buffer_load_* ... lds`
@@ -96,6 +98,14 @@ class Arch:
     peak_bf16_tflops: float
     hbm_tbps: float
     extra: dict = field(default_factory=dict)
+
+    def register_alignment(self, file: str, count: int) -> int:
+        """The alignment the ISA requires of a `count`-register tuple in register file `file` ("v", "a", "s")."""
+        if count == 1:
+            return 1
+        if file == "s":
+            return self.sgpr_tuple_align.get(count, max(self.sgpr_tuple_align.values()))
+        return self.vector_tuple_align
 
     @property
     def total_vgprs(self) -> int:
@@ -135,6 +145,8 @@ _COMMON = dict(
     accum_offset_granule=4,
     addressable_sgprs=102,
     sgpr_alloc_granule=8,
+    vector_tuple_align=2,
+    sgpr_tuple_align={2: 2, 4: 4, 8: 4, 16: 4},
     mubuf_max_imm_offset=4095,
     ds_max_imm_offset=65535,
     max_vmcnt=63,

@@ -3,6 +3,8 @@
 Code is emitted into *frames*: the kernel body is frame 0 and every loop opens a frame. A value is
 computed in the outermost frame where all of its symbols exist, so loop-invariant address math lands
 before the loop automatically (the loop's own instructions join the parent only when it closes).
+Registers are virtual (`b.v`, `b.s`, `b.a`: regalloc.VirtualFile); the allocation pass places them once the
+instruction list is final, from the lives it reads off the instructions (values live across a loop included).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sympy
 
 from . import isa
 from .isa import Inst, Reg
-from .regalloc import RegPool
+from .regalloc import VirtualFile
 
 _KIND_BY_PREFIX = (
     ("s_load", isa.SMEM), ("s_buffer_load", isa.SMEM), ("s_waitcnt", isa.WAIT), ("s_barrier", isa.BARRIER),
@@ -24,6 +26,7 @@ _KIND_BY_PREFIX = (
     ("ds_read", isa.DS_READ), ("ds_write", isa.DS_WRITE), ("v_", isa.VALU),
 )
 _NO_DEF_KINDS = (isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP)
+_SCC_ONLY = ("s_cmp_", "s_bitcmp")  # scalar compares write SCC only and read all their register operands
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,9 +50,10 @@ class KernelBuilder:
     def __init__(self, arch, kernel_name: str):
         self.arch = arch
         self.name = kernel_name
-        self.v = RegPool("v")
-        self.s = RegPool("s")
-        self.a = RegPool("a")
+        groups: list = []  # every virtual register group of the kernel, numbered across the files
+        self.v = VirtualFile("v", groups)
+        self.s = VirtualFile("s", groups)
+        self.a = VirtualFile("a", groups)
         self.frames = [Frame([])]
         self.symbol_regs: dict = {}  # sympy.Symbol -> Reg holding its value
         self.lane_symbols: set = set()  # symbols that differ per lane (the thread id)
@@ -62,6 +66,8 @@ class KernelBuilder:
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
         kind = kind or kind_of(op, suffix)
         regs = [o for o in operands if isinstance(o, Reg)]
+        if defs is None and op.startswith(_SCC_ONLY):
+            defs = (isa.SCC,)
         if defs is None:
             defs = () if kind in _NO_DEF_KINDS or not regs else (regs[0],)
             if uses is None:
@@ -100,37 +106,27 @@ class KernelBuilder:
         self.symbol_regs[var] = var_reg
         frame = Frame([], symbols={var})
         self.frames.append(frame)
-        for pool in (self.v, self.s, self.a):
-            pool.touched.append(set())
         try:
             yield frame
         finally:
             self.frames.pop()
-            for pool in (self.v, self.s, self.a):
-                inner = pool.touched.pop()
-                if pool.touched:
-                    pool.touched[-1].update(inner)
 
     def alloc_in_frame(self, file: str, frame: int, count: int = 1, align: int = 1, what: str = "") -> Reg:
-        """A register for a value computed in `frame`: when that is outside an open loop, the value is
-        live across the whole loop, so it must avoid every register the loop body has used so far
-        (later loop code cannot take it: it stays allocated)."""
-        pool = {"v": self.v, "s": self.s, "a": self.a}[file]
-        avoid = set().union(*pool.touched[frame:]) if frame < len(self.frames) - 1 else set()
-        return pool.alloc(count, align, what, avoid=avoid, depth=frame)
+        """A register group for a value computed in `frame` (a loop-invariant value used in a loop is live
+        across it: the allocator sees that in the instructions, so the frame needs no bookkeeping here)."""
+        return {"v": self.v, "s": self.s, "a": self.a}[file].alloc(count, align, what)
 
     @contextlib.contextmanager
     def statement_scope(self):
-        """Values computed for one top-level statement die with it: their registers return to the
-        pools, so address math of one copy does not occupy registers for the rest of the kernel."""
+        """Values computed for one top-level statement are not reused by later ones (their CSE entries
+        are dropped), so address math of one copy is not kept live for the rest of the kernel."""
         outer = self.frames[0].cse
         before = set(outer)
         try:
             yield
         finally:
             for key in [k for k in outer if k not in before]:
-                reg = outer.pop(key)
-                {"v": self.v, "s": self.s}[reg.file].free(reg)
+                del outer[key]
 
     def cse_get(self, file: str, expr):
         for f in reversed(self.frames):

@@ -16,19 +16,12 @@ def _template() -> string.Template:
     return string.Template(resources.files("tilegcn.templates").joinpath("kernel.s.tmpl").read_text())
 
 
-def register_counts(b) -> dict:
-    vgprs, agprs, sgprs = max(b.v.peak, 1), b.a.peak, max(b.s.peak, 1)
-    accum_offset = -(-vgprs // b.arch.accum_offset_granule) * b.arch.accum_offset_granule
-    return dict(vgprs=vgprs, agprs=agprs, sgprs=sgprs, accum_offset=accum_offset,
-                next_free_vgpr=accum_offset + agprs if agprs else vgprs)
-
-
-def render(kernel, b, abi, insts, lds_bytes: int) -> str:
-    counts = register_counts(b)
+def render(kernel, arch, abi, insts, lds_bytes: int, counts: dict) -> str:
+    """`counts`: the register fields (regalloc.register_counts) of the allocated `insts`."""
     grid = "x".join(map(str, kernel.grid))
     block = "x".join(map(str, kernel.block))
     return _template().substitute(
-        version=__version__, name=kernel.name, arch=b.arch.name, source=kernel.loc or "?", grid=grid,
+        version=__version__, name=kernel.name, arch=arch.name, source=kernel.loc or "?", grid=grid,
         block=block, lds_bytes=lds_bytes, kernarg_size=abi.kernarg_size, threads=kernel.threads,
         sgpr_count=counts["sgprs"] + VCC_SGPRS, args=metadata_args(abi.args),
         body="\n".join(i.text() for i in insts), **counts)

@@ -16,27 +16,34 @@ COMMENT = "comment"
 
 @dataclass(frozen=True)
 class Reg:
-    file: str  # "v", "s", "a"
+    """A physical register tuple, or (`virtual`) a piece of a virtual register group that the register
+    allocator (regalloc.allocate) places in the file later; its index then counts in the file's virtual
+    numbering, where every group owns a contiguous range, so a slice stays inside its group."""
+
+    file: str  # "v", "s", "a" (and the special files vcc, exec, m0, scc, the waits' "lds")
     index: int
     count: int = 1
+    virtual: bool = False
 
     def __str__(self):
+        name = f"%{self.file}" if self.virtual else self.file
         if self.count == 1:
-            return f"{self.file}{self.index}"
-        return f"{self.file}[{self.index}:{self.index + self.count - 1}]"
+            return f"{name}{self.index}"
+        return f"{name}[{self.index}:{self.index + self.count - 1}]"
 
     def __getitem__(self, i) -> "Reg":
         """One register (int) or a sub-range (slice) of a register tuple."""
         if isinstance(i, slice):
             start, stop, _ = i.indices(self.count)
-            return Reg(self.file, self.index + start, stop - start)
+            return Reg(self.file, self.index + start, stop - start, self.virtual)
         if not 0 <= i < self.count:
             raise IndexError(f"{self} has no element {i}")
-        return Reg(self.file, self.index + i, 1)
+        return Reg(self.file, self.index + i, 1, self.virtual)
 
     def units(self):
-        """(file, index) of every 32-bit register in this tuple."""
-        return [(self.file, self.index + i) for i in range(self.count)]
+        """(file, index) of every 32-bit register in this tuple (file "%v" etc. for virtual ones)."""
+        file = f"%{self.file}" if self.virtual else self.file
+        return [(file, self.index + i) for i in range(self.count)]
 
 
 VCC = Reg("vcc", 0, 2)

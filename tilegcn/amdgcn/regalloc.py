@@ -1,65 +1,204 @@
-"""Register pools for SGPRs, VGPRs and AGPRs.
+"""Virtual registers during lowering, and the register allocation pass that places them.
 
-Allocation never fails while emitting: the pool records its high-water mark, and `check_budget`
-compares the peaks with the arch's register file afterwards, so the error can say how many registers
-the kernel needs, not only that it ran out. Nothing ever spills.
+Lowering asks `b.v / b.s / b.a` (`VirtualFile`s) for register groups and gets *virtual* registers: a group is a
+contiguous range of the file's virtual numbering (slices of it stay in it), with the alignment it asked for and
+a name for error messages. Nothing is freed by hand: `free` is a no-op kept for the call sites, because a value's
+life is read from the instructions (liveness.py), so emission order no longer fixes which values may share a
+register, and a scheduler may reorder instructions before allocation.
+
+`allocate(insts, b)` (the pass, after lowering and scheduling, before wait counts and hazard nops):
+  input   instructions whose defs/uses name every register they touch; virtual groups of b.v, b.s, b.a, and
+          physical ABI registers (work-item id, kernarg pointer, workgroup ids, VCC/EXEC/M0/SCC) named directly
+  output  the same instructions over physical registers only, and the register counts of the kernel descriptor
+          (the allocation's peaks per file, the ABI registers included)
+Linear scan per file over the live intervals (liveness.live_ranges): groups in order of their first position
+take the lowest free run of registers at their alignment (at least the ISA's tuple alignment, arch.py), and
+return it after their last position. Intervals are closed: a group that starts at an instruction never takes
+the registers of one that ends there (an MFMA's result may not overlap its sources). A kernel whose peak
+exceeds the arch's register file is a ResourceError (needed vs available, and the values live at the peak);
+nothing ever spills.
 """
 from __future__ import annotations
 
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+
 from ..errors import ResourceError
-from .isa import Reg
+from .isa import Inst, Reg
+from .liveness import live_ranges
 
 
-class RegPool:
-    def __init__(self, file: str, reserved: int = 0):
+@dataclass(frozen=True)
+class Group:
+    base: int  # first index in the file's virtual numbering
+    count: int
+    align: int
+    what: str
+
+
+class VirtualFile:
+    """The virtual registers of one register file ("v", "s", "a"); groups are numbered across the files that
+    share `groups`."""
+
+    def __init__(self, file: str, groups: list):
         self.file = file
-        self.used = bytearray(b"\x01" * reserved)  # 1 = allocated; bytearray.find scans at C speed
-        self.peak = reserved
-        self.owner: dict[int, str] = {}
-        self.touched: list[set] = []  # per open loop: every register allocated inside it
+        self.groups = groups  # shared by the kernel's files: group number -> Group
+        self.group_of: list = []  # virtual index -> group number
+        self.numbers: list = []  # this file's group numbers, in allocation order
+        self.reserved = 0  # physical registers [0, reserved) hold ABI values: no group takes them
 
-    def alloc(self, count: int = 1, align: int = 1, what: str = "", avoid: set = frozenset(),
-              depth: int | None = None) -> Reg:
-        """The lowest free run of `count` registers starting at a multiple of `align`, none in `avoid`.
+    def reserve(self, count: int):
+        """Keep the first `count` physical registers out of the allocation (registers the descriptor sets up)."""
+        self.reserved = max(self.reserved, count)
 
-        `depth`: the loop depth of the code that uses the register (default: every open loop); it is
-        recorded as used inside those loops only."""
-        free_run = bytes(count)
-        self.used.extend(bytes(count + align))  # a free run always exists past the end
-        start = 0
-        while True:
-            start = self.used.find(free_run, start)
-            if start % align:
-                start += align - start % align
-                continue
-            clash = [i for i in range(start, start + count) if i in avoid] if avoid else None
-            if not clash:
-                break
-            start = clash[-1] + 1
-        end = start + count
-        self.used[start:end] = b"\x01" * count
-        del self.used[max(self.peak, end):]  # keep the array no longer than the high-water mark
-        if what:
-            self.owner[start] = what
-        self.peak = max(self.peak, end)
-        for s in self.touched[:depth]:
-            s.update(range(start, end))
-        return Reg(self.file, start, count)
+    def alloc(self, count: int = 1, align: int = 1, what: str = "") -> Reg:
+        """A new virtual group of `count` registers, placed at a multiple of `align` by `allocate`."""
+        number, base = len(self.groups), len(self.group_of)
+        self.groups.append(Group(base, count, align, what))
+        self.numbers.append(number)
+        self.group_of.extend([number] * count)
+        return Reg(self.file, base, count, virtual=True)
 
     def free(self, reg: Reg):
-        self.used[reg.index:reg.index + reg.count] = bytes(reg.count)
+        """Nothing to do: a group's life ends at its last use in the instructions."""
 
 
-def check_budget(arch, vgprs: int, agprs: int, sgprs: int, owners: str = ""):
-    """ResourceError (needed vs available) when the kernel's registers exceed the arch's file."""
-    problems = []
-    if vgprs > arch.arch_vgprs:
-        problems.append(f"needs {vgprs} VGPRs, {arch.name} has {arch.arch_vgprs}")
-    if agprs > arch.agprs:
-        problems.append(f"needs {agprs} AGPRs for accumulators, {arch.name} has {arch.agprs}")
-    if sgprs > arch.addressable_sgprs:
-        problems.append(f"needs {sgprs} SGPRs, {arch.name} has {arch.addressable_sgprs}")
-    if problems:
-        hint = f" ({owners})" if owners else ""
-        raise ResourceError("register budget exceeded: " + "; ".join(problems) + hint +
-                            ". tilegcn never spills: use smaller tiles or more threads")
+def allocate(insts: list, b) -> tuple:
+    """(instructions over physical registers, register counts) for the virtual groups of builder `b`."""
+    files = {"v": b.v, "s": b.s, "a": b.a}
+    groups = b.v.groups
+    lives = live_ranges(insts, files, groups)
+    placed = [-1] * len(groups)  # first physical register of each group; -1: in no def or use
+    peaks = {}
+    for file, vf in files.items():
+        peaks[file] = _scan(file, vf, lives, placed, b.arch)
+    insts = _rewrite(insts, files, placed)
+    return insts, register_counts(b.arch, peaks["v"], peaks["a"], peaks["s"])
+
+
+def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
+    """Linear scan of one file: fills placed[g] with each live group's first physical register; returns the
+    file's peak (registers [0, peak) used). Raises ResourceError past the arch's file."""
+    groups, first, last = vf.groups, lives.first, lives.last
+    floor = max(lives.floor[file], vf.reserved)
+    used = bytearray(b"\x01" * floor)  # 1 = taken
+    peak, at_peak, available = floor, [], _available(arch, file)
+    order = sorted((first[g], g) for g in vf.numbers if first[g] >= 0)
+    active: list = []  # heap of (last position, group number)
+    for start, g in order:
+        while active and active[0][0] < start:
+            done = heapq.heappop(active)[1]
+            at = placed[done]
+            used[at:at + groups[done].count] = bytes(groups[done].count)
+        grp = groups[g]
+        count = grp.count
+        if count == 1 and grp.align == 1:  # most values: the lowest free register
+            at = used.find(0)
+            if at < 0:
+                at = len(used)
+                used.append(1)
+            else:
+                used[at] = 1
+        else:
+            at = _lowest_free(used, count, max(grp.align, arch.register_alignment(file, count)))
+            used[at:at + count] = b"\x01" * count
+        placed[g] = at
+        heapq.heappush(active, (last[g], g))
+        if at + count > peak:
+            peak = at + count
+            if peak > available:  # what to name in the ResourceError
+                at_peak = [groups[x] for _, x in active]
+    check_budget(arch, file, peak, at_peak)
+    return peak
+
+
+def _lowest_free(used: bytearray, count: int, align: int) -> int:
+    """Start of the lowest run of `count` free registers at a multiple of `align` (the array grows as needed)."""
+    used.extend(bytes(count + align - len(used) % align))
+    free_run, start = bytes(count), 0
+    while True:
+        start = used.find(free_run, start)
+        if start % align == 0:
+            return start
+        start += align - start % align
+
+
+_FILE_SIZE = {"v": ("arch_vgprs", "VGPRs"), "a": ("agprs", "AGPRs for accumulators"),
+              "s": ("addressable_sgprs", "SGPRs")}
+
+
+def _available(arch, file: str) -> int:
+    return getattr(arch, _FILE_SIZE[file][0])
+
+
+def check_budget(arch, file: str, needed: int, live: list = ()):
+    """ResourceError (needed vs available, and what holds the registers) when `needed` exceeds the file."""
+    what, available = _FILE_SIZE[file][1], _available(arch, file)
+    if needed <= available:
+        return
+    holders = Counter()
+    for grp in live:
+        holders[grp.what or "temporaries"] += grp.count
+    held = ", ".join(f"{name}: {n}" for name, n in holders.most_common(6))
+    raise ResourceError(f"register budget exceeded: needs {needed} {what}, {arch.name} has {available}"
+                        + (f" (live at the peak: {held})" if held else "")
+                        + ". tilegcn never spills: use smaller tiles or more threads")
+
+
+def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
+    """The kernel descriptor's register fields from the allocation's peaks."""
+    vgprs, sgprs = max(vgprs, 1), max(sgprs, 1)
+    accum_offset = -(-vgprs // arch.accum_offset_granule) * arch.accum_offset_granule
+    return dict(vgprs=vgprs, agprs=agprs, sgprs=sgprs, accum_offset=accum_offset,
+                next_free_vgpr=accum_offset + agprs if agprs else vgprs)
+
+
+def _rewrite(insts: list, files: dict, placed: list) -> list:
+    """`insts` with every virtual register replaced by its physical one.
+
+    Every operand, def and use object is looked up by identity in `replace` (the objects stay alive in `insts`),
+    which maps each virtual Reg (or operand wrapping one, such as elementwise._Neg) to its physical version, so
+    the per-slot work runs in C (map, dict.get) and the Python work is once per distinct object."""
+    where = {f: _physical_indices(vf, placed) for f, vf in files.items()}
+    objects = {id(o): o for inst in insts for part in (inst.operands, inst.defs, inst.uses) for o in part}
+    replace, made = {}, {}  # made: (file, physical index, count) -> Reg, as building a Reg is slow (frozen)
+    for key, o in objects.items():
+        kind = type(o)
+        if kind is Reg:
+            if o.virtual:
+                replace[key] = _physical(o, where, made)
+        elif kind not in _PLAIN and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
+            replace[key] = kind(_physical(o.reg, where, made))  # an operand with a modifier (elementwise._Neg)
+    get = replace.get
+    out = []
+    for i in insts:
+        ops, defs, uses = i.operands, i.defs, i.uses
+        out.append(Inst(i.op, tuple([get(id(o), o) for o in ops]) if ops else ops,
+                        tuple([get(id(r), r) for r in defs]) if defs else defs,
+                        tuple([get(id(r), r) for r in uses]) if uses else uses, i.kind, i.suffix, i.comment))
+    return out
+
+
+_PLAIN = (int, str, float)  # operand types that hold no register
+
+
+def _physical(r: Reg, where: dict, made: dict) -> Reg:
+    at = where[r.file][r.index]
+    if at < 0:
+        raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
+    key = (r.file, at, r.count)
+    reg = made.get(key)
+    if reg is None:
+        reg = made[key] = Reg(r.file, at, r.count)
+    return reg
+
+
+def _physical_indices(vf: VirtualFile, placed: list) -> list:
+    """Virtual index -> physical register of one file (-1 where the group appears in no instruction)."""
+    out = [-1] * len(vf.group_of)
+    for g in vf.numbers:
+        grp = vf.groups[g]
+        if placed[g] >= 0:
+            out[grp.base:grp.base + grp.count] = range(placed[g], placed[g] + grp.count)
+    return out

@@ -1,20 +1,20 @@
 """The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
 
   verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
-  -> statement lowering (copy, elementwise, gemm, loops) -> instruction scheduling -> wait counts -> hazard nops -> render
+  -> statement lowering (copy, elementwise, gemm, loops; virtual registers) -> instruction scheduling
+  -> register allocation -> wait counts -> hazard nops -> render
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 from dataclasses import dataclass
 
 from ..amdgcn.abi import KernelAbi
 from ..amdgcn.arch import get_arch
 from ..amdgcn.builder import KernelBuilder
-from ..amdgcn.emit import register_counts, render
+from ..amdgcn.emit import render
 from ..amdgcn.hazards import insert_hazard_nops
-from ..amdgcn.regalloc import check_budget
+from ..amdgcn.regalloc import allocate
 from ..amdgcn.schedule import INTERLEAVE, schedule
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError
@@ -112,14 +112,10 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
-    insts = schedule(b.insts, arch, interleave=schedule_mode == INTERLEAVE)  # sched: list scheduler (amdgcn/schedule.py)
+    insts = schedule(b.insts, arch, interleave=schedule_mode == INTERLEAVE)  # list scheduler (amdgcn/schedule.py)
+    insts, counts = allocate(insts, b)  # register allocation: virtual -> physical registers, counts (ResourceError)
     insts = insert_hazard_nops(insert_waits(insts, arch), arch)
-    counts = register_counts(b)
-    owners = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in collections.Counter(
-        n for pool in (b.v, b.a) for n in pool.owner.values()
-        if any(w in n for w in ("fragment", "accumulator", "staging"))).items())
-    check_budget(arch, counts["vgprs"], counts["agprs"], counts["sgprs"], owners)
-    asm = render(kernel, b, abi, insts, lds_bytes)
+    asm = render(kernel, arch, abi, insts, lds_bytes, counts)
     meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),
                 lds_bytes=lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
                 kernarg_size=abi.kernarg_size,

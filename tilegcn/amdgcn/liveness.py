@@ -1,0 +1,86 @@
+"""Live ranges of virtual register groups over a lowered instruction list, loops included.
+
+A group (one `VirtualFile.alloc`: a 4-VGPR staging tuple, an accumulator range, an address temporary) is live
+from its first def to its last use, as one interval of instruction positions: a group written piecewise (four
+loads into one tuple, MFMAs into slices of the accumulators) is not ended early by the partial defs. Loops are
+where the linear order lies: a loop is a label and a later branch back to it (the lowering emits structured
+loops, `s_cbranch_* head` at the end of the body), and a group is live across the whole loop, back-edge
+included, when it is
+
+  - live into the loop: it appears before the head and again inside the loop (defined in the preheader, read in
+    the body), or
+  - carried by the loop: some of its registers are read inside the loop before anything in the loop wrote them
+    (the value of the previous iteration, or of the preheader on the first trip).
+
+A group defined and dead within one trip keeps its short interval, so it can share registers with values that
+are live around the loop. Forward branches need nothing: every path to an instruction only passes earlier
+positions, so the interval [first def, last use] already covers it. Loops nest: inner loops are widened first,
+then the loops that contain them.
+
+Input: instructions whose defs/uses name every register they write/read (virtual or physical). Output:
+`Lives.first[g]`, `Lives.last[g]` per group number (-1: the group appears nowhere) and `Lives.floor`, the
+physical registers per file the instructions name directly (ABI registers: the work-item id, kernarg pointer,
+workgroup ids), which no group may take.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import isa
+
+
+@dataclass
+class Lives:
+    first: list
+    last: list
+    floor: dict  # file -> physical registers [0, floor) named directly by the instructions
+
+
+def loops(insts: list) -> list:
+    """(head position, back-branch position) of every loop, innermost (shortest) first."""
+    labels = {inst.op: pos for pos, inst in enumerate(insts) if inst.kind == isa.LABEL}
+    found = []
+    for pos, inst in enumerate(insts):
+        if inst.kind == isa.BRANCH and inst.operands:
+            head = labels.get(str(inst.operands[0]))
+            if head is not None and head < pos:
+                found.append((head, pos))
+    return sorted(found, key=lambda loop: loop[1] - loop[0])
+
+
+def live_ranges(insts: list, files: dict, groups: list) -> Lives:
+    """Intervals of `groups` (regalloc.Group by number) of `files` (file name -> VirtualFile) in `insts`; see the
+    module doc."""
+    n_groups = len(groups)
+    group_of = {f: vf.group_of for f, vf in files.items()}
+    base_of = [grp.base for grp in groups]
+    first, last = [-1] * n_groups, [-1] * n_groups
+    defined = [0] * n_groups  # bit i: register i of the group was written (in linear order) before
+    exposed: list = [None] * n_groups  # positions of reads of registers nothing wrote before
+    floor = dict.fromkeys(files, 0)
+    for pos, inst in enumerate(insts):
+        for regs, is_use in ((inst.uses, True), (inst.defs, False)):
+            for r in regs:
+                if not r.virtual:
+                    if r.file in floor and r.index + r.count > floor[r.file]:
+                        floor[r.file] = r.index + r.count
+                    continue
+                g = group_of[r.file][r.index]
+                if first[g] < 0:
+                    first[g] = pos
+                last[g] = pos
+                bits = ((1 << r.count) - 1) << (r.index - base_of[g])
+                if not is_use:
+                    defined[g] |= bits
+                elif bits & ~defined[g]:
+                    if exposed[g] is None:
+                        exposed[g] = []
+                    exposed[g].append(pos)
+    for head, end in loops(insts):
+        for g in range(n_groups):
+            if first[g] < 0 or first[g] > end or last[g] < head:
+                continue
+            if first[g] < head or (exposed[g] and any(head <= p <= end for p in exposed[g])):
+                first[g] = min(first[g], head)
+                last[g] = max(last[g], end)
+    return Lives(first, last, floor)
