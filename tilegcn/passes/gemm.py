@@ -265,9 +265,10 @@ def _pipe(ctx: Context) -> PipeState:
 
 
 def uses_lds_dma(ctx: Context, plan, operand: str, width: int) -> bool:
-    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the operand is K-major in global memory
-    (DMA cannot transpose) and whole 16-byte runs are legal; otherwise register-staged copies."""
-    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.is_k_major(operand) and width == CHUNK
+    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the LDS tile keeps the user's layout (DMA
+    cannot transpose: K-major operands, and on gfx950 (K, N) ones read with ds_read_b64_tr_b16) and whole 16-byte
+    runs are legal; otherwise register-staged copies."""
+    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.copied_as_stored(operand) and width == CHUNK
 
 
 def _before_lds_write(ctx: Context, key):
@@ -380,10 +381,13 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
-            numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step)
-            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand],
-                                      numeric)
-            b.emit("ds_read_b128", regs[read.operand][read.rep], vaddr, suffix=f"offset:{imm}")
+            fragment = regs[read.operand][read.rep]
+            for index, piece in enumerate(plan.read_pieces(read.operand)):
+                numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step,
+                                                    piece=index)
+                vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
+                                          bases[read.operand], numeric)
+                b.emit(piece.mnemonic, fragment[piece.vgpr:piece.vgpr + piece.count], vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
     for step in range(plan.read_steps):
