@@ -18,6 +18,7 @@ from tilegcn.errors import ResourceError
 from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
+from tilegcn.passes.gemm_plan import plan_gemm
 from tilegcn.passes.pipelining import pipeline_loops
 
 
@@ -105,7 +106,9 @@ def test_steady_loop_keeps_stages_minus_one_groups_in_flight():
 
 
 # ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
-SMALL = {"ragged": (300, 260, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64)}
+# ragged: N = 260, rows of B (K, N) are 520 bytes, not whole 16-byte runs (register-staged copies); ragged8: the
+# same with N = 264, so B (K, N) is copied by LDS DMA on gfx950 too
+SMALL = {"ragged": (300, 260, 336), "ragged8": (300, 264, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64)}
 # (arch, dtype, B layout, tile, threads, shape, epilogue, num_stages)
 CASES = [
     ("gfx942", "bf16", "KN", "64x64x32", 256, "ragged", False, 3),
@@ -118,6 +121,8 @@ CASES = [
     ("gfx950", "f16", "NK", "128x128x64", 256, "one_k_tile", False, 3),
     ("gfx950", "f16", "NK", "64x64x32", 256, "ragged", False, 3),
     ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
+    ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged8", True, 2),
+    ("gfx950", "f16", "KN", "64x64x32", 256, "ragged8", False, 3),
 ]
 
 
@@ -136,8 +141,11 @@ def test_pipelined_gemm_matches_torch(case):
                    transpose_B=transpose_B, num_stages=stages)
     assert_close(C, reference(A, B, bias, transpose_B), K, _case_id(case))
     dma = stats.by_mnemonic.get("buffer_load_dwordx4", 0) and stats.bytes_global_to_lds
-    if arch == "gfx950" and transpose_B:  # both operands K-major, 16-byte rows: every operand byte by LDS DMA
+    whole_runs = all(row * A.element_size() % 16 == 0 for row in (K, K if transpose_B else N_))
+    if arch == "gfx950" and whole_runs:  # rows of whole 16-byte runs: every operand byte by LDS DMA, B (K, N) too
         assert dma and "ds_write_b128" not in stats.by_mnemonic and "ds_write_b16" not in stats.by_mnemonic
+    if arch == "gfx950":  # B (K, N) stays (K, N) in LDS and is read transposing
+        assert bool(stats.by_mnemonic.get("ds_read_b64_tr_b16")) == (not transpose_B)
     if arch == "gfx942":  # no 16-byte LDS DMA there: register-staged copies
         assert not stats.bytes_global_to_lds
 
@@ -150,6 +158,27 @@ def test_lds_budget_error_names_bytes_and_what_fits():
     assert "needs 131072 bytes" in msg and "gfx942 has 65536" in msg
     assert "num_stages=1 fits" in msg and "block_K=32 with num_stages=2 fits" in msg
     kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=32, num_stages=2)  # it does
+
+
+@pytest.mark.parametrize("tile, stages", [("256x256x64", 2), ("128x128x64", 3)])
+def test_gfx950_loop_with_B_as_KN_copies_by_lds_dma_only(tile, stages):
+    """B (K, N) on gfx950 (the README's default layout): the steady K loop of the `.s` loads both operands by LDS
+    DMA as stored (no buffer_load into VGPRs, no ds_write) and reads B with ds_read_b64_tr_b16; never vmcnt(0)."""
+    (bm, bn, bk) = TILES[tile]
+    A, B, _, C = inputs(bm, bn, bk * 8, torch.bfloat16, False, False, seed=3)
+    asm = kernels.gemm.compile(A, B, C, arch="gfx950", block_M=bm, block_N=bn, block_K=bk, num_stages=stages).asm
+    lines = asm.splitlines()
+    loop = [lines[i].split("//")[0].strip() for i in _loop_lines(asm)]
+    loads = [ln for ln in loop if ln.startswith(("buffer_load", "global_load"))]
+    assert loads and all(ln.endswith(" lds") for ln in loads), loads
+    assert not [ln for ln in loop if ln.startswith("ds_write")]
+    reads = [ln.split()[0] for ln in loop if ln.startswith("ds_read")]
+    # per K step of a wave: one ds_read_b128 per A fragment, two ds_read_b64_tr_b16 per B fragment
+    plan = plan_gemm("gfx950", "bf16", bm, bn, bk, 256)
+    steps = sum(ln.startswith("v_mfma") for ln in loop) // (plan.k_steps * plan.repeats_M * plan.repeats_N)
+    assert reads.count("ds_read_b128") == steps * plan.read_steps * plan.repeats_M
+    assert reads.count("ds_read_b64_tr_b16") == steps * plan.read_steps * plan.repeats_N * 2
+    assert not [ln for ln in loop if "vmcnt(0)" in ln or "readfirstlane" in ln]
 
 
 # ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------

@@ -117,6 +117,11 @@ class _NumOps:
     def xor(a, b, nbits):  # nbits: b < 2**nbits (unused here)
         return a ^ b
 
+    @staticmethod
+    def xor_bits(a, bits):
+        """a with bit p flipped where bits[p] (0 or 1) is 1."""
+        return a ^ sum(bit << p for p, bit in bits.items())
+
 
 class _SymOps:
     @staticmethod
@@ -137,6 +142,17 @@ class _SymOps:
             sp.Integer(0),
         )
         return a - sp.Mod(a, 2**nbits) + low
+
+    @staticmethod
+    def xor_bits(a, bits):
+        """a with bit p flipped where bits[p] (an expression worth 0 or 1) is 1: cheaper for SymPy than `xor` with
+        the flips packed into one number, whose bits it would have to take apart again."""
+        a = sp.sympify(a)
+        out = a
+        for p, bit in bits.items():
+            a_p = sp.Mod(sp.floor(a / 2**p), 2)
+            out += 2**p * (sp.Mod(a_p + bit, 2) - a_p)
+        return out
 
 
 def _ops_for(*values):
@@ -212,8 +228,9 @@ def tr_swizzle_chunk(arch, row, chunk, row_bytes):
     arch = get_arch(arch)
     m, low = _tr_swizzle_params(arch, row_bytes)
     ops = _ops_for(row, chunk)
-    h = ops.mod(ops.mod(ops.fdiv(row, 8), 2) + 2 * ops.fdiv(ops.mod(row, 4), 2**low), m)
-    return ops.xor(chunk, 2 * h, _ilog2(2 * m))
+    row_bit = lambda b: ops.mod(ops.fdiv(row, 2**b), 2)  # noqa: E731
+    h_bits = ([row_bit(3)] + [row_bit(b) for b in range(low, 2)])[:_ilog2(m)]  # bit i of h, i = 0, 1, ...
+    return ops.xor_bits(chunk, {1 + i: bit for i, bit in enumerate(h_bits)})
 
 
 def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
