@@ -1,17 +1,18 @@
 """Gemm lowering: T.gemm on MFMA, and the global -> shared copies that feed it.
 
 Input: Gemm statements and Copy(global -> shared) statements whose shared buffer is a gemm operand.
-Output, following the GemmPlan (gemm_plan.py): register-path copies into K-major, XOR-swizzled LDS
-tiles (buffer_load + ds_write_b128, or ds_write_b16 when the operand must be transposed), then per
-k-step pair one ds_read_b128 per operand fragment (the next pair's reads issued before this pair's
-MFMAs, into a second register set) and the MFMA sequence into accumulators held in AGPRs.
+Output, following the GemmPlan (gemm_plan.py): register-path copies into XOR-swizzled LDS tiles, K-major
+(buffer_load + ds_write_b128, or ds_write_b16 when the operand must be transposed) or, on gfx950, as stored
+((K, X) tiles: ds_write_b128), then per k-step pair one ds_read_b128 per operand fragment, two
+ds_read_b64_tr_b16 from a (K, X) tile (the next pair's reads issued before this pair's MFMAs, into a second
+register set) and the MFMA sequence into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
 
 Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `uses_lds_dma` says so (gfx950,
-K-major operand, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage) whose ds_writes
-are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory effect
-(`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
+an operand kept as stored in LDS, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage)
+whose ds_writes are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory
+effect (`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
 pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in flight.
 """
 from __future__ import annotations

@@ -23,9 +23,10 @@ Design
 2. K-major LDS tiles. Both operands live in LDS as [rows][block_K] 16-bit elements (A: rows i, B: rows j, i.e.
    B^T), row_bytes = 2*block_K, one tile after the other (A at `lds_a_offset`, B at `lds_b_offset`, then the
    next stage). Every MFMA operand lane needs consecutive k of one row, which is then one contiguous LDS run.
-   An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) is transposed by the
-   register copy: buffer_load_dwordx4 of 8 elements along the user's contiguous dim, then 8 ds_write_b16 (the
-   odd elements from the high halves: ds_write_b16_d16_hi).
+   An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) stays as stored on an
+   arch with the transposing LDS read (gfx950: point 7); elsewhere the register copy transposes it:
+   buffer_load_dwordx4 of 8 elements along the user's contiguous dim, then 8 ds_write_b16 (the odd elements from
+   the high halves: ds_write_b16_d16_hi).
 3. One ds_read_b128 per operand fragment: lane l reads the 16-byte chunk  c = kstep_pair*G + l//dim  of its
    row (8 consecutive k). For CDNA3 shapes (k_per_lane 4) that chunk feeds two consecutive MFMA k-steps (`pair_k`):
    registers 0-1 the first, 2-3 the second, so the MFMA's logical k index kk of step (s, sub) is the real
@@ -49,6 +50,16 @@ Design
 6. Resources: `lds_bytes` = (A + B tile) x num_stages vs arch.lds_bytes, accumulators
    (d_regs x repeats) vs arch.agprs, and a lower bound on the VGPRs (operand fragments of one k-step pair plus
    the copy staging registers) vs arch.arch_vgprs; `check_budget` raises ResourceError with needed vs available.
+7. Operands stored (K, X) on gfx950 (`transposed_read`): the LDS tile keeps the user's layout, block_K rows of X
+   (= block_M or block_N) elements, so the copy moves whole 16-byte runs (LDS DMA, or ds_write_b128), and each
+   fragment is two ds_read_b64_tr_b16 (`read_pieces`). That read works on 16-lane groups: lanes 4r..4r+3 each
+   read 8 bytes of k row r (16 consecutive x) and lane j of the group receives column j, 4 consecutive k. Lane l
+   needs x = (its MFMA row or column l % dim) and k = 8 * (l // dim) + 0..7 (point 3), so its group reads the
+   16 columns 16 * ((l % dim) // 16) of its tile, rows k0 + 0..3 into VGPRs 0-1 and k0 + 4..7 into VGPRs 2-3
+   (checked in tests/test_gemm_plan.py against the ISA guide's description, and the emulator's read against
+   Triton's gfx950 matmul in tests/corpus). The chunks are XOR-swizzled per k row (`tr_swizzle_chunk`) so a
+   read phase is conflict free; the LDS-DMA copy applies the swizzle on the global side as in point 4. Rows of
+   32 bytes (X = 16) and X not a power of two leave some conflicts (correct, slower).
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -71,6 +82,9 @@ per element e (its LDS row x0 + e moves the swizzle value), shared by all slots:
 the global coordinates need one, and so does the K-major copy whenever a slot advances by a multiple of the
 swizzle period of max(NB, RC) rows (threads / RC rows per slot; e.g. not for 64 threads with block_K 64 on
 gfx950: 2 bases).
+
+A transposed read (point 7) takes its swizzle value from lane bits of k only, so its steps and halves share a
+base; its repeats move the chunk by dim/8 and share one where that is a multiple of the XOR's span 2m.
 
 Everything here is exact integer math; functions that take tid/wave/lane accept Python ints and numpy integer
 arrays alike.
