@@ -4,10 +4,11 @@
 
 For each arch and tile config, with B given as (K, N) and as (N, K) (transpose_B=True): one launch of an
 M = N = K = --size GEMM on the emulator (TILEGCN_DEVICE=emulator), then, from its LaunchStats, the counts of
-ds_read_b128 and of ds_write_* (wave-instructions), the extra cycles the emulator's bank model charges them
-(tilegcn/runtime/emulator/stats.py: per phase of lanes, distinct dwords in the busiest bank - 1), the MFMA count,
-and the max error against torch (fp32 reference, bf16 output). Target: 0 ds_read conflict cycles (the XOR swizzle
-of the K-major LDS tiles); ds_write_b16 (the transposing copy of B as (K, N)) is reported, not targeted.
+ds_read_b128, of ds_read_b64_tr_b16 (gfx950, B as (K, N)) and of ds_write_* (wave-instructions), the extra cycles
+the emulator's bank model charges them (tilegcn/runtime/emulator/stats.py: per phase of lanes, distinct dwords in
+the busiest bank - 1), the MFMA count, and the max error against torch (fp32 reference, bf16 output). Target: 0
+ds_read conflict cycles (the XOR swizzles of the K-major LDS tiles and of gfx950's (K, N) tiles); ds_write_b16
+(gfx942's transposing copy of B as (K, N)) is reported, not targeted.
 The emulator's hazard / race checks are on, so every row is also a hazard-free run.
 --strict: exit 1 when a ds_read conflicts or a result is wrong (nothing timed is checked).
 """
@@ -48,7 +49,8 @@ def run(arch, cfg, transpose_B, size):
     def total(d, prefix):
         return sum(v for k, v in d.items() if k.startswith(prefix))
 
-    return dict(reads=by.get("ds_read_b128", 0), read_conf=total(conf, "ds_read"), writes=total(by, "ds_write"),
+    return dict(reads=by.get("ds_read_b128", 0), tr_reads=by.get("ds_read_b64_tr_b16", 0),
+                read_conf=total(conf, "ds_read"), writes=total(by, "ds_write"),
                 write_conf=total(conf, "ds_write"), mfma=total(by, "v_mfma"), err=err,
                 ok=err <= 2 ** -7 * ref.abs().max().item(), seconds=stats.seconds)
 
@@ -60,8 +62,8 @@ def main():
     args = ap.parse_args()
     print(f"reproduce: python bench/gemm_lds_conflicts.py --size {args.size}   (from {REPO})")
     print(f"gemm bf16, M = N = K = {args.size}, emulated device; conflicts = extra LDS cycles (bank model)\n")
-    head = (f"{'arch':7} {'tile':12} {'thr':>4} {'B':7} {'ds_read_b128':>12} {'read conf':>9} {'ds_write':>9} "
-            f"{'write conf':>10} {'MFMA':>6} {'max err':>8} {'emu s':>6}")
+    head = (f"{'arch':7} {'tile':12} {'thr':>4} {'B':7} {'ds_read_b128':>12} {'tr_b16':>7} {'read conf':>9} "
+            f"{'ds_write':>9} {'write conf':>10} {'MFMA':>6} {'max err':>8} {'emu s':>6}")
     print(head)
     print("-" * len(head))
     failures = []
@@ -80,8 +82,8 @@ def main():
                     if "does not fit" not in msg:  # a ResourceError is expected (gfx942, 128 KiB of LDS)
                         failures.append(f"{row}: {type(e).__name__}: {msg}")
                     continue
-                print(f"{row} {r['reads']:>12} {r['read_conf']:>9} {r['writes']:>9} {r['write_conf']:>10} "
-                      f"{r['mfma']:>6} {r['err']:>8.3g} {r['seconds']:>6.2f}")
+                print(f"{row} {r['reads']:>12} {r['tr_reads']:>7} {r['read_conf']:>9} {r['writes']:>9} "
+                      f"{r['write_conf']:>10} {r['mfma']:>6} {r['err']:>8.3g} {r['seconds']:>6.2f}")
                 if r["read_conf"] or not r["ok"]:
                     failures.append(f"{row}: {r['read_conf']} ds_read conflict cycles, max err {r['err']}")
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")

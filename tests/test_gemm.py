@@ -175,12 +175,15 @@ def test_launches_are_checked():
     assert inspect.signature(Module.launch).parameters["check"].default is True
 
 
-def test_block_M_48_runs_on_16x16_mfma():
-    """block_M = 48 is not a multiple of 32 but fits the 16x16 MFMA shapes (waves 1x4): a valid config."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_block_M_48_runs_on_16x16_mfma(arch):
+    """block_M = 48 is not a multiple of 32 but fits the 16x16 MFMA shapes (waves 1x4): a valid config (on gfx950
+    with B (K, N) read by ds_read_b64_tr_b16 into 16x16x32 operands)."""
     A, B, _, C = inputs(96, 256, 128, torch.bfloat16, False, False, seed=48)
-    stats = kernels.gemm(A, B, C, arch="gfx942", block_M=48)
-    assert stats.by_mnemonic.get("v_mfma_f32_16x16x16_bf16", 0) > 0
-    assert_close(C, reference(A, B, None, False), 128, "48x128x64 on gfx942")
+    stats = kernels.gemm(A, B, C, arch=arch, block_M=48)
+    assert stats.by_mnemonic.get(plan_gemm(arch, "bf16", 48, 128, 64, 256).mfma.name("bf16"), 0) > 0
+    assert (stats.by_mnemonic.get("ds_read_b64_tr_b16", 0) > 0) == (arch == "gfx950")
+    assert_close(C, reference(A, B, None, False), 128, f"48x128x64 on {arch}")
 
 
 # ---- configs that do not fit: compile-time errors with needed vs available, at the user's T.gemm line -------------
@@ -257,9 +260,14 @@ def test_tile_that_does_not_fit_the_mfma_tiling(arch, cfg, constraint):
 def test_operand_reads_have_no_bank_conflicts(arch):
     A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=7)
     stats = kernels.gemm(A, B, C, arch=arch, block_M=128, block_N=128, block_K=64)
-    # 4 workgroups x 4 waves x 4 k-tiles x 4 read steps x (2 A + 2 B fragments)
-    assert stats.by_mnemonic["ds_read_b128"] == 4 * 4 * 4 * 4 * 4
-    assert stats.lds_bank_conflicts_by_mnemonic.get("ds_read_b128", 0) == 0, stats.lds_bank_conflicts_by_mnemonic
+    # 4 workgroups x 4 waves x 4 k-tiles x 4 read steps x (2 A + 2 B fragments); B (K, N) on gfx950: each B
+    # fragment is two ds_read_b64_tr_b16
+    fragments = 4 * 4 * 4 * 4
+    tr = arch == "gfx950"
+    assert stats.by_mnemonic["ds_read_b128"] == fragments * (2 if tr else 4)
+    assert stats.by_mnemonic.get("ds_read_b64_tr_b16", 0) == fragments * (4 if tr else 0)
+    conflicts = {m: n for m, n in stats.lds_bank_conflicts_by_mnemonic.items() if m.startswith("ds_read") and n}
+    assert not conflicts, conflicts
     assert_close(C, reference(A, B, None, False), 256, f"128x128x64 on {arch}")
 
 

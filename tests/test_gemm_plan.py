@@ -6,6 +6,7 @@ mistake shared by the plan and the layout module would still show; one test also
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -110,15 +111,33 @@ def fill_lds(plan, A, B, dma=False):
     return lds
 
 
+def ds_read_b64_tr_b16(lds, off):
+    """[64, 4] uint16 halves, as the CDNA4 ISA guide describes the transposing read: each 16-lane group reads a
+    4 x 16 tile of 16-bit elements, lanes 4r..4r+3 reading 8 bytes each of its row r, and lane j of the group
+    receives column j (element r of its result from row r)."""
+    assert (off % 8 == 0).all()
+    tile = lds[off[:, None] // 2 + np.arange(4)].reshape(4, 4, 16)  # [group, row r, 16 columns]
+    return tile.transpose(0, 2, 1).reshape(64, 4)
+
+
 def read_fragments(plan, lds, wave):
-    """{(operand, rep, step): [64, 8] uint16 halves} from the plan's ds_read_b128 offsets."""
+    """{(operand, rep, step): [64, 8] uint16 halves} from the plan's read offsets (ds_read_b128, or two
+    ds_read_b64_tr_b16 filling halves 0-3 and 4-7)."""
     lanes = np.arange(64)
     frags = {}
     for step in range(plan.read_steps):
         for rd in plan.reads(step):
-            off = plan.operand_read_offsets(rd.operand, wave, lanes, rd.rep, step)
-            assert (off % 16 == 0).all()
-            frags[(rd.operand, rd.rep, step)] = lds[off[:, None] // 2 + np.arange(8)]
+            halves = np.zeros((64, 8), np.uint16)
+            for index, piece in enumerate(plan.read_pieces(rd.operand)):
+                off = plan.operand_read_offsets(rd.operand, wave, lanes, rd.rep, step, piece=index)
+                part = slice(2 * piece.vgpr, 2 * (piece.vgpr + piece.count))
+                if piece.mnemonic == "ds_read_b128":
+                    assert (off % 16 == 0).all()
+                    halves[:, part] = lds[off[:, None] // 2 + np.arange(8)]
+                else:
+                    assert piece.mnemonic == "ds_read_b64_tr_b16" and plan.arch.has_ds_read_tr_b16
+                    halves[:, part] = ds_read_b64_tr_b16(lds, off)
+            frags[(rd.operand, rd.rep, step)] = halves
     return frags
 
 
@@ -209,12 +228,15 @@ def test_emulator_mfma_agrees():
         np.testing.assert_allclose(C, (A.float() @ B.float()).numpy(), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("layouts", [(False, True), (True, False)], ids=["k-major", "k-rows"])
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c[0] == "gfx950"], ids=_id)
-def test_lds_dma_copy_fills_the_same_image(cfg):
+def test_lds_dma_copy_fills_the_same_image(cfg, layouts):
     """The swizzle applied on the global side (LDS DMA: contiguous LDS per lane) gives the register path's image,
-    and each wave's DMA instruction still reads whole user-tile rows (coalesced)."""
+    and each wave's DMA instruction still reads whole user-tile rows (coalesced): for K-major operands and for
+    operands stored (K, X) (read with ds_read_b64_tr_b16)."""
     arch, tile, threads = cfg
-    plan = plan_of(arch, tile, threads, False, True)  # both operands K-major
+    plan = plan_of(arch, tile, threads, *layouts)
+    assert all(plan.transposed_read(op) == (not plan.is_k_major(op)) for op in "AB")
     A, B = random_operands(plan, 11)
     assert (fill_lds(plan, A, B, dma=True) == fill_lds(plan, A, B)).all()
     for op in "AB":
@@ -230,8 +252,9 @@ def test_lds_dma_copy_fills_the_same_image(cfg):
                 for r in np.unique(row[act]):
                     assert sorted(col[act][row[act] == r]) == list(range(0, cols, 8))
                 assert cp.dma_m0(w, s) + 16 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
+    no_tr = dataclasses.replace(get_arch(arch), has_ds_read_tr_b16=False)
     with pytest.raises(CompileError, match="cannot transpose"):
-        plan_of(arch, tile, threads, True, True).dma_copy_plan("A")
+        plan_gemm(no_tr, "bf16", *tile, threads, True, True).dma_copy_plan("A")
     with pytest.raises(CompileError, match="no 16-byte LDS DMA"):
         plan_of("gfx942", tile, threads).dma_copy_plan("A")
 
@@ -270,18 +293,21 @@ def test_k_permutation_and_register_contents():
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
-def test_operand_reads_are_conflict_free(cfg):
+@pytest.mark.parametrize("tA", [False, True], ids=["A", "At"])
+def test_operand_reads_are_conflict_free(cfg, tA):
     arch, tile, threads = cfg
-    plan = plan_of(arch, tile, threads)
+    plan = plan_of(arch, tile, threads, tA)
     lanes = np.arange(64)
     n = 0
     for w in range(plan.waves):
         for step in range(plan.read_steps):
             for rd in plan.reads(step):
-                off = plan.operand_read_offsets(rd.operand, w, lanes, rd.rep, step)
-                assert ds_extra_cycles(arch, off, 16) == 0, (rd, w)
+                for index, piece in enumerate(plan.read_pieces(rd.operand)):
+                    off = plan.operand_read_offsets(rd.operand, w, lanes, rd.rep, step, piece=index)
+                    assert ds_extra_cycles(arch, off, 4 * piece.count) == 0, (rd, w, piece)
                 n += 1
     assert n == plan.waves * plan.read_steps * (plan.repeats_M + plan.repeats_N)
+    assert plan.transposed_read("B") == (arch == "gfx950")  # B (K, N): ds_read_b64_tr_b16 where the arch has it
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
@@ -333,7 +359,10 @@ def test_bank_model_matches_the_emulator():
                  (np.arange(64) * 128, 16, None)]
         cp = plan.copy_plan("A")
         t = np.arange(64) + 64
-        cases += [(cp.lds_offsets(t, 0)[3], 2, None), (cp.lds_offsets(t, 0)[3], 2, rng.random(64) < 0.5)]
+        if cp.kind == "b16":
+            cases += [(cp.lds_offsets(t, 0)[3], 2, None), (cp.lds_offsets(t, 0)[3], 2, rng.random(64) < 0.5)]
+        else:  # gfx950: A stored (K, M), read with ds_read_b64_tr_b16
+            cases.append((plan.operand_read_offsets("A", 1, np.arange(64), 1, 1, piece=1), 8, None))
         for nbytes in (2, 4, 8, 16):
             cases.append((rng.integers(0, 4096, 64) // nbytes * nbytes, nbytes, rng.random(64) < 0.7))
         for addr, nbytes, act in cases:
@@ -363,26 +392,36 @@ def test_swizzle_properties():
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
 def test_read_offsets_separate_into_bases_and_constants(cfg):
     arch, tile, threads = cfg
-    plan = plan_of(arch, tile, threads)
+    plan = plan_of(arch, tile, threads)  # B (K, N): read with ds_read_b64_tr_b16 on gfx950
     tids = np.arange(threads)
     for op in "AB":
         fam = plan.read_offsets(op)
         reps = plan.repeats_M if op == "A" else plan.repeats_N
-        assert len(fam.keys) == reps * plan.read_steps
-        # the swizzle forces min(read_steps, m/G) bases; every repeat shares its step's base
-        assert len(fam.bases) == plan.expected_read_bases
-        assert {fam.base_of[(r, s)] for r in range(reps) for s in range(plan.read_steps)} == set(range(len(fam.bases)))
-        for (r, s) in fam.keys:
-            assert fam.base_of[(r, s)] == fam.base_of[(0, s)]
-            want = plan.operand_read_offsets(op, tids // 64, tids % 64, r, s)
-            assert (fam.evaluate((r, s), tids) == want).all()
+        pieces = len(plan.read_pieces(op))
+        assert pieces == (2 if plan.transposed_read(op) else 1)
+        assert len(fam.keys) == reps * plan.read_steps * pieces
+        if plan.transposed_read(op):
+            # the swizzle value comes from lane bits of k only: steps and halves share a base; repeats move the
+            # chunk by dim/8 and share one when that is a multiple of the XOR's span 2m
+            m = np.gcd(plan.lds_row_bytes(op) // 32, get_arch(arch).lds_banks * 4 // 32)
+            assert len(fam.bases) == len({(r * plan.dim // 8) % (2 * m) for r in range(reps)})
+            assert all(fam.base_of[key] == fam.base_of[(key[0], 0, 0)] for key in fam.keys)
+        else:
+            # the swizzle forces min(read_steps, m/G) bases; every repeat shares its step's base
+            assert len(fam.bases) == plan.expected_read_bases
+            assert {fam.base_of[(r, s, 0)] for r in range(reps) for s in range(plan.read_steps)} == set(
+                range(len(fam.bases)))
+            assert all(fam.base_of[(r, s, 0)] == fam.base_of[(0, s, 0)] for (r, s, _) in fam.keys)
+        for (r, s, piece) in fam.keys:
+            want = plan.operand_read_offsets(op, tids // 64, tids % 64, r, s, piece=piece)
+            assert (fam.evaluate((r, s, piece), tids) == want).all()
             # the wave/lane form and the full expression agree too
-            wl = sp.lambdify((WAVE_SYM, LANE_SYM), fam.base_expr((r, s), in_wave_lane=True), "numpy")
-            assert (np.rint(wl(tids // 64, tids % 64)).astype(int) + fam.const[(r, s)] == want).all()
-            full = sp.lambdify(TID, plan.operand_read_expr(op, r, s), "numpy")
+            wl = sp.lambdify((WAVE_SYM, LANE_SYM), fam.base_expr((r, s, piece), in_wave_lane=True), "numpy")
+            assert (np.rint(wl(tids // 64, tids % 64)).astype(int) + fam.const[(r, s, piece)] == want).all()
+            full = sp.lambdify(TID, plan.operand_read_expr(op, r, s, piece=piece), "numpy")
             assert (np.rint(full(tids)).astype(int) == want).all()
             # constants fit the 16-bit DS offset field
-            assert 0 <= fam.const[(r, s)] <= get_arch(arch).ds_max_imm_offset
+            assert 0 <= fam.const[(r, s, piece)] <= get_arch(arch).ds_max_imm_offset
         # minimality: representatives of different bases do not differ by a constant
         for b1, b2 in itertools.combinations(range(len(fam.bases)), 2):
             d = fam.evaluate_base(b1, tids) - fam.evaluate_base(b2, tids)
@@ -409,8 +448,12 @@ def test_copy_offsets_separate_into_bases_and_constants(cfg):
                 for e, off in enumerate(offs):
                     assert (ldsf.evaluate((s, e), tids)[act] == np.asarray(off)[act]).all()
             # K-major: one LDS base for every slot; transposing: one per element (the XOR of the swizzle moves
-            # with the LDS row, i.e. with the element), shared by all slots
+            # with the LDS row, i.e. with the element), shared by all slots; stored (K, X) for
+            # ds_read_b64_tr_b16: one per phase of the slot's first row in the swizzle's 16-row period
             want = 1 if cp.kind == "b128" else len({ldsf.base_of[(0, e)] for e in range(8)})
+            if plan.transposed_read(op):
+                rows_per_slot = threads * 16 // plan.lds_row_bytes(op)
+                want = len({s * rows_per_slot % 16 for s in range(cp.slots)})
             assert len(ldsf.bases) == want
             if cp.kind == "transpose":
                 assert all(ldsf.base_of[(s, e)] == ldsf.base_of[(0, e)] for s in cp.write_slots for e in range(8))

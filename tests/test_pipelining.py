@@ -18,6 +18,7 @@ from tilegcn.errors import ResourceError
 from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
+from tilegcn.passes.gemm_plan import plan_gemm
 from tilegcn.passes.pipelining import pipeline_loops
 
 
@@ -105,8 +106,10 @@ def test_steady_loop_keeps_stages_minus_one_groups_in_flight():
 
 
 # ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
-SMALL = {"ragged": (300, 260, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64),
-         "narrow": (300, 130, 336)}  # ragged M, N, K in two 256x256 blocks: half of "ragged"'s work
+# ragged: N = 260, rows of B (K, N) are 520 bytes, not whole 16-byte runs (register-staged copies); ragged8: the
+# same with N = 264, so B (K, N) is copied by LDS DMA on gfx950 too; narrow: ragged M, N, K in two 256x256 blocks
+SMALL = {"ragged": (300, 260, 336), "ragged8": (300, 264, 336), "row": (1, 300, 200), "one_k_tile": (130, 128, 64),
+         "narrow": (300, 130, 336)}
 # (arch, dtype, B layout, tile, threads, shape, epilogue, num_stages)
 CASES = [
     ("gfx942", "bf16", "KN", "64x64x32", 256, "ragged", False, 3),
@@ -122,6 +125,8 @@ CASES = [
     ("gfx950", "f16", "NK", "128x128x64", 256, "one_k_tile", False, 3),
     ("gfx950", "f16", "NK", "64x64x32", 256, "ragged", False, 3),
     ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
+    ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged8", True, 2),
+    ("gfx950", "f16", "KN", "64x64x32", 256, "ragged8", False, 3),
 ]
 
 
@@ -140,8 +145,11 @@ def test_pipelined_gemm_matches_torch(case):
                    transpose_B=transpose_B, num_stages=stages)
     assert_close(C, reference(A, B, bias, transpose_B), K, _case_id(case))
     dma = stats.by_mnemonic.get("buffer_load_dwordx4", 0) and stats.bytes_global_to_lds
-    if arch == "gfx950" and transpose_B:  # both operands K-major, 16-byte rows: every operand byte by LDS DMA
+    whole_runs = all(row * A.element_size() % 16 == 0 for row in (K, K if transpose_B else N_))
+    if arch == "gfx950" and whole_runs:  # rows of whole 16-byte runs: every operand byte by LDS DMA, B (K, N) too
         assert dma and "ds_write_b128" not in stats.by_mnemonic and "ds_write_b16" not in stats.by_mnemonic
+    if arch == "gfx950":  # B (K, N) stays (K, N) in LDS and is read transposing
+        assert bool(stats.by_mnemonic.get("ds_read_b64_tr_b16")) == (not transpose_B)
     if arch == "gfx942":  # no 16-byte LDS DMA there: register-staged copies
         assert not stats.bytes_global_to_lds
 
@@ -169,6 +177,27 @@ def test_register_staged_stages_share_one_lds_buffer_where_two_do_not_fit():
     assert "ds_write_b16" not in k.asm and "v_perm_b32" in k.asm
     with pytest.raises(ResourceError, match=r"needs \d+ VGPRs, gfx942 has 256 \(staging A_s stage 0"):
         kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=3)
+
+
+@pytest.mark.parametrize("tile, stages", [("256x256x64", 2), ("128x128x64", 3)])
+def test_gfx950_loop_with_B_as_KN_copies_by_lds_dma_only(tile, stages):
+    """B (K, N) on gfx950 (the README's default layout): the steady K loop of the `.s` loads both operands by LDS
+    DMA as stored (no buffer_load into VGPRs, no ds_write) and reads B with ds_read_b64_tr_b16; never vmcnt(0)."""
+    (bm, bn, bk) = TILES[tile]
+    A, B, _, C = inputs(bm, bn, bk * 8, torch.bfloat16, False, False, seed=3)
+    asm = kernels.gemm.compile(A, B, C, arch="gfx950", block_M=bm, block_N=bn, block_K=bk, num_stages=stages).asm
+    lines = asm.splitlines()
+    loop = [lines[i].split("//")[0].strip() for i in _loop_lines(asm)]
+    loads = [ln for ln in loop if ln.startswith(("buffer_load", "global_load"))]
+    assert loads and all(ln.endswith(" lds") for ln in loads), loads
+    assert not [ln for ln in loop if ln.startswith("ds_write")]
+    reads = [ln.split()[0] for ln in loop if ln.startswith("ds_read")]
+    # per K step of a wave: one ds_read_b128 per A fragment, two ds_read_b64_tr_b16 per B fragment
+    plan = plan_gemm("gfx950", "bf16", bm, bn, bk, 256)
+    steps = sum(ln.startswith("v_mfma") for ln in loop) // (plan.k_steps * plan.repeats_M * plan.repeats_N)
+    assert reads.count("ds_read_b128") == steps * plan.read_steps * plan.repeats_M
+    assert reads.count("ds_read_b64_tr_b16") == steps * plan.read_steps * plan.repeats_N * 2
+    assert not [ln for ln in loop if "vmcnt(0)" in ln or "readfirstlane" in ln]
 
 
 # ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------

@@ -306,3 +306,17 @@ def test_arch_table_nan_propagating_max_matches_llvm_mc(arch):
     run = subprocess.run([str(mc), "-arch=amdgcn", f"-mcpu={arch}"], input="v_maximum3_f32 v0, v1, v2, v2\n",
                          capture_output=True, text=True)
     assert (run.returncode == 0 and "error" not in run.stderr) == get_arch(arch).has_ieee_maximum3
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_arch_table_transposing_lds_read_matches_llvm_mc(arch):
+    """The arch fact behind T.gemm's read of B stored (K, N) (ds_read_b64_tr_b16), checked against the assembler."""
+    import subprocess
+
+    from tilegcn.amdgcn.arch import get_arch
+    from tilegcn.toolchain import find_llvm
+
+    mc = find_llvm(arch).tool("llvm-mc")
+    run = subprocess.run([str(mc), "-arch=amdgcn", f"-mcpu={arch}"], input="ds_read_b64_tr_b16 v[0:1], v2\n",
+                         capture_output=True, text=True)
+    assert (run.returncode == 0 and "error" not in run.stderr) == get_arch(arch).has_ds_read_tr_b16

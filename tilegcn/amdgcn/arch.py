@@ -97,6 +97,7 @@ class Arch:
     has_ieee_maximum3: bool  # v_maximum3_f32 / v_minimum3_f32 (NaN-propagating, IEEE 754-2019) exist
     peak_bf16_tflops: float
     hbm_tbps: float
+    has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
     extra: dict = field(default_factory=dict)
 
     def register_alignment(self, file: str, count: int) -> int:
@@ -197,6 +198,7 @@ GFX950 = Arch(
     has_ieee_maximum3=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
+    has_ds_read_tr_b16=True,
     **{**_COMMON, "lds_banks": 64},
 )
 

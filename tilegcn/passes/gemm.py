@@ -1,18 +1,19 @@
 """Gemm lowering: T.gemm on MFMA, and the global -> shared copies that feed it.
 
 Input: Gemm statements and Copy(global -> shared) statements whose shared buffer is a gemm operand.
-Output, following the GemmPlan (gemm_plan.py): register-path copies into K-major, XOR-swizzled LDS
-tiles (buffer_load + ds_write_b128, or, when the operand must be transposed, v_perm_b32 packing the 16-bit
-halves of runs at consecutive k into k pairs + ds_write_b32/b64/b128), then per k-step pair one ds_read_b128 per
-operand fragment (the next pair's reads issued before this pair's MFMAs, into a second register set) and the MFMA
-sequence into accumulators held in AGPRs.
+Output, following the GemmPlan (gemm_plan.py): register-path copies into XOR-swizzled LDS tiles, K-major
+(buffer_load + ds_write_b128, or, when the operand must be transposed, v_perm_b32 packing the 16-bit halves of
+runs at consecutive k into k pairs + ds_write_b32/b64/b128) or, on gfx950, as stored ((K, X) tiles:
+ds_write_b128), then per k-step pair one ds_read_b128 per operand fragment, two ds_read_b64_tr_b16 from a (K, X)
+tile (the next pair's reads issued before this pair's MFMAs, into a second register set) and the MFMA sequence
+into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
 
 Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `uses_lds_dma` says so (gfx950,
-K-major operand, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage) whose ds_writes
-are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory effect
-(`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
+an operand kept as stored in LDS, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage)
+whose ds_writes are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory
+effect (`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
 pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in flight.
 """
 from __future__ import annotations
@@ -282,9 +283,10 @@ def _pipe(ctx: Context) -> PipeState:
 
 
 def uses_lds_dma(ctx: Context, plan, operand: str, width: int) -> bool:
-    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the operand is K-major in global memory
-    (DMA cannot transpose) and whole 16-byte runs are legal; otherwise register-staged copies."""
-    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.is_k_major(operand) and width == CHUNK
+    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the LDS tile keeps the user's layout (DMA
+    cannot transpose: K-major operands, and on gfx950 (K, N) ones read with ds_read_b64_tr_b16) and whole 16-byte
+    runs are legal; otherwise register-staged copies."""
+    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.copied_as_stored(operand) and width == CHUNK
 
 
 def may_use_lds_dma(ctx: Context, buf: N.Buffer) -> bool:
@@ -405,10 +407,13 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
-            numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step)
-            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand],
-                                      numeric)
-            b.emit("ds_read_b128", regs[read.operand][read.rep], vaddr, suffix=f"offset:{imm}")
+            fragment = regs[read.operand][read.rep]
+            for index, piece in enumerate(plan.read_pieces(read.operand)):
+                numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step,
+                                                    piece=index)
+                vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
+                                          bases[read.operand], numeric)
+                b.emit(piece.mnemonic, fragment[piece.vgpr:piece.vgpr + piece.count], vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
     for step in range(plan.read_steps):

@@ -23,9 +23,10 @@ Design
 2. K-major LDS tiles. Both operands live in LDS as [rows][block_K] 16-bit elements (A: rows i, B: rows j, i.e.
    B^T), row_bytes = 2*block_K, one tile after the other (A at `lds_a_offset`, B at `lds_b_offset`, then the
    next stage). Every MFMA operand lane needs consecutive k of one row, which is then one contiguous LDS run.
-   An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) is transposed by the
-   register copy: buffer_load_dwordx4 of 8 elements along the user's contiguous dim, for `pack` consecutive k,
-   then per element one ds_write of its `pack` k (k pairs packed by v_perm_b32; see CopyPlan 'transpose').
+   An operand whose user layout is not K-major (A with transpose_A, B without transpose_B) stays as stored on an
+   arch with the transposing LDS read (gfx950: point 7); elsewhere the register copy transposes it:
+   buffer_load_dwordx4 of 8 elements along the user's contiguous dim, for `pack` consecutive k, then per
+   element one ds_write of its `pack` k (k pairs packed by v_perm_b32; see CopyPlan 'transpose').
 3. One ds_read_b128 per operand fragment: lane l reads the 16-byte chunk  c = kstep_pair*G + l//dim  of its
    row (8 consecutive k). For CDNA3 shapes (k_per_lane 4) that chunk feeds two consecutive MFMA k-steps (`pair_k`):
    registers 0-1 the first, 2-3 the second, so the MFMA's logical k index kk of step (s, sub) is the real
@@ -49,6 +50,16 @@ Design
 6. Resources: `lds_bytes` = (A + B tile) x num_stages vs arch.lds_bytes, accumulators
    (d_regs x repeats) vs arch.agprs, and a lower bound on the VGPRs (operand fragments of one k-step pair plus
    the copy staging registers) vs arch.arch_vgprs; `check_budget` raises ResourceError with needed vs available.
+7. Operands stored (K, X) on gfx950 (`transposed_read`): the LDS tile keeps the user's layout, block_K rows of X
+   (= block_M or block_N) elements, so the copy moves whole 16-byte runs (LDS DMA, or ds_write_b128), and each
+   fragment is two ds_read_b64_tr_b16 (`read_pieces`). That read works on 16-lane groups: lanes 4r..4r+3 each
+   read 8 bytes of k row r (16 consecutive x) and lane j of the group receives column j, 4 consecutive k. Lane l
+   needs x = (its MFMA row or column l % dim) and k = 8 * (l // dim) + 0..7 (point 3), so its group reads the
+   16 columns 16 * ((l % dim) // 16) of its tile, rows k0 + 0..3 into VGPRs 0-1 and k0 + 4..7 into VGPRs 2-3
+   (checked in tests/test_gemm_plan.py against the ISA guide's description, and the emulator's read against
+   Triton's gfx950 matmul in tests/corpus). The chunks are XOR-swizzled per k row (`tr_swizzle_chunk`) so a
+   read phase is conflict free; the LDS-DMA copy applies the swizzle on the global side as in point 4. Rows of
+   32 bytes (X = 16) and X not a power of two leave some conflicts (correct, slower).
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -71,6 +82,9 @@ per element e (its LDS row x0 + e moves the swizzle value), shared by all slots:
 the global coordinates need one, and so does the K-major copy whenever a slot advances by a multiple of the
 swizzle period of max(NB, RC) rows (threads / RC rows per slot; e.g. not for 64 threads with block_K 64 on
 gfx950: 2 bases).
+
+A transposed read (point 7) takes its swizzle value from lane bits of k only, so its steps and halves share a
+base; its repeats move the chunk by dim/8 and share one where that is a multiple of the XOR's span 2m.
 
 Everything here is exact integer math; functions that take tid/wave/lane accept Python ints and numpy integer
 arrays alike.
@@ -117,6 +131,11 @@ class _NumOps:
     def xor(a, b, nbits):  # nbits: b < 2**nbits (unused here)
         return a ^ b
 
+    @staticmethod
+    def xor_bits(a, bits):
+        """a with bit p flipped where bits[p] (0 or 1) is 1."""
+        return a ^ sum(bit << p for p, bit in bits.items())
+
 
 class _SymOps:
     @staticmethod
@@ -137,6 +156,17 @@ class _SymOps:
             sp.Integer(0),
         )
         return a - sp.Mod(a, 2**nbits) + low
+
+    @staticmethod
+    def xor_bits(a, bits):
+        """a with bit p flipped where bits[p] (an expression worth 0 or 1) is 1: cheaper for SymPy than `xor` with
+        the flips packed into one number, whose bits it would have to take apart again."""
+        a = sp.sympify(a)
+        out = a
+        for p, bit in bits.items():
+            a_p = sp.Mod(sp.floor(a / 2**p), 2)
+            out += 2**p * (sp.Mod(a_p + bit, 2) - a_p)
+        return out
 
 
 def _ops_for(*values):
@@ -186,6 +216,35 @@ def swizzled_offset(arch, row, chunk, row_bytes):
     ds_read_b128 of the MFMA fragments, and (on the global side) the LDS-DMA copy. Byte b of the chunk is at
     swizzled_offset(...) + b. See the module doc, point 4, for why ds_read_b128 fragments are conflict free."""
     return row * row_bytes + CHUNK * swizzle_chunk(arch, row, chunk, row_bytes)
+
+
+TR_UNIT = 32  # bytes of one k row a 16-lane group of ds_read_b64_tr_b16 reads (16 elements, 8 bytes a lane)
+
+
+def _tr_swizzle_params(arch: Arch, row_bytes: int):
+    """(m, low) of the transposed-read swizzle: m values of h (a power of two that divides the row's 32-byte units,
+    so the XOR stays within the row), `low` = the row bits that already pick a distinct part of a bank sweep."""
+    sweep = arch.lds_banks * arch.lds_bank_bytes // TR_UNIT
+    m = np.gcd(row_bytes // TR_UNIT, sweep).item()
+    return m, _ilog2(sweep // m)
+
+
+def tr_swizzle_chunk(arch, row, chunk, row_bytes):
+    """Physical 16-byte chunk of logical `chunk` in row `row` (one k) of a tile stored (K, X), X contiguous, and read
+    with ds_read_b64_tr_b16: chunk ^ 2 * h(row),  h(row) = ((row // 8) % 2 + 2 * ((row % 4) // 2**low)) % m.
+
+    Why: a ds_read_b64_tr_b16 phase (32 lanes on 64 banks) reads 32 bytes of 8 k rows (16x16 MFMA tiles: rows
+    4h..4h+3 and 8+4h..8+4h+3, one 32-byte unit each) or 64 bytes of 4 rows (32x32 tiles: rows 4h..4h+3, two
+    units each). h gives the 8 rows distinct 32-byte units (bits 0..2 from row bits 3, 0, 1), and the 4 rows of a
+    32x32 read distinct pairs of units (row bits 0, 1 land on unit bits 1, 2), where the rows do not already sit
+    in distinct parts of the bank sweep (rows of under 256 bytes: `low`). An involution within the row, like
+    `swizzle_chunk`, so the LDS-DMA copy applies it on the global side. Ints, numpy arrays or SymPy."""
+    arch = get_arch(arch)
+    m, low = _tr_swizzle_params(arch, row_bytes)
+    ops = _ops_for(row, chunk)
+    row_bit = lambda b: ops.mod(ops.fdiv(row, 2**b), 2)  # noqa: E731
+    h_bits = ([row_bit(3)] + [row_bit(b) for b in range(low, 2)])[:_ilog2(m)]  # bit i of h, i = 0, 1, ...
+    return ops.xor_bits(chunk, {1 + i: bit for i, bit in enumerate(h_bits)})
 
 
 def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
@@ -292,6 +351,15 @@ class OperandRead:
 
 
 @dataclass(frozen=True)
+class ReadPiece:
+    """One LDS read instruction of an operand fragment: `mnemonic` into VGPRs vgpr .. vgpr + count - 1 of its 4."""
+
+    mnemonic: str
+    vgpr: int
+    count: int
+
+
+@dataclass(frozen=True)
 class MfmaIssue:
     """One MFMA of a k-step pair: acc[acc_first : acc_first + acc_count] += srcA x srcB.
 
@@ -324,7 +392,7 @@ class CopyPlan:
     """Global -> LDS copy of one operand tile, one 16-byte run (8 elements along the user's contiguous dim) per
     thread per slot.
 
-    kind: 'b128'    buffer_load_dwordx4 + ds_write_b128 (tile K-major in global);
+    kind: 'b128'    buffer_load_dwordx4 + ds_write_b128 (the LDS tile has the user's layout: `copied_as_stored`);
           'transpose' (user tile (K, X), X contiguous): a thread loads `pack` runs at consecutive k of the same 8 x
                     (slots pack*g .. pack*g + pack-1 of unit g) and writes, per x, their `pack` consecutive k into its
                     K-major LDS row: 8 ds_write_b{16*pack} per unit, the k pairs packed from the 16-bit halves of
@@ -388,7 +456,7 @@ class CopyPlan:
             return k, ELEMS_PER_CHUNK * xc, ELEMS_PER_CHUNK * xc, ops.fdiv(k, ELEMS_PER_CHUNK)
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
-            lc = swizzle_chunk(p.arch, urow, pc, p.row_bytes)  # the logical chunk whose home is physical chunk pc
+            lc = p.lds_swizzle(self.operand, urow, pc)  # the logical chunk whose home is physical chunk pc
             return urow, ELEMS_PER_CHUNK * lc, urow, lc
         return urow, ELEMS_PER_CHUNK * pc, urow, pc
 
@@ -418,7 +486,7 @@ class CopyPlan:
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + CHUNK * (slot * self.threads + tid),)
-        return (base + swizzled_offset(p.arch, lrow, lchunk, p.row_bytes),)
+        return (base + p.lds_chunk_offset(self.operand, lrow, lchunk),)
 
     def dma_m0(self, wave: int, slot: int, stage: int = 0) -> int:
         """M0 for wave `wave`'s `buffer_load_dwordx4 ... lds` of `slot` (LDS address = M0 + 16 * lane)."""
@@ -581,40 +649,84 @@ class GemmPlan:
         """Whether the user's tile of `operand` is already K-major (contiguous along k)."""
         return (not self.transpose_A) if _check_operand(operand) == "A" else self.transpose_B
 
+    def transposed_read(self, operand: str) -> bool:
+        """Whether `operand` sits in LDS as the user stores it, (K, X) with X = M or N contiguous, and its MFMA
+        fragments are read with ds_read_b64_tr_b16: an operand that is not K-major, on an arch with that read."""
+        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16
+
+    def copied_as_stored(self, operand: str) -> bool:
+        """Whether the LDS tile of `operand` has the user's layout (16-byte runs copy whole: ds_write_b128 or LDS
+        DMA); otherwise the register copy transposes it into K-major rows (ds_write_b16)."""
+        return self.is_k_major(operand) or self.transposed_read(operand)
+
+    def lds_row_bytes(self, operand: str) -> int:
+        """Bytes of one LDS row of `operand`'s tile: 2*block_K (K-major) or 2*block_M / 2*block_N (k rows)."""
+        if not self.transposed_read(operand):
+            return self.row_bytes
+        return (self.block_M if operand == "A" else self.block_N) * self.dtype.bytes
+
+    def lds_swizzle(self, operand: str, row, chunk):
+        """Physical 16-byte chunk of logical `chunk` of LDS row `row` of `operand` (`swizzle_chunk` for K-major
+        tiles, `tr_swizzle_chunk` for tiles read with ds_read_b64_tr_b16); an involution within the row."""
+        swizzle = tr_swizzle_chunk if self.transposed_read(operand) else swizzle_chunk
+        return swizzle(self.arch, row, chunk, self.lds_row_bytes(operand))
+
+    def lds_chunk_offset(self, operand: str, row, chunk):
+        """Byte offset, from `operand`'s tile base, of logical 16-byte chunk `chunk` of LDS row `row`."""
+        return row * self.lds_row_bytes(operand) + CHUNK * self.lds_swizzle(operand, row, chunk)
+
     # -- wave coordinates ------------------------------------------------------------------------------------------
     def wave_coords(self, wave):
         ops = _ops_for(wave)
         return ops.fdiv(wave, self.waves_N), ops.mod(wave, self.waves_N)
 
     # -- operand reads ---------------------------------------------------------------------------------------------
-    def _read_offset(self, operand, wave, lane, rep, step, stage=0):
+    def read_pieces(self, operand: str) -> tuple:
+        """The LDS reads that fill one operand fragment (4 VGPRs: 8 consecutive k of one row i or column j per lane):
+        one ds_read_b128 from a K-major tile, or two ds_read_b64_tr_b16 (k 0-3 into VGPRs 0-1, k 4-7 into 2-3)
+        from a tile stored (K, X) (module doc, point 7)."""
+        if self.transposed_read(operand):
+            return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
+        return (ReadPiece("ds_read_b128", 0, 4),)
+
+    def _read_offset(self, operand, wave, lane, rep, step, stage=0, piece=0):
         ops = _ops_for(wave, lane)
         wm, wn = self.wave_coords(wave)
         row0 = wm * self.wave_tile_M if operand == "A" else wn * self.wave_tile_N
+        base = self.operand_lds_offset(operand) + stage * self.lds_stage_bytes
+        if self.transposed_read(operand):
+            # 16-lane group: lanes 4r..4r+3 read 4 x 8 bytes of k row r, lane j gets column j (4 k); the group's
+            # columns are 16 consecutive of the MFMA tile's dim, its k the lane group's 8 (l // dim), half `piece`
+            x = row0 + rep * self.dim + 16 * ops.fdiv(ops.mod(lane, self.dim), 16) + 4 * ops.mod(lane, 4)
+            k = (step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
+                 + ops.fdiv(ops.mod(lane, 16), 4))
+            within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
+            return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
         chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
-        return (
-            self.operand_lds_offset(operand) + stage * self.lds_stage_bytes
-            + swizzled_offset(self.arch, row, chunk, self.row_bytes)
-        )
+        return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
-    def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0):
-        """LDS byte offset of the ds_read_b128 of `operand` ('A' or 'B'), repeat `rep` (along M for A, N for B),
-        k-step pair `kstep_pair`, for wave `wave`, lane `lane` (ints, numpy arrays, or SymPy expressions)."""
+    def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0, piece: int = 0):
+        """LDS byte offset of read `piece` (see `read_pieces`) of `operand` ('A' or 'B'), repeat `rep` (along M
+        for A, N for B), k-step pair `kstep_pair`, for wave `wave`, lane `lane` (ints, numpy arrays, or SymPy)."""
         operand = _check_operand(operand)
         reps = self.repeats_M if operand == "A" else self.repeats_N
-        if not 0 <= rep < reps or not 0 <= kstep_pair < self.read_steps:
-            raise IndexError(f"T.gemm plan: rep {rep} / kstep_pair {kstep_pair} out of range ({reps}, {self.read_steps})")
-        return self._read_offset(operand, wave, lane, rep, kstep_pair, stage)
+        if not 0 <= rep < reps or not 0 <= kstep_pair < self.read_steps or not 0 <= piece < len(
+                self.read_pieces(operand)):
+            raise IndexError(f"T.gemm plan: rep {rep} / kstep_pair {kstep_pair} / piece {piece} out of range "
+                             f"({reps}, {self.read_steps}, {len(self.read_pieces(operand))})")
+        return self._read_offset(operand, wave, lane, rep, kstep_pair, stage, piece)
 
-    def operand_read_expr(self, operand, rep, kstep_pair, in_wave_lane: bool = False):
+    def operand_read_expr(self, operand, rep, kstep_pair, in_wave_lane: bool = False, piece: int = 0):
         """The same as a SymPy expression in TID (or in WAVE_SYM, LANE_SYM)."""
         if in_wave_lane:
-            return self.operand_read_offsets(operand, WAVE_SYM, LANE_SYM, rep, kstep_pair)
-        return self.operand_read_offsets(operand, sp.floor(TID / WAVE), sp.Mod(TID, WAVE), rep, kstep_pair)
+            return self.operand_read_offsets(operand, WAVE_SYM, LANE_SYM, rep, kstep_pair, piece=piece)
+        return self.operand_read_offsets(operand, sp.floor(TID / WAVE), sp.Mod(TID, WAVE), rep, kstep_pair,
+                                         piece=piece)
 
     def read_offsets(self, operand) -> SeparatedOffsets:
-        """The operand's reads as VGPR bases + constants: keys (rep, kstep_pair), stage 0 (add stage_offset)."""
+        """The operand's reads as VGPR bases + constants: keys (rep, kstep_pair, piece), stage 0 (add
+        stage_offset)."""
         return self._read_families[_check_operand(operand)]
 
     @cached_property
@@ -623,18 +735,19 @@ class GemmPlan:
         tids = np.arange(self.threads)
         for op in ("A", "B"):
             reps = self.repeats_M if op == "A" else self.repeats_N
-            keys = tuple(itertools.product(range(reps), range(self.read_steps)))
+            keys = tuple(itertools.product(range(reps), range(self.read_steps), range(len(self.read_pieces(op)))))
             out[op] = _separate(
                 keys,
-                lambda key, t, op=op: self._read_offset(op, t // WAVE, t % WAVE, *key),
-                lambda key, wave, lane, op=op: self._read_offset(op, wave, lane, *key),
+                lambda key, t, op=op: self._read_offset(op, t // WAVE, t % WAVE, key[0], key[1], piece=key[2]),
+                lambda key, wave, lane, op=op: self._read_offset(op, wave, lane, key[0], key[1], piece=key[2]),
                 tids,
             )
         return out
 
     @property
     def expected_read_bases(self) -> int:
-        """min(read_steps, max(1, m / G)): the number of VGPR bases per operand the XOR swizzle forces (module doc)."""
+        """min(read_steps, max(1, m / G)): the number of VGPR bases per K-major operand the XOR swizzle forces
+        (module doc)."""
         _, _, m = _swizzle_params(self.arch, self.row_bytes)
         return min(self.read_steps, max(1, m // self.lane_groups))
 
@@ -705,15 +818,17 @@ class GemmPlan:
     def copy_plan(self, operand: str) -> CopyPlan:
         """Register-path copy (buffer_load_dwordx4, then ds_write_b128 or, transposing, v_perm_b32 + ds_write)."""
         operand = _check_operand(operand)
-        return self._copy(operand, "b128" if self.is_k_major(operand) else "transpose")
+        return self._copy(operand, "b128" if self.copied_as_stored(operand) else "transpose")
 
     def dma_copy_plan(self, operand: str) -> CopyPlan:
-        """LDS-DMA copy (buffer_load_dwordx4 ... lds, gfx950 only), for a K-major operand."""
+        """LDS-DMA copy (buffer_load_dwordx4 ... lds, gfx950 only), for an operand whose LDS tile has the user's
+        layout (K-major, or read with ds_read_b64_tr_b16)."""
         operand = _check_operand(operand)
         if CHUNK not in self.arch.lds_dma_bytes:
             raise CompileError(f"T.gemm: {self.arch.name} has no 16-byte LDS DMA (buffer_load_dwordx4 ... lds)")
-        if not self.is_k_major(operand):
-            raise CompileError(f"T.gemm: LDS DMA cannot transpose; operand {operand} is not K-major in global memory")
+        if not self.copied_as_stored(operand):
+            raise CompileError(f"T.gemm: LDS DMA cannot transpose; operand {operand} is not K-major in global memory "
+                               f"and {self.arch.name} has no transposing LDS read")
         return self._copy(operand, "lds_dma")
 
     def _copy(self, operand, kind):
