@@ -17,7 +17,7 @@ from ..amdgcn.hazards import insert_hazard_nops
 from ..amdgcn.regalloc import allocate
 from ..amdgcn.schedule import INTERLEAVE, schedule
 from ..amdgcn.waitcnt import insert_waits
-from ..errors import CompileError
+from ..errors import CompileError, ResourceError
 from ..ir import nodes as N
 from ..ir.printer import print_kernel
 from ..ir.verify import verify
@@ -97,6 +97,20 @@ def _dispatch(ctx: Context, s: N.Stmt):
         raise TypeError(f"no lowering for {type(s).__name__}")
 
 
+def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str):
+    """List scheduling (amdgcn/schedule.py), then register allocation (virtual -> physical, counts).
+
+    The scheduler has no register-pressure limit: moving reads and loads up lengthens their values' lives. When its
+    order needs more registers than the file has, the emitted order is allocated instead (it is what
+    schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError."""
+    if schedule_mode == INTERLEAVE:
+        try:
+            return allocate(schedule(b.insts, arch, interleave=True), b)
+        except ResourceError:
+            pass
+    return allocate(b.insts, b)
+
+
 def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     arch = get_arch(arch)
     verify(kernel)
@@ -112,8 +126,7 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
-    insts = schedule(b.insts, arch, interleave=schedule_mode == INTERLEAVE)  # list scheduler (amdgcn/schedule.py)
-    insts, counts = allocate(insts, b)  # register allocation: virtual -> physical registers, counts (ResourceError)
+    insts, counts = _schedule_and_allocate(b, arch, schedule_mode)
     insts = insert_hazard_nops(insert_waits(insts, arch), arch)
     asm = render(kernel, arch, abi, insts, lds_bytes, counts)
     meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),
