@@ -15,6 +15,13 @@ MFMA pass (a 32x32 MFMA occupies the XDL pipe for 8 of its cycles), so the bound
 divided by its number of steps. llvm-mca models one wave alone on a SIMD with every memory access hitting its
 scheduling model's latency: the ratio says how well the instruction stream keeps the MFMA pipe fed, not what a
 loaded GPU achieves.
+
+Two more columns, after those: `salu`, the scalar instructions per K=64 step that do work (every `s_` instruction
+but s_waitcnt, s_barrier, s_nop, s_setprio and branches: descriptor rebuilds and address arithmetic left in the
+loop show here), and the timing model's view of the whole kernel (`kernel.estimate()`, MI300X for gfx942, MI355X
+for gfx950) on a fixed 2048^3 bf16 problem: `est_kclk`, its cycles in thousands, and `mfma%`, the share of those
+cycles each SIMD's MFMA pipe is busy (100 = the MFMA bound; unlike llvm-mca it sees memory latency, waits,
+barriers and the other waves). `--no-estimate` leaves them out (the estimates take most of the bench's time).
 """
 from __future__ import annotations
 
@@ -35,6 +42,9 @@ from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
 MCA_ITERATIONS = 50
+ESTIMATE_SIZE = 2048  # M = N = K of the problem the timing model estimates
+# scalar instructions that do no work of the loop: waits, barriers, padding, priority hints and branches
+_NOT_SALU = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_branch", "s_cbranch")
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
 
 
@@ -82,23 +92,43 @@ def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) 
         barrier=count(lambda i: i.startswith("s_barrier")), readfirstlane=count(lambda i: "readfirstlane" in i),
         scratch=count(lambda i: i.startswith("scratch_") or "buffer_store" in i and "s[0:3]" in i),
         mca=cycles / steps, bound=bound / steps, ratio=cycles / bound,
+        salu=count(is_salu),
     )
+
+
+def is_salu(instruction: str) -> bool:
+    """A scalar instruction that does work (see the module docstring)."""
+    return instruction.startswith("s_") and not instruction.startswith(_NOT_SALU)
+
+
+def model_estimate(arch, tile, layout, stages, threads=256) -> dict:
+    """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 bf16 problem (the arch's device)."""
+    bm, bn, bk = tile
+    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads).estimate()
+    return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
 
 def compile_asm(arch, tile, layout, stages, threads=256):
     bm, bn, bk = tile
-    M, N, K = bm, bn, bk * 8
+    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads).asm
+
+
+def gemm_kernel(arch, tile, layout, stages, shape, threads=256):
+    """tests/kernels.py `gemm` compiled (not run) for bf16 operands of `shape` (M, N, K)."""
+    (bm, bn, bk), (M, N, K) = tile, shape
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
     return kernels.gemm.compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                transpose_B=layout == "NT", num_stages=stages).asm
+                                transpose_B=layout == "NT", num_stages=stages)
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
            "barrier", "readfirstlane", "scratch", "mca", "bound", "ratio")
 HEAD = ("insts", "mfma", "oth/mfma", "ds_rd", "ds_wr", "dma", "ld_v", "wait", "vm(0)", "bar", "rfl", "scr", "mca",
         "bound", "ratio")
+EXTRA_COLUMNS = ("salu", "est_kclk", "mfma_pct")  # after COLUMNS: scalar work, the timing model's estimate
+EXTRA_HEAD = ("salu", "est_kclk", "mfma%")
 
 
 def main(argv=None):
@@ -107,8 +137,13 @@ def main(argv=None):
     ap.add_argument("--tile", default="256x256x64,128x128x64")
     ap.add_argument("--layout", default="NN,NT")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--no-estimate", dest="estimate", action="store_false",
+                    help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
-    print(f"{'config':<34}" + "".join(f"{h:>9}" for h in HEAD))
+    columns, head = COLUMNS + EXTRA_COLUMNS, HEAD + EXTRA_HEAD
+    if not args.estimate:
+        columns, head = columns[:-2], head[:-2]
+    print(f"{'config':<34}" + "".join(f"{h:>9}" for h in head))
     for arch in args.arch.split(","):
         for tile in args.tile.split(","):
             dims = tuple(int(x) for x in tile.split("x"))
@@ -117,11 +152,12 @@ def main(argv=None):
                     name = f"{arch} {tile} {layout} stages={stages}"
                     try:
                         m = metrics(compile_asm(arch, dims, layout, stages), arch, dims[0], dims[1], 256)
+                        m.update(model_estimate(arch, dims, layout, stages) if args.estimate else {})
                     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
                         print(f"{name:<34} {type(e).__name__}: {str(e)[:110]}")
                         continue
                     print(f"{name:<34}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
-                                                   for c in COLUMNS))
+                                                   for c in columns))
 
 
 if __name__ == "__main__":
