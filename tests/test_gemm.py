@@ -9,7 +9,9 @@ RaceError and fails the test, so a passing case also shows zero hazards and race
 counter to assert on; `test_launches_are_checked` pins that the checks are on.
 
 Not the full cross product (the emulator takes seconds per GEMM): CASES is a covering set in which every value of
-every axis appears, and each arch sees each tile with both B layouts.
+every axis appears, and each arch sees each tile with both B layouts. Every case runs at num_stages=1 and again at
+num_stages 2 and 3 (`T.Pipelined`) on a smaller problem of the same kind; where the S stage buffers do not fit the
+arch's LDS, the case asserts the ResourceError the user gets instead.
 """
 from __future__ import annotations
 
