@@ -193,7 +193,7 @@ def pipelined_shape(shape, bm, bn, bk):
 
 
 def _assert_lds_refusal(err, arch, needed, fn):
-    """The ResourceError the user sees for S buffers that do not fit: bytes needed and available, at T.gemm."""
+    """The ResourceError the user sees for S buffers that do not fit: bytes needed and available, at their line."""
     msg = str(err)
     found = re.search(rf"LDS\b.*needs (\d+) bytes.*{arch} has (\d+)", msg)
     assert found and int(found[2]) == LDS_BYTES[arch] and int(found[1]) > int(found[2]), msg

@@ -137,7 +137,8 @@ def _k_loop_kernel(A, B, C, arch, transpose_B):
 
 
 def _run_edited(lines, k, arch, args):
-    """Assemble the edited `.s` and run it on the emulator with checks on: the output, or the error's name."""
+    """Assemble the edited `.s` and run it on the emulator with checks on (its output lands in `args`): the name of
+    the error the emulator refused it with, or None."""
     from tilegcn.errors import HazardError, RaceError
     from tilegcn.runtime import emulator
     from tilegcn.toolchain import assemble
