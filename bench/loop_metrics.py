@@ -103,7 +103,6 @@ def is_salu(instruction: str) -> bool:
 
 def model_estimate(arch, tile, layout, stages, threads=256) -> dict:
     """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 bf16 problem (the arch's device)."""
-    bm, bn, bk = tile
     est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads).estimate()
     return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
