@@ -1,15 +1,13 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
-                                 [--schedule interleave,plain] [--estimate]
+                                 [--schedule interleave,plain] [--no-estimate]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
 instructions, MFMAs, non-MFMA instructions per MFMA, ds_read, ds_write, loads (LDS DMA / into VGPRs),
 s_waitcnt, vmcnt(0), s_barrier, v_readfirstlane, scratch instructions, and llvm-mca's cycles for the loop body
-against the MFMA issue bound. num_stages=2 configs are compiled with each `--schedule` (amdgcn/schedule.py: the
-default "interleave" list-schedules the loop, "plain" keeps the emitted order), side by side; `--estimate` adds the
-timing model's cycles (`kernel.estimate()`) of the GEMM on a 20x20 grid of workgroups.
+against the MFMA issue bound.
 
 The bound is the loop's MFMA FLOPs at the arch's full bf16 rate: the best FLOPs per 4-clock pass of the arch's MFMA
 shapes (gfx942: 32x32x8, 16384 FLOP in 8 passes = 2048 per pass; gfx950: 32x32x16, 4096 per pass), so a half-rate
@@ -18,6 +16,16 @@ MFMA pass (a 32x32 MFMA occupies the XDL pipe for 8 of its cycles), so the bound
 divided by its number of steps. llvm-mca models one wave alone on a SIMD with every memory access hitting its
 scheduling model's latency: the ratio says how well the instruction stream keeps the MFMA pipe fed, not what a
 loaded GPU achieves.
+
+Two more columns, after those: `salu`, the scalar instructions per K=64 step that do work (every `s_` instruction
+but s_waitcnt, s_barrier, s_nop, s_setprio and branches: descriptor rebuilds and address arithmetic left in the
+loop show here), and the timing model's view of the whole kernel (`kernel.estimate()`, MI300X for gfx942, MI355X
+for gfx950) on a fixed 2048^3 bf16 problem: `est_kclk`, its cycles in thousands, and `mfma%`, the share of those
+cycles each SIMD's MFMA pipe is busy (100 = the MFMA bound; unlike llvm-mca it sees memory latency, waits,
+barriers and the other waves). `--no-estimate` leaves them out (the estimates take most of the bench's time).
+
+num_stages=2 rows come once per schedule of `--schedule` (amdgcn/schedule.py: the default list scheduler,
+`interleave`, and `plain`, the order the lowering passes emit), so the interleave's effect is side by side.
 """
 from __future__ import annotations
 
@@ -41,7 +49,9 @@ from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
 MCA_ITERATIONS = 50
-ESTIMATE_GRID = 20  # --estimate: 400 workgroups, more than one per CU on both arches
+ESTIMATE_SIZE = 2048  # M = N = K of the problem the timing model estimates
+# scalar instructions that do no work of the loop: waits, barriers, padding, priority hints and branches
+_NOT_SALU = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_branch", "s_cbranch")
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
 
 
@@ -89,29 +99,48 @@ def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) 
         barrier=count(lambda i: i.startswith("s_barrier")), readfirstlane=count(lambda i: "readfirstlane" in i),
         scratch=count(lambda i: i.startswith("scratch_") or "buffer_store" in i and "s[0:3]" in i),
         mca=cycles / steps, bound=bound / steps, ratio=cycles / bound,
+        salu=count(is_salu),
     )
 
 
-@functools.lru_cache(maxsize=None)
-def gemm_kernel(schedule: str):
-    """tests/kernels.py `gemm` compiled with `schedule` ("interleave" is the default decorator's)."""
-    return kernels.gemm if schedule == INTERLEAVE else tilegcn.jit(kernels.gemm.fn, schedule=schedule)
+def is_salu(instruction: str) -> bool:
+    """A scalar instruction that does work (see the module docstring)."""
+    return instruction.startswith("s_") and not instruction.startswith(_NOT_SALU)
+
+
+def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE) -> dict:
+    """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 bf16 problem (the arch's device)."""
+    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule).estimate()
+    return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
 
 def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE):
     bm, bn, bk = tile
-    M, N, K = bm, bn, bk * 8
+    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule).asm
+
+
+@functools.lru_cache(maxsize=None)
+def jit_gemm(schedule: str):
+    """tests/kernels.py `gemm` with `schedule` ("interleave" is the default decorator's)."""
+    return kernels.gemm if schedule == INTERLEAVE else tilegcn.jit(kernels.gemm.fn, schedule=schedule)
+
+
+def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE):
+    """tests/kernels.py `gemm` compiled (not run) for bf16 operands of `shape` (M, N, K)."""
+    (bm, bn, bk), (M, N, K) = tile, shape
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
-    return gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                         transpose_B=layout == "NT", num_stages=stages).asm
+    return jit_gemm(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                                      transpose_B=layout == "NT", num_stages=stages)
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
            "barrier", "readfirstlane", "scratch", "mca", "bound", "ratio")
 HEAD = ("insts", "mfma", "oth/mfma", "ds_rd", "ds_wr", "dma", "ld_v", "wait", "vm(0)", "bar", "rfl", "scr", "mca",
         "bound", "ratio")
+EXTRA_COLUMNS = ("salu", "est_kclk", "mfma_pct")  # after COLUMNS: scalar work, the timing model's estimate
+EXTRA_HEAD = ("salu", "est_kclk", "mfma%")
 
 
 def main(argv=None):
@@ -122,43 +151,33 @@ def main(argv=None):
     ap.add_argument("--stages", default="1,2,3")
     ap.add_argument("--schedule", default="interleave,plain",
                     help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
-    ap.add_argument("--estimate", action="store_true",
-                    help=f"add the timing model's cycles for a {ESTIMATE_GRID}x{ESTIMATE_GRID}-workgroup GEMM, K=512 "
-                         "(kernel.estimate(); ~20 s a row)")
+    ap.add_argument("--no-estimate", dest="estimate", action="store_false",
+                    help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
+    columns, head = COLUMNS + EXTRA_COLUMNS, HEAD + EXTRA_HEAD
+    if not args.estimate:
+        columns, head = columns[:-2], head[:-2]
     schedules = args.schedule.split(",")
-    print(f"{'config':<46}" + "".join(f"{h:>9}" for h in HEAD) + (f"{'est_cycles':>11}" if args.estimate else ""))
+    print(f"{'config':<46}" + "".join(f"{h:>9}" for h in head))
     for arch in args.arch.split(","):
         for tile in args.tile.split(","):
             dims = tuple(int(x) for x in tile.split("x"))
             for layout in args.layout.split(","):
                 for stages in (int(s) for s in args.stages.split(",")):
                     for schedule in (schedules if stages == 2 else schedules[:1]):
-                        _row(arch, tile, dims, layout, stages, schedule, args.estimate)
+                        _row(arch, tile, dims, layout, stages, schedule, columns, args.estimate)
 
 
-def estimate_cycles(arch, tile, layout, stages, schedule, threads=256) -> float:
-    """The timing model's cycles for one launch of the GEMM on a grid of ESTIMATE_GRID^2 workgroups, K=512."""
-    bm, bn, bk = tile
-    M, N, K = bm * ESTIMATE_GRID, bn * ESTIMATE_GRID, 512
-    A = torch.empty(M, K, dtype=torch.bfloat16)
-    B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
-    C = torch.empty(M, N, dtype=torch.bfloat16)
-    kernel = gemm_kernel(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                           transpose_B=layout == "NT", num_stages=stages)
-    return kernel.estimate().cycles
-
-
-def _row(arch, tile, dims, layout, stages, schedule, estimate=False):
+def _row(arch, tile, dims, layout, stages, schedule, columns, estimate):
     name = f"{arch} {tile} {layout} stages={stages} {schedule}"
     try:
         m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule), arch, dims[0], dims[1], 256)
+        m.update(model_estimate(arch, dims, layout, stages, schedule=schedule) if estimate else {})
     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
         print(f"{name:<46} {type(e).__name__}: {str(e)[:110]}")
         return
-    est = f"{estimate_cycles(arch, dims, layout, stages, schedule):>11.0f}" if estimate else ""
-    print(f"{name:<46}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}"
-                                   for c in COLUMNS) + est, flush=True)
+    print(f"{name:<46}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}" for c in columns),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ RaceError and fails the test, so a passing case also shows zero hazards and race
 counter to assert on; `test_launches_are_checked` pins that the checks are on.
 
 Not the full cross product (the emulator takes seconds per GEMM): CASES is a covering set in which every value of
-every axis appears, and each arch sees each tile with both B layouts.
+every axis appears, and each arch sees each tile with both B layouts. Every case runs at num_stages=1 and again at
+num_stages 2 and 3 (`T.Pipelined`) on a smaller problem of the same kind; where the S stage buffers do not fit the
+arch's LDS, the case asserts the ResourceError the user gets instead.
 """
 from __future__ import annotations
 
@@ -170,6 +172,61 @@ def test_gemm_matches_torch(case):
     _negative_controls(A, B, bias, C, transpose_B, bk)
 
 
+# ---- the same cases with num_stages 2 and 3 -----------------------------------------------------------------------
+# Every case of CASES again at num_stages 2 and 3. The cut is the problem size only: the emulator's time grows with
+# workgroups x K steps, so each shape becomes a few tiles of its own kind (in units of the case's tile). Every other
+# axis of every case is kept. What each shape tests stays, and the K trip count n covers n < S, n = S and n > S:
+#   "256^3"  -> whole tiles, 2 workgroups along N, n = 2 (= S at S=2, < S at S=3)
+#   "1024^3" -> whole tiles, 2 workgroups along M, n = 6: the steady loop runs several trips (its back-edge)
+#   "ragged" -> partial tiles in M, N and K (masked rows, columns and k), n = 4; 16-byte rows (LDS DMA on gfx950)
+#   "row"    -> M = 1 and one partial K tile: n = 1 < S, the pipeline is only prologue and drain; rows of 8k+8
+#               bytes, as in the ragged shape of CASES (register-staged copies: LDS DMA needs 16-byte rows)
+STAGES = (2, 3)
+# The LDS a workgroup may use (CDNA3 / CDNA4 ISA guides): S buffers of the A and B tiles must fit, otherwise the
+# compile refuses with a ResourceError naming the bytes needed and available.
+LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+
+
+def pipelined_shape(shape, bm, bn, bk):
+    return {"256^3": (bm, 2 * bn, 2 * bk), "1024^3": (2 * bm, bn, 6 * bk),
+            "ragged": (bm + 44, bn + 4, 3 * bk + 24), "row": (1, bn + 44, bk // 2 + 4)}[shape]
+
+
+def _assert_lds_refusal(err, arch, needed, fn):
+    """The ResourceError the user sees for S buffers that do not fit: bytes needed and available, at their line."""
+    msg = str(err)
+    found = re.search(rf"LDS\b.*needs (\d+) bytes.*{arch} has (\d+)", msg)
+    assert found and int(found[2]) == LDS_BYTES[arch] and int(found[1]) > int(found[2]), msg
+    assert needed > LDS_BYTES[arch], f"{needed} bytes of stage buffers fit {arch}'s LDS, yet refused: {msg}"
+    _assert_at_gemm_line(err, fn, calls=("T.alloc_shared(", "T.Pipelined("))  # a buffer, or the stages
+
+
+@pytest.mark.parametrize("stages", STAGES, ids=[f"S{s}" for s in STAGES])
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_pipelined_gemm_matches_torch(case, stages):
+    arch, dt, layout, tile, threads, shape, epilogue = case
+    dtype, transpose_B = DTYPES[dt], layout == "NK"
+    (bm, bn, bk) = TILES[tile]
+    M, N, K = pipelined_shape(shape, bm, bn, bk)
+    A, B, bias, C = inputs(M, N, K, dtype, transpose_B, epilogue, seed=CASES.index(case) + 100 * stages)
+    fn, args = (kernels.gemm, (A, B, C)) if bias is None else (kernels.gemm_bias_relu, (A, B, bias, C))
+    needed = stages * (bm + bn) * bk * A.element_size()  # S buffers of the A and B tiles
+    try:
+        compiled = fn.compile(*args, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+                              transpose_B=transpose_B, num_stages=stages)
+    except ResourceError as err:
+        return _assert_lds_refusal(err, arch, needed, fn)
+    assert compiled.metadata["lds_bytes"] <= LDS_BYTES[arch]
+    stats = compiled(*args)
+    assert stats.workgroups == math.ceil(M / bm) * math.ceil(N / bn)
+    what = f"{_case_id(case)} num_stages={stages} on {M}x{N}x{K}"
+    assert_close(C, reference(A, B, bias, transpose_B), K, what)
+    _negative_controls(A, B, bias, C, transpose_B, bk)
+    if arch == "gfx950" and transpose_B and K * A.element_size() % 16 == 0:
+        # both operands K-major, 16-byte rows: every operand byte by LDS DMA
+        assert stats.bytes_global_to_lds and not any(m.startswith("ds_write") for m in stats.by_mnemonic), what
+
+
 def test_launches_are_checked():
     """The jit call launches with Module.launch's defaults: hazard / race / wait-state checks on."""
     assert inspect.signature(Module.launch).parameters["check"].default is True
@@ -187,17 +244,18 @@ def test_block_M_48_runs_on_16x16_mfma(arch):
 
 
 # ---- configs that do not fit: compile-time errors with needed vs available, at the user's T.gemm line -------------
-def _gemm_call_location(jit_fn):
-    """(file, line) of the T.gemm call in a tile program's source."""
+def _call_lines(jit_fn, call):
+    """(file, lines) of the `call`s (e.g. "T.gemm(") in a tile program's source."""
     lines, first = inspect.getsourcelines(jit_fn.fn)
-    (offset,) = [i for i, text in enumerate(lines) if "T.gemm(" in text]
-    return inspect.getsourcefile(jit_fn.fn), first + offset
+    return inspect.getsourcefile(jit_fn.fn), [first + i for i, text in enumerate(lines) if call in text]
 
 
-def _assert_at_gemm_line(err, jit_fn):
-    path, line = _gemm_call_location(jit_fn)
+def _assert_at_gemm_line(err, jit_fn, calls=("T.gemm(",)):
+    """The error starts with its location: the line of the user's T.gemm (or of one of `calls`)."""
+    path, lines = _call_lines(jit_fn, calls[0])
+    lines += [n for call in calls[1:] for n in _call_lines(jit_fn, call)[1]]
     where, _, lineno = err.location.rpartition(":")
-    assert os.path.samefile(where, path) and int(lineno) == line, (err.location, f"{path}:{line}")
+    assert os.path.samefile(where, path) and int(lineno) in lines, (err.location, f"{path}:{lines}")
     assert str(err).startswith(err.location + ": ")
 
 
