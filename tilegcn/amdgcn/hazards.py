@@ -44,10 +44,15 @@ def _reg_units(reg) -> frozenset:
     return frozenset(reg.units())
 
 
-def _units(regs) -> frozenset:
-    if len(regs) == 1:
-        return _reg_units(regs[0])
-    return frozenset().union(*(_reg_units(r) for r in regs))
+def _units(regs) -> list:
+    """(file, index) of every 32-bit register of `regs` (computed directly: cheaper than hashing the Regs)."""
+    out = []
+    for r in regs:
+        if r.count == 1:
+            out.append((r.file, r.index))
+        else:
+            out.extend([(r.file, r.index + i) for i in range(r.count)])
+    return out
 
 
 class Recent:
@@ -95,66 +100,97 @@ class Recent:
             valu[k] = min(s, valu.get(k, s))
         return Recent(mfmas, valu, min(m0, o_m0))
 
-    def required(self, inst: Inst, arch) -> int:
-        """Wait states `inst` still needs."""
+    def required(self, f: "_Facts", arch) -> int:
+        """Wait states the instruction with facts `f` still needs."""
         hz = arch.mfma_hazards
         now = self.now
         need = 0
         mfma_of = self.mfma_of
-        if inst.kind == isa.LDS_DMA:
+        if f.lds_dma:
             need = max(need, arch.m0_write_to_lds_dma_nops + 1 - (now - self.m0_at))
-        if inst.kind == isa.MFMA:
-            src_ab = _units(inst.uses[:2])
-            src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
-            src_c = _reg_units(src_c_reg) if src_c_reg is not None else frozenset()
-            for u in src_ab:
+        if f.mfma:
+            for u in f.src_ab:
                 if u in mfma_of:
                     t, passes, _ = mfma_of[u]
                     need = max(need, hz.vdst_to_read[passes] - (now - t))
-            for u in src_c:
+            for u in f.src_c:
                 if u in mfma_of:
                     t, passes, dst = mfma_of[u]
-                    if dst != src_c_reg:
+                    if dst != f.src_c_reg:
                         need = max(need, hz.vdst_to_srcc_overlap[passes] - (now - t))
             valu_at = self.valu_at
-            for u in src_ab | src_c:
+            for u in f.src_abc:
                 if u in valu_at:
                     need = max(need, hz.valu_write_to_mfma_src - (now - valu_at[u]))
-        elif inst.kind not in _NO_VECTOR_READ and mfma_of:
-            for u in _units(inst.uses):
+        elif f.reads and mfma_of:
+            for u in f.reads:
                 if u in mfma_of:
                     t, passes, _ = mfma_of[u]
                     need = max(need, hz.vdst_to_read[passes] - (now - t))
         return need
 
-    def issued(self, inst: Inst, arch):
-        self.now += int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
-        if inst.kind == isa.MFMA:
-            entry = (self.now, _mfma_passes(inst.op, arch), inst.defs[0])
-            for u in _reg_units(inst.defs[0]):
+    def issued(self, f: "_Facts"):
+        self.now += f.states
+        if f.mfma:
+            entry = (self.now, f.passes, f.dst)
+            for u in f.dst_units:
                 self.mfma_of[u] = entry
-        elif inst.kind == isa.VALU:
-            for u in _units(inst.defs):
+        else:
+            for u in f.valu_units:
                 self.valu_at[u] = self.now
-        if M0 in inst.defs:
+        if f.m0:
             self.m0_at = self.now
 
 
+class _Facts:
+    """What the hazard pass needs of one instruction, computed once per pass (a loop block is transferred
+    several times)."""
+
+    __slots__ = ("states", "lds_dma", "mfma", "src_ab", "src_c_reg", "src_c", "src_abc", "reads", "passes", "dst",
+                 "dst_units", "valu_units", "m0")
+
+    def __init__(self, inst: Inst, arch):
+        kind = inst.kind
+        # wait states it takes: an s_nop N N+1, a label or comment none, any other instruction one
+        self.states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 0 if kind in (isa.LABEL, isa.COMMENT) else 1
+        self.lds_dma = kind == isa.LDS_DMA
+        self.mfma = kind == isa.MFMA
+        self.src_ab = self.src_c = self.src_abc = self.reads = self.dst_units = self.valu_units = ()
+        self.src_c_reg = self.dst = None
+        self.passes = 0
+        if self.mfma:
+            self.src_ab = _units(inst.uses[:2])
+            self.src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
+            self.src_c = _units(inst.uses[2:3])
+            self.src_abc = self.src_ab + self.src_c
+            self.passes = _mfma_passes(inst.op, arch)
+            self.dst = inst.defs[0]
+            self.dst_units = _units(inst.defs[:1])
+        elif kind not in _NO_VECTOR_READ:
+            self.reads = _units(inst.uses)
+        if kind == isa.VALU:
+            self.valu_units = _units(inst.defs)
+        self.m0 = self.states > 0 and M0 in inst.defs
+
+
 def _transfer(arch):
+    facts_of: dict = {}  # id(block's instruction list) -> its instructions' _Facts
+
     def transfer(insts: list, state: Recent):
         state = state.copy()
+        facts = facts_of.get(id(insts))
+        if facts is None:
+            facts = facts_of[id(insts)] = [_Facts(inst, arch) for inst in insts]
         out: list = []
-        for inst in insts:
-            need = state.required(inst, arch)
+        for inst, f in zip(insts, facts):
+            need = state.required(f, arch)
             while need > 0:
                 n = min(need, arch.max_nop + 1)
-                nop = Inst("s_nop", (n - 1,), kind=isa.SOPP)
-                out.append(nop)
-                state.issued(nop, arch)
+                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
+                state.now += n  # an s_nop n-1 is n wait states
                 need -= n
             out.append(inst)
-            if inst.kind not in (isa.LABEL, isa.COMMENT):
-                state.issued(inst, arch)
+            state.issued(f)
         return out, state
 
     return transfer

@@ -35,5 +35,9 @@ def sym(expr) -> sympy.Basic:
 
 @memo
 def free_symbols(expr: sympy.Basic) -> frozenset:
-    """expr.free_symbols, memoised."""
-    return frozenset(expr.free_symbols)
+    """expr.free_symbols, memoised on every subexpression (address expressions share most of theirs)."""
+    if expr.is_Symbol:
+        return frozenset((expr,))
+    if expr.is_Atom:
+        return frozenset()
+    return frozenset().union(*map(free_symbols, expr.args))
