@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-import numpy as np
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
@@ -96,15 +95,15 @@ def lds_barrier(ctx: Context, access: str):
     ctx.lds_state = "written" if access == "write" else "read"
 
 
-def _lds_address(ctx: Context, family, key, extra: int, offsets_of_all_threads):
+def _lds_address(ctx: Context, family, key, extra: int):
     """(VGPR base, offset:) for the LDS byte address family[key] + extra.
 
     The plan's base is 0 at a reference thread and may be negative elsewhere; it is shifted to be
     non-negative on every thread (the 32-bit address sum must not rely on wrapping), and the constant
-    is split so `offset:` stays within its 16 bits. `offsets_of_all_threads`: the numeric offsets of
-    this access for every thread (numpy), from which the base's minimum follows."""
+    is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
+    of this access over every thread (`family.lowest`, computed once with the plan)."""
     index = family.base_of[key]
-    low = int(np.min(offsets_of_all_threads)) - family.const[key]
+    low = family.lowest[key] - family.const[key]
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
@@ -195,12 +194,10 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
     """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
     b = ctx.b
-    tids = np.arange(ctx.threads)
     for slot, slot_regs in enumerate(regs):
         with _ExecMask(ctx, cp.runs - slot * ctx.threads):
             for e in range(cp.writes_per_slot):
-                numeric = cp.lds_offsets(tids, slot)[e]
-                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base, numeric)
+                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
                 if cp.kind == "b128":
                     b.emit("ds_write_b128", vaddr, slot_regs, suffix=f"offset:{imm}", defs=defs)
                 else:
@@ -375,14 +372,10 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
 
-    tids = np.arange(ctx.threads)
-
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
-            numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step)
-            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand],
-                                      numeric)
+            vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step), bases[read.operand])
             b.emit("ds_read_b128", regs[read.operand][read.rep], vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
