@@ -25,6 +25,7 @@ from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.isa import EXEC, M0, VCC, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
+from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N
 from .context import Context
@@ -71,15 +72,24 @@ def acc_coords(plan, r: int) -> tuple:
 
     The plan's swapped-operand D layout: D'[p][q] with q = i (lane % dim) and
     p = j = 4*G*(reg // 4) + 4*(lane // dim) + reg % 4, G = 64 / dim lane groups."""
-    d_regs = plan.mfma.d_regs
+    return _acc_coords(plan.mfma.d_regs, plan.repeats_N, plan.waves_N, plan.dim, plan.wave_tile_M, plan.wave_tile_N, r)
+
+
+@memo  # pure SymPy construction, asked for every accumulator register of every epilogue
+def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int, r: int):
     rep, reg = divmod(r, d_regs)
-    rm, rn = divmod(rep, plan.repeats_N)
+    rm, rn = divmod(rep, repeats_N)
+    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
+    groups = WAVE // dim
+    return i0 + rm * dim, j0 + rn * dim + 4 * groups * (reg // 4) + reg % 4
+
+
+@memo
+def _acc_origin(waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int):
+    """The thread-dependent part of _acc_coords, shared by all registers."""
     wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
-    wm, wn = sympy.floor(wave / plan.waves_N), sympy.Mod(wave, plan.waves_N)
-    dim, groups = plan.dim, WAVE // plan.dim
-    i = wm * plan.wave_tile_M + rm * dim + sympy.Mod(lane, dim)
-    j = wn * plan.wave_tile_N + rn * dim + 4 * groups * (reg // 4) + 4 * sympy.floor(lane / dim) + reg % 4
-    return i, j
+    wm, wn = sympy.floor(wave / waves_N), sympy.Mod(wave, waves_N)
+    return wm * wave_tile_M + sympy.Mod(lane, dim), wn * wave_tile_N + 4 * sympy.floor(lane / dim)
 
 
 def accumulator_coords(plan):
