@@ -7,6 +7,8 @@ outermost loop frame where its symbols exist (loop-invariant code motion for fre
 """
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from ..errors import CompileError
@@ -36,6 +38,13 @@ def split_floor_div(expr):
         coeff, rest = arg.as_coeff_Mul()
         if coeff.is_Rational and not coeff.is_Integer and coeff > 0:  # floor(p/q * x)
             return coeff.p * rest, int(coeff.q)
+        terms = [t.as_coeff_Mul() for t in sympy.Add.make_args(arg)]
+        if all(c.is_Rational and not r.is_Mul for c, r in terms):
+            # a sum of rational multiples of atoms (floor(x/4 + 3/2)): the common denominator, without the
+            # cost of sympy.together (which gives the same numerator for such sums; it would also factor
+            # products of symbols, hence the guard)
+            den = math.lcm(*(int(c.q) for c, _ in terms))
+            return (sympy.Add(*(c * den * r for c, r in terms)), den) if den > 1 else None
         num, den = sympy.fraction(sympy.together(arg))
         if den.is_Integer and den > 1:
             return num, int(den)
@@ -392,6 +401,7 @@ def _signed(atom) -> bool:
     return atom.is_Symbol and not atom.is_nonnegative
 
 
+@memo
 def _is_simple(expr) -> bool:
     """One operation on atoms: worth keeping for other addresses."""
     return all(a.is_Atom or (a.is_Mul and all(x.is_Atom for x in a.args)) for a in expr.args)

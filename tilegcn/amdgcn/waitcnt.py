@@ -170,7 +170,9 @@ def _transfer(arch):
             facts = effects[id(insts)] = [_effects(inst) for inst in insts]
         for inst, (needed, counter, written, smem) in zip(insts, facts):
             if needed:
-                wait(vm.allowed_for(needed), lgkm.allowed_for(needed))
+                need_vm, need_lgkm = vm.allowed_for(needed), lgkm.allowed_for(needed)
+                if need_vm is not None or need_lgkm is not None:
+                    wait(need_vm, need_lgkm)
             out.append(inst)
             if counter == 1:
                 vm.issue(written)
