@@ -185,6 +185,16 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     return {part: statistics.median(values) for part, values in runs.items()}
 
 
+def print_cache_hit(target, args_src, constants, arch, cache_dir, repeat):
+    compiles, imports, walls, not_hit = cache_hit(target, args_src, constants, arch, cache_dir, repeat)
+    if compiles:
+        print(f"  cache hit, new process: compile call {median_ms(compiles)}, "
+              f"import torch+tilegcn {median_ms(imports)}, process wall {median_ms(walls)}"
+              + (f" ({not_hit} runs left out: tilegcn's sources changed meanwhile)" if not_hit else ""))
+    else:
+        print("  cache hit, new process: not measured (tilegcn's sources changed during every run)")
+
+
 class NullModule:
     """A device module whose launch does nothing: what is left of a call is the host-side overhead."""
 
@@ -214,6 +224,7 @@ def main() -> int:
     ap.add_argument("--arch", action="append", help="target arch (repeatable); default: gfx942 and gfx950")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm-call measurement (needs a device)")
+    ap.add_argument("--no-cache-hit", action="store_true", help="skip the cache-hit measurement (new processes)")
     ap.add_argument("--breakdown", action="store_true", help="also split the lowering into its parts")
     opts = ap.parse_args()
     arches = opts.arch or ["gfx942", "gfx950"]
@@ -241,19 +252,12 @@ def main() -> int:
             if opts.breakdown:
                 parts = lowering_breakdown(fn, args, constants, arch, opts.repeat)
                 total = parts.pop("total")
-                statements = parts.get("statements", 0.0)
-                print(f"    lowering alone, CPU time {median_ms([total])}: " + ", ".join(
-                    f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
-                    + f", other {(total - statements - sum(v for k, v in parts.items() if k in ('waits', 'hazards', 'render'))) * 1e3:.1f} ms"
-                    + " (address arithmetic is part of statements)")
-            compiles, imports, walls, not_hit = cache_hit(target, args_src, constants, arch, cache_dir,
-                                                          opts.repeat)
-            if compiles:
-                print(f"  cache hit, new process: compile call {median_ms(compiles)}, "
-                      f"import torch+tilegcn {median_ms(imports)}, process wall {median_ms(walls)}"
-                      + (f" ({not_hit} runs left out: tilegcn's sources changed meanwhile)" if not_hit else ""))
-            else:
-                print("  cache hit, new process: not measured (tilegcn's sources changed during every run)")
+                other = total - sum(parts.get(k, 0.0) for k in ("statements", "waits", "hazards", "render"))
+                print(f"    lowering alone, CPU time {median_ms([total])}: "
+                      + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
+                      + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements)")
+            if not opts.no_cache_hit:
+                print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:
                 warm_args = eval(warm_args_src, {"torch": torch})
                 os.environ["TILEGCN_ARCH"] = arch  # so that the plain call form targets this arch

@@ -101,7 +101,6 @@ class Recent:
         return Recent(mfmas, valu, min(m0, o_m0))
 
 
-
 _NOT_ISSUED = (0, False, False, (), (), None)  # a label or comment: no wait state, reads and writes nothing
 _ISSUED = (1, False, False, (), (), None)  # SALU, waits, barriers, branches...: one wait state, no vector read
 

@@ -143,8 +143,8 @@ def _effects(inst: Inst) -> tuple:
 
 
 def _transfer(arch):
-    effects: dict = {}  # id(block's instruction list) -> its instructions' _effects: a loop block is transferred
-    # several times, and register units are the same every time
+    effects: dict = {}  # id(block's instruction list) -> its instructions' _effects (a loop block is transferred
+    #                     several times; its instructions' register units stay the same)
 
     def transfer(insts: list, state):
         vm, lgkm = state[0].copy(), state[1].copy()
