@@ -4,8 +4,9 @@
 
 Per kernel and arch:
   cold compile   fn.compile(...) against an empty cache dir, in a warm process (imports done, LLVM found,
-                 compiler sources hashed), broken down into trace / key (IR text + hash) / lower / assemble /
-                 cache (lock + publish)
+                 compiler sources hashed, but the lowering's SymPy memos emptied: what a first compile of
+                 the kernel in a process costs), broken down into trace / key (IR text + hash) / lower /
+                 assemble / cache (lock + publish)
   cache hit      a new process (`python -c`) compiling against the populated cache: the compile call's
                  in-process time, the import time, and the whole process's wall time
   warm call      host-side overhead of a warm `fn(*args)` before the device launch: the call is made once for
@@ -32,6 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import torch  # noqa: E402
 
 import tilegcn  # noqa: E402
+from tilegcn.amdgcn import symcache  # noqa: E402
 
 COLD_TARGET_S = 0.050
 WARM_TARGET_S = 5e-6
@@ -50,6 +52,9 @@ CASES = [
     ("gemm 256x256x64 bf16 (tile 256x256x64, 512 threads)", "examples.gemm.gemm:gemm",
      "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
      " torch.empty(256, 256, dtype=torch.bfloat16)]", {}, None),
+    ("gemm 256x256x64 bf16, num_stages=2", "examples.gemm.gemm:gemm",
+     "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
+     " torch.empty(256, 256, dtype=torch.bfloat16)]", {"num_stages": 2}, None),
 ]
 
 
@@ -73,6 +78,7 @@ def cold(fn, args, constants, arch, repeat):
         last_dir = os.path.join(tempfile.mkdtemp(prefix="tilegcn-bench-"), "cache")
         os.environ["TILEGCN_CACHE_DIR"] = last_dir
         f = tilegcn.jit(fn.fn)
+        symcache.clear()  # no SymPy result memoised by an earlier compile of this kernel
         t0 = time.perf_counter()
         k = f.compile(*args, arch=arch, **constants)
         totals.append(time.perf_counter() - t0)
@@ -129,6 +135,66 @@ def cache_hit(target, args_src, constants, arch, cache_dir, repeat):
     return compiles, imports, walls, missed
 
 
+def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
+    """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
+    `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
+    statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls), wait
+    counts, hazard nops, rendering. The parts are timed by wrapping those functions for the measurement."""
+    from tilegcn import passes
+    from tilegcn.amdgcn.addr import ExprLowering
+    from tilegcn.language import trace
+
+    signature, trace_args = fn._signature(args)
+    kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
+    spent: dict = {}
+    depth: dict = {}  # part -> calls of it in progress: only the outermost one is timed (they recurse)
+
+    def timed(owner, name, part):
+        inner = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            if depth.get(part):
+                return inner(*a, **k)
+            depth[part] = 1
+            t0 = time.process_time()
+            try:
+                return inner(*a, **k)
+            finally:
+                spent[part] = spent.get(part, 0.0) + time.process_time() - t0
+                depth[part] = 0
+
+        setattr(owner, name, wrapper)
+        return owner, name, inner
+
+    saved = [timed(passes, "lower_statements", "statements"), timed(passes, "insert_waits", "waits"),
+             timed(passes, "insert_hazard_nops", "hazards"), timed(passes, "render", "render")]
+    saved += [timed(ExprLowering, m, "address arithmetic") for m in ("vgpr", "sgpr", "sgpr64")]
+    runs: dict = {}
+    try:
+        for _ in range(repeat):
+            symcache.clear()
+            spent.clear()
+            t0 = time.process_time()
+            passes.lower(kernel, arch)
+            spent["total"] = time.process_time() - t0
+            for part, value in spent.items():
+                runs.setdefault(part, []).append(value)
+    finally:
+        for owner, name, inner in saved:
+            setattr(owner, name, inner)
+    return {part: statistics.median(values) for part, values in runs.items()}
+
+
+def print_cache_hit(target, args_src, constants, arch, cache_dir, repeat):
+    compiles, imports, walls, not_hit = cache_hit(target, args_src, constants, arch, cache_dir, repeat)
+    if compiles:
+        print(f"  cache hit, new process: compile call {median_ms(compiles)}, "
+              f"import torch+tilegcn {median_ms(imports)}, process wall {median_ms(walls)}"
+              + (f" ({not_hit} runs left out: tilegcn's sources changed meanwhile)" if not_hit else ""))
+    else:
+        print("  cache hit, new process: not measured (tilegcn's sources changed during every run)")
+
+
 class NullModule:
     """A device module whose launch does nothing: what is left of a call is the host-side overhead."""
 
@@ -158,6 +224,8 @@ def main() -> int:
     ap.add_argument("--arch", action="append", help="target arch (repeatable); default: gfx942 and gfx950")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--no-warm", action="store_true", help="skip the warm-call measurement (needs a device)")
+    ap.add_argument("--no-cache-hit", action="store_true", help="skip the cache-hit measurement (new processes)")
+    ap.add_argument("--breakdown", action="store_true", help="also split the lowering into its parts")
     opts = ap.parse_args()
     arches = opts.arch or ["gfx942", "gfx950"]
     saved_env = {k: os.environ.get(k) for k in ("TILEGCN_CACHE_DIR", "TILEGCN_ARCH")}
@@ -181,14 +249,15 @@ def main() -> int:
             for name in ("trace", "key", "lower", "assemble", "cache"):
                 if name in parts:
                     print(f"    {name:15} {median_ms(parts[name])}")
-            compiles, imports, walls, not_hit = cache_hit(target, args_src, constants, arch, cache_dir,
-                                                          opts.repeat)
-            if compiles:
-                print(f"  cache hit, new process: compile call {median_ms(compiles)}, "
-                      f"import torch+tilegcn {median_ms(imports)}, process wall {median_ms(walls)}"
-                      + (f" ({not_hit} runs left out: tilegcn's sources changed meanwhile)" if not_hit else ""))
-            else:
-                print("  cache hit, new process: not measured (tilegcn's sources changed during every run)")
+            if opts.breakdown:
+                parts = lowering_breakdown(fn, args, constants, arch, opts.repeat)
+                total = parts.pop("total")
+                other = total - sum(parts.get(k, 0.0) for k in ("statements", "waits", "hazards", "render"))
+                print(f"    lowering alone, CPU time {median_ms([total])}: "
+                      + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
+                      + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements)")
+            if not opts.no_cache_hit:
+                print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:
                 warm_args = eval(warm_args_src, {"torch": torch})
                 os.environ["TILEGCN_ARCH"] = arch  # so that the plain call form targets this arch

@@ -7,11 +7,14 @@ outermost loop frame where its symbols exist (loop-invariant code motion for fre
 """
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from ..errors import CompileError
 from .builder import KernelBuilder
 from .isa import Reg
+from .symcache import free_symbols, memo, sym
 
 MASK32 = (1 << 32) - 1
 _MAGIC_DIVIDEND_LIMIT = 1 << 16  # floor(n / d) by multiply-high is exact for n, d < 2**16
@@ -25,6 +28,9 @@ def log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+# Pure functions of SymPy expressions are memoised (see symcache.py): the same address expressions come back for
+# every ds_read, ds_write and store of a kernel.
+@memo
 def split_floor_div(expr):
     """(numerator, divisor) of floor(x / d), or None."""
     if isinstance(expr, sympy.floor):
@@ -32,6 +38,13 @@ def split_floor_div(expr):
         coeff, rest = arg.as_coeff_Mul()
         if coeff.is_Rational and not coeff.is_Integer and coeff > 0:  # floor(p/q * x)
             return coeff.p * rest, int(coeff.q)
+        terms = [t.as_coeff_Mul() for t in sympy.Add.make_args(arg)]
+        if all(c.is_Rational and not r.is_Mul for c, r in terms):
+            # a sum of rational multiples of atoms (floor(x/4 + 3/2)): the common denominator, without the
+            # cost of sympy.together (which gives the same numerator for such sums; it would also factor
+            # products of symbols, hence the guard)
+            den = math.lcm(*(int(c.q) for c, _ in terms))
+            return (sympy.Add(*(c * den * r for c, r in terms)), den) if den > 1 else None
         num, den = sympy.fraction(sympy.together(arg))
         if den.is_Integer and den > 1:
             return num, int(den)
@@ -40,7 +53,7 @@ def split_floor_div(expr):
 
 def split_const(expr):
     """(constant int, rest) of an expression."""
-    expr = sympy.sympify(expr)
+    expr = sym(expr)
     c, rest = expr.as_coeff_Add()
     if not c.is_Integer:
         return 0, expr
@@ -53,7 +66,7 @@ def linear_form(expr, scale: int = 1, out: dict | None = None) -> dict:
     Distributes integer factors over sums, nothing else (floor, Mod and products of symbols stay
     atoms): the cheap part of sympy.expand that address splitting needs."""
     out = {} if out is None else out
-    expr = sympy.sympify(expr)
+    expr = sym(expr)
     if expr.is_Integer:
         out[sympy.S.One] = out.get(sympy.S.One, 0) + scale * int(expr)
     elif isinstance(expr, sympy.Add):
@@ -82,7 +95,7 @@ def split_linear(form: dict, lane_symbols):
     for atom, coeff in form.items():
         if atom is sympy.S.One or coeff == 0:
             continue
-        (varying if atom.free_symbols & lane_symbols else uniform).append(coeff * atom)
+        (varying if free_symbols(atom) & lane_symbols else uniform).append(coeff * atom)
     return sympy.Add(*uniform), sympy.Add(*varying), const
 
 
@@ -90,13 +103,17 @@ def value_range(expr, ranges: dict):
     """(lowest, highest) value of an integer expression whose symbols lie in `ranges` ({symbol: (lo,
     hi)}), by interval arithmetic (a bound, exact for the linear address forms tilegcn builds), or
     None when a symbol's range is unknown or the expression has another form."""
-    expr = sympy.sympify(expr)
+    return _value_range(sym(expr), tuple(ranges.items()))
+
+
+@memo
+def _value_range(expr, ranges: tuple):
     if expr.is_Integer:
         return int(expr), int(expr)
     if expr.is_Symbol:
-        return ranges.get(expr)
+        return dict(ranges).get(expr)
     if isinstance(expr, (sympy.Add, sympy.Mul)):
-        parts = [value_range(a, ranges) for a in expr.args]
+        parts = [_value_range(a, ranges) for a in expr.args]
         if None in parts:
             return None
         lo, hi = parts[0]
@@ -109,7 +126,7 @@ def value_range(expr, ranges: dict):
         return lo, hi
     div = split_floor_div(expr)
     if div is not None:
-        r = value_range(div[0], ranges)
+        r = _value_range(div[0], ranges)
         return None if r is None else (r[0] // div[1], r[1] // div[1])
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
         return 0, int(expr.args[1]) - 1
@@ -125,7 +142,7 @@ class ExprLowering:
     # -- SGPR (uniform) -------------------------------------------------------------------------
     def sgpr(self, expr) -> Reg | int:
         """A uniform expression as an int (constant) or an SGPR."""
-        expr = sympy.sympify(expr)
+        expr = sym(expr)
         if expr.is_Integer:
             return int(expr)
         hit = self.b.cse_get("s", expr)
@@ -133,7 +150,7 @@ class ExprLowering:
             return hit
         if expr in self.b.symbol_regs:
             return self.b.symbol_regs[expr]
-        if expr.free_symbols & self.b.lane_symbols:
+        if free_symbols(expr) & self.b.lane_symbols:
             raise CompileError(f"internal: {expr} is not uniform")
         frame = self.b.frame_of(expr)
         out = self.b.alloc_in_frame("s", frame)
@@ -149,7 +166,7 @@ class ExprLowering:
         to 64 bits (s_mul_hi_u32) and terms added with a carry, so offsets past 4 GiB are exact.
         A term with a negative coefficient is refused: the offset could go below the tensor's start,
         where a V# cannot range-check it."""
-        expr = sympy.sympify(expr)
+        expr = sym(expr)
         if expr.is_Integer:
             return int(expr)
         hit = self.b.cse_get("s64", expr)
@@ -274,7 +291,7 @@ class ExprLowering:
         The result is kept for reuse (CSE). Intermediate values computed on the way are freed once
         the outermost value is done, except simple ones (`tid % 64`, `tid // 64`) that many addresses
         share: long address chains (the XOR swizzle) would otherwise hold registers for a whole loop."""
-        expr = sympy.sympify(expr)
+        expr = sym(expr)
         hit = self.b.cse_get("v", expr) or self._temps.get(expr)
         if hit is not None:
             return hit
@@ -299,10 +316,10 @@ class ExprLowering:
 
     def operand(self, expr):
         """An expression as a VALU operand: int constant, SGPR (uniform) or VGPR."""
-        expr = sympy.sympify(expr)
+        expr = sym(expr)
         if expr.is_Integer:
             return int(expr)
-        if not expr.free_symbols & self.b.lane_symbols:
+        if not free_symbols(expr) & self.b.lane_symbols:
             return self.sgpr(expr)
         return self.vgpr(expr)
 
@@ -315,12 +332,12 @@ class ExprLowering:
 
     def _vgpr_into(self, out: Reg, expr, frame: int):
         emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
-        if not expr.free_symbols & self.b.lane_symbols:
+        if not free_symbols(expr) & self.b.lane_symbols:
             emit("v_mov_b32", out, self.operand(expr))
             return
         if isinstance(expr, sympy.Add):
             const, rest = split_const(expr)
-            if const and rest.free_symbols & self.b.lane_symbols:
+            if const and free_symbols(rest) & self.b.lane_symbols:
                 emit("v_add_u32", out, const, self.vgpr(rest))  # the sum without the constant is shared
                 return
             terms = [self.operand(t) for t in sympy.Add.make_args(rest)]
@@ -384,6 +401,7 @@ def _signed(atom) -> bool:
     return atom.is_Symbol and not atom.is_nonnegative
 
 
+@memo
 def _is_simple(expr) -> bool:
     """One operation on atoms: worth keeping for other addresses."""
     return all(a.is_Atom or (a.is_Mul and all(x.is_Atom for x in a.args)) for a in expr.args)

@@ -17,6 +17,7 @@ import sympy
 from . import isa
 from .isa import Inst, Reg
 from .regalloc import VirtualFile
+from .symcache import free_symbols
 
 _KIND_BY_PREFIX = (
     ("s_load", isa.SMEM), ("s_buffer_load", isa.SMEM), ("s_waitcnt", isa.WAIT), ("s_barrier", isa.BARRIER),
@@ -94,7 +95,9 @@ class KernelBuilder:
     # -- frames ---------------------------------------------------------------------------------
     def frame_of(self, expr) -> int:
         """Index of the outermost frame in which every symbol of `expr` is defined."""
-        symbols = expr.free_symbols if isinstance(expr, sympy.Basic) else set()
+        if not isinstance(expr, sympy.Basic) or len(self.frames) == 1:
+            return 0
+        symbols = free_symbols(expr)
         depth = 0
         for i, f in enumerate(self.frames):
             if symbols & f.symbols:

@@ -62,12 +62,15 @@ def blocks(insts: list) -> list:
 def solve(blks: list, entry, transfer, join, max_rounds: int = 1000) -> list:
     """Forward dataflow to a fixed point; returns the instruction list rewritten by `transfer`.
 
-    transfer(block_insts, state_in) -> (rewritten insts, state_out); join(a, b) -> state (a may be None: no
-    path seen yet). States must compare with ==."""
+    transfer(block_insts, state_in) -> (rewritten insts, state_out) must not modify state_in; join(a, b) ->
+    state (a may be None: no path seen yet). States must compare with ==. A block's entry state is replaced
+    only when it changes, so the rewrite made from the final entry state is kept, not computed again: blocks
+    outside loops are transferred once."""
     if not blks:
         return []
     state_in: list = [None] * len(blks)
     state_in[0] = entry
+    rewritten: list = [None] * len(blks)  # (entry state it was made from, rewritten insts)
     work = [0]
     rounds = 0
     while work:
@@ -75,7 +78,8 @@ def solve(blks: list, entry, transfer, join, max_rounds: int = 1000) -> list:
         if rounds > max_rounds * len(blks):
             raise RuntimeError("dataflow did not converge")
         i = work.pop(0)
-        _, out = transfer(blks[i].insts, state_in[i])
+        insts, out = transfer(blks[i].insts, state_in[i])
+        rewritten[i] = (state_in[i], insts)
         for s in blks[i].succs:
             new = join(state_in[s], out)
             if state_in[s] is None or new != state_in[s]:
@@ -83,9 +87,11 @@ def solve(blks: list, entry, transfer, join, max_rounds: int = 1000) -> list:
                 if s not in work:
                     work.append(s)
     result: list[Inst] = []
-    for blk, st in zip(blks, state_in):
+    for blk, st, done in zip(blks, state_in, rewritten):
         if st is None:  # unreachable: keep as is
             result.extend(blk.insts)
+        elif done[0] is st:
+            result.extend(done[1])
         else:
             result.extend(transfer(blk.insts, st)[0])
     return result

@@ -44,10 +44,15 @@ def _reg_units(reg) -> frozenset:
     return frozenset(reg.units())
 
 
-def _units(regs) -> frozenset:
-    if len(regs) == 1:
-        return _reg_units(regs[0])
-    return frozenset().union(*(_reg_units(r) for r in regs))
+def _units(regs) -> list:
+    """(file, index) of every 32-bit register of `regs` (computed directly: cheaper than hashing the Regs)."""
+    out = []
+    for r in regs:
+        if r.count == 1:
+            out.append((r.file, r.index))
+        else:
+            out.extend([(r.file, r.index + i) for i in range(r.count)])
+    return out
 
 
 class Recent:
@@ -95,66 +100,89 @@ class Recent:
             valu[k] = min(s, valu.get(k, s))
         return Recent(mfmas, valu, min(m0, o_m0))
 
-    def required(self, inst: Inst, arch) -> int:
-        """Wait states `inst` still needs."""
-        hz = arch.mfma_hazards
-        now = self.now
-        need = 0
-        mfma_of = self.mfma_of
-        if inst.kind == isa.LDS_DMA:
-            need = max(need, arch.m0_write_to_lds_dma_nops + 1 - (now - self.m0_at))
-        if inst.kind == isa.MFMA:
-            src_ab = _units(inst.uses[:2])
-            src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
-            src_c = _reg_units(src_c_reg) if src_c_reg is not None else frozenset()
-            for u in src_ab:
-                if u in mfma_of:
-                    t, passes, _ = mfma_of[u]
-                    need = max(need, hz.vdst_to_read[passes] - (now - t))
-            for u in src_c:
-                if u in mfma_of:
-                    t, passes, dst = mfma_of[u]
-                    if dst != src_c_reg:
-                        need = max(need, hz.vdst_to_srcc_overlap[passes] - (now - t))
-            valu_at = self.valu_at
-            for u in src_ab | src_c:
-                if u in valu_at:
-                    need = max(need, hz.valu_write_to_mfma_src - (now - valu_at[u]))
-        elif inst.kind not in _NO_VECTOR_READ and mfma_of:
-            for u in _units(inst.uses):
-                if u in mfma_of:
-                    t, passes, _ = mfma_of[u]
-                    need = max(need, hz.vdst_to_read[passes] - (now - t))
-        return need
 
-    def issued(self, inst: Inst, arch):
-        self.now += int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
-        if inst.kind == isa.MFMA:
-            entry = (self.now, _mfma_passes(inst.op, arch), inst.defs[0])
-            for u in _reg_units(inst.defs[0]):
-                self.mfma_of[u] = entry
-        elif inst.kind == isa.VALU:
-            for u in _units(inst.defs):
-                self.valu_at[u] = self.now
-        if M0 in inst.defs:
-            self.m0_at = self.now
+_NOT_ISSUED = (0, False, False, (), (), None)  # a label or comment: no wait state, reads and writes nothing
+_ISSUED = (1, False, False, (), (), None)  # SALU, waits, barriers, branches...: one wait state, no vector read
+
+
+def _facts(inst: Inst, arch) -> tuple:
+    """What the pass needs of one instruction, computed once per pass (a loop block is transferred several
+    times): (wait states it takes, writes M0, is an LDS DMA, units it reads (non-MFMA), units a VALU writes,
+    MFMA facts or None: (srcA/B units, srcC Reg, srcC units, all source units, passes, dst Reg, dst units))."""
+    kind = inst.kind
+    if kind in (isa.LABEL, isa.COMMENT):
+        return _NOT_ISSUED
+    states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1  # an s_nop N is N+1 wait states
+    m0 = M0 in inst.defs
+    if kind in _NO_VECTOR_READ:
+        return _ISSUED if states == 1 and not m0 else (states, m0, False, (), (), None)
+    if kind == isa.MFMA:
+        src_ab, src_c = _units(inst.uses[:2]), _units(inst.uses[2:3])
+        src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
+        mfma = (src_ab, src_c_reg, src_c, src_ab + src_c, _mfma_passes(inst.op, arch), inst.defs[0],
+                _units(inst.defs[:1]))
+        return states, m0, False, (), (), mfma
+    valu_units = _units(inst.defs) if kind == isa.VALU else ()
+    return states, m0, kind == isa.LDS_DMA, _units(inst.uses), valu_units, None
 
 
 def _transfer(arch):
+    facts_of: dict = {}  # id(block's instruction list) -> its instructions' _facts
+    hz = arch.mfma_hazards
+    vdst_to_read, vdst_to_srcc_overlap, valu_to_mfma = hz.vdst_to_read, hz.vdst_to_srcc_overlap, \
+        hz.valu_write_to_mfma_src
+    m0_to_dma = arch.m0_write_to_lds_dma_nops + 1
+    max_nop = arch.max_nop + 1
+
     def transfer(insts: list, state: Recent):
+        """One pass over the block on a wait-state clock (`now`): what an instruction still needs is its hazard's
+        wait states minus those since the newest write of each register it reads."""
         state = state.copy()
+        facts = facts_of.get(id(insts))
+        if facts is None:
+            facts = facts_of[id(insts)] = [_facts(inst, arch) for inst in insts]
+        mfma_of, valu_at, now, m0_at = state.mfma_of, state.valu_at, state.now, state.m0_at
         out: list = []
-        for inst in insts:
-            need = state.required(inst, arch)
+        for inst, (states, m0, lds_dma, reads, valu_units, mfma) in zip(insts, facts):
+            need = 0
+            if lds_dma:
+                need = m0_to_dma - (now - m0_at)
+            if mfma is not None:
+                src_ab, src_c_reg, src_c, src_abc, _, _, _ = mfma
+                for u in src_ab:
+                    if u in mfma_of:
+                        t, passes, _ = mfma_of[u]
+                        need = max(need, vdst_to_read[passes] - (now - t))
+                for u in src_c:
+                    if u in mfma_of:
+                        t, passes, dst = mfma_of[u]
+                        if dst != src_c_reg:  # accumulating into exactly the same registers needs none
+                            need = max(need, vdst_to_srcc_overlap[passes] - (now - t))
+                for u in src_abc:
+                    if u in valu_at:
+                        need = max(need, valu_to_mfma - (now - valu_at[u]))
+            elif reads and mfma_of:
+                for u in reads:
+                    if u in mfma_of:
+                        t, passes, _ = mfma_of[u]
+                        need = max(need, vdst_to_read[passes] - (now - t))
             while need > 0:
-                n = min(need, arch.max_nop + 1)
-                nop = Inst("s_nop", (n - 1,), kind=isa.SOPP)
-                out.append(nop)
-                state.issued(nop, arch)
+                n = min(need, max_nop)
+                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
+                now += n  # an s_nop n-1 is n wait states
                 need -= n
             out.append(inst)
-            if inst.kind not in (isa.LABEL, isa.COMMENT):
-                state.issued(inst, arch)
+            now += states
+            if mfma is not None:
+                entry = (now, mfma[4], mfma[5])
+                for u in mfma[6]:
+                    mfma_of[u] = entry
+            else:
+                for u in valu_units:
+                    valu_at[u] = now
+            if m0:
+                m0_at = now
+        state.now, state.m0_at = now, m0_at
         return out, state
 
     return transfer

@@ -84,8 +84,13 @@ class Pending:
         """Outstanding ops allowed so that every op writing `units` has completed (None: nothing to wait for).
         A distance past the counter's range waits for the counter's maximum (as LLVM's SIInsertWaitcnts does)."""
         ticket = self.ticket
-        newest = max((ticket[u] for u in units if u in ticket), default=None)
-        if newest is None or newest < self.retired:
+        newest = -1
+        if ticket:
+            for u in units:
+                t = ticket.get(u, -1)
+                if t > newest:
+                    newest = t
+        if newest < self.retired:  # no op writing them (-1), or all such complete
             return None
         return min(self.issued - newest - 1, self.limit - 1)
 
@@ -103,9 +108,13 @@ class Pending:
 
 
 def _units(regs) -> list:
+    """(file, index) of every 32-bit register of `regs`."""
     out = []
     for r in regs:
-        out.extend(r.units())
+        if r.count == 1:
+            out.append((r.file, r.index))
+        else:
+            out.extend([(r.file, r.index + i) for i in range(r.count)])
     return out
 
 
@@ -126,7 +135,21 @@ def _needed_units(inst: Inst) -> list:
     return _units(inst.uses) + [u for u in _units(inst.defs) if u[0] != LDS_FILE]
 
 
+_NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
+
+
+def _effects(inst: Inst) -> tuple:
+    """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load)."""
+    kind = inst.kind
+    needed = None if kind in _NO_NEEDS else tuple(_needed_units(inst))
+    counter = 1 if kind in _VM_KINDS else 2 if kind in _LGKM_KINDS else 0
+    return needed, counter, tuple(_written_units(inst)) if counter else (), kind == isa.SMEM
+
+
 def _transfer(arch):
+    effects: dict = {}  # id(block's instruction list) -> its instructions' _effects (a loop block is transferred
+    #                     several times; its instructions' register units stay the same)
+
     def transfer(insts: list, state):
         vm, lgkm = state[0].copy(), state[1].copy()
         out: list = []
@@ -146,16 +169,19 @@ def _transfer(arch):
             if need_lgkm is not None:
                 lgkm.wait(need_lgkm)
 
-        for inst in insts:
-            kind = inst.kind
-            if kind not in (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH):
-                needed = _needed_units(inst)
-                wait(vm.allowed_for(needed), lgkm.allowed_for(needed))
+        facts = effects.get(id(insts))
+        if facts is None:
+            facts = effects[id(insts)] = [_effects(inst) for inst in insts]
+        for inst, (needed, counter, written, smem) in zip(insts, facts):
+            if needed:
+                need_vm, need_lgkm = vm.allowed_for(needed), lgkm.allowed_for(needed)
+                if need_vm is not None or need_lgkm is not None:
+                    wait(need_vm, need_lgkm)
             out.append(inst)
-            if kind in _VM_KINDS:
-                vm.issue(_written_units(inst))
-            elif kind in _LGKM_KINDS:
-                lgkm.issue(_written_units(inst), smem=kind == isa.SMEM)
+            if counter == 1:
+                vm.issue(written)
+            elif counter == 2:
+                lgkm.issue(written, smem=smem)
         return out, (vm, lgkm)
 
     return transfer

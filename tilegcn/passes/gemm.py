@@ -21,13 +21,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-import numpy as np
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.isa import EXEC, M0, VCC, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
+from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N
 from .context import Context
@@ -75,15 +75,24 @@ def acc_coords(plan, r: int) -> tuple:
 
     The plan's swapped-operand D layout: D'[p][q] with q = i (lane % dim) and
     p = j = 4*G*(reg // 4) + 4*(lane // dim) + reg % 4, G = 64 / dim lane groups."""
-    d_regs = plan.mfma.d_regs
+    return _acc_coords(plan.mfma.d_regs, plan.repeats_N, plan.waves_N, plan.dim, plan.wave_tile_M, plan.wave_tile_N, r)
+
+
+@memo  # pure SymPy construction, asked for every accumulator register of every epilogue
+def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int, r: int):
     rep, reg = divmod(r, d_regs)
-    rm, rn = divmod(rep, plan.repeats_N)
+    rm, rn = divmod(rep, repeats_N)
+    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
+    groups = WAVE // dim
+    return i0 + rm * dim, j0 + rn * dim + 4 * groups * (reg // 4) + reg % 4
+
+
+@memo
+def _acc_origin(waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int):
+    """The thread-dependent part of _acc_coords, shared by all registers."""
     wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
-    wm, wn = sympy.floor(wave / plan.waves_N), sympy.Mod(wave, plan.waves_N)
-    dim, groups = plan.dim, WAVE // plan.dim
-    i = wm * plan.wave_tile_M + rm * dim + sympy.Mod(lane, dim)
-    j = wn * plan.wave_tile_N + rn * dim + 4 * groups * (reg // 4) + 4 * sympy.floor(lane / dim) + reg % 4
-    return i, j
+    wm, wn = sympy.floor(wave / waves_N), sympy.Mod(wave, waves_N)
+    return wm * wave_tile_M + sympy.Mod(lane, dim), wn * wave_tile_N + 4 * sympy.floor(lane / dim)
 
 
 def accumulator_coords(plan):
@@ -99,15 +108,15 @@ def lds_barrier(ctx: Context, access: str):
     ctx.lds_state = "written" if access == "write" else "read"
 
 
-def _lds_address(ctx: Context, family, key, extra: int, offsets_of_all_threads):
+def _lds_address(ctx: Context, family, key, extra: int):
     """(VGPR base, offset:) for the LDS byte address family[key] + extra.
 
     The plan's base is 0 at a reference thread and may be negative elsewhere; it is shifted to be
     non-negative on every thread (the 32-bit address sum must not rely on wrapping), and the constant
-    is split so `offset:` stays within its 16 bits. `offsets_of_all_threads`: the numeric offsets of
-    this access for every thread (numpy), from which the base's minimum follows."""
+    is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
+    of this access over every thread (`family.lowest`, computed once with the plan)."""
     index = family.base_of[key]
-    low = int(np.min(offsets_of_all_threads)) - family.const[key]
+    low = family.lowest[key] - family.const[key]
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
@@ -198,12 +207,10 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
     """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
-    tids = np.arange(ctx.threads)
     for slot in cp.write_slots:
         with _ExecMask(ctx, cp.active_threads(slot)):
             for e in range(cp.writes_per_slot):
-                numeric = cp.lds_offsets(tids, slot)[e]
-                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base, numeric)
+                vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
                 if cp.kind == "b128":
                     ctx.b.emit("ds_write_b128", vaddr, regs[slot], suffix=f"offset:{imm}", defs=defs)
                 else:
@@ -402,17 +409,13 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
 
-    tids = np.arange(ctx.threads)
-
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
             fragment = regs[read.operand][read.rep]
             for index, piece in enumerate(plan.read_pieces(read.operand)):
-                numeric = plan.operand_read_offsets(read.operand, tids // WAVE, tids % WAVE, read.rep, step,
-                                                    piece=index)
                 vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
-                                          bases[read.operand], numeric)
+                                          bases[read.operand])
                 b.emit(piece.mnemonic, fragment[piece.vgpr:piece.vgpr + piece.count], vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)

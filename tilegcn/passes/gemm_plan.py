@@ -280,7 +280,8 @@ class SeparatedOffsets:
     bases: SymPy expressions in TID; bases_wl: the same in WAVE_SYM, LANE_SYM (tid = 64*wave + lane). Each base is 0
     at the first active thread of its representative key `base_keys[b]`, so a constant is what that thread (thread
     0 when it is active) uses. The classes are exactly the equivalence classes of "differs by a thread-independent
-    constant", so no smaller set of bases exists."""
+    constant", so no smaller set of bases exists. lowest[key]: the smallest offset(key, tid) over every thread (active
+    or not; what an address computed for all of them must stay above)."""
 
     keys: tuple
     bases: tuple
@@ -288,6 +289,7 @@ class SeparatedOffsets:
     base_keys: tuple
     base_of: dict
     const: dict
+    lowest: dict
 
     def base_expr(self, key, in_wave_lane: bool = False):
         return (self.bases_wl if in_wave_lane else self.bases)[self.base_of[key]]
@@ -312,9 +314,10 @@ def _separate(keys, numeric, symbolic, tids, active=None) -> SeparatedOffsets:
     symbolic(key, wave, lane) builds the SymPy offset. A base is a formula in tid, defined on every thread, so only
     the key's active threads must agree."""
     tids = np.asarray(tids, dtype=np.int64)
-    reps, bases, bases_wl, base_keys, base_of, const = [], [], [], [], {}, {}
+    reps, bases, bases_wl, base_keys, base_of, const, lowest = [], [], [], [], {}, {}, {}
     for key in keys:
         vals = np.asarray(numeric(key, tids), dtype=np.int64)
+        lowest[key] = int(vals.min())
         act = np.ones(tids.shape, bool) if active is None else np.asarray(active(key, tids), bool)
         if not act.any():
             raise ValueError(f"T.gemm plan: no thread is active for {key!r}")
@@ -331,7 +334,7 @@ def _separate(keys, numeric, symbolic, tids, active=None) -> SeparatedOffsets:
             base_keys.append(key)
             reps.append((vals, t0))
             const[key] = int(vals[t0])
-    return SeparatedOffsets(tuple(keys), tuple(bases), tuple(bases_wl), tuple(base_keys), base_of, const)
+    return SeparatedOffsets(tuple(keys), tuple(bases), tuple(bases_wl), tuple(base_keys), base_of, const, lowest)
 
 
 # ----------------------------------------------------------------------------------------------------------------
