@@ -359,8 +359,10 @@ def test_bank_model_matches_the_emulator():
                  (np.arange(64) * 128, 16, None)]
         cp = plan.copy_plan("A")
         t = np.arange(64) + 64
-        if cp.kind == "b16":
-            cases += [(cp.lds_offsets(t, 0)[3], 2, None), (cp.lds_offsets(t, 0)[3], 2, rng.random(64) < 0.5)]
+        if cp.kind == "transpose":  # gfx942: A transposed by the register copy
+            write_bytes = 2 * cp.pack
+            cases += [(cp.lds_offsets(t, 0)[3], write_bytes, None),
+                      (cp.lds_offsets(t, 0)[3], write_bytes, rng.random(64) < 0.5)]
         else:  # gfx950: A stored (K, M), read with ds_read_b64_tr_b16
             cases.append((plan.operand_read_offsets("A", 1, np.arange(64), 1, 1, piece=1), 8, None))
         for nbytes in (2, 4, 8, 16):
