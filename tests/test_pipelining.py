@@ -129,6 +129,10 @@ CASES = [
     ("gfx950", "bf16", "KN", "64x64x32", 256, "row", True, 2),
     ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged8", True, 2),
     ("gfx950", "f16", "KN", "64x64x32", 256, "ragged8", False, 3),
+    # 512 threads, 256 runs per copy: half the waves copy nothing (EXEC-masked); the address values computed under
+    # that mask must not be reused by the gemm's reads (they once were: rows 32-63 silently wrong)
+    ("gfx942", "bf16", "KN", "64x64x32", 512, "ragged", False, 2),
+    ("gfx950", "bf16", "NK", "64x64x32", 512, "ragged8", True, 2),
 ]
 
 

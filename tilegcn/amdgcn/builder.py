@@ -131,6 +131,25 @@ class KernelBuilder:
             for key in [k for k in outer if k not in before]:
                 del outer[key]
 
+    @contextlib.contextmanager
+    def lanes_masked(self):
+        """Code emitted inside runs with some lanes switched off (an EXEC mask): a VGPR value computed there holds
+        garbage in the inactive lanes, so it must not be reused after the mask is lifted. Its CSE entries (and VGPR
+        constants materialised under the mask) are forgotten on exit; values the mask's code found already computed
+        stay valid, and so do SGPR values (EXEC does not apply to SALU). Values placed in an outer frame are emitted
+        before the loop, outside the mask, and stay too."""
+        frame = self.frames[-1]
+        before = set(frame.cse)
+        constants = set(self.constant_vgprs) if len(self.frames) == 1 else None
+        try:
+            yield
+        finally:
+            for key in [k for k in frame.cse if k not in before and k[0] == "v"]:
+                del frame.cse[key]
+            if constants is not None:
+                for value in [v for v in self.constant_vgprs if v not in constants]:
+                    del self.constant_vgprs[value]
+
     def cse_get(self, file: str, expr):
         for f in reversed(self.frames):
             hit = f.cse.get((file, expr))

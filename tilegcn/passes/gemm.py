@@ -129,6 +129,7 @@ class _ExecMask:
     def __init__(self, ctx: Context, active_lanes: int):
         self.ctx, self.active = ctx, active_lanes
         self.saved = None
+        self.scope = None
 
     def __enter__(self):
         if self.active >= self.ctx.threads:
@@ -138,10 +139,13 @@ class _ExecMask:
         b.emit("v_cmp_gt_u32", VCC, b.sgpr_constant(self.active) if self.active > 64 else self.active,
                WORKITEM_ID, defs=(VCC,))
         b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
+        self.scope = b.lanes_masked()  # lane values computed from here on are garbage in the switched-off lanes
+        self.scope.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.saved is not None:
+            self.scope.__exit__(*exc)
             self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
             self.ctx.b.s.free(self.saved)
 
