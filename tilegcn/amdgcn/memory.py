@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import sympy
 
 from ..ir import nodes as N
@@ -25,6 +26,7 @@ from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
 from .addr import ExprLowering, linear_form, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
+from .symcache import free_symbols, memo, sym
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
             12: "buffer_load_dwordx3", 16: "buffer_load_dwordx4"}
@@ -77,6 +79,13 @@ class Address(NamedTuple):
     soffset: Reg | int
     imm: int
     temp: bool
+
+
+@memo
+def _exact_span(expr, tid, threads: int) -> tuple:
+    """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each."""
+    values = np.broadcast_to(sympy.lambdify(tid, expr, modules="numpy")(np.arange(threads, dtype=np.int64)), threads)
+    return int(values.min()), int(values.max())
 
 
 class GlobalAccess:
@@ -163,7 +172,7 @@ class GlobalAccess:
         advance = sympy.Add(*(c * a for a, c in advance.items()))
         uniform, lane, const = split_linear(rest, self.b.lane_symbols)
         steps = value_range(advance, self.loop_ranges)
-        span = value_range(lane, self._lane_ranges())
+        span = self._lane_span(lane)
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
         if span[1] + const + steps[1] + width > BUFFER_REACH:
@@ -193,11 +202,20 @@ class GlobalAccess:
         """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
         inner = [c * a for form in forms[1:] for a, c in form.items()
                  if a in rest and (a is sympy.S.One or a.free_symbols & self.b.lane_symbols)]
-        span = value_range(sympy.Add(*inner), self._lane_ranges())
+        span = self._lane_span(sympy.Add(*inner))
         return span is not None and span[0] >= 0
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
+
+    def _lane_span(self, lane) -> tuple | None:
+        """(min, max) of a per-lane offset over the workgroup's threads: exact where it depends on the thread id
+        alone (interval arithmetic cannot see that an XOR swizzle written as a sum of Mod terms stays >= 0, and
+        would send the K loop's address back to a per-step V#), else value_range's bounds."""
+        symbols = free_symbols(sym(lane))
+        if len(symbols) == 1 and symbols <= self.b.lane_symbols:
+            return _exact_span(sym(lane), next(iter(symbols)), self.abi.kernel.threads)
+        return value_range(lane, self._lane_ranges())
 
     def _voffsets_reach(self, lane, imm: int, width: int) -> bool:
         """Whether every lane's 32-bit voffset (+ imm) is exact: in-tile offsets below BUFFER_REACH,
