@@ -318,6 +318,9 @@ def test_copy_option_errors_name_the_cause():
         gemm_by_dma.compile(*_gemm_args(False), arch="gfx942", num_stages=2)  # B (K, N): gfx942 cannot read it
     with pytest.raises(CompileError, match="not pipelined"):
         gemm_by_dma.compile(*_gemm_args(True), arch="gfx942", transpose_B=True, num_stages=1)
+    with pytest.raises(ResourceError, match="LDS budget exceeded: needs 131072 bytes"):  # a buffer per stage
+        gemm_by_dma.compile(*_gemm_args(True), arch="gfx942", transpose_B=True, num_stages=2, block_M=256,
+                            block_N=256)
 
 
 def test_copy_registers_keeps_gfx950_off_lds_dma():
