@@ -298,44 +298,40 @@ def _pipe(ctx: Context) -> PipeState:
     return ctx.pipe
 
 
-def _dma_refusal(ctx: Context, plan, operand: str, width: int) -> str | None:
-    """Why a copy of `operand` with `width`-byte accesses cannot go by LDS DMA, or None where it can."""
+def _dma_width(ctx: Context, plan, operand: str, width: int) -> tuple:
+    """(per-lane bytes of the widest LDS DMA a copy of `operand` with `width`-byte accesses can use, or 0; why 0).
+    Widths that fill 16-byte LDS chunks whole: 16 (gfx950) and 4 (gfx942's widest)."""
     arch = ctx.b.arch
     if not plan.copied_as_stored(operand):
-        return (f"LDS DMA cannot transpose: operand {operand} is not K-major in global memory and {arch.name} has "
-                "no transposing LDS read")
-    if not _dma_widths(arch, width):
-        return f"{arch.name}'s LDS DMA widths {arch.lds_dma_bytes} allow no piece of this copy's {width}-byte accesses"
-    return None
-
-
-def _dma_widths(arch, width: int) -> list:
-    """Per-lane LDS DMA widths that fill 16-byte LDS chunks whole (4 or 16 bytes) within `width`."""
-    return [w for w in arch.lds_dma_bytes if 4 <= w <= width and CHUNK % w == 0]
+        return 0, (f"LDS DMA cannot transpose: operand {operand} is not K-major in global memory and {arch.name} "
+                   "has no transposing LDS read")
+    widths = [w for w in arch.lds_dma_bytes if 4 <= w <= width and CHUNK % w == 0]
+    if not widths:
+        return 0, f"{arch.name}'s LDS DMA widths {arch.lds_dma_bytes} fit no piece of this copy's {width}-byte runs"
+    return max(widths), None
 
 
 def dma_lane_bytes(ctx: Context, plan, operand: str, width: int) -> int:
     """Per-lane bytes of the pipelined copy's LDS DMA, 0 for register-staged copies. copy="auto" (the default):
     LDS DMA only where a lane moves a whole 16-byte run (gfx950, the LDS tile keeping the user's layout: K-major, or
-    (K, N) read with ds_read_b64_tr_b16); gfx942's 4-byte DMA needs 4x the load instructions and M0 writes, and the
-    bench (README, K loop) measured it slower than register staging. copy="lds_dma" takes the widest legal width, or
-    raises a CompileError naming why none is; copy="registers" never uses DMA."""
-    mode = ctx.copy_mode
-    if mode == "registers":
+    (K, N) read with ds_read_b64_tr_b16); gfx942's 4-byte DMA needs 4x the load instructions and M0 writes, and it
+    needs an LDS buffer per stage, for a gain the bench does not show (README, K loop). copy="lds_dma" takes the
+    widest legal width, or raises a CompileError naming why none is; copy="registers" never uses DMA."""
+    if ctx.copy_mode == "registers":
         return 0
-    why = _dma_refusal(ctx, plan, operand, width)
-    if mode == "lds_dma":
-        if why:
-            raise CompileError(f"copy='lds_dma': {why}")
-        return max(_dma_widths(ctx.b.arch, width))
-    return CHUNK if why is None and max(_dma_widths(ctx.b.arch, width)) == CHUNK else 0
+    lane_bytes, why = _dma_width(ctx, plan, operand, width)
+    if ctx.copy_mode == "lds_dma" and why:
+        raise CompileError(f"copy='lds_dma': {why}")
+    return lane_bytes if ctx.copy_mode == "lds_dma" or lane_bytes == CHUNK else 0
 
 
 def may_use_lds_dma(ctx: Context, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` may go by LDS DMA (if their rows allow whole 16-byte runs)."""
     plan, operand = ctx.gemm_operands[buf]
-    return ctx.copy_mode != "registers" and _dma_refusal(ctx, plan, operand, CHUNK) is None and \
-        (ctx.copy_mode == "lds_dma" or max(_dma_widths(ctx.b.arch, CHUNK)) == CHUNK)
+    try:
+        return bool(dma_lane_bytes(ctx, plan, operand, CHUNK))
+    except CompileError:
+        return False  # the copy reports it, at its own line
 
 
 def _before_lds_write(ctx: Context, key):
