@@ -1,7 +1,7 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
-                                 [--schedule interleave,plain] [--no-estimate]
+                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
@@ -26,6 +26,8 @@ barriers and the other waves). `--no-estimate` leaves them out (the estimates ta
 
 num_stages=2 rows come once per schedule of `--schedule` (amdgcn/schedule.py: the default list scheduler,
 `interleave`, and `plain`, the order the lowering passes emit), so the interleave's effect is side by side.
+Pipelined rows (num_stages >= 2) come once per copy path of `--copy` (`tilegcn.jit(copy=...)`: "auto", "lds_dma",
+"registers"), so gfx942's 4-byte LDS DMA and its register-staged copies compare side by side.
 """
 from __future__ import annotations
 
@@ -108,30 +110,32 @@ def is_salu(instruction: str) -> bool:
     return instruction.startswith("s_") and not instruction.startswith(_NOT_SALU)
 
 
-def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE) -> dict:
+def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto") -> dict:
     """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 bf16 problem (the arch's device)."""
-    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule).estimate()
+    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule, copy).estimate()
     return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
 
-def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE):
+def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto"):
     bm, bn, bk = tile
-    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule).asm
+    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule, copy).asm
 
 
 @functools.lru_cache(maxsize=None)
-def jit_gemm(schedule: str):
-    """tests/kernels.py `gemm` with `schedule` ("interleave" is the default decorator's)."""
-    return kernels.gemm if schedule == INTERLEAVE else tilegcn.jit(kernels.gemm.fn, schedule=schedule)
+def jit_gemm(schedule: str, copy: str = "auto"):
+    """tests/kernels.py `gemm` with `schedule` and `copy` (the default decorator's: "interleave", "auto")."""
+    if (schedule, copy) == (INTERLEAVE, "auto"):
+        return kernels.gemm
+    return tilegcn.jit(kernels.gemm.fn, schedule=schedule, copy=copy)
 
 
-def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE):
+def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto"):
     """tests/kernels.py `gemm` compiled (not run) for bf16 operands of `shape` (M, N, K)."""
     (bm, bn, bk), (M, N, K) = tile, shape
     A = torch.empty(M, K, dtype=torch.bfloat16)
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
     C = torch.empty(M, N, dtype=torch.bfloat16)
-    return jit_gemm(schedule).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
+    return jit_gemm(schedule, copy).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
                                       transpose_B=layout == "NT", num_stages=stages)
 
 
@@ -151,32 +155,35 @@ def main(argv=None):
     ap.add_argument("--stages", default="1,2,3")
     ap.add_argument("--schedule", default="interleave,plain",
                     help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
+    ap.add_argument("--copy", default="auto",
+                    help="copy paths compared (tilegcn.jit(copy=...)), for num_stages >= 2 rows")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
     columns, head = COLUMNS + EXTRA_COLUMNS, HEAD + EXTRA_HEAD
     if not args.estimate:
         columns, head = columns[:-2], head[:-2]
-    schedules = args.schedule.split(",")
-    print(f"{'config':<46}" + "".join(f"{h:>9}" for h in head))
+    schedules, copies = args.schedule.split(","), args.copy.split(",")
+    print(f"{'config':<58}" + "".join(f"{h:>9}" for h in head))
     for arch in args.arch.split(","):
         for tile in args.tile.split(","):
             dims = tuple(int(x) for x in tile.split("x"))
             for layout in args.layout.split(","):
                 for stages in (int(s) for s in args.stages.split(",")):
                     for schedule in (schedules if stages == 2 else schedules[:1]):
-                        _row(arch, tile, dims, layout, stages, schedule, columns, args.estimate)
+                        for copy in (copies if stages > 1 else ["auto"]):
+                            _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate)
 
 
-def _row(arch, tile, dims, layout, stages, schedule, columns, estimate):
-    name = f"{arch} {tile} {layout} stages={stages} {schedule}"
+def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate):
+    name = f"{arch} {tile} {layout} stages={stages} {schedule} {copy}"
     try:
-        m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule), arch, dims[0], dims[1], 256)
-        m.update(model_estimate(arch, dims, layout, stages, schedule=schedule) if estimate else {})
+        m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule, copy=copy), arch, dims[0], dims[1], 256)
+        m.update(model_estimate(arch, dims, layout, stages, schedule=schedule, copy=copy) if estimate else {})
     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
-        print(f"{name:<46} {type(e).__name__}: {str(e)[:110]}")
+        print(f"{name:<58} {type(e).__name__}: {str(e)[:110]}")
         return
-    print(f"{name:<46}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}" for c in columns),
+    print(f"{name:<58}" + "".join(f"{m[c]:>9.2f}" if isinstance(m[c], float) else f"{m[c]:>9}" for c in columns),
           flush=True)
 
 

@@ -533,3 +533,32 @@ def test_compile_errors():
         plan_gemm("gfx942", "bf16", 64, 64, 32, 96)
     with pytest.raises(CompileError, match="no MFMA for float32"):
         plan_gemm("gfx942", "float32", 64, 64, 32, 256)
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIGS if c[0] == "gfx942"], ids=_id)
+def test_four_byte_lds_dma_fills_the_same_image(cfg):
+    """gfx942's buffer_load_dword ... lds (LDS byte M0 + 4 * lane): 4 consecutive lanes fill one 16-byte LDS chunk
+    with the 4-byte pieces of the global run that belongs there; the LDS tile equals the register path's, every
+    byte written once, and each wave instruction's lanes start at its M0."""
+    arch, tile, threads = cfg
+    plan = plan_of(arch, tile, threads, False, True)
+    A, B = random_operands(plan, 5)
+    lds = np.zeros(plan.lds_bytes // 2, np.uint16)
+    count = np.zeros(plan.lds_bytes // 2, np.int64)
+    for op in "AB":
+        cp = plan.dma_copy_plan(op, 4)
+        bits = user_tile_bits(plan, op, A, B)
+        for s in range(cp.slots):
+            for w in range(plan.waves):
+                t = 64 * w + np.arange(64)
+                act = cp.active(t, s)
+                if not act.any():
+                    continue
+                row, col = (np.asarray(x)[act] for x in cp.global_coords(t, s))
+                idx = np.asarray(cp.lds_offsets(t, s)[0])[act][:, None] // 2 + np.arange(2)
+                lds[idx] = bits[row[:, None], col[:, None] + np.arange(2)]
+                np.add.at(count, idx.reshape(-1), 1)
+                assert cp.dma_m0(w, s) + 4 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
+    assert (count == 1).all() and (lds == fill_lds(plan, A, B)).all()
+    with pytest.raises(CompileError, match="no 2-byte LDS DMA that fills"):
+        plan.dma_copy_plan("A", 2)

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import kernels
+import tilegcn
 from test_gemm import DTYPES, TILES, assert_close, inputs, launch, outside_tolerance, reference
-from tilegcn.errors import ResourceError
+from tilegcn.errors import ArgumentError, CompileError, ResourceError
 from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
@@ -281,3 +282,49 @@ def test_a_pipelined_kernel_is_a_disk_cache_hit_later(recwarn):
     assert kernels.gemm.cache_stats.disk_hits == 1 and kernels.gemm.cache_stats.compiles == 0
     assert again.asm == first.asm
     assert not [w for w in recwarn.list if "cache entry" in str(w.message)]
+
+
+# ---- gfx942's 4-byte LDS DMA: tilegcn.jit(copy="lds_dma") -------------------------------------------------------
+gemm_by_dma = tilegcn.jit(kernels.gemm.fn, copy="lds_dma")
+
+
+@pytest.mark.parametrize("shape, dtype, tile, stages", [
+    ((256, 256, 256), "bf16", "128x128x64", 2),  # A + B stages = 64 KiB: gfx942's whole LDS
+    ((200, 150, 136), "f16", "128x128x64", 2),  # partial tiles in M, N and K
+    ((130, 70, 100), "bf16", "64x64x32", 3),  # K rows of 200 bytes: 8-byte aligned runs, still 4-byte pieces
+], ids=["256^3-bf16", "ragged-f16", "K100-bf16-3stages"])
+def test_gfx942_lds_dma_copy_matches_torch(shape, dtype, tile, stages):
+    """copy="lds_dma" on gfx942 (NT: both operands K-major) copies by buffer_load_dword ... lds, 4 bytes a lane,
+    with no register staging, and computes A @ B.T within tolerance."""
+    bm, bn, bk = TILES[tile]
+    A, B, _, C = inputs(*shape, DTYPES[dtype], True, False, seed=3)
+    cfg = dict(arch="gfx942", block_M=bm, block_N=bn, block_K=bk, transpose_B=True, num_stages=stages)
+    asm = gemm_by_dma.compile(A, B, C, **cfg).asm
+    dma = [ln for ln in asm.splitlines() if ln.strip().startswith("buffer_load_dword ") and " lds" in ln]
+    assert dma and "ds_write" not in asm and "buffer_load_dwordx4" not in asm
+    gemm_by_dma(A, B, C, **cfg)
+    assert_close(C, reference(A, B, None, True), shape[2], f"gfx942 lds_dma {shape} {dtype} {tile} x{stages}")
+
+
+def _gemm_args(transpose_B):
+    A, B, _, C = inputs(128, 128, 128, torch.bfloat16, transpose_B, False, seed=1)
+    return A, B, C
+
+
+def test_copy_option_errors_name_the_cause():
+    with pytest.raises(ArgumentError, match="unknown copy='dma'.*'registers'"):
+        tilegcn.jit(kernels.gemm.fn, copy="dma")
+    with pytest.raises(CompileError, match="copy='lds_dma': LDS DMA cannot transpose: operand B"):
+        gemm_by_dma.compile(*_gemm_args(False), arch="gfx942", num_stages=2)  # B (K, N): gfx942 cannot read it
+    with pytest.raises(CompileError, match="not pipelined"):
+        gemm_by_dma.compile(*_gemm_args(True), arch="gfx942", transpose_B=True, num_stages=1)
+    with pytest.raises(ResourceError, match="LDS budget exceeded: needs 131072 bytes"):  # a buffer per stage
+        gemm_by_dma.compile(*_gemm_args(True), arch="gfx942", transpose_B=True, num_stages=2, block_M=256,
+                            block_N=256)
+
+
+def test_copy_registers_keeps_gfx950_off_lds_dma():
+    asm = tilegcn.jit(kernels.gemm.fn, copy="registers").compile(*_gemm_args(True), arch="gfx950", transpose_B=True,
+                                                                 num_stages=2).asm
+    assert " lds" not in asm.replace("offen lds", "").replace("ds_", "") and "offen lds" not in asm
+    assert "ds_write_b128" in asm

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import __version__, toolchain
 from .asm_override import override_file as asm_override_file
-from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.arch import COPY_MODES, DEFAULT_ARCH, get_arch
 from .amdgcn.schedule import INTERLEAVE, SCHEDULES
 from .cache import Cache, make_key
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
@@ -306,14 +306,16 @@ def _describe(names, signature) -> str:
 class JITFunction:
     """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching."""
 
-    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE):
+    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto"):
         if not inspect.isfunction(fn):
             raise ArgumentError(f"tilegcn.jit decorates a Python function (a tile program), got "
                                 f"{type(fn).__name__} {fn!r}")
         self.fn = fn
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
-        self.options = {"schedule": _check_schedule(schedule)}  # compile options beyond IR and arch (cache key)
+        # compile options beyond IR and arch (cache key)
+        self.options = {"schedule": _check_option("schedule", schedule, SCHEDULES),
+                        "copy": _check_option("copy", copy, COPY_MODES)}
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
@@ -393,8 +395,8 @@ class JITFunction:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
                 how = " (it is positional: pass it by position)" if k in self.arg_names else ""
-                if k == "schedule":
-                    how = f" (schedule is a decorator option: tilegcn.jit({self.name}, schedule=...))"
+                if k in self.options:
+                    how = f" ({k} is a decorator option: tilegcn.jit({self.name}, {k}=...))"
                 raise ArgumentError(
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
                     f"valid keyword arguments: {valid}"
@@ -476,7 +478,7 @@ class JITFunction:
             from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
 
             tb0 = time.perf_counter()
-            lowered = _lower_or_report(lower, kernel, arch, self.options["schedule"])
+            lowered = _lower_or_report(lower, kernel, arch, self.options)
             passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
             (tmp / "kernel.ir").write_text(ir + passes)
             (tmp / "kernel.s").write_text(lowered.asm)
@@ -517,11 +519,11 @@ class JITFunction:
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
 
 
-def _lower_or_report(lower, kernel, arch, schedule):
+def _lower_or_report(lower, kernel, arch, options: dict):
     """Run the lowering passes; a Python exception from inside them is a tilegcn bug, reported as a
     CompileError at the kernel's line (the original traceback stays chained) rather than a raw exception."""
     try:
-        return lower(kernel, arch, schedule)
+        return lower(kernel, arch, options["schedule"], options["copy"])
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
@@ -562,18 +564,21 @@ def _jsonable(v):
     return repr(v)
 
 
-def _check_schedule(schedule) -> str:
-    if schedule not in SCHEDULES:
-        raise ArgumentError(f"tilegcn.jit: unknown schedule={schedule!r}; choose one of "
-                            + ", ".join(repr(s) for s in SCHEDULES))
-    return schedule
+def _check_option(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ArgumentError(f"tilegcn.jit: unknown {name}={value!r}; choose one of "
+                            + ", ".join(repr(c) for c in choices))
+    return value
 
 
-def jit(fn=None, *, arch=None, schedule=INTERLEAVE):
+def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
 
     `schedule`: "interleave" (default) list-schedules the code around MFMAs (the GEMM's K loop) so that LDS
-    reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys)."""
+    reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys).
+    `copy`: how a pipelined K loop copies GEMM operands into LDS: "auto" (default: the per-arch choice, LDS DMA on
+    gfx950, register staging on gfx942), "lds_dma" (buffer_load_* ... lds, also gfx942's 4 bytes a lane; a
+    CompileError where the arch or operand cannot) or "registers"."""
     if fn is None:
-        return lambda f: JITFunction(f, arch=arch, schedule=schedule)
-    return JITFunction(fn, arch=arch, schedule=schedule)
+        return lambda f: JITFunction(f, arch=arch, schedule=schedule, copy=copy)
+    return JITFunction(fn, arch=arch, schedule=schedule, copy=copy)

@@ -205,6 +205,9 @@ GFX950 = Arch(
 ARCHES = {a.name: a for a in (GFX942, GFX950)}
 SUPPORTED = tuple(ARCHES)
 DEFAULT_ARCH = "gfx950"
+# global -> LDS copy paths of pipelined GEMM operands (tilegcn.jit(copy=...), passes/gemm.py `dma_lane_bytes`):
+# the per-arch default, LDS DMA (buffer_load_* ... lds) where the arch and operand allow it, register staging
+COPY_MODES = ("auto", "lds_dma", "registers")
 
 
 def get_arch(name) -> Arch:

@@ -133,14 +133,14 @@ def _gc_paused(fn):
 
 
 @_gc_paused
-def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE) -> Lowered:
+def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: str = "auto") -> Lowered:
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
     kernel = pipeline_loops(kernel)
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
-    ctx = Context(kernel, b, abi)
+    ctx = Context(kernel, b, abi, copy_mode=copy_mode)
     ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
     ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
         kernel, arch, ctx.gemm_plans, by_dma=lambda buf: may_use_lds_dma(ctx, buf))

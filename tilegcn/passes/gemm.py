@@ -10,8 +10,9 @@ into accumulators held in AGPRs.
 Barriers: a write to LDS after LDS was read waits at an s_barrier (other waves may still read the
 previous tile); a read after a write waits at one too (the wait pass adds the counters before it).
 
-Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `uses_lds_dma` says so (gfx950,
-an operand kept as stored in LDS, 16-byte rows), else buffer_loads into staging VGPRs fixed per (buffer, stage)
+Pipelined loops (passes/pipelining.py): AsyncCopy into stage s is an LDS DMA where `dma_lane_bytes` says so (by
+default gfx950, an operand kept as stored in LDS, 16-byte rows; `tilegcn.jit(copy=...)` picks a path: "lds_dma" also
+takes gfx942's 4-byte buffer_load_dword ... lds), else buffer_loads into staging VGPRs fixed per (buffer, stage)
 whose ds_writes are deferred to the WaitGroup that retires the group. Every LDS write of a stage names it as a memory
 effect (`waitcnt.lds_tag`), and a WaitGroup ends in one s_barrier that publishes exactly the retired stages, so the wait
 pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in flight.
@@ -35,6 +36,7 @@ from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
 from .lds import stage_counts
 
 PERM_LOW_HALVES, PERM_HIGH_HALVES = 0x05040100, 0x07060302  # v_perm_b32 selectors: {s0[15:0], s1[15:0]}, [31:16]
+DMA_LOAD = {4: "buffer_load_dword", 16: "buffer_load_dwordx4"}  # LDS DMA per lane bytes (with `lds`)
 DS_WRITE_HALF = ("ds_write_b16", "ds_write_b16_d16_hi")  # low / high 16 bits of the data VGPR
 
 
@@ -241,6 +243,9 @@ def lower_shared_copy(ctx: Context, s: N.Copy):
     if isinstance(s, N.AsyncCopy):
         return lower_async_copy(ctx, s)
     plan, operand, mask, width = _check_shared_copy(ctx, s)
+    if ctx.copy_mode == "lds_dma":
+        raise CompileError("copy='lds_dma' applies to the copies of a pipelined K loop (T.Pipelined with "
+                           "num_stages >= 2); this T.copy into shared memory is not pipelined")
     cp = plan.copy_plan(operand)
     b = ctx.b
     regs = [b.v.alloc(4, align=4, what=f"staging {s.dst.buffer.name}") for _ in range(cp.slots)]
@@ -273,7 +278,7 @@ class PipeState:
     reads: set = field(default_factory=set)
     staging: dict = field(default_factory=dict)  # (buffer, stage) -> [4-VGPR Reg per slot]
     tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
-    wave_lds: Reg | None = None  # SGPR: the wave's 16 * 64 * wave bytes of an LDS-DMA M0
+    wave_lds: dict = field(default_factory=dict)  # lane bytes -> SGPR: the wave's lane_bytes * 64 * wave (LDS-DMA M0)
     loop_writes: list | None = None  # LDS buffers written before the first barrier of the loop body
 
     def barrier(self):
@@ -293,17 +298,40 @@ def _pipe(ctx: Context) -> PipeState:
     return ctx.pipe
 
 
-def uses_lds_dma(ctx: Context, plan, operand: str, width: int) -> bool:
-    """The per-arch copy path: LDS DMA where the arch has 16-byte LDS DMA, the LDS tile keeps the user's layout (DMA
-    cannot transpose: K-major operands, and on gfx950 (K, N) ones read with ds_read_b64_tr_b16) and whole 16-byte
-    runs are legal; otherwise register-staged copies."""
-    return ctx.b.arch.lds_dma_bytes[-1] >= CHUNK and plan.copied_as_stored(operand) and width == CHUNK
+def _dma_width(ctx: Context, plan, operand: str, width: int) -> tuple:
+    """(per-lane bytes of the widest LDS DMA a copy of `operand` with `width`-byte accesses can use, or 0; why 0).
+    Widths that fill 16-byte LDS chunks whole: 16 (gfx950) and 4 (gfx942's widest)."""
+    arch = ctx.b.arch
+    if not plan.copied_as_stored(operand):
+        return 0, (f"LDS DMA cannot transpose: operand {operand} is not K-major in global memory and {arch.name} "
+                   "has no transposing LDS read")
+    widths = [w for w in arch.lds_dma_bytes if 4 <= w <= width and CHUNK % w == 0]
+    if not widths:
+        return 0, f"{arch.name}'s LDS DMA widths {arch.lds_dma_bytes} fit no piece of this copy's {width}-byte runs"
+    return max(widths), None
+
+
+def dma_lane_bytes(ctx: Context, plan, operand: str, width: int) -> int:
+    """Per-lane bytes of the pipelined copy's LDS DMA, 0 for register-staged copies. copy="auto" (the default):
+    LDS DMA only where a lane moves a whole 16-byte run (gfx950, the LDS tile keeping the user's layout: K-major, or
+    (K, N) read with ds_read_b64_tr_b16); gfx942's 4-byte DMA needs 4x the load instructions and M0 writes, and it
+    needs an LDS buffer per stage, for a gain the bench does not show (README, K loop). copy="lds_dma" takes the
+    widest legal width, or raises a CompileError naming why none is; copy="registers" never uses DMA."""
+    if ctx.copy_mode == "registers":
+        return 0
+    lane_bytes, why = _dma_width(ctx, plan, operand, width)
+    if ctx.copy_mode == "lds_dma" and why:
+        raise CompileError(f"copy='lds_dma': {why}")
+    return lane_bytes if ctx.copy_mode == "lds_dma" or lane_bytes == CHUNK else 0
 
 
 def may_use_lds_dma(ctx: Context, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` may go by LDS DMA (if their rows allow whole 16-byte runs)."""
     plan, operand = ctx.gemm_operands[buf]
-    return uses_lds_dma(ctx, plan, operand, CHUNK)
+    try:
+        return bool(dma_lane_bytes(ctx, plan, operand, CHUNK))
+    except CompileError:
+        return False  # the copy reports it, at its own line
 
 
 def _before_lds_write(ctx: Context, key):
@@ -324,9 +352,10 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
     key, slot = (dst, s.stage), ctx.lds_slot(dst, s.stage)
     tag = pipe.tag(key)
     base = _lds_base(ctx, plan, operand, dst, s.stage)
-    if uses_lds_dma(ctx, plan, operand, width):
+    lane_bytes = dma_lane_bytes(ctx, plan, operand, width)
+    if lane_bytes:
         _before_lds_write(ctx, slot)
-        _lds_dma(ctx, s, plan.dma_copy_plan(operand), mask, base + plan.operand_lds_offset(operand), tag)
+        _lds_dma(ctx, s, plan.dma_copy_plan(operand, lane_bytes), mask, base + plan.operand_lds_offset(operand), tag)
         pipe.current.tags.append(tag)
         return
     cp = plan.copy_plan(operand)
@@ -347,23 +376,25 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
 
 
 def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
-    """buffer_load_dwordx4 ... lds per slot: M0 = the wave's first LDS byte of the slot (the LDS address is
-    M0 + inst_offset + 16 * lane, so the global offset is kept in voffset and soffset, the K loop's advance, and
-    inst_offset is 0); the swizzle is in the global coordinates each lane fetches."""
+    """buffer_load_dwordx4 (or, 4 bytes a lane, buffer_load_dword: 4x the instructions) ... lds per slot: M0 = the
+    wave's first LDS byte of the slot (the LDS address is M0 + inst_offset + lane_bytes * lane, so the global offset
+    is kept in voffset and soffset, the K loop's advance, and inst_offset is 0); the swizzle is in the global
+    coordinates each lane fetches."""
     b, pipe = ctx.b, ctx.pipe
-    if pipe.wave_lds is None:
-        wave_bytes = ctx.lower.vgpr(CHUNK * WAVE * sympy.floor(TID / WAVE))
-        pipe.wave_lds = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
-        b.emit("v_readfirstlane_b32", pipe.wave_lds, wave_bytes, frame=0)
+    width = cp.lane_bytes
+    if width not in pipe.wave_lds:
+        wave_bytes = ctx.lower.vgpr(width * WAVE * sympy.floor(TID / WAVE))
+        pipe.wave_lds[width] = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
+        b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
+    wave_lds = pipe.wave_lds[width]
     src, region = s.src.buffer, s.src
     for slot in range(cp.slots):
         row = _family_expr(cp.global_row_family, slot)
         col = _family_expr(cp.global_col_family, slot)
-        with _ExecMask(ctx, cp.runs - slot * ctx.threads):
-            a = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask, CHUNK, max_imm=0)
-            b.emit("s_add_u32", M0, pipe.wave_lds, lds_base + CHUNK * slot * ctx.threads, defs=(M0,),
-                   uses=(pipe.wave_lds,))
-            b.emit("buffer_load_dwordx4", a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
+        with _ExecMask(ctx, cp.active_threads(slot)):
+            a = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask, width, max_imm=0)
+            b.emit("s_add_u32", M0, wave_lds, lds_base + width * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
+            b.emit(DMA_LOAD[width], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
                    uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
                    comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
             if a.temp:

@@ -401,10 +401,13 @@ class CopyPlan:
                     K-major LDS row: 8 ds_write_b{16*pack} per unit, the k pairs packed from the 16-bit halves of
                     runs 2d, 2d+1 by v_perm_b32; with pack 1, 8 ds_write_b16 per run (odd x from the high halves:
                     ds_write_b16_d16_hi). `_transpose_pack` picks pack;
-          'lds_dma' buffer_load_dwordx4 ... lds (gfx950): the LDS side is M0 + 16*lane, the swizzle is applied on the
-                    global side (`dma_m0(wave, slot)` gives M0).
+          'lds_dma' buffer_load_* ... lds, `lane_bytes` per lane (16: buffer_load_dwordx4 on gfx950; 4:
+                    buffer_load_dword, the widest gfx942 has, so a run is `pieces` = 4 consecutive lanes' pieces and
+                    the copy takes 4x the instructions): the LDS side is M0 + lane_bytes*lane, the swizzle is applied
+                    on the global side (`dma_m0(wave, slot)` gives M0).
     Run index r = slot * threads + tid; a thread is active for a slot iff r < runs (exec mask when not); for
-    'transpose' unit u = (slot // pack) * threads + tid, active iff u < runs // pack.
+    'transpose' unit u = (slot // pack) * threads + tid, active iff u < runs // pack; for 'lds_dma' piece
+    q = slot * threads + tid of run q // pieces, active iff q < runs * pieces.
     Coordinates are in the user's tile: (row, col) .. (row, col + 7)."""
 
     plan: "GemmPlan" = field(repr=False)
@@ -414,6 +417,12 @@ class CopyPlan:
     runs: int
     slots: int
     pack: int = 1  # 'transpose': k rows per thread packed into one LDS write
+    lane_bytes: int = CHUNK  # 'lds_dma': bytes one lane moves per instruction
+
+    @property
+    def pieces(self) -> int:
+        """Lanes (and instructions) per 16-byte run: 4 for gfx942's 4-byte LDS DMA, else 1."""
+        return CHUNK // self.lane_bytes
 
     @property
     def threads(self) -> int:
@@ -435,7 +444,7 @@ class CopyPlan:
 
     def active_threads(self, slot: int) -> int:
         """Threads 0 .. n-1 are active for `slot` (the others are masked off by EXEC)."""
-        return self.runs // self.pack - (slot // self.pack) * self.threads
+        return self.runs * self.pieces // self.pack - (slot // self.pack) * self.threads
 
     def active(self, tid, slot):
         return np.asarray(tid) < self.active_threads(slot)
@@ -457,10 +466,13 @@ class CopyPlan:
             kg, j, xc = self._transpose_unit(tid, slot)
             k = self.pack * kg + j
             return k, ELEMS_PER_CHUNK * xc, ELEMS_PER_CHUNK * xc, ops.fdiv(k, ELEMS_PER_CHUNK)
+        piece = 0
+        if self.pieces > 1:  # 4-byte LDS DMA: consecutive lanes fill one chunk, `pieces` lanes a run
+            r, piece = ops.fdiv(r, self.pieces), ops.mod(r, self.pieces)
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
             lc = p.lds_swizzle(self.operand, urow, pc)  # the logical chunk whose home is physical chunk pc
-            return urow, ELEMS_PER_CHUNK * lc, urow, lc
+            return urow, ELEMS_PER_CHUNK * lc + piece * (ELEMS_PER_CHUNK // self.pieces), urow, lc
         return urow, ELEMS_PER_CHUNK * pc, urow, pc
 
     def _transpose_unit(self, tid, slot):
@@ -471,12 +483,12 @@ class CopyPlan:
         return ops.mod(u, groups), slot % self.pack, ops.fdiv(u, groups)
 
     def global_coords(self, tid, slot):
-        """(row, col) in the user's tile of the 16-byte run thread `tid` loads in `slot`."""
+        """(row, col) in the user's tile of the 16-byte run (4-byte LDS DMA: piece) thread `tid` loads in `slot`."""
         urow, ucol, _, _ = self._coords(tid, slot)
         return urow, ucol
 
     def lds_offsets(self, tid, slot, stage: int = 0):
-        """LDS byte offsets (from the LDS allocation's start) of the run's writes: one for 'b128'/'lds_dma',
+        """LDS byte offsets (from the LDS allocation's start) of the run's writes: one for 'b128'/'lds_dma' (its piece),
         eight (element e of the run) for 'transpose'."""
         p = self.plan
         base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
@@ -488,14 +500,15 @@ class CopyPlan:
             within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
-            return (base + CHUNK * (slot * self.threads + tid),)
+            return (base + self.lane_bytes * (slot * self.threads + tid),)
         return (base + p.lds_chunk_offset(self.operand, lrow, lchunk),)
 
     def dma_m0(self, wave: int, slot: int, stage: int = 0) -> int:
-        """M0 for wave `wave`'s `buffer_load_dwordx4 ... lds` of `slot` (LDS address = M0 + 16 * lane)."""
+        """M0 for wave `wave`'s `buffer_load_* ... lds` of `slot` (LDS address = M0 + lane_bytes * lane)."""
         assert self.kind == "lds_dma"
         p = self.plan
-        return p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes + CHUNK * (slot * self.threads + WAVE * wave)
+        return (p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
+                + self.lane_bytes * (slot * self.threads + WAVE * wave))
 
     # -- base + constant forms -----------------------------------------------------------------------------------
     def _family(self, keys, value):
@@ -823,25 +836,28 @@ class GemmPlan:
         operand = _check_operand(operand)
         return self._copy(operand, "b128" if self.copied_as_stored(operand) else "transpose")
 
-    def dma_copy_plan(self, operand: str) -> CopyPlan:
-        """LDS-DMA copy (buffer_load_dwordx4 ... lds, gfx950 only), for an operand whose LDS tile has the user's
-        layout (K-major, or read with ds_read_b64_tr_b16)."""
+    def dma_copy_plan(self, operand: str, lane_bytes: int = CHUNK) -> CopyPlan:
+        """LDS-DMA copy, `lane_bytes` per lane (16: buffer_load_dwordx4 ... lds, gfx950; 4: buffer_load_dword ...
+        lds, gfx942 too), for an operand whose LDS tile has the user's layout (K-major, or read with
+        ds_read_b64_tr_b16)."""
         operand = _check_operand(operand)
-        if CHUNK not in self.arch.lds_dma_bytes:
-            raise CompileError(f"T.gemm: {self.arch.name} has no 16-byte LDS DMA (buffer_load_dwordx4 ... lds)")
+        if lane_bytes not in self.arch.lds_dma_bytes or CHUNK % lane_bytes or lane_bytes < 4:
+            raise CompileError(f"T.gemm: {self.arch.name} has no {lane_bytes}-byte LDS DMA that fills 16-byte LDS "
+                               f"chunks (its LDS DMA widths: {self.arch.lds_dma_bytes} bytes per lane)")
         if not self.copied_as_stored(operand):
             raise CompileError(f"T.gemm: LDS DMA cannot transpose; operand {operand} is not K-major in global memory "
                                f"and {self.arch.name} has no transposing LDS read")
-        return self._copy(operand, "lds_dma")
+        return self._copy(operand, "lds_dma", lane_bytes)
 
-    def _copy(self, operand, kind):
-        key = (operand, kind)
+    def _copy(self, operand, kind, lane_bytes=CHUNK):
+        key = (operand, kind, lane_bytes)
         if key not in self._copies:
             rows, cols = self.user_tile_shape(operand)
             runs = rows * cols // ELEMS_PER_CHUNK
             pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
-            slots = pack * -(-runs // pack // self.threads)
-            self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, slots, pack)
+            units = runs * (CHUNK // lane_bytes) // pack  # what one thread moves per `pack` slots
+            slots = pack * -(-units // self.threads)
+            self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, slots, pack, lane_bytes)
         return self._copies[key]
 
     def _transpose_pack(self, runs_per_thread: int) -> int:
