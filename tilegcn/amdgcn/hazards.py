@@ -45,13 +45,10 @@ def _reg_units(reg) -> frozenset:
 
 
 def _units(regs) -> list:
-    """(file, index) of every 32-bit register of `regs` (computed directly: cheaper than hashing the Regs)."""
+    """(file, index) of every 32-bit register of `regs` (physical: this pass runs after register allocation)."""
     out = []
     for r in regs:
-        if r.count == 1:
-            out.append((r.file, r.index))
-        else:
-            out.extend([(r.file, r.index + i) for i in range(r.count)])
+        out += r.unit_keys
     return out
 
 

@@ -5,6 +5,7 @@ and hazard passes work from those, never from parsing text.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # Instruction kinds: what the wait and hazard passes need to know.
@@ -31,6 +32,12 @@ class Reg:
             return f"{name}{self.index}"
         return f"{name}[{self.index}:{self.index + self.count - 1}]"
 
+    @functools.cached_property
+    def text(self) -> str:
+        """The operand as the assembler reads it (computed once: rendering asks for every operand slot, and the
+        allocator hands out one physical Reg object per (file, index, count), so most slots share it)."""
+        return _SPECIAL_NAMES.get(self.file) or str(self)
+
     def __getitem__(self, i) -> "Reg":
         """One register (int) or a sub-range (slice) of a register tuple."""
         if isinstance(i, slice):
@@ -45,6 +52,22 @@ class Reg:
         file = f"%{self.file}" if self.virtual else self.file
         return [(file, self.index + i) for i in range(self.count)]
 
+    # The scheduler, wait-count and hazard passes ask every instruction's registers for their units; computed once
+    # per Reg object (lowering reuses a value's Reg, the allocator one physical Reg per placement), this is an
+    # attribute read instead of a loop, or of hashing the Reg (a Python-level dataclass hash) into a cache.
+    @functools.cached_property
+    def unit_keys(self) -> tuple:
+        """units() as a tuple."""
+        return tuple(self.units())
+
+    @functools.cached_property
+    def unit_ids(self) -> tuple:
+        """A small int per unit (interned for the process): dicts keyed by ints are cheaper than by tuples."""
+        return tuple(_UNIT_IDS.setdefault(u, len(_UNIT_IDS)) for u in self.units())
+
+
+_UNIT_IDS: dict = {}  # (file, index) -> its Reg.unit_ids number
+
 
 VCC = Reg("vcc", 0, 2)
 EXEC = Reg("exec", 0, 2)
@@ -55,7 +78,7 @@ _SPECIAL_NAMES = {"vcc": "vcc", "exec": "exec", "m0": "m0", "scc": "scc"}
 
 def operand_text(x) -> str:
     if isinstance(x, Reg):
-        return _SPECIAL_NAMES.get(x.file) or str(x)
+        return x.text
     if isinstance(x, bool):
         raise TypeError("bool operand")
     if isinstance(x, int):
@@ -95,7 +118,7 @@ class Inst:
             return f"  // {self.comment}"
         body = self.op
         if self.operands:
-            body += " " + ", ".join(operand_text(o) for o in self.operands)
+            body += " " + ", ".join([o.text if type(o) is Reg else operand_text(o) for o in self.operands])
         if self.suffix:
             body += " " + self.suffix
         if self.comment:

@@ -108,13 +108,10 @@ class Pending:
 
 
 def _units(regs) -> list:
-    """(file, index) of every 32-bit register of `regs`."""
+    """(file, index) of every 32-bit register of `regs` (physical: this pass runs after register allocation)."""
     out = []
     for r in regs:
-        if r.count == 1:
-            out.append((r.file, r.index))
-        else:
-            out.extend([(r.file, r.index + i) for i in range(r.count)])
+        out += r.unit_keys
     return out
 
 
