@@ -52,21 +52,11 @@ class Reg:
         file = f"%{self.file}" if self.virtual else self.file
         return [(file, self.index + i) for i in range(self.count)]
 
-    # The scheduler, wait-count and hazard passes ask every instruction's registers for their units; computed once
-    # per Reg object (lowering reuses a value's Reg, the allocator one physical Reg per placement), this is an
-    # attribute read instead of a loop, or of hashing the Reg (a Python-level dataclass hash) into a cache.
     @functools.cached_property
     def unit_keys(self) -> tuple:
-        """units() as a tuple."""
+        """units() as a tuple, computed once per Reg object: the wait-count and hazard passes ask every
+        instruction's registers for them after allocation, which hands out one physical Reg per placement."""
         return tuple(self.units())
-
-    @functools.cached_property
-    def unit_ids(self) -> tuple:
-        """A small int per unit (interned for the process): dicts keyed by ints are cheaper than by tuples."""
-        return tuple(_UNIT_IDS.setdefault(u, len(_UNIT_IDS)) for u in self.units())
-
-
-_UNIT_IDS: dict = {}  # (file, index) -> its Reg.unit_ids number
 
 
 VCC = Reg("vcc", 0, 2)
