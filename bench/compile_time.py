@@ -140,7 +140,8 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
     `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
     statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls),
-    instruction scheduling, register allocation, wait counts, hazard nops, rendering. The parts are timed by wrapping those functions for the measurement."""
+    instruction scheduling, register allocation, wait counts, hazard nops, rendering. The parts are timed by
+    wrapping those functions for the measurement."""
     from tilegcn import passes
     from tilegcn.amdgcn.addr import ExprLowering
     from tilegcn.language import trace

@@ -59,6 +59,14 @@ class Reg:
         return tuple(self.units())
 
 
+def units_of(regs) -> list:
+    """(file, index) of every 32-bit register of `regs` (Reg.unit_keys: file "%v" etc. for virtual ones)."""
+    out = []
+    for r in regs:
+        out += r.unit_keys
+    return out
+
+
 VCC = Reg("vcc", 0, 2)
 EXEC = Reg("exec", 0, 2)
 M0 = Reg("m0", 0, 1)
