@@ -37,6 +37,7 @@ from tilegcn.amdgcn import symcache  # noqa: E402
 
 COLD_TARGET_S = 0.050
 WARM_TARGET_S = 5e-6
+PARTS = ("statements", "schedule", "allocate", "waits", "hazards", "render")  # of the lowering, disjoint
 
 
 # One row per benchmarked kernel: (label, "module:attribute" of the JITFunction, argument builder as source text
@@ -138,8 +139,9 @@ def cache_hit(target, args_src, constants, arch, cache_dir, repeat):
 def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
     `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
-    statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls), wait
-    counts, hazard nops, rendering. The parts are timed by wrapping those functions for the measurement."""
+    statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls),
+    instruction scheduling, register allocation, wait counts, hazard nops, rendering. The parts are timed by
+    wrapping those functions for the measurement."""
     from tilegcn import passes
     from tilegcn.amdgcn.addr import ExprLowering
     from tilegcn.language import trace
@@ -166,7 +168,8 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
         setattr(owner, name, wrapper)
         return owner, name, inner
 
-    saved = [timed(passes, "lower_statements", "statements"), timed(passes, "insert_waits", "waits"),
+    saved = [timed(passes, "lower_statements", "statements"), timed(passes, "schedule", "schedule"),
+             timed(passes, "allocate", "allocate"), timed(passes, "insert_waits", "waits"),
              timed(passes, "insert_hazard_nops", "hazards"), timed(passes, "render", "render")]
     saved += [timed(ExprLowering, m, "address arithmetic") for m in ("vgpr", "sgpr", "sgpr64")]
     runs: dict = {}
@@ -252,7 +255,7 @@ def main() -> int:
             if opts.breakdown:
                 parts = lowering_breakdown(fn, args, constants, arch, opts.repeat)
                 total = parts.pop("total")
-                other = total - sum(parts.get(k, 0.0) for k in ("statements", "waits", "hazards", "render"))
+                other = total - sum(parts.get(k, 0.0) for k in PARTS)
                 print(f"    lowering alone, CPU time {median_ms([total])}: "
                       + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
                       + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from . import cfg, isa
-from .isa import M0, Inst
+from .isa import M0, Inst, units_of
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -42,17 +42,6 @@ def _passes_by_name(op: str, arch_name: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _reg_units(reg) -> frozenset:
     return frozenset(reg.units())
-
-
-def _units(regs) -> list:
-    """(file, index) of every 32-bit register of `regs` (computed directly: cheaper than hashing the Regs)."""
-    out = []
-    for r in regs:
-        if r.count == 1:
-            out.append((r.file, r.index))
-        else:
-            out.extend([(r.file, r.index + i) for i in range(r.count)])
-    return out
 
 
 class Recent:
@@ -117,13 +106,13 @@ def _facts(inst: Inst, arch) -> tuple:
     if kind in _NO_VECTOR_READ:
         return _ISSUED if states == 1 and not m0 else (states, m0, False, (), (), None)
     if kind == isa.MFMA:
-        src_ab, src_c = _units(inst.uses[:2]), _units(inst.uses[2:3])
+        src_ab, src_c = units_of(inst.uses[:2]), units_of(inst.uses[2:3])
         src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
         mfma = (src_ab, src_c_reg, src_c, src_ab + src_c, _mfma_passes(inst.op, arch), inst.defs[0],
-                _units(inst.defs[:1]))
+                units_of(inst.defs[:1]))
         return states, m0, False, (), (), mfma
-    valu_units = _units(inst.defs) if kind == isa.VALU else ()
-    return states, m0, kind == isa.LDS_DMA, _units(inst.uses), valu_units, None
+    valu_units = units_of(inst.defs) if kind == isa.VALU else ()
+    return states, m0, kind == isa.LDS_DMA, units_of(inst.uses), valu_units, None
 
 
 def _transfer(arch):

@@ -5,6 +5,7 @@ and hazard passes work from those, never from parsing text.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # Instruction kinds: what the wait and hazard passes need to know.
@@ -31,6 +32,12 @@ class Reg:
             return f"{name}{self.index}"
         return f"{name}[{self.index}:{self.index + self.count - 1}]"
 
+    @functools.cached_property
+    def text(self) -> str:
+        """The operand as the assembler reads it (computed once: rendering asks for every operand slot, and the
+        allocator hands out one physical Reg object per (file, index, count), so most slots share it)."""
+        return _SPECIAL_NAMES.get(self.file) or str(self)
+
     def __getitem__(self, i) -> "Reg":
         """One register (int) or a sub-range (slice) of a register tuple."""
         if isinstance(i, slice):
@@ -45,6 +52,20 @@ class Reg:
         file = f"%{self.file}" if self.virtual else self.file
         return [(file, self.index + i) for i in range(self.count)]
 
+    @functools.cached_property
+    def unit_keys(self) -> tuple:
+        """units() as a tuple, computed once per Reg object: the wait-count and hazard passes ask every
+        instruction's registers for them after allocation, which hands out one physical Reg per placement."""
+        return tuple(self.units())
+
+
+def units_of(regs) -> list:
+    """(file, index) of every 32-bit register of `regs` (Reg.unit_keys: file "%v" etc. for virtual ones)."""
+    out = []
+    for r in regs:
+        out += r.unit_keys
+    return out
+
 
 VCC = Reg("vcc", 0, 2)
 EXEC = Reg("exec", 0, 2)
@@ -55,7 +76,7 @@ _SPECIAL_NAMES = {"vcc": "vcc", "exec": "exec", "m0": "m0", "scc": "scc"}
 
 def operand_text(x) -> str:
     if isinstance(x, Reg):
-        return _SPECIAL_NAMES.get(x.file) or str(x)
+        return x.text
     if isinstance(x, bool):
         raise TypeError("bool operand")
     if isinstance(x, int):
@@ -95,7 +116,7 @@ class Inst:
             return f"  // {self.comment}"
         body = self.op
         if self.operands:
-            body += " " + ", ".join(operand_text(o) for o in self.operands)
+            body += " " + ", ".join([o.text if type(o) is Reg else operand_text(o) for o in self.operands])
         if self.suffix:
             body += " " + self.suffix
         if self.comment:

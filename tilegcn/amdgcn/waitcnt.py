@@ -20,7 +20,7 @@ in flight across the barrier. Writing the same LDS region twice needs no wait (t
 from __future__ import annotations
 
 from . import cfg, isa
-from .isa import Inst, Reg
+from .isa import Inst, Reg, units_of
 
 _VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
 _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
@@ -107,19 +107,8 @@ class Pending:
             self.smem = False
 
 
-def _units(regs) -> list:
-    """(file, index) of every 32-bit register of `regs`."""
-    out = []
-    for r in regs:
-        if r.count == 1:
-            out.append((r.file, r.index))
-        else:
-            out.extend([(r.file, r.index + i) for i in range(r.count)])
-    return out
-
-
 def _written_units(inst: Inst) -> list:
-    units = _units(inst.defs)
+    units = units_of(inst.defs)
     if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
         units.append(UNTAGGED_LDS)
     elif inst.kind == isa.DS_READ:
@@ -131,8 +120,8 @@ def _needed_units(inst: Inst) -> list:
     """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
     (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
     if inst.kind == isa.BARRIER:
-        return [UNTAGGED_LDS, LDS_READS] + _units(inst.uses)
-    return _units(inst.uses) + [u for u in _units(inst.defs) if u[0] != LDS_FILE]
+        return [UNTAGGED_LDS, LDS_READS] + units_of(inst.uses)
+    return units_of(inst.uses) + [u for u in units_of(inst.defs) if u[0] != LDS_FILE]
 
 
 _NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
