@@ -15,16 +15,61 @@ SALU, VALU, SMEM, VMEM_LOAD, VMEM_STORE, LDS_DMA, DS_READ, DS_WRITE, MFMA, SOPP,
 COMMENT = "comment"
 
 
-@dataclass(frozen=True)
+class _cached:
+    """functools.cached_property without its lock (Python 3.11 takes one on every first computation, ~2 us, which
+    is as much as the work saved for a per-instruction fact): a non-data descriptor that stores the value in the
+    object's __dict__, where later lookups find it first."""
+
+    def __init__(self, compute):
+        self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.compute(obj)
+        return value
+
+
+_REGS: dict = {}  # (file, index, count, virtual) -> the one Reg object with those fields
+
+
 class Reg:
     """A physical register tuple, or (`virtual`) a piece of a virtual register group that the register
     allocator (regalloc.allocate) places in the file later; its index then counts in the file's virtual
-    numbering, where every group owns a contiguous range, so a slice stays inside its group."""
+    numbering, where every group owns a contiguous range, so a slice stays inside its group.
+
+    Immutable and interned: `Reg(...)` returns the one object with those fields (a process-wide table, bounded
+    by the distinct registers named), so equality and hashing are identity (in C), and what the passes derive
+    from a register (its text, its units) is computed once per register and process, as cached attributes.
+    Every pass asks these of every operand slot (~9000 in a 256x256 GEMM); a frozen dataclass built, hashed
+    and compared field by field in Python cost ~2 us a slot."""
 
     file: str  # "v", "s", "a" (and the special files vcc, exec, m0, scc, the waits' "lds")
     index: int
-    count: int = 1
-    virtual: bool = False
+    count: int
+    virtual: bool
+
+    def __new__(cls, file: str, index: int, count: int = 1, virtual: bool = False):
+        key = (file, index, count, virtual)
+        reg = _REGS.get(key)
+        if reg is None:
+            reg = object.__new__(cls)
+            fields = reg.__dict__
+            fields["file"], fields["index"], fields["count"], fields["virtual"] = key
+            reg = _REGS.setdefault(key, reg)  # atomic: two threads building the same key get one object
+        return reg
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Reg is immutable (cannot set {name})")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"Reg is immutable (cannot delete {name})")
+
+    def __reduce__(self):
+        return Reg, (self.file, self.index, self.count, self.virtual)
+
+    def __repr__(self):
+        return f"Reg(file={self.file!r}, index={self.index!r}, count={self.count!r}, virtual={self.virtual!r})"
 
     def __str__(self):
         name = f"%{self.file}" if self.virtual else self.file
@@ -32,7 +77,7 @@ class Reg:
             return f"{name}{self.index}"
         return f"{name}[{self.index}:{self.index + self.count - 1}]"
 
-    @functools.cached_property
+    @_cached
     def text(self) -> str:
         """The operand as the assembler reads it (computed once: rendering asks for every operand slot, and the
         allocator hands out one physical Reg object per (file, index, count), so most slots share it)."""
@@ -52,11 +97,31 @@ class Reg:
         file = f"%{self.file}" if self.virtual else self.file
         return [(file, self.index + i) for i in range(self.count)]
 
-    @functools.cached_property
+    @_cached
     def unit_keys(self) -> tuple:
         """units() as a tuple, computed once per Reg object: the wait-count and hazard passes ask every
         instruction's registers for them after allocation, which hands out one physical Reg per placement."""
         return tuple(self.units())
+
+
+    @_cached
+    def unit_ids(self) -> tuple:
+        """unit_keys numbered as small ints (unit_id): dicts and sets keyed by ints are cheaper than by tuples."""
+        return tuple(map(unit_id, self.unit_keys))
+
+
+_UNIT_IDS: dict = {}  # (file, index) -> a small int, process-wide (like the Reg table, bounded by the units named)
+
+
+def unit_id(unit: tuple) -> int:
+    """The int that numbers a (file, index) unit (Reg.unit_ids); negative numbers are free for pseudo-units."""
+    return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
+
+
+def _unit_ids(regs: tuple) -> tuple:
+    if len(regs) == 1:
+        return regs[0].unit_ids
+    return tuple([u for r in regs for u in r.unit_ids])
 
 
 def units_of(regs) -> list:
@@ -108,6 +173,17 @@ class Inst:
     kind: str = VALU
     suffix: str = ""  # modifiers printed after the operands (offen offset:16, ...)
     comment: str = ""
+
+    # The register units (Reg.unit_ids) an instruction reads and writes, computed once per Inst object: the
+    # wait-count and hazard passes both ask for them, of the allocated instructions (nothing mutates an Inst
+    # once emitted: the passes build new ones).
+    @_cached
+    def use_units(self) -> tuple:
+        return _unit_ids(self.uses)
+
+    @_cached
+    def def_units(self) -> tuple:
+        return _unit_ids(self.defs)
 
     def text(self) -> str:
         if self.kind == LABEL:

@@ -52,30 +52,32 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
     """Intervals of `groups` (regalloc.Group by number) of `files` (file name -> VirtualFile) in `insts`; see the
     module doc."""
     n_groups = len(groups)
-    group_of = {f: vf.group_of for f, vf in files.items()}
-    base_of = [grp.base for grp in groups]
     first, last = [-1] * n_groups, [-1] * n_groups
     defined = [0] * n_groups  # bit i: register i of the group was written (in linear order) before
     exposed: list = [None] * n_groups  # positions of reads of registers nothing wrote before
-    floor = dict.fromkeys(files, 0)
+    place = _GroupBits(files, groups)
     for pos, inst in enumerate(insts):
-        for regs, is_use in ((inst.uses, True), (inst.defs, False)):
-            for r in regs:
-                if not r.virtual:
-                    if r.file in floor and r.index + r.count > floor[r.file]:
-                        floor[r.file] = r.index + r.count
-                    continue
-                g = group_of[r.file][r.index]
-                if first[g] < 0:
-                    first[g] = pos
-                last[g] = pos
-                bits = ((1 << r.count) - 1) << (r.index - base_of[g])
-                if not is_use:
-                    defined[g] |= bits
-                elif bits & ~defined[g]:
-                    if exposed[g] is None:
-                        exposed[g] = []
-                    exposed[g].append(pos)
+        for r in inst.uses:
+            at = place[r]
+            if at is None:
+                continue
+            g, bits = at
+            if first[g] < 0:
+                first[g] = pos
+            last[g] = pos
+            if bits & ~defined[g]:
+                if exposed[g] is None:
+                    exposed[g] = []
+                exposed[g].append(pos)
+        for r in inst.defs:
+            at = place[r]
+            if at is None:
+                continue
+            g, bits = at
+            if first[g] < 0:
+                first[g] = pos
+            last[g] = pos
+            defined[g] |= bits
     for head, end in loops(insts):
         for g in range(n_groups):
             if first[g] < 0 or first[g] > end or last[g] < head:
@@ -83,4 +85,26 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
             if first[g] < head or (exposed[g] and any(head <= p <= end for p in exposed[g])):
                 first[g] = min(first[g], head)
                 last[g] = max(last[g], end)
-    return Lives(first, last, floor)
+    return Lives(first, last, place.floor)
+
+
+class _GroupBits(dict):
+    """Reg -> (group number, mask of the group's registers it names), filled on first lookup (the loop above asks
+    for every def and use slot; the distinct registers are a few per instruction). A physical register maps to
+    None and raises its file's floor."""
+
+    def __init__(self, files: dict, groups: list):
+        super().__init__()
+        self.files, self.groups = files, groups
+        self.floor = dict.fromkeys(files, 0)
+
+    def __missing__(self, r):
+        if r.virtual:
+            g = self.files[r.file].group_of[r.index]
+            at = (g, ((1 << r.count) - 1) << (r.index - self.groups[g].base))
+        else:
+            at = None
+            if r.file in self.floor and r.index + r.count > self.floor[r.file]:
+                self.floor[r.file] = r.index + r.count
+        self[r] = at
+        return at

@@ -155,50 +155,47 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
 
 
 def _rewrite(insts: list, files: dict, placed: list) -> list:
-    """`insts` with every virtual register replaced by its physical one.
-
-    Every operand, def and use object is looked up by identity in `replace` (the objects stay alive in `insts`),
-    which maps each virtual Reg (or operand wrapping one, such as elementwise._Neg) to its physical version, so
-    the per-slot work runs in C (map, dict.get) and the Python work is once per distinct object."""
-    where = {f: _physical_indices(vf, placed) for f, vf in files.items()}
-    objects = {id(o): o for inst in insts for part in (inst.operands, inst.defs, inst.uses) for o in part}
-    replace, made = {}, {}  # made: (file, physical index, count) -> Reg, as building a Reg is slow (frozen)
-    for key, o in objects.items():
-        kind = type(o)
-        if kind is Reg:
-            if o.virtual:
-                replace[key] = _physical(o, where, made)
-        elif kind not in _PLAIN and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
-            replace[key] = kind(_physical(o.reg, where, made))  # an operand with a modifier (elementwise._Neg)
-    get = replace.get
+    """`insts` with every virtual register replaced by its physical one (new Inst objects: `insts` stay as they
+    are). The per-slot work is a dict lookup in C (`tuple(map(...))`); what an operand becomes is computed once per
+    distinct operand (see _Placement)."""
+    physical = _Placement(files, placed)
+    get = physical.__getitem__
     out = []
     for i in insts:
         ops, defs, uses = i.operands, i.defs, i.uses
-        out.append(Inst(i.op, tuple([get(id(o), o) for o in ops]) if ops else ops,
-                        tuple([get(id(r), r) for r in defs]) if defs else defs,
-                        tuple([get(id(r), r) for r in uses]) if uses else uses, i.kind, i.suffix, i.comment))
+        out.append(Inst(i.op, tuple(map(get, ops)) if ops else ops, tuple(map(get, defs)) if defs else defs,
+                        tuple(map(get, uses)) if uses else uses, i.kind, i.suffix, i.comment))
     return out
 
 
-_PLAIN = (int, str, float)  # operand types that hold no register
+class _Placement(dict):
+    """operand -> the operand over physical registers, filled on first lookup: a virtual Reg becomes the physical
+    Reg its group was placed at, an operand wrapping one (elementwise._Neg) is rebuilt around that, anything else
+    stays. Numbers are not memoised (1, 1.0 and True are one dict key, but print differently)."""
+
+    def __init__(self, files: dict, placed: list):
+        super().__init__()
+        self.files, self.placed = files, placed
+
+    def __missing__(self, o):
+        kind = type(o)
+        if kind in _NUMBERS:
+            return o
+        if kind is Reg:
+            new = self._physical(o) if o.virtual else o
+        elif isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
+            new = kind(self[o.reg])
+        else:
+            new = o
+        self[o] = new
+        return new
+
+    def _physical(self, r: Reg) -> Reg:
+        vf = self.files[r.file]
+        g = vf.group_of[r.index]
+        if self.placed[g] < 0:
+            raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
+        return Reg(r.file, self.placed[g] + r.index - vf.groups[g].base, r.count)
 
 
-def _physical(r: Reg, where: dict, made: dict) -> Reg:
-    at = where[r.file][r.index]
-    if at < 0:
-        raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-    key = (r.file, at, r.count)
-    reg = made.get(key)
-    if reg is None:
-        reg = made[key] = Reg(r.file, at, r.count)
-    return reg
-
-
-def _physical_indices(vf: VirtualFile, placed: list) -> list:
-    """Virtual index -> physical register of one file (-1 where the group appears in no instruction)."""
-    out = [-1] * len(vf.group_of)
-    for g in vf.numbers:
-        grp = vf.groups[g]
-        if placed[g] >= 0:
-            out[grp.base:grp.base + grp.count] = range(placed[g], placed[g] + grp.count)
-    return out
+_NUMBERS = (int, float, bool)

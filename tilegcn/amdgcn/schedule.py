@@ -51,7 +51,6 @@ instruction costs an issue slot.
 """
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 
@@ -87,26 +86,14 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     return out
 
 
-_UNIT_IDS: dict = {}  # (file, index) -> a small int: dicts keyed by ints are cheaper than by tuples
-
-
-def _unit_id(unit) -> int:
-    return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
-
-
-@functools.lru_cache(maxsize=4096)
-def _reg_units(reg) -> tuple:
-    return tuple(_unit_id(u) for u in reg.units())
-
-
-_SCC, _M0 = _unit_id(("scc", 0)), _unit_id(("m0", 0))
-_VCC, _EXEC = _reg_units(isa.VCC), _reg_units(isa.EXEC)
+_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]
+_VCC, _EXEC = isa.VCC.unit_ids, isa.EXEC.unit_ids
 
 
 def _effects(inst) -> tuple:
     """(units read, units written) of one instruction: its registers plus the implicit state it touches."""
-    reads = [u for r in inst.uses for u in _reg_units(r)]
-    writes = [u for r in inst.defs for u in _reg_units(r)]
+    reads = [u for r in inst.uses for u in r.unit_ids]
+    writes = [u for r in inst.defs for u in r.unit_ids]
     kind, op = inst.kind, inst.op
     reads.append(_FENCE)
     if kind not in _KNOWN:

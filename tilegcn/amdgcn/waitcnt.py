@@ -20,14 +20,15 @@ in flight across the barrier. Writing the same LDS region twice needs no wait (t
 from __future__ import annotations
 
 from . import cfg, isa
-from .isa import Inst, Reg, units_of
+from .isa import Inst, Reg, unit_id
 
 _VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
 _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
 _LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
 LDS_FILE = "lds"
-UNTAGGED_LDS = (LDS_FILE, -1)  # the unit of every LDS write that names no region
-LDS_READS = (LDS_FILE, -2)  # the unit of every ds_read: a barrier waits for them (another wave may write next)
+# Units are Reg.unit_ids (ints); these two pseudo-units take ids of LDS "registers" no lds_tag names.
+UNTAGGED_LDS = unit_id((LDS_FILE, -1))  # the unit of every LDS write that names no region
+LDS_READS = unit_id((LDS_FILE, -2))  # the unit of every ds_read: a barrier waits for them (another wave may write)
 
 
 def lds_tag(n: int) -> Reg:
@@ -97,8 +98,9 @@ class Pending:
     def issue(self, units, smem: bool = False):
         t = self.issued
         self.issued += 1
+        ticket = self.ticket
         for u in units:
-            self.ticket[u] = t
+            ticket[u] = t
         self.smem = self.smem or smem
 
     def wait(self, allowed: int):
@@ -107,21 +109,23 @@ class Pending:
             self.smem = False
 
 
-def _written_units(inst: Inst) -> list:
-    units = units_of(inst.defs)
+def _written_units(inst: Inst) -> tuple:
+    units = inst.def_units
     if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
-        units.append(UNTAGGED_LDS)
+        units += (UNTAGGED_LDS,)
     elif inst.kind == isa.DS_READ:
-        units.append(LDS_READS)
+        units += (LDS_READS,)
     return units
 
 
-def _needed_units(inst: Inst) -> list:
+def _needed_units(inst: Inst) -> tuple:
     """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
     (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
     if inst.kind == isa.BARRIER:
-        return [UNTAGGED_LDS, LDS_READS] + units_of(inst.uses)
-    return units_of(inst.uses) + [u for u in units_of(inst.defs) if u[0] != LDS_FILE]
+        return (UNTAGGED_LDS, LDS_READS) + inst.use_units
+    if any(r.file == LDS_FILE for r in inst.defs):
+        return inst.use_units + tuple([u for r in inst.defs if r.file != LDS_FILE for u in r.unit_ids])
+    return inst.use_units + inst.def_units
 
 
 _NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
@@ -130,9 +134,9 @@ _NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
 def _effects(inst: Inst) -> tuple:
     """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load)."""
     kind = inst.kind
-    needed = None if kind in _NO_NEEDS else tuple(_needed_units(inst))
+    needed = None if kind in _NO_NEEDS else _needed_units(inst)
     counter = 1 if kind in _VM_KINDS else 2 if kind in _LGKM_KINDS else 0
-    return needed, counter, tuple(_written_units(inst)) if counter else (), kind == isa.SMEM
+    return needed, counter, _written_units(inst) if counter else (), kind == isa.SMEM
 
 
 def _transfer(arch):
