@@ -118,12 +118,6 @@ def unit_id(unit: tuple) -> int:
     return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
 
 
-def _unit_ids(regs: tuple) -> tuple:
-    if len(regs) == 1:
-        return regs[0].unit_ids
-    return tuple([u for r in regs for u in r.unit_ids])
-
-
 def units_of(regs) -> list:
     """(file, index) of every 32-bit register of `regs` (Reg.unit_keys: file "%v" etc. for virtual ones)."""
     out = []
@@ -179,11 +173,13 @@ class Inst:
     # once emitted: the passes build new ones).
     @_cached
     def use_units(self) -> tuple:
-        return _unit_ids(self.uses)
+        uses = self.uses
+        return uses[0].unit_ids if len(uses) == 1 else tuple([u for r in uses for u in r.unit_ids])
 
     @_cached
     def def_units(self) -> tuple:
-        return _unit_ids(self.defs)
+        defs = self.defs
+        return defs[0].unit_ids if len(defs) == 1 else tuple([u for r in defs for u in r.unit_ids])
 
     def text(self) -> str:
         if self.kind == LABEL:

@@ -38,12 +38,13 @@ class Lives:
 
 def loops(insts: list) -> list:
     """(head position, back-branch position) of every loop, innermost (shortest) first."""
-    labels = {inst.op: pos for pos, inst in enumerate(insts) if inst.kind == isa.LABEL}
-    found = []
-    for pos, inst in enumerate(insts):
-        if inst.kind == isa.BRANCH and inst.operands:
-            head = labels.get(str(inst.operands[0]))
-            if head is not None and head < pos:
+    labels, found = {}, []
+    for pos, kind in enumerate([inst.kind for inst in insts]):
+        if kind == isa.LABEL:
+            labels[insts[pos].op] = pos
+        elif kind == isa.BRANCH and insts[pos].operands:
+            head = labels.get(str(insts[pos].operands[0]))  # a label seen before: a branch back
+            if head is not None:
                 found.append((head, pos))
     return sorted(found, key=lambda loop: loop[1] - loop[0])
 

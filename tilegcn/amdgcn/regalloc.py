@@ -156,46 +156,40 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
 
 def _rewrite(insts: list, files: dict, placed: list) -> list:
     """`insts` with every virtual register replaced by its physical one (new Inst objects: `insts` stay as they
-    are). The per-slot work is a dict lookup in C (`tuple(map(...))`); what an operand becomes is computed once per
-    distinct operand (see _Placement)."""
-    physical = _Placement(files, placed)
-    get = physical.__getitem__
+    are). What an operand becomes is computed once per distinct operand (_physical_operands); the per-slot work is
+    one dict lookup."""
+    physical = _physical_operands(insts, files, placed)
+    get = physical.get
     out = []
     for i in insts:
-        ops, defs, uses = i.operands, i.defs, i.uses
-        out.append(Inst(i.op, tuple(map(get, ops)) if ops else ops, tuple(map(get, defs)) if defs else defs,
-                        tuple(map(get, uses)) if uses else uses, i.kind, i.suffix, i.comment))
+        out.append(Inst(i.op, tuple([get(o, o) for o in i.operands]), tuple([get(r, r) for r in i.defs]),
+                        tuple([get(r, r) for r in i.uses]), i.kind, i.suffix, i.comment))
     return out
 
 
-class _Placement(dict):
-    """operand -> the operand over physical registers, filled on first lookup: a virtual Reg becomes the physical
-    Reg its group was placed at, an operand wrapping one (elementwise._Neg) is rebuilt around that, anything else
-    stays. Numbers are not memoised (1, 1.0 and True are one dict key, but print differently)."""
-
-    def __init__(self, files: dict, placed: list):
-        super().__init__()
-        self.files, self.placed = files, placed
-
-    def __missing__(self, o):
+def _physical_operands(insts: list, files: dict, placed: list) -> dict:
+    """{operand: the operand over physical registers} for every distinct operand of `insts` that names a virtual
+    register: a virtual Reg becomes the physical Reg its group was placed at, an operand wrapping one
+    (elementwise._Neg) is rebuilt around that. Numbers are left out (1, 1.0 and True are one set element)."""
+    distinct = set().union(*[i.operands for i in insts], *[i.defs for i in insts], *[i.uses for i in insts])
+    out = {}
+    for o in distinct:
         kind = type(o)
-        if kind in _NUMBERS:
-            return o
         if kind is Reg:
-            new = self._physical(o) if o.virtual else o
-        elif isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
-            new = kind(self[o.reg])
-        else:
-            new = o
-        self[o] = new
-        return new
+            if o.virtual:
+                out[o] = _physical(o, files, placed)
+        elif kind not in _NUMBERS and kind is not str and isinstance(getattr(o, "reg", None), Reg) \
+                and o.reg.virtual:
+            out[o] = kind(_physical(o.reg, files, placed))
+    return out
 
-    def _physical(self, r: Reg) -> Reg:
-        vf = self.files[r.file]
-        g = vf.group_of[r.index]
-        if self.placed[g] < 0:
-            raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-        return Reg(r.file, self.placed[g] + r.index - vf.groups[g].base, r.count)
+
+def _physical(r: Reg, files: dict, placed: list) -> Reg:
+    vf = files[r.file]
+    g = vf.group_of[r.index]
+    if placed[g] < 0:
+        raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
+    return Reg(r.file, placed[g] + r.index - vf.groups[g].base, r.count)
 
 
 _NUMBERS = (int, float, bool)

@@ -91,16 +91,15 @@ _VCC, _EXEC = isa.VCC.unit_ids, isa.EXEC.unit_ids
 
 
 def _effects(inst) -> tuple:
-    """(units read, units written) of one instruction: its registers plus the implicit state it touches."""
+    """(units read, units written) of one instruction: its registers plus the implicit state it touches, but for
+    the reads of EXEC and of the fence every vector / every instruction makes (_dependencies adds those where the
+    block writes them)."""
     reads = [u for r in inst.uses for u in r.unit_ids]
     writes = [u for r in inst.defs for u in r.unit_ids]
     kind, op = inst.kind, inst.op
-    reads.append(_FENCE)
     if kind not in _KNOWN:
         writes.append(_FENCE)
         return reads, writes
-    if kind in _VECTOR:
-        reads += _EXEC
     if kind == isa.SALU and not op.startswith(_SCC_FREE):
         reads.append(_SCC)
         writes.append(_SCC)
@@ -118,6 +117,22 @@ def _effects(inst) -> tuple:
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL]
     return reads, writes
+
+
+def _all_effects(nodes: list) -> list:
+    """_effects of every node, with the implicit reads of EXEC (vector instructions) and of the fence (every
+    instruction) added only where some node of the block writes them: a unit nothing writes makes no edge, and
+    these two would otherwise be a third of the units the dependency loop visits."""
+    effects = [_effects(node) for node in nodes]
+    written = set().union(*[writes for _, writes in effects])
+    exec_read = _EXEC if written.intersection(_EXEC) else ()
+    fence_read = (_FENCE,) if _FENCE in written else ()
+    if exec_read or fence_read:
+        for node, (reads, _) in zip(nodes, effects):
+            reads += fence_read
+            if node.kind in _VECTOR:
+                reads += exec_read
+    return effects
 
 
 class _Latency:
@@ -144,8 +159,7 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
     result_slots = [latency.of(node) for node in nodes]
     last_write: dict = {}
     readers: dict = {}
-    for i, inst in enumerate(nodes):
-        reads, writes = _effects(inst)
+    for i, (inst, (reads, writes)) in enumerate(zip(nodes, _all_effects(nodes))):
         mine: dict = {}
         for u in reads:
             j = last_write.get(u)

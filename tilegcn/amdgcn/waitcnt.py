@@ -109,9 +109,17 @@ class Pending:
             self.smem = False
 
 
+def _names_lds(regs: tuple) -> bool:
+    """Whether `regs` holds an LDS region (lds_tag): a loop, as a generator for `any` costs more per instruction."""
+    for r in regs:
+        if r.file == LDS_FILE:
+            return True
+    return False
+
+
 def _written_units(inst: Inst) -> tuple:
     units = inst.def_units
-    if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
+    if inst.kind in _LDS_WRITES and not _names_lds(inst.defs):
         units += (UNTAGGED_LDS,)
     elif inst.kind == isa.DS_READ:
         units += (LDS_READS,)
@@ -123,7 +131,7 @@ def _needed_units(inst: Inst) -> tuple:
     (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
     if inst.kind == isa.BARRIER:
         return (UNTAGGED_LDS, LDS_READS) + inst.use_units
-    if any(r.file == LDS_FILE for r in inst.defs):
+    if _names_lds(inst.defs):
         return inst.use_units + tuple([u for r in inst.defs if r.file != LDS_FILE for u in r.unit_ids])
     return inst.use_units + inst.def_units
 
@@ -166,8 +174,9 @@ def _transfer(arch):
         if facts is None:
             facts = effects[id(insts)] = [_effects(inst) for inst in insts]
         for inst, (needed, counter, written, smem) in zip(insts, facts):
-            if needed:
-                need_vm, need_lgkm = vm.allowed_for(needed), lgkm.allowed_for(needed)
+            if needed:  # (a counter with no op in flight needs no look at the units)
+                need_vm = vm.allowed_for(needed) if vm.issued > vm.retired else None
+                need_lgkm = lgkm.allowed_for(needed) if lgkm.issued > lgkm.retired else None
                 if need_vm is not None or need_lgkm is not None:
                     wait(need_vm, need_lgkm)
             out.append(inst)
