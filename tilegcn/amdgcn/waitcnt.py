@@ -109,42 +109,43 @@ class Pending:
             self.smem = False
 
 
+_NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
+_NOTHING = (None, 0, (), False)
+
+
+def _effects(inst: Inst) -> tuple:
+    """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load).
+
+    Needed: the units whose in-flight writers must complete before `inst`: what it reads, the registers it
+    overwrites (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes.
+    Written (by a memory op): its defs, and the pseudo-unit of an untagged LDS write or of an LDS read."""
+    kind = inst.kind
+    if kind in _NO_NEEDS:
+        return _NOTHING
+    uses, defs = inst.use_units, inst.def_units
+    tagged = _names_lds(inst.defs)
+    if kind == isa.BARRIER:
+        needed = (UNTAGGED_LDS, LDS_READS) + uses
+    elif tagged:
+        needed = uses + tuple([u for r in inst.defs if r.file != LDS_FILE for u in r.unit_ids])
+    else:
+        needed = uses + defs
+    counter = 1 if kind in _VM_KINDS else 2 if kind in _LGKM_KINDS else 0
+    if not counter:
+        return needed, 0, (), False
+    if kind in _LDS_WRITES and not tagged:
+        defs += (UNTAGGED_LDS,)
+    elif kind == isa.DS_READ:
+        defs += (LDS_READS,)
+    return needed, counter, defs, kind == isa.SMEM
+
+
 def _names_lds(regs: tuple) -> bool:
-    """Whether `regs` holds an LDS region (lds_tag): a loop, as a generator for `any` costs more per instruction."""
+    """Whether `regs` holds an LDS region (lds_tag) (a loop: a generator for `any` costs more per instruction)."""
     for r in regs:
         if r.file == LDS_FILE:
             return True
     return False
-
-
-def _written_units(inst: Inst) -> tuple:
-    units = inst.def_units
-    if inst.kind in _LDS_WRITES and not _names_lds(inst.defs):
-        units += (UNTAGGED_LDS,)
-    elif inst.kind == isa.DS_READ:
-        units += (LDS_READS,)
-    return units
-
-
-def _needed_units(inst: Inst) -> tuple:
-    """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
-    (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
-    if inst.kind == isa.BARRIER:
-        return (UNTAGGED_LDS, LDS_READS) + inst.use_units
-    if _names_lds(inst.defs):
-        return inst.use_units + tuple([u for r in inst.defs if r.file != LDS_FILE for u in r.unit_ids])
-    return inst.use_units + inst.def_units
-
-
-_NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
-
-
-def _effects(inst: Inst) -> tuple:
-    """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load)."""
-    kind = inst.kind
-    needed = None if kind in _NO_NEEDS else _needed_units(inst)
-    counter = 1 if kind in _VM_KINDS else 2 if kind in _LGKM_KINDS else 0
-    return needed, counter, _written_units(inst) if counter else (), kind == isa.SMEM
 
 
 def _transfer(arch):
