@@ -5,7 +5,6 @@ and hazard passes work from those, never from parsing text.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 # Instruction kinds: what the wait and hazard passes need to know.
@@ -79,8 +78,7 @@ class Reg:
 
     @_cached
     def text(self) -> str:
-        """The operand as the assembler reads it (computed once: rendering asks for every operand slot, and the
-        allocator hands out one physical Reg object per (file, index, count), so most slots share it)."""
+        """The operand as the assembler reads it (computed once per register: rendering asks every operand slot)."""
         return _SPECIAL_NAMES.get(self.file) or str(self)
 
     def __getitem__(self, i) -> "Reg":
@@ -98,16 +96,10 @@ class Reg:
         return [(file, self.index + i) for i in range(self.count)]
 
     @_cached
-    def unit_keys(self) -> tuple:
-        """units() as a tuple, computed once per Reg object: the wait-count and hazard passes ask every
-        instruction's registers for them after allocation, which hands out one physical Reg per placement."""
-        return tuple(self.units())
-
-
-    @_cached
     def unit_ids(self) -> tuple:
-        """unit_keys numbered as small ints (unit_id): dicts and sets keyed by ints are cheaper than by tuples."""
-        return tuple(map(unit_id, self.unit_keys))
+        """units() numbered by unit_id, computed once per register: the scheduler, wait-count and hazard passes
+        key their per-register state by these ints (cheaper dict keys than tuples)."""
+        return tuple(map(unit_id, self.units()))
 
 
 _UNIT_IDS: dict = {}  # (file, index) -> a small int, process-wide (like the Reg table, bounded by the units named)
@@ -118,12 +110,9 @@ def unit_id(unit: tuple) -> int:
     return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
 
 
-def units_of(regs) -> list:
-    """(file, index) of every 32-bit register of `regs` (Reg.unit_keys: file "%v" etc. for virtual ones)."""
-    out = []
-    for r in regs:
-        out += r.unit_keys
-    return out
+def unit_ids_of(regs) -> tuple:
+    """Reg.unit_ids of every register of `regs`, in order."""
+    return tuple([u for r in regs for u in r.unit_ids])
 
 
 VCC = Reg("vcc", 0, 2)
@@ -171,15 +160,16 @@ class Inst:
     # The register units (Reg.unit_ids) an instruction reads and writes, computed once per Inst object: the
     # wait-count and hazard passes both ask for them, of the allocated instructions (nothing mutates an Inst
     # once emitted: the passes build new ones).
+    # (regalloc's rewrite fills them in as it builds the allocated instructions: that saves the lazy path's calls.)
     @_cached
     def use_units(self) -> tuple:
         uses = self.uses
-        return uses[0].unit_ids if len(uses) == 1 else tuple([u for r in uses for u in r.unit_ids])
+        return uses[0].unit_ids if len(uses) == 1 else unit_ids_of(uses)
 
     @_cached
     def def_units(self) -> tuple:
         defs = self.defs
-        return defs[0].unit_ids if len(defs) == 1 else tuple([u for r in defs for u in r.unit_ids])
+        return defs[0].unit_ids if len(defs) == 1 else unit_ids_of(defs)
 
     def text(self) -> str:
         if self.kind == LABEL:

@@ -56,7 +56,7 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
     first, last = [-1] * n_groups, [-1] * n_groups
     defined = [0] * n_groups  # bit i: register i of the group was written (in linear order) before
     exposed: list = [None] * n_groups  # positions of reads of registers nothing wrote before
-    place = _GroupBits(files, groups)
+    place, floor = _group_bits(insts, files, groups)
     for pos, inst in enumerate(insts):
         for r in inst.uses:
             at = place[r]
@@ -86,26 +86,21 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
             if first[g] < head or (exposed[g] and any(head <= p <= end for p in exposed[g])):
                 first[g] = min(first[g], head)
                 last[g] = max(last[g], end)
-    return Lives(first, last, place.floor)
+    return Lives(first, last, floor)
 
 
-class _GroupBits(dict):
-    """Reg -> (group number, mask of the group's registers it names), filled on first lookup (the loop above asks
-    for every def and use slot; the distinct registers are a few per instruction). A physical register maps to
-    None and raises its file's floor."""
-
-    def __init__(self, files: dict, groups: list):
-        super().__init__()
-        self.files, self.groups = files, groups
-        self.floor = dict.fromkeys(files, 0)
-
-    def __missing__(self, r):
+def _group_bits(insts: list, files: dict, groups: list) -> tuple:
+    """({Reg: (group number, mask of the group's registers it names) or None for a physical register}, for every
+    distinct def and use of `insts`; the physical registers per file named directly). Computed once per distinct
+    register (a few per instruction), so the loop over the def and use slots is a plain dict lookup."""
+    floor = dict.fromkeys(files, 0)
+    place = {}
+    for r in set().union(*[inst.defs for inst in insts], *[inst.uses for inst in insts]):
         if r.virtual:
-            g = self.files[r.file].group_of[r.index]
-            at = (g, ((1 << r.count) - 1) << (r.index - self.groups[g].base))
+            g = files[r.file].group_of[r.index]
+            place[r] = (g, ((1 << r.count) - 1) << (r.index - groups[g].base))
         else:
-            at = None
-            if r.file in self.floor and r.index + r.count > self.floor[r.file]:
-                self.floor[r.file] = r.index + r.count
-        self[r] = at
-        return at
+            place[r] = None
+            if r.file in floor and r.index + r.count > floor[r.file]:
+                floor[r.file] = r.index + r.count
+    return place, floor

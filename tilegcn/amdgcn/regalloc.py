@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import ResourceError
-from .isa import Inst, Reg
+from .isa import Inst, Reg, unit_ids_of
 from .liveness import live_ranges
 
 
@@ -162,8 +162,14 @@ def _rewrite(insts: list, files: dict, placed: list) -> list:
     get = physical.get
     out = []
     for i in insts:
-        out.append(Inst(i.op, tuple([get(o, o) for o in i.operands]), tuple([get(r, r) for r in i.defs]),
-                        tuple([get(r, r) for r in i.uses]), i.kind, i.suffix, i.comment))
+        defs, uses = tuple([get(r, r) for r in i.defs]), tuple([get(r, r) for r in i.uses])
+        new = Inst(i.op, tuple([get(o, o) for o in i.operands]), defs, uses, i.kind, i.suffix, i.comment)
+        # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
+        # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
+        facts = new.__dict__
+        facts["def_units"] = defs[0].unit_ids if len(defs) == 1 else unit_ids_of(defs)
+        facts["use_units"] = uses[0].unit_ids if len(uses) == 1 else unit_ids_of(uses)
+        out.append(new)
     return out
 
 

@@ -161,12 +161,13 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
     readers: dict = {}
     for i, (inst, (reads, writes)) in enumerate(zip(nodes, _all_effects(nodes))):
         mine: dict = {}
+        dma = inst.kind == isa.LDS_DMA
         for u in reads:
             j = last_write.get(u)
             if j is None:
                 continue
             slots = 1 if u < 0 else result_slots[j]
-            if u == _M0 and inst.kind == isa.LDS_DMA:
+            if dma and u == _M0:
                 slots = latency.m0_to_dma
             if mine.get(j, -1) < slots:
                 mine[j] = slots
@@ -174,16 +175,18 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
             j = last_write.get(u)
             if j is not None and j not in mine:
                 mine[j] = 0
-            for j in readers.pop(u, ()):
-                if j not in mine:
-                    mine[j] = 0
+            if u in readers:
+                for j in readers.pop(u):
+                    if j not in mine:
+                        mine[j] = 0
             last_write[u] = i
         mine.pop(i, None)
         preds.append(mine)
-        written = set(writes)
-        for u in reads:
-            if u not in written:
-                readers.setdefault(u, []).append(i)
+        for u in reads:  # (a unit it also wrote: a later writer's edge to it is there anyway, write after write)
+            if u in readers:
+                readers[u].append(i)
+            else:
+                readers[u] = [i]
     return preds
 
 
