@@ -222,10 +222,14 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             continue
         order.append(pick)
         for i, slots in succs[pick]:
-            due[i] = max(due[i], clock + slots)
+            if clock + slots > due[i]:
+                due[i] = clock + slots
             waiting[i] -= 1
             if not waiting[i]:
-                heapq.heappush(pending, (due[i], i))
+                if due[i] <= clock + 1:  # due by the next slot, whose scan of `pending` would move it at once
+                    heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+                else:
+                    heapq.heappush(pending, (due[i], i))
         clock += 1
     assert len(order) == n, "dependency cycle in a basic block"
     return order
