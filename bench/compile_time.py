@@ -56,6 +56,9 @@ CASES = [
     ("gemm 256x256x64 bf16, num_stages=2", "examples.gemm.gemm:gemm",
      "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
      " torch.empty(256, 256, dtype=torch.bfloat16)]", {"num_stages": 2}, None),
+    ("gemm 256x256x64 bf16, num_stages=3", "examples.gemm.gemm:gemm",
+     "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
+     " torch.empty(256, 256, dtype=torch.bfloat16)]", {"num_stages": 3}, None),
 ]
 
 

@@ -158,10 +158,10 @@ class Inst:
     suffix: str = ""  # modifiers printed after the operands (offen offset:16, ...)
     comment: str = ""
 
-    # The register units (Reg.unit_ids) an instruction reads and writes, computed once per Inst object: the
-    # wait-count and hazard passes both ask for them, of the allocated instructions (nothing mutates an Inst
-    # once emitted: the passes build new ones).
-    # (regalloc's rewrite fills them in as it builds the allocated instructions: that saves the lazy path's calls.)
+    # The register units (Reg.unit_ids) an instruction reads and writes, computed once per Inst object (nothing
+    # mutates an Inst once emitted: the passes build new ones): the wait-count and hazard passes both read them of
+    # every allocated instruction, and regalloc's rewrite fills them in as it builds those (cheaper than the lazy
+    # path's two calls); instructions made later (waits, nops) compute theirs on first use.
     @_cached
     def use_units(self) -> tuple:
         uses = self.uses
