@@ -282,7 +282,7 @@ TIMING = {
         lds_port_read_bytes_per_clk=128, lds_port_write_bytes_per_clk=64,  # writes: 32-bank behaviour (S21p, S16)
         lds_fifo_entries=8, lds_latency_clk=56,
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
-        l2_hit_latency_clk=500, hbm_latency_clk=1000,  # S18: ~1000 clk round trip under GEMM load
+        l2_hit_latency_clk=900, hbm_latency_clk=1300,  # S18: ~1000 clk round trip under GEMM load
         l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l2_line_bytes=128, hbm_bytes_per_s=8.0e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143,
         launch_overhead_clk=2000,
