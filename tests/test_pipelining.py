@@ -20,7 +20,8 @@ from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
 from tilegcn.passes.gemm_plan import plan_gemm
-from tilegcn.passes.pipelining import pipeline_loops
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.passes.pipelining import covers_round_trip, pipeline_loops
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +110,27 @@ def test_steady_step_waits_before_it_issues_so_one_barrier_serves_both(stages):
     kinds = [type(s).__name__ for s in loop.body if not isinstance(s, N.AsyncCopy)]
     assert kinds == ["WaitGroup", "CommitGroup", "Gemm"] * stages  # unrolled by S: constant stage indices
     assert [s.pending for s in loop.body if isinstance(s, N.WaitGroup)] == [stages - 2] * stages
+
+
+def _tile_loop(tile: int, stages: int) -> N.Loop:
+    """The K loop of a tile x tile x BK bf16 GEMM (only its gemm matters to `covers_round_trip`)."""
+    bf16 = as_dtype("bfloat16")
+    A_s = N.Buffer("A_s", N.SHARED, bf16, (tile, BK))
+    B_s = N.Buffer("B_s", N.SHARED, bf16, (BK, tile))
+    acc = N.Buffer("acc", N.FRAGMENT, as_dtype("float32"), (tile, tile))
+    return N.Loop(sympy.Symbol("k", integer=True, nonnegative=True), 4, stages, [N.Gemm(A_s, B_s, acc)])
+
+
+@pytest.mark.parametrize("tile, stages, arch, waits_first", [
+    (256, 2, "gfx950", True),  # 2048 MFMA clk a step (4096 FLOP/clk/CU) against a ~1000 clk round trip
+    (128, 2, "gfx950", False),  # 512 clk: the loop is latency-bound, it issues first
+    (128, 3, "gfx950", True),  # 2 x 512
+    (128, 2, "gfx942", True),  # 1024 clk at 2048 FLOP/clk/CU against 500
+])
+def test_a_step_waits_first_where_its_mfma_work_covers_the_round_trip(tile, stages, arch, waits_first):
+    """S18's latency test decides the order of a steady step (pipelining.py): (S-1) x the step's MFMA clk on a CU
+    against the arch's loaded round trip; the hand-computed figures are in the parameters' comments."""
+    assert covers_round_trip(_tile_loop(tile, stages), get_arch(arch)) == waits_first
 
 
 # ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
