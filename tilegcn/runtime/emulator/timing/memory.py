@@ -55,7 +55,6 @@ class LdsPort:
 class VmemPath:
     def __init__(self, t, hit_rate, l2_bytes_per_clk, hbm_bytes_per_clk):
         self.t = t
-        self.hit = hit_rate
         self.latency = hit_rate * t.l2_hit_latency_clk + (1 - hit_rate) * t.hbm_latency_clk
         # clk per byte through the fabric: L2 hits at the CU's share of L2 bandwidth, misses at its HBM share
         self.clk_per_byte = hit_rate / l2_bytes_per_clk + (1 - hit_rate) / hbm_bytes_per_clk
