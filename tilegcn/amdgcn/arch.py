@@ -247,8 +247,8 @@ class Timing:
     lds_latency_clk: int  # unloaded ds_read latency after service (S17: 50-70 clk, S24: 50-64)
     tcp_clk_per_dword: dict  # TCP cycles per wave instruction by dwords per lane (S18: x1 4, x2 16, x4 16)
     # per CU: bytes a load holds in the TCP from when the TCP takes it until its data is back (S18: 32 KB, the
-    # TCP size), and the request queue in front of it, of instructions issued but not yet taken (S18: ~12); the
-    # two make S18's 44 KB in-flight budget, which caps a CU's load bandwidth at 44 KB per round trip
+    # TCP size), and the request queue in front of it, of instructions issued but not yet taken (S18: ~12). S18
+    # counts the queue in flight too (44 KB per round trip); the model does not (timing/memory.py says why)
     vmem_inflight_bytes: int
     vmem_queue_entries: int
     l2_hit_latency_clk: int  # loaded L2 hit round trip (chosen per arch, see TIMING)

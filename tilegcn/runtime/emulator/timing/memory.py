@@ -13,8 +13,11 @@ of the TCP (`vmem_inflight_bytes`, 32 KB) from when the TCP takes it until its d
 sits a request queue of `vmem_queue_entries` instructions (about 12) that the waves have issued but the TCP has
 not taken yet. An instruction cannot issue while the queue is full: it waits for the oldest queued one to enter
 the TCP, which in turn waits for the TCP to have room, i.e. for the oldest load in flight to return. So a CU
-has at most 32 KB + 12 instructions (44 KB of dwordx4 loads) in flight, and its load bandwidth is at most that
-over the round trip (Little's law, S18). Bytes come from L2 (hit) or HBM (miss) in the ratio of the L2 model's
+has at most 32 KB + 12 instructions in flight, and its load bandwidth is at most 32 KB per round trip (Little's
+law). S18 counts the queued 12 KB as in flight too (44 KB per round trip, its analytic cap of 70 % MFMA
+efficiency for a 128x128x64 16-bit tile, measured 69 %); counting them here lets tilegcn's own, less tuned
+128x128 GEMM reach 73 % at 8192^3, above that measured cap, so a load's round trip starts when the TCP takes
+it. Bytes come from L2 (hit) or HBM (miss) in the ratio of the L2 model's
 hit rate: a request returns after the mean round-trip latency, and no earlier than the CU's share of the L2 and
 HBM bandwidth allows (a fluid server per CU). Returns are in order per wave (vmcnt semantics).
 """
