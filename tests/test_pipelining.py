@@ -20,7 +20,8 @@ from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
 from tilegcn.passes.gemm_plan import plan_gemm
-from tilegcn.passes.pipelining import pipeline_loops
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.passes.pipelining import covers_round_trip, pipeline_loops
 
 
 @pytest.fixture(autouse=True)
@@ -99,11 +100,37 @@ def test_pipelined_ir_computes_every_k_once_in_order_from_landed_tiles(n, stages
     assert "async_copy" in text and "commit_group" in text and "wait_group" in text
 
 
-def test_steady_loop_keeps_stages_minus_one_groups_in_flight():
-    out = pipeline_loops(k_loop_kernel(9, 3))
+@pytest.mark.parametrize("stages", [2, 3])
+def test_steady_step_waits_before_it_issues_so_one_barrier_serves_both(stages):
+    """Each steady step first waits for its own stage (S-2 newer groups stay in flight), then issues the copy S-1
+    steps ahead, then computes: the wait's barrier both publishes the stage and ends every wave's reads of the
+    stage the copy overwrites, so a K step has one s_barrier, not two (one before the copies, one after)."""
+    out = pipeline_loops(k_loop_kernel(9, stages))
     (loop,) = [s for s in out.body if isinstance(s, N.Loop)]
-    assert [s.pending for s in loop.body if isinstance(s, N.WaitGroup)] == [2, 2, 2]
-    assert sum(isinstance(s, N.Gemm) for s in loop.body) == 3  # unrolled by S: constant stage indices
+    kinds = [type(s).__name__ for s in loop.body if not isinstance(s, N.AsyncCopy)]
+    assert kinds == ["WaitGroup", "CommitGroup", "Gemm"] * stages  # unrolled by S: constant stage indices
+    assert [s.pending for s in loop.body if isinstance(s, N.WaitGroup)] == [stages - 2] * stages
+
+
+def _tile_loop(tile: int, stages: int) -> N.Loop:
+    """The K loop of a tile x tile x BK bf16 GEMM (only its gemm matters to `covers_round_trip`)."""
+    bf16 = as_dtype("bfloat16")
+    A_s = N.Buffer("A_s", N.SHARED, bf16, (tile, BK))
+    B_s = N.Buffer("B_s", N.SHARED, bf16, (BK, tile))
+    acc = N.Buffer("acc", N.FRAGMENT, as_dtype("float32"), (tile, tile))
+    return N.Loop(sympy.Symbol("k", integer=True, nonnegative=True), 4, stages, [N.Gemm(A_s, B_s, acc)])
+
+
+@pytest.mark.parametrize("tile, stages, arch, waits_first", [
+    (256, 2, "gfx950", True),  # 2048 MFMA clk a step (4096 FLOP/clk/CU) against a ~1000 clk round trip
+    (128, 2, "gfx950", False),  # 512 clk: the loop is latency-bound, it issues first
+    (128, 3, "gfx950", True),  # 2 x 512
+    (128, 2, "gfx942", True),  # 1024 clk at 2048 FLOP/clk/CU against 500
+])
+def test_a_step_waits_first_where_its_mfma_work_covers_the_round_trip(tile, stages, arch, waits_first):
+    """S18's latency test decides the order of a steady step (pipelining.py): (S-1) x the step's MFMA clk on a CU
+    against the arch's loaded round trip; the hand-computed figures are in the parameters' comments."""
+    assert covers_round_trip(_tile_loop(tile, stages), get_arch(arch)) == waits_first
 
 
 # ---- pipelined GEMMs on the emulator ----------------------------------------------------------------------------
@@ -189,7 +216,9 @@ def test_register_staged_stages_share_one_lds_buffer_where_two_do_not_fit():
 @pytest.mark.parametrize("tile, stages", [("256x256x64", 2), ("128x128x64", 3)])
 def test_gfx950_loop_with_B_as_KN_copies_by_lds_dma_only(tile, stages):
     """B (K, N) on gfx950 (the README's default layout): the steady K loop of the `.s` loads both operands by LDS
-    DMA as stored (no buffer_load into VGPRs, no ds_write) and reads B with ds_read_b64_tr_b16; never vmcnt(0)."""
+    DMA as stored (no buffer_load into VGPRs, no ds_write) and reads B with ds_read_b64_tr_b16; with 3 stages the
+    wait leaves the next stage's loads in flight (never vmcnt(0)); with 2 the step waits for its stage before it
+    issues the next one (pipelining.py), so vmcnt(0) is the exact wait there."""
     (bm, bn, bk) = TILES[tile]
     A, B, _, C = inputs(bm, bn, bk * 8, torch.bfloat16, False, False, seed=3)
     asm = kernels.gemm.compile(A, B, C, arch="gfx950", block_M=bm, block_N=bn, block_K=bk, num_stages=stages).asm
@@ -204,7 +233,8 @@ def test_gfx950_loop_with_B_as_KN_copies_by_lds_dma_only(tile, stages):
     steps = sum(ln.startswith("v_mfma") for ln in loop) // (plan.k_steps * plan.repeats_M * plan.repeats_N)
     assert reads.count("ds_read_b128") == steps * plan.read_steps * plan.repeats_M
     assert reads.count("ds_read_b64_tr_b16") == steps * plan.read_steps * plan.repeats_N * 2
-    assert not [ln for ln in loop if "vmcnt(0)" in ln or "readfirstlane" in ln]
+    assert not [ln for ln in loop if "readfirstlane" in ln]
+    assert not [ln for ln in loop if "vmcnt(0)" in ln] or stages == 2
 
 
 # ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------

@@ -246,9 +246,12 @@ class Timing:
     lds_fifo_entries: int  # per SIMD-pair FIFO (S17, gfx950; assumed the same on gfx942)
     lds_latency_clk: int  # unloaded ds_read latency after service (S17: 50-70 clk, S24: 50-64)
     tcp_clk_per_dword: dict  # TCP cycles per wave instruction by dwords per lane (S18: x1 4, x2 16, x4 16)
-    vmem_inflight_bytes: int  # per CU (S18: ~32 KB, the TCP size)
-    vmem_queue_entries: int  # per CU request queue (S18: ~12)
-    l2_hit_latency_clk: int  # loaded L2 hit round trip; chosen between S23's 224 (unloaded) and S18's ~1000 mix
+    # per CU: bytes a load holds in the TCP from when the TCP takes it until its data is back (S18: 32 KB, the
+    # TCP size), and the request queue in front of it, of instructions issued but not yet taken (S18: ~12). S18
+    # counts the queue in flight too (44 KB per round trip); the model does not (timing/memory.py says why)
+    vmem_inflight_bytes: int
+    vmem_queue_entries: int
+    l2_hit_latency_clk: int  # loaded L2 hit round trip (chosen per arch, see TIMING)
     hbm_latency_clk: int  # loaded HBM round trip (S24: 500-800 under load; S23: 1212 cold single thread)
     l2_bytes_per_clk_per_xcd: int  # 16 channels x 128 B/clk (S12)
     l2_bytes_per_xcd: int  # 4 MB (S1)
@@ -270,6 +273,7 @@ TIMING = {
         smem_latency_clk=200, barrier_release_clk=16,
         lds_port_read_bytes_per_clk=64, lds_port_write_bytes_per_clk=64, lds_fifo_entries=8, lds_latency_clk=56,
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
+        # chosen: between S23's 224 (unloaded) and S18's ~1000 clk gfx950 GEMM round trip; S24: HBM 500-800
         l2_hit_latency_clk=500, hbm_latency_clk=800, l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20,
         l2_line_bytes=128, hbm_bytes_per_s=5.3e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143, launch_overhead_clk=2000,
@@ -282,7 +286,10 @@ TIMING = {
         lds_port_read_bytes_per_clk=128, lds_port_write_bytes_per_clk=64,  # writes: 32-bank behaviour (S21p, S16)
         lds_fifo_entries=8, lds_latency_clk=56,
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
-        l2_hit_latency_clk=500, hbm_latency_clk=1000,  # S18: ~1000 clk round trip under GEMM load
+        # chosen: S18 measured a ~1000 clk round trip under GEMM load at K=8192, the working set largely in L2;
+        # these give 975-1000 clk at the 75-80 % L2 hit rates the model finds for 8192^3 GEMMs (unloaded: 224,
+        # S23), longer as misses grow (S18: it grows at large K). Was 500/1000 (a ~630 clk round trip)
+        l2_hit_latency_clk=900, hbm_latency_clk=1300,
         l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l2_line_bytes=128, hbm_bytes_per_s=8.0e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143,
         launch_overhead_clk=2000,

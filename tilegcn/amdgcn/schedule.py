@@ -144,6 +144,10 @@ class _Latency:
         self.after = {isa.DS_READ: slots(t.lds_latency_clk), isa.SMEM: slots(t.smem_latency_clk),
                       isa.VMEM_LOAD: slots(t.l2_hit_latency_clk)}
         self.m0_to_dma = arch.m0_write_to_lds_dma_nops + 2  # N + 1 wait states between them
+        # slots between a wave's global loads: its share of the CU's TCP when every SIMD's wave loads (16 clk a
+        # dwordx4 x 4 SIMDs = 16 slots; S18: the LLIR scheduler puts 4 16-clk MFMAs per buffer_load). Bunched,
+        # a step's loads fill the TCP and its 12-entry queue and the waves stall issuing them (S18, v7 vs v8)
+        self.load_pace = slots(t.tcp_clk_per_dword[4] * t.simds_per_cu)
         self.arch = arch
 
     def of(self, producer) -> int:
@@ -207,19 +211,30 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
     ready_mfma: list = []
     ready_other: list = []
     order: list = []
-    clock = pipe_free = 0
+    load = [node.kind in (isa.VMEM_LOAD, isa.LDS_DMA) for node in nodes]
+    clock = pipe_free = load_free = 0
     while pending or ready_mfma or ready_other:
         while pending and pending[0][0] <= clock:
             i = heapq.heappop(pending)[1]
             heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+        held = []  # ready global loads before `load_free`: the rest may pass them
+        while ready_other and load[ready_other[0]] and load_free > clock:
+            held.append(heapq.heappop(ready_other))
         if ready_mfma and pipe_free <= clock:
             pick = heapq.heappop(ready_mfma)
             pipe_free = clock + latency.of(nodes[pick])
         elif ready_other:
             pick = heapq.heappop(ready_other)
         else:  # nothing can issue in this slot: skip to the first that can
-            clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []))
+            for i in held:
+                heapq.heappush(ready_other, i)
+            clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []) +
+                        ([load_free] if held else []))
             continue
+        for i in held:
+            heapq.heappush(ready_other, i)
+        if load[pick]:
+            load_free = clock + latency.load_pace
         order.append(pick)
         for i, slots in succs[pick]:
             if clock + slots > due[i]:

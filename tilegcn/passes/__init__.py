@@ -137,7 +137,7 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
-    kernel = pipeline_loops(kernel)
+    kernel = pipeline_loops(kernel, arch)
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi, copy_mode=copy_mode)

@@ -26,6 +26,9 @@ from .trace import Skip
 
 INF = float("inf")
 STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe")
+# what each wave keeps busy (clk; bytes for vmem_bytes), counted per wave so that fast-forwarded trips
+# extrapolate them at the steady loop's rate, like the stalls
+BUSY = ("mfma_busy", "tcp_busy", "lds_busy", "vmem_bytes")
 
 
 class Wave:
@@ -39,7 +42,7 @@ class Wave:
         self.prio = 0
         self.vm, self.ds, self.smem = [], [], []
         self.done = None
-        self.acc = dict.fromkeys(STALLS + ("mfma_busy", "issued", "flops"), 0.0)
+        self.acc = dict.fromkeys(STALLS + BUSY + ("issued", "flops"), 0.0)
         self.backedges = {}  # loop pc -> [(time, acc copy)]
         self.skipped = []  # (trips, clk per trip, acc per trip)
         self.name = f"wg{wg} wave{wid}"
@@ -51,9 +54,9 @@ class CuResult:
     simulated_cycles: float
     per_wave: list  # acc dicts extrapolated over the skipped trips
     mfma_busy: list  # per SIMD, clk (extrapolated)
-    lds_busy: float
-    tcp_busy: float
-    vmem_bytes: float
+    lds_busy: float  # clk, summed over the LDS ports (extrapolated)
+    tcp_busy: float  # clk (extrapolated)
+    vmem_bytes: float  # (extrapolated)
     skipped_trips: int
     events: list = field(default_factory=list)
 
@@ -68,7 +71,6 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
     by_simd = [[w for w in waves if w.simd == s] for s in range(t.simds_per_cu)]
     xdl_until = [0.0] * t.simds_per_cu
     coexec = [True] * t.simds_per_cu
-    mfma_busy = [0.0] * t.simds_per_cu
     ports = [LdsPort(t, banks) for _ in range(max(1, t.simds_per_cu // 2))]
     vmem = VmemPath(t, *vmem_args)
     barrier = {k: [] for k in range(n_wgs)}
@@ -113,7 +115,6 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 busy = op.passes * 4
                 xdl_until[s] = now + busy
                 coexec[s] = op.coexec
-                mfma_busy[s] += busy
                 w.acc["mfma_busy"] += busy
                 w.acc["flops"] += op.flops
                 if ev is not None:
@@ -125,12 +126,14 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 if kind == "trans":
                     nxt = now + t.trans_clk
             elif kind == "vmem":
-                blocked = vmem.blocked_until(now, op.bytes_per_lane * 64 if not op.store else 0)
+                blocked = vmem.blocked_until(now)
                 if blocked is not None:
                     w.acc["vmem_issue"] += blocked - now
                     w.ready = blocked
                     continue
-                done = vmem.issue(now, op)
+                done, clk = vmem.issue(now, op)
+                w.acc["tcp_busy"] += clk
+                w.acc["vmem_bytes"] += op.bytes_per_lane * 64
                 w.vm.append(max(done, w.vm[-1]) if w.vm else done)
             elif kind == "ds":
                 port = ports[s // 2 % len(ports)]
@@ -139,7 +142,8 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                     w.acc["lds_issue"] += blocked - now
                     w.ready = blocked
                     continue
-                done = port.issue(now, op, extra)
+                done, clk = port.issue(now, op, extra)
+                w.acc["lds_busy"] += clk
                 w.ds.append(max(done, w.ds[-1]) if w.ds else done)
             elif kind == "smem":
                 w.smem.append(now + t.smem_latency_clk)
@@ -204,10 +208,9 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
     busy = [0.0] * t.simds_per_cu
     for w, acc in zip(waves, per_wave):
         busy[w.simd] += acc["mfma_busy"]
-    scale = (end + extra) / end if end else 1.0
+    total = {k: sum(acc[k] for acc in per_wave) for k in BUSY}
     return CuResult(cycles=end + extra, simulated_cycles=end, per_wave=per_wave, mfma_busy=busy,
-                    lds_busy=sum(p.busy for p in ports) * scale, tcp_busy=vmem.tcp_busy * scale,
-                    vmem_bytes=vmem.bytes * scale,
+                    lds_busy=total["lds_busy"], tcp_busy=total["tcp_busy"], vmem_bytes=total["vmem_bytes"],
                     skipped_trips=max((sum(n for n, _, _ in w.skipped) for w in waves), default=0),
                     events=events if events is not None else [])
 

@@ -7,16 +7,22 @@ lane with its data (S11: a b32 store takes 8 clk, a b128 20 clk at 64 B/clk). An
 conflicts takes (phases + extra) / phases as long, the extra cycles being the emulator's bank-conflict
 count (stats.py). Data is back `lds_latency_clk` after service ends.
 
-VMEM (S18): every vector memory instruction (loads, stores, LDS DMA) is processed by the CU's TCP in
-order, taking `tcp_clk_per_dword[dwords per lane]` (16 clk for a dwordx4). An instruction cannot issue
-while `vmem_queue_entries` instructions wait for the TCP or while the loads in flight exceed
-`vmem_inflight_bytes`. Bytes then come from L2 (hit) or HBM (miss) in the ratio of the L2 model's hit
-rate: a request returns after the mean round-trip latency, and no earlier than the CU's share of the
-L2 and HBM bandwidth allows (a fluid server per CU). Returns are in order per wave (vmcnt semantics).
+VMEM (S18 tcp_bound_tile_model.md 1): every vector memory instruction (loads, stores, LDS DMA) is processed by
+the CU's TCP in order, taking `tcp_clk_per_dword[dwords per lane]` (16 clk for a dwordx4). A load holds its bytes
+of the TCP (`vmem_inflight_bytes`, 32 KB) from when the TCP takes it until its data is back; in front of the TCP
+sits a request queue of `vmem_queue_entries` instructions (about 12) that the waves have issued but the TCP has
+not taken yet. An instruction cannot issue while the queue is full: it waits for the oldest queued one to enter
+the TCP, which in turn waits for the TCP to have room, i.e. for the oldest load in flight to return. So a CU
+has at most 32 KB + 12 instructions in flight, and its load bandwidth is at most 32 KB per round trip (Little's
+law). S18 counts the queued 12 KB as in flight too (44 KB per round trip, its analytic cap of 70 % MFMA
+efficiency for a 128x128x64 16-bit tile, measured 69 %); counting them here lets tilegcn's own, less tuned
+128x128 GEMM reach 73 % at 8192^3, above that measured cap, so a load's round trip starts when the TCP takes
+it. Bytes come from L2 (hit) or HBM (miss) in the ratio of the L2 model's
+hit rate: a request returns after the mean round-trip latency, and no earlier than the CU's share of the L2 and
+HBM bandwidth allows (a fluid server per CU). Returns are in order per wave (vmcnt semantics).
 """
 from __future__ import annotations
 
-import bisect
 from collections import deque
 
 
@@ -26,7 +32,6 @@ class LdsPort:
         self.banks = banks
         self.free = 0.0
         self.fifo = deque()  # service end times of the instructions in the FIFO
-        self.busy = 0.0
 
     def blocked_until(self, now):
         fifo = self.fifo
@@ -35,6 +40,7 @@ class LdsPort:
         return fifo[0] if len(fifo) >= self.t.lds_fifo_entries else None
 
     def issue(self, now, op, extra_cycles):
+        """(completion time, port clk it takes) of DS instruction `op` issued at `now`."""
         t = self.t
         nbytes = op.bytes_per_lane * 64
         if op.store:
@@ -45,56 +51,54 @@ class LdsPort:
         service = base * (phases + extra_cycles) / phases
         start = max(now, self.free)
         self.free = start + service
-        self.busy += service
         self.fifo.append(self.free)
-        return self.free + t.lds_latency_clk
+        return self.free + t.lds_latency_clk, service
 
 
 class VmemPath:
     def __init__(self, t, hit_rate, l2_bytes_per_clk, hbm_bytes_per_clk):
         self.t = t
-        self.hit = hit_rate
         self.latency = hit_rate * t.l2_hit_latency_clk + (1 - hit_rate) * t.hbm_latency_clk
         # clk per byte through the fabric: L2 hits at the CU's share of L2 bandwidth, misses at its HBM share
         self.clk_per_byte = hit_rate / l2_bytes_per_clk + (1 - hit_rate) / hbm_bytes_per_clk
         self.tcp_free = 0.0
         self.fabric_free = 0.0
-        self.starts = deque()  # TCP start times of queued instructions
-        self.inflight = []  # sorted return times of loads, with their bytes
-        self.inflight_bytes = {}
-        self.tcp_busy = 0.0
-        self.bytes = 0
+        self.starts = deque()  # TCP start times of the issued instructions, oldest first
+        self.inflight = deque()  # (return time, bytes) of the loads in the TCP, in TCP order
+        self.inflight_bytes = 0
 
-    def blocked_until(self, now, nbytes):
+    def blocked_until(self, now):
+        """None if a VMEM instruction may issue at `now`, else when the oldest queued one enters the TCP."""
         starts = self.starts
         while starts and starts[0] <= now:
             starts.popleft()
-        if len(starts) >= self.t.vmem_queue_entries:
-            return starts[0]
-        inflight = self.inflight
-        while inflight and inflight[0][0] <= now:
-            inflight.pop(0)
-        total = sum(b for _, b in inflight)
-        if inflight and total + nbytes > self.t.vmem_inflight_bytes:
-            need = total + nbytes - self.t.vmem_inflight_bytes
-            for when, b in inflight:
-                need -= b
-                if need <= 0:
-                    return when
-        return None
+        return starts[0] if len(starts) >= self.t.vmem_queue_entries else None
 
     def issue(self, now, op, active_lanes=64):
+        """(completion time, TCP clk it takes) of `op` issued at `now` (completion: a load's data back, a store's
+        write done)."""
         t = self.t
         dwords = max(1, op.bytes_per_lane // 4)
         clk = t.tcp_clk_per_dword.get(dwords, 4 * dwords)
-        start = max(now, self.tcp_free)
-        self.tcp_free = start + clk
-        self.tcp_busy += clk
-        self.starts.append(start)
         nbytes = op.bytes_per_lane * active_lanes
-        self.bytes += nbytes
+        start = max(now, self.tcp_free)
+        if not op.store:
+            start = self._room(start, nbytes)
+        self.tcp_free = start + clk
+        self.starts.append(start)
         self.fabric_free = max(self.fabric_free, start) + nbytes * self.clk_per_byte
         done = max(self.tcp_free + self.latency, self.fabric_free)
         if not op.store:
-            bisect.insort(self.inflight, (done, nbytes))
-        return done
+            self.inflight.append((done, nbytes))
+            self.inflight_bytes += nbytes
+        return done, clk
+
+    def _room(self, start, nbytes):
+        """First time >= `start` at which the TCP has room for `nbytes` more: loads leave it as their data returns,
+        in the order the TCP took them (each starts after the previous one at the same latency)."""
+        inflight = self.inflight
+        while inflight and (inflight[0][0] <= start or self.inflight_bytes + nbytes > self.t.vmem_inflight_bytes):
+            done, b = inflight.popleft()
+            self.inflight_bytes -= b
+            start = max(start, done)
+        return start
