@@ -5,6 +5,8 @@ import torch
 import tilegcn
 from tilegcn import language as T
 
+from kernels import gemm_grid_order
+
 SIZE = 8192
 
 
@@ -60,24 +62,6 @@ def test_256_tiles_read_operands_half_as_often_as_128_tiles(estimates):
     assert big.breakdown["l2_requests"] * 2 == small.breakdown["l2_requests"]
     assert big.breakdown["waves_per_simd"] < small.breakdown["waves_per_simd"]
     assert big.flops == small.flops == 2 * SIZE ** 3
-
-
-@tilegcn.jit
-def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=256, swizzle=True):
-    M, K = A.shape
-    N = B.shape[1]
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_s = T.alloc_shared((block_M, block_K), A.dtype)
-        B_s = T.alloc_shared((block_K, block_N), B.dtype)
-        acc = T.alloc_fragment((block_M, block_N), "float32")
-        if swizzle:
-            T.use_swizzle(panel_size=8, num_xcds=8)
-        T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
-            T.copy(A[by * block_M, k * block_K], A_s)
-            T.copy(B[k * block_K, bx * block_N], B_s)
-            T.gemm(A_s, B_s, acc)
-        T.copy(acc, C[by * block_M, bx * block_N])
 
 
 @pytest.fixture(scope="module")
