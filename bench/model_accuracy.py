@@ -247,7 +247,8 @@ def c4():
 
 
 def c4_estimate(a, b, c, threads, stages_tried):
-    """(MI300X estimate, num_stages, config text) of the first num_stages in `stages_tried` whose workgroup launches."""
+    """(MI300X estimate, num_stages, config text) of the first num_stages in `stages_tried` whose workgroup
+    launches."""
     from kernels import gemm  # tests/kernels.py
     from tilegcn.runtime.emulator import load
 

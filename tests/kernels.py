@@ -85,4 +85,3 @@ def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=25
             T.copy(B[k * block_K, bx * block_N], B_s)
             T.gemm(A_s, B_s, acc)
         T.copy(acc, C[by * block_M, bx * block_N])
-

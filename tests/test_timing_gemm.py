@@ -44,9 +44,9 @@ def estimates(tensors):
 
 def test_xcd_aware_swizzle_raises_the_l2_hit_rate(estimates):
     """Panel order alone (num_xcds=1) hands XCD 0 the tiles 0, 8, 16, ... of the panels: one A row panel
-    and 32 B column panels per round. The XCD remap gives it an 8 x 4 block (rows x columns) instead: 12 panels to
-    fetch per K step instead of 33. (Plain row-major order, no swizzle, gives the same block on this
-    32-wide grid, with a row's tiles next to each other in dispatch order: the model rates it slightly
+    and 32 B column panels per round. The XCD remap gives it an 8 x 4 block (rows x columns) instead: 12
+    panels to fetch per K step instead of 33. (Plain row-major order, no swizzle, gives the same block on
+    this 32-wide grid, with a row's tiles next to each other in dispatch order: the model rates it slightly
     higher; the next test's grid is one where row-major order is poor.)"""
     panel_only, xcd_aware = estimates[256, 1], estimates[256, 8]
     assert xcd_aware.breakdown["l2_hit_rate"] > panel_only.breakdown["l2_hit_rate"]
