@@ -66,3 +66,22 @@ def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threa
         for i, j in T.Parallel(block_M, block_N):
             acc[i, j] = T.max(acc[i, j] + Bias[bx * block_N + j], 0.0)
         T.copy(acc, C[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=256, swizzle=True):
+    """C = A @ B in row-major workgroup order, or with T.use_swizzle(panel_size=8, num_xcds=8) when `swizzle`."""
+    M, K = A.shape
+    N = B.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        if swizzle:
+            T.use_swizzle(panel_size=8, num_xcds=8)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            T.copy(B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C[by * block_M, bx * block_N])
