@@ -202,3 +202,18 @@ def _physical_indices(vf: VirtualFile, placed: list) -> list:
         if placed[g] >= 0:
             out[grp.base:grp.base + grp.count] = range(placed[g], placed[g] + grp.count)
     return out
+
+
+def check_workgroup_fits(arch, counts: dict, threads: int):
+    """ResourceError when a wave's unified register count (the arch VGPRs up to accum_offset, then the AGPRs)
+    leaves no room for a workgroup of `threads` on one CU: such a code object assembles, but every launch of it
+    fails on a GPU (the per-file limits `_scan` checks allow 256 + 256, which fits one wave per SIMD only)."""
+    needed, budget = counts["next_free_vgpr"], arch.workgroup_register_budget(threads)
+    if needed <= budget:
+        return
+    waves = -(-threads // arch.wave_size)
+    raise ResourceError(
+        f"register budget exceeded: needs {counts['vgprs']} VGPRs + {counts['agprs']} AGPRs (from accum_offset "
+        f"{counts['accum_offset']}) = {needed} registers of the unified file per wave; {threads} threads are {waves} waves, {-(-waves // arch.simds_per_cu)} on "
+        f"each of the CU's {arch.simds_per_cu} SIMDs, which leaves {budget} per wave on {arch.name}, or the "
+        f"workgroup cannot launch. tilegcn never spills: use fewer num_stages, smaller tiles or fewer threads")
