@@ -245,6 +245,17 @@ def test_registers_beyond_the_descriptor_counts_are_errors():
         launch(kernel("v_accvgpr_write_b32 a8, 0", vgprs=12, accum=8))
 
 
+def test_a_workgroup_whose_waves_cannot_share_the_register_file_is_refused():
+    """Each SIMD holds 512 VGPR+AGPR registers per lane; a workgroup's waves spread over the CU's 4 SIMDs. A
+    wave of 264 registers (next_free_vgpr 264: 136 VGPRs + 128 AGPRs) fits one per SIMD: 4 waves launch, 8
+    (two a SIMD) cannot be resident, and a GPU refuses the launch."""
+    mod = kernel("s_nop 0", vgprs=264, accum=136)
+    launch(mod, threads=256)
+    with pytest.raises(EmulatorError, match=r"264 VGPRs\+AGPRs per wave.*fits 4 of its waves.*512 threads has 8"):
+        launch(mod, threads=512)
+    launch(kernel("s_nop 0", vgprs=256, accum=128), threads=512)  # 256 each: two a SIMD fit
+
+
 def test_unknown_instruction_is_named_when_it_executes():
     with pytest.raises(EmulatorError, match=r"pc 0x[0-9a-f]+ `v_sin_f32_e32 v3, v1`.*unknown instruction"):
         launch(kernel("v_sin_f32 v3, v1"))

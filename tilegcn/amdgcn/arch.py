@@ -98,6 +98,9 @@ class Arch:
     peak_bf16_tflops: float
     hbm_tbps: float
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
+    # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
+    # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
+    simds_per_cu: int = 4
     extra: dict = field(default_factory=dict)
 
     def register_alignment(self, file: str, count: int) -> int:
@@ -116,6 +119,13 @@ class Arch:
         """Occupancy from the unified register count (ISA_NOTES: min(8, 512 // roundup(n, 8)))."""
         granules = -(-max(vgprs_and_agprs, 1) // self.vgpr_alloc_granule) * self.vgpr_alloc_granule
         return min(8, self.total_vgprs // granules)
+
+    def workgroup_register_budget(self, threads: int) -> int:
+        """Unified VGPR+AGPR registers a wave may hold when a workgroup of `threads` must fit on one CU: the
+        file divided among the waves that share a SIMD, rounded down to the allocation granule."""
+        waves = -(-threads // self.wave_size)
+        per_simd = -(-waves // self.simds_per_cu)
+        return self.total_vgprs // per_simd // self.vgpr_alloc_granule * self.vgpr_alloc_granule
 
 
 _CDNA3_MFMA = {

@@ -199,3 +199,18 @@ def _physical(r: Reg, files: dict, placed: list) -> Reg:
 
 
 _NUMBERS = (int, float, bool)
+
+
+def check_workgroup_fits(arch, counts: dict, threads: int):
+    """ResourceError when a wave's unified register count (the arch VGPRs up to accum_offset, then the AGPRs)
+    leaves no room for a workgroup of `threads` on one CU: such a code object assembles, but every launch of it
+    fails on a GPU (the per-file limits `_scan` checks allow 256 + 256, which fits one wave per SIMD only)."""
+    needed, budget = counts["next_free_vgpr"], arch.workgroup_register_budget(threads)
+    if needed <= budget:
+        return
+    waves = -(-threads // arch.wave_size)
+    raise ResourceError(
+        f"register budget exceeded: needs {counts['vgprs']} VGPRs + {counts['agprs']} AGPRs (from accum_offset "
+        f"{counts['accum_offset']}) = {needed} registers of the unified file per wave; {threads} threads are {waves} "
+        f"waves, {-(-waves // arch.simds_per_cu)} on each of the CU's {arch.simds_per_cu} SIMDs, which leaves "
+        f"{budget} per wave on {arch.name}, or the workgroup cannot launch. tilegcn never spills: use fewer num_stages, smaller tiles or fewer threads")

@@ -16,7 +16,7 @@ from ..amdgcn.arch import get_arch
 from ..amdgcn.builder import KernelBuilder
 from ..amdgcn.emit import render
 from ..amdgcn.hazards import insert_hazard_nops
-from ..amdgcn.regalloc import allocate
+from ..amdgcn.regalloc import allocate, check_workgroup_fits
 from ..amdgcn.schedule import INTERLEAVE, schedule
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError, ResourceError
@@ -99,18 +99,25 @@ def _dispatch(ctx: Context, s: N.Stmt):
         raise TypeError(f"no lowering for {type(s).__name__}")
 
 
-def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str):
-    """List scheduling (amdgcn/schedule.py), then register allocation (virtual -> physical, counts).
+def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str, threads: int):
+    """List scheduling (amdgcn/schedule.py), then register allocation (virtual -> physical, counts), checked
+    against what a workgroup of `threads` leaves each wave of the unified register file.
 
     The scheduler has no register-pressure limit: moving reads and loads up lengthens their values' lives. When its
     order needs more registers than the file has, the emitted order is allocated instead (it is what
     schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError."""
     if schedule_mode == INTERLEAVE:
         try:
-            return allocate(schedule(b.insts, arch, interleave=True), b)
+            return _allocate_to_fit(schedule(b.insts, arch, interleave=True), b, threads)
         except ResourceError:
             pass
-    return allocate(b.insts, b)
+    return _allocate_to_fit(b.insts, b, threads)
+
+
+def _allocate_to_fit(insts, b: KernelBuilder, threads: int):
+    insts, counts = allocate(insts, b)
+    check_workgroup_fits(b.arch, counts, threads)
+    return insts, counts
 
 
 def _gc_paused(fn):
@@ -148,7 +155,7 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
-    insts, counts = _schedule_and_allocate(b, arch, schedule_mode)
+    insts, counts = _schedule_and_allocate(b, arch, schedule_mode, kernel.threads)
     insts = insert_hazard_nops(insert_waits(insts, arch), arch)
     asm = render(kernel, arch, abi, insts, lds_bytes, counts)
     meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),

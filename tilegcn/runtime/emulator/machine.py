@@ -244,6 +244,7 @@ class Machine:
             raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r}: block {block} has {self.threads} threads, "
                                 f"more than its .max_flat_workgroup_size {maxwg}")
         self.waves_per_wg = -(-self.threads // 64)
+        self._check_registers_fit(prog.name)
         self.lds_size = dispatch.lds_size  # the descriptor's fixed size + the launch's dynamic shared_mem
         if self.lds_size > self.arch.lds_bytes:
             raise EmulatorError(f"tilegcn emulator: kernel {prog.name!r} asks for {self.lds_size} bytes of LDS "
@@ -266,6 +267,18 @@ class Machine:
         self.wg_subset = None  # linear workgroup ids to run (None: the whole grid)
 
     # ------------------------------------------------------------------------------------------
+    def _check_registers_fit(self, name):
+        """A GPU refuses a launch whose workgroup cannot be resident on one CU: its waves spread over the CU's
+        SIMDs, and each SIMD's register file holds only so many waves of the descriptor's VGPR+AGPR count."""
+        regs = self.kd.vgpr_count
+        fits = self.arch.simds_per_cu * self.arch.waves_per_simd(regs)
+        if self.waves_per_wg > fits:
+            raise EmulatorError(
+                f"tilegcn emulator: kernel {name!r} holds {regs} VGPRs+AGPRs per wave (kernel descriptor), so a "
+                f"{self.arch.name} CU fits {fits} of its waves ({self.arch.waves_per_simd(regs)} per SIMD); its "
+                f"workgroup of {self.threads} threads has {self.waves_per_wg}: the launch would fail on a GPU "
+                f"(out of resources)")
+
     def run(self) -> LaunchStats:
         start = time.perf_counter()
         gx, gy, gz = self.grid
