@@ -90,13 +90,17 @@ def split_uniform(expr, lane_symbols):
 
 def split_linear(form: dict, lane_symbols):
     """(uniform part, lane-varying part, constant) of a linear form."""
-    const = form.get(sympy.S.One, 0)
+    terms = tuple((atom, coeff) for atom, coeff in form.items() if atom is not sympy.S.One and coeff != 0)
+    return (*_split_terms(terms, frozenset(lane_symbols)), form.get(sympy.S.One, 0))
+
+
+@memo  # the accesses of one tile (the epilogue's stores, a copy's runs) differ in their constants only
+def _split_terms(terms: tuple, lane_symbols: frozenset) -> tuple:
+    """(uniform sum, lane-varying sum) of (atom, integer coefficient) terms."""
     uniform, varying = [], []
-    for atom, coeff in form.items():
-        if atom is sympy.S.One or coeff == 0:
-            continue
+    for atom, coeff in terms:
         (varying if free_symbols(atom) & lane_symbols else uniform).append(coeff * atom)
-    return sympy.Add(*uniform), sympy.Add(*varying), const
+    return sympy.Add(*uniform), sympy.Add(*varying)
 
 
 def value_range(expr, ranges: dict):
@@ -331,68 +335,95 @@ class ExprLowering:
         return x
 
     def _vgpr_into(self, out: Reg, expr, frame: int):
-        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
-        if not free_symbols(expr) & self.b.lane_symbols:
-            emit("v_mov_b32", out, self.operand(expr))
+        b = self.b
+        if not free_symbols(expr) & b.lane_symbols:
+            b.emit("v_mov_b32", out, self.operand(expr), frame=frame)
             return
         if isinstance(expr, sympy.Add):
-            const, rest = split_const(expr)
-            if const and free_symbols(rest) & self.b.lane_symbols:
-                emit("v_add_u32", out, const, self.vgpr(rest))  # the sum without the constant is shared
+            const, rest, terms = _sum_parts(expr)
+            if const and free_symbols(rest) & b.lane_symbols:
+                b.emit("v_add_u32", out, const, self.vgpr(rest), frame=frame)  # the sum without the constant is shared
                 return
-            terms = [self.operand(t) for t in sympy.Add.make_args(rest)]
-            terms.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")  # VGPR last (VOP2 src1)
+            terms = [self.operand(t) for t in terms]
+            terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
             if const:
                 terms.insert(0, const)
             acc = terms.pop()
             while terms:
                 if len(terms) >= 2 and _vop3_legal(terms[-2:] + [acc]):
                     b_, c_ = terms.pop(), terms.pop()
-                    emit("v_add3_u32", out, acc, b_, c_)
+                    b.emit("v_add3_u32", out, acc, b_, c_, frame=frame)
                 else:
-                    emit("v_add_u32", out, terms.pop(), acc)
+                    b.emit("v_add_u32", out, terms.pop(), acc, frame=frame)
                 acc = out
             if acc is not out:
-                emit("v_mov_b32", out, acc)
+                b.emit("v_mov_b32", out, acc, frame=frame)
             return
         if isinstance(expr, sympy.Mul):
-            coeff, rest = expr.as_coeff_Mul()
-            coeff = int(coeff)
-            factors = [self.operand(f) for f in sympy.Mul.make_args(rest)]
-            factors.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")
+            coeff, factors = _product_parts(expr)
+            factors = [self.operand(f) for f in factors]
+            factors.sort(key=_is_vgpr)
             acc = factors.pop()
             for f in factors:
-                emit("v_mul_lo_u32", out, f, acc)
+                b.emit("v_mul_lo_u32", out, f, acc, frame=frame)
                 acc = out
             if coeff != 1:
                 if is_pow2(coeff):
-                    emit("v_lshlrev_b32", out, log2(coeff), acc)
+                    b.emit("v_lshlrev_b32", out, log2(coeff), acc, frame=frame)
                 else:
-                    emit("v_mul_lo_u32", out, self._vop3_operand(coeff), acc)
+                    b.emit("v_mul_lo_u32", out, self._vop3_operand(coeff), acc, frame=frame)
                 acc = out
             if acc is not out:
-                emit("v_mov_b32", out, acc)
+                b.emit("v_mov_b32", out, acc, frame=frame)
             return
         div = split_floor_div(expr)
         if div is not None:
             num, d = div
             src = self.vgpr(num)
             if is_pow2(d):
-                emit("v_lshrrev_b32", out, log2(d), src)
+                b.emit("v_lshrrev_b32", out, log2(d), src, frame=frame)
             else:
-                emit("v_mul_hi_u32", out, self.b.sgpr_constant(magic(d)), src)
+                b.emit("v_mul_hi_u32", out, b.sgpr_constant(magic(d)), src, frame=frame)
             return
         if isinstance(expr, sympy.Mod):
-            x, d = expr.args
-            d = int(d)
-            if is_pow2(d):
-                emit("v_and_b32", out, d - 1, self.vgpr(x))
+            x, d, quotient = _mod_parts(expr)
+            if quotient is None:
+                b.emit("v_and_b32", out, d - 1, self.vgpr(x), frame=frame)
             else:
-                q = self.vgpr(sympy.floor(x / d))
-                emit("v_mul_lo_u32", out, self.b.sgpr_constant(-d), q)
-                emit("v_add_u32", out, self.operand(x), out)
+                q = self.vgpr(quotient)
+                b.emit("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
+                b.emit("v_add_u32", out, self.operand(x), out, frame=frame)
             return
         raise CompileError(f"cannot lower index expression {expr}")
+
+
+# The structure of a node, memoised: the lowering of a long address recomputes its (not simple) subexpressions for
+# every address that contains them (see ExprLowering.vgpr), and SymPy's as_coeff_Add/as_coeff_Mul build new
+# objects each time they are asked.
+@memo
+def _sum_parts(expr) -> tuple:
+    """(integer constant, the sum without it, that sum's terms) of a sympy.Add."""
+    const, rest = split_const(expr)
+    return const, rest, sympy.Add.make_args(rest)
+
+
+@memo
+def _product_parts(expr) -> tuple:
+    """(integer coefficient, the other factors) of a sympy.Mul."""
+    coeff, rest = expr.as_coeff_Mul()
+    return int(coeff), sympy.Mul.make_args(rest)
+
+
+@memo
+def _mod_parts(expr) -> tuple:
+    """(x, d, floor(x / d) or None where d is a power of two) of Mod(x, d)."""
+    x, d = expr.args
+    d = int(d)
+    return x, d, None if is_pow2(d) else sympy.floor(x / d)
+
+
+def _is_vgpr(operand) -> bool:
+    return isinstance(operand, Reg) and operand.file == "v"
 
 
 def _signed(atom) -> bool:

@@ -26,7 +26,7 @@ _KIND_BY_PREFIX = (
     ("global_store", isa.VMEM_STORE), ("buffer_load", isa.VMEM_LOAD), ("global_load", isa.VMEM_LOAD),
     ("ds_read", isa.DS_READ), ("ds_write", isa.DS_WRITE), ("v_", isa.VALU),
 )
-_NO_DEF_KINDS = (isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP)
+_NO_DEF_KINDS = frozenset((isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP))
 _SCC_ONLY = ("s_cmp_", "s_bitcmp")  # scalar compares write SCC only and read all their register operands
 
 
@@ -66,18 +66,22 @@ class KernelBuilder:
     # -- emission -------------------------------------------------------------------------------
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
         kind = kind or kind_of(op, suffix)
-        regs = [o for o in operands if isinstance(o, Reg)]
-        if defs is None and op.startswith(_SCC_ONLY):
-            defs = (isa.SCC,)
+        regs = [o for o in operands if type(o) is Reg]
         if defs is None:
-            defs = () if kind in _NO_DEF_KINDS or not regs else (regs[0],)
-            if uses is None:
-                uses = tuple(regs if kind in _NO_DEF_KINDS else regs[1:])
-        elif uses is None:
-            uses = tuple(r for r in regs if r not in defs)
-        inst = Inst(op, tuple(operands), tuple(defs), tuple(uses), kind, suffix, comment)
-        target = self.frames[-1 if frame is None else frame]
-        target.insts.append(inst)
+            if op.startswith(_SCC_ONLY):
+                defs = (isa.SCC,)
+            elif kind in _NO_DEF_KINDS:
+                defs = ()
+                if uses is None:
+                    uses = tuple(regs)
+            else:
+                defs = (regs[0],) if regs else ()
+                if uses is None:
+                    uses = tuple(regs[1:])
+        if uses is None:
+            uses = tuple([r for r in regs if r not in defs])
+        inst = Inst(op, operands, tuple(defs), tuple(uses), kind, suffix, comment)
+        self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst
 
     def comment(self, text: str):

@@ -151,9 +151,11 @@ class GlobalAccess:
         else it is added to voffset. For LDS DMA (`limit` 1) the constant joins the advance, so the
         per-lane VGPRs are shared by every step."""
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
+        if not loop_vars:
+            return None
         es = buffer.dtype.bytes
         forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
-        moving = [d for d, form in enumerate(forms) if any(a.free_symbols & loop_vars for a in form)]
+        moving = [d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form)]
         if not moving or not loop_vars <= set(self.loop_ranges):
             return None
         rows_inside = self._rows_inside(buffer, index[0])
@@ -163,7 +165,7 @@ class GlobalAccess:
         for d, form in enumerate(forms):
             for atom, coeff in form.items():
                 const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
-                target = advance if const_term or atom.free_symbols & loop_vars else rest
+                target = advance if const_term or free_symbols(atom) & loop_vars else rest
                 target[atom] = target.get(atom, 0) + coeff
         if row_const_in_lane and not self._inner_voffsets_nonnegative(forms, rest):
             return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
@@ -201,7 +203,7 @@ class GlobalAccess:
     def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
         """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
         inner = [c * a for form in forms[1:] for a, c in form.items()
-                 if a in rest and (a is sympy.S.One or a.free_symbols & self.b.lane_symbols)]
+                 if a in rest and (a is sympy.S.One or free_symbols(a) & self.b.lane_symbols)]
         span = self._lane_span(sympy.Add(*inner))
         return span is not None and span[0] >= 0
 

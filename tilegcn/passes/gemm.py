@@ -122,7 +122,12 @@ def _lds_address(ctx: Context, family, key, extra: int):
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
-    return ctx.lower.vgpr(family.bases[index] - low + high * limit), imm
+    return ctx.lower.vgpr(_shifted(family.bases[index], high * limit - low)), imm
+
+
+@memo  # the same bases and shifts come back for every k step, stage and unrolled copy of the loop body
+def _shifted(base, shift: int):
+    return base + shift
 
 
 class _ExecMask:
