@@ -337,12 +337,12 @@ class ExprLowering:
     def _vgpr_into(self, out: Reg, expr, frame: int):
         b = self.b
         if not free_symbols(expr) & b.lane_symbols:
-            b.emit("v_mov_b32", out, self.operand(expr), frame=frame)
+            b.valu("v_mov_b32", out, self.operand(expr), frame=frame)
             return
         if isinstance(expr, sympy.Add):
             const, rest, terms = _sum_parts(expr)
             if const and free_symbols(rest) & b.lane_symbols:
-                b.emit("v_add_u32", out, const, self.vgpr(rest), frame=frame)  # the sum without the constant is shared
+                b.valu("v_add_u32", out, const, self.vgpr(rest), frame=frame)  # the sum without the constant is shared
                 return
             terms = [self.operand(t) for t in terms]
             terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
@@ -352,12 +352,12 @@ class ExprLowering:
             while terms:
                 if len(terms) >= 2 and _vop3_legal(terms[-2:] + [acc]):
                     b_, c_ = terms.pop(), terms.pop()
-                    b.emit("v_add3_u32", out, acc, b_, c_, frame=frame)
+                    b.valu("v_add3_u32", out, acc, b_, c_, frame=frame)
                 else:
-                    b.emit("v_add_u32", out, terms.pop(), acc, frame=frame)
+                    b.valu("v_add_u32", out, terms.pop(), acc, frame=frame)
                 acc = out
             if acc is not out:
-                b.emit("v_mov_b32", out, acc, frame=frame)
+                b.valu("v_mov_b32", out, acc, frame=frame)
             return
         if isinstance(expr, sympy.Mul):
             coeff, factors = _product_parts(expr)
@@ -365,34 +365,34 @@ class ExprLowering:
             factors.sort(key=_is_vgpr)
             acc = factors.pop()
             for f in factors:
-                b.emit("v_mul_lo_u32", out, f, acc, frame=frame)
+                b.valu("v_mul_lo_u32", out, f, acc, frame=frame)
                 acc = out
             if coeff != 1:
                 if is_pow2(coeff):
-                    b.emit("v_lshlrev_b32", out, log2(coeff), acc, frame=frame)
+                    b.valu("v_lshlrev_b32", out, log2(coeff), acc, frame=frame)
                 else:
-                    b.emit("v_mul_lo_u32", out, self._vop3_operand(coeff), acc, frame=frame)
+                    b.valu("v_mul_lo_u32", out, self._vop3_operand(coeff), acc, frame=frame)
                 acc = out
             if acc is not out:
-                b.emit("v_mov_b32", out, acc, frame=frame)
+                b.valu("v_mov_b32", out, acc, frame=frame)
             return
         div = split_floor_div(expr)
         if div is not None:
             num, d = div
             src = self.vgpr(num)
             if is_pow2(d):
-                b.emit("v_lshrrev_b32", out, log2(d), src, frame=frame)
+                b.valu("v_lshrrev_b32", out, log2(d), src, frame=frame)
             else:
-                b.emit("v_mul_hi_u32", out, b.sgpr_constant(magic(d)), src, frame=frame)
+                b.valu("v_mul_hi_u32", out, b.sgpr_constant(magic(d)), src, frame=frame)
             return
         if isinstance(expr, sympy.Mod):
             x, d, quotient = _mod_parts(expr)
             if quotient is None:
-                b.emit("v_and_b32", out, d - 1, self.vgpr(x), frame=frame)
+                b.valu("v_and_b32", out, d - 1, self.vgpr(x), frame=frame)
             else:
                 q = self.vgpr(quotient)
-                b.emit("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
-                b.emit("v_add_u32", out, self.operand(x), out, frame=frame)
+                b.valu("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
+                b.valu("v_add_u32", out, self.operand(x), out, frame=frame)
             return
         raise CompileError(f"cannot lower index expression {expr}")
 

@@ -40,6 +40,12 @@ def kind_of(op: str, suffix: str = "") -> str:
     raise ValueError(f"unknown instruction {op}")
 
 
+@functools.lru_cache(maxsize=None)
+def _facts(op: str, suffix: str) -> tuple:
+    """(kind, whether it writes SCC only) of an instruction: one lookup per emit."""
+    return kind_of(op, suffix), op.startswith(_SCC_ONLY)
+
+
 @dataclass
 class Frame:
     insts: list
@@ -65,10 +71,13 @@ class KernelBuilder:
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
-        kind = kind or kind_of(op, suffix)
+        if kind:
+            scc_only = op.startswith(_SCC_ONLY)
+        else:
+            kind, scc_only = _facts(op, suffix)
         regs = [o for o in operands if type(o) is Reg]
         if defs is None:
-            if op.startswith(_SCC_ONLY):
+            if scc_only:
                 defs = (isa.SCC,)
             elif kind in _NO_DEF_KINDS:
                 defs = ()
@@ -81,6 +90,14 @@ class KernelBuilder:
         if uses is None:
             uses = tuple([r for r in regs if r not in defs])
         inst = Inst(op, operands, tuple(defs), tuple(uses), kind, suffix, comment)
+        self.frames[-1 if frame is None else frame].insts.append(inst)
+        return inst
+
+    def valu(self, op: str, dst: Reg, *srcs, frame: int | None = None) -> Inst:
+        """emit() of a VALU instruction (a `v_` op other than v_mfma) that writes `dst` and reads `srcs`, the
+        instruction emit() would make, without its general case analysis: the epilogue's conversions and the
+        address arithmetic emit over a thousand of these per GEMM."""
+        inst = Inst(op, (dst, *srcs), (dst,), tuple([s for s in srcs if type(s) is Reg]), isa.VALU)
         self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst
 
@@ -121,7 +138,7 @@ class KernelBuilder:
     def alloc_in_frame(self, file: str, frame: int, count: int = 1, align: int = 1, what: str = "") -> Reg:
         """A register group for a value computed in `frame` (a loop-invariant value used in a loop is live
         across it: the allocator sees that in the instructions, so the frame needs no bookkeeping here)."""
-        return {"v": self.v, "s": self.s, "a": self.a}[file].alloc(count, align, what)
+        return getattr(self, file).alloc(count, align, what)
 
     @contextlib.contextmanager
     def statement_scope(self):

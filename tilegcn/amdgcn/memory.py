@@ -285,25 +285,25 @@ def unpack_16bit_to_f32(b, dst: Reg, src: Reg, high: bool, dtype):
     """dst (f32) = the low or high 16-bit half of src interpreted as bf16/f16."""
     if dtype.name == "bfloat16":
         if high:
-            b.emit("v_and_b32", dst, 0xFFFF0000, src)
+            b.valu("v_and_b32", dst, 0xFFFF0000, src)
         else:
-            b.emit("v_lshlrev_b32", dst, 16, src)
+            b.valu("v_lshlrev_b32", dst, 16, src)
     else:
         if high:
-            b.emit("v_lshrrev_b32", dst, 16, src)
-            b.emit("v_cvt_f32_f16", dst, dst)
+            b.valu("v_lshrrev_b32", dst, 16, src)
+            b.valu("v_cvt_f32_f16", dst, dst)
         else:
-            b.emit("v_cvt_f32_f16", dst, src)
+            b.valu("v_cvt_f32_f16", dst, src)
 
 
 def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
     """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet)."""
-    b.emit("v_bfe_u32", tmp, x, 16, 1)
-    b.emit("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
+    b.valu("v_bfe_u32", tmp, x, 16, 1)
+    b.valu("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
     b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,))
     quiet = b.v.alloc()
-    b.emit("v_or_b32", quiet, BF16_QUIET_BIT, x)
-    b.emit("v_cndmask_b32", tmp, tmp, quiet, VCC)
+    b.valu("v_or_b32", quiet, BF16_QUIET_BIT, x)
+    b.valu("v_cndmask_b32", tmp, tmp, quiet, VCC)
     b.v.free(quiet)
 
 
@@ -312,26 +312,26 @@ def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):
     arch = b.arch
     if dtype.name == "float16":
         t0 = b.v.alloc()
-        b.emit("v_cvt_f16_f32", t0, lo)
+        b.valu("v_cvt_f16_f32", t0, lo)
         if hi is None:
-            b.emit("v_and_b32", dst, 0xFFFF, t0)
+            b.valu("v_and_b32", dst, 0xFFFF, t0)
         else:
             t1 = b.v.alloc()
-            b.emit("v_cvt_f16_f32", t1, hi)
-            b.emit("v_pack_b32_f16", dst, t0, t1)
+            b.valu("v_cvt_f16_f32", t1, hi)
+            b.valu("v_pack_b32_f16", dst, t0, t1)
             b.v.free(t1)
         b.v.free(t0)
         return
     if arch.has_cvt_pk_bf16_f32:
-        b.emit("v_cvt_pk_bf16_f32", dst, lo, hi if hi is not None else 0)
+        b.valu("v_cvt_pk_bf16_f32", dst, lo, hi if hi is not None else 0)
         return
     t0 = b.v.alloc()
     _round_f32_to_bf16_high(b, t0, lo)
     if hi is None:
-        b.emit("v_lshrrev_b32", dst, 16, t0)
+        b.valu("v_lshrrev_b32", dst, 16, t0)
     else:
         t1 = b.v.alloc()
         _round_f32_to_bf16_high(b, t1, hi)
-        b.emit("v_perm_b32", dst, t1, t0, b.sgpr_constant(PERM_HIGH_HALVES))
+        b.valu("v_perm_b32", dst, t1, t0, b.sgpr_constant(PERM_HIGH_HALVES))
         b.v.free(t1)
     b.v.free(t0)
