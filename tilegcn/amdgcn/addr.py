@@ -66,21 +66,27 @@ def linear_form(expr, scale: int = 1, out: dict | None = None) -> dict:
     Distributes integer factors over sums, nothing else (floor, Mod and products of symbols stay
     atoms): the cheap part of sympy.expand that address splitting needs."""
     out = {} if out is None else out
-    expr = sym(expr)
+    for atom, coeff in _linear_terms(sym(expr)):
+        out[atom] = out.get(atom, 0) + scale * coeff
+    return out
+
+
+@memo  # the accesses of one tile share most of their terms
+def _linear_terms(expr) -> tuple:
+    """linear_form(expr) as (atom, coefficient) pairs, in the order the atoms first appear."""
     if expr.is_Integer:
-        out[sympy.S.One] = out.get(sympy.S.One, 0) + scale * int(expr)
-    elif isinstance(expr, sympy.Add):
+        return ((sympy.S.One, int(expr)),)
+    if isinstance(expr, sympy.Add):
+        form: dict = {}
         for term in expr.args:
-            linear_form(term, scale, out)
-    elif isinstance(expr, sympy.Mul):
+            for atom, coeff in _linear_terms(term):
+                form[atom] = form.get(atom, 0) + coeff
+        return tuple(form.items())
+    if isinstance(expr, sympy.Mul):
         coeff, rest = expr.as_coeff_Mul()
         if coeff.is_Integer and coeff != 1:
-            linear_form(rest, scale * int(coeff), out)
-        else:
-            out[expr] = out.get(expr, 0) + scale
-    else:
-        out[expr] = out.get(expr, 0) + scale
-    return out
+            return tuple((atom, int(coeff) * c) for atom, c in _linear_terms(rest))
+    return ((expr, 1),)
 
 
 def split_uniform(expr, lane_symbols):
@@ -296,26 +302,27 @@ class ExprLowering:
         the outermost value is done, except simple ones (`tid % 64`, `tid // 64`) that many addresses
         share: long address chains (the XOR swizzle) would otherwise hold registers for a whole loop."""
         expr = sym(expr)
-        hit = self.b.cse_get("v", expr) or self._temps.get(expr)
+        b = self.b
+        hit = b.cse_get("v", expr) or self._temps.get(expr)
         if hit is not None:
             return hit
-        if expr in self.b.symbol_regs and self.b.symbol_regs[expr].file == "v":
-            return self.b.symbol_regs[expr]
-        frame = self.b.frame_of(expr)
-        out = self.b.alloc_in_frame("v", frame)
+        hit = b.symbol_regs.get(expr)
+        if hit is not None and hit.file == "v":
+            return hit
+        frame = b.frame_of(expr)
+        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives, one call less
         self._depth += 1
         try:
             self._vgpr_into(out, expr, frame)
         finally:
             self._depth -= 1
-        if self._depth == 0 or _is_simple(expr):
-            self.b.cse_put("v", expr, out, frame)
+        if self._depth == 0:
+            b.cse_put("v", expr, out, frame)
+            self._temps.clear()  # their registers end with their last use (regalloc): nothing to free
+        elif _is_simple(expr):
+            b.cse_put("v", expr, out, frame)
         else:
             self._temps[expr] = out
-        if self._depth == 0:
-            for reg in self._temps.values():
-                self.b.v.free(reg)
-            self._temps.clear()
         return out
 
     def operand(self, expr):

@@ -172,8 +172,9 @@ class KernelBuilder:
                     del self.constant_vgprs[value]
 
     def cse_get(self, file: str, expr):
+        key = (file, expr)
         for f in reversed(self.frames):
-            hit = f.cse.get((file, expr))
+            hit = f.cse.get(key)
             if hit is not None:
                 return hit
         return None
