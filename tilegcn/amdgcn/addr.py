@@ -148,6 +148,7 @@ class ExprLowering:
         self.b = b
         self._depth = 0  # nesting of vgpr() calls
         self._temps: dict = {}  # intermediate values of the outermost vgpr() call in progress
+        self._lanes = frozenset()  # the lane symbols, as the outermost vgpr() call in progress found them
 
     # -- SGPR (uniform) -------------------------------------------------------------------------
     def sgpr(self, expr) -> Reg | int:
@@ -309,17 +310,20 @@ class ExprLowering:
         hit = b.symbol_regs.get(expr)
         if hit is not None and hit.file == "v":
             return hit
-        frame = b.frame_of(expr)
-        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives, one call less
+        frame = b.frame_of(expr) if len(b.frames) > 1 else 0
+        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives
+        if self._depth == 0:
+            self._lanes = frozenset(b.lane_symbols)
+        shape = _vgpr_shape(expr, self._lanes)
         self._depth += 1
         try:
-            self._vgpr_into(out, expr, frame)
+            self._vgpr_into(out, expr, shape, frame)
         finally:
             self._depth -= 1
         if self._depth == 0:
             b.cse_put("v", expr, out, frame)
             self._temps.clear()  # their registers end with their last use (regalloc): nothing to free
-        elif _is_simple(expr):
+        elif shape[-1]:
             b.cse_put("v", expr, out, frame)
         else:
             self._temps[expr] = out
@@ -334,6 +338,10 @@ class ExprLowering:
             return self.sgpr(expr)
         return self.vgpr(expr)
 
+    def _operands(self, kinds: tuple) -> list:
+        """operand() of each (kind, term) that _vgpr_shape classified."""
+        return [x if kind is _CONSTANT else self.vgpr(x) if kind is _LANE else self.sgpr(x) for kind, x in kinds]
+
     def _vop3_operand(self, expr):
         """VOP3 takes no 32-bit literal on gfx9: constants outside the inline range go to an SGPR."""
         x = self.operand(expr)
@@ -341,17 +349,15 @@ class ExprLowering:
             return self.b.sgpr_constant(x)
         return x
 
-    def _vgpr_into(self, out: Reg, expr, frame: int):
+    def _vgpr_into(self, out: Reg, expr, shape: tuple, frame: int):
         b = self.b
-        if not free_symbols(expr) & b.lane_symbols:
+        form = shape[0]
+        if form is _UNIFORM:
             b.valu("v_mov_b32", out, self.operand(expr), frame=frame)
-            return
-        if isinstance(expr, sympy.Add):
-            const, rest, terms = _sum_parts(expr)
-            if const and free_symbols(rest) & b.lane_symbols:
-                b.valu("v_add_u32", out, const, self.vgpr(rest), frame=frame)  # the sum without the constant is shared
-                return
-            terms = [self.operand(t) for t in terms]
+        elif form is _SHIFTED:  # a constant plus a sum that other addresses share
+            b.valu("v_add_u32", out, shape[1], self.vgpr(shape[2]), frame=frame)
+        elif form is _SUM:
+            const, terms = shape[1], self._operands(shape[2])
             terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
             if const:
                 terms.insert(0, const)
@@ -365,10 +371,8 @@ class ExprLowering:
                 acc = out
             if acc is not out:
                 b.valu("v_mov_b32", out, acc, frame=frame)
-            return
-        if isinstance(expr, sympy.Mul):
-            coeff, factors = _product_parts(expr)
-            factors = [self.operand(f) for f in factors]
+        elif form is _PRODUCT:
+            coeff, factors = shape[1], self._operands(shape[2])
             factors.sort(key=_is_vgpr)
             acc = factors.pop()
             for f in factors:
@@ -382,51 +386,68 @@ class ExprLowering:
                 acc = out
             if acc is not out:
                 b.valu("v_mov_b32", out, acc, frame=frame)
-            return
-        div = split_floor_div(expr)
-        if div is not None:
-            num, d = div
+        elif form is _QUOTIENT:
+            num, d = shape[1], shape[2]
             src = self.vgpr(num)
             if is_pow2(d):
                 b.valu("v_lshrrev_b32", out, log2(d), src, frame=frame)
             else:
                 b.valu("v_mul_hi_u32", out, b.sgpr_constant(magic(d)), src, frame=frame)
-            return
-        if isinstance(expr, sympy.Mod):
-            x, d, quotient = _mod_parts(expr)
+        elif form is _REMAINDER:
+            x, d, quotient = shape[1], shape[2], shape[3]
             if quotient is None:
                 b.valu("v_and_b32", out, d - 1, self.vgpr(x), frame=frame)
             else:
                 q = self.vgpr(quotient)
                 b.valu("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
                 b.valu("v_add_u32", out, self.operand(x), out, frame=frame)
-            return
-        raise CompileError(f"cannot lower index expression {expr}")
+        else:
+            raise CompileError(f"cannot lower index expression {expr}")
 
 
-# The structure of a node, memoised: the lowering of a long address recomputes its (not simple) subexpressions for
-# every address that contains them (see ExprLowering.vgpr), and SymPy's as_coeff_Add/as_coeff_Mul build new
-# objects each time they are asked.
-@memo
-def _sum_parts(expr) -> tuple:
-    """(integer constant, the sum without it, that sum's terms) of a sympy.Add."""
-    const, rest = split_const(expr)
-    return const, rest, sympy.Add.make_args(rest)
-
-
-@memo
-def _product_parts(expr) -> tuple:
-    """(integer coefficient, the other factors) of a sympy.Mul."""
-    coeff, rest = expr.as_coeff_Mul()
-    return int(coeff), sympy.Mul.make_args(rest)
+# What _vgpr_into does with a node, and the operands it needs, memoised per expression (and set of lane symbols):
+# the lowering of a long address recomputes its subexpressions that are not simple for every address that contains
+# them (see ExprLowering.vgpr), and asking SymPy again each time (as_coeff_Add and as_coeff_Mul build new objects,
+# free_symbols walks the tree) cost more than the instructions' own bookkeeping.
+_UNIFORM, _SHIFTED, _SUM, _PRODUCT, _QUOTIENT, _REMAINDER, _UNSUPPORTED = (
+    "uniform", "shifted", "sum", "product", "quotient", "remainder", "unsupported")
+_CONSTANT, _SCALAR, _LANE = "constant", "scalar", "lane"  # operand kinds: int, SGPR, VGPR
 
 
 @memo
-def _mod_parts(expr) -> tuple:
-    """(x, d, floor(x / d) or None where d is a power of two) of Mod(x, d)."""
-    x, d = expr.args
-    d = int(d)
-    return x, d, None if is_pow2(d) else sympy.floor(x / d)
+def _vgpr_shape(expr, lanes: frozenset) -> tuple:
+    """(form, its parts..., whether the value is simple enough to keep for other addresses (_is_simple))."""
+    simple = _is_simple(expr)
+    if not free_symbols(expr) & lanes:
+        return _UNIFORM, simple
+    if isinstance(expr, sympy.Add):
+        const, rest = split_const(expr)
+        if const and free_symbols(rest) & lanes:
+            return _SHIFTED, const, rest, simple
+        return _SUM, const, _operand_kinds(sympy.Add.make_args(rest), lanes), simple
+    if isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_coeff_Mul()
+        return _PRODUCT, int(coeff), _operand_kinds(sympy.Mul.make_args(rest), lanes), simple
+    div = split_floor_div(expr)
+    if div is not None:
+        return _QUOTIENT, div[0], div[1], simple
+    if isinstance(expr, sympy.Mod):
+        x, d = expr.args
+        d = int(d)
+        return _REMAINDER, x, d, None if is_pow2(d) else sympy.floor(x / d), simple
+    return _UNSUPPORTED, simple
+
+
+def _operand_kinds(terms, lanes: frozenset) -> tuple:
+    """(kind, int value or expression) of each term, as ExprLowering.operand() would lower it."""
+    kinds = []
+    for t in terms:
+        t = sym(t)
+        if t.is_Integer:
+            kinds.append((_CONSTANT, int(t)))
+        else:
+            kinds.append((_LANE if free_symbols(t) & lanes else _SCALAR, t))
+    return tuple(kinds)
 
 
 def _is_vgpr(operand) -> bool:

@@ -173,6 +173,8 @@ class KernelBuilder:
 
     def cse_get(self, file: str, expr):
         key = (file, expr)
+        if len(self.frames) == 1:
+            return self.frames[0].cse.get(key)
         for f in reversed(self.frames):
             hit = f.cse.get(key)
             if hit is not None:

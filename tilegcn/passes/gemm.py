@@ -86,7 +86,7 @@ def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M
     rm, rn = divmod(rep, repeats_N)
     i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
     groups = WAVE // dim
-    return i0 + rm * dim, j0 + rn * dim + 4 * groups * (reg // 4) + reg % 4
+    return i0 + rm * dim, j0 + (rn * dim + 4 * groups * (reg // 4) + reg % 4)  # one SymPy addition each
 
 
 @memo
