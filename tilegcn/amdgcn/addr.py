@@ -302,14 +302,18 @@ class ExprLowering:
         The result is kept for reuse (CSE). Intermediate values computed on the way are freed once
         the outermost value is done, except simple ones (`tid % 64`, `tid // 64`) that many addresses
         share: long address chains (the XOR swizzle) would otherwise hold registers for a whole loop."""
-        expr = sym(expr)
+        return self._vgpr(sym(expr))
+
+    def _vgpr(self, expr) -> Reg:
+        """vgpr() of a SymPy expression (the operands _vgpr_shape lists are)."""
         b = self.b
-        hit = b.cse_get("v", expr) or self._temps.get(expr)
+        hit = b.cse_get("v", expr) or (self._temps.get(expr) if self._temps else None)
         if hit is not None:
             return hit
-        hit = b.symbol_regs.get(expr)
-        if hit is not None and hit.file == "v":
-            return hit
+        if expr.is_Symbol:  # symbol_regs holds symbols only
+            hit = b.symbol_regs.get(expr)
+            if hit is not None and hit.file == "v":
+                return hit
         frame = b.frame_of(expr) if len(b.frames) > 1 else 0
         out = b.v.alloc()  # what alloc_in_frame("v", frame) gives
         if self._depth == 0:
@@ -336,11 +340,11 @@ class ExprLowering:
             return int(expr)
         if not free_symbols(expr) & self.b.lane_symbols:
             return self.sgpr(expr)
-        return self.vgpr(expr)
+        return self._vgpr(expr)
 
     def _operands(self, kinds: tuple) -> list:
         """operand() of each (kind, term) that _vgpr_shape classified."""
-        return [x if kind is _CONSTANT else self.vgpr(x) if kind is _LANE else self.sgpr(x) for kind, x in kinds]
+        return [x if kind is _CONSTANT else self._vgpr(x) if kind is _LANE else self.sgpr(x) for kind, x in kinds]
 
     def _vop3_operand(self, expr):
         """VOP3 takes no 32-bit literal on gfx9: constants outside the inline range go to an SGPR."""
@@ -355,7 +359,7 @@ class ExprLowering:
         if form is _UNIFORM:
             b.valu("v_mov_b32", out, self.operand(expr), frame=frame)
         elif form is _SHIFTED:  # a constant plus a sum that other addresses share
-            b.valu("v_add_u32", out, shape[1], self.vgpr(shape[2]), frame=frame)
+            b.valu("v_add_u32", out, shape[1], self._vgpr(shape[2]), frame=frame)
         elif form is _SUM:
             const, terms = shape[1], self._operands(shape[2])
             terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
@@ -388,7 +392,7 @@ class ExprLowering:
                 b.valu("v_mov_b32", out, acc, frame=frame)
         elif form is _QUOTIENT:
             num, d = shape[1], shape[2]
-            src = self.vgpr(num)
+            src = self._vgpr(num)
             if is_pow2(d):
                 b.valu("v_lshrrev_b32", out, log2(d), src, frame=frame)
             else:
@@ -396,9 +400,9 @@ class ExprLowering:
         elif form is _REMAINDER:
             x, d, quotient = shape[1], shape[2], shape[3]
             if quotient is None:
-                b.valu("v_and_b32", out, d - 1, self.vgpr(x), frame=frame)
+                b.valu("v_and_b32", out, d - 1, self._vgpr(x), frame=frame)
             else:
-                q = self.vgpr(quotient)
+                q = self._vgpr(quotient)
                 b.valu("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
                 b.valu("v_add_u32", out, self.operand(x), out, frame=frame)
         else:
