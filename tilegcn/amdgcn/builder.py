@@ -46,6 +46,26 @@ def _facts(op: str, suffix: str) -> tuple:
     return kind_of(op, suffix), op.startswith(_SCC_ONLY)
 
 
+def _implied_defs_uses(operands: tuple, defs, uses, kind: str, scc_only: bool) -> tuple:
+    """(defs, uses) of an instruction where emit() was not given them: the first register operand is written (none
+    for stores, waits and branches; SCC for scalar compares), the other register operands are read."""
+    regs = [o for o in operands if type(o) is Reg]
+    if defs is None:
+        if scc_only:
+            defs = (isa.SCC,)
+        elif kind in _NO_DEF_KINDS:
+            defs = ()
+            if uses is None:
+                uses = regs
+        else:
+            defs = (regs[0],) if regs else ()
+            if uses is None:
+                uses = regs[1:]
+    if uses is None:
+        uses = [r for r in regs if r not in defs]
+    return defs, uses
+
+
 @dataclass
 class Frame:
     insts: list
@@ -75,20 +95,8 @@ class KernelBuilder:
             scc_only = op.startswith(_SCC_ONLY)
         else:
             kind, scc_only = _facts(op, suffix)
-        regs = [o for o in operands if type(o) is Reg]
-        if defs is None:
-            if scc_only:
-                defs = (isa.SCC,)
-            elif kind in _NO_DEF_KINDS:
-                defs = ()
-                if uses is None:
-                    uses = tuple(regs)
-            else:
-                defs = (regs[0],) if regs else ()
-                if uses is None:
-                    uses = tuple(regs[1:])
-        if uses is None:
-            uses = tuple([r for r in regs if r not in defs])
+        if defs is None or uses is None:
+            defs, uses = _implied_defs_uses(operands, defs, uses, kind, scc_only)
         inst = Inst(op, operands, tuple(defs), tuple(uses), kind, suffix, comment)
         self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst

@@ -300,7 +300,7 @@ def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
     """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet)."""
     b.valu("v_bfe_u32", tmp, x, 16, 1)
     b.valu("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
-    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,))
+    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,), uses=(x, x))
     quiet = b.v.alloc()
     b.valu("v_or_b32", quiet, BF16_QUIET_BIT, x)
     b.valu("v_cndmask_b32", tmp, tmp, quiet, VCC)
