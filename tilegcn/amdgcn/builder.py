@@ -105,7 +105,11 @@ class KernelBuilder:
         """emit() of a VALU instruction (a `v_` op other than v_mfma) that writes `dst` and reads `srcs`, the
         instruction emit() would make, without its general case analysis: the epilogue's conversions and the
         address arithmetic emit over a thousand of these per GEMM."""
-        inst = Inst(op, (dst, *srcs), (dst,), tuple([s for s in srcs if type(s) is Reg]), isa.VALU)
+        uses = []  # a plain loop: a comprehension costs a function call on Python 3.11
+        for s in srcs:
+            if type(s) is Reg:
+                uses.append(s)
+        inst = Inst(op, (dst, *srcs), (dst,), tuple(uses), isa.VALU)
         self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst
 
