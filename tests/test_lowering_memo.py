@@ -13,6 +13,7 @@ from tilegcn.amdgcn.addr import linear_form, split_floor_div, value_range
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
+from tilegcn.amdgcn.memory import _exact_span
 from tilegcn.ir import TensorSpec
 from tilegcn.passes import lower
 
@@ -63,6 +64,18 @@ def test_linear_form_agrees_with_sympy():
             assert sympy.Add(*(c * a for a, c in form.items())) == sympy.expand(e1), (e1, again)
             both = linear_form(e2, 5, linear_form(e1, 3))
             assert sympy.Add(*(c * a for a, c in both.items())) == sympy.expand(3 * e1 + 5 * e2), (e1, e2, again)
+
+
+def test_exact_lane_span_agrees_with_sympy():
+    """The span of a per-lane offset over the threads (evaluated in integers, no longer by sympy.lambdify) is the
+    span of SymPy's own values, lane by lane."""
+    atoms = [a for a in ATOMS if a.free_symbols == {TID}]
+    rng = random.Random(3)
+    for _ in range(8):
+        e = (sum(rng.choice([-16, -3, 1, 4, 64]) * rng.choice(atoms) for _ in range(3))
+             + sympy.floor(rng.choice(atoms) / rng.choice([3, 8])) + sympy.Mod(rng.choice(atoms) + 1, rng.choice([2, 6])))
+        values = [int(e.subs(TID, t)) for t in range(64)]
+        assert _exact_span(e, TID, 64) == (min(values), max(values)), e
 
 
 def test_valu_builds_what_emit_builds():

@@ -24,7 +24,7 @@ import sympy
 from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_linear, split_uniform, value_range
+from .addr import ExprLowering, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 from .symcache import free_symbols, memo, sym
 
@@ -83,9 +83,39 @@ class Address(NamedTuple):
 
 @memo
 def _exact_span(expr, tid, threads: int) -> tuple:
-    """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each."""
-    values = np.broadcast_to(sympy.lambdify(tid, expr, modules="numpy")(np.arange(threads, dtype=np.int64)), threads)
+    """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each (in integers, where
+    the expression is made of the forms address arithmetic uses, else by sympy.lambdify, which costs milliseconds)."""
+    lanes = np.arange(threads, dtype=np.int64)
+    values = _integer_values(expr, tid, lanes)
+    if values is None:
+        values = sympy.lambdify(tid, expr, modules="numpy")(lanes)
+    values = np.broadcast_to(values, threads)
     return int(values.min()), int(values.max())
+
+
+def _integer_values(expr, tid, lanes):
+    """expr at tid = each of `lanes` (an int64 array, or an int where expr does not depend on tid), exactly: integers,
+    sums, products, floor divisions and Mod by positive integers; None for any other form."""
+    if expr == tid:
+        return lanes
+    if expr.is_Integer:
+        return int(expr)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [_integer_values(a, tid, lanes) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p if isinstance(expr, sympy.Add) else total * p
+        return total
+    div = split_floor_div(expr)
+    if div is not None:
+        num = _integer_values(div[0], tid, lanes)
+        return None if num is None else num // div[1]
+    if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
+        x = _integer_values(expr.args[0], tid, lanes)
+        return None if x is None else x % int(expr.args[1])
+    return None
 
 
 class GlobalAccess:
