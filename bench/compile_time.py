@@ -56,6 +56,9 @@ CASES = [
     ("gemm 256x256x64 bf16, num_stages=2", "examples.gemm.gemm:gemm",
      "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
      " torch.empty(256, 256, dtype=torch.bfloat16)]", {"num_stages": 2}, None),
+    ("gemm 256x256x64 bf16, num_stages=3", "examples.gemm.gemm:gemm",
+     "[torch.randn(256, 64, dtype=torch.bfloat16), torch.randn(64, 256, dtype=torch.bfloat16),"
+     " torch.empty(256, 256, dtype=torch.bfloat16)]", {"num_stages": 3}, None),
 ]
 
 
@@ -140,12 +143,18 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
     `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
     statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls),
-    instruction scheduling, register allocation, wait counts, hazard nops, rendering. The parts are timed by
-    wrapping those functions for the measurement."""
+    instruction scheduling (of which the dependency graph and the list scheduling), register allocation (of which
+    liveness, the linear scan and the operand rewrite), wait counts, hazard nops, rendering. The parts are timed
+    by wrapping those functions for the measurement."""
     from tilegcn import passes
+    from tilegcn.amdgcn import regalloc
+    from tilegcn.amdgcn import schedule as scheduler
     from tilegcn.amdgcn.addr import ExprLowering
     from tilegcn.language import trace
 
+    SUBPARTS = [(scheduler, "_dependencies", "schedule: dependencies"), (scheduler, "_list_schedule", "schedule: list"),
+                (regalloc, "live_ranges", "allocate: liveness"), (regalloc, "_scan", "allocate: linear scan"),
+                (regalloc, "_rewrite", "allocate: rewrite")]
     signature, trace_args = fn._signature(args)
     kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
     spent: dict = {}
@@ -172,6 +181,7 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
              timed(passes, "allocate", "allocate"), timed(passes, "insert_waits", "waits"),
              timed(passes, "insert_hazard_nops", "hazards"), timed(passes, "render", "render")]
     saved += [timed(ExprLowering, m, "address arithmetic") for m in ("vgpr", "sgpr", "sgpr64")]
+    saved += [timed(owner, name, part) for owner, name, part in SUBPARTS]
     runs: dict = {}
     try:
         for _ in range(repeat):
@@ -258,7 +268,8 @@ def main() -> int:
                 other = total - sum(parts.get(k, 0.0) for k in PARTS)
                 print(f"    lowering alone, CPU time {median_ms([total])}: "
                       + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
-                      + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements)")
+                      + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements, "
+                      "'schedule: ...' of schedule, 'allocate: ...' of allocate)")
             if not opts.no_cache_hit:
                 print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:

@@ -5,6 +5,8 @@ file is a ResourceError naming needed vs available. The emulator runs the alloca
 answer against torch; the GEMM and elementwise suites are the large-scale check."""
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 import subprocess
 import sys
@@ -203,3 +205,18 @@ def test_over_the_register_file_names_needed_available_and_holders(file, what):
     b.insts.pop()
     b.emit("s_nop", 0, uses=(other,))
     allocate(b.insts, b)
+
+
+def test_a_register_is_one_immutable_object_per_value():
+    """The passes compare and hash registers by identity (Reg is interned): equal fields must give the same
+    object however the register was made (constructor, slicing, pickling, copying), and it cannot be changed."""
+    r = Reg("v", 4, 2, virtual=True)
+    assert r is Reg("v", 4, 2, True) and r == Reg("v", 4, 2, True)
+    assert r != Reg("v", 4, 2) and r != Reg("v", 4, 1, True) and r != Reg("s", 4, 2, True)
+    assert r[1] is Reg("v", 5, 1, True) and r[0:2] is r
+    assert pickle.loads(pickle.dumps(r)) is r and copy.deepcopy(r) is r and copy.copy(r) is r
+    assert {r: "x"}[Reg("v", 4, 2, True)] == "x"
+    assert str(r) == "%v[4:5]" and Reg("vcc", 0, 2).text == "vcc"
+    with pytest.raises(AttributeError):
+        r.index = 6
+    assert r.index == 4

@@ -29,22 +29,19 @@ class Block:
 
 def blocks(insts: list) -> list:
     """Basic blocks of `insts` in order (their concatenation is `insts`), successors filled in."""
+    cuts = [0]  # where blocks start: the blocks are list slices (these passes see every instruction)
+    for pos, inst in enumerate(insts):
+        kind = inst.kind
+        if kind == isa.LABEL:
+            cuts.append(pos)
+        elif kind == isa.BRANCH or inst.op in ENDS:
+            cuts.append(pos + 1)
+    cuts.append(len(insts))
     out: list = []
-    current: list = []
-
-    def close():
-        if current:
-            label = current[0].op if current[0].kind == isa.LABEL else None
-            out.append(Block(label, list(current)))
-            current.clear()
-
-    for inst in insts:
-        if inst.kind == isa.LABEL:
-            close()
-        current.append(inst)
-        if inst.kind == isa.BRANCH or inst.op in ENDS:
-            close()
-    close()
+    for start, end in zip(cuts, cuts[1:]):
+        if start < end:
+            first = insts[start]
+            out.append(Block(first.op if first.kind == isa.LABEL else None, insts[start:end]))
     by_label = {blk.label: i for i, blk in enumerate(out) if blk.label}
     for i, blk in enumerate(out):
         last = blk.insts[-1]

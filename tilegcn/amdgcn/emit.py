@@ -24,4 +24,4 @@ def render(kernel, arch, abi, insts, lds_bytes: int, counts: dict) -> str:
         version=__version__, name=kernel.name, arch=arch.name, source=kernel.loc or "?", grid=grid,
         block=block, lds_bytes=lds_bytes, kernarg_size=abi.kernarg_size, threads=kernel.threads,
         sgpr_count=counts["sgprs"] + VCC_SGPRS, args=metadata_args(abi.args),
-        body="\n".join(i.text() for i in insts), **counts)
+        body="\n".join([i.text() for i in insts]), **counts)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from . import cfg, isa
-from .isa import M0, Inst, units_of
+from .isa import M0, Inst
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -39,11 +39,6 @@ def _passes_by_name(op: str, arch_name: str) -> int:
     raise ValueError(f"unknown MFMA {op}")
 
 
-@functools.lru_cache(maxsize=4096)
-def _reg_units(reg) -> frozenset:
-    return frozenset(reg.units())
-
-
 class Recent:
     """Recent MFMA results {(dst Reg, passes): wait states since}, VALU writes {units: since} and the wait states
     since M0's write (the dataflow state between blocks). Within a block the pass keeps, per register unit, the
@@ -56,7 +51,7 @@ class Recent:
         self.now = 0
         self.mfma_of = {}  # unit -> (issue time, passes, dst Reg) of the newest MFMA writing it
         for (dst, passes), since in sorted((mfmas or {}).items(), key=lambda kv: -kv[1]):  # oldest first
-            for u in _reg_units(dst):
+            for u in dst.unit_ids:
                 self.mfma_of[u] = (-since, passes, dst)
         self.valu_at = {}  # unit -> issue time of the newest VALU write
         for units, since in sorted((valu_writes or {}).items(), key=lambda kv: -kv[1]):
@@ -106,13 +101,15 @@ def _facts(inst: Inst, arch) -> tuple:
     if kind in _NO_VECTOR_READ:
         return _ISSUED if states == 1 and not m0 else (states, m0, False, (), (), None)
     if kind == isa.MFMA:
-        src_ab, src_c = units_of(inst.uses[:2]), units_of(inst.uses[2:3])
-        src_c_reg = inst.uses[2] if len(inst.uses) > 2 else None
+        uses = inst.uses
+        src_ab = tuple([u for r in uses[:2] for u in r.unit_ids])
+        src_c_reg = uses[2] if len(uses) > 2 else None
+        src_c = src_c_reg.unit_ids if src_c_reg is not None else ()
         mfma = (src_ab, src_c_reg, src_c, src_ab + src_c, _mfma_passes(inst.op, arch), inst.defs[0],
-                units_of(inst.defs[:1]))
+                inst.defs[0].unit_ids)
         return states, m0, False, (), (), mfma
-    valu_units = units_of(inst.defs) if kind == isa.VALU else ()
-    return states, m0, kind == isa.LDS_DMA, units_of(inst.uses), valu_units, None
+    valu_units = inst.def_units if kind == isa.VALU else ()
+    return states, m0, kind == isa.LDS_DMA, inst.use_units, valu_units, None
 
 
 def _transfer(arch):

@@ -38,12 +38,13 @@ class Lives:
 
 def loops(insts: list) -> list:
     """(head position, back-branch position) of every loop, innermost (shortest) first."""
-    labels = {inst.op: pos for pos, inst in enumerate(insts) if inst.kind == isa.LABEL}
-    found = []
-    for pos, inst in enumerate(insts):
-        if inst.kind == isa.BRANCH and inst.operands:
-            head = labels.get(str(inst.operands[0]))
-            if head is not None and head < pos:
+    labels, found = {}, []
+    for pos, kind in enumerate([inst.kind for inst in insts]):
+        if kind == isa.LABEL:
+            labels[insts[pos].op] = pos
+        elif kind == isa.BRANCH and insts[pos].operands:
+            head = labels.get(str(insts[pos].operands[0]))  # a label seen before: a branch back
+            if head is not None:
                 found.append((head, pos))
     return sorted(found, key=lambda loop: loop[1] - loop[0])
 
@@ -52,30 +53,32 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
     """Intervals of `groups` (regalloc.Group by number) of `files` (file name -> VirtualFile) in `insts`; see the
     module doc."""
     n_groups = len(groups)
-    group_of = {f: vf.group_of for f, vf in files.items()}
-    base_of = [grp.base for grp in groups]
     first, last = [-1] * n_groups, [-1] * n_groups
     defined = [0] * n_groups  # bit i: register i of the group was written (in linear order) before
     exposed: list = [None] * n_groups  # positions of reads of registers nothing wrote before
-    floor = dict.fromkeys(files, 0)
+    place, floor = _group_bits(insts, files, groups)
     for pos, inst in enumerate(insts):
-        for regs, is_use in ((inst.uses, True), (inst.defs, False)):
-            for r in regs:
-                if not r.virtual:
-                    if r.file in floor and r.index + r.count > floor[r.file]:
-                        floor[r.file] = r.index + r.count
-                    continue
-                g = group_of[r.file][r.index]
-                if first[g] < 0:
-                    first[g] = pos
-                last[g] = pos
-                bits = ((1 << r.count) - 1) << (r.index - base_of[g])
-                if not is_use:
-                    defined[g] |= bits
-                elif bits & ~defined[g]:
-                    if exposed[g] is None:
-                        exposed[g] = []
-                    exposed[g].append(pos)
+        for r in inst.uses:
+            at = place[r]
+            if at is None:
+                continue
+            g, bits = at
+            if first[g] < 0:
+                first[g] = pos
+            last[g] = pos
+            if bits & ~defined[g]:
+                if exposed[g] is None:
+                    exposed[g] = []
+                exposed[g].append(pos)
+        for r in inst.defs:
+            at = place[r]
+            if at is None:
+                continue
+            g, bits = at
+            if first[g] < 0:
+                first[g] = pos
+            last[g] = pos
+            defined[g] |= bits
     for head, end in loops(insts):
         for g in range(n_groups):
             if first[g] < 0 or first[g] > end or last[g] < head:
@@ -84,3 +87,20 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
                 first[g] = min(first[g], head)
                 last[g] = max(last[g], end)
     return Lives(first, last, floor)
+
+
+def _group_bits(insts: list, files: dict, groups: list) -> tuple:
+    """({Reg: (group number, mask of the group's registers it names) or None for a physical register}, for every
+    distinct def and use of `insts`; the physical registers per file named directly). Computed once per distinct
+    register (a few per instruction), so the loop over the def and use slots is a plain dict lookup."""
+    floor = dict.fromkeys(files, 0)
+    place = {}
+    for r in set().union(*[inst.defs for inst in insts], *[inst.uses for inst in insts]):
+        if r.virtual:
+            g = files[r.file].group_of[r.index]
+            place[r] = (g, ((1 << r.count) - 1) << (r.index - groups[g].base))
+        else:
+            place[r] = None
+            if r.file in floor and r.index + r.count > floor[r.file]:
+                floor[r.file] = r.index + r.count
+    return place, floor

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import ResourceError
-from .isa import Inst, Reg
+from .isa import Inst, Reg, unit_ids_of
 from .liveness import live_ranges
 
 
@@ -155,50 +155,47 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
 
 
 def _rewrite(insts: list, files: dict, placed: list) -> list:
-    """`insts` with every virtual register replaced by its physical one.
+    """`insts` with every virtual register replaced by its physical one (new Inst objects: `insts` stay as they
+    are). What an operand becomes is computed once per distinct operand (_physical_operands); the per-slot work is
+    one dict lookup."""
+    physical = _physical_operands(insts, files, placed)
+    get = physical.get
+    out = []
+    for i in insts:
+        defs, uses = tuple([get(r, r) for r in i.defs]), tuple([get(r, r) for r in i.uses])
+        new = Inst(i.op, tuple([get(o, o) for o in i.operands]), defs, uses, i.kind, i.suffix, i.comment)
+        # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
+        # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
+        facts = new.__dict__
+        facts["def_units"] = defs[0].unit_ids if len(defs) == 1 else unit_ids_of(defs)
+        facts["use_units"] = uses[0].unit_ids if len(uses) == 1 else unit_ids_of(uses)
+        out.append(new)
+    return out
 
-    Every operand, def and use object is looked up by identity in `replace` (the objects stay alive in `insts`),
-    which maps each virtual Reg (or operand wrapping one, such as elementwise._Neg) to its physical version, so
-    the per-slot work runs in C (map, dict.get) and the Python work is once per distinct object."""
-    where = {f: _physical_indices(vf, placed) for f, vf in files.items()}
-    objects = {id(o): o for inst in insts for part in (inst.operands, inst.defs, inst.uses) for o in part}
-    replace, made = {}, {}  # made: (file, physical index, count) -> Reg, as building a Reg is slow (frozen)
-    for key, o in objects.items():
+
+def _physical_operands(insts: list, files: dict, placed: list) -> dict:
+    """{operand: the operand over physical registers} for every distinct operand of `insts` that names a virtual
+    register: a virtual Reg becomes the physical Reg its group was placed at, an operand wrapping one
+    (elementwise._Neg) is rebuilt around that. Numbers are left out (1, 1.0 and True are one set element)."""
+    distinct = set().union(*[i.operands for i in insts], *[i.defs for i in insts], *[i.uses for i in insts])
+    out = {}
+    for o in distinct:
         kind = type(o)
         if kind is Reg:
             if o.virtual:
-                replace[key] = _physical(o, where, made)
-        elif kind not in _PLAIN and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
-            replace[key] = kind(_physical(o.reg, where, made))  # an operand with a modifier (elementwise._Neg)
-    get = replace.get
-    out = []
-    for i in insts:
-        ops, defs, uses = i.operands, i.defs, i.uses
-        out.append(Inst(i.op, tuple([get(id(o), o) for o in ops]) if ops else ops,
-                        tuple([get(id(r), r) for r in defs]) if defs else defs,
-                        tuple([get(id(r), r) for r in uses]) if uses else uses, i.kind, i.suffix, i.comment))
+                out[o] = _physical(o, files, placed)
+        elif kind not in _NUMBERS and kind is not str and isinstance(getattr(o, "reg", None), Reg) \
+                and o.reg.virtual:
+            out[o] = kind(_physical(o.reg, files, placed))
     return out
 
 
-_PLAIN = (int, str, float)  # operand types that hold no register
-
-
-def _physical(r: Reg, where: dict, made: dict) -> Reg:
-    at = where[r.file][r.index]
-    if at < 0:
+def _physical(r: Reg, files: dict, placed: list) -> Reg:
+    vf = files[r.file]
+    g = vf.group_of[r.index]
+    if placed[g] < 0:
         raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-    key = (r.file, at, r.count)
-    reg = made.get(key)
-    if reg is None:
-        reg = made[key] = Reg(r.file, at, r.count)
-    return reg
+    return Reg(r.file, placed[g] + r.index - vf.groups[g].base, r.count)
 
 
-def _physical_indices(vf: VirtualFile, placed: list) -> list:
-    """Virtual index -> physical register of one file (-1 where the group appears in no instruction)."""
-    out = [-1] * len(vf.group_of)
-    for g in vf.numbers:
-        grp = vf.groups[g]
-        if placed[g] >= 0:
-            out[grp.base:grp.base + grp.count] = range(placed[g], placed[g] + grp.count)
-    return out
+_NUMBERS = (int, float, bool)

@@ -51,7 +51,6 @@ instruction costs an issue slot.
 """
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 
@@ -87,33 +86,20 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     return out
 
 
-_UNIT_IDS: dict = {}  # (file, index) -> a small int: dicts keyed by ints are cheaper than by tuples
-
-
-def _unit_id(unit) -> int:
-    return _UNIT_IDS.setdefault(unit, len(_UNIT_IDS))
-
-
-@functools.lru_cache(maxsize=4096)
-def _reg_units(reg) -> tuple:
-    return tuple(_unit_id(u) for u in reg.units())
-
-
-_SCC, _M0 = _unit_id(("scc", 0)), _unit_id(("m0", 0))
-_VCC, _EXEC = _reg_units(isa.VCC), _reg_units(isa.EXEC)
+_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]
+_VCC, _EXEC = isa.VCC.unit_ids, isa.EXEC.unit_ids
 
 
 def _effects(inst) -> tuple:
-    """(units read, units written) of one instruction: its registers plus the implicit state it touches."""
-    reads = [u for r in inst.uses for u in _reg_units(r)]
-    writes = [u for r in inst.defs for u in _reg_units(r)]
+    """(units read, units written) of one instruction: its registers plus the implicit state it touches, but for
+    the reads of EXEC and of the fence every vector / every instruction makes (_dependencies adds those where the
+    block writes them)."""
+    reads = [u for r in inst.uses for u in r.unit_ids]
+    writes = [u for r in inst.defs for u in r.unit_ids]
     kind, op = inst.kind, inst.op
-    reads.append(_FENCE)
     if kind not in _KNOWN:
         writes.append(_FENCE)
         return reads, writes
-    if kind in _VECTOR:
-        reads += _EXEC
     if kind == isa.SALU and not op.startswith(_SCC_FREE):
         reads.append(_SCC)
         writes.append(_SCC)
@@ -131,6 +117,22 @@ def _effects(inst) -> tuple:
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL]
     return reads, writes
+
+
+def _all_effects(nodes: list) -> list:
+    """_effects of every node, with the implicit reads of EXEC (vector instructions) and of the fence (every
+    instruction) added only where some node of the block writes them: a unit nothing writes makes no edge, and
+    these two would otherwise be a third of the units the dependency loop visits."""
+    effects = [_effects(node) for node in nodes]
+    written = set().union(*[writes for _, writes in effects])
+    exec_read = _EXEC if written.intersection(_EXEC) else ()
+    fence_read = (_FENCE,) if _FENCE in written else ()
+    if exec_read or fence_read:
+        for node, (reads, _) in zip(nodes, effects):
+            reads += fence_read
+            if node.kind in _VECTOR:
+                reads += exec_read
+    return effects
 
 
 class _Latency:
@@ -157,15 +159,15 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
     result_slots = [latency.of(node) for node in nodes]
     last_write: dict = {}
     readers: dict = {}
-    for i, inst in enumerate(nodes):
-        reads, writes = _effects(inst)
+    for i, (inst, (reads, writes)) in enumerate(zip(nodes, _all_effects(nodes))):
         mine: dict = {}
+        dma = inst.kind == isa.LDS_DMA
         for u in reads:
             j = last_write.get(u)
             if j is None:
                 continue
             slots = 1 if u < 0 else result_slots[j]
-            if u == _M0 and inst.kind == isa.LDS_DMA:
+            if dma and u == _M0:
                 slots = latency.m0_to_dma
             if mine.get(j, -1) < slots:
                 mine[j] = slots
@@ -173,16 +175,18 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
             j = last_write.get(u)
             if j is not None and j not in mine:
                 mine[j] = 0
-            for j in readers.pop(u, ()):
-                if j not in mine:
-                    mine[j] = 0
+            if u in readers:
+                for j in readers.pop(u):
+                    if j not in mine:
+                        mine[j] = 0
             last_write[u] = i
         mine.pop(i, None)
         preds.append(mine)
-        written = set(writes)
-        for u in reads:
-            if u not in written:
-                readers.setdefault(u, []).append(i)
+        for u in reads:  # (a unit it also wrote: a later writer's edge to it is there anyway, write after write)
+            if u in readers:
+                readers[u].append(i)
+            else:
+                readers[u] = [i]
     return preds
 
 
@@ -218,10 +222,14 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             continue
         order.append(pick)
         for i, slots in succs[pick]:
-            due[i] = max(due[i], clock + slots)
+            if clock + slots > due[i]:
+                due[i] = clock + slots
             waiting[i] -= 1
             if not waiting[i]:
-                heapq.heappush(pending, (due[i], i))
+                if due[i] <= clock + 1:  # due by the next slot, whose scan of `pending` would move it at once
+                    heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+                else:
+                    heapq.heappush(pending, (due[i], i))
         clock += 1
     assert len(order) == n, "dependency cycle in a basic block"
     return order

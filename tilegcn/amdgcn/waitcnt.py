@@ -20,14 +20,15 @@ in flight across the barrier. Writing the same LDS region twice needs no wait (t
 from __future__ import annotations
 
 from . import cfg, isa
-from .isa import Inst, Reg, units_of
+from .isa import Inst, Reg, unit_id
 
 _VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
 _LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
 _LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
 LDS_FILE = "lds"
-UNTAGGED_LDS = (LDS_FILE, -1)  # the unit of every LDS write that names no region
-LDS_READS = (LDS_FILE, -2)  # the unit of every ds_read: a barrier waits for them (another wave may write next)
+# Units are Reg.unit_ids (ints); these two pseudo-units take ids of LDS "registers" no lds_tag names.
+UNTAGGED_LDS = unit_id((LDS_FILE, -1))  # the unit of every LDS write that names no region
+LDS_READS = unit_id((LDS_FILE, -2))  # the unit of every ds_read: a barrier waits for them (another wave may write)
 
 
 def lds_tag(n: int) -> Reg:
@@ -97,8 +98,9 @@ class Pending:
     def issue(self, units, smem: bool = False):
         t = self.issued
         self.issued += 1
+        ticket = self.ticket
         for u in units:
-            self.ticket[u] = t
+            ticket[u] = t
         self.smem = self.smem or smem
 
     def wait(self, allowed: int):
@@ -107,32 +109,43 @@ class Pending:
             self.smem = False
 
 
-def _written_units(inst: Inst) -> list:
-    units = units_of(inst.defs)
-    if inst.kind in _LDS_WRITES and not any(r.file == LDS_FILE for r in inst.defs):
-        units.append(UNTAGGED_LDS)
-    elif inst.kind == isa.DS_READ:
-        units.append(LDS_READS)
-    return units
-
-
-def _needed_units(inst: Inst) -> list:
-    """Units whose in-flight writers must complete before `inst`: what it reads, the registers it overwrites
-    (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes."""
-    if inst.kind == isa.BARRIER:
-        return [UNTAGGED_LDS, LDS_READS] + units_of(inst.uses)
-    return units_of(inst.uses) + [u for u in units_of(inst.defs) if u[0] != LDS_FILE]
-
-
 _NO_NEEDS = (isa.COMMENT, isa.WAIT, isa.LABEL, isa.BRANCH)
+_NOTHING = (None, 0, (), False)
 
 
 def _effects(inst: Inst) -> tuple:
-    """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load)."""
+    """(units it needs or None, 0: issues nothing / 1: a vm op / 2: an lgkm op, units it writes, is a scalar load).
+
+    Needed: the units whose in-flight writers must complete before `inst`: what it reads, the registers it
+    overwrites (not LDS regions: LDS writes are ordered), and, for a barrier, the LDS writes it publishes.
+    Written (by a memory op): its defs, and the pseudo-unit of an untagged LDS write or of an LDS read."""
     kind = inst.kind
-    needed = None if kind in _NO_NEEDS else tuple(_needed_units(inst))
+    if kind in _NO_NEEDS:
+        return _NOTHING
+    uses, defs = inst.use_units, inst.def_units
+    tagged = _names_lds(inst.defs)
+    if kind == isa.BARRIER:
+        needed = (UNTAGGED_LDS, LDS_READS) + uses
+    elif tagged:
+        needed = uses + tuple([u for r in inst.defs if r.file != LDS_FILE for u in r.unit_ids])
+    else:
+        needed = uses + defs
     counter = 1 if kind in _VM_KINDS else 2 if kind in _LGKM_KINDS else 0
-    return needed, counter, tuple(_written_units(inst)) if counter else (), kind == isa.SMEM
+    if not counter:
+        return needed, 0, (), False
+    if kind in _LDS_WRITES and not tagged:
+        defs += (UNTAGGED_LDS,)
+    elif kind == isa.DS_READ:
+        defs += (LDS_READS,)
+    return needed, counter, defs, kind == isa.SMEM
+
+
+def _names_lds(regs: tuple) -> bool:
+    """Whether `regs` holds an LDS region (lds_tag) (a loop: a generator for `any` costs more per instruction)."""
+    for r in regs:
+        if r.file == LDS_FILE:
+            return True
+    return False
 
 
 def _transfer(arch):
@@ -162,8 +175,9 @@ def _transfer(arch):
         if facts is None:
             facts = effects[id(insts)] = [_effects(inst) for inst in insts]
         for inst, (needed, counter, written, smem) in zip(insts, facts):
-            if needed:
-                need_vm, need_lgkm = vm.allowed_for(needed), lgkm.allowed_for(needed)
+            if needed:  # (a counter with no op in flight needs no look at the units)
+                need_vm = vm.allowed_for(needed) if vm.issued > vm.retired else None
+                need_lgkm = lgkm.allowed_for(needed) if lgkm.issued > lgkm.retired else None
                 if need_vm is not None or need_lgkm is not None:
                     wait(need_vm, need_lgkm)
             out.append(inst)
