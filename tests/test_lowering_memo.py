@@ -1,5 +1,6 @@
-"""The lowering's memoised SymPy helpers (amdgcn/symcache.py, amdgcn/addr.py) give SymPy's own answers, and a
-kernel's assembly does not depend on what the process compiled before."""
+"""The lowering's memoised SymPy helpers (amdgcn/symcache.py, amdgcn/addr.py) give SymPy's own answers, the
+builder's shortcuts build what its general path builds, and a kernel's assembly does not depend on what the
+process compiled before."""
 import random
 
 import pytest
@@ -8,7 +9,11 @@ import torch
 
 from tilegcn import language as T
 from tilegcn.amdgcn import symcache
-from tilegcn.amdgcn.addr import split_floor_div, value_range
+from tilegcn.amdgcn.addr import linear_form, split_floor_div, value_range
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.amdgcn.builder import KernelBuilder
+from tilegcn.amdgcn.isa import VCC
+from tilegcn.amdgcn.memory import _exact_span
 from tilegcn.ir import TensorSpec
 from tilegcn.passes import lower
 
@@ -45,6 +50,47 @@ def test_floor_division_split_agrees_with_sympy_together():
 def test_free_symbols_memo_agrees_with_sympy():
     for e in random_sums(100, seed=1):
         assert symcache.free_symbols(e) == e.free_symbols
+
+
+def test_linear_form_agrees_with_sympy():
+    """linear_form (memoised per subexpression) is the expression again, integer coefficients on atoms, whether its
+    terms are met for the first time or again, scaled and added into a form being built."""
+    sums = random_sums(30, seed=2) + [4 * sympy.Add(TID, sympy.floor(TID / 8), 3, evaluate=False)]
+    symcache.clear()
+    for again in (False, True):
+        for e1, e2 in zip(sums, sums[1:]):
+            form = linear_form(e1)
+            assert all(isinstance(c, int) for c in form.values())
+            assert sympy.Add(*(c * a for a, c in form.items())) == sympy.expand(e1), (e1, again)
+            both = linear_form(e2, 5, linear_form(e1, 3))
+            assert sympy.Add(*(c * a for a, c in both.items())) == sympy.expand(3 * e1 + 5 * e2), (e1, e2, again)
+
+
+def test_exact_lane_span_agrees_with_sympy():
+    """The span of a per-lane offset over the threads (evaluated in integers, no longer by sympy.lambdify) is the
+    span of SymPy's own values, lane by lane."""
+    atoms = [a for a in ATOMS if a.free_symbols == {TID}]
+    rng = random.Random(3)
+    for _ in range(8):
+        e = (sum(rng.choice([-16, -3, 1, 4, 64]) * rng.choice(atoms) for _ in range(3))
+             + sympy.floor(rng.choice(atoms) / rng.choice([3, 8])) + sympy.Mod(rng.choice(atoms) + 1, rng.choice([2, 6])))
+        values = [int(e.subs(TID, t)) for t in range(64)]
+        assert _exact_span(e, TID, 64) == (min(values), max(values)), e
+
+
+def test_valu_builds_what_emit_builds():
+    """builder.valu, the shortcut for plain VALU instructions, makes the instruction emit() makes (defs, uses
+    with repeated and special registers, kind), in the frame asked for."""
+    b = KernelBuilder(get_arch("gfx942"), "k")
+    x, y, z = b.v.alloc(), b.v.alloc(), b.s.alloc()
+    cases = [("v_add3_u32", x, y, z, 5), ("v_cndmask_b32", x, x, y, VCC), ("v_mov_b32", y, 0x12345678),
+             ("v_bfe_u32", x, y, 16, 1), ("v_accvgpr_read_b32", y, b.a.alloc()), ("v_mov_b32", x, 0.5)]
+    for op, dst, *srcs in cases:
+        assert b.valu(op, dst, *srcs) == b.emit(op, dst, *srcs), op
+    assert b.insts[-2:][0] == b.insts[-1]
+    with b.loop_frame(BX, z):
+        b.valu("v_mov_b32", x, y, frame=0)
+        assert not b.frames[1].insts and b.frames[0].insts[-1].op == "v_mov_b32"
 
 
 def test_value_range_memo_keys_on_the_ranges_too():

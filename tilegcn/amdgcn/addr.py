@@ -66,21 +66,27 @@ def linear_form(expr, scale: int = 1, out: dict | None = None) -> dict:
     Distributes integer factors over sums, nothing else (floor, Mod and products of symbols stay
     atoms): the cheap part of sympy.expand that address splitting needs."""
     out = {} if out is None else out
-    expr = sym(expr)
+    for atom, coeff in _linear_terms(sym(expr)):
+        out[atom] = out.get(atom, 0) + scale * coeff
+    return out
+
+
+@memo  # the accesses of one tile share most of their terms
+def _linear_terms(expr) -> tuple:
+    """linear_form(expr) as (atom, coefficient) pairs, in the order the atoms first appear."""
     if expr.is_Integer:
-        out[sympy.S.One] = out.get(sympy.S.One, 0) + scale * int(expr)
-    elif isinstance(expr, sympy.Add):
+        return ((sympy.S.One, int(expr)),)
+    if isinstance(expr, sympy.Add):
+        form: dict = {}
         for term in expr.args:
-            linear_form(term, scale, out)
-    elif isinstance(expr, sympy.Mul):
+            for atom, coeff in _linear_terms(term):
+                form[atom] = form.get(atom, 0) + coeff
+        return tuple(form.items())
+    if isinstance(expr, sympy.Mul):
         coeff, rest = expr.as_coeff_Mul()
         if coeff.is_Integer and coeff != 1:
-            linear_form(rest, scale * int(coeff), out)
-        else:
-            out[expr] = out.get(expr, 0) + scale
-    else:
-        out[expr] = out.get(expr, 0) + scale
-    return out
+            return tuple((atom, int(coeff) * c) for atom, c in _linear_terms(rest))
+    return ((expr, 1),)
 
 
 def split_uniform(expr, lane_symbols):
@@ -90,13 +96,17 @@ def split_uniform(expr, lane_symbols):
 
 def split_linear(form: dict, lane_symbols):
     """(uniform part, lane-varying part, constant) of a linear form."""
-    const = form.get(sympy.S.One, 0)
+    terms = tuple((atom, coeff) for atom, coeff in form.items() if atom is not sympy.S.One and coeff != 0)
+    return (*_split_terms(terms, frozenset(lane_symbols)), form.get(sympy.S.One, 0))
+
+
+@memo  # the accesses of one tile (the epilogue's stores, a copy's runs) differ in their constants only
+def _split_terms(terms: tuple, lane_symbols: frozenset) -> tuple:
+    """(uniform sum, lane-varying sum) of (atom, integer coefficient) terms."""
     uniform, varying = [], []
-    for atom, coeff in form.items():
-        if atom is sympy.S.One or coeff == 0:
-            continue
+    for atom, coeff in terms:
         (varying if free_symbols(atom) & lane_symbols else uniform).append(coeff * atom)
-    return sympy.Add(*uniform), sympy.Add(*varying), const
+    return sympy.Add(*uniform), sympy.Add(*varying)
 
 
 def value_range(expr, ranges: dict):
@@ -138,6 +148,7 @@ class ExprLowering:
         self.b = b
         self._depth = 0  # nesting of vgpr() calls
         self._temps: dict = {}  # intermediate values of the outermost vgpr() call in progress
+        self._lanes = frozenset()  # the lane symbols, as the outermost vgpr() call in progress found them
 
     # -- SGPR (uniform) -------------------------------------------------------------------------
     def sgpr(self, expr) -> Reg | int:
@@ -291,27 +302,35 @@ class ExprLowering:
         The result is kept for reuse (CSE). Intermediate values computed on the way are freed once
         the outermost value is done, except simple ones (`tid % 64`, `tid // 64`) that many addresses
         share: long address chains (the XOR swizzle) would otherwise hold registers for a whole loop."""
-        expr = sym(expr)
-        hit = self.b.cse_get("v", expr) or self._temps.get(expr)
+        return self._vgpr(sym(expr))
+
+    def _vgpr(self, expr) -> Reg:
+        """vgpr() of a SymPy expression (the operands _vgpr_shape lists are)."""
+        b = self.b
+        hit = b.cse_get("v", expr) or (self._temps.get(expr) if self._temps else None)
         if hit is not None:
             return hit
-        if expr in self.b.symbol_regs and self.b.symbol_regs[expr].file == "v":
-            return self.b.symbol_regs[expr]
-        frame = self.b.frame_of(expr)
-        out = self.b.alloc_in_frame("v", frame)
+        if expr.is_Symbol:  # symbol_regs holds symbols only
+            hit = b.symbol_regs.get(expr)
+            if hit is not None and hit.file == "v":
+                return hit
+        frame = b.frame_of(expr) if len(b.frames) > 1 else 0
+        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives
+        if self._depth == 0:
+            self._lanes = frozenset(b.lane_symbols)
+        shape = _vgpr_shape(expr, self._lanes)
         self._depth += 1
         try:
-            self._vgpr_into(out, expr, frame)
+            self._vgpr_into(out, expr, shape, frame)
         finally:
             self._depth -= 1
-        if self._depth == 0 or _is_simple(expr):
-            self.b.cse_put("v", expr, out, frame)
+        if self._depth == 0:
+            b.cse_put("v", expr, out, frame)
+            self._temps.clear()  # their registers end with their last use (regalloc): nothing to free
+        elif shape[-1]:
+            b.cse_put("v", expr, out, frame)
         else:
             self._temps[expr] = out
-        if self._depth == 0:
-            for reg in self._temps.values():
-                self.b.v.free(reg)
-            self._temps.clear()
         return out
 
     def operand(self, expr):
@@ -321,7 +340,11 @@ class ExprLowering:
             return int(expr)
         if not free_symbols(expr) & self.b.lane_symbols:
             return self.sgpr(expr)
-        return self.vgpr(expr)
+        return self._vgpr(expr)
+
+    def _operands(self, kinds: tuple) -> list:
+        """operand() of each (kind, term) that _vgpr_shape classified."""
+        return [x if kind is _CONSTANT else self._vgpr(x) if kind is _LANE else self.sgpr(x) for kind, x in kinds]
 
     def _vop3_operand(self, expr):
         """VOP3 takes no 32-bit literal on gfx9: constants outside the inline range go to an SGPR."""
@@ -330,69 +353,109 @@ class ExprLowering:
             return self.b.sgpr_constant(x)
         return x
 
-    def _vgpr_into(self, out: Reg, expr, frame: int):
-        emit = lambda *a, **k: self.b.emit(*a, frame=frame, **k)  # noqa: E731
-        if not free_symbols(expr) & self.b.lane_symbols:
-            emit("v_mov_b32", out, self.operand(expr))
-            return
-        if isinstance(expr, sympy.Add):
-            const, rest = split_const(expr)
-            if const and free_symbols(rest) & self.b.lane_symbols:
-                emit("v_add_u32", out, const, self.vgpr(rest))  # the sum without the constant is shared
-                return
-            terms = [self.operand(t) for t in sympy.Add.make_args(rest)]
-            terms.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")  # VGPR last (VOP2 src1)
+    def _vgpr_into(self, out: Reg, expr, shape: tuple, frame: int):
+        b = self.b
+        form = shape[0]
+        if form is _UNIFORM:
+            b.valu("v_mov_b32", out, self.operand(expr), frame=frame)
+        elif form is _SHIFTED:  # a constant plus a sum that other addresses share
+            b.valu("v_add_u32", out, shape[1], self._vgpr(shape[2]), frame=frame)
+        elif form is _SUM:
+            const, terms = shape[1], self._operands(shape[2])
+            terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
             if const:
                 terms.insert(0, const)
             acc = terms.pop()
             while terms:
                 if len(terms) >= 2 and _vop3_legal(terms[-2:] + [acc]):
                     b_, c_ = terms.pop(), terms.pop()
-                    emit("v_add3_u32", out, acc, b_, c_)
+                    b.valu("v_add3_u32", out, acc, b_, c_, frame=frame)
                 else:
-                    emit("v_add_u32", out, terms.pop(), acc)
+                    b.valu("v_add_u32", out, terms.pop(), acc, frame=frame)
                 acc = out
             if acc is not out:
-                emit("v_mov_b32", out, acc)
-            return
-        if isinstance(expr, sympy.Mul):
-            coeff, rest = expr.as_coeff_Mul()
-            coeff = int(coeff)
-            factors = [self.operand(f) for f in sympy.Mul.make_args(rest)]
-            factors.sort(key=lambda r: isinstance(r, Reg) and r.file == "v")
+                b.valu("v_mov_b32", out, acc, frame=frame)
+        elif form is _PRODUCT:
+            coeff, factors = shape[1], self._operands(shape[2])
+            factors.sort(key=_is_vgpr)
             acc = factors.pop()
             for f in factors:
-                emit("v_mul_lo_u32", out, f, acc)
+                b.valu("v_mul_lo_u32", out, f, acc, frame=frame)
                 acc = out
             if coeff != 1:
                 if is_pow2(coeff):
-                    emit("v_lshlrev_b32", out, log2(coeff), acc)
+                    b.valu("v_lshlrev_b32", out, log2(coeff), acc, frame=frame)
                 else:
-                    emit("v_mul_lo_u32", out, self._vop3_operand(coeff), acc)
+                    b.valu("v_mul_lo_u32", out, self._vop3_operand(coeff), acc, frame=frame)
                 acc = out
             if acc is not out:
-                emit("v_mov_b32", out, acc)
-            return
-        div = split_floor_div(expr)
-        if div is not None:
-            num, d = div
-            src = self.vgpr(num)
+                b.valu("v_mov_b32", out, acc, frame=frame)
+        elif form is _QUOTIENT:
+            num, d = shape[1], shape[2]
+            src = self._vgpr(num)
             if is_pow2(d):
-                emit("v_lshrrev_b32", out, log2(d), src)
+                b.valu("v_lshrrev_b32", out, log2(d), src, frame=frame)
             else:
-                emit("v_mul_hi_u32", out, self.b.sgpr_constant(magic(d)), src)
-            return
-        if isinstance(expr, sympy.Mod):
-            x, d = expr.args
-            d = int(d)
-            if is_pow2(d):
-                emit("v_and_b32", out, d - 1, self.vgpr(x))
+                b.valu("v_mul_hi_u32", out, b.sgpr_constant(magic(d)), src, frame=frame)
+        elif form is _REMAINDER:
+            x, d, quotient = shape[1], shape[2], shape[3]
+            if quotient is None:
+                b.valu("v_and_b32", out, d - 1, self._vgpr(x), frame=frame)
             else:
-                q = self.vgpr(sympy.floor(x / d))
-                emit("v_mul_lo_u32", out, self.b.sgpr_constant(-d), q)
-                emit("v_add_u32", out, self.operand(x), out)
-            return
-        raise CompileError(f"cannot lower index expression {expr}")
+                q = self._vgpr(quotient)
+                b.valu("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
+                b.valu("v_add_u32", out, self.operand(x), out, frame=frame)
+        else:
+            raise CompileError(f"cannot lower index expression {expr}")
+
+
+# What _vgpr_into does with a node, and the operands it needs, memoised per expression (and set of lane symbols):
+# the lowering of a long address recomputes its subexpressions that are not simple for every address that contains
+# them (see ExprLowering.vgpr), and asking SymPy again each time (as_coeff_Add and as_coeff_Mul build new objects,
+# free_symbols walks the tree) cost more than the instructions' own bookkeeping.
+_UNIFORM, _SHIFTED, _SUM, _PRODUCT, _QUOTIENT, _REMAINDER, _UNSUPPORTED = (
+    "uniform", "shifted", "sum", "product", "quotient", "remainder", "unsupported")
+_CONSTANT, _SCALAR, _LANE = "constant", "scalar", "lane"  # operand kinds: int, SGPR, VGPR
+
+
+@memo
+def _vgpr_shape(expr, lanes: frozenset) -> tuple:
+    """(form, its parts..., whether the value is simple enough to keep for other addresses (_is_simple))."""
+    simple = _is_simple(expr)
+    if not free_symbols(expr) & lanes:
+        return _UNIFORM, simple
+    if isinstance(expr, sympy.Add):
+        const, rest = split_const(expr)
+        if const and free_symbols(rest) & lanes:
+            return _SHIFTED, const, rest, simple
+        return _SUM, const, _operand_kinds(sympy.Add.make_args(rest), lanes), simple
+    if isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_coeff_Mul()
+        return _PRODUCT, int(coeff), _operand_kinds(sympy.Mul.make_args(rest), lanes), simple
+    div = split_floor_div(expr)
+    if div is not None:
+        return _QUOTIENT, div[0], div[1], simple
+    if isinstance(expr, sympy.Mod):
+        x, d = expr.args
+        d = int(d)
+        return _REMAINDER, x, d, None if is_pow2(d) else sympy.floor(x / d), simple
+    return _UNSUPPORTED, simple
+
+
+def _operand_kinds(terms, lanes: frozenset) -> tuple:
+    """(kind, int value or expression) of each term, as ExprLowering.operand() would lower it."""
+    kinds = []
+    for t in terms:
+        t = sym(t)
+        if t.is_Integer:
+            kinds.append((_CONSTANT, int(t)))
+        else:
+            kinds.append((_LANE if free_symbols(t) & lanes else _SCALAR, t))
+    return tuple(kinds)
+
+
+def _is_vgpr(operand) -> bool:
+    return isinstance(operand, Reg) and operand.file == "v"
 
 
 def _signed(atom) -> bool:

@@ -26,7 +26,7 @@ _KIND_BY_PREFIX = (
     ("global_store", isa.VMEM_STORE), ("buffer_load", isa.VMEM_LOAD), ("global_load", isa.VMEM_LOAD),
     ("ds_read", isa.DS_READ), ("ds_write", isa.DS_WRITE), ("v_", isa.VALU),
 )
-_NO_DEF_KINDS = (isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP)
+_NO_DEF_KINDS = frozenset((isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP))
 _SCC_ONLY = ("s_cmp_", "s_bitcmp")  # scalar compares write SCC only and read all their register operands
 
 
@@ -38,6 +38,32 @@ def kind_of(op: str, suffix: str = "") -> str:
         if op.startswith(prefix):
             return kind
     raise ValueError(f"unknown instruction {op}")
+
+
+@functools.lru_cache(maxsize=None)
+def _facts(op: str, suffix: str) -> tuple:
+    """(kind, whether it writes SCC only) of an instruction: one lookup per emit."""
+    return kind_of(op, suffix), op.startswith(_SCC_ONLY)
+
+
+def _implied_defs_uses(operands: tuple, defs, uses, kind: str, scc_only: bool) -> tuple:
+    """(defs, uses) of an instruction where emit() was not given them: the first register operand is written (none
+    for stores, waits and branches; SCC for scalar compares), the other register operands are read."""
+    regs = [o for o in operands if type(o) is Reg]
+    if defs is None:
+        if scc_only:
+            defs = (isa.SCC,)
+        elif kind in _NO_DEF_KINDS:
+            defs = ()
+            if uses is None:
+                uses = regs
+        else:
+            defs = (regs[0],) if regs else ()
+            if uses is None:
+                uses = regs[1:]
+    if uses is None:
+        uses = [r for r in regs if r not in defs]
+    return defs, uses
 
 
 @dataclass
@@ -65,19 +91,26 @@ class KernelBuilder:
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
-        kind = kind or kind_of(op, suffix)
-        regs = [o for o in operands if isinstance(o, Reg)]
-        if defs is None and op.startswith(_SCC_ONLY):
-            defs = (isa.SCC,)
-        if defs is None:
-            defs = () if kind in _NO_DEF_KINDS or not regs else (regs[0],)
-            if uses is None:
-                uses = tuple(regs if kind in _NO_DEF_KINDS else regs[1:])
-        elif uses is None:
-            uses = tuple(r for r in regs if r not in defs)
-        inst = Inst(op, tuple(operands), tuple(defs), tuple(uses), kind, suffix, comment)
-        target = self.frames[-1 if frame is None else frame]
-        target.insts.append(inst)
+        if kind:
+            scc_only = op.startswith(_SCC_ONLY)
+        else:
+            kind, scc_only = _facts(op, suffix)
+        if defs is None or uses is None:
+            defs, uses = _implied_defs_uses(operands, defs, uses, kind, scc_only)
+        inst = Inst(op, operands, tuple(defs), tuple(uses), kind, suffix, comment)
+        self.frames[-1 if frame is None else frame].insts.append(inst)
+        return inst
+
+    def valu(self, op: str, dst: Reg, *srcs, frame: int | None = None) -> Inst:
+        """emit() of a VALU instruction (a `v_` op other than v_mfma) that writes `dst` and reads `srcs`, the
+        instruction emit() would make, without its general case analysis: the epilogue's conversions and the
+        address arithmetic emit over a thousand of these per GEMM."""
+        uses = []  # a plain loop: a comprehension costs a function call on Python 3.11
+        for s in srcs:
+            if type(s) is Reg:
+                uses.append(s)
+        inst = Inst(op, (dst, *srcs), (dst,), tuple(uses), isa.VALU)
+        self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst
 
     def comment(self, text: str):
@@ -117,7 +150,7 @@ class KernelBuilder:
     def alloc_in_frame(self, file: str, frame: int, count: int = 1, align: int = 1, what: str = "") -> Reg:
         """A register group for a value computed in `frame` (a loop-invariant value used in a loop is live
         across it: the allocator sees that in the instructions, so the frame needs no bookkeeping here)."""
-        return {"v": self.v, "s": self.s, "a": self.a}[file].alloc(count, align, what)
+        return getattr(self, file).alloc(count, align, what)
 
     @contextlib.contextmanager
     def statement_scope(self):
@@ -151,8 +184,11 @@ class KernelBuilder:
                     del self.constant_vgprs[value]
 
     def cse_get(self, file: str, expr):
+        key = (file, expr)
+        if len(self.frames) == 1:
+            return self.frames[0].cse.get(key)
         for f in reversed(self.frames):
-            hit = f.cse.get((file, expr))
+            hit = f.cse.get(key)
             if hit is not None:
                 return hit
         return None

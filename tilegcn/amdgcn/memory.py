@@ -24,7 +24,7 @@ import sympy
 from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_linear, split_uniform, value_range
+from .addr import ExprLowering, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 from .symcache import free_symbols, memo, sym
 
@@ -83,9 +83,39 @@ class Address(NamedTuple):
 
 @memo
 def _exact_span(expr, tid, threads: int) -> tuple:
-    """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each."""
-    values = np.broadcast_to(sympy.lambdify(tid, expr, modules="numpy")(np.arange(threads, dtype=np.int64)), threads)
+    """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each (in integers, where
+    the expression is made of the forms address arithmetic uses, else by sympy.lambdify, which costs milliseconds)."""
+    lanes = np.arange(threads, dtype=np.int64)
+    values = _integer_values(expr, tid, lanes)
+    if values is None:
+        values = sympy.lambdify(tid, expr, modules="numpy")(lanes)
+    values = np.broadcast_to(values, threads)
     return int(values.min()), int(values.max())
+
+
+def _integer_values(expr, tid, lanes):
+    """expr at tid = each of `lanes` (an int64 array, or an int where expr does not depend on tid), exactly: integers,
+    sums, products, floor divisions and Mod by positive integers; None for any other form."""
+    if expr == tid:
+        return lanes
+    if expr.is_Integer:
+        return int(expr)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [_integer_values(a, tid, lanes) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        total = parts[0]
+        for p in parts[1:]:
+            total = total + p if isinstance(expr, sympy.Add) else total * p
+        return total
+    div = split_floor_div(expr)
+    if div is not None:
+        num = _integer_values(div[0], tid, lanes)
+        return None if num is None else num // div[1]
+    if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
+        x = _integer_values(expr.args[0], tid, lanes)
+        return None if x is None else x % int(expr.args[1])
+    return None
 
 
 class GlobalAccess:
@@ -151,9 +181,11 @@ class GlobalAccess:
         else it is added to voffset. For LDS DMA (`limit` 1) the constant joins the advance, so the
         per-lane VGPRs are shared by every step."""
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
+        if not loop_vars:
+            return None
         es = buffer.dtype.bytes
         forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
-        moving = [d for d, form in enumerate(forms) if any(a.free_symbols & loop_vars for a in form)]
+        moving = [d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form)]
         if not moving or not loop_vars <= set(self.loop_ranges):
             return None
         rows_inside = self._rows_inside(buffer, index[0])
@@ -163,7 +195,7 @@ class GlobalAccess:
         for d, form in enumerate(forms):
             for atom, coeff in form.items():
                 const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
-                target = advance if const_term or atom.free_symbols & loop_vars else rest
+                target = advance if const_term or free_symbols(atom) & loop_vars else rest
                 target[atom] = target.get(atom, 0) + coeff
         if row_const_in_lane and not self._inner_voffsets_nonnegative(forms, rest):
             return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
@@ -201,7 +233,7 @@ class GlobalAccess:
     def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
         """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
         inner = [c * a for form in forms[1:] for a, c in form.items()
-                 if a in rest and (a is sympy.S.One or a.free_symbols & self.b.lane_symbols)]
+                 if a in rest and (a is sympy.S.One or free_symbols(a) & self.b.lane_symbols)]
         span = self._lane_span(sympy.Add(*inner))
         return span is not None and span[0] >= 0
 
@@ -283,25 +315,25 @@ def unpack_16bit_to_f32(b, dst: Reg, src: Reg, high: bool, dtype):
     """dst (f32) = the low or high 16-bit half of src interpreted as bf16/f16."""
     if dtype.name == "bfloat16":
         if high:
-            b.emit("v_and_b32", dst, 0xFFFF0000, src)
+            b.valu("v_and_b32", dst, 0xFFFF0000, src)
         else:
-            b.emit("v_lshlrev_b32", dst, 16, src)
+            b.valu("v_lshlrev_b32", dst, 16, src)
     else:
         if high:
-            b.emit("v_lshrrev_b32", dst, 16, src)
-            b.emit("v_cvt_f32_f16", dst, dst)
+            b.valu("v_lshrrev_b32", dst, 16, src)
+            b.valu("v_cvt_f32_f16", dst, dst)
         else:
-            b.emit("v_cvt_f32_f16", dst, src)
+            b.valu("v_cvt_f32_f16", dst, src)
 
 
 def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
     """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet)."""
-    b.emit("v_bfe_u32", tmp, x, 16, 1)
-    b.emit("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
-    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,))
+    b.valu("v_bfe_u32", tmp, x, 16, 1)
+    b.valu("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
+    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,), uses=(x, x))
     quiet = b.v.alloc()
-    b.emit("v_or_b32", quiet, BF16_QUIET_BIT, x)
-    b.emit("v_cndmask_b32", tmp, tmp, quiet, VCC)
+    b.valu("v_or_b32", quiet, BF16_QUIET_BIT, x)
+    b.valu("v_cndmask_b32", tmp, tmp, quiet, VCC)
     b.v.free(quiet)
 
 
@@ -310,26 +342,26 @@ def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):
     arch = b.arch
     if dtype.name == "float16":
         t0 = b.v.alloc()
-        b.emit("v_cvt_f16_f32", t0, lo)
+        b.valu("v_cvt_f16_f32", t0, lo)
         if hi is None:
-            b.emit("v_and_b32", dst, 0xFFFF, t0)
+            b.valu("v_and_b32", dst, 0xFFFF, t0)
         else:
             t1 = b.v.alloc()
-            b.emit("v_cvt_f16_f32", t1, hi)
-            b.emit("v_pack_b32_f16", dst, t0, t1)
+            b.valu("v_cvt_f16_f32", t1, hi)
+            b.valu("v_pack_b32_f16", dst, t0, t1)
             b.v.free(t1)
         b.v.free(t0)
         return
     if arch.has_cvt_pk_bf16_f32:
-        b.emit("v_cvt_pk_bf16_f32", dst, lo, hi if hi is not None else 0)
+        b.valu("v_cvt_pk_bf16_f32", dst, lo, hi if hi is not None else 0)
         return
     t0 = b.v.alloc()
     _round_f32_to_bf16_high(b, t0, lo)
     if hi is None:
-        b.emit("v_lshrrev_b32", dst, 16, t0)
+        b.valu("v_lshrrev_b32", dst, 16, t0)
     else:
         t1 = b.v.alloc()
         _round_f32_to_bf16_high(b, t1, hi)
-        b.emit("v_perm_b32", dst, t1, t0, b.sgpr_constant(PERM_HIGH_HALVES))
+        b.valu("v_perm_b32", dst, t1, t0, b.sgpr_constant(PERM_HIGH_HALVES))
         b.v.free(t1)
     b.v.free(t0)

@@ -57,7 +57,7 @@ class Context:
         lay = self.layouts[buf]
         if reg.file == "a":
             tmp = self.b.v.alloc()
-            self.b.emit("v_accvgpr_read_b32", tmp, reg)
+            self.b.valu("v_accvgpr_read_b32", tmp, reg)
             return tmp, True
         if not lay.packed:
             return reg, False
@@ -70,9 +70,9 @@ class Context:
         reg = self.element_reg(buf, r)
         lay = self.layouts[buf]
         if reg.file == "a":
-            self.b.emit("v_accvgpr_write_b32", reg, value)
+            self.b.valu("v_accvgpr_write_b32", reg, value)
         elif not lay.packed:
             if reg != value:
-                self.b.emit("v_mov_b32", reg, value)
+                self.b.valu("v_mov_b32", reg, value)
         else:
             pack_f32_pair(self.b, reg, value, pair_value, buf.dtype)

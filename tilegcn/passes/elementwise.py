@@ -314,13 +314,13 @@ def lower_fill(ctx: Context, s: N.Fill):
     value = _f32(s.value)
     if lay.regs.file == "a":
         for i in range(lay.nregs):
-            ctx.b.emit("v_accvgpr_write_b32", lay.regs[i], value)
+            ctx.b.valu("v_accvgpr_write_b32", lay.regs[i], value)
         return
     if lay.packed:
         half = torch_bits_16(value, s.buffer.dtype)
         value = (half << 16) | half
     for i in range(lay.nregs):
-        ctx.b.emit("v_mov_b32", lay.regs[i], value)
+        ctx.b.valu("v_mov_b32", lay.regs[i], value)
 
 
 def torch_bits_16(value: float, dtype) -> int:

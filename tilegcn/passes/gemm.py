@@ -86,7 +86,7 @@ def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M
     rm, rn = divmod(rep, repeats_N)
     i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
     groups = WAVE // dim
-    return i0 + rm * dim, j0 + rn * dim + 4 * groups * (reg // 4) + reg % 4
+    return i0 + rm * dim, j0 + (rn * dim + 4 * groups * (reg // 4) + reg % 4)  # one SymPy addition each
 
 
 @memo
@@ -122,7 +122,12 @@ def _lds_address(ctx: Context, family, key, extra: int):
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
-    return ctx.lower.vgpr(family.bases[index] - low + high * limit), imm
+    return ctx.lower.vgpr(_shifted(family.bases[index], high * limit - low)), imm
+
+
+@memo  # the same bases and shifts come back for every k step, stage and unrolled copy of the loop body
+def _shifted(base, shift: int):
+    return base + shift
 
 
 class _ExecMask:
@@ -234,7 +239,7 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     pairs = b.v.alloc(cp.pack // 2, align=min(2, cp.pack // 2), what="packed k pairs")
     select = b.sgpr_constant(PERM_HIGH_HALVES if e % 2 else PERM_LOW_HALVES)
     for d in range(cp.pack // 2):
-        b.emit("v_perm_b32", pairs[d], runs[2 * d + 1][e // 2], runs[2 * d][e // 2], select)
+        b.valu("v_perm_b32", pairs[d], runs[2 * d + 1][e // 2], runs[2 * d][e // 2], select)
     b.emit(f"ds_write_b{16 * cp.pack}", vaddr, pairs, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, k pairs")
     b.v.free(pairs)
 
@@ -429,6 +434,18 @@ def _family_expr(family, key):
 
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
 
+class _Slices(dict):
+    """reg[first:first + count], made once per distinct slice: every k step asks for the same fragment and
+    accumulator slices again, and a Reg is a frozen dataclass, slow to build."""
+
+    def __call__(self, reg: Reg, first: int, count: int) -> Reg:
+        key = (reg.file, reg.index, reg.count, reg.virtual, first, count)
+        piece = self.get(key)
+        if piece is None:
+            piece = self[key] = reg[first:first + count]
+        return piece
+
+
 def lower_gemm(ctx: Context, s: N.Gemm):
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
@@ -444,6 +461,8 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
 
+    sliced = _Slices()
+
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for read in plan.reads(step):
@@ -451,7 +470,7 @@ def lower_gemm(ctx: Context, s: N.Gemm):
             for index, piece in enumerate(plan.read_pieces(read.operand)):
                 vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
                                           bases[read.operand])
-                b.emit(piece.mnemonic, fragment[piece.vgpr:piece.vgpr + piece.count], vaddr, suffix=f"offset:{imm}")
+                b.emit(piece.mnemonic, sliced(fragment, piece.vgpr, piece.count), vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
     for step in range(plan.read_steps):
@@ -460,9 +479,9 @@ def lower_gemm(ctx: Context, s: N.Gemm):
         regs = sets[step % len(sets)]
         for issue in plan.mfma_sequence(step):
             (read_b, first_b, n_b), (read_a, first_a, n_a) = issue.src_a, issue.src_b
-            src_a = regs["B"][read_b.rep][first_b:first_b + n_b]
-            src_b = regs["A"][read_a.rep][first_a:first_a + n_a]
-            d = acc[issue.acc_first:issue.acc_first + issue.acc_count]
+            src_a = sliced(regs["B"][read_b.rep], first_b, n_b)
+            src_b = sliced(regs["A"][read_a.rep], first_a, n_a)
+            d = sliced(acc, issue.acc_first, issue.acc_count)
             b.emit(op_name, d, src_a, src_b, d, defs=(d,), uses=(src_a, src_b, d))
     for group in sets:
         for regs in group.values():
