@@ -55,12 +55,14 @@ def covers_round_trip(loop: N.Loop, arch) -> bool:
     workgroup on its CU (its gemms' FLOPs over the arch's best MFMA rate on all SIMDs) >= the loaded round trip
     of a load (`Timing.l2_hit_latency_clk`)."""
     t = TIMING[arch.name]
-    flops = 0
+    flops, rate = 0, None
     for g in (s for s in loop.body if isinstance(s, N.Gemm)):
         m, n = g.C.shape
         flops += 2 * m * n * math.prod(g.A.shape) // m
         shapes = arch.mfma_shapes.get(g.A.dtype.short) or [x for v in arch.mfma_shapes.values() for x in v]
         rate = max(2 * x.M * x.N * x.K / (x.passes * t.issue_slot_clk) for x in shapes) * t.simds_per_cu
+    if rate is None:  # copies only: no MFMA work to cover the round trip
+        return False
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
