@@ -22,13 +22,15 @@ held out (no parameter was set from it). The error summary is the median |error|
   2/SIMD) 715k. Reproduced with tilegcn's own GEMM (tests/kernels.py, T.use_swizzle panel 4 like their
   GROUP_SIZE_M = 4) at threads=256 vs 512, B stored (N, K) as theirs (transpose_B=True). Both Gluon kernels
   keep one 64 KB LDS stage and prefetch the next K step into registers: that is tilegcn's num_stages=2 on
-  gfx942 (passes/lds.py), so the 4-wave row uses it. The 8-wave kernel at num_stages=2 needs 152 VGPRs +
-  128 AGPRs = 280 registers a wave, more than the 256 that 2 waves/SIMD leave (the Gluon kernel fits 240
-  by sharing A_t/A_b registers): it would not launch, so the 8-wave row falls back to num_stages=1 (200),
+  gfx942 (passes/lds.py), so the 4-wave row uses it. The 8-wave kernel at num_stages=2 needs more than the
+  256 registers a wave that 2 waves/SIMD leave (the Gluon kernel fits 240 by sharing A_t/A_b registers): the
+  compiler refuses it (a real launch would fail), so the 8-wave row falls back to num_stages=1 (200),
   and the 4-wave kernel is timed at num_stages=1 too, like for like. Our 8-wave kernel is not a ping-pong
   (no phase offset between its two wave groups) and the model puts it far above inter_wave's cycles;
   the cycles, registers and errors are printed, not counted in the median: the kernels differ. The ranking
-  (8-wave fewer cycles than 4-wave) is checked.
+  (8-wave fewer cycles than 4-wave) is checked like for like, both at num_stages=1; the 4-wave num_stages=2
+  row differs from the 8-wave kernel in its prefetch too (and, where its MFMA work covers the round trip,
+  in its one-barrier step), so it is printed and not ranked.
 - C4 on the published kernels (--gluon DIR, checks): DIR holds intra_wave.gfx942.hsaco and
   inter_wave.gfx942.hsaco, compiled from ROCm/gfx950-gluon-tutorials kernels/gemm/gfx942/{intra_wave,
   inter_wave}/matmul_kernel.py with Triton 3.9 (/work/venvs/triton; not committed here: their source, not
@@ -47,6 +49,7 @@ timing model) and times one 8192^3 GEMM estimate (the issue's <= 10 s target).
 from __future__ import annotations
 
 import argparse
+import re
 import os
 import statistics
 import sys
@@ -221,13 +224,6 @@ C4_SHAPE = (4096, 4864, 8256)  # M, N, K: fp16, 256x256x64 tiles, 16 x 19 = 304 
 C4_PUBLISHED = {256: 856e3, 512: 715e3}  # threads: cycles per dispatch (S19g ATT; intra_wave, inter_wave)
 
 
-def waves_per_simd(module, name, threads):
-    """(waves per SIMD a workgroup of `threads` needs: its waves spread over the 4 SIMDs; waves per SIMD the
-    code object's VGPR+AGPR count allows): a workgroup that needs more does not launch."""
-    need = -(-threads // 64) // TIMING[module.arch.name].simds_per_cu
-    return max(1, need), module.arch.waves_per_simd(module.kernels[name].descriptor.vgpr_count)
-
-
 def c4():
     """[(label, published, model cycles, config)]. Both published kernels read B stored (N, K) and keep one
     64 KB LDS stage, with the next K step's tiles prefetched into registers: tilegcn's transpose_B=True,
@@ -248,22 +244,24 @@ def c4():
 
 def c4_estimate(a, b, c, threads, stages_tried):
     """(MI300X estimate, num_stages, config text) of the first num_stages in `stages_tried` whose workgroup
-    launches."""
+    launches (the compiler refuses one whose waves do not fit the SIMDs' register files)."""
     from kernels import gemm  # tests/kernels.py
-    from tilegcn.runtime.emulator import load
+    from tilegcn.errors import ResourceError
 
     notes = []
     for stages in stages_tried:
-        k = gemm.compile(a, b, c, block_M=256, block_N=256, num_stages=stages, threads=threads, transpose_B=True,
-                         arch="gfx942")
-        md = k.metadata
-        regs = f"{md['vgprs']} VGPRs + {md['agprs']} AGPRs"
-        need, allowed = waves_per_simd(load(k.hsaco, arch="gfx942"), k.name, threads)
-        if need <= allowed:
+        try:
+            k = gemm.compile(a, b, c, block_M=256, block_N=256, num_stages=stages, threads=threads,
+                             transpose_B=True, arch="gfx942")
             break
-        notes.append(f"num_stages={stages} would not launch: {regs} allow {allowed} wave(s)/SIMD, the "
-                     f"workgroup needs {need}")
-    config = "; ".join([f"{regs}, {md['lds_bytes']} B LDS"] + notes)
+        except ResourceError as err:
+            if stages == stages_tried[-1]:
+                raise
+            needs = re.search(r"needs (.*?) registers of the unified file per wave.*leaves (\d+)", str(err))
+            notes.append(f"num_stages={stages} would not launch: {needs[1]} registers, "
+                         f"{needs[2]} left per wave" if needs else f"num_stages={stages} refused")
+    md = k.metadata
+    config = "; ".join([f"{md['vgprs']} VGPRs + {md['agprs']} AGPRs, {md['lds_bytes']} B LDS"] + notes)
     return k.estimate(device="MI300X", args=[a, b, c]), stages, config
 
 
@@ -381,8 +379,9 @@ def main():
               f"{'model':>12} {'error':>8}")
         for name, pub, model, config in rows:
             print(f"{name:66} {pub:>12,.0f} {model:>12,.0f} {(model - pub) / pub:>+8.1%}  ({config})")
-        ok, total = pairs_agree(rows)
-        print(f"C4 4- vs 8-wave ranking: {ok}/{total} ordered as published (errors not counted: other kernels)")
+        ok, total = pairs_agree([r for r in rows if r[0].endswith("num_stages=1")])
+        print(f"C4 4- vs 8-wave ranking, like for like (num_stages=1): {ok}/{total} ordered as published (errors "
+              "not counted: other kernels; the 4-wave num_stages=2 row prefetches, which the 8-wave kernel cannot)")
         print("T.use_swizzle(panel_size=8, num_xcds=8) vs row-major order, 8192^3 bf16, MI355X: L2 hit rate, cycles")
         for tile, est in grid_orders():
             rm, sw = est[False], est[True]
