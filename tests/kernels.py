@@ -69,8 +69,9 @@ def gemm_bias_relu(A, B, Bias, C, *, block_M=128, block_N=128, block_K=64, threa
 
 
 @tilegcn.jit
-def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=256, swizzle=True):
-    """C = A @ B in row-major workgroup order, or with T.use_swizzle(panel_size=8, num_xcds=8) when `swizzle`."""
+def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=256, swizzle=True, num_xcds=8):
+    """C = A @ B in row-major workgroup order, or with T.use_swizzle(panel_size=8, num_xcds=num_xcds) when
+    `swizzle` (num_xcds=1: panel order alone)."""
     M, K = A.shape
     N = B.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
@@ -78,7 +79,7 @@ def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=25
         B_s = T.alloc_shared((block_K, block_N), B.dtype)
         acc = T.alloc_fragment((block_M, block_N), "float32")
         if swizzle:
-            T.use_swizzle(panel_size=8, num_xcds=8)
+            T.use_swizzle(panel_size=8, num_xcds=num_xcds)
         T.clear(acc)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
             T.copy(A[by * block_M, k * block_K], A_s)

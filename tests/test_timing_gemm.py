@@ -2,29 +2,9 @@
 import pytest
 import torch
 
-import tilegcn
-from tilegcn import language as T
-
 from kernels import gemm_grid_order
 
 SIZE = 8192
-
-
-@tilegcn.jit
-def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, num_xcds=8):
-    M, K = A.shape
-    N = B.shape[1]
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_s = T.alloc_shared((block_M, block_K), A.dtype)
-        B_s = T.alloc_shared((block_K, block_N), B.dtype)
-        acc = T.alloc_fragment((block_M, block_N), "float32")
-        T.use_swizzle(panel_size=8, num_xcds=num_xcds)
-        T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
-            T.copy(A[by * block_M, k * block_K], A_s)
-            T.copy(B[k * block_K, bx * block_N], B_s)
-            T.gemm(A_s, B_s, acc)
-        T.copy(acc, C[by * block_M, bx * block_N])
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +15,9 @@ def tensors():
 
 @pytest.fixture(scope="module")
 def estimates(tensors):
-    out = {}
-    for tile, xcds in ((256, 8), (256, 1)):
-        k = gemm.compile(*tensors, block_M=tile, block_N=tile, num_xcds=xcds, arch="gfx950")
-        out[tile, xcds] = k.estimate(device="MI355X", args=list(tensors))
-    return out
+    """256x256 tiles (a grid 32 wide), T.use_swizzle with the XCD remap (num_xcds=8) and without (1)."""
+    return {(256, xcds): gemm_grid_order.compile(*tensors, block_M=256, block_N=256, num_xcds=xcds, arch="gfx950")
+            .estimate(device="MI355X", args=list(tensors)) for xcds in (8, 1)}
 
 
 def test_xcd_aware_swizzle_raises_the_l2_hit_rate(estimates):
