@@ -436,7 +436,7 @@ def _family_expr(family, key):
 
 class _Slices(dict):
     """reg[first:first + count], made once per distinct slice: every k step asks for the same fragment and
-    accumulator slices again, and a Reg is a frozen dataclass, slow to build."""
+    accumulator slices again, and slicing a Reg goes through Reg.__new__'s interning table each time."""
 
     def __call__(self, reg: Reg, first: int, count: int) -> Reg:
         key = (reg.file, reg.index, reg.count, reg.virtual, first, count)
