@@ -228,6 +228,17 @@ def test_emulator_mfma_agrees():
         np.testing.assert_allclose(C, (A.float() @ B.float()).numpy(), rtol=1e-4, atol=1e-3)
 
 
+def dma_instructions(plan, cp):
+    """(slot, wave, thread ids, active lanes) of each LDS-DMA wave instruction of copy plan `cp` that has an
+    active lane."""
+    for s in range(cp.slots):
+        for w in range(plan.waves):
+            t = 64 * w + np.arange(64)
+            act = cp.active(t, s)
+            if act.any():
+                yield s, w, t, act
+
+
 @pytest.mark.parametrize("layouts", [(False, True), (True, False)], ids=["k-major", "k-rows"])
 @pytest.mark.parametrize("cfg", [c for c in CONFIGS if c[0] == "gfx950"], ids=_id)
 def test_lds_dma_copy_fills_the_same_image(cfg, layouts):
@@ -242,16 +253,11 @@ def test_lds_dma_copy_fills_the_same_image(cfg, layouts):
     for op in "AB":
         cp = plan.dma_copy_plan(op)
         cols = cp.tile_shape[1]
-        for s in range(cp.slots):
-            for w in range(plan.waves):
-                t = 64 * w + np.arange(64)
-                act = cp.active(t, s)
-                if not act.any():
-                    continue
-                row, col = cp.global_coords(t, s)
-                for r in np.unique(row[act]):
-                    assert sorted(col[act][row[act] == r]) == list(range(0, cols, 8))
-                assert cp.dma_m0(w, s) + 16 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
+        for s, w, t, act in dma_instructions(plan, cp):
+            row, col = cp.global_coords(t, s)
+            for r in np.unique(row[act]):
+                assert sorted(col[act][row[act] == r]) == list(range(0, cols, 8))
+            assert cp.dma_m0(w, s) + 16 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
     no_tr = dataclasses.replace(get_arch(arch), has_ds_read_tr_b16=False)
     with pytest.raises(CompileError, match="cannot transpose"):
         plan_gemm(no_tr, "bf16", *tile, threads, True, True).dma_copy_plan("A")
@@ -548,17 +554,12 @@ def test_four_byte_lds_dma_fills_the_same_image(cfg):
     for op in "AB":
         cp = plan.dma_copy_plan(op, 4)
         bits = user_tile_bits(plan, op, A, B)
-        for s in range(cp.slots):
-            for w in range(plan.waves):
-                t = 64 * w + np.arange(64)
-                act = cp.active(t, s)
-                if not act.any():
-                    continue
-                row, col = (np.asarray(x)[act] for x in cp.global_coords(t, s))
-                idx = np.asarray(cp.lds_offsets(t, s)[0])[act][:, None] // 2 + np.arange(2)
-                lds[idx] = bits[row[:, None], col[:, None] + np.arange(2)]
-                np.add.at(count, idx.reshape(-1), 1)
-                assert cp.dma_m0(w, s) + 4 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
+        for s, w, t, act in dma_instructions(plan, cp):
+            row, col = (np.asarray(x)[act] for x in cp.global_coords(t, s))
+            idx = np.asarray(cp.lds_offsets(t, s)[0])[act][:, None] // 2 + np.arange(2)
+            lds[idx] = bits[row[:, None], col[:, None] + np.arange(2)]
+            np.add.at(count, idx.reshape(-1), 1)
+            assert cp.dma_m0(w, s) + 4 * np.arange(64)[act].min() == cp.lds_offsets(t[act][0], s)[0]
     assert (count == 1).all() and (lds == fill_lds(plan, A, B)).all()
     with pytest.raises(CompileError, match="no 2-byte LDS DMA that fills"):
         plan.dma_copy_plan("A", 2)

@@ -294,29 +294,29 @@ def test_exp_is_within_one_ulp_of_torch(arch):
     assert int(ulps.max()) <= 1
 
 
-@pytest.mark.parametrize("arch", ARCHES)
-def test_arch_table_nan_propagating_max_matches_llvm_mc(arch):
-    """The arch fact behind T.max/T.min's choice of instruction, checked against the assembler."""
+def _llvm_mc_accepts(arch, line):
+    """Whether LLVM's assembler takes `line` for `arch`: the outside oracle for an arch table's instruction facts."""
     import subprocess
 
-    from tilegcn.amdgcn.arch import get_arch
     from tilegcn.toolchain import find_llvm
 
     mc = find_llvm(arch).tool("llvm-mc")
-    run = subprocess.run([str(mc), "-arch=amdgcn", f"-mcpu={arch}"], input="v_maximum3_f32 v0, v1, v2, v2\n",
-                         capture_output=True, text=True)
-    assert (run.returncode == 0 and "error" not in run.stderr) == get_arch(arch).has_ieee_maximum3
+    run = subprocess.run([str(mc), "-arch=amdgcn", f"-mcpu={arch}"], input=line + "\n", capture_output=True,
+                         text=True)
+    return run.returncode == 0 and "error" not in run.stderr
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_arch_table_nan_propagating_max_matches_llvm_mc(arch):
+    """The arch fact behind T.max/T.min's choice of instruction, checked against the assembler."""
+    from tilegcn.amdgcn.arch import get_arch
+
+    assert _llvm_mc_accepts(arch, "v_maximum3_f32 v0, v1, v2, v2") == get_arch(arch).has_ieee_maximum3
 
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_arch_table_transposing_lds_read_matches_llvm_mc(arch):
     """The arch fact behind T.gemm's read of B stored (K, N) (ds_read_b64_tr_b16), checked against the assembler."""
-    import subprocess
-
     from tilegcn.amdgcn.arch import get_arch
-    from tilegcn.toolchain import find_llvm
 
-    mc = find_llvm(arch).tool("llvm-mc")
-    run = subprocess.run([str(mc), "-arch=amdgcn", f"-mcpu={arch}"], input="ds_read_b64_tr_b16 v[0:1], v2\n",
-                         capture_output=True, text=True)
-    assert (run.returncode == 0 and "error" not in run.stderr) == get_arch(arch).has_ds_read_tr_b16
+    assert _llvm_mc_accepts(arch, "ds_read_b64_tr_b16 v[0:1], v2") == get_arch(arch).has_ds_read_tr_b16
