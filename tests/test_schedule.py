@@ -18,7 +18,7 @@ from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.amdgcn.builder import KernelBuilder  # noqa: E402
 from tilegcn.amdgcn.isa import EXEC, VCC, Reg  # noqa: E402
 from tilegcn.amdgcn.schedule import schedule  # noqa: E402
-from tilegcn.amdgcn.waitcnt import insert_waits  # noqa: E402
+from tilegcn.amdgcn.waitcnt import insert_waits, lds_tag  # noqa: E402
 from tilegcn.errors import ArgumentError, RaceError  # noqa: E402
 
 ARCH = get_arch("gfx950")
@@ -122,7 +122,37 @@ def test_no_lds_access_crosses_a_barrier():
     out = scheduled(b)
     assert max(position(out, write), position(out, read_before)) < position(out, barrier)
     assert position(out, barrier) < min(position(out, read_after), position(out, write_after))
-    assert position(out, barrier) < position(out, mfmas[-1])  # the barrier itself may issue among MFMAs
+
+
+def test_mfmas_stay_on_their_side_of_a_barrier():
+    """MFMAs read registers only, yet none crosses a barrier: the ones before it keep the pipe busy while the wave
+    waits there for the others (moved after it, the wave would idle at the barrier with its MFMA work still to do),
+    and the ones after it follow the reads it publishes."""
+    b = builder()
+    before = [mfma(b, acc) for acc in range(4)]
+    barrier = b.emit("s_barrier")
+    after = [mfma(b, acc, src=40) for acc in range(4, 8)]  # independent of everything before the barrier
+    out = scheduled(b)
+    assert max(map(lambda m: position(out, m), before)) < position(out, barrier)
+    assert position(out, barrier) < min(map(lambda m: position(out, m), after))
+
+
+def test_reads_of_one_stage_move_ahead_of_lds_dma_into_another():
+    """An LDS DMA that names the pipeline stage it writes (`lds_tag`) is ordered with that stage's accesses and with
+    barriers, not with ds_reads of other stages: the reads that feed the next MFMAs issue first, the copies of a
+    later stage fill the slots between MFMAs. An untagged LDS write stays ordered with every read."""
+    b = builder()
+    mfma(b, 0, src=80)  # a block with MFMAs: the scheduler's domain
+    stage = lds_tag(3)
+    b.emit("s_mov_b32", isa.M0, s(12), defs=(isa.M0,), uses=(s(12),))
+    dma = b.emit("buffer_load_dwordx4", v(9), s(16, 4), s(7), suffix="offen lds", defs=(stage,),
+                 uses=(v(9), s(16, 4), s(7), isa.M0))
+    reads = [ds_read(b, 20 + 4 * r, 16 * r) for r in range(2)]
+    untagged = b.emit("ds_write_b128", v(101), v(36, 4), suffix="offset:1024")
+    late_read = ds_read(b, 60, 2048)
+    out = scheduled(b)
+    assert position(out, reads[0]) < position(out, dma)  # issued while the DMA waits out its M0 write
+    assert position(out, untagged) < position(out, late_read)
 
 
 def test_only_loop_bodies_are_scheduled_and_their_ends_stay():

@@ -144,13 +144,14 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
-    kernel = pipeline_loops(kernel, arch)
+    _, operands = plan_gemms(kernel, arch)  # the pipeliner's step order depends on which copies go by LDS DMA
+    kernel = pipeline_loops(kernel, arch, by_dma=lambda buf: may_use_lds_dma(arch, copy_mode, operands, buf))
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi, copy_mode=copy_mode)
     ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
     ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
-        kernel, arch, ctx.gemm_plans, by_dma=lambda buf: may_use_lds_dma(ctx, buf))
+        kernel, arch, ctx.gemm_plans, by_dma=lambda buf: may_use_lds_dma(arch, copy_mode, ctx.gemm_operands, buf))
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)

@@ -303,10 +303,9 @@ def _pipe(ctx: Context) -> PipeState:
     return ctx.pipe
 
 
-def _dma_width(ctx: Context, plan, operand: str, width: int) -> tuple:
+def _dma_width(arch, plan, operand: str, width: int) -> tuple:
     """(per-lane bytes of the widest LDS DMA a copy of `operand` with `width`-byte accesses can use, or 0; why 0).
     Widths that fill 16-byte LDS chunks whole: 16 (gfx950) and 4 (gfx942's widest)."""
-    arch = ctx.b.arch
     if not plan.copied_as_stored(operand):
         return 0, (f"LDS DMA cannot transpose: operand {operand} is not K-major in global memory and {arch.name} "
                    "has no transposing LDS read")
@@ -316,25 +315,26 @@ def _dma_width(ctx: Context, plan, operand: str, width: int) -> tuple:
     return max(widths), None
 
 
-def dma_lane_bytes(ctx: Context, plan, operand: str, width: int) -> int:
+def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
     """Per-lane bytes of the pipelined copy's LDS DMA, 0 for register-staged copies. copy="auto" (the default):
     LDS DMA only where a lane moves a whole 16-byte run (gfx950, the LDS tile keeping the user's layout: K-major, or
     (K, N) read with ds_read_b64_tr_b16); gfx942's 4-byte DMA needs 4x the load instructions and M0 writes, and it
     needs an LDS buffer per stage, for a gain the bench does not show (README, K loop). copy="lds_dma" takes the
     widest legal width, or raises a CompileError naming why none is; copy="registers" never uses DMA."""
-    if ctx.copy_mode == "registers":
+    if copy_mode == "registers":
         return 0
-    lane_bytes, why = _dma_width(ctx, plan, operand, width)
-    if ctx.copy_mode == "lds_dma" and why:
+    lane_bytes, why = _dma_width(arch, plan, operand, width)
+    if copy_mode == "lds_dma" and why:
         raise CompileError(f"copy='lds_dma': {why}")
-    return lane_bytes if ctx.copy_mode == "lds_dma" or lane_bytes == CHUNK else 0
+    return lane_bytes if copy_mode == "lds_dma" or lane_bytes == CHUNK else 0
 
 
-def may_use_lds_dma(ctx: Context, buf: N.Buffer) -> bool:
-    """Whether pipelined copies into shared `buf` may go by LDS DMA (if their rows allow whole 16-byte runs)."""
-    plan, operand = ctx.gemm_operands[buf]
+def may_use_lds_dma(arch, copy_mode: str, gemm_operands: dict, buf: N.Buffer) -> bool:
+    """Whether pipelined copies into shared `buf` (an operand in `gemm_operands`, plan_gemms' second result) may go
+    by LDS DMA (if their rows allow whole 16-byte runs)."""
+    plan, operand = gemm_operands[buf]
     try:
-        return bool(dma_lane_bytes(ctx, plan, operand, CHUNK))
+        return bool(dma_lane_bytes(arch, copy_mode, plan, operand, CHUNK))
     except CompileError:
         return False  # the copy reports it, at its own line
 
@@ -357,7 +357,7 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
     key, slot = (dst, s.stage), ctx.lds_slot(dst, s.stage)
     tag = pipe.tag(key)
     base = _lds_base(ctx, plan, operand, dst, s.stage)
-    lane_bytes = dma_lane_bytes(ctx, plan, operand, width)
+    lane_bytes = dma_lane_bytes(ctx.b.arch, ctx.copy_mode, plan, operand, width)
     if lane_bytes:
         _before_lds_write(ctx, slot)
         _lds_dma(ctx, s, plan.dma_copy_plan(operand, lane_bytes), mask, base + plan.operand_lds_offset(operand), tag)

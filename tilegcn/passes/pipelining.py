@@ -11,14 +11,23 @@ newest groups may still be in flight before a gemm reads its stage:
                (or, where the wait is not covered, see below: copies; commit; wait_group(S-1); gemm stage k % S)
     epilogue:  for k in n-S+1 .. n-1:  wait_group(n-1-k); gemm stage k % S
 
-Waiting before issuing: the barrier that publishes stage k % S also ends every wave's reads of stage (k-1) % S,
-which the copies then overwrite, so a K step has one s_barrier. Issuing first keeps the new copies in flight
-during the wait, but overwriting stage (k-1) % S then needs a barrier before the copies too: two a step, with
-every wave's copies bunched between them (the timing model: a 256x256x64 bf16 GEMM at 8192^3 on MI355X stalls
-~30 % at barriers that way). The copies of k+S-1 are read S-1 steps after they are issued in both orders, so
-where S-1 steps of the loop's MFMA work cover the loaded memory round trip (S18's latency test,
-`covers_round_trip`) the loads land in time either way and the loop waits first; where they do not (small tiles,
-the loop latency-bound), the extra loads in flight during the wait are worth the barrier, and it issues first.
+Which order a steady step takes (`step_order`):
+- Copies staged in registers (no LDS DMA): issue first. The loads go into the wave's own VGPRs, so issuing them
+  needs no barrier; the LDS writes wait for the step's barrier in either order, and the loads of k+S-1 stay in
+  flight during the wait (an exact vmcnt(N), never vmcnt(0)).
+- LDS DMA, where S-1 steps of the loop's MFMA work cover the loaded memory round trip (S18's latency test,
+  `covers_round_trip`): wait first. The barrier that publishes stage k % S also ends every wave's reads of stage
+  (k-1) % S, which the copies then overwrite, so a K step has one s_barrier. Issuing first would need a second
+  barrier before the copies, with every wave's copies bunched between the two (the timing model: a 256x256x64
+  bf16 GEMM at 8192^3 on MI355X stalls ~30 % at barriers that way).
+- LDS DMA, not covered (small tiles, the loop latency-bound): issue first; the loads in flight during the wait
+  are worth the barrier.
+- LDS DMA, covered, S = 2: waiting first would wait for everything in flight (vmcnt(0)): the one stage being
+  waited for is all there is. So the loop is first split into K phases (`split_k_phases`): each shared tile of
+  block_K becomes 2 stages of block_K / 2 (the same LDS bytes) and the loop runs 2n half steps with 2S = 4 stages,
+  waiting first: a half step waits for its phase while the next two phases stay in flight (vmcnt(N), N > 0), and
+  the copies of a phase are issued 1.5 K tiles ahead instead of 1. A K tile has two barriers instead of one, each
+  in front of half the MFMA work (the timing model: the same cycles at 512 threads, 4 % fewer at 256).
 
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math);
 steady iterations that do not fill a whole unrolled trip are emitted after the loop. Correct for any n >= 1:
@@ -36,11 +45,30 @@ from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
 
 
-def pipeline_loops(kernel: N.Kernel, arch=None) -> N.Kernel:
-    """`kernel` with its pipelinable loops rewritten; `arch` decides per loop which order a steady step takes
-    (`covers_round_trip`); None: every loop waits first."""
-    body = _rewrite(kernel.body, arch)
-    return kernel if body == kernel.body else dataclasses.replace(kernel, body=body)
+ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
+PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
+
+
+def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True) -> N.Kernel:
+    """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
+    (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
+    go by LDS DMA (the default assumes they do)."""
+    split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body)
+    if body == kernel.body:
+        return kernel
+    buffers = [split.get(b, b) for b in kernel.buffers]
+    return dataclasses.replace(kernel, body=body, buffers=buffers)
+
+
+def step_order(loop: N.Loop, arch, by_dma) -> str:
+    """ISSUE_FIRST, WAIT_FIRST or PHASES for a pipelinable loop (the module docstring says why)."""
+    if arch is None:
+        return WAIT_FIRST
+    copies = [s for s in loop.body if isinstance(s, N.Copy)]
+    if not any(by_dma(c.dst.buffer) for c in copies) or not covers_round_trip(loop, arch):
+        return ISSUE_FIRST
+    return PHASES if loop.num_stages == 2 else WAIT_FIRST
 
 
 def pipelinable(loop: N.Loop) -> bool:
@@ -66,17 +94,98 @@ def covers_round_trip(loop: N.Loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list) -> list:
     out = []
     for s in stmts:
         if isinstance(s, N.Loop) and pipelinable(s):
-            out.extend(_pipeline(s, arch is None or covers_round_trip(s, arch)))
+            order = step_order(s, arch, by_dma)
+            phased = split_k_phases(s, program) if order == PHASES else None
+            if phased is not None:
+                loop, buffers = phased
+                split.update(buffers)
+                out.extend(_pipeline(loop, wait_first=True))
+            else:
+                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif isinstance(s, N.Loop):
-            body = _rewrite(s.body, arch)
+            body = _rewrite(s.body, arch, by_dma, split, program)
             out.append(s if body == s.body else dataclasses.replace(s, body=body))
         else:
             out.append(s)
     return out
+
+
+def split_k_phases(loop: N.Loop, program: list):
+    """(the loop over K phases, {shared buffer: its phase buffer}), or None where the loop cannot be split.
+
+    Each shared tile of block_K along K becomes a tile of block_K / PHASES_PER_TILE; the loop runs over phases
+    (extent n x PHASES_PER_TILE, less trailing phases that start past the end of every operand's K) with
+    num_stages x PHASES_PER_TILE stages: the same LDS bytes. A copy's K start s(k), affine in k, becomes
+    s(k / PHASES_PER_TILE) in the phase index. Not split (None): a shared buffer used anywhere in `program` (the
+    kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
+    by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it)."""
+    p, k = PHASES_PER_TILE, loop.var
+    copies = [s for s in loop.body if isinstance(s, N.Copy)]
+    gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
+    k_dims = {}  # shared buffer -> its K dim
+    for g in gemms:
+        k_dims[g.A], k_dims[g.B] = (0 if g.transpose_A else 1), (1 if g.transpose_B else 0)
+    if any(c.dst.buffer not in k_dims or not _whole(c.dst) for c in copies):
+        return None
+    if _used_outside(set(k_dims), loop, program) or any(b.shape[d] % (p * 32) for b, d in k_dims.items()):
+        return None
+    phase = sympy.Symbol(f"{k}_phase", integer=True, nonnegative=True)
+    buffers = {b: dataclasses.replace(b, shape=_divided(b.shape, d, p)) for b, d in k_dims.items()}
+    new_copies, ends = [], []
+    for c in copies:
+        d, dk = k_dims[c.dst.buffer], _src_dim(c, k_dims[c.dst.buffer])
+        starts = [sympy.sympify(x) for x in c.src.starts]
+        if any(x.has(k) for i, x in enumerate(starts) if i != dk) or \
+                sympy.expand(starts[dk] - starts[dk].subs(k, 0)) != k * c.src.extents[dk]:
+            return None  # the copy does not walk K by whole tiles
+        starts[dk] = starts[dk].subs(k, 0) + phase * (c.src.extents[dk] // p)
+        src = N.Region(c.src.buffer, tuple(starts), _divided(c.src.extents, dk, p))
+        dst = N.Region(buffers[c.dst.buffer], c.dst.starts, _divided(c.dst.extents, d, p))
+        new_copies.append(dataclasses.replace(c, src=src, dst=dst))
+        ends.append((starts[dk], c.src.buffer.shape[dk]))
+    extent = loop.extent * p
+    while extent > 1 and all(_starts_past(start.subs(phase, extent - 1), end) for start, end in ends):
+        extent -= 1  # a trailing phase wholly past K (ragged K): nothing to load or compute
+    new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B]) for g in gemms]
+    body = [new_copies.pop(0) if isinstance(s, N.Copy) else new_gemms.pop(0) for s in loop.body]
+    return N.Loop(phase, extent, loop.num_stages * p, body, loc=loop.loc), buffers
+
+
+def _src_dim(c: N.Copy, dst_dim: int) -> int:
+    """The dim of the copy's global region that maps to dim `dst_dim` of its shared tile (missing leading dims of
+    the region have extent 1)."""
+    return len(c.src.extents) - len(c.dst.buffer.shape) + dst_dim
+
+
+def _divided(shape: tuple, dim: int, by: int) -> tuple:
+    return tuple(x // by if i == dim else x for i, x in enumerate(shape))
+
+
+def _starts_past(start, end: int) -> bool:
+    return bool(start.is_number and start >= end)
+
+
+def _whole(region: N.Region) -> bool:
+    return all(s == 0 for s in region.starts) and tuple(region.extents) == tuple(region.buffer.shape)
+
+
+def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
+    """Whether a statement of `program` other than `loop`'s own copies and gemms touches one of `buffers`."""
+    own = {id(s) for s in loop.body}
+    for s in N.walk(program):
+        if id(s) in own or s is loop:
+            continue
+        touched = {getattr(s, f, None) for f in ("A", "B", "C", "buffer")}
+        touched |= {r.buffer for r in (getattr(s, "src", None), getattr(s, "dst", None)) if r is not None}
+        if isinstance(s, N.ParallelStore):
+            touched |= {e.buffer for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef)}
+        if touched & buffers:
+            return True
+    return False
 
 
 def _pipeline(loop: N.Loop, wait_first: bool) -> list:
