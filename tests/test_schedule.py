@@ -124,17 +124,18 @@ def test_no_lds_access_crosses_a_barrier():
     assert position(out, barrier) < min(position(out, read_after), position(out, write_after))
 
 
-def test_mfmas_stay_on_their_side_of_a_barrier():
-    """MFMAs read registers only, yet none crosses a barrier: the ones before it keep the pipe busy while the wave
-    waits there for the others (moved after it, the wave would idle at the barrier with its MFMA work still to do),
-    and the ones after it follow the reads it publishes."""
+def test_nothing_crosses_a_barrier():
+    """MFMAs and VALU read registers only, yet none crosses a barrier: the MFMAs before it keep the pipe busy while the
+    wave waits there for the others (moved after it, the wave would idle at the barrier with its MFMA work still to
+    do), and the work after it stays after the waits it follows."""
     b = builder()
     before = [mfma(b, acc) for acc in range(4)]
     barrier = b.emit("s_barrier")
     after = [mfma(b, acc, src=40) for acc in range(4, 8)]  # independent of everything before the barrier
+    valu = b.emit("v_perm_b32", v(90), v(91), v(92), s(7))
     out = scheduled(b)
-    assert max(map(lambda m: position(out, m), before)) < position(out, barrier)
-    assert position(out, barrier) < min(map(lambda m: position(out, m), after))
+    assert max(position(out, m) for m in before) < position(out, barrier)
+    assert position(out, barrier) < min(position(out, m) for m in after + [valu])
 
 
 def test_reads_of_one_stage_move_ahead_of_lds_dma_into_another():

@@ -21,10 +21,13 @@ implicit state the operand lists do not name, each modelled as a pseudo-unit tha
     writes, and with its own stage's accesses through the tag, while the ds_reads of the stage being computed
     (published by an earlier barrier; the stage a DMA overwrites is always behind a barrier that ended its reads)
     issue ahead of it, so the MFMAs get their operands first and the copies fill the slots between them;
-  - the XDL pipe: MFMAs read it, `s_barrier` writes it, so no MFMA crosses a barrier. Those before it keep the
-    pipe busy while the wave waits there for the other waves; moved after it, the wave would idle at the barrier
-    with its MFMA work still to do (the timing model, 256x256x64 NT in K phases at 2048^3 on MI355X: 19 % more
-    cycles without this rule, though llvm-mca, which sees no other wave, prefers it: 1.02 vs 1.07 x the bound);
+  - barriers: every instruction reads this unit and `s_barrier` writes it, so nothing crosses a barrier. Register-
+    only work could, but MFMAs before a barrier keep the pipe busy while the wave waits there for the other waves
+    (moved after it, the wave would idle at the barrier with its MFMA work still to do), and VALU work after it
+    (gfx942's `v_perm_b32` packing of a register-staged stage) hoisted into the previous step reads loads issued
+    in that step, whose wait then drains the queue. The timing model, 2048^3 bf16: gfx950 256x256x64 NT in K
+    phases on MI355X 19 % more cycles with MFMAs free to cross (llvm-mca, which sees no other wave, prefers that:
+    1.02 vs 1.07 x the bound); gfx942 256x256x64 NN on MI300X 14 % more with VALU free to cross;
   - global memory: buffer/scalar loads and LDS DMA read it, buffer stores and `s_barrier` write it (stores keep
     their order with every load and store; nothing memory crosses a barrier);
   - everything else (`s_nop`, `s_setprio`, `s_waitcnt`, an unknown kind) is a full fence.
@@ -72,7 +75,7 @@ SCHEDULES = (INTERLEAVE, PLAIN)
 
 _VECTOR = (isa.VALU, isa.MFMA, isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA, isa.DS_READ, isa.DS_WRITE)
 _KNOWN = _VECTOR + (isa.SALU, isa.SMEM, isa.BARRIER)
-_LDS, _GLOBAL, _FENCE, _XDL = -1, -2, -3, -4  # pseudo-units (negative); register units are numbered from 0
+_LDS, _GLOBAL, _FENCE, _BARRIER = -1, -2, -3, -4  # pseudo-units (negative); register units are numbered from 0
 _SCC_FREE = ("s_mov", "s_mul")
 _VCC_USERS = ("v_cmp", "v_cndmask", "v_div_")
 
@@ -125,10 +128,10 @@ def _effects(inst) -> tuple:
         reads.append(_GLOBAL)
     elif kind == isa.VMEM_STORE:
         writes.append(_GLOBAL)
-    if kind == isa.MFMA:
-        reads.append(_XDL)
+    if kind != isa.BARRIER:
+        reads.append(_BARRIER)
     if kind == isa.BARRIER:
-        writes += [_LDS, _GLOBAL, _XDL]
+        writes += [_LDS, _GLOBAL, _BARRIER]
     return reads, writes
 
 

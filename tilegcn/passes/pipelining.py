@@ -12,22 +12,25 @@ newest groups may still be in flight before a gemm reads its stage:
     epilogue:  for k in n-S+1 .. n-1:  wait_group(n-1-k); gemm stage k % S
 
 Which order a steady step takes (`step_order`):
-- Copies staged in registers (no LDS DMA): issue first. The loads go into the wave's own VGPRs, so issuing them
-  needs no barrier; the LDS writes wait for the step's barrier in either order, and the loads of k+S-1 stay in
-  flight during the wait (an exact vmcnt(N), never vmcnt(0)).
-- LDS DMA, where S-1 steps of the loop's MFMA work cover the loaded memory round trip (S18's latency test,
+- Where S-1 steps of the loop's MFMA work cover the loaded memory round trip (S18's latency test,
   `covers_round_trip`): wait first. The barrier that publishes stage k % S also ends every wave's reads of stage
   (k-1) % S, which the copies then overwrite, so a K step has one s_barrier. Issuing first would need a second
   barrier before the copies, with every wave's copies bunched between the two (the timing model: a 256x256x64
   bf16 GEMM at 8192^3 on MI355X stalls ~30 % at barriers that way).
-- LDS DMA, not covered (small tiles, the loop latency-bound): issue first; the loads in flight during the wait
-  are worth the barrier.
+- Where it does not (small tiles, the loop latency-bound): issue first; the loads in flight during the wait are
+  worth the barrier.
 - LDS DMA, covered, S = 2: waiting first would wait for everything in flight (vmcnt(0)): the one stage being
   waited for is all there is. So the loop is first split into K phases (`split_k_phases`): each shared tile of
   block_K becomes 2 stages of block_K / 2 (the same LDS bytes) and the loop runs 2n half steps with 2S = 4 stages,
   waiting first: a half step waits for its phase while the next two phases stay in flight (vmcnt(N), N > 0), and
   the copies of a phase are issued 1.5 K tiles ahead instead of 1. A K tile has two barriers instead of one, each
-  in front of half the MFMA work (the timing model: the same cycles at 512 threads, 4 % fewer at 256).
+  in front of half the MFMA work (the timing model, 256x256x64 at 8192^3 on MI355X: 1.37 M cycles against 1.52 M,
+  with the scheduler keeping MFMAs ahead of each barrier, amdgcn/schedule.py).
+- Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
+  ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
+  worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
+  (no vmcnt(0)) puts the loads between the two barriers of the register path, where no MFMA hides their issue:
+  780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math);
 steady iterations that do not fill a whole unrolled trip are emitted after the loop. Correct for any n >= 1:
@@ -65,10 +68,10 @@ def step_order(loop: N.Loop, arch, by_dma) -> str:
     """ISSUE_FIRST, WAIT_FIRST or PHASES for a pipelinable loop (the module docstring says why)."""
     if arch is None:
         return WAIT_FIRST
-    copies = [s for s in loop.body if isinstance(s, N.Copy)]
-    if not any(by_dma(c.dst.buffer) for c in copies) or not covers_round_trip(loop, arch):
+    if not covers_round_trip(loop, arch):
         return ISSUE_FIRST
-    return PHASES if loop.num_stages == 2 else WAIT_FIRST
+    dma = any(by_dma(c.dst.buffer) for c in loop.body if isinstance(c, N.Copy))
+    return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
 def pipelinable(loop: N.Loop) -> bool:
