@@ -253,6 +253,17 @@ def test_lds_budget_error_names_bytes_and_what_fits():
                          transpose_B=True)  # it does
 
 
+def test_lds_budget_error_of_a_k_phased_loop_names_the_users_tile_and_stages():
+    """num_stages=2 on gfx950 runs LDS-DMA loops in K phases of block_K / 2 (4 half stages): an LDS budget error
+    still speaks of the block_K and num_stages the user wrote, not of the phases."""
+    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=1)
+    with pytest.raises(ResourceError) as err:
+        kernels.gemm.compile(A, B, C, arch="gfx950", block_M=256, block_N=256, block_K=128, num_stages=2)
+    msg = str(err.value)
+    assert "needs 262144 bytes (A_s 2 stages x 65536, B_s 2 stages x 65536)" in msg
+    assert "num_stages=1 fits" in msg and "block_K=64 with num_stages=2 fits" in msg
+
+
 def test_register_staged_stages_share_one_lds_buffer_where_two_do_not_fit():
     """gfx942 256x256x64 at num_stages=2: two LDS buffers of A and B would need 128 KiB of its 64 KiB; the stage
     ahead waits in VGPRs, so one LDS buffer (64 KiB) is what the kernel asks for. B stored (K, N) is transposed in

@@ -139,19 +139,32 @@ def _gc_paused(fn):
     return wrapper
 
 
+def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
+    """Raise the LDS budget error of `traced` pipelined without K phases (the same bytes), so that it names the
+    user's block_K and num_stages; returns if that one fits (then the caller's error stands)."""
+    kernel = pipeline_loops(traced, arch, by_dma, phases=False)
+    plans, operands = plan_gemms(kernel, arch)
+    allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
+
+
 @_gc_paused
 def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: str = "auto") -> Lowered:
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
     _, operands = plan_gemms(kernel, arch)  # the pipeliner's step order depends on which copies go by LDS DMA
-    kernel = pipeline_loops(kernel, arch, by_dma=lambda buf: may_use_lds_dma(arch, copy_mode, operands, buf))
+    by_dma = functools.partial(may_use_lds_dma, arch, copy_mode, operands)
+    kernel = pipeline_loops(kernel, arch, by_dma)
     b = KernelBuilder(arch, kernel.name)
     abi = KernelAbi(b, kernel, TID)
     ctx = Context(kernel, b, abi, copy_mode=copy_mode)
     ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
-    ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
-        kernel, arch, ctx.gemm_plans, by_dma=lambda buf: may_use_lds_dma(arch, copy_mode, ctx.gemm_operands, buf))
+    try:
+        ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
+            kernel, arch, ctx.gemm_plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, ctx.gemm_operands))
+    except ResourceError:
+        _raise_lds_error_unsplit(traced, arch, copy_mode, by_dma)
+        raise
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)

@@ -52,12 +52,13 @@ ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
 
 
-def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True) -> N.Kernel:
+def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
-    go by LDS DMA (the default assumes they do)."""
+    go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
+    (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers]
@@ -97,11 +98,13 @@ def covers_round_trip(loop: N.Loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch, by_dma, split: dict, program: list) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool) -> list:
     out = []
     for s in stmts:
         if isinstance(s, N.Loop) and pipelinable(s):
             order = step_order(s, arch, by_dma)
+            if order == PHASES and not phases:
+                order = WAIT_FIRST
             phased = split_k_phases(s, program) if order == PHASES else None
             if phased is not None:
                 loop, buffers = phased
@@ -110,7 +113,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list) -> list:
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif isinstance(s, N.Loop):
-            body = _rewrite(s.body, arch, by_dma, split, program)
+            body = _rewrite(s.body, arch, by_dma, split, program, phases)
             out.append(s if body == s.body else dataclasses.replace(s, body=body))
         else:
             out.append(s)
