@@ -116,6 +116,32 @@ def unit_ids_of(regs) -> tuple:
     return tuple([u for r in regs for u in r.unit_ids])
 
 
+def unit_keys(regs) -> dict:
+    """{Reg: the ints standing for its units} for the dependency passes (scheduler, wait counts, hazard nops) over
+    a program whose registers are `regs`. Units that the same registers of `regs` cover (v[0:3] and v[0:1] named:
+    v0 and v1, and v2 and v3) are read and written by the same instructions, so they have one history, and an
+    analysis per unit would repeat itself for each: such units share one key (the first's unit id), and a register
+    stands for the keys of its units' classes. Same edges, waits and nops, for a quarter of the work on a GEMM
+    (its operands and accumulators are 4- to 16-register tuples, mostly named whole)."""
+    covering: dict = {}  # unit -> the registers of `regs` covering it
+    for r in regs:
+        for u in r.unit_ids:
+            if u in covering:
+                covering[u].append(r)
+            else:
+                covering[u] = [r]
+    key_of_class: dict = {}  # frozenset of covering registers -> the key of its units
+    key_of_unit = {u: key_of_class.setdefault(frozenset(rs) if len(rs) > 1 else rs[0], u)
+                   for u, rs in covering.items()}
+    return {r: tuple(dict.fromkeys([key_of_unit[u] for u in r.unit_ids])) for r in regs}
+
+
+def program_unit_keys(insts) -> dict:
+    """unit_keys of every register the defs and uses of `insts` name, and of the implicit VCC and EXEC (the
+    scheduler's pseudo-reads of them)."""
+    return unit_keys(set().union(*[i.defs for i in insts], *[i.uses for i in insts], (VCC, EXEC)))
+
+
 VCC = Reg("vcc", 0, 2)
 EXEC = Reg("exec", 0, 2)
 M0 = Reg("m0", 0, 1)

@@ -21,7 +21,9 @@ nothing ever spills.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
+from itertools import chain
 from dataclasses import dataclass
 
 from ..errors import ResourceError
@@ -154,30 +156,41 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
                 next_free_vgpr=accum_offset + agprs if agprs else vgprs)
 
 
+_SLOTS = operator.attrgetter("operands", "defs", "uses")
+
+
 def _rewrite(insts: list, files: dict, placed: list) -> list:
     """`insts` with every virtual register replaced by its physical one (new Inst objects: `insts` stay as they
-    are). What an operand becomes is computed once per distinct operand (_physical_operands); the per-slot work is
-    one dict lookup."""
-    physical = _physical_operands(insts, files, placed)
-    get = physical.get
+    are). Every operand, def and use slot of the kernel is mapped in one flat list (C loops: a mapping per
+    instruction and slot kind cost three list comprehensions an instruction), then cut back into instructions."""
+    slots = list(chain.from_iterable(map(_SLOTS, insts)))  # operands, defs, uses of each instruction in turn
+    flat = list(chain.from_iterable(slots))
+    physical = _physical_operands(set(flat), files, placed)
+    mapped = list(map(physical.get, flat, flat))
     out = []
-    for i in insts:
-        defs, uses = tuple([get(r, r) for r in i.defs]), tuple([get(r, r) for r in i.uses])
-        new = Inst(i.op, tuple([get(o, o) for o in i.operands]), defs, uses, i.kind, i.suffix, i.comment)
+    end = 0
+    each = iter(slots)
+    for i, operands, defs, uses in zip(insts, each, each, each):
+        start, end = end, end + len(operands)
+        new_operands = tuple(mapped[start:end])
+        start, end = end, end + len(defs)
+        new_defs = tuple(mapped[start:end])
+        start, end = end, end + len(uses)
+        new_uses = tuple(mapped[start:end])
+        new = Inst(i.op, new_operands, new_defs, new_uses, i.kind, i.suffix, i.comment)
         # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
         # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
         facts = new.__dict__
-        facts["def_units"] = defs[0].unit_ids if len(defs) == 1 else unit_ids_of(defs)
-        facts["use_units"] = uses[0].unit_ids if len(uses) == 1 else unit_ids_of(uses)
+        facts["def_units"] = new_defs[0].unit_ids if len(new_defs) == 1 else unit_ids_of(new_defs)
+        facts["use_units"] = new_uses[0].unit_ids if len(new_uses) == 1 else unit_ids_of(new_uses)
         out.append(new)
     return out
 
 
-def _physical_operands(insts: list, files: dict, placed: list) -> dict:
-    """{operand: the operand over physical registers} for every distinct operand of `insts` that names a virtual
+def _physical_operands(distinct: set, files: dict, placed: list) -> dict:
+    """{operand: the operand over physical registers} for every operand of `distinct` that names a virtual
     register: a virtual Reg becomes the physical Reg its group was placed at, an operand wrapping one
     (elementwise._Neg) is rebuilt around that. Numbers are left out (1, 1.0 and True are one set element)."""
-    distinct = set().union(*[i.operands for i in insts], *[i.defs for i in insts], *[i.uses for i in insts])
     out = {}
     for o in distinct:
         kind = type(o)

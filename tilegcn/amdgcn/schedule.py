@@ -86,16 +86,15 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     return out
 
 
-_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]
-_VCC, _EXEC = isa.VCC.unit_ids, isa.EXEC.unit_ids
+_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]  # (single units: their own keys in isa.unit_keys)
 
 
-def _effects(inst) -> tuple:
-    """(units read, units written) of one instruction: its registers plus the implicit state it touches, but for
-    the reads of EXEC and of the fence every vector / every instruction makes (_dependencies adds those where the
-    block writes them)."""
-    reads = [u for r in inst.uses for u in r.unit_ids]
-    writes = [u for r in inst.defs for u in r.unit_ids]
+def _effects(inst, keys: dict) -> tuple:
+    """(units read, units written) of one instruction, as `keys` (isa.unit_keys) of its registers, plus the
+    implicit state it touches, but for the reads of EXEC and of the fence every vector / every instruction makes
+    (_dependencies adds those where the block writes them)."""
+    reads = [u for r in inst.uses for u in keys[r]]
+    writes = [u for r in inst.defs for u in keys[r]]
     kind, op = inst.kind, inst.op
     if kind not in _KNOWN:
         writes.append(_FENCE)
@@ -104,8 +103,8 @@ def _effects(inst) -> tuple:
         reads.append(_SCC)
         writes.append(_SCC)
     if kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op):
-        reads += _VCC
-        writes += _VCC
+        reads += keys[isa.VCC]
+        writes += keys[isa.VCC]
     if kind == isa.DS_READ:
         reads.append(_LDS)
     elif kind in (isa.DS_WRITE, isa.LDS_DMA):
@@ -123,9 +122,10 @@ def _all_effects(nodes: list) -> list:
     """_effects of every node, with the implicit reads of EXEC (vector instructions) and of the fence (every
     instruction) added only where some node of the block writes them: a unit nothing writes makes no edge, and
     these two would otherwise be a third of the units the dependency loop visits."""
-    effects = [_effects(node) for node in nodes]
+    keys = isa.program_unit_keys(nodes)
+    effects = [_effects(node, keys) for node in nodes]
     written = set().union(*[writes for _, writes in effects])
-    exec_read = _EXEC if written.intersection(_EXEC) else ()
+    exec_read = keys[isa.EXEC] if written.intersection(keys[isa.EXEC]) else ()
     fence_read = (_FENCE,) if _FENCE in written else ()
     if exec_read or fence_read:
         for node, (reads, _) in zip(nodes, effects):
