@@ -103,6 +103,13 @@ class Reg:
         return tuple(map(unit_id, self.units()))
 
 
+def regs_of(keys) -> list:
+    """Reg(*key) of every (file, index, count, virtual) of `keys`, the interned ones looked up without a call each
+    (what the register allocator's rewrite asks of each of a kernel's ~1500 distinct virtual operands)."""
+    get = _REGS.get
+    return [get(key) or Reg(*key) for key in keys]
+
+
 _UNIT_IDS: dict = {}  # (file, index) -> a small int, process-wide (like the Reg table, bounded by the units named)
 
 

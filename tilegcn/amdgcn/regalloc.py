@@ -27,7 +27,7 @@ from itertools import chain
 from dataclasses import dataclass
 
 from ..errors import ResourceError
-from .isa import Inst, Reg, unit_ids_of
+from .isa import Inst, Reg, regs_of, unit_ids_of
 from .liveness import live_ranges
 
 
@@ -191,27 +191,25 @@ def _physical_operands(distinct: set, files: dict, placed: list) -> dict:
     """{operand: the operand over physical registers} for every operand of `distinct` that names a virtual
     register: a virtual Reg becomes the physical Reg its group was placed at, an operand wrapping one
     (elementwise._Neg) is rebuilt around that. Numbers are left out (1, 1.0 and True are one set element)."""
-    out = {}
+    virtual = [o for o in distinct if type(o) is Reg and o.virtual]
+    out = dict(zip(virtual, regs_of([_physical_key(r, files, placed) for r in virtual])))
     for o in distinct:
         kind = type(o)
-        if kind is Reg:
-            if o.virtual:
-                out[o] = _physical(o, files, placed)
-        elif kind not in _NUMBERS and kind is not str and isinstance(getattr(o, "reg", None), Reg) \
-                and o.reg.virtual:
-            out[o] = kind(_physical(o.reg, files, placed))
+        if kind not in _NOT_WRAPPERS and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
+            out[o] = kind(regs_of([_physical_key(o.reg, files, placed)])[0])
     return out
 
 
-def _physical(r: Reg, files: dict, placed: list) -> Reg:
+def _physical_key(r: Reg, files: dict, placed: list) -> tuple:
+    """The (file, index, count, virtual) of the physical register virtual `r` was placed at."""
     vf = files[r.file]
     g = vf.group_of[r.index]
     if placed[g] < 0:
         raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-    return Reg(r.file, placed[g] + r.index - vf.groups[g].base, r.count)
+    return r.file, placed[g] + r.index - vf.groups[g].base, r.count, False
 
 
-_NUMBERS = (int, float, bool)
+_NOT_WRAPPERS = (Reg, int, float, bool, str)
 
 
 def check_workgroup_fits(arch, counts: dict, threads: int):
