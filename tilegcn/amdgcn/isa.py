@@ -5,7 +5,9 @@ and hazard passes work from those, never from parsing text.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 # Instruction kinds: what the wait and hazard passes need to know.
 SALU, VALU, SMEM, VMEM_LOAD, VMEM_STORE, LDS_DMA, DS_READ, DS_WRITE, MFMA, SOPP, BRANCH, LABEL, BARRIER, WAIT = (
@@ -124,23 +126,15 @@ def unit_ids_of(regs) -> tuple:
 
 
 def unit_keys(regs) -> dict:
-    """{Reg: the ints standing for its units} for the dependency passes (scheduler, wait counts, hazard nops) over
-    a program whose registers are `regs`. Units that the same registers of `regs` cover (v[0:3] and v[0:1] named:
-    v0 and v1, and v2 and v3) are read and written by the same instructions, so they have one history, and an
-    analysis per unit would repeat itself for each: such units share one key (the first's unit id), and a register
-    stands for the keys of its units' classes. Same edges, waits and nops, for a quarter of the work on a GEMM
-    (its operands and accumulators are 4- to 16-register tuples, mostly named whole)."""
-    covering: dict = {}  # unit -> the registers of `regs` covering it
-    for r in regs:
-        for u in r.unit_ids:
-            if u in covering:
-                covering[u].append(r)
-            else:
-                covering[u] = [r]
-    key_of_class: dict = {}  # frozenset of covering registers -> the key of its units
-    key_of_unit = {u: key_of_class.setdefault(frozenset(rs) if len(rs) > 1 else rs[0], u)
-                   for u, rs in covering.items()}
-    return {r: tuple(dict.fromkeys([key_of_unit[u] for u in r.unit_ids])) for r in regs}
+    """{Reg: the ints standing for its units} for the dependency passes over a program whose registers are `regs`:
+    a register no other register of `regs` overlaps gets one key (its first unit id), the others their unit_ids.
+    Only that register ever reads or writes those units, so they have one history, and an analysis per unit would
+    repeat itself for each: one key gives the same dependencies for a quarter of the work on a GEMM (its MFMA
+    operands and accumulators are 4- to 16-register tuples named whole)."""
+    regs = list(regs)
+    covered = Counter(chain.from_iterable([r.unit_ids for r in regs]))  # unit -> registers of `regs` covering it
+    times = covered.__getitem__
+    return {r: r.unit_ids[:1] if max(map(times, r.unit_ids), default=0) == 1 else r.unit_ids for r in regs}
 
 
 def program_unit_keys(insts) -> dict:
