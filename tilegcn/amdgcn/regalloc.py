@@ -23,8 +23,8 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 
 from ..errors import ResourceError
 from .isa import Inst, Reg, regs_of, unit_ids_of

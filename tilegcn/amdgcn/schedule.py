@@ -9,7 +9,8 @@ drain) up to its last MFMA; the rest keeps source order (the epilogue's accumula
 took 2.4x the time for code that runs once, after the MFMAs).
 
 Dependencies (an edge keeps two instructions in source order), computed per 32-bit register unit of `defs`/`uses`
-so that physical and virtual registers work alike: read after write, write after read, write after write; plus
+so that physical and virtual registers work alike (the units of a register no other register of the block overlaps
+count as one: isa.unit_keys): read after write, write after read, write after write; plus
 implicit state the operand lists do not name, each modelled as a pseudo-unit that instructions read or write:
   - SCC: every SALU op but `s_mov*` / `s_mul*` reads and writes it (`s_add_u32` ... `s_cmp_*`, `s_cselect_*`),
     so scalar arithmetic keeps its order and the compare stays last before its `s_cbranch_scc*`;
