@@ -87,6 +87,21 @@ def test_a_dependent_pair_never_swaps():
     assert position(out, load) < position(out, independent[-1])  # it did move up, past independent MFMAs
 
 
+def test_a_write_inside_a_tuple_waits_for_the_tuples_reader():
+    """The scheduler keys its dependencies by register classes (isa.unit_keys): a write to one register in the
+    middle of a tuple others read whole must still order against them (here neither end of the tuple)."""
+    b = builder()
+    ds_read(b, 40)  # the reader waits for this load's latency: the MFMAs below issue first
+    reader = mfma(b, 4, src=40)  # reads v[40:43] and v[44:47]
+    independent = [mfma(b, acc) for acc in range(4)]
+    middle = b.emit("v_mov_b32", v(42), 0)  # overwrites the third register of the first source
+    after = b.emit("v_add_u32", v(45), v(46), v(47))  # inside the second source, reading two of its registers
+    out = scheduled(b)
+    assert position(out, reader) < position(out, middle)
+    assert position(out, reader) < position(out, after)
+    assert position(out, middle) < position(out, independent[-1])  # it did move up: only the reader holds it
+
+
 def test_scc_definition_and_its_user_stay_together():
     b = builder()
     mfmas = [mfma(b, acc) for acc in range(4)]

@@ -5,7 +5,9 @@ and hazard passes work from those, never from parsing text.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 # Instruction kinds: what the wait and hazard passes need to know.
 SALU, VALU, SMEM, VMEM_LOAD, VMEM_STORE, LDS_DMA, DS_READ, DS_WRITE, MFMA, SOPP, BRANCH, LABEL, BARRIER, WAIT = (
@@ -103,6 +105,13 @@ class Reg:
         return tuple(map(unit_id, self.units()))
 
 
+def regs_of(keys) -> list:
+    """Reg(*key) of every (file, index, count, virtual) of `keys`, the interned ones looked up without a call each
+    (what the register allocator's rewrite asks of each of a kernel's ~1500 distinct virtual operands)."""
+    get = _REGS.get
+    return [get(key) or Reg(*key) for key in keys]
+
+
 _UNIT_IDS: dict = {}  # (file, index) -> a small int, process-wide (like the Reg table, bounded by the units named)
 
 
@@ -114,6 +123,24 @@ def unit_id(unit: tuple) -> int:
 def unit_ids_of(regs) -> tuple:
     """Reg.unit_ids of every register of `regs`, in order."""
     return tuple([u for r in regs for u in r.unit_ids])
+
+
+def unit_keys(regs) -> dict:
+    """{Reg: the ints standing for its units} for the dependency passes over a program whose registers are `regs`:
+    a register no other register of `regs` overlaps gets one key (its first unit id), the others their unit_ids.
+    Only that register ever reads or writes those units, so they have one history, and an analysis per unit would
+    repeat itself for each: one key gives the same dependencies for a quarter of the work on a GEMM (its MFMA
+    operands and accumulators are 4- to 16-register tuples named whole)."""
+    regs = list(regs)
+    covered = Counter(chain.from_iterable([r.unit_ids for r in regs]))  # unit -> registers of `regs` covering it
+    times = covered.__getitem__
+    return {r: r.unit_ids[:1] if max(map(times, r.unit_ids), default=0) == 1 else r.unit_ids for r in regs}
+
+
+def program_unit_keys(insts) -> dict:
+    """unit_keys of every register the defs and uses of `insts` name, and of the implicit VCC and EXEC (the
+    scheduler's pseudo-reads of them)."""
+    return unit_keys(set().union(*[i.defs for i in insts], *[i.uses for i in insts], (VCC, EXEC)))
 
 
 VCC = Reg("vcc", 0, 2)

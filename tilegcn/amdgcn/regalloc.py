@@ -21,11 +21,13 @@ nothing ever spills.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 from ..errors import ResourceError
-from .isa import Inst, Reg, unit_ids_of
+from .isa import Inst, Reg, regs_of, unit_ids_of
 from .liveness import live_ranges
 
 
@@ -154,51 +156,60 @@ def register_counts(arch, vgprs: int, agprs: int, sgprs: int) -> dict:
                 next_free_vgpr=accum_offset + agprs if agprs else vgprs)
 
 
+_SLOTS = operator.attrgetter("operands", "defs", "uses")
+
+
 def _rewrite(insts: list, files: dict, placed: list) -> list:
     """`insts` with every virtual register replaced by its physical one (new Inst objects: `insts` stay as they
-    are). What an operand becomes is computed once per distinct operand (_physical_operands); the per-slot work is
-    one dict lookup."""
-    physical = _physical_operands(insts, files, placed)
-    get = physical.get
+    are). Every operand, def and use slot of the kernel is mapped in one flat list (C loops: a mapping per
+    instruction and slot kind cost three list comprehensions an instruction), then cut back into instructions."""
+    slots = list(chain.from_iterable(map(_SLOTS, insts)))  # operands, defs, uses of each instruction in turn
+    flat = list(chain.from_iterable(slots))
+    physical = _physical_operands(set(flat), files, placed)
+    mapped = list(map(physical.get, flat, flat))
     out = []
-    for i in insts:
-        defs, uses = tuple([get(r, r) for r in i.defs]), tuple([get(r, r) for r in i.uses])
-        new = Inst(i.op, tuple([get(o, o) for o in i.operands]), defs, uses, i.kind, i.suffix, i.comment)
+    end = 0
+    each = iter(slots)
+    for i, operands, defs, uses in zip(insts, each, each, each):
+        start, end = end, end + len(operands)
+        new_operands = tuple(mapped[start:end])
+        start, end = end, end + len(defs)
+        new_defs = tuple(mapped[start:end])
+        start, end = end, end + len(uses)
+        new_uses = tuple(mapped[start:end])
+        new = Inst(i.op, new_operands, new_defs, new_uses, i.kind, i.suffix, i.comment)
         # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
         # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
         facts = new.__dict__
-        facts["def_units"] = defs[0].unit_ids if len(defs) == 1 else unit_ids_of(defs)
-        facts["use_units"] = uses[0].unit_ids if len(uses) == 1 else unit_ids_of(uses)
+        facts["def_units"] = new_defs[0].unit_ids if len(new_defs) == 1 else unit_ids_of(new_defs)
+        facts["use_units"] = new_uses[0].unit_ids if len(new_uses) == 1 else unit_ids_of(new_uses)
         out.append(new)
     return out
 
 
-def _physical_operands(insts: list, files: dict, placed: list) -> dict:
-    """{operand: the operand over physical registers} for every distinct operand of `insts` that names a virtual
+def _physical_operands(distinct: set, files: dict, placed: list) -> dict:
+    """{operand: the operand over physical registers} for every operand of `distinct` that names a virtual
     register: a virtual Reg becomes the physical Reg its group was placed at, an operand wrapping one
     (elementwise._Neg) is rebuilt around that. Numbers are left out (1, 1.0 and True are one set element)."""
-    distinct = set().union(*[i.operands for i in insts], *[i.defs for i in insts], *[i.uses for i in insts])
-    out = {}
+    virtual = [o for o in distinct if type(o) is Reg and o.virtual]
+    out = dict(zip(virtual, regs_of([_physical_key(r, files, placed) for r in virtual])))
     for o in distinct:
         kind = type(o)
-        if kind is Reg:
-            if o.virtual:
-                out[o] = _physical(o, files, placed)
-        elif kind not in _NUMBERS and kind is not str and isinstance(getattr(o, "reg", None), Reg) \
-                and o.reg.virtual:
-            out[o] = kind(_physical(o.reg, files, placed))
+        if kind not in _NOT_WRAPPERS and isinstance(getattr(o, "reg", None), Reg) and o.reg.virtual:
+            out[o] = kind(regs_of([_physical_key(o.reg, files, placed)])[0])
     return out
 
 
-def _physical(r: Reg, files: dict, placed: list) -> Reg:
+def _physical_key(r: Reg, files: dict, placed: list) -> tuple:
+    """The (file, index, count, virtual) of the physical register virtual `r` was placed at."""
     vf = files[r.file]
     g = vf.group_of[r.index]
     if placed[g] < 0:
         raise ValueError(f"internal: {r} is an operand of no instruction's defs or uses")
-    return Reg(r.file, placed[g] + r.index - vf.groups[g].base, r.count)
+    return r.file, placed[g] + r.index - vf.groups[g].base, r.count, False
 
 
-_NUMBERS = (int, float, bool)
+_NOT_WRAPPERS = (Reg, int, float, bool, str)
 
 
 def check_workgroup_fits(arch, counts: dict, threads: int):

@@ -9,7 +9,8 @@ drain) up to its last MFMA; the rest keeps source order (the epilogue's accumula
 took 2.4x the time for code that runs once, after the MFMAs).
 
 Dependencies (an edge keeps two instructions in source order), computed per 32-bit register unit of `defs`/`uses`
-so that physical and virtual registers work alike: read after write, write after read, write after write; plus
+so that physical and virtual registers work alike (the units of a register no other register of the block overlaps
+count as one: isa.unit_keys): read after write, write after read, write after write; plus
 implicit state the operand lists do not name, each modelled as a pseudo-unit that instructions read or write:
   - SCC: every SALU op but `s_mov*` / `s_mul*` reads and writes it (`s_add_u32` ... `s_cmp_*`, `s_cselect_*`),
     so scalar arithmetic keeps its order and the compare stays last before its `s_cbranch_scc*`;
@@ -98,16 +99,15 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     return out
 
 
-_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]
-_VCC, _EXEC = isa.VCC.unit_ids, isa.EXEC.unit_ids
+_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]  # (single units: their own keys in isa.unit_keys)
 
 
-def _effects(inst) -> tuple:
-    """(units read, units written) of one instruction: its registers plus the implicit state it touches, but for
-    the reads of EXEC and of the fence every vector / every instruction makes (_dependencies adds those where the
-    block writes them)."""
-    reads = [u for r in inst.uses for u in r.unit_ids]
-    writes = [u for r in inst.defs for u in r.unit_ids]
+def _effects(inst, keys: dict) -> tuple:
+    """(units read, units written) of one instruction, as `keys` (isa.unit_keys) of its registers, plus the
+    implicit state it touches, but for the reads of EXEC and of the fence every vector / every instruction makes
+    (_dependencies adds those where the block writes them)."""
+    reads = [u for r in inst.uses for u in keys[r]]
+    writes = [u for r in inst.defs for u in keys[r]]
     kind, op = inst.kind, inst.op
     if kind not in _KNOWN:
         writes.append(_FENCE)
@@ -116,8 +116,8 @@ def _effects(inst) -> tuple:
         reads.append(_SCC)
         writes.append(_SCC)
     if kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op):
-        reads += _VCC
-        writes += _VCC
+        reads += keys[isa.VCC]
+        writes += keys[isa.VCC]
     if kind == isa.DS_READ:
         reads.append(_LDS)
     elif kind == isa.DS_WRITE or (kind == isa.LDS_DMA and not _names_lds_region(inst)):
@@ -128,10 +128,10 @@ def _effects(inst) -> tuple:
         reads.append(_GLOBAL)
     elif kind == isa.VMEM_STORE:
         writes.append(_GLOBAL)
-    if kind != isa.BARRIER:
-        reads.append(_BARRIER)
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL, _BARRIER]
+    else:
+        reads.append(_BARRIER)
     return reads, writes
 
 
@@ -143,9 +143,10 @@ def _all_effects(nodes: list) -> list:
     """_effects of every node, with the implicit reads of EXEC (vector instructions) and of the fence (every
     instruction) added only where some node of the block writes them: a unit nothing writes makes no edge, and
     these two would otherwise be a third of the units the dependency loop visits."""
-    effects = [_effects(node) for node in nodes]
+    keys = isa.program_unit_keys(nodes)
+    effects = [_effects(node, keys) for node in nodes]
     written = set().union(*[writes for _, writes in effects])
-    exec_read = _EXEC if written.intersection(_EXEC) else ()
+    exec_read = keys[isa.EXEC] if written.intersection(keys[isa.EXEC]) else ()
     fence_read = (_FENCE,) if _FENCE in written else ()
     if exec_read or fence_read:
         for node, (reads, _) in zip(nodes, effects):
