@@ -24,8 +24,8 @@ Which order a steady step takes (`step_order`):
   block_K becomes 2 stages of block_K / 2 (the same LDS bytes) and the loop runs 2n half steps with 2S = 4 stages,
   waiting first: a half step waits for its phase while the next two phases stay in flight (vmcnt(N), N > 0), and
   the copies of a phase are issued 1.5 K tiles ahead instead of 1. A K tile has two barriers instead of one, each
-  in front of half the MFMA work (the timing model, 256x256x64 at 8192^3 on MI355X: 1.37 M cycles against 1.52 M,
-  with the scheduler keeping MFMAs ahead of each barrier, amdgcn/schedule.py).
+  in front of half the MFMA work (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 / 256 threads: 1.375
+  / 1.305 M cycles in phases against 1.435 / 1.390 M waiting first unsplit, same scheduler).
 - Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
   ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
   worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
