@@ -118,6 +118,18 @@ def _integer_values(expr, tid, lanes):
     return None
 
 
+@memo  # the same lane offsets and advances come back with each run's or slot's constant
+def plus(expr, const: int):
+    """expr + const (SymPy), memoised."""
+    return expr + const
+
+
+@memo
+def _sum_of_terms(terms: tuple):
+    """The SymPy sum of (atom, integer coefficient) terms, memoised."""
+    return sympy.Add(*(c * a for a, c in terms))
+
+
 class GlobalAccess:
     def __init__(self, abi: KernelAbi):
         self.abi = abi
@@ -125,32 +137,50 @@ class GlobalAccess:
         self.lower: ExprLowering = abi.lower
         self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
 
-    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> Address:
-        """The operands that access element `index` `width` bytes wide; the immediate is at most `max_imm`
-        (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side)."""
-        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
-        return (self._in_loop_address(buffer, index, mask_dims, width, limit)
-                or self._address(buffer, index, mask_dims, width, limit))
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None,
+                shift: tuple | None = None) -> Address:
+        """The operands that access element `index` (+ `shift`, integers per dim) `width` bytes wide; the immediate
+        is at most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side).
 
-    def _address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address:
-        """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
+        `shift` gives the same operands as `index[d] + shift[d]` would, without building those SymPy sums: the
+        accesses of a tile (a copy's slots, the epilogue's runs) differ from a few origins by integers, and the
+        analysis below is affine in them, so it reuses each origin's memoised linear form and lane facts."""
+        limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
+        shift = shift or (0,) * len(index)
+        return (self._in_loop_address(buffer, index, shift, mask_dims, width, limit)
+                or self._address(buffer, index, shift, mask_dims, width, limit))
+
+    @staticmethod
+    def _forms(buffer: N.Buffer, index, shift) -> list:
+        """The byte offset's linear form of each dim of index + shift (linear_form, the shift on the constant)."""
         es = buffer.dtype.bytes
+        forms = []
+        for idx, k, st in zip(index, shift, buffer.spec.strides):
+            form = linear_form(idx, st * es)
+            if k:
+                form[sympy.S.One] = form.get(sympy.S.One, 0) + k * st * es
+            forms.append(form)
+        return forms
+
+    def _address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address:
+        """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
         form: dict = {}
-        for idx, st in zip(index, buffer.spec.strides):
-            linear_form(idx, st * es, form)
+        for part in self._forms(buffer, index, shift):
+            for atom, coeff in part.items():
+                form[atom] = form.get(atom, 0) + coeff
         uniform, lane, const = split_linear(form, self.b.lane_symbols)
         srd = below = None
         span = value_range(lane, self._lane_ranges())
         if span is not None and uniform != 0 and span[0] + const < 0:
             # lanes below the tile origin (a halo such as X[bx * 64 + i - 1]): they may still be
             # inside the tensor, so the origin moves down to the lowest lane instead
-            shift = span[0] + const
-            if shift <= -BUFFER_REACH:
-                raise CompileError(f"{buffer.name}: a tile reaching {-shift} bytes below its origin is not supported")
-            srd, below = self.abi.clamped_resource(buffer, uniform + shift)
-            const -= shift
+            lowest = span[0] + const
+            if lowest <= -BUFFER_REACH:
+                raise CompileError(f"{buffer.name}: a tile reaching {-lowest} bytes below its origin is not supported")
+            srd, below = self.abi.clamped_resource(buffer, uniform + lowest)
+            const -= lowest
         imm = const % limit if const >= 0 else 0
-        lane = lane + (const - imm)
+        lane = plus(lane, const - imm)
         if not self._voffsets_reach(lane, imm, width):
             mask_dims = self._mask_every_dim(buffer, lane)
         srd = srd or self.abi.resource(buffer, uniform)
@@ -158,18 +188,18 @@ class GlobalAccess:
         if below is not None:
             voffset, temp = self.b.v.alloc(what="voffset"), True
             self.b.emit("v_add_u32", voffset, below, self.lower.vgpr(lane), comment="origin below the start")
-        return self._finish(buffer, index, mask_dims, Address(srd, voffset, 0, imm, temp))
+        return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, 0, imm, temp))
 
-    def _finish(self, buffer, index, mask_dims, addr: Address) -> Address:
+    def _finish(self, buffer, index, shift, mask_dims, addr: Address) -> Address:
         """`addr` with voffset steered out of range for lanes outside the tensor on a masked dim."""
         if not mask_dims:
             return addr
-        masked = self._masked(buffer, index, mask_dims, addr.voffset)
+        masked = self._masked(buffer, index, shift, mask_dims, addr.voffset)
         if addr.temp:
             self.b.v.free(addr.voffset)
         return addr._replace(voffset=masked, temp=True)
 
-    def _in_loop_address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address | None:
+    def _in_loop_address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address | None:
         """The access with its loop-variable terms (the advance) kept out of the V#, or None where that
         does not apply (no open loop variable in the address, an advance that is not a sum of loop
         variables with a known range, a tile reaching below its origin, or offsets that 32 bits cannot
@@ -183,12 +213,11 @@ class GlobalAccess:
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
         if not loop_vars:
             return None
-        es = buffer.dtype.bytes
-        forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
+        forms = self._forms(buffer, index, shift)
         moving = [d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form)]
         if not moving or not loop_vars <= set(self.loop_ranges):
             return None
-        rows_inside = self._rows_inside(buffer, index[0])
+        rows_inside = self._rows_inside(buffer, index[0], shift[0])
         in_soffset = rows_inside or (0 not in moving and self._rows_past_end_by_voffset(buffer))
         row_const_in_lane = in_soffset and not rows_inside
         advance, rest = {}, {}
@@ -201,9 +230,12 @@ class GlobalAccess:
             return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
         if max(map(abs, advance.values())) >= BUFFER_REACH:
             return None  # a coefficient SALU literals cannot hold; its advance would pass 2 GiB anyway
-        advance = sympy.Add(*(c * a for a, c in advance.items()))
+        step_const = advance.pop(sympy.S.One, 0)
+        moves = _sum_of_terms(tuple(advance.items()))  # the same for every slot of a copy: memoised
+        advance = plus(moves, step_const)
+        steps = value_range(moves, self.loop_ranges)
+        steps = steps and (steps[0] + step_const, steps[1] + step_const)
         uniform, lane, const = split_linear(rest, self.b.lane_symbols)
-        steps = value_range(advance, self.loop_ranges)
         span = self._lane_span(lane)
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
@@ -212,17 +244,17 @@ class GlobalAccess:
         imm = const % limit
         srd = self.abi.resource(buffer, uniform)
         step = self.lower.sgpr(advance)
-        voffset = self.lower.vgpr(lane + (const - imm))
+        voffset = self.lower.vgpr(plus(lane, const - imm))
         if in_soffset:
-            return self._finish(buffer, index, mask_dims, Address(srd, voffset, step, imm, False))
+            return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, step, imm, False))
         moved = self.b.v.alloc(what="voffset + loop advance")
         self.b.emit("v_add_u32", moved, step, voffset, comment="loop advance")
-        return self._finish(buffer, index, mask_dims, Address(srd, moved, 0, imm, True))
+        return self._finish(buffer, index, shift, mask_dims, Address(srd, moved, 0, imm, True))
 
-    def _rows_inside(self, buffer: N.Buffer, row) -> bool:
-        """Whether dim 0's index `row` lies inside the tensor for every lane and loop step."""
+    def _rows_inside(self, buffer: N.Buffer, row, shift: int) -> bool:
+        """Whether dim 0's index `row` + `shift` lies inside the tensor for every lane and loop step."""
         rows = value_range(row, {**self.loop_ranges, **self._lane_ranges()})
-        return rows is not None and rows[0] >= 0 and rows[1] < buffer.shape[0]
+        return rows is not None and 0 <= rows[0] + shift and rows[1] + shift < buffer.shape[0]
 
     @staticmethod
     def _rows_past_end_by_voffset(buffer: N.Buffer) -> bool:
@@ -232,10 +264,11 @@ class GlobalAccess:
 
     def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
         """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
-        inner = [c * a for form in forms[1:] for a, c in form.items()
-                 if a in rest and (a is sympy.S.One or free_symbols(a) & self.b.lane_symbols)]
-        span = self._lane_span(sympy.Add(*inner))
-        return span is not None and span[0] >= 0
+        inner = tuple((a, c) for form in forms[1:] for a, c in form.items()
+                      if a in rest and a is not sympy.S.One and free_symbols(a) & self.b.lane_symbols)
+        const = sum(form.get(sympy.S.One, 0) for form in forms[1:] if sympy.S.One in rest)
+        span = self._lane_span(_sum_of_terms(inner))
+        return span is not None and span[0] + const >= 0
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
@@ -267,7 +300,7 @@ class GlobalAccess:
                 "reach it; use a smaller tile or a tensor with smaller strides")
         return list(range(len(buffer.shape)))
 
-    def _masked(self, buffer, index, mask_dims, voffset: Reg) -> Reg:
+    def _masked(self, buffer, index, shift, mask_dims, voffset: Reg) -> Reg:
         """A fresh VGPR: voffset where the element is inside the tensor on every masked dim, else an
         offset past any NUM_RECORDS. The test is `lane part < shape - uniform part - constant` (and
         `lane part >= -uniform part - constant` where the index can go below 0), so the per-lane
@@ -276,6 +309,7 @@ class GlobalAccess:
         tests = []  # (compare, uniform limit, lane part): limit > lane ("gt") or limit <= lane ("le")
         for d in mask_dims:
             u, l, c = split_uniform(index[d], b.lane_symbols)
+            c += shift[d]
             lhs = self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)
             tests.append(("gt", self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c), lhs))
             span = value_range(l, self._lane_ranges())
@@ -295,14 +329,14 @@ class GlobalAccess:
                comment="outside: an offset past NUM_RECORDS")
         return out
 
-    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        a = self.address(buffer, index, mask_dims, width)
+    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None):
+        a = self.address(buffer, index, mask_dims, width, shift=shift)
         self.b.emit(LOAD_OPS[width], dst, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
         if a.temp:
             self.b.v.free(a.voffset)  # the address is read at issue
 
-    def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        a = self.address(buffer, index, mask_dims, width)
+    def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None):
+        a = self.address(buffer, index, mask_dims, width, shift=shift)
         self.b.emit(STORE_OPS[width], src, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
                     comment=comment)
         if a.temp:

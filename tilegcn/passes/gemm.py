@@ -82,11 +82,24 @@ def acc_coords(plan, r: int) -> tuple:
 
 @memo  # pure SymPy construction, asked for every accumulator register of every epilogue
 def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int, r: int):
+    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
+    di, dj = _acc_offsets(d_regs, repeats_N, dim, r)
+    return i0 + di, j0 + dj  # one SymPy addition each
+
+
+def _acc_offsets(d_regs: int, repeats_N: int, dim: int, r: int) -> tuple:
+    """(i, j) of accumulator register r minus those of register 0: integers, the same on every thread."""
     rep, reg = divmod(r, d_regs)
     rm, rn = divmod(rep, repeats_N)
-    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
     groups = WAVE // dim
-    return i0 + rm * dim, j0 + (rn * dim + 4 * groups * (reg // 4) + reg % 4)  # one SymPy addition each
+    return rm * dim, rn * dim + 4 * groups * (reg // 4) + reg % 4
+
+
+def acc_origin_and_offsets(plan, r: int) -> tuple:
+    """((i0, j0), (di, dj)) with acc_coords(plan, r) == (i0 + di, j0 + dj): an origin in TID shared by every
+    register of the thread, and integer offsets (the epilogue's accesses differ by these only)."""
+    return (_acc_origin(plan.waves_N, plan.dim, plan.wave_tile_M, plan.wave_tile_N),
+            _acc_offsets(plan.mfma.d_regs, plan.repeats_N, plan.dim, r))
 
 
 @memo
@@ -99,6 +112,10 @@ def _acc_origin(waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int):
 
 def accumulator_coords(plan):
     return functools.partial(acc_coords, plan)
+
+
+def accumulator_origin_and_offsets(plan):
+    return functools.partial(acc_origin_and_offsets, plan)
 
 
 # ---- LDS synchronisation ----------------------------------------------------------------------------------
@@ -206,14 +223,14 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
     src, region = s.src.buffer, s.src
     per = width // src.dtype.bytes
     dw = width // 4
+    origins: dict = {}
     for slot in range(cp.slots):
-        row = _family_expr(cp.global_row_family, slot)
-        col = _family_expr(cp.global_col_family, slot)
+        index, (row, col) = _slot_index(region, cp, slot, origins)
         with _ExecMask(ctx, cp.active_threads(slot)):
             for piece in range(8 // per):
-                index = (region.starts[0] + row, region.starts[1] + col + piece * per)
                 ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
-                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}")
+                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
+                                shift=(row, col + piece * per))
 
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
@@ -393,11 +410,11 @@ def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
         b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
     wave_lds = pipe.wave_lds[width]
     src, region = s.src.buffer, s.src
+    origins: dict = {}
     for slot in range(cp.slots):
-        row = _family_expr(cp.global_row_family, slot)
-        col = _family_expr(cp.global_col_family, slot)
+        index, shift = _slot_index(region, cp, slot, origins)
         with _ExecMask(ctx, cp.active_threads(slot)):
-            a = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask, width, max_imm=0)
+            a = ctx.access.address(src, index, mask, width, max_imm=0, shift=shift)
             b.emit("s_add_u32", M0, wave_lds, lds_base + width * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
             b.emit(DMA_LOAD[width], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
                    uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
@@ -428,8 +445,18 @@ def lower_wait_group(ctx: Context, s: N.WaitGroup):
         pipe.barrier()
 
 
-def _family_expr(family, key):
-    return family.base_expr(key) + family.const[key]
+def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
+    """(index, shift) of copy slot `slot`'s first element: region start + the plan's row and column, each a base in
+    TID plus an integer (SeparatedOffsets). The index is start + base, built once per base (kept in `origins`) and
+    shared by the slots with that base; the shift is the integers (GlobalAccess.address)."""
+    index, shift = [], []
+    for d, family in enumerate((cp.global_row_family, cp.global_col_family)):
+        base = family.base_of[slot]
+        if (d, base) not in origins:
+            origins[(d, base)] = region.starts[d] + family.bases[base]
+        index.append(origins[(d, base)])
+        shift.append(family.const[slot])
+    return tuple(index), tuple(shift)
 
 
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
