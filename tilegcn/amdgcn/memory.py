@@ -85,23 +85,24 @@ class Address(NamedTuple):
 def _exact_span(expr, tid, threads: int) -> tuple:
     """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each (in integers, where
     the expression is made of the forms address arithmetic uses, else by sympy.lambdify, which costs milliseconds)."""
-    lanes = np.arange(threads, dtype=np.int64)
-    values = _integer_values(expr, tid, lanes)
+    values = _lane_values(expr, tid, threads)
     if values is None:
-        values = sympy.lambdify(tid, expr, modules="numpy")(lanes)
+        values = sympy.lambdify(tid, expr, modules="numpy")(np.arange(threads, dtype=np.int64))
     values = np.broadcast_to(values, threads)
     return int(values.min()), int(values.max())
 
 
-def _integer_values(expr, tid, lanes):
-    """expr at tid = each of `lanes` (an int64 array, or an int where expr does not depend on tid), exactly: integers,
-    sums, products, floor divisions and Mod by positive integers; None for any other form."""
-    if expr == tid:
-        return lanes
+@memo  # the lane offsets of a tile's accesses share most of their terms (floor(tid / 8), Mod(tid, 64), ...)
+def _lane_values(expr, tid, threads: int):
+    """expr at tid = 0 .. threads - 1 (an int64 array, never written to: memoised, or an int where expr does not
+    depend on tid), exactly: integers, sums, products, floor divisions and Mod by positive integers; None for any
+    other form."""
+    if expr.is_Symbol:
+        return np.arange(threads, dtype=np.int64) if expr == tid else None
     if expr.is_Integer:
         return int(expr)
     if isinstance(expr, (sympy.Add, sympy.Mul)):
-        parts = [_integer_values(a, tid, lanes) for a in expr.args]
+        parts = [_lane_values(a, tid, threads) for a in expr.args]
         if any(p is None for p in parts):
             return None
         total = parts[0]
@@ -110,10 +111,10 @@ def _integer_values(expr, tid, lanes):
         return total
     div = split_floor_div(expr)
     if div is not None:
-        num = _integer_values(div[0], tid, lanes)
+        num = _lane_values(div[0], tid, threads)
         return None if num is None else num // div[1]
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
-        x = _integer_values(expr.args[0], tid, lanes)
+        x = _lane_values(expr.args[0], tid, threads)
         return None if x is None else x % int(expr.args[1])
     return None
 
@@ -136,6 +137,8 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
         self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
+        self._origins: dict = {}  # (buffer, index) -> linear forms per dim (_origin_forms)
+        self._splits: dict = {}  # (buffer, index) -> split_linear of their sum (_split)
 
     def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None,
                 shift: tuple | None = None) -> Address:
@@ -150,25 +153,42 @@ class GlobalAccess:
         return (self._in_loop_address(buffer, index, shift, mask_dims, width, limit)
                 or self._address(buffer, index, shift, mask_dims, width, limit))
 
-    @staticmethod
-    def _forms(buffer: N.Buffer, index, shift) -> list:
+    def _forms(self, buffer: N.Buffer, index, shift) -> list:
         """The byte offset's linear form of each dim of index + shift (linear_form, the shift on the constant)."""
-        es = buffer.dtype.bytes
-        forms = []
-        for idx, k, st in zip(index, shift, buffer.spec.strides):
-            form = linear_form(idx, st * es)
+        forms = [dict(form) for form in self._origin_forms(buffer, index)]
+        for form, k, st in zip(forms, shift, buffer.spec.strides):
             if k:
-                form[sympy.S.One] = form.get(sympy.S.One, 0) + k * st * es
-            forms.append(form)
+                form[sympy.S.One] = form.get(sympy.S.One, 0) + k * st * buffer.dtype.bytes
         return forms
+
+    def _origin_forms(self, buffer: N.Buffer, index) -> list:
+        """The linear form of each dim of `index`'s byte offset (not to be modified: kept for the origin's other
+        accesses)."""
+        key = (buffer, index)
+        forms = self._origins.get(key)
+        if forms is None:
+            es = buffer.dtype.bytes
+            forms = self._origins[key] = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
+        return forms
+
+    def _split(self, buffer: N.Buffer, index, shift) -> tuple:
+        """split_linear of the byte offset of index + shift: (uniform part, lane part, constant). Only the constant
+        depends on the shift, so the parts are split once per origin."""
+        key = (buffer, index)
+        split = self._splits.get(key)
+        if split is None:
+            form: dict = {}
+            for part in self._origin_forms(buffer, index):
+                for atom, coeff in part.items():
+                    form[atom] = form.get(atom, 0) + coeff
+            split = self._splits[key] = split_linear(form, self.b.lane_symbols)
+        uniform, lane, const = split
+        es = buffer.dtype.bytes
+        return uniform, lane, const + sum(k * st * es for k, st in zip(shift, buffer.spec.strides))
 
     def _address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address:
         """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
-        form: dict = {}
-        for part in self._forms(buffer, index, shift):
-            for atom, coeff in part.items():
-                form[atom] = form.get(atom, 0) + coeff
-        uniform, lane, const = split_linear(form, self.b.lane_symbols)
+        uniform, lane, const = self._split(buffer, index, shift)
         srd = below = None
         span = value_range(lane, self._lane_ranges())
         if span is not None and uniform != 0 and span[0] + const < 0:

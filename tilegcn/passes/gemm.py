@@ -134,17 +134,37 @@ def _lds_address(ctx: Context, family, key, extra: int):
     non-negative on every thread (the 32-bit address sum must not rely on wrapping), and the constant
     is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
     of this access over every thread (`family.lowest`, computed once with the plan)."""
-    index = family.base_of[key]
+    base, shift, imm = _lds_base_shift(ctx, family, key, extra)
+    return ctx.lower.vgpr(_shifted(base, shift)), imm
+
+
+def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
+    """(SymPy base, integer shift, offset:) with family[key] + extra == base + shift + offset: (_lds_address)."""
     low = family.lowest[key] - family.const[key]
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
-    return ctx.lower.vgpr(_shifted(family.bases[index], high * limit - low)), imm
+    return family.bases[family.base_of[key]], high * limit - low, imm
 
 
 @memo  # the same bases and shifts come back for every k step, stage and unrolled copy of the loop body
 def _shifted(base, shift: int):
     return base + shift
+
+
+def _read_address(ctx: Context, family, key, extra: int):
+    """_lds_address of a gemm's fragment read, remembered per (family, key, extra): every gemm of a pipelined loop
+    at one stage reads the same addresses again. A remembered VGPR is reused only while the builder's CSE still
+    maps its expression to it, which is exactly when ExprLowering.vgpr would return it again."""
+    memo_key = (id(family), key, extra)
+    known = ctx.read_addresses.get(memo_key)
+    if known is not None and ctx.b.cse_get("v", known[0]) is known[1]:
+        return known[1], known[2]
+    base, shift, imm = _lds_base_shift(ctx, family, key, extra)
+    expr = _shifted(base, shift)
+    vaddr = ctx.lower.vgpr(expr)
+    ctx.read_addresses[memo_key] = (expr, vaddr, imm)
+    return vaddr, imm
 
 
 class _ExecMask:
@@ -489,26 +509,23 @@ def lower_gemm(ctx: Context, s: N.Gemm):
             for _ in range(min(2, plan.read_steps))]
 
     sliced = _Slices()
+    families = {op: plan.read_offsets(op) for op in "AB"}
 
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
-        for read in plan.reads(step):
-            fragment = regs[read.operand][read.rep]
-            for index, piece in enumerate(plan.read_pieces(read.operand)):
-                vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
-                                          bases[read.operand])
-                b.emit(piece.mnemonic, sliced(fragment, piece.vgpr, piece.count), vaddr, suffix=f"offset:{imm}")
+        for operand, rep, mnemonic, first, count, key in plan.read_issues[step]:
+            vaddr, imm = _read_address(ctx, families[operand], key, bases[operand])
+            b.emit(mnemonic, sliced(regs[operand][rep], first, count), vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
         regs = sets[step % len(sets)]
-        for issue in plan.mfma_sequence(step):
-            (read_b, first_b, n_b), (read_a, first_a, n_a) = issue.src_a, issue.src_b
-            src_a = sliced(regs["B"][read_b.rep], first_b, n_b)
-            src_b = sliced(regs["A"][read_a.rep], first_a, n_a)
-            d = sliced(acc, issue.acc_first, issue.acc_count)
+        for rep_b, first_b, n_b, rep_a, first_a, n_a, acc_first, acc_count in plan.mfma_operands[step]:
+            src_a = sliced(regs["B"][rep_b], first_b, n_b)
+            src_b = sliced(regs["A"][rep_a], first_a, n_a)
+            d = sliced(acc, acc_first, acc_count)
             b.emit(op_name, d, src_a, src_b, d, defs=(d,), uses=(src_a, src_b, d))
     for group in sets:
         for regs in group.values():
