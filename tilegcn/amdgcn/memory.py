@@ -24,7 +24,7 @@ import sympy
 from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_floor_div, split_linear, split_uniform, value_range
+from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 from .symcache import free_symbols, memo, sym
 
@@ -119,12 +119,6 @@ def _lane_values(expr, tid, threads: int):
     return None
 
 
-@memo  # the same lane offsets and advances come back with each run's or slot's constant
-def plus(expr, const: int):
-    """expr + const (SymPy), memoised."""
-    return expr + const
-
-
 @memo
 def _sum_of_terms(terms: tuple):
     """The SymPy sum of (atom, integer coefficient) terms, memoised."""
@@ -191,7 +185,7 @@ class GlobalAccess:
         uniform, lane, const = self._split(buffer, index, shift)
         srd = below = None
         span = value_range(lane, self._lane_ranges())
-        if span is not None and uniform != 0 and span[0] + const < 0:
+        if span is not None and uniform is not sympy.S.Zero and span[0] + const < 0:
             # lanes below the tile origin (a halo such as X[bx * 64 + i - 1]): they may still be
             # inside the tensor, so the origin moves down to the lowest lane instead
             lowest = span[0] + const
@@ -200,7 +194,7 @@ class GlobalAccess:
             srd, below = self.abi.clamped_resource(buffer, uniform + lowest)
             const -= lowest
         imm = const % limit if const >= 0 else 0
-        lane = plus(lane, const - imm)
+        lane = add_constant(lane, const - imm)
         if not self._voffsets_reach(lane, imm, width):
             mask_dims = self._mask_every_dim(buffer, lane)
         srd = srd or self.abi.resource(buffer, uniform)
@@ -252,7 +246,7 @@ class GlobalAccess:
             return None  # a coefficient SALU literals cannot hold; its advance would pass 2 GiB anyway
         step_const = advance.pop(sympy.S.One, 0)
         moves = _sum_of_terms(tuple(advance.items()))  # the same for every slot of a copy: memoised
-        advance = plus(moves, step_const)
+        advance = add_constant(moves, step_const)
         steps = value_range(moves, self.loop_ranges)
         steps = steps and (steps[0] + step_const, steps[1] + step_const)
         uniform, lane, const = split_linear(rest, self.b.lane_symbols)
@@ -264,7 +258,7 @@ class GlobalAccess:
         imm = const % limit
         srd = self.abi.resource(buffer, uniform)
         step = self.lower.sgpr(advance)
-        voffset = self.lower.vgpr(plus(lane, const - imm))
+        voffset = self.lower.vgpr(add_constant(lane, const - imm))
         if in_soffset:
             return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, step, imm, False))
         moved = self.b.v.alloc(what="voffset + loop advance")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
+from ..amdgcn.addr import add_constant
 from ..amdgcn.isa import EXEC, M0, VCC, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
@@ -135,7 +136,7 @@ def _lds_address(ctx: Context, family, key, extra: int):
     is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
     of this access over every thread (`family.lowest`, computed once with the plan)."""
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    return ctx.lower.vgpr(_shifted(base, shift)), imm
+    return ctx.lower.vgpr(add_constant(base, shift)), imm
 
 
 def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
@@ -147,9 +148,6 @@ def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
     return family.bases[family.base_of[key]], high * limit - low, imm
 
 
-@memo  # the same bases and shifts come back for every k step, stage and unrolled copy of the loop body
-def _shifted(base, shift: int):
-    return base + shift
 
 
 def _read_address(ctx: Context, family, key, extra: int):
@@ -161,7 +159,7 @@ def _read_address(ctx: Context, family, key, extra: int):
     if known is not None and ctx.b.cse_get("v", known[0]) is known[1]:
         return known[1], known[2]
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    expr = _shifted(base, shift)
+    expr = add_constant(base, shift)
     vaddr = ctx.lower.vgpr(expr)
     ctx.read_addresses[memo_key] = (expr, vaddr, imm)
     return vaddr, imm
