@@ -125,6 +125,23 @@ def _sum_of_terms(terms: tuple):
     return sympy.Add(*(c * a for a, c in terms))
 
 
+class _LoopOrigin(NamedTuple):
+    """What _in_loop_address derives from an access origin (index, shift 0) in the open loops, the same for every
+    shift: per dim its byte offset's constant (None where its form has none), the dims that move with the loops,
+    dim 0's index range, the moving terms' sum, their largest coefficient and range, the other terms split into
+    uniform and per-lane parts, the lane part's span, and the inner dims' lane terms."""
+    consts: tuple
+    moving: tuple
+    rows: tuple | None
+    moves: object
+    advance_max: int
+    steps: tuple | None
+    uniform: object
+    lane: object
+    span: tuple | None
+    inner: tuple
+
+
 class GlobalAccess:
     def __init__(self, abi: KernelAbi):
         self.abi = abi
@@ -133,6 +150,7 @@ class GlobalAccess:
         self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
         self._origins: dict = {}  # (buffer, index) -> linear forms per dim (_origin_forms)
         self._splits: dict = {}  # (buffer, index) -> split_linear of their sum (_split)
+        self._loop_origins: dict = {}  # (buffer, index, loop variables, their ranges) -> _LoopOrigin or None
 
     def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None,
                 shift: tuple | None = None) -> Address:
@@ -146,14 +164,6 @@ class GlobalAccess:
         shift = shift or (0,) * len(index)
         return (self._in_loop_address(buffer, index, shift, mask_dims, width, limit)
                 or self._address(buffer, index, shift, mask_dims, width, limit))
-
-    def _forms(self, buffer: N.Buffer, index, shift) -> list:
-        """The byte offset's linear form of each dim of index + shift (linear_form, the shift on the constant)."""
-        forms = [dict(form) for form in self._origin_forms(buffer, index)]
-        for form, k, st in zip(forms, shift, buffer.spec.strides):
-            if k:
-                form[sympy.S.One] = form.get(sympy.S.One, 0) + k * st * buffer.dtype.bytes
-        return forms
 
     def _origin_forms(self, buffer: N.Buffer, index) -> list:
         """The linear form of each dim of `index`'s byte offset (not to be modified: kept for the origin's other
@@ -227,30 +237,31 @@ class GlobalAccess:
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
         if not loop_vars:
             return None
-        forms = self._forms(buffer, index, shift)
-        moving = [d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form)]
-        if not moving or not loop_vars <= set(self.loop_ranges):
+        origin = self._loop_origin(buffer, index, frozenset(loop_vars))
+        if origin is None:
             return None
-        rows_inside = self._rows_inside(buffer, index[0], shift[0])
-        in_soffset = rows_inside or (0 not in moving and self._rows_past_end_by_voffset(buffer))
+        es = buffer.dtype.bytes
+        consts = [c if not k else (c or 0) + k * st * es for c, k, st in zip(origin.consts, shift, buffer.spec.strides)]
+        rows_inside = origin.rows is not None and 0 <= origin.rows[0] + shift[0] and \
+            origin.rows[1] + shift[0] < buffer.shape[0]
+        in_soffset = rows_inside or (0 not in origin.moving and self._rows_past_end_by_voffset(buffer))
         row_const_in_lane = in_soffset and not rows_inside
-        advance, rest = {}, {}
-        for d, form in enumerate(forms):
-            for atom, coeff in form.items():
-                const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
-                target = advance if const_term or free_symbols(atom) & loop_vars else rest
-                target[atom] = target.get(atom, 0) + coeff
-        if row_const_in_lane and not self._inner_voffsets_nonnegative(forms, rest):
-            return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
-        if max(map(abs, advance.values())) >= BUFFER_REACH:
+        # each dim's constant joins the advance (LDS DMA) or the per-lane part
+        to_advance = [c is not None and limit == 1 and (d > 0 or not row_const_in_lane) for d, c in enumerate(consts)]
+        step_const = sum(c for c, moved in zip(consts, to_advance) if moved)
+        in_lane = [c for c, moved in zip(consts, to_advance) if c is not None and not moved]
+        if row_const_in_lane:
+            # what the inner dims add to voffset (their lane terms, their constants where constants stay per lane)
+            # must be >= 0 on every lane: else a lane past dim 0's end could have a voffset inside NUM_RECORDS
+            inner_const = sum(c for c in consts[1:] if c is not None) if in_lane else 0
+            inner = self._lane_span(_sum_of_terms(origin.inner))
+            if inner is None or inner[0] + inner_const < 0:
+                return None
+        if max(origin.advance_max, abs(step_const)) >= BUFFER_REACH:
             return None  # a coefficient SALU literals cannot hold; its advance would pass 2 GiB anyway
-        step_const = advance.pop(sympy.S.One, 0)
-        moves = _sum_of_terms(tuple(advance.items()))  # the same for every slot of a copy: memoised
-        advance = add_constant(moves, step_const)
-        steps = value_range(moves, self.loop_ranges)
-        steps = steps and (steps[0] + step_const, steps[1] + step_const)
-        uniform, lane, const = split_linear(rest, self.b.lane_symbols)
-        span = self._lane_span(lane)
+        advance = add_constant(origin.moves, step_const)
+        steps = origin.steps and (origin.steps[0] + step_const, origin.steps[1] + step_const)
+        uniform, lane, const, span = origin.uniform, origin.lane, sum(in_lane), origin.span
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
         if span[1] + const + steps[1] + width > BUFFER_REACH:
@@ -265,24 +276,40 @@ class GlobalAccess:
         self.b.emit("v_add_u32", moved, step, voffset, comment="loop advance")
         return self._finish(buffer, index, shift, mask_dims, Address(srd, moved, 0, imm, True))
 
-    def _rows_inside(self, buffer: N.Buffer, row, shift: int) -> bool:
-        """Whether dim 0's index `row` + `shift` lies inside the tensor for every lane and loop step."""
-        rows = value_range(row, {**self.loop_ranges, **self._lane_ranges()})
-        return rows is not None and 0 <= rows[0] + shift and rows[1] + shift < buffer.shape[0]
+    def _loop_origin(self, buffer: N.Buffer, index, loop_vars: frozenset):
+        """_LoopOrigin of an access origin in the open loops (None where _in_loop_address does not apply to it: no
+        loop variable in it, or one without a known range), derived once per origin and loop state."""
+        key = (buffer, index, loop_vars, tuple(self.loop_ranges.items()))
+        if key not in self._loop_origins:
+            self._loop_origins[key] = self._derive_loop_origin(buffer, index, loop_vars)
+        return self._loop_origins[key]
+
+    def _derive_loop_origin(self, buffer: N.Buffer, index, loop_vars: frozenset):
+        forms = self._origin_forms(buffer, index)
+        moving = tuple(d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form))
+        if not moving or not loop_vars <= set(self.loop_ranges):
+            return None
+        advance, rest = {}, {}  # the terms (constants apart) that move with the loop variables, the others
+        for form in forms:
+            for atom, coeff in form.items():
+                if atom is not sympy.S.One:
+                    target = advance if free_symbols(atom) & loop_vars else rest
+                    target[atom] = target.get(atom, 0) + coeff
+        moves = _sum_of_terms(tuple(advance.items()))
+        uniform, lane, _ = split_linear(rest, self.b.lane_symbols)
+        inner = tuple((a, c) for form in forms[1:] for a, c in form.items()
+                      if a in rest and free_symbols(a) & self.b.lane_symbols)
+        return _LoopOrigin(
+            consts=tuple(form.get(sympy.S.One) for form in forms), moving=moving,
+            rows=value_range(index[0], {**self.loop_ranges, **self._lane_ranges()}),
+            moves=moves, advance_max=max(map(abs, advance.values())), steps=value_range(moves, self.loop_ranges),
+            uniform=uniform, lane=lane, span=self._lane_span(lane), inner=inner)
 
     @staticmethod
     def _rows_past_end_by_voffset(buffer: N.Buffer) -> bool:
         """Rows do not overlap (the tensor ends within its last row), so an offset to a row past dim 0's end,
         measured from the tile origin, is past NUM_RECORDS whatever the inner dims add (when not negative)."""
         return buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * buffer.dtype.bytes
-
-    def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
-        """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
-        inner = tuple((a, c) for form in forms[1:] for a, c in form.items()
-                      if a in rest and a is not sympy.S.One and free_symbols(a) & self.b.lane_symbols)
-        const = sum(form.get(sympy.S.One, 0) for form in forms[1:] if sympy.S.One in rest)
-        span = self._lane_span(_sum_of_terms(inner))
-        return span is not None and span[0] + const >= 0
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
