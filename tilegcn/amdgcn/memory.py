@@ -148,7 +148,6 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
         self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
-        self._origins: dict = {}  # (buffer, index) -> linear forms per dim (_origin_forms)
         self._splits: dict = {}  # (buffer, index) -> split_linear of their sum (_split)
         self._loop_origins: dict = {}  # (buffer, index, loop variables, their ranges) -> _LoopOrigin or None
 
@@ -165,26 +164,16 @@ class GlobalAccess:
         return (self._in_loop_address(buffer, index, shift, mask_dims, width, limit)
                 or self._address(buffer, index, shift, mask_dims, width, limit))
 
-    def _origin_forms(self, buffer: N.Buffer, index) -> list:
-        """The linear form of each dim of `index`'s byte offset (not to be modified: kept for the origin's other
-        accesses)."""
-        key = (buffer, index)
-        forms = self._origins.get(key)
-        if forms is None:
-            es = buffer.dtype.bytes
-            forms = self._origins[key] = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
-        return forms
-
     def _split(self, buffer: N.Buffer, index, shift) -> tuple:
         """split_linear of the byte offset of index + shift: (uniform part, lane part, constant). Only the constant
         depends on the shift, so the parts are split once per origin."""
         key = (buffer, index)
         split = self._splits.get(key)
         if split is None:
+            es = buffer.dtype.bytes
             form: dict = {}
-            for part in self._origin_forms(buffer, index):
-                for atom, coeff in part.items():
-                    form[atom] = form.get(atom, 0) + coeff
+            for idx, st in zip(index, buffer.spec.strides):
+                linear_form(idx, st * es, form)
             split = self._splits[key] = split_linear(form, self.b.lane_symbols)
         uniform, lane, const = split
         es = buffer.dtype.bytes
@@ -285,7 +274,8 @@ class GlobalAccess:
         return self._loop_origins[key]
 
     def _derive_loop_origin(self, buffer: N.Buffer, index, loop_vars: frozenset):
-        forms = self._origin_forms(buffer, index)
+        es = buffer.dtype.bytes
+        forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
         moving = tuple(d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form))
         if not moving or not loop_vars <= set(self.loop_ranges):
             return None

@@ -167,11 +167,14 @@ def lower_copy_fragment_to_global(ctx: Context, s: N.Copy):
         else:
             src = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
             _convert_run(ctx, frag, r, per, src, g.dtype)
-        origin, offsets = lay.coords_split(r, ctx.threads)
-        if origin not in indices:
-            indices[origin] = global_index(region, frag.shape, origin)
-        ctx.access.store(src, width, g, indices[origin], mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}",
-                         shift=global_shift(region, frag.shape, offsets))
+        if lay.acc_split is None:
+            index, shift = global_index(region, frag.shape, lay.coords(r, ctx.threads)), None
+        else:
+            origin, offsets = lay.acc_split(r)
+            if origin not in indices:
+                indices[origin] = global_index(region, frag.shape, origin)
+            index, shift = indices[origin], global_shift(region, frag.shape, offsets)
+        ctx.access.store(src, width, g, index, mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}", shift=shift)
         if not direct:
             b.v.free(src)
 

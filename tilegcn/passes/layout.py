@@ -57,13 +57,6 @@ class FragmentLayout:
         return tuple(reversed(index))
 
 
-    def coords_split(self, r: int, threads: int) -> tuple:
-        """(origin, offsets) with coords(r) == origin[d] + offsets[d] (integer offsets): an accumulator's registers
-        share one origin; other layouts give coords(r) and zeros."""
-        if self.acc_split is not None:
-            return self.acc_split(r)
-        return self.coords(r, threads), (0,) * len(self.buffer.shape)
-
 
 def _groups(kernel: N.Kernel):
     """Union-find over fragments that must share a layout."""
