@@ -143,9 +143,7 @@ def cache_hit(target, args_src, constants, arch, cache_dir, repeat):
 def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
     `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
-    statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls; and per
-    statement kind: pipelined async copies, wait groups (a register-staged copy's deferred LDS writes), T.gemm, other
-    copies such as the accumulator epilogue),
+    statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/sgpr/sgpr64 calls),
     instruction scheduling (of which the dependency graph and the list scheduling), register allocation (of which
     liveness, the linear scan and the operand rewrite), wait counts, hazard nops, rendering. The parts are timed
     by wrapping those functions for the measurement."""
@@ -157,11 +155,7 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
 
     SUBPARTS = [(scheduler, "_dependencies", "schedule: dependencies"), (scheduler, "_list_schedule", "schedule: list"),
                 (regalloc, "live_ranges", "allocate: liveness"), (regalloc, "_scan", "allocate: linear scan"),
-                (regalloc, "_rewrite", "allocate: rewrite"),
-                # the statement kinds a GEMM lowers (passes._dispatch calls them by these module-level names)
-                (passes, "lower_async_copy", "statements: async copies"),
-                (passes, "lower_wait_group", "statements: wait groups"),
-                (passes, "lower_gemm", "statements: gemm"), (passes, "lower_copy", "statements: copies")]
+                (regalloc, "_rewrite", "allocate: rewrite")]
     signature, trace_args = fn._signature(args)
     kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
     spent: dict = {}
@@ -279,9 +273,8 @@ def main() -> int:
                 other = total - sum(parts.get(k, 0.0) for k in PARTS)
                 print(f"    lowering alone, CPU time {median_ms([total])}: "
                       + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
-                      + f", other {other * 1e3:.1f} ms (address arithmetic and "
-                      "'statements: ...' are part of statements, 'schedule: ...' of schedule, 'allocate: ...' of "
-                      "allocate)")
+                      + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements, "
+                      "'schedule: ...' of schedule, 'allocate: ...' of allocate)")
             if not opts.no_cache_hit:
                 print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:
