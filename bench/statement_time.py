@@ -6,7 +6,8 @@ splits), medians over --repeat lowerings.
 
 Kinds: pipelined async copies (LDS DMA or register loads), wait groups (a register-staged copy's deferred LDS
 writes), T.gemm (fragment reads and MFMAs), other copies (the accumulator epilogue; at num_stages=1 also the K loop's
-global -> shared copies), the rest (T.clear, the loops' own instructions). Configs: the README's 256x256x64 GEMM tile on a 256x256x512 problem.
+global -> shared copies), the rest (T.clear, the loops' own instructions). Configs: the README's 256x256x64 GEMM
+tile on a 256x256x512 problem.
 """
 from __future__ import annotations
 

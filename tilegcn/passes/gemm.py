@@ -148,8 +148,6 @@ def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
     return family.bases[family.base_of[key]], high * limit - low, imm
 
 
-
-
 def _read_address(ctx: Context, family, key, extra: int):
     """_lds_address of a gemm's fragment read, remembered per (family, key, extra): every gemm of a pipelined loop
     at one stage reads the same addresses again. A remembered VGPR is reused only while the builder's CSE still

@@ -57,7 +57,6 @@ class FragmentLayout:
         return tuple(reversed(index))
 
 
-
 def _groups(kernel: N.Kernel):
     """Union-find over fragments that must share a layout."""
     parent = {b: b for b in kernel.buffers if b.scope == N.FRAGMENT}
