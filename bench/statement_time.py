@@ -6,8 +6,9 @@ splits), medians over --repeat lowerings.
 
 Kinds: pipelined async copies (LDS DMA or register loads), wait groups (a register-staged copy's deferred LDS
 writes), T.gemm (fragment reads and MFMAs), other copies (the accumulator epilogue; at num_stages=1 also the K loop's
-global -> shared copies), the rest (T.clear, the loops' own instructions). Configs: the README's 256x256x64 GEMM
-tile on a 256x256x512 problem.
+global -> shared copies), the rest (T.clear, T.Parallel, the loops' own instructions). Kernels: the README's 256x256x64 GEMM
+tile on a 256x256x512 problem (NN at three configs, NT), tests/kernels.py's gemm_bias_relu (128x128x64 tile,
+num_stages=2), and two elementwise kernels (axpb_relu, copy2d), so a change can be checked for slowing any of them.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import torch  # noqa: E402
 
+import kernels  # noqa: E402
 from examples.gemm.gemm import gemm  # noqa: E402
 from tilegcn import passes  # noqa: E402
 from tilegcn.amdgcn import symcache  # noqa: E402
@@ -30,8 +32,21 @@ from tilegcn.language import trace  # noqa: E402
 
 KINDS = {"lower_async_copy": "async copies", "lower_wait_group": "wait groups", "lower_gemm": "gemm",
          "lower_copy": "other copies"}
-CONFIGS = {"num_stages=2, 256 threads": dict(num_stages=2, threads=256), "num_stages=1, 512 threads": {},
-           "num_stages=2, 512 threads": dict(num_stages=2)}
+
+def cases():
+    """(label, JITFunction, arguments, constants) of every measured kernel."""
+    bf16 = torch.bfloat16
+    a, b, c = torch.empty(256, 512, dtype=bf16), torch.empty(512, 256, dtype=bf16), torch.empty(256, 256, dtype=bf16)
+    x = torch.empty(1024, 1024)
+    return [("gemm NN, num_stages=2, 256 threads", gemm, [a, b, c], dict(num_stages=2, threads=256)),
+            ("gemm NN, num_stages=1, 512 threads", gemm, [a, b, c], {}),
+            ("gemm NN, num_stages=2, 512 threads", gemm, [a, b, c], dict(num_stages=2)),
+            ("gemm NT, num_stages=2, 256 threads", gemm, [a, b.T.contiguous(), c],
+             dict(num_stages=2, threads=256, transpose_B=True)),
+            ("gemm_bias_relu 128x128x64, num_stages=2", kernels.gemm_bias_relu,
+             [a[:128], b[:, :128], torch.empty(128, dtype=bf16), c[:128, :128]], dict(num_stages=2)),
+            ("axpb_relu 1024x1024 fp32", kernels.axpb_relu, [x, x.clone()], {}),
+            ("copy2d 1024x1024 bf16", kernels.copy2d, [x.bfloat16(), x.bfloat16()], {})]
 
 
 def timed_by_kind(spent: dict):
@@ -60,15 +75,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--arch", action="append", help="default: gfx942 and gfx950")
     opts = ap.parse_args()
-    a, b = torch.empty(256, 512, dtype=torch.bfloat16), torch.empty(512, 256, dtype=torch.bfloat16)
-    c = torch.empty(256, 256, dtype=torch.bfloat16)
     spent: dict = {}
     saved = timed_by_kind(spent)
     try:
-        for label, constants in CONFIGS.items():
+        for label, fn, args, constants in cases():
             for arch in opts.arch or ["gfx942", "gfx950"]:
-                _, trace_args = gemm._signature([a, b, c])
-                kernel = trace(gemm.fn, trace_args, gemm._constants(dict(constants)), arch)
+                _, trace_args = fn._signature(args)
+                kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
                 runs: dict = {}
                 try:
                     for _ in range(opts.repeat + 1):  # the first warms the process (plans, imports)
