@@ -9,7 +9,7 @@ import torch
 
 from tilegcn import language as T
 from tilegcn.amdgcn import symcache
-from tilegcn.amdgcn.addr import linear_form, split_floor_div, value_range
+from tilegcn.amdgcn.addr import add_constant, linear_form, split_floor_div, value_range
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
@@ -64,6 +64,18 @@ def test_linear_form_agrees_with_sympy():
             assert sympy.Add(*(c * a for a, c in form.items())) == sympy.expand(e1), (e1, again)
             both = linear_form(e2, 5, linear_form(e1, 3))
             assert sympy.Add(*(c * a for a, c in both.items())) == sympy.expand(3 * e1 + 5 * e2), (e1, e2, again)
+
+
+def test_add_constant_builds_what_sympy_builds():
+    """add_constant's shortcut (no Add.flatten) gives SymPy's own canonical sum: equal, the same hash, args and
+    srepr, for sums with and without a number of their own, single atoms, and constants that cancel one."""
+    exprs = random_sums(40, seed=4) + [sympy.expand(e * 8) for e in random_sums(10, seed=5)] + ATOMS + \
+        [-3 * TID, 16 * sympy.Mod(TID, 32) * BX]
+    for e in exprs:
+        for k in (1, -1, 7, 4096, -4096, -e.as_coeff_Add()[0] if e.as_coeff_Add()[0].is_Integer else 2):
+            got, want = add_constant(e, int(k)), e + int(k)
+            assert got == want and hash(got) == hash(want) and got.args == want.args, (e, k)
+            assert sympy.srepr(got) == sympy.srepr(want), (e, k)
 
 
 def test_exact_lane_span_agrees_with_sympy():

@@ -24,7 +24,7 @@ import sympy
 from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, linear_form, split_floor_div, split_linear, split_uniform, value_range
+from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VCC, Reg
 from .symcache import free_symbols, memo, sym
 
@@ -85,23 +85,24 @@ class Address(NamedTuple):
 def _exact_span(expr, tid, threads: int) -> tuple:
     """(min, max) of integer `expr` in `tid` over 0 .. threads - 1, by evaluating it for each (in integers, where
     the expression is made of the forms address arithmetic uses, else by sympy.lambdify, which costs milliseconds)."""
-    lanes = np.arange(threads, dtype=np.int64)
-    values = _integer_values(expr, tid, lanes)
+    values = _lane_values(expr, tid, threads)
     if values is None:
-        values = sympy.lambdify(tid, expr, modules="numpy")(lanes)
+        values = sympy.lambdify(tid, expr, modules="numpy")(np.arange(threads, dtype=np.int64))
     values = np.broadcast_to(values, threads)
     return int(values.min()), int(values.max())
 
 
-def _integer_values(expr, tid, lanes):
-    """expr at tid = each of `lanes` (an int64 array, or an int where expr does not depend on tid), exactly: integers,
-    sums, products, floor divisions and Mod by positive integers; None for any other form."""
-    if expr == tid:
-        return lanes
+@memo  # the lane offsets of a tile's accesses share most of their terms (floor(tid / 8), Mod(tid, 64), ...)
+def _lane_values(expr, tid, threads: int):
+    """expr at tid = 0 .. threads - 1 (an int64 array, never written to: memoised, or an int where expr does not
+    depend on tid), exactly: integers, sums, products, floor divisions and Mod by positive integers; None for any
+    other form."""
+    if expr.is_Symbol:
+        return np.arange(threads, dtype=np.int64) if expr == tid else None
     if expr.is_Integer:
         return int(expr)
     if isinstance(expr, (sympy.Add, sympy.Mul)):
-        parts = [_integer_values(a, tid, lanes) for a in expr.args]
+        parts = [_lane_values(a, tid, threads) for a in expr.args]
         if any(p is None for p in parts):
             return None
         total = parts[0]
@@ -110,12 +111,35 @@ def _integer_values(expr, tid, lanes):
         return total
     div = split_floor_div(expr)
     if div is not None:
-        num = _integer_values(div[0], tid, lanes)
+        num = _lane_values(div[0], tid, threads)
         return None if num is None else num // div[1]
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
-        x = _integer_values(expr.args[0], tid, lanes)
+        x = _lane_values(expr.args[0], tid, threads)
         return None if x is None else x % int(expr.args[1])
     return None
+
+
+@memo
+def _sum_of_terms(terms: tuple):
+    """The SymPy sum of (atom, integer coefficient) terms, memoised."""
+    return sympy.Add(*(c * a for a, c in terms))
+
+
+class _LoopOrigin(NamedTuple):
+    """What _in_loop_address derives from an access origin (index, shift 0) in the open loops, the same for every
+    shift: per dim its byte offset's constant (None where its form has none), the dims that move with the loops,
+    dim 0's index range, the moving terms' sum, their largest coefficient and range, the other terms split into
+    uniform and per-lane parts, the lane part's span, and the inner dims' lane terms."""
+    consts: tuple
+    moving: tuple
+    rows: tuple | None
+    moves: object
+    advance_max: int
+    steps: tuple | None
+    uniform: object
+    lane: object
+    span: tuple | None
+    inner: tuple
 
 
 class GlobalAccess:
@@ -124,33 +148,52 @@ class GlobalAccess:
         self.b = abi.b
         self.lower: ExprLowering = abi.lower
         self.loop_ranges: dict = {}  # loop variable -> (first, last value), set by the loop lowering
+        self._splits: dict = {}  # (buffer, index) -> split_linear of their sum (_split)
+        self._loop_origins: dict = {}  # (buffer, index, loop variables, their ranges) -> _LoopOrigin or None
 
-    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None) -> Address:
-        """The operands that access element `index` `width` bytes wide; the immediate is at most `max_imm`
-        (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side)."""
+    def address(self, buffer: N.Buffer, index, mask_dims, width: int, max_imm: int | None = None,
+                shift: tuple | None = None) -> Address:
+        """The operands that access element `index` (+ `shift`, integers per dim) `width` bytes wide; the immediate
+        is at most `max_imm` (default: the MUBUF field's limit; 0 for LDS DMA, where it also offsets the LDS side).
+
+        `shift` gives the same operands as `index[d] + shift[d]` would, without building those SymPy sums: the
+        accesses of a tile (a copy's slots, the epilogue's runs) differ from a few origins by integers, and the
+        analysis below is affine in them, so it reuses each origin's memoised linear form and lane facts."""
         limit = (self.b.arch.mubuf_max_imm_offset if max_imm is None else max_imm) + 1
-        return (self._in_loop_address(buffer, index, mask_dims, width, limit)
-                or self._address(buffer, index, mask_dims, width, limit))
+        shift = shift or (0,) * len(index)
+        return (self._in_loop_address(buffer, index, shift, mask_dims, width, limit)
+                or self._address(buffer, index, shift, mask_dims, width, limit))
 
-    def _address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address:
-        """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
+    def _split(self, buffer: N.Buffer, index, shift) -> tuple:
+        """split_linear of the byte offset of index + shift: (uniform part, lane part, constant). Only the constant
+        depends on the shift, so the parts are split once per origin."""
+        key = (buffer, index)
+        split = self._splits.get(key)
+        if split is None:
+            es = buffer.dtype.bytes
+            form: dict = {}
+            for idx, st in zip(index, buffer.spec.strides):
+                linear_form(idx, st * es, form)
+            split = self._splits[key] = split_linear(form, self.b.lane_symbols)
+        uniform, lane, const = split
         es = buffer.dtype.bytes
-        form: dict = {}
-        for idx, st in zip(index, buffer.spec.strides):
-            linear_form(idx, st * es, form)
-        uniform, lane, const = split_linear(form, self.b.lane_symbols)
+        return uniform, lane, const + sum(k * st * es for k, st in zip(shift, buffer.spec.strides))
+
+    def _address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address:
+        """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
+        uniform, lane, const = self._split(buffer, index, shift)
         srd = below = None
         span = value_range(lane, self._lane_ranges())
-        if span is not None and uniform != 0 and span[0] + const < 0:
+        if span is not None and uniform is not sympy.S.Zero and span[0] + const < 0:
             # lanes below the tile origin (a halo such as X[bx * 64 + i - 1]): they may still be
             # inside the tensor, so the origin moves down to the lowest lane instead
-            shift = span[0] + const
-            if shift <= -BUFFER_REACH:
-                raise CompileError(f"{buffer.name}: a tile reaching {-shift} bytes below its origin is not supported")
-            srd, below = self.abi.clamped_resource(buffer, uniform + shift)
-            const -= shift
+            lowest = span[0] + const
+            if lowest <= -BUFFER_REACH:
+                raise CompileError(f"{buffer.name}: a tile reaching {-lowest} bytes below its origin is not supported")
+            srd, below = self.abi.clamped_resource(buffer, uniform + lowest)
+            const -= lowest
         imm = const % limit if const >= 0 else 0
-        lane = lane + (const - imm)
+        lane = add_constant(lane, const - imm)
         if not self._voffsets_reach(lane, imm, width):
             mask_dims = self._mask_every_dim(buffer, lane)
         srd = srd or self.abi.resource(buffer, uniform)
@@ -158,18 +201,18 @@ class GlobalAccess:
         if below is not None:
             voffset, temp = self.b.v.alloc(what="voffset"), True
             self.b.emit("v_add_u32", voffset, below, self.lower.vgpr(lane), comment="origin below the start")
-        return self._finish(buffer, index, mask_dims, Address(srd, voffset, 0, imm, temp))
+        return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, 0, imm, temp))
 
-    def _finish(self, buffer, index, mask_dims, addr: Address) -> Address:
+    def _finish(self, buffer, index, shift, mask_dims, addr: Address) -> Address:
         """`addr` with voffset steered out of range for lanes outside the tensor on a masked dim."""
         if not mask_dims:
             return addr
-        masked = self._masked(buffer, index, mask_dims, addr.voffset)
+        masked = self._masked(buffer, index, shift, mask_dims, addr.voffset)
         if addr.temp:
             self.b.v.free(addr.voffset)
         return addr._replace(voffset=masked, temp=True)
 
-    def _in_loop_address(self, buffer: N.Buffer, index, mask_dims, width: int, limit: int) -> Address | None:
+    def _in_loop_address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address | None:
         """The access with its loop-variable terms (the advance) kept out of the V#, or None where that
         does not apply (no open loop variable in the address, an advance that is not a sum of loop
         variables with a known range, a tile reaching below its origin, or offsets that 32 bits cannot
@@ -183,28 +226,31 @@ class GlobalAccess:
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
         if not loop_vars:
             return None
-        es = buffer.dtype.bytes
-        forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
-        moving = [d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form)]
-        if not moving or not loop_vars <= set(self.loop_ranges):
+        origin = self._loop_origin(buffer, index, frozenset(loop_vars))
+        if origin is None:
             return None
-        rows_inside = self._rows_inside(buffer, index[0])
-        in_soffset = rows_inside or (0 not in moving and self._rows_past_end_by_voffset(buffer))
+        es = buffer.dtype.bytes
+        consts = [c if not k else (c or 0) + k * st * es for c, k, st in zip(origin.consts, shift, buffer.spec.strides)]
+        rows_inside = origin.rows is not None and 0 <= origin.rows[0] + shift[0] and \
+            origin.rows[1] + shift[0] < buffer.shape[0]
+        in_soffset = rows_inside or (0 not in origin.moving and self._rows_past_end_by_voffset(buffer))
         row_const_in_lane = in_soffset and not rows_inside
-        advance, rest = {}, {}
-        for d, form in enumerate(forms):
-            for atom, coeff in form.items():
-                const_term = atom is sympy.S.One and limit == 1 and (d > 0 or not row_const_in_lane)
-                target = advance if const_term or free_symbols(atom) & loop_vars else rest
-                target[atom] = target.get(atom, 0) + coeff
-        if row_const_in_lane and not self._inner_voffsets_nonnegative(forms, rest):
-            return None  # a lane past dim 0's end could then have a voffset inside NUM_RECORDS
-        if max(map(abs, advance.values())) >= BUFFER_REACH:
+        # each dim's constant joins the advance (LDS DMA) or the per-lane part
+        to_advance = [c is not None and limit == 1 and (d > 0 or not row_const_in_lane) for d, c in enumerate(consts)]
+        step_const = sum(c for c, moved in zip(consts, to_advance) if moved)
+        in_lane = [c for c, moved in zip(consts, to_advance) if c is not None and not moved]
+        if row_const_in_lane:
+            # what the inner dims add to voffset (their lane terms, their constants where constants stay per lane)
+            # must be >= 0 on every lane: else a lane past dim 0's end could have a voffset inside NUM_RECORDS
+            inner_const = sum(c for c in consts[1:] if c is not None) if in_lane else 0
+            inner = self._lane_span(_sum_of_terms(origin.inner))
+            if inner is None or inner[0] + inner_const < 0:
+                return None
+        if max(origin.advance_max, abs(step_const)) >= BUFFER_REACH:
             return None  # a coefficient SALU literals cannot hold; its advance would pass 2 GiB anyway
-        advance = sympy.Add(*(c * a for a, c in advance.items()))
-        uniform, lane, const = split_linear(rest, self.b.lane_symbols)
-        steps = value_range(advance, self.loop_ranges)
-        span = self._lane_span(lane)
+        advance = add_constant(origin.moves, step_const)
+        steps = origin.steps and (origin.steps[0] + step_const, origin.steps[1] + step_const)
+        uniform, lane, const, span = origin.uniform, origin.lane, sum(in_lane), origin.span
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
         if span[1] + const + steps[1] + width > BUFFER_REACH:
@@ -212,30 +258,48 @@ class GlobalAccess:
         imm = const % limit
         srd = self.abi.resource(buffer, uniform)
         step = self.lower.sgpr(advance)
-        voffset = self.lower.vgpr(lane + (const - imm))
+        voffset = self.lower.vgpr(add_constant(lane, const - imm))
         if in_soffset:
-            return self._finish(buffer, index, mask_dims, Address(srd, voffset, step, imm, False))
+            return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, step, imm, False))
         moved = self.b.v.alloc(what="voffset + loop advance")
         self.b.emit("v_add_u32", moved, step, voffset, comment="loop advance")
-        return self._finish(buffer, index, mask_dims, Address(srd, moved, 0, imm, True))
+        return self._finish(buffer, index, shift, mask_dims, Address(srd, moved, 0, imm, True))
 
-    def _rows_inside(self, buffer: N.Buffer, row) -> bool:
-        """Whether dim 0's index `row` lies inside the tensor for every lane and loop step."""
-        rows = value_range(row, {**self.loop_ranges, **self._lane_ranges()})
-        return rows is not None and rows[0] >= 0 and rows[1] < buffer.shape[0]
+    def _loop_origin(self, buffer: N.Buffer, index, loop_vars: frozenset):
+        """_LoopOrigin of an access origin in the open loops (None where _in_loop_address does not apply to it: no
+        loop variable in it, or one without a known range), derived once per origin and loop state."""
+        key = (buffer, index, loop_vars, tuple(self.loop_ranges.items()))
+        if key not in self._loop_origins:
+            self._loop_origins[key] = self._derive_loop_origin(buffer, index, loop_vars)
+        return self._loop_origins[key]
+
+    def _derive_loop_origin(self, buffer: N.Buffer, index, loop_vars: frozenset):
+        es = buffer.dtype.bytes
+        forms = [linear_form(idx, st * es) for idx, st in zip(index, buffer.spec.strides)]
+        moving = tuple(d for d, form in enumerate(forms) if any(free_symbols(a) & loop_vars for a in form))
+        if not moving or not loop_vars <= set(self.loop_ranges):
+            return None
+        advance, rest = {}, {}  # the terms (constants apart) that move with the loop variables, the others
+        for form in forms:
+            for atom, coeff in form.items():
+                if atom is not sympy.S.One:
+                    target = advance if free_symbols(atom) & loop_vars else rest
+                    target[atom] = target.get(atom, 0) + coeff
+        moves = _sum_of_terms(tuple(advance.items()))
+        uniform, lane, _ = split_linear(rest, self.b.lane_symbols)
+        inner = tuple((a, c) for form in forms[1:] for a, c in form.items()
+                      if a in rest and free_symbols(a) & self.b.lane_symbols)
+        return _LoopOrigin(
+            consts=tuple(form.get(sympy.S.One) for form in forms), moving=moving,
+            rows=value_range(index[0], {**self.loop_ranges, **self._lane_ranges()}),
+            moves=moves, advance_max=max(map(abs, advance.values())), steps=value_range(moves, self.loop_ranges),
+            uniform=uniform, lane=lane, span=self._lane_span(lane), inner=inner)
 
     @staticmethod
     def _rows_past_end_by_voffset(buffer: N.Buffer) -> bool:
         """Rows do not overlap (the tensor ends within its last row), so an offset to a row past dim 0's end,
         measured from the tile origin, is past NUM_RECORDS whatever the inner dims add (when not negative)."""
         return buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * buffer.dtype.bytes
-
-    def _inner_voffsets_nonnegative(self, forms: list, rest: dict) -> bool:
-        """Whether what the inner dims add to voffset (their lane terms and constants) is >= 0 on every lane."""
-        inner = [c * a for form in forms[1:] for a, c in form.items()
-                 if a in rest and (a is sympy.S.One or free_symbols(a) & self.b.lane_symbols)]
-        span = self._lane_span(sympy.Add(*inner))
-        return span is not None and span[0] >= 0
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
@@ -267,7 +331,7 @@ class GlobalAccess:
                 "reach it; use a smaller tile or a tensor with smaller strides")
         return list(range(len(buffer.shape)))
 
-    def _masked(self, buffer, index, mask_dims, voffset: Reg) -> Reg:
+    def _masked(self, buffer, index, shift, mask_dims, voffset: Reg) -> Reg:
         """A fresh VGPR: voffset where the element is inside the tensor on every masked dim, else an
         offset past any NUM_RECORDS. The test is `lane part < shape - uniform part - constant` (and
         `lane part >= -uniform part - constant` where the index can go below 0), so the per-lane
@@ -276,6 +340,7 @@ class GlobalAccess:
         tests = []  # (compare, uniform limit, lane part): limit > lane ("gt") or limit <= lane ("le")
         for d in mask_dims:
             u, l, c = split_uniform(index[d], b.lane_symbols)
+            c += shift[d]
             lhs = self.lower.vgpr(l) if l != 0 else b.vgpr_constant(0)
             tests.append(("gt", self.lower.sgpr(sympy.sympify(buffer.shape[d]) - u - c), lhs))
             span = value_range(l, self._lane_ranges())
@@ -295,14 +360,14 @@ class GlobalAccess:
                comment="outside: an offset past NUM_RECORDS")
         return out
 
-    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        a = self.address(buffer, index, mask_dims, width)
+    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None):
+        a = self.address(buffer, index, mask_dims, width, shift=shift)
         self.b.emit(LOAD_OPS[width], dst, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
         if a.temp:
             self.b.v.free(a.voffset)  # the address is read at issue
 
-    def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment=""):
-        a = self.address(buffer, index, mask_dims, width)
+    def store(self, src: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None):
+        a = self.address(buffer, index, mask_dims, width, shift=shift)
         self.b.emit(STORE_OPS[width], src, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
                     comment=comment)
         if a.temp:

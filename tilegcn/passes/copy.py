@@ -26,6 +26,14 @@ def global_index(region: N.Region, frag_shape, frag_index) -> tuple:
     return tuple(index)
 
 
+def global_shift(region: N.Region, frag_shape, frag_offsets) -> tuple:
+    """global_index's integer counterpart: the fragment offsets placed on the global dims they map to."""
+    shift = [0] * len(region.starts)
+    for gd, fd in zip(_nontrivial(region.extents), _nontrivial(frag_shape)):
+        shift[gd] = frag_offsets[fd]
+    return tuple(shift)
+
+
 def _pieces(ctx: Context, region: N.Region, frag: N.Buffer):
     """(first element r, elements per access, width bytes) of every access of this thread."""
     lay = ctx.layouts[frag]
@@ -150,6 +158,7 @@ def lower_copy_fragment_to_global(ctx: Context, s: N.Copy):
     lay = ctx.layouts[frag]
     pieces, mask = _pieces(ctx, region, frag)
     direct = frag.dtype == g.dtype and lay.regs.file == "v" and (not lay.packed or pieces[0][1] % 2 == 0)
+    indices: dict = {}  # fragment origin -> its global index (accumulator runs share one origin)
     for r, per, width in pieces:
         dwords = max(width // 4, 1)
         if direct:
@@ -158,8 +167,14 @@ def lower_copy_fragment_to_global(ctx: Context, s: N.Copy):
         else:
             src = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
             _convert_run(ctx, frag, r, per, src, g.dtype)
-        index = global_index(region, frag.shape, lay.coords(r, ctx.threads))
-        ctx.access.store(src, width, g, index, mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}")
+        if lay.acc_split is None:
+            index, shift = global_index(region, frag.shape, lay.coords(r, ctx.threads)), None
+        else:
+            origin, offsets = lay.acc_split(r)
+            if origin not in indices:
+                indices[origin] = global_index(region, frag.shape, origin)
+            index, shift = indices[origin], global_shift(region, frag.shape, offsets)
+        ctx.access.store(src, width, g, index, mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}", shift=shift)
         if not direct:
             b.v.free(src)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
+from ..amdgcn.addr import add_constant
 from ..amdgcn.isa import EXEC, M0, VCC, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
@@ -82,11 +83,24 @@ def acc_coords(plan, r: int) -> tuple:
 
 @memo  # pure SymPy construction, asked for every accumulator register of every epilogue
 def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int, r: int):
+    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
+    di, dj = _acc_offsets(d_regs, repeats_N, dim, r)
+    return i0 + di, j0 + dj  # one SymPy addition each
+
+
+def _acc_offsets(d_regs: int, repeats_N: int, dim: int, r: int) -> tuple:
+    """(i, j) of accumulator register r minus those of register 0: integers, the same on every thread."""
     rep, reg = divmod(r, d_regs)
     rm, rn = divmod(rep, repeats_N)
-    i0, j0 = _acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
     groups = WAVE // dim
-    return i0 + rm * dim, j0 + (rn * dim + 4 * groups * (reg // 4) + reg % 4)  # one SymPy addition each
+    return rm * dim, rn * dim + 4 * groups * (reg // 4) + reg % 4
+
+
+def acc_origin_and_offsets(plan, r: int) -> tuple:
+    """((i0, j0), (di, dj)) with acc_coords(plan, r) == (i0 + di, j0 + dj): an origin in TID shared by every
+    register of the thread, and integer offsets (the epilogue's accesses differ by these only)."""
+    return (_acc_origin(plan.waves_N, plan.dim, plan.wave_tile_M, plan.wave_tile_N),
+            _acc_offsets(plan.mfma.d_regs, plan.repeats_N, plan.dim, r))
 
 
 @memo
@@ -99,6 +113,10 @@ def _acc_origin(waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int):
 
 def accumulator_coords(plan):
     return functools.partial(acc_coords, plan)
+
+
+def accumulator_origin_and_offsets(plan):
+    return functools.partial(acc_origin_and_offsets, plan)
 
 
 # ---- LDS synchronisation ----------------------------------------------------------------------------------
@@ -117,17 +135,32 @@ def _lds_address(ctx: Context, family, key, extra: int):
     non-negative on every thread (the 32-bit address sum must not rely on wrapping), and the constant
     is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
     of this access over every thread (`family.lowest`, computed once with the plan)."""
-    index = family.base_of[key]
+    base, shift, imm = _lds_base_shift(ctx, family, key, extra)
+    return ctx.lower.vgpr(add_constant(base, shift)), imm
+
+
+def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
+    """(SymPy base, integer shift, offset:) with family[key] + extra == base + shift + offset: (_lds_address)."""
     low = family.lowest[key] - family.const[key]
     const = family.const[key] + extra + low
     limit = ctx.b.arch.ds_max_imm_offset + 1
     high, imm = divmod(const, limit)
-    return ctx.lower.vgpr(_shifted(family.bases[index], high * limit - low)), imm
+    return family.bases[family.base_of[key]], high * limit - low, imm
 
 
-@memo  # the same bases and shifts come back for every k step, stage and unrolled copy of the loop body
-def _shifted(base, shift: int):
-    return base + shift
+def _read_address(ctx: Context, family, key, extra: int):
+    """_lds_address of a gemm's fragment read, remembered per (family, key, extra): every gemm of a pipelined loop
+    at one stage reads the same addresses again. A remembered VGPR is reused only while the builder's CSE still
+    maps its expression to it, which is exactly when ExprLowering.vgpr would return it again."""
+    memo_key = (id(family), key, extra)
+    known = ctx.read_addresses.get(memo_key)
+    if known is not None and ctx.b.cse_get("v", known[0]) is known[1]:
+        return known[1], known[2]
+    base, shift, imm = _lds_base_shift(ctx, family, key, extra)
+    expr = add_constant(base, shift)
+    vaddr = ctx.lower.vgpr(expr)
+    ctx.read_addresses[memo_key] = (expr, vaddr, imm)
+    return vaddr, imm
 
 
 class _ExecMask:
@@ -206,14 +239,14 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
     src, region = s.src.buffer, s.src
     per = width // src.dtype.bytes
     dw = width // 4
+    origins: dict = {}
     for slot in range(cp.slots):
-        row = _family_expr(cp.global_row_family, slot)
-        col = _family_expr(cp.global_col_family, slot)
+        index, (row, col) = _slot_index(region, cp, slot, origins)
         with _ExecMask(ctx, cp.active_threads(slot)):
             for piece in range(8 // per):
-                index = (region.starts[0] + row, region.starts[1] + col + piece * per)
                 ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
-                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}")
+                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
+                                shift=(row, col + piece * per))
 
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
@@ -393,11 +426,11 @@ def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
         b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
     wave_lds = pipe.wave_lds[width]
     src, region = s.src.buffer, s.src
+    origins: dict = {}
     for slot in range(cp.slots):
-        row = _family_expr(cp.global_row_family, slot)
-        col = _family_expr(cp.global_col_family, slot)
+        index, shift = _slot_index(region, cp, slot, origins)
         with _ExecMask(ctx, cp.active_threads(slot)):
-            a = ctx.access.address(src, (region.starts[0] + row, region.starts[1] + col), mask, width, max_imm=0)
+            a = ctx.access.address(src, index, mask, width, max_imm=0, shift=shift)
             b.emit("s_add_u32", M0, wave_lds, lds_base + width * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
             b.emit(DMA_LOAD[width], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
                    uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
@@ -428,8 +461,18 @@ def lower_wait_group(ctx: Context, s: N.WaitGroup):
         pipe.barrier()
 
 
-def _family_expr(family, key):
-    return family.base_expr(key) + family.const[key]
+def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
+    """(index, shift) of copy slot `slot`'s first element: region start + the plan's row and column, each a base in
+    TID plus an integer (SeparatedOffsets). The index is start + base, built once per base (kept in `origins`) and
+    shared by the slots with that base; the shift is the integers (GlobalAccess.address)."""
+    index, shift = [], []
+    for d, family in enumerate((cp.global_row_family, cp.global_col_family)):
+        base = family.base_of[slot]
+        if (d, base) not in origins:
+            origins[(d, base)] = region.starts[d] + family.bases[base]
+        index.append(origins[(d, base)])
+        shift.append(family.const[slot])
+    return tuple(index), tuple(shift)
 
 
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
@@ -462,26 +505,23 @@ def lower_gemm(ctx: Context, s: N.Gemm):
             for _ in range(min(2, plan.read_steps))]
 
     sliced = _Slices()
+    families = {op: plan.read_offsets(op) for op in "AB"}
 
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
-        for read in plan.reads(step):
-            fragment = regs[read.operand][read.rep]
-            for index, piece in enumerate(plan.read_pieces(read.operand)):
-                vaddr, imm = _lds_address(ctx, plan.read_offsets(read.operand), (read.rep, step, index),
-                                          bases[read.operand])
-                b.emit(piece.mnemonic, sliced(fragment, piece.vgpr, piece.count), vaddr, suffix=f"offset:{imm}")
+        for operand, rep, mnemonic, first, count, key in plan.read_issues[step]:
+            vaddr, imm = _read_address(ctx, families[operand], key, bases[operand])
+            b.emit(mnemonic, sliced(regs[operand][rep], first, count), vaddr, suffix=f"offset:{imm}")
 
     issue_reads(0)
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
         regs = sets[step % len(sets)]
-        for issue in plan.mfma_sequence(step):
-            (read_b, first_b, n_b), (read_a, first_a, n_a) = issue.src_a, issue.src_b
-            src_a = sliced(regs["B"][read_b.rep], first_b, n_b)
-            src_b = sliced(regs["A"][read_a.rep], first_a, n_a)
-            d = sliced(acc, issue.acc_first, issue.acc_count)
+        for rep_b, first_b, n_b, rep_a, first_a, n_a, acc_first, acc_count in plan.mfma_operands[step]:
+            src_a = sliced(regs["B"][rep_b], first_b, n_b)
+            src_b = sliced(regs["A"][rep_a], first_a, n_a)
+            d = sliced(acc, acc_first, acc_count)
             b.emit(op_name, d, src_a, src_b, d, defs=(d,), uses=(src_a, src_b, d))
     for group in sets:
         for regs in group.values():

@@ -789,6 +789,22 @@ class GemmPlan:
                     ))
         return seq
 
+    @cached_property
+    def read_issues(self) -> tuple:
+        """Per k-step pair, every LDS read of `reads` piece by piece, as plain tuples (the lowering emits them for
+        every gemm of a pipelined loop): (operand, rep, mnemonic, first VGPR, VGPR count, read_offsets key)."""
+        return tuple(tuple((rd.operand, rd.rep, piece.mnemonic, piece.vgpr, piece.count, (rd.rep, step, index))
+                           for rd in self.reads(step) for index, piece in enumerate(self.read_pieces(rd.operand)))
+                     for step in range(self.read_steps))
+
+    @cached_property
+    def mfma_operands(self) -> tuple:
+        """Per k-step pair, each MFMA of `mfma_sequence` as plain integers: (B fragment rep, first VGPR, count,
+        A fragment rep, first VGPR, count, first accumulator register, count)."""
+        return tuple(tuple((i.src_a[0].rep, i.src_a[1], i.src_a[2], i.src_b[0].rep, i.src_b[1], i.src_b[2],
+                            i.acc_first, i.acc_count) for i in self.mfma_sequence(step))
+                     for step in range(self.read_steps))
+
     def mfma_k(self, kstep_pair: int, sub: int, kk):
         """Real k (0 .. block_K-1) of the MFMA's logical k index kk (0 .. mfma.K-1) in step (kstep_pair, sub), for
         both operands."""

@@ -27,6 +27,7 @@ class FragmentLayout:
     run: int  # consecutive elements along the last dim held by one thread
     regs: object = None  # Reg range: 1 VGPR per fp32 element, 2 16-bit elements per VGPR
     acc_coords: object = None  # gemm accumulator layouts: r -> (i, j) from the gemm plan
+    acc_split: object = None  # the same as (origin, integer offsets): r -> ((i0, j0), (di, dj))
 
     @property
     def packed(self) -> bool:
@@ -117,7 +118,7 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
     for group in _groups(kernel):
         accs = [buf for buf in group if buf in gemm_plans]
         if accs:
-            from .gemm import accumulator_coords
+            from .gemm import accumulator_coords, accumulator_origin_and_offsets
 
             plan = gemm_plans[accs[0]]
             for buf in group:
@@ -125,7 +126,8 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
                     raise CompileError(f"fragment {buf.name}{list(buf.shape)} shares a layout with the gemm "
                                        f"accumulator [{plan.block_M}, {plan.block_N}]", location=buf.loc)
                 layouts[buf] = FragmentLayout(buf, plan.acc_regs_per_lane, plan.mfma.d_row_block,
-                                              acc_coords=accumulator_coords(plan))
+                                              acc_coords=accumulator_coords(plan),
+                                              acc_split=accumulator_origin_and_offsets(plan))
         else:
             first = blocked_layout(group[0], _run_length(group, kernel), threads)
             for buf in group:
