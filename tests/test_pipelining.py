@@ -165,6 +165,26 @@ def test_the_256_tile_two_stage_lds_dma_loop_never_waits_for_every_load(threads,
     assert any("vmcnt" in w for w in waits) and not [w for w in waits if "vmcnt(0)" in w]
 
 
+@pytest.mark.parametrize("layout", ["NK", "KN"], ids=["NT", "NN"])
+def test_the_prologue_copies_reuse_the_loops_voffsets(layout):
+    """The prologue's LDS-DMA copies (stages 0..2 of the K phases) address their slots with the VGPRs the steady
+    loop's copies use, the K offset in soffset: no per-slot V# and swizzled voffset rebuilt before the loop."""
+    A, B, _, C = inputs(256, 256, 64 * 8, torch.bfloat16, layout == "NK", False, seed=3)
+    asm = kernels.gemm.compile(A, B, C, arch="gfx950", block_M=256, block_N=256, block_K=64, num_stages=2,
+                               transpose_B=layout == "NK").asm
+    lines = [ln.split("//")[0].strip() for ln in asm.splitlines()]
+    loop = set(_loop_lines(asm))
+    head = min(loop)
+
+    def voffsets(rows):
+        return {lines[i].split()[1].rstrip(",") for i in rows if lines[i].startswith("buffer_load") and
+                lines[i].endswith(" lds")}
+
+    before = voffsets(range(head))
+    assert len([i for i in range(head) if lines[i].startswith("buffer_load")]) == 3 * 8  # 3 phases x 8 slots
+    assert before and before <= voffsets(loop)
+
+
 def _tile_loop(tile: int, stages: int) -> N.Loop:
     """The K loop of a tile x tile x BK bf16 GEMM (only its gemm matters to `covers_round_trip`)."""
     bf16 = as_dtype("bfloat16")
