@@ -7,8 +7,10 @@ from __future__ import annotations
 from . import nodes as N
 
 
-def _region(r: N.Region) -> str:
-    starts = ", ".join(str(s) for s in r.starts)
+def _region(r: N.Region, texts: dict) -> str:
+    """`texts`: the text of each SymPy start printed so far (a pipelined loop repeats a few starts in every copy,
+    and SymPy's printer takes ~60 us an expression)."""
+    starts = ", ".join(texts.get(s) or texts.setdefault(s, str(s)) for s in r.starts)
     return f"{r.buffer.name}[{starts}; {'x'.join(str(e) for e in r.extents)}]"
 
 
@@ -28,11 +30,11 @@ def print_expr(e: N.Expr) -> str:
     raise TypeError(f"unknown expression {e!r}")
 
 
-def _stmt(s: N.Stmt, indent: str, out: list):
+def _stmt(s: N.Stmt, indent: str, out: list, texts: dict):
     if isinstance(s, N.AsyncCopy):
-        out.append(f"{indent}async_copy {_region(s.src)} -> {_region(s.dst)} stage={s.stage}")
+        out.append(f"{indent}async_copy {_region(s.src, texts)} -> {_region(s.dst, texts)} stage={s.stage}")
     elif isinstance(s, N.Copy):
-        out.append(f"{indent}copy {_region(s.src)} -> {_region(s.dst)}")
+        out.append(f"{indent}copy {_region(s.src, texts)} -> {_region(s.dst, texts)}")
     elif isinstance(s, N.CommitGroup):
         out.append(f"{indent}commit_group")
     elif isinstance(s, N.WaitGroup):
@@ -50,7 +52,7 @@ def _stmt(s: N.Stmt, indent: str, out: list):
     elif isinstance(s, N.Loop):
         out.append(f"{indent}for {s.var} in pipelined({s.extent}, num_stages={s.num_stages}):")
         for b in s.body:
-            _stmt(b, indent + "  ", out)
+            _stmt(b, indent + "  ", out, texts)
     elif isinstance(s, N.Swizzle):
         out.append(f"{indent}swizzle panel_size={s.panel_size} num_xcds={s.num_xcds}")
     else:
@@ -69,6 +71,7 @@ def print_kernel(k: N.Kernel) -> str:
     for b in k.buffers:
         if b.scope != N.GLOBAL:
             out.append(f"  alloc {b.scope} {b.name}: {b.dtype.name}{list(b.shape)}")
+    texts: dict = {}
     for s in k.body:
-        _stmt(s, "  ", out)
+        _stmt(s, "  ", out, texts)
     return "\n".join(out) + "\n"
