@@ -13,7 +13,7 @@ import sympy
 
 from ..errors import CompileError
 from .builder import KernelBuilder
-from .isa import Reg
+from .isa import Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
 
 MASK32 = (1 << 32) - 1
@@ -367,7 +367,7 @@ class ExprLowering:
     def _vop3_operand(self, expr):
         """VOP3 takes no 32-bit literal on gfx9: constants outside the inline range go to an SGPR."""
         x = self.operand(expr)
-        if isinstance(x, int) and not -16 <= x <= 64:
+        if isinstance(x, int) and not is_inline_int(x):
             return self.b.sgpr_constant(x)
         return x
 
@@ -490,7 +490,7 @@ def _is_simple(expr) -> bool:
 
 def _vop3_legal(operands) -> bool:
     """gfx9 VOP3: no 32-bit literal, and at most one SGPR (the constant bus)."""
-    literals = [o for o in operands if isinstance(o, int) and not -16 <= o <= 64]
+    literals = [o for o in operands if isinstance(o, int) and not is_inline_int(o)]
     sgprs = {o for o in operands if isinstance(o, Reg) and o.file == "s"}
     return not literals and len(sgprs) <= 1
 

@@ -150,13 +150,19 @@ SCC = Reg("scc", 0, 1)
 _SPECIAL_NAMES = {"vcc": "vcc", "exec": "exec", "m0": "m0", "scc": "scc"}
 
 
+def is_inline_int(x) -> bool:
+    """Whether int `x` is an inline integer constant of the operand encoding (-16..64); others need a 32-bit literal,
+    which VOP3 and MUBUF soffset on gfx9 do not take (an SGPR then)."""
+    return -16 <= x <= 64
+
+
 def operand_text(x) -> str:
     if isinstance(x, Reg):
         return x.text
     if isinstance(x, bool):
         raise TypeError("bool operand")
     if isinstance(x, int):
-        return str(x) if -16 <= x <= 64 else hex(x & 0xFFFFFFFF)
+        return str(x) if is_inline_int(x) else hex(x & 0xFFFFFFFF)
     if isinstance(x, float):
         return float_literal(x)
     return str(x)

@@ -25,7 +25,7 @@ from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
 from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
-from .isa import VCC, Reg
+from .isa import VCC, Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -260,7 +260,7 @@ class GlobalAccess:
         imm = const % limit
         srd = self.abi.resource(buffer, uniform)
         step = self.lower.sgpr(advance)
-        if isinstance(step, int) and not 0 <= step <= 64:  # soffset takes an inline constant or an SGPR
+        if isinstance(step, int) and not is_inline_int(step):  # a constant advance (outside loops)
             step = self.b.sgpr_constant(step)
         voffset = self.lower.vgpr(add_constant(lane, const - imm))
         if in_soffset:
@@ -355,7 +355,7 @@ class GlobalAccess:
         b.emit(f"v_cmp_{cmp}_i32", VCC, limit, lhs, defs=(VCC,), comment="inside the tensor?")
         for cmp, limit, lhs in rest:
             pair = b.s.alloc(2, align=2)
-            if isinstance(limit, int) and not -16 <= limit <= 64:
+            if isinstance(limit, int) and not is_inline_int(limit):
                 limit = b.sgpr_constant(limit)
             b.emit(f"v_cmp_{cmp}_i32_e64", pair, limit, lhs)
             b.emit("s_and_b64", VCC, VCC, pair, defs=(VCC,))

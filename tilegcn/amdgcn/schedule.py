@@ -22,16 +22,17 @@ implicit state the operand lists do not name, each modelled as a pseudo-unit tha
     writes, and with its own stage's accesses through the tag, while the ds_reads of the stage being computed
     (published by an earlier barrier; the stage a DMA overwrites is always behind a barrier that ended its reads)
     issue ahead of it, so the MFMAs get their operands first and the copies fill the slots between them;
-  - barriers: every instruction reads this unit and `s_barrier` writes it, so nothing crosses a barrier. Register-
-    only work could, but MFMAs before a barrier keep the pipe busy while the wave waits there for the other waves
-    (moved after it, the wave would idle at the barrier with its MFMA work still to do), and VALU work after it
-    (gfx942's `v_perm_b32` packing of a register-staged stage) hoisted into the previous step reads loads issued
-    in that step, whose wait then drains the queue. The timing model, 2048^3 bf16: gfx950 256x256x64 NT in K
+  - barriers: `s_barrier` writes the fence unit below, so nothing crosses a barrier. Register-only work could,
+    but MFMAs before a barrier keep the pipe busy while the wave waits there for the other waves (moved after
+    it, the wave would idle at the barrier with its MFMA work still to do), and VALU work after it (gfx942's
+    `v_perm_b32` packing of a register-staged stage) hoisted into the previous step reads loads issued in that
+    step, whose wait then drains the queue. The timing model, 2048^3 bf16: gfx950 256x256x64 NT in K
     phases on MI355X 19 % more cycles with MFMAs free to cross (llvm-mca, which sees no other wave, prefers that:
     1.02 vs 1.07 x the bound); gfx942 256x256x64 NN on MI300X 14 % more with VALU free to cross;
   - global memory: buffer/scalar loads and LDS DMA read it, buffer stores and `s_barrier` write it (stores keep
     their order with every load and store; nothing memory crosses a barrier);
-  - everything else (`s_nop`, `s_setprio`, `s_waitcnt`, an unknown kind) is a full fence.
+  - the fence: every instruction reads it where the block writes it; `s_barrier` and everything else (`s_nop`,
+    `s_setprio`, `s_waitcnt`, an unknown kind) write it: full fences.
 
 The heuristic (what llvm-mca and the timing model reward). Measured with llvm-mca-22 (`-mcpu=gfx950`, gfx942 alike)
 on hand-written loops: the AMDGPU model issues in order, one instruction a cycle, and an MFMA holds the XDL pipe one
@@ -76,7 +77,7 @@ SCHEDULES = (INTERLEAVE, PLAIN)
 
 _VECTOR = (isa.VALU, isa.MFMA, isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA, isa.DS_READ, isa.DS_WRITE)
 _KNOWN = _VECTOR + (isa.SALU, isa.SMEM, isa.BARRIER)
-_LDS, _GLOBAL, _FENCE, _BARRIER = -1, -2, -3, -4  # pseudo-units (negative); register units are numbered from 0
+_LDS, _GLOBAL, _FENCE = -1, -2, -3  # pseudo-units (negative); register units are numbered from 0
 _SCC_FREE = ("s_mov", "s_mul")
 _VCC_USERS = ("v_cmp", "v_cndmask", "v_div_")
 
@@ -129,9 +130,7 @@ def _effects(inst, keys: dict) -> tuple:
     elif kind == isa.VMEM_STORE:
         writes.append(_GLOBAL)
     if kind == isa.BARRIER:
-        writes += [_LDS, _GLOBAL, _BARRIER]
-    else:
-        reads.append(_BARRIER)
+        writes += [_LDS, _GLOBAL, _FENCE]
     return reads, writes
 
 
