@@ -70,6 +70,29 @@ def test_ir_text_is_stable_and_names_user_buffers():
     assert "copy X[256*by, 128*bx; 256x128] -> x" in text
 
 
+def test_ir_text_prints_tile_origins_as_sympy_does():
+    """kernel.ir prints each copy's origin; the printer's fast path for sums of symbols must give SymPy's text."""
+    import random
+
+    import sympy
+
+    from tilegcn.ir import nodes as N
+    from tilegcn.ir.printer import _region
+
+    names = ["by", "bx", "k", "k2_phase_", "ko_", "B", "a"]
+    symbols = [sympy.Symbol(n, integer=True, nonnegative=True) for n in names]
+    buf = T.trace(copy2d.fn, [spec((256, 256)), spec((256, 256))], {}, "gfx942").buffers[0]
+    rng = random.Random(0)
+    starts = [sympy.Integer(0), sympy.Integer(96), symbols[0], 2 * symbols[1] - 1, 96 - 32 * symbols[2],
+              sympy.floor(symbols[2] / 2) * 64, symbols[2] * symbols[3]]
+    for _ in range(300):
+        chosen = rng.sample(symbols, rng.randint(1, 4))
+        starts.append(sum(rng.choice([1, 2, 32, 96, 256]) * x for x in chosen) + rng.choice([0, 1, 32, 480]))
+    for start in starts:
+        text = _region(N.Region(buf, (start,), (1,)), {})
+        assert text == f"{buf.name}[{start}; 1]"
+
+
 def _line_of(fn, needle):
     lines, start = inspect.getsourcelines(fn)
     return start + next(i for i, l in enumerate(lines) if needle in l)

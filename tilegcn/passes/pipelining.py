@@ -229,5 +229,8 @@ def _pipeline(loop: N.Loop, wait_first: bool) -> list:
 
 
 def _at(region: N.Region, var, value) -> N.Region:
-    starts = tuple(sympy.sympify(s).subs(var, value) for s in region.starts)
+    """`region` at loop variable `var` = `value` (an int or a SymPy expression in the new loop's variable). A plain
+    substitution (xreplace) is enough for integer-valued starts and costs a tenth of `subs`."""
+    mapping = {var: sympy.sympify(value)}
+    starts = tuple(sympy.sympify(s).xreplace(mapping) for s in region.starts)
     return N.Region(region.buffer, starts, region.extents)
