@@ -66,7 +66,9 @@ def execute(stmts, env=None, state=None):
         elif isinstance(s, N.AsyncCopy):
             key = (s.dst.buffer.name, s.stage)
             state["lds"][key] = None  # being overwritten: unreadable until its group is waited for
-            state["current"].append((key, _tile_k(s, env)))
+            masked = s.live is not None and int(sympy.sympify(s.live[0]).subs(env)) >= s.live[1]
+            state["current"].append((key, "nothing in range" if masked else _tile_k(s, env)))
+            state.setdefault("loaded", []).append(None if masked else _tile_k(s, env))
         elif isinstance(s, N.CommitGroup):
             state["groups"].append(state["current"])
             state["current"] = []
@@ -116,6 +118,28 @@ def test_steady_step_waits_before_it_issues_so_one_barrier_serves_both(stages):
 def _steady_loop(kernel: N.Kernel) -> N.Loop:
     (loop,) = [s for s in kernel.body if isinstance(s, N.Loop)]
     return loop
+
+
+@pytest.mark.parametrize("by_dma", [True, False], ids=["lds_dma", "registers"])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("n", [3, 4, 6, 8, 9])
+def test_an_lds_dma_loop_runs_its_last_steps_in_the_loop_and_loads_nothing_past_k(n, stages, by_dma):
+    """Copies by LDS DMA: the steps after the last tile is issued run as trips of the steady loop, their copies
+    issued with nothing in range (no peeled copy of the loop body); only n % S steps follow the loop. No copy that
+    is live fetches a tile past the last, and every gemm still reads its landed tile. Register-staged copies keep
+    the peeled drain (their ds_writes would store the masked loads' zeros)."""
+    out = pipeline_loops(k_loop_kernel(n, stages), None, by_dma=lambda buf: by_dma)
+    state = dict(lds={}, current=[], groups=[], computed=[])
+    assert execute(out.body, state=state) == list(range(n))
+    assert max(t for t in state["loaded"] if t is not None) == n - 1
+    masked = [t for t in state["loaded"] if t is None]
+    if not by_dma or n < stages:  # (n < S: prologue and drain, no loop)
+        assert not masked
+        return
+    (loop,) = [s for s in out.body if isinstance(s, N.Loop)]
+    peeled = [s for s in out.body[out.body.index(loop) + 1:] if isinstance(s, N.Gemm)]
+    assert len(peeled) == n % stages
+    assert len(masked) == 2 * max(0, stages - 1 - n % stages)  # A and B of each last-trip step past the last tile
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])

@@ -255,9 +255,12 @@ class Gemm(Stmt):
 @dataclass(eq=False)
 class AsyncCopy(Copy):
     """A global -> shared copy into pipeline stage `stage` of its shared buffer; in flight until a WaitGroup
-    retires its group (passes/pipeline.py)."""
+    retires its group (passes/pipeline.py). `live` = (expr, n): where expr >= n (a K tile past the end, in a loop's
+    last trip) the copy is issued with nothing in range: it reads no memory and lands zeros in a stage nothing
+    reads, so the loop keeps one body and exact wait counts (passes/pipelining.py, masked tail)."""
 
     stage: int = 0
+    live: tuple | None = None
 
 
 @dataclass(eq=False)

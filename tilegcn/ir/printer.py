@@ -52,7 +52,8 @@ def print_expr(e: N.Expr) -> str:
 
 def _stmt(s: N.Stmt, indent: str, out: list, texts: dict):
     if isinstance(s, N.AsyncCopy):
-        out.append(f"{indent}async_copy {_region(s.src, texts)} -> {_region(s.dst, texts)} stage={s.stage}")
+        live = f" while {_start_text(s.live[0])} < {s.live[1]}" if s.live else ""
+        out.append(f"{indent}async_copy {_region(s.src, texts)} -> {_region(s.dst, texts)} stage={s.stage}{live}")
     elif isinstance(s, N.Copy):
         out.append(f"{indent}copy {_region(s.src, texts)} -> {_region(s.dst, texts)}")
     elif isinstance(s, N.CommitGroup):

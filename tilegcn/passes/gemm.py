@@ -19,6 +19,7 @@ pass emits the exact vmcnt / lgkmcnt for them and leaves the younger stages in f
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 
@@ -317,6 +318,7 @@ class PipeState:
     staging: dict = field(default_factory=dict)  # (buffer, stage) -> [4-VGPR Reg per slot]
     tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
     wave_lds: dict = field(default_factory=dict)  # lane bytes -> SGPR: the wave's lane_bytes * 64 * wave (LDS-DMA M0)
+    masked: dict = field(default_factory=dict)  # (V#, loop variable, threshold) -> its masked copy (_masked)
     loop_writes: list | None = None  # LDS buffers written before the first barrier of the loop body
 
     def barrier(self):
@@ -427,16 +429,66 @@ def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
     wave_lds = pipe.wave_lds[width]
     src, region = s.src.buffer, s.src
     origins: dict = {}
-    for slot in range(cp.slots):
-        index, shift = _slot_index(region, cp, slot, origins)
-        with _ExecMask(ctx, cp.active_threads(slot)):
-            a = ctx.access.address(src, index, mask, width, max_imm=0, shift=shift)
-            b.emit("s_add_u32", M0, wave_lds, lds_base + width * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
-            b.emit(DMA_LOAD[width], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
-                   uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
-                   comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
-            if a.temp:
-                b.v.free(a.voffset)
+    with _live_trips(ctx, s.live):
+        for slot in range(cp.slots):
+            index, shift = _slot_index(region, cp, slot, origins)
+            with _ExecMask(ctx, cp.active_threads(slot)):
+                a = ctx.access.address(src, index, mask, width, max_imm=0, shift=shift)
+                if s.live is not None:
+                    a = a._replace(srd=_masked(ctx, s.live, a.srd))
+                b.emit("s_add_u32", M0, wave_lds, lds_base + width * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
+                b.emit(DMA_LOAD[width], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
+                       uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
+                       comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
+                if a.temp:
+                    b.v.free(a.voffset)
+
+
+def _threshold(live: tuple) -> tuple:
+    """(loop variable, the first trip whose copy is past the end) of AsyncCopy.live = (tile, n): `tile` is affine in
+    the loop variable with a positive coefficient, so the copy is live exactly in the trips before the threshold."""
+    tile, n = live
+    (var,) = tile.free_symbols
+    coeff, const = int(tile.coeff(var)), int(tile.subs(var, 0))
+    return var, -(-(n - const) // coeff)
+
+
+@contextlib.contextmanager
+def _live_trips(ctx: Context, live: tuple | None):
+    """The address analysis of a masked copy over its live trips only (GlobalAccess.loop_ranges): in the others its
+    V# has NUM_RECORDS 0, so no lane reaches memory whatever the offsets, and the advance can stay in soffset as in
+    the live steps (over the whole range a tile past the end would send it to every lane's voffset)."""
+    if live is None:
+        yield
+        return
+    var, threshold = _threshold(live)
+    ranges = ctx.access.loop_ranges
+    saved = ranges[var]
+    ranges[var] = (saved[0], max(saved[0], min(saved[1], threshold - 1)))
+    try:
+        yield
+    finally:
+        ranges[var] = saved
+
+
+def _masked(ctx: Context, live: tuple, srd: Reg) -> Reg:
+    """A V# equal to `srd` but with NUM_RECORDS 0 in the loop trips where `live` = (tile, n) says the copy's tile is
+    past the end (tile >= n): every lane is then out of range whether or not the hardware counts soffset, so the
+    LDS DMA reads no memory and writes zeros to a stage nothing reads (ISA_NOTES: buffer out-of-range rules).
+    The steps of an unrolled body share a threshold where n is a multiple of the unroll, so a trip selects each
+    operand's V# once (s_cmp + s_cselect of word 2; words 0, 1, 3 copied before the loop) for all its steps."""
+    var, threshold = _threshold(live)
+    key = (srd, var, threshold)
+    masked = ctx.pipe.masked.get(key)
+    if masked is None:
+        b = ctx.b
+        masked = ctx.pipe.masked[key] = b.alloc_in_frame("s", 0, 4, align=4, what="V# masked past the end")
+        b.emit("s_mov_b64", masked[0:2], srd[0:2], frame=0)
+        b.emit("s_mov_b32", masked[3], srd[3], frame=0)
+        counter = ctx.lower.sgpr(var)
+        b.emit("s_cmp_lt_u32", counter, threshold, defs=(), uses=(counter,))
+        b.emit("s_cselect_b32", masked[2], srd[2], 0, comment=f"NUM_RECORDS 0 from trip {threshold} of {var}")
+    return masked
 
 
 def lower_commit_group(ctx: Context, s: N.CommitGroup):

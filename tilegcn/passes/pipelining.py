@@ -34,7 +34,15 @@ Which order a steady step takes (`step_order`):
 
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math);
 steady iterations that do not fill a whole unrolled trip are emitted after the loop. Correct for any n >= 1:
-with n < S the prologue issues only n groups and there is no steady part. The lowering (gemm.py) turns
+with n < S the prologue issues only n groups and there is no steady part.
+
+Masked tail (copies by LDS DMA, n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is
+steady, and in the last trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the
+lowering selects a V# with NUM_RECORDS 0: no memory is read, zeros land in a stage nothing reads). Only the last
+n % S steps follow the loop. The epilogue was a peeled copy of the loop body's reads and MFMAs: 14-16 % of the
+256x256x64 GEMM's instructions, which every back-end pass pays for (the timing model at 8192^3 rates both forms
+alike, 1.305 vs 1.303 M cycles at 256 threads). The wait counts stay exact: every step commits one group.
+Register-staged copies keep the peeled epilogue (the masked loads' zeros would be written to LDS by ds_write). The lowering (gemm.py) turns
 AsyncCopy into LDS DMA or register-staged copies and WaitGroup into exact `s_waitcnt` + `s_barrier`.
 """
 from __future__ import annotations
@@ -106,12 +114,13 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             if order == PHASES and not phases:
                 order = WAIT_FIRST
             phased = split_k_phases(s, program) if order == PHASES else None
+            dma = all(by_dma(c.dst.buffer) for c in s.body if isinstance(c, N.Copy))
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
-                out.extend(_pipeline(loop, wait_first=True))
+                out.extend(_pipeline(loop, wait_first=True, masked_tail=dma))
             else:
-                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
+                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST, masked_tail=dma))
         elif isinstance(s, N.Loop):
             body = _rewrite(s.body, arch, by_dma, split, program, phases)
             out.append(s if body == s.body else dataclasses.replace(s, body=body))
@@ -194,20 +203,24 @@ def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
     return False
 
 
-def _pipeline(loop: N.Loop, wait_first: bool) -> list:
+def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = False) -> list:
+    """The prologue, steady loop and epilogue of the module docstring. `masked_tail` (copies by LDS DMA only, and at
+    least S steps): every step but the last n % S is a steady step of the loop, the copies of tiles past the end
+    issued with nothing in range (AsyncCopy.live) in the last trip; the S - 1 steps after the loop's tiles that
+    would otherwise be peeled (a whole unrolled body of ds_reads and MFMAs in the 256x256 GEMM) run in the loop."""
     n, S, k = loop.extent, loop.num_stages, loop.var
     copies = [s for s in loop.body if isinstance(s, N.Copy)]
     gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
 
-    def issue(kk, stage: int) -> list:
-        return [N.AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc) for c in copies] + \
+    def issue(kk, stage: int, live=None) -> list:
+        return [N.AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
             [N.CommitGroup(loc=loop.loc)]
 
     def compute(stage: int) -> list:
         return [dataclasses.replace(g, stage=stage) for g in gemms]
 
-    def steady(kk, j: int) -> list:  # iteration kk, with kk % S == j
-        copies = issue(kk + S - 1, (j + S - 1) % S)
+    def steady(kk, j: int, live=None) -> list:  # iteration kk, with kk % S == j
+        copies = issue(kk + S - 1, (j + S - 1) % S, live)
         if wait_first:
             return [N.WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
         return copies + [N.WaitGroup(S - 1, loc=loop.loc)] + compute(j)
@@ -215,16 +228,25 @@ def _pipeline(loop: N.Loop, wait_first: bool) -> list:
     out = []
     for kk in range(min(S - 1, n)):
         out += issue(kk, kk)
-    count = max(0, n - S + 1)  # steady iterations
+    masked_tail = masked_tail and n >= S
+    count = n if masked_tail else max(0, n - S + 1)  # steady iterations
     trips = count // S
     if trips:
         var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
-        body = [s for j in range(S) for s in steady(S * var + j, j)]
+        body = []
+        for j in range(S):
+            tile = S * var + j + S - 1  # the tile this step's copies load
+            live = (tile, n) if masked_tail and S * (trips - 1) + j + S - 1 >= n else None
+            body += steady(S * var + j, j, live)
         out.append(N.Loop(var, trips, 1, body, loc=loop.loc))
-    for kk in range(S * trips, count):
-        out += steady(kk, kk % S)
-    for kk in range(count, n):
-        out += [N.WaitGroup(n - 1 - kk, loc=loop.loc)] + compute(kk % S)
+    if masked_tail:  # the last n % S steps: no tile left to load; the newest in flight is the loop's last copy's
+        drained, newest = S * trips, S * trips + S - 2
+    else:
+        for kk in range(S * trips, count):
+            out += steady(kk, kk % S)
+        drained, newest = count, n - 1
+    for kk in range(drained, n):
+        out += [N.WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
     return out
 
 
