@@ -21,7 +21,7 @@ from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
 from tilegcn.passes.gemm_plan import plan_gemm
 from tilegcn.amdgcn.arch import get_arch
-from tilegcn.passes.pipelining import covers_round_trip, pipeline_loops
+from tilegcn.passes.pipelining import _pipeline, covers_round_trip, pipeline_loops
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +78,7 @@ def execute(stmts, env=None, state=None):
             for group in done:
                 for key, k in group:
                     state["lds"][key] = k
+                    state.setdefault("retired", []).append(k)
         elif isinstance(s, N.Gemm):
             k = len(state["computed"])
             for buf in (s.A, s.B):
@@ -120,24 +121,26 @@ def _steady_loop(kernel: N.Kernel) -> N.Loop:
     return loop
 
 
-@pytest.mark.parametrize("by_dma", [True, False], ids=["lds_dma", "registers"])
+@pytest.mark.parametrize("wait_first", [True, False], ids=["wait_first", "issue_first"])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("n", [3, 4, 6, 8, 9])
-def test_an_lds_dma_loop_runs_its_last_steps_in_the_loop_and_loads_nothing_past_k(n, stages, by_dma):
-    """Copies by LDS DMA: the steps after the last tile is issued run as trips of the steady loop, their copies
-    issued with nothing in range (no peeled copy of the loop body); only n % S steps follow the loop. No copy that
-    is live fetches a tile past the last, and every gemm still reads its landed tile. Register-staged copies keep
-    the peeled drain (their ds_writes would store the masked loads' zeros)."""
-    out = pipeline_loops(k_loop_kernel(n, stages), None, by_dma=lambda buf: by_dma)
+def test_the_last_steps_run_in_the_loop_and_nothing_past_k_is_loaded(n, stages, wait_first):
+    """The steps after the last tile is issued run as trips of the steady loop, their copies issued with nothing in
+    range (no peeled copy of the loop body); only n % S steps follow the loop. No live copy fetches a tile past the
+    last, a copy past the end is never retired by a wait (a register-staged one would be written to LDS), and every
+    gemm still reads its landed tile."""
+    loop = k_loop_kernel(n, stages).body[0]
+    out = _pipeline(loop, wait_first=wait_first)
     state = dict(lds={}, current=[], groups=[], computed=[])
-    assert execute(out.body, state=state) == list(range(n))
+    assert execute(out, state=state) == list(range(n))
     assert max(t for t in state["loaded"] if t is not None) == n - 1
+    assert "nothing in range" not in state["retired"]
     masked = [t for t in state["loaded"] if t is None]
-    if not by_dma or n < stages:  # (n < S: prologue and drain, no loop)
+    if n < stages:  # prologue and drain, no loop
         assert not masked
         return
-    (loop,) = [s for s in out.body if isinstance(s, N.Loop)]
-    peeled = [s for s in out.body[out.body.index(loop) + 1:] if isinstance(s, N.Gemm)]
+    (steady,) = [s for s in out if isinstance(s, N.Loop)]
+    peeled = [s for s in out[out.index(steady) + 1:] if isinstance(s, N.Gemm)]
     assert len(peeled) == n % stages
     assert len(masked) == 2 * max(0, stages - 1 - n % stages)  # A and B of each last-trip step past the last tile
 

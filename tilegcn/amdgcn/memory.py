@@ -365,9 +365,11 @@ class GlobalAccess:
                comment="outside: an offset past NUM_RECORDS")
         return out
 
-    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None):
+    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None, resource=None):
+        """`resource`: a function of the access's V# giving the V# to load with (a pipelined copy past the end)."""
         a = self.address(buffer, index, mask_dims, width, shift=shift)
-        self.b.emit(LOAD_OPS[width], dst, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
+        srd = a.srd if resource is None else resource(a.srd)
+        self.b.emit(LOAD_OPS[width], dst, a.voffset, srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
         if a.temp:
             self.b.v.free(a.voffset)  # the address is read at issue
 

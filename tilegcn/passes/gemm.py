@@ -241,13 +241,16 @@ def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list
     per = width // src.dtype.bytes
     dw = width // 4
     origins: dict = {}
-    for slot in range(cp.slots):
-        index, (row, col) = _slot_index(region, cp, slot, origins)
-        with _ExecMask(ctx, cp.active_threads(slot)):
-            for piece in range(8 // per):
-                ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
-                                comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
-                                shift=(row, col + piece * per))
+    live = getattr(s, "live", None)
+    resource = None if live is None else functools.partial(_masked, ctx, live)
+    with _live_trips(ctx, live):
+        for slot in range(cp.slots):
+            index, (row, col) = _slot_index(region, cp, slot, origins)
+            with _ExecMask(ctx, cp.active_threads(slot)):
+                for piece in range(8 // per):
+                    ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
+                                    comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
+                                    shift=(row, col + piece * per), resource=resource)
 
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):

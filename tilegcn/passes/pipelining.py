@@ -36,13 +36,14 @@ The steady part is a loop unrolled S times, so every stage index is a constant (
 steady iterations that do not fill a whole unrolled trip are emitted after the loop. Correct for any n >= 1:
 with n < S the prologue issues only n groups and there is no steady part.
 
-Masked tail (copies by LDS DMA, n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is
-steady, and in the last trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the
-lowering selects a V# with NUM_RECORDS 0: no memory is read, zeros land in a stage nothing reads). Only the last
-n % S steps follow the loop. The epilogue was a peeled copy of the loop body's reads and MFMAs: 14-16 % of the
-256x256x64 GEMM's instructions, which every back-end pass pays for (the timing model at 8192^3 rates both forms
-alike, 1.305 vs 1.303 M cycles at 256 threads). The wait counts stay exact: every step commits one group.
-Register-staged copies keep the peeled epilogue (the masked loads' zeros would be written to LDS by ds_write). The lowering (gemm.py) turns
+Masked tail (n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is steady, and in the last
+trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the lowering selects a V# with
+NUM_RECORDS 0: no memory is read, zeros land in a stage nothing reads, or in staging VGPRs never written to LDS).
+Only the last n % S steps follow the loop. The epilogue was a peeled copy of the loop body's reads and MFMAs:
+14-16 % of the 256x256x64 GEMM's instructions on gfx950, which every back-end pass pays for (the timing model at
+8192^3 rates both forms alike, 1.305 vs 1.303 M cycles at 256 threads). The wait counts stay exact: every step
+commits one group, and a group past the end is always among the newest, never retired by a wait_group (so a
+register-staged one is never written to LDS). The lowering (gemm.py) turns
 AsyncCopy into LDS DMA or register-staged copies and WaitGroup into exact `s_waitcnt` + `s_barrier`.
 """
 from __future__ import annotations
@@ -114,13 +115,12 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             if order == PHASES and not phases:
                 order = WAIT_FIRST
             phased = split_k_phases(s, program) if order == PHASES else None
-            dma = all(by_dma(c.dst.buffer) for c in s.body if isinstance(c, N.Copy))
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
-                out.extend(_pipeline(loop, wait_first=True, masked_tail=dma))
+                out.extend(_pipeline(loop, wait_first=True))
             else:
-                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST, masked_tail=dma))
+                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif isinstance(s, N.Loop):
             body = _rewrite(s.body, arch, by_dma, split, program, phases)
             out.append(s if body == s.body else dataclasses.replace(s, body=body))
@@ -203,11 +203,11 @@ def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
     return False
 
 
-def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = False) -> list:
-    """The prologue, steady loop and epilogue of the module docstring. `masked_tail` (copies by LDS DMA only, and at
-    least S steps): every step but the last n % S is a steady step of the loop, the copies of tiles past the end
-    issued with nothing in range (AsyncCopy.live) in the last trip; the S - 1 steps after the loop's tiles that
-    would otherwise be peeled (a whole unrolled body of ds_reads and MFMAs in the 256x256 GEMM) run in the loop."""
+def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = True) -> list:
+    """The prologue, steady loop and epilogue of the module docstring. `masked_tail` (at least S steps): every step
+    but the last n % S is a steady step of the loop, the copies of tiles past the end issued with nothing in range
+    (AsyncCopy.live) in the last trip; the S - 1 steps after the loop's tiles that would otherwise be peeled (a
+    whole unrolled body of ds_reads and MFMAs in the 256x256 GEMM) run in the loop."""
     n, S, k = loop.extent, loop.num_stages, loop.var
     copies = [s for s in loop.body if isinstance(s, N.Copy)]
     gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
