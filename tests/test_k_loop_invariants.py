@@ -1,7 +1,8 @@
 """Nothing loop-invariant in the GEMM's K loop, as a reader of the kernel's `.s` sees it.
 
 The buffer descriptors (V#s) of the operands are built once before the loop; each K step only advances an offset
-(soffset, or voffset where a ragged dim 0 is walked), M0 for LDS DMA, and the loop counter. Numerics of the same
+(soffset, or voffset where a ragged dim 0 is walked), M0 for LDS DMA, and the loop counter; a trip selects the
+NUM_RECORDS word of the V# its copies past the end load with (passes/pipelining.py, masked tail). Numerics of the same
 kernels, ragged shapes included, are checked against torch in test_gemm.py and test_pipelining.py.
 """
 from __future__ import annotations
@@ -59,8 +60,15 @@ def test_k_loop_builds_no_descriptor(arch, layout, tile, stages):
                                transpose_B=layout == "NT", num_stages=stages).asm
     body = loop_body(asm)
     loads = [i for i in body if i.startswith("buffer_load")]
-    descriptors = set().union(*(sgprs(next(o for o in operands(i) if o.startswith("s["))) for i in loads))
-    written = set().union(*(written_sgprs(i) for i in body))
+    quads = {next(o for o in operands(i) if o.startswith("s[")) for i in loads}
+    descriptors = set().union(*map(sgprs, quads))
+    # the one V# word a trip may write: NUM_RECORDS (word 2) of the descriptor that the last trip's copies of tiles
+    # past the end load with (set to 0 there: the masked tail), one s_cselect per operand
+    num_records = {min(sgprs(q)) + 2 for q in quads}
+    selects = [i for i in body if written_sgprs(i) & descriptors]
+    assert all(i.startswith("s_cselect_b32") and written_sgprs(i) <= num_records for i in selects), selects
+    assert len(selects) <= 2, selects
+    written = set().union(*(written_sgprs(i) for i in body if i not in selects))
     assert loads and not descriptors & written, f"V# SGPRs {sorted(descriptors & written)} written in the K loop"
     assert not any(i.startswith("v_readfirstlane") for i in body)
     # what SALU is left: the loop counter, M0 per LDS DMA, and the offset advance: at most a shift and an add per
@@ -70,6 +78,6 @@ def test_k_loop_builds_no_descriptor(arch, layout, tile, stages):
     steps = len(loads) * 16 * 256 // (2 * tile * bk * 2)  # 16-byte loads of one A and one B tile per K step
     counter = sgprs(operands(next(i for i in reversed(body) if i.startswith("s_cmp")))[0])
     salu = [i for i in body if i.startswith("s_") and not i.startswith(NOT_SALU + ("s_cmp",))]
-    advance = [i for i in salu if operands(i)[0] != "m0" and not written_sgprs(i) & counter]
+    advance = [i for i in salu if operands(i)[0] != "m0" and not written_sgprs(i) & counter and i not in selects]
     dma_slots = sum(i.endswith(" lds") for i in loads) if layout == "NN" else 0
     assert len(advance) <= 2 * 2 * steps + dma_slots, f"{len(advance)} SALU besides counter and M0 for {steps} K steps: {advance}"
