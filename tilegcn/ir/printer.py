@@ -21,12 +21,12 @@ def _start_text(start) -> str:
     named, const = [], ""
     for t in terms:
         if getattr(t, "is_Integer", False) and t >= 0:
-            const = str(t)
+            const = str(int(t))  # (str of a SymPy Integer goes through its printer)
         elif getattr(t, "is_Symbol", False):
             named.append((t.name, t.name))
         elif getattr(t, "is_Mul", False) and len(t.args) == 2 and t.args[0].is_Integer and t.args[0] > 0 \
                 and t.args[1].is_Symbol:
-            named.append((t.args[1].name, f"{t.args[0]}*{t.args[1].name}"))
+            named.append((t.args[1].name, f"{int(t.args[0])}*{t.args[1].name}"))
         else:
             return str(start)
     if len(named) > len({name for name, _ in named}):  # not SymPy's (two symbols of one name): its order may differ
