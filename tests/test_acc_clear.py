@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +109,19 @@ def test_inline_fill_values_are_llvms_inline_srcc():
     assert len(srcc) == len(values)
     llvm_inline = [not re.fullmatch(r"[av]\[\d+:\d+\]", c) for c in srcc]
     assert llvm_inline == [_is_inline_f32(v) for v in values], list(zip(values, srcc))
+
+
+def test_timing_model_counts_no_flops_for_a_fill():
+    """The estimate's FLOPs are the launch's work: a fill MFMA (a tuple times itself onto an inline constant) counts
+    none; a first K step with a constant srcC (what LLVM emits for C = 0) and an accumulating step count theirs."""
+    sys.path.insert(0, str(Path(__file__).parent / "asm"))
+    from emukit import module
+
+    name = "v_mfma_f32_32x32x8_bf16"
+    body = "\n".join([f"v_mov_b32 v{i}, 0" for i in range(64, 68)] + ["s_nop 1",
+                      f"{name} v[0:15], v[64:65], v[64:65], 0",      # fill
+                      f"{name} v[16:31], v[64:65], v[66:67], 0",     # first K step, C = 0
+                      f"{name} v[0:15], v[64:65], v[66:67], v[0:15]",  # accumulate
+                      "s_endpgm"])
+    est = module(body, arch="gfx950", vgprs=72).estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64)])
+    assert est.flops == 2 * (2 * 32 * 32 * 8)
