@@ -21,6 +21,9 @@ from tilegcn.amdgcn.arch import get_arch
 from tilegcn.passes.elementwise import _is_inline_f32
 from tilegcn.toolchain import find_llvm
 
+sys.path.insert(0, str(Path(__file__).parent / "asm"))
+from emukit import module  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def emulator(monkeypatch):
@@ -114,9 +117,6 @@ def test_inline_fill_values_are_llvms_inline_srcc():
 def test_timing_model_counts_no_flops_for_a_fill():
     """The estimate's FLOPs are the launch's work: a fill MFMA (a tuple times itself onto an inline constant) counts
     none; a first K step with a constant srcC (what LLVM emits for C = 0) and an accumulating step count theirs."""
-    sys.path.insert(0, str(Path(__file__).parent / "asm"))
-    from emukit import module
-
     name = "v_mfma_f32_32x32x8_bf16"
     body = "\n".join([f"v_mov_b32 v{i}, 0" for i in range(64, 68)] + ["s_nop 1",
                       f"{name} v[0:15], v[64:65], v[64:65], 0",      # fill
