@@ -243,3 +243,50 @@ def test_m0_write_before_lds_dma_matches_llvm(arch):
     with pytest.raises(HazardError, match="M0"):
         run_on_emulator(arch, "s_mov_b32 m0, 0", dma, 0)
     run_on_emulator(arch, "s_mov_b32 m0, 0", dma, want)
+
+
+# ---- the accumulator fill: D = 0 * 0 + c (passes/elementwise.py `lower_fill`) ----------------------------------
+def fill_mfma(name, dst: R, zeros: R) -> Op:
+    """The MFMA that sets `dst` to the inline constant 0: srcA = srcB = `zeros`, srcC the constant."""
+    mir_name = MIR_MFMA[name] + "_e64"
+    return Op(f"{name} {dst.asm}, {zeros.asm}, {zeros.asm}, 0",
+              f"{dst.mir} = {mir_name} {zeros.mir}, {zeros.mir}, 0, 0, 0, 0, implicit $mode, implicit $exec",
+              Inst(name, (dst.reg, zeros.reg, zeros.reg, 0.0), (dst.reg,), (zeros.reg, zeros.reg), isa.MFMA))
+
+
+def fill_cases(arch):
+    """The sequence a cleared accumulator goes through: VALU zeros -> fill MFMA -> the gemm's first MFMA reading
+    the fill as srcC (the same tuple, or a 16x16 shape's tuple inside it), an epilogue's v_accvgpr_read of it;
+    and a fill after an earlier tile's MFMA wrote the same tuple."""
+    a = get_arch(arch)
+    fill_name, fill = a.acc_fill_mfmas()[0]
+    zeros = R("v", 0, fill.a_regs)
+    acc = R("a", 0, fill.d_regs)
+    shapes = a.mfma_shapes["bf16"]
+    big = next(s for s in shapes if s.d_regs == fill.d_regs)
+    small = next(s for s in shapes if s.d_regs < fill.d_regs)
+    A, B = R("v", 8, big.a_regs), R("v", 12, big.a_regs)
+    a_small, b_small = R("v", 8, small.a_regs), R("v", 12, small.a_regs)
+    inside = R("a", 4, small.d_regs)
+    gemm_mfma = mfma(big.name("bf16"), acc, A, B, acc)
+    return [
+        ("VALU zero -> fill srcA/B", valu_mov(R("v", 1), R("v", 30)), fill_mfma(fill_name, acc, zeros)),
+        ("fill -> gemm MFMA same srcC", fill_mfma(fill_name, acc, zeros), gemm_mfma),
+        ("fill -> gemm MFMA srcC inside", fill_mfma(fill_name, acc, zeros),
+         mfma(small.name("bf16"), inside, a_small, b_small, inside)),
+        ("fill -> v_accvgpr_read", fill_mfma(fill_name, acc, zeros), accvgpr_read(R("v", 30), R("a", 1))),
+        ("gemm MFMA -> fill same vdst", gemm_mfma, fill_mfma(fill_name, acc, zeros)),
+    ]
+
+
+FILL_CASES = [(arch, *case) for arch in ARCHES for case in fill_cases(arch)]
+
+
+@pytest.mark.parametrize("arch,what,first,second", FILL_CASES, ids=[f"{c[0]}-{c[1]}" for c in FILL_CASES])
+def test_accumulator_fill_hazards_match_llvm(arch, what, first, second):
+    want = llvm_wait_states(arch, first.mir, second.mir)
+    assert tilegcn_wait_states(arch, first.inst, second.inst) == want, f"{arch} {what}: LLVM places {want}"
+    if want:
+        with pytest.raises(HazardError):
+            run_on_emulator(arch, first.asm, second.asm, want - 1)
+    run_on_emulator(arch, first.asm, second.asm, want)

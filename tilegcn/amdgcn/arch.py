@@ -103,6 +103,17 @@ class Arch:
     simds_per_cu: int = 4
     extra: dict = field(default_factory=dict)
 
+    def acc_fill_mfmas(self) -> tuple:
+        """(MFMA name, its shape) that fill a whole accumulator tuple with an inline constant c: D = 0 * 0 + c
+        (passes/elementwise.py `lower_fill`). Per tuple size (d_regs) the fewest passes, the arch's preference
+        breaking ties; largest tuple first. srcA/srcB are zeros, so any input type does: the first listed."""
+        dtype = next(iter(self.mfma_shapes))
+        best: dict = {}
+        for shape in self.mfma_shapes[dtype]:
+            if shape.d_regs not in best or shape.passes < best[shape.d_regs].passes:
+                best[shape.d_regs] = shape
+        return tuple((s.name(dtype), s) for _, s in sorted(best.items(), reverse=True))
+
     def register_alignment(self, file: str, count: int) -> int:
         """The alignment the ISA requires of a `count`-register tuple in register file `file` ("v", "a", "s")."""
         if count == 1:

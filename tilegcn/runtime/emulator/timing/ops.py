@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..decode import Const
 from ..mfma import shape_of
 
 _WIDTH = [
@@ -43,12 +44,18 @@ def width(mnemonic: str) -> int:
     return 4
 
 
+def _is_fill(operands) -> bool:
+    """An MFMA that multiplies a register tuple by itself onto an inline-constant srcC: tilegcn's accumulator fill
+    (D = 0 * 0 + c, passes/elementwise.py), which sets registers and computes none of the launch's FLOPs."""
+    return len(operands) == 4 and operands[1] == operands[2] and isinstance(operands[3], Const)
+
+
 def classify(ins, handler, arch) -> Op:
     cls, base = handler.cls, ins.base
     if cls == "mfma" or base.startswith("v_mfma"):
         info = shape_of(base)
         passes = handler.mfma.passes if handler.mfma is not None else info.passes if info else _passes_from_name(base)
-        flops = 2 * info.M * info.N * info.K if info else 0
+        flops = 2 * info.M * info.N * info.K if info and not _is_fill(ins.operands) else 0
         return Op("mfma", "valu", passes=passes, coexec="_f32_" not in base[6:] and "f64" not in base, flops=flops)
     if cls == "valu":
         return Op("trans" if TRANSCENDENTAL.match(base) else "valu", "valu")
