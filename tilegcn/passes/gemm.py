@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..amdgcn.abi import WORKITEM_ID
-from ..amdgcn.addr import add_constant, split_const
+from ..amdgcn.addr import split_const
 from ..amdgcn import isa
 from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
@@ -137,7 +137,7 @@ def _lds_address(ctx: Context, family, key, extra: int):
     is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
     of this access over every thread (`family.lowest`, computed once with the plan)."""
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    return ctx.lower.vgpr(add_constant(base, shift)), imm
+    return ctx.lower.vgpr_plus(base, shift), imm
 
 
 def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
@@ -150,19 +150,15 @@ def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
 
 
 def _read_address(ctx: Context, family, key, extra: int):
-    """(VGPR, `offset:` suffix) of _lds_address for a gemm's fragment read, remembered per (family, key, extra):
-    every gemm of a pipelined loop at one stage reads the same addresses again. A remembered VGPR is reused only
-    while the builder's CSE still maps its expression to it, which is exactly when ExprLowering.vgpr would return
-    it again."""
-    memo_key = (id(family), key, extra)
-    known = ctx.read_addresses.get(memo_key)
-    if known is not None and ctx.b.cse_get("v", known[0]) is known[1]:
-        return known[1], known[2]
+    """(VGPR, `offset:` suffix) of _lds_address for a gemm's fragment read: every gemm of a pipelined loop reads
+    the same few addresses (a base of the family plus an integer) again."""
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    expr = add_constant(base, shift)
-    vaddr = ctx.lower.vgpr(expr)
-    ctx.read_addresses[memo_key] = (expr, vaddr, f"offset:{imm}")
-    return vaddr, f"offset:{imm}"
+    return ctx.lower.vgpr_plus(base, shift), _offset_suffix(imm)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _offset_suffix(imm: int) -> str:
+    return f"offset:{imm}"
 
 
 class _ExecMask:
