@@ -25,7 +25,7 @@ from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
 from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
-from .isa import VCC, Reg, is_inline_int
+from .isa import VALU, VCC, Inst, Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -398,14 +398,16 @@ def unpack_16bit_to_f32(b, dst: Reg, src: Reg, high: bool, dtype):
 
 
 def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
-    """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet)."""
-    b.valu("v_bfe_u32", tmp, x, 16, 1)
-    b.valu("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
-    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,), uses=(x, x))
+    """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet). The Insts are built with their defs and
+    uses stated (what b.valu would infer): without a bf16 convert (gfx942) the epilogue runs this for every value."""
+    append = b.frames[-1].insts.append
+    append(Inst("v_bfe_u32", (tmp, x, 16, 1), (tmp,), (x,), VALU))
+    bias = b.sgpr_constant(BF16_ROUND_BIAS)  # after the first instruction, as the SGPR's s_mov always was
+    append(Inst("v_add3_u32", (tmp, x, tmp, bias), (tmp,), (x, tmp, bias), VALU))
+    append(Inst("v_cmp_u_f32", (VCC, x, x), (VCC,), (x, x), VALU))
     quiet = b.v.alloc()
-    b.valu("v_or_b32", quiet, BF16_QUIET_BIT, x)
-    b.valu("v_cndmask_b32", tmp, tmp, quiet, VCC)
-    b.v.free(quiet)
+    append(Inst("v_or_b32", (quiet, BF16_QUIET_BIT, x), (quiet,), (x,), VALU))
+    append(Inst("v_cndmask_b32", (tmp, tmp, quiet, VCC), (tmp,), (tmp, quiet, VCC), VALU))
 
 
 def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):
