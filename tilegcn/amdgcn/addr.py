@@ -475,14 +475,17 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
     simple = _is_simple(expr)
     if not free_symbols(expr) & lanes:
         return _UNIFORM, simple
+    # Sums and products read their number (SymPy keeps it first) and terms off `args`, as as_coeff_Add and
+    # as_coeff_Mul do, without building the rest as a new SymPy object unless it is an operand itself (_SHIFTED).
+    args = expr.args
     if isinstance(expr, sympy.Add):
-        const, rest = split_const(expr)
-        if const and free_symbols(rest) & lanes:
-            return _SHIFTED, const, rest, simple
-        return _SUM, const, _operand_kinds(sympy.Add.make_args(rest), lanes), simple
+        if args[0].is_Integer:  # a number, and lane terms (expr varies per lane): a shifted sum
+            return _SHIFTED, int(args[0]), expr._new_rawargs(*args[1:]), simple
+        return _SUM, 0, _operand_kinds(args, lanes), simple
     if isinstance(expr, sympy.Mul):
-        coeff, rest = expr.as_coeff_Mul()
-        return _PRODUCT, int(coeff), _operand_kinds(sympy.Mul.make_args(rest), lanes), simple
+        if args[0].is_Number:
+            return _PRODUCT, int(args[0]), _operand_kinds(args[1:], lanes), simple
+        return _PRODUCT, 1, _operand_kinds(args, lanes), simple
     div = split_floor_div(expr)
     if div is not None:
         return _QUOTIENT, div[0], div[1], simple
