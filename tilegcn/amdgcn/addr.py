@@ -364,13 +364,13 @@ class ExprLowering:
         register, exactly when vgpr(add_constant(base, const)) would (the key is put and dropped with the value's)."""
         base = sym(base)
         b = self.b
+        key = _plus_key(base, const)
+        hit = b.cse_get("v", key) if const else None  # only shiftable bases have such keys (_SHIFTED's rest is)
+        if hit is not None:
+            return hit
         lanes = frozenset(b.lane_symbols)
         if const == 0 or not _shiftable(base, lanes) or self._depth:
             return self._vgpr(add_constant(base, const))
-        key = _plus_key(base, const)
-        hit = b.cse_get("v", key)
-        if hit is not None:
-            return hit
         frame = b.frame_of(base) if len(b.frames) > 1 else 0
         self._lanes = lanes
         out = b.v.alloc()
