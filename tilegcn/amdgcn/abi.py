@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from ..ir import nodes as N
 from .addr import MASK32, ExprLowering
 from .builder import KernelBuilder
