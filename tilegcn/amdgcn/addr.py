@@ -325,16 +325,18 @@ class ExprLowering:
     def _vgpr(self, expr) -> Reg:
         """vgpr() of a SymPy expression (the operands _vgpr_shape lists are)."""
         b = self.b
-        hit = b.cse_get("v", expr) or (self._temps.get(expr) if self._temps else None)
+        outer = len(b.frames) == 1
+        hit = (b.frames[0].cse.get(("v", expr)) if outer else b.cse_get("v", expr)) or \
+            (self._temps.get(expr) if self._temps else None)
         if hit is not None:
             return hit
         if expr.is_Symbol:  # symbol_regs holds symbols only
             hit = b.symbol_regs.get(expr)
             if hit is not None and hit.file == "v":
                 return hit
-        frame = b.frame_of(expr) if len(b.frames) > 1 else 0
+        frame = 0 if outer else b.frame_of(expr)
         if self._depth == 0:
-            self._lanes = frozenset(b.lane_symbols)
+            self._lanes = self._lane_set()
         shape = _vgpr_shape(expr, self._lanes)
         if shape[0] is _SHIFTED:  # made by vgpr_plus, perhaps, under its key only
             hit = b.cse_get("v", _plus_key(shape[2], shape[1]))
@@ -356,6 +358,13 @@ class ExprLowering:
             self._temps[expr] = out
         return out
 
+    def _lane_set(self) -> frozenset:
+        """The builder's lane symbols, frozen (a memo key); they are only ever added to, so an equal count means the
+        same set as last time."""
+        if len(self._lanes) != len(self.b.lane_symbols):
+            self._lanes = frozenset(self.b.lane_symbols)
+        return self._lanes
+
     def vgpr_plus(self, base, const: int) -> Reg:
         """vgpr(add_constant(base, const)) without building that SymPy sum where `base` varies per lane and holds no
         number: such a sum is one v_add_u32 of `const` and base's VGPR (_SHIFTED), and the accesses of a tile (a
@@ -368,11 +377,10 @@ class ExprLowering:
         hit = b.cse_get("v", key) if const else None  # only shiftable bases have such keys (_SHIFTED's rest is)
         if hit is not None:
             return hit
-        lanes = frozenset(b.lane_symbols)
+        lanes = self._lane_set()
         if const == 0 or not _shiftable(base, lanes) or self._depth:
             return self._vgpr(add_constant(base, const))
         frame = b.frame_of(base) if len(b.frames) > 1 else 0
-        self._lanes = lanes
         out = b.v.alloc()
         self._depth += 1
         try:
