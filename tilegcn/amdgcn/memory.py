@@ -408,6 +408,7 @@ def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
     quiet = b.v.alloc()
     append(Inst("v_or_b32", (quiet, BF16_QUIET_BIT, x), (quiet,), (x,), VALU))
     append(Inst("v_cndmask_b32", (tmp, tmp, quiet, VCC), (tmp,), (tmp, quiet, VCC), VALU))
+    b.v.free(quiet)
 
 
 def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):

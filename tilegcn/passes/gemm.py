@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from ..amdgcn import isa
 from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.addr import split_const
-from ..amdgcn import isa
 from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
@@ -464,21 +464,15 @@ def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
     TID plus an integer (SeparatedOffsets). The index is the start's symbolic part + base (_slot_origin), shared by
     the slots with that base and by every copy whose start differs by an integer (a pipeline's stages and K phases:
     the address analysis of GlobalAccess then runs once per origin); the shift is the integers, the start's constant
-    included (GlobalAccess.address). `origins` keeps each dim's (symbolic part, constant) of the start."""
+    included (GlobalAccess.address). `origins` keeps each dim's (constant, symbolic part) of the start."""
     index, shift = [], []
     for d, family in enumerate((cp.global_row_family, cp.global_col_family)):
         if d not in origins:
-            origins[d] = _start_split(region.starts[d])
-        start, const = origins[d]
+            origins[d] = split_const(region.starts[d])
+        const, start = origins[d]
         index.append(_slot_origin(start, family.bases[family.base_of[slot]]))
         shift.append(const + family.const[slot])
     return tuple(index), tuple(shift)
-
-
-def _start_split(start) -> tuple:
-    """(symbolic part, integer constant) of a copy's region start."""
-    const, rest = split_const(start)
-    return rest, const
 
 
 @memo  # every copy of one operand in a pipelined loop asks for the same origins
