@@ -9,7 +9,7 @@ import torch
 
 from tilegcn import language as T
 from tilegcn.amdgcn import symcache
-from tilegcn.amdgcn.addr import add_constant, linear_form, split_floor_div, value_range
+from tilegcn.amdgcn.addr import ExprLowering, add_constant, linear_form, split_floor_div, value_range
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
@@ -103,6 +103,47 @@ def test_valu_builds_what_emit_builds():
     with b.loop_frame(BX, z):
         b.valu("v_mov_b32", x, y, frame=0)
         assert not b.frames[1].insts and b.frames[0].insts[-1].op == "v_mov_b32"
+
+
+def test_vgpr_plus_finds_and_makes_what_vgpr_does():
+    """ExprLowering.vgpr_plus(base, c), the shortcut for an address that is a base plus an integer, gives the
+    registers and instructions vgpr(base + c) gives, whichever of the two made the value first: in loop frames (a
+    value of the loop variable is forgotten with its loop), under an EXEC mask (whose values are forgotten after it),
+    and for bases holding a number (the general path)."""
+    k = sympy.Symbol("k", integer=True, nonnegative=True)
+    base = 16 * sympy.floor(TID / 8) + 4 * sympy.Mod(TID, 8) + sympy.Mod(sympy.floor(TID / 4) + BX, 2)
+    plus = lambda low, e, c: low.vgpr_plus(e, c)  # noqa: E731
+    whole = lambda low, e, c: low.vgpr(add_constant(e, c))  # noqa: E731
+    steps = [(plus, base, 32), (whole, base, 32), (whole, base, 64), (plus, base, 64), (plus, base, 0),
+             (plus, base + 5, 3), (whole, base, 8),
+             ("loop",), (plus, base, 32), (plus, base + 64 * k, 32), (plus, base, 512), ("end",),
+             ("loop",), (whole, base + 64 * k, 32), (plus, base + 64 * k, 32), ("end",),
+             ("mask",), (plus, base, 96), ("end",), (whole, base, 96), (plus, base, 96)]
+
+    def lowered(use_plus: bool) -> list:
+        b = KernelBuilder(get_arch("gfx942"), "k")
+        b.lane_symbols.add(TID)
+        b.symbol_regs.update({TID: b.v.alloc(), BX: b.s.alloc()})
+        low, scopes = ExprLowering(b), []
+        for step in steps:
+            if step[0] in ("loop", "mask"):
+                scopes.append((b.loop_frame(k, b.s.alloc()) if step[0] == "loop" else b.lanes_masked(), step[0]))
+                scopes[-1][0].__enter__()
+            elif step[0] == "end":
+                scope, kind = scopes.pop()
+                body = b.frames[-1].insts
+                scope.__exit__(None, None, None)
+                if kind == "loop":
+                    b.frames[-1].insts.extend(body)  # as passes/pipeline.py closes a loop
+            else:
+                way, e, c = step
+                got = (way if use_plus else whole)(low, e, c)
+                assert got is low.vgpr(add_constant(e, c))  # found again by the general path
+        return b.insts
+
+    reference, mixed = lowered(False), lowered(True)
+    assert [i.op for i in reference].count("v_add_u32") >= 6  # the shifted values are made, once each per scope
+    assert mixed == reference
 
 
 def test_value_range_memo_keys_on_the_ranges_too():

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy
-
 from ..ir import nodes as N
 from .addr import MASK32, ExprLowering
 from .builder import KernelBuilder
 from .isa import Reg
+from .symcache import sym
 
 KERNARG_PTR = Reg("s", 0, 2)
 WORKGROUP_IDS = (Reg("s", 2), Reg("s", 3), Reg("s", 4))
@@ -105,7 +104,7 @@ class KernelAbi:
         without reaching OUT_OF_RANGE_OFFSET (GlobalAccess.address refuses tiles that would need more).
         """
         b = self.b
-        base_offset = sympy.sympify(base_offset)
+        base_offset = sym(base_offset)
         key = (f"srd:{buffer.name}", base_offset)
         hit = b.cse_get(*key)
         if hit is not None:
@@ -128,7 +127,7 @@ class KernelAbi:
         min(origin, 0) (int32; the caller adds it to every voffset, so lanes before the start get a
         negative voffset, which is out of range). Requires -2^31 < origin."""
         b = self.b
-        base_offset = sympy.sympify(base_offset)
+        base_offset = sym(base_offset)
         keys = (f"srd0:{buffer.name}", f"below:{buffer.name}")
         hit = b.cse_get(keys[0], base_offset)
         if hit is not None:

@@ -325,30 +325,71 @@ class ExprLowering:
     def _vgpr(self, expr) -> Reg:
         """vgpr() of a SymPy expression (the operands _vgpr_shape lists are)."""
         b = self.b
-        hit = b.cse_get("v", expr) or (self._temps.get(expr) if self._temps else None)
+        outer = len(b.frames) == 1
+        hit = (b.frames[0].cse.get(("v", expr)) if outer else b.cse_get("v", expr)) or \
+            (self._temps.get(expr) if self._temps else None)
         if hit is not None:
             return hit
         if expr.is_Symbol:  # symbol_regs holds symbols only
             hit = b.symbol_regs.get(expr)
             if hit is not None and hit.file == "v":
                 return hit
-        frame = b.frame_of(expr) if len(b.frames) > 1 else 0
-        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives
+        frame = 0 if outer else b.frame_of(expr)
         if self._depth == 0:
-            self._lanes = frozenset(b.lane_symbols)
+            self._lanes = self._lane_set()
         shape = _vgpr_shape(expr, self._lanes)
+        if shape[0] is _SHIFTED:  # made by vgpr_plus, perhaps, under its key only
+            hit = b.cse_get("v", _plus_key(shape[2], shape[1]))
+            if hit is not None:
+                return hit
+        out = b.v.alloc()  # what alloc_in_frame("v", frame) gives
         self._depth += 1
         try:
             self._vgpr_into(out, expr, shape, frame)
         finally:
             self._depth -= 1
-        if self._depth == 0:
+        if self._depth == 0 or shape[-1]:
             b.cse_put("v", expr, out, frame)
-            self._temps.clear()  # their registers end with their last use (regalloc): nothing to free
-        elif shape[-1]:
-            b.cse_put("v", expr, out, frame)
+            if shape[0] is _SHIFTED:
+                b.cse_put("v", _plus_key(shape[2], shape[1]), out, frame)
+            if self._depth == 0:
+                self._temps.clear()  # their registers end with their last use (regalloc): nothing to free
         else:
             self._temps[expr] = out
+        return out
+
+    def _lane_set(self) -> frozenset:
+        """The builder's lane symbols, frozen (a memo key); they are only ever added to, so an equal count means the
+        same set as last time."""
+        if len(self._lanes) != len(self.b.lane_symbols):
+            self._lanes = frozenset(self.b.lane_symbols)
+        return self._lanes
+
+    def vgpr_plus(self, base, const: int) -> Reg:
+        """vgpr(add_constant(base, const)) without building that SymPy sum where `base` varies per lane and holds no
+        number: such a sum is one v_add_u32 of `const` and base's VGPR (_SHIFTED), and the accesses of a tile (a
+        copy's slots, the epilogue's runs, a gemm's fragment reads) are a few bases plus many integers. The value is
+        kept in the CSE under (base, const) (_plus_key), which _vgpr consults too, so both paths find the same
+        register, exactly when vgpr(add_constant(base, const)) would (the key is put and dropped with the value's)."""
+        base = sym(base)
+        b = self.b
+        key = _plus_key(base, const)
+        hit = b.cse_get("v", key) if const else None  # only shiftable bases have such keys (_SHIFTED's rest is)
+        if hit is not None:
+            return hit
+        lanes = self._lane_set()
+        if const == 0 or not _shiftable(base, lanes) or self._depth:
+            return self._vgpr(add_constant(base, const))
+        frame = b.frame_of(base) if len(b.frames) > 1 else 0
+        out = b.v.alloc()
+        self._depth += 1
+        try:
+            src = self._vgpr(base)  # as _vgpr_into lowers a _SHIFTED operand: nested, so temporaries stay temporary
+        finally:
+            self._depth -= 1
+        b.valu("v_add_u32", out, const, src, frame=frame)
+        b.cse_put("v", key, out, frame)
+        self._temps.clear()
         return out
 
     def operand(self, expr):
@@ -442,14 +483,17 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
     simple = _is_simple(expr)
     if not free_symbols(expr) & lanes:
         return _UNIFORM, simple
+    # Sums and products read their number (SymPy keeps it first) and terms off `args`, as as_coeff_Add and
+    # as_coeff_Mul do, without building the rest as a new SymPy object unless it is an operand itself (_SHIFTED).
+    args = expr.args
     if isinstance(expr, sympy.Add):
-        const, rest = split_const(expr)
-        if const and free_symbols(rest) & lanes:
-            return _SHIFTED, const, rest, simple
-        return _SUM, const, _operand_kinds(sympy.Add.make_args(rest), lanes), simple
+        if args[0].is_Integer:  # a number, and lane terms (expr varies per lane): a shifted sum
+            return _SHIFTED, int(args[0]), expr._new_rawargs(*args[1:]), simple
+        return _SUM, 0, _operand_kinds(args, lanes), simple
     if isinstance(expr, sympy.Mul):
-        coeff, rest = expr.as_coeff_Mul()
-        return _PRODUCT, int(coeff), _operand_kinds(sympy.Mul.make_args(rest), lanes), simple
+        if args[0].is_Number:
+            return _PRODUCT, int(args[0]), _operand_kinds(args[1:], lanes), simple
+        return _PRODUCT, 1, _operand_kinds(args, lanes), simple
     div = split_floor_div(expr)
     if div is not None:
         return _QUOTIENT, div[0], div[1], simple
@@ -458,6 +502,22 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
         d = int(d)
         return _REMAINDER, x, d, None if is_pow2(d) else sympy.floor(x / d), simple
     return _UNSUPPORTED, simple
+
+
+def _plus_key(base, const: int) -> tuple:
+    """The CSE key of base + const (a _SHIFTED value) that vgpr_plus and _vgpr both use."""
+    return ("+", base, const)
+
+
+@memo
+def _shiftable(base, lanes: frozenset) -> bool:
+    """Whether add_constant(base, c) is a _SHIFTED sum whose rest is `base` itself, for any integer c != 0: base
+    varies per lane and holds no number (add_constant then puts c in front of base's own terms)."""
+    if not free_symbols(base) & lanes or base.is_Number:
+        return False
+    if isinstance(base, sympy.Add):
+        return not base.args[0].is_Number
+    return isinstance(base, (sympy.Mul, sympy.Symbol, sympy.floor, sympy.Mod)) and base.is_commutative
 
 
 def _operand_kinds(terms, lanes: frozenset) -> tuple:

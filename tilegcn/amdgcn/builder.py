@@ -28,6 +28,7 @@ _KIND_BY_PREFIX = (
 )
 _NO_DEF_KINDS = frozenset((isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP))
 _SCC_ONLY = ("s_cmp_", "s_bitcmp")  # scalar compares write SCC only and read all their register operands
+_SCC = (isa.SCC,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,21 +49,30 @@ def _facts(op: str, suffix: str) -> tuple:
 
 def _implied_defs_uses(operands: tuple, defs, uses, kind: str, scc_only: bool) -> tuple:
     """(defs, uses) of an instruction where emit() was not given them: the first register operand is written (none
-    for stores, waits and branches; SCC for scalar compares), the other register operands are read."""
-    regs = [o for o in operands if type(o) is Reg]
+    for stores, waits and branches; SCC for scalar compares), the other register operands are read. Plain loops and
+    tuples: emit() runs this for most of a kernel's instructions, and a comprehension costs a call on Python 3.11."""
+    regs = []
+    for o in operands:
+        if type(o) is Reg:
+            regs.append(o)
     if defs is None:
         if scc_only:
-            defs = (isa.SCC,)
+            defs = _SCC
         elif kind in _NO_DEF_KINDS:
             defs = ()
             if uses is None:
-                uses = regs
-        else:
-            defs = (regs[0],) if regs else ()
+                return defs, tuple(regs)
+        elif regs:
+            defs = (regs[0],)
             if uses is None:
-                uses = regs[1:]
+                return defs, tuple(regs[1:])
+        else:
+            return (), ()
     if uses is None:
-        uses = [r for r in regs if r not in defs]
+        uses = []
+        for r in regs:
+            if r not in defs:
+                uses.append(r)
     return defs, uses
 
 

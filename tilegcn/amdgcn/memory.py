@@ -25,7 +25,7 @@ from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
 from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
-from .isa import VCC, Reg, is_inline_int
+from .isa import VALU, VCC, Inst, Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
@@ -125,6 +125,13 @@ def _sum_of_terms(terms: tuple):
     return sympy.Add(*(c * a for a, c in terms))
 
 
+def _reach_exact(span, imm: int, width: int) -> bool:
+    """Whether every lane's 32-bit voffset (its range `span`, None where unknown) + imm is exact: in-tile offsets below
+    BUFFER_REACH, negative ones (before the origin: out of range) above -BUFFER_REACH. An offset past 2^32 would wrap
+    back into the buffer: a stray access."""
+    return span is not None and span[0] + imm > -BUFFER_REACH and span[1] + imm + width <= BUFFER_REACH
+
+
 class _LoopOrigin(NamedTuple):
     """What _in_loop_address derives from an access origin (index, shift 0) in the open loops, the same for every
     shift: per dim its byte offset's constant (None where its form has none), the dims that move with the loops,
@@ -165,8 +172,8 @@ class GlobalAccess:
                 or self._address(buffer, index, shift, mask_dims, width, limit))
 
     def _split(self, buffer: N.Buffer, index, shift) -> tuple:
-        """split_linear of the byte offset of index + shift: (uniform part, lane part, constant). Only the constant
-        depends on the shift, so the parts are split once per origin."""
+        """split_linear of the byte offset of index + shift: (uniform part, lane part, constant, value_range of the
+        lane part). Only the constant depends on the shift, so the rest is derived once per origin."""
         key = (buffer, index)
         split = self._splits.get(key)
         if split is None:
@@ -174,16 +181,16 @@ class GlobalAccess:
             form: dict = {}
             for idx, st in zip(index, buffer.spec.strides):
                 linear_form(idx, st * es, form)
-            split = self._splits[key] = split_linear(form, self.b.lane_symbols)
-        uniform, lane, const = split
+            uniform, lane, const = split_linear(form, self.b.lane_symbols)
+            split = self._splits[key] = (uniform, lane, const, value_range(lane, self._lane_ranges()))
+        uniform, lane, const, span = split
         es = buffer.dtype.bytes
-        return uniform, lane, const + sum(k * st * es for k, st in zip(shift, buffer.spec.strides))
+        return uniform, lane, const + sum(k * st * es for k, st in zip(shift, buffer.spec.strides)), span
 
     def _address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address:
         """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
-        uniform, lane, const = self._split(buffer, index, shift)
+        uniform, lane, const, span = self._split(buffer, index, shift)
         srd = below = None
-        span = value_range(lane, self._lane_ranges())
         if span is not None and uniform is not sympy.S.Zero and span[0] + const < 0:
             # lanes below the tile origin (a halo such as X[bx * 64 + i - 1]): they may still be
             # inside the tensor, so the origin moves down to the lowest lane instead
@@ -193,14 +200,15 @@ class GlobalAccess:
             srd, below = self.abi.clamped_resource(buffer, uniform + lowest)
             const -= lowest
         imm = const % limit if const >= 0 else 0
-        lane = add_constant(lane, const - imm)
-        if not self._voffsets_reach(lane, imm, width):
-            mask_dims = self._mask_every_dim(buffer, lane)
+        # voffset = lane + const - imm, whose range is span's moved by that integer (value_range adds it exactly)
+        if not _reach_exact(span and (span[0] + const - imm, span[1] + const - imm), imm, width):
+            mask_dims = self._mask_every_dim(buffer, add_constant(lane, const - imm))
         srd = srd or self.abi.resource(buffer, uniform)
-        voffset, temp = self.lower.vgpr(lane), False
+        voffset, temp = self.lower.vgpr_plus(lane, const - imm), False
         if below is not None:
             voffset, temp = self.b.v.alloc(what="voffset"), True
-            self.b.emit("v_add_u32", voffset, below, self.lower.vgpr(lane), comment="origin below the start")
+            self.b.emit("v_add_u32", voffset, below, self.lower.vgpr_plus(lane, const - imm),
+                        comment="origin below the start")
         return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, 0, imm, temp))
 
     def _finish(self, buffer, index, shift, mask_dims, addr: Address) -> Address:
@@ -262,7 +270,7 @@ class GlobalAccess:
         step = self.lower.sgpr(advance)
         if isinstance(step, int) and not is_inline_int(step):  # a constant advance (outside loops)
             step = self.b.sgpr_constant(step)
-        voffset = self.lower.vgpr(add_constant(lane, const - imm))
+        voffset = self.lower.vgpr_plus(lane, const - imm)
         if in_soffset:
             return self._finish(buffer, index, shift, mask_dims, Address(srd, voffset, step, imm, False))
         moved = self.b.v.alloc(what="voffset + loop advance")
@@ -317,13 +325,6 @@ class GlobalAccess:
         if len(symbols) == 1 and symbols <= self.b.lane_symbols:
             return _exact_span(sym(lane), next(iter(symbols)), self.abi.kernel.threads)
         return value_range(lane, self._lane_ranges())
-
-    def _voffsets_reach(self, lane, imm: int, width: int) -> bool:
-        """Whether every lane's 32-bit voffset (+ imm) is exact: in-tile offsets below BUFFER_REACH,
-        negative ones (before the origin: out of range) above -BUFFER_REACH. An offset past 2^32
-        would wrap back into the buffer: a stray access."""
-        span = value_range(lane, self._lane_ranges())
-        return span is not None and span[0] + imm > -BUFFER_REACH and span[1] + imm + width <= BUFFER_REACH
 
     def _mask_every_dim(self, buffer: N.Buffer, lane) -> list:
         """A tile whose voffsets may wrap: mask every dim by compare (dim 0 included), so lanes outside
@@ -399,13 +400,16 @@ def unpack_16bit_to_f32(b, dst: Reg, src: Reg, high: bool, dtype):
 
 
 def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
-    """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet)."""
-    b.valu("v_bfe_u32", tmp, x, 16, 1)
-    b.valu("v_add3_u32", tmp, x, tmp, b.sgpr_constant(BF16_ROUND_BIAS))
-    b.emit("v_cmp_u_f32", VCC, x, x, defs=(VCC,), uses=(x, x))
+    """tmp[31:16] = bf16(x), round to nearest even; NaN stays NaN (quiet). The Insts are built with their defs and
+    uses stated (what b.valu would infer): without a bf16 convert (gfx942) the epilogue runs this for every value."""
+    append = b.frames[-1].insts.append
+    append(Inst("v_bfe_u32", (tmp, x, 16, 1), (tmp,), (x,), VALU))
+    bias = b.sgpr_constant(BF16_ROUND_BIAS)  # after the first instruction, as the SGPR's s_mov always was
+    append(Inst("v_add3_u32", (tmp, x, tmp, bias), (tmp,), (x, tmp, bias), VALU))
+    append(Inst("v_cmp_u_f32", (VCC, x, x), (VCC,), (x, x), VALU))
     quiet = b.v.alloc()
-    b.valu("v_or_b32", quiet, BF16_QUIET_BIT, x)
-    b.valu("v_cndmask_b32", tmp, tmp, quiet, VCC)
+    append(Inst("v_or_b32", (quiet, BF16_QUIET_BIT, x), (quiet,), (x,), VALU))
+    append(Inst("v_cndmask_b32", (tmp, tmp, quiet, VCC), (tmp,), (tmp, quiet, VCC), VALU))
     b.v.free(quiet)
 
 

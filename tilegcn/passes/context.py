@@ -26,7 +26,6 @@ class Context:
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight
     copy_mode: str = "auto"  # pipelined global -> LDS copies: one of arch.COPY_MODES (tilegcn.jit(copy=...))
-    read_addresses: dict = field(default_factory=dict)  # gemm fragment reads' LDS addresses (gemm._read_address)
 
     @property
     def lower(self) -> ExprLowering:

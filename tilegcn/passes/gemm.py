@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from ..amdgcn import isa
 from ..amdgcn.abi import WORKITEM_ID
-from ..amdgcn.addr import add_constant
-from ..amdgcn.isa import EXEC, M0, VCC, Reg
+from ..amdgcn.addr import split_const
+from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
 from ..amdgcn.symcache import memo
@@ -137,7 +138,7 @@ def _lds_address(ctx: Context, family, key, extra: int):
     is split so `offset:` stays within its 16 bits. The base's minimum follows from the smallest offset
     of this access over every thread (`family.lowest`, computed once with the plan)."""
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    return ctx.lower.vgpr(add_constant(base, shift)), imm
+    return ctx.lower.vgpr_plus(base, shift), imm
 
 
 def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
@@ -150,18 +151,15 @@ def _lds_base_shift(ctx: Context, family, key, extra: int) -> tuple:
 
 
 def _read_address(ctx: Context, family, key, extra: int):
-    """_lds_address of a gemm's fragment read, remembered per (family, key, extra): every gemm of a pipelined loop
-    at one stage reads the same addresses again. A remembered VGPR is reused only while the builder's CSE still
-    maps its expression to it, which is exactly when ExprLowering.vgpr would return it again."""
-    memo_key = (id(family), key, extra)
-    known = ctx.read_addresses.get(memo_key)
-    if known is not None and ctx.b.cse_get("v", known[0]) is known[1]:
-        return known[1], known[2]
+    """(VGPR, `offset:` suffix) of _lds_address for a gemm's fragment read: every gemm of a pipelined loop reads
+    the same few addresses (a base of the family plus an integer) again."""
     base, shift, imm = _lds_base_shift(ctx, family, key, extra)
-    expr = add_constant(base, shift)
-    vaddr = ctx.lower.vgpr(expr)
-    ctx.read_addresses[memo_key] = (expr, vaddr, imm)
-    return vaddr, imm
+    return ctx.lower.vgpr_plus(base, shift), _offset_suffix(imm)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _offset_suffix(imm: int) -> str:
+    return f"offset:{imm}"
 
 
 class _ExecMask:
@@ -518,30 +516,32 @@ def lower_wait_group(ctx: Context, s: N.WaitGroup):
 
 def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
     """(index, shift) of copy slot `slot`'s first element: region start + the plan's row and column, each a base in
-    TID plus an integer (SeparatedOffsets). The index is start + base, built once per base (kept in `origins`) and
-    shared by the slots with that base; the shift is the integers (GlobalAccess.address)."""
+    TID plus an integer (SeparatedOffsets). The index is the start's symbolic part + base (_slot_origin), shared by
+    the slots with that base and by every copy whose start differs by an integer (a pipeline's stages and K phases:
+    the address analysis of GlobalAccess then runs once per origin); the shift is the integers, the start's constant
+    included (GlobalAccess.address). `origins` keeps each dim's (constant, symbolic part) of the start."""
     index, shift = [], []
     for d, family in enumerate((cp.global_row_family, cp.global_col_family)):
-        base = family.base_of[slot]
-        if (d, base) not in origins:
-            origins[(d, base)] = region.starts[d] + family.bases[base]
-        index.append(origins[(d, base)])
-        shift.append(family.const[slot])
+        if d not in origins:
+            origins[d] = split_const(region.starts[d])
+        const, start = origins[d]
+        index.append(_slot_origin(start, family.bases[family.base_of[slot]]))
+        shift.append(const + family.const[slot])
     return tuple(index), tuple(shift)
+
+
+@memo  # every copy of one operand in a pipelined loop asks for the same origins
+def _slot_origin(start, base):
+    return start + base
 
 
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
 
-class _Slices(dict):
-    """reg[first:first + count], made once per distinct slice: every k step asks for the same fragment and
-    accumulator slices again, and slicing a Reg goes through Reg.__new__'s interning table each time."""
-
-    def __call__(self, reg: Reg, first: int, count: int) -> Reg:
-        key = (reg.file, reg.index, reg.count, reg.virtual, first, count)
-        piece = self.get(key)
-        if piece is None:
-            piece = self[key] = reg[first:first + count]
-        return piece
+@functools.lru_cache(maxsize=1 << 14)
+def _piece(reg: Reg, first: int, count: int) -> Reg:
+    """reg[first:first + count], made once per distinct slice (Regs are interned values): every k step asks for the
+    same fragment and accumulator slices again, and slicing a Reg goes through Reg.__new__'s interning table."""
+    return reg[first:first + count]
 
 
 def lower_gemm(ctx: Context, s: N.Gemm):
@@ -558,26 +558,28 @@ def lower_gemm(ctx: Context, s: N.Gemm):
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
     sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
-
-    sliced = _Slices()
     families = {op: plan.read_offsets(op) for op in "AB"}
+    # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
+    # thousands of them, the same few shapes over and over.
+    insts = b.frames[-1].insts
 
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
         for operand, rep, mnemonic, first, count, key in plan.read_issues[step]:
-            vaddr, imm = _read_address(ctx, families[operand], key, bases[operand])
-            b.emit(mnemonic, sliced(regs[operand][rep], first, count), vaddr, suffix=f"offset:{imm}")
+            vaddr, suffix = _read_address(ctx, families[operand], key, bases[operand])
+            dst = _piece(regs[operand][rep], first, count)
+            insts.append(Inst(mnemonic, (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, suffix))
 
     issue_reads(0)
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
-        regs = sets[step % len(sets)]
+        frag_b, frag_a = sets[step % len(sets)]["B"], sets[step % len(sets)]["A"]
         for rep_b, first_b, n_b, rep_a, first_a, n_a, acc_first, acc_count in plan.mfma_operands[step]:
-            src_a = sliced(regs["B"][rep_b], first_b, n_b)
-            src_b = sliced(regs["A"][rep_a], first_a, n_a)
-            d = sliced(acc, acc_first, acc_count)
-            b.emit(op_name, d, src_a, src_b, d, defs=(d,), uses=(src_a, src_b, d))
+            src_a = _piece(frag_b[rep_b], first_b, n_b)
+            src_b = _piece(frag_a[rep_a], first_a, n_a)
+            d = _piece(acc, acc_first, acc_count)
+            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA))
     for group in sets:
         for regs in group.values():
             for r in regs:
