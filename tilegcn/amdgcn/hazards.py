@@ -112,8 +112,38 @@ def _facts(inst: Inst, arch) -> tuple:
     return states, m0, kind == isa.LDS_DMA, inst.use_units, valu_units, None
 
 
-def _transfer(arch):
-    facts_of: dict = {}  # id(block's instruction list) -> its instructions' _facts
+def _events(blks: list, arch) -> dict:
+    """id(block's instruction list) -> [(position, _facts)] of the block's instructions that matter to a rule,
+    computed once (a loop block is transferred several times). Every other instruction takes one wait state and
+    touches no state, so the transfer counts them by their positions and copies them as list slices. Left out of
+    the facts (so of the events) is what no rule can use: a read of a register no MFMA writes never needs wait
+    states, and a VALU write of one no MFMA reads never makes a hazard; most VALU instructions (address arithmetic,
+    epilogue conversions) are no events."""
+    mfmas = [inst for blk in blks for inst in blk.insts if inst.kind == isa.MFMA]
+    mfma_writes = set().union(*[inst.def_units for inst in mfmas])
+    mfma_reads = set().union(*[inst.use_units for inst in mfmas])
+    events = {}
+    for blk in blks:
+        mine = []
+        for pos, inst in enumerate(blk.insts):
+            if inst.kind == isa.VALU:  # (most instructions: inline, as _facts makes them)
+                uses, defs = inst.use_units, inst.def_units
+                reads = () if mfma_writes.isdisjoint(uses) else uses
+                valu_units = () if mfma_reads.isdisjoint(defs) else defs
+                m0 = M0 in inst.defs
+                if reads or valu_units or m0:
+                    mine.append((pos, 1, m0, False, reads, valu_units, None))
+                continue
+            facts = states, m0, lds_dma, reads, valu_units, mfma = _facts(inst, arch)
+            if reads and mfma_writes.isdisjoint(reads):
+                facts = states, m0, lds_dma, (), valu_units, mfma
+            if facts != _ISSUED:
+                mine.append((pos,) + facts)
+        events[id(blk.insts)] = mine
+    return events
+
+
+def _transfer(arch, events: dict):
     hz = arch.mfma_hazards
     vdst_to_read, vdst_to_srcc_overlap, valu_to_mfma = hz.vdst_to_read, hz.vdst_to_srcc_overlap, \
         hz.valu_write_to_mfma_src
@@ -121,15 +151,14 @@ def _transfer(arch):
     max_nop = arch.max_nop + 1
 
     def transfer(insts: list, state: Recent):
-        """One pass over the block on a wait-state clock (`now`): what an instruction still needs is its hazard's
-        wait states minus those since the newest write of each register it reads."""
+        """One pass over the block's events on a wait-state clock (`now`): what an instruction still needs is its
+        hazard's wait states minus those since the newest write of each register it reads."""
         state = state.copy()
-        facts = facts_of.get(id(insts))
-        if facts is None:
-            facts = facts_of[id(insts)] = [_facts(inst, arch) for inst in insts]
         mfma_of, valu_at, now, m0_at = state.mfma_of, state.valu_at, state.now, state.m0_at
         out: list = []
-        for inst, (states, m0, lds_dma, reads, valu_units, mfma) in zip(insts, facts):
+        copied = last = 0  # insts[:copied] are in `out`; `now` counts the wait states of insts[:last]
+        for pos, states, m0, lds_dma, reads, valu_units, mfma in events[id(insts)]:
+            now += pos - last  # the instructions between events: one wait state each
             need = 0
             if lds_dma:
                 need = m0_to_dma - (now - m0_at)
@@ -152,13 +181,16 @@ def _transfer(arch):
                     if u in mfma_of:
                         t, passes, _ = mfma_of[u]
                         need = max(need, vdst_to_read[passes] - (now - t))
+            if need > 0:
+                out += insts[copied:pos]
+                copied = pos
             while need > 0:
                 n = min(need, max_nop)
                 out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
                 now += n  # an s_nop n-1 is n wait states
                 need -= n
-            out.append(inst)
             now += states
+            last = pos + 1
             if mfma is not None:
                 entry = (now, mfma[4], mfma[5])
                 for u in mfma[6]:
@@ -168,11 +200,14 @@ def _transfer(arch):
                     valu_at[u] = now
             if m0:
                 m0_at = now
-        state.now, state.m0_at = now, m0_at
+        out += insts[copied:]
+        state.now, state.m0_at = now + len(insts) - last, m0_at
         return out, state
 
     return transfer
 
 
 def insert_hazard_nops(insts: list, arch) -> list:
-    return cfg.solve(cfg.blocks(insts), Recent(), _transfer(arch), lambda a, b: b.copy() if a is None else a.join(b))
+    blks = cfg.blocks(insts)
+    return cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
+                     lambda a, b: b.copy() if a is None else a.join(b))

@@ -140,6 +140,18 @@ def _effects(inst: Inst) -> tuple:
     return needed, counter, defs, kind == isa.SMEM
 
 
+_REGISTER_ONLY = (isa.SALU, isa.VALU, isa.MFMA, isa.SOPP)  # kinds that issue no counted op and touch no LDS
+
+
+def _block_effects(insts: list) -> list:
+    """_effects of every instruction of a block, those of the register-only kinds (most of a GEMM: its MFMAs,
+    address arithmetic and epilogue conversions) made inline rather than by a call each: they need what they read
+    and overwrite, and count nothing (only LDS writes name an LDS region in their defs: lds_tag)."""
+    register_only = _REGISTER_ONLY
+    return [(inst.use_units + inst.def_units, 0, (), False) if inst.kind in register_only else _effects(inst)
+            for inst in insts]
+
+
 def _names_lds(regs: tuple) -> bool:
     """Whether `regs` holds an LDS region (lds_tag) (a loop: a generator for `any` costs more per instruction)."""
     for r in regs:
@@ -173,7 +185,7 @@ def _transfer(arch):
 
         facts = effects.get(id(insts))
         if facts is None:
-            facts = effects[id(insts)] = [_effects(inst) for inst in insts]
+            facts = effects[id(insts)] = _block_effects(insts)
         for inst, (needed, counter, written, smem) in zip(insts, facts):
             if needed:  # (a counter with no op in flight needs no look at the units)
                 need_vm = vm.allowed_for(needed) if vm.issued > vm.retired else None
