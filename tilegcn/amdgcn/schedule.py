@@ -64,6 +64,7 @@ instruction costs an issue slot.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 
@@ -109,29 +110,41 @@ def _effects(inst, keys: dict) -> tuple:
     (_dependencies adds those where the block writes them)."""
     reads = [u for r in inst.uses for u in keys[r]]
     writes = [u for r in inst.defs for u in keys[r]]
-    kind, op = inst.kind, inst.op
-    if kind not in _KNOWN:
-        writes.append(_FENCE)
+    kind = inst.kind
+    if kind == isa.MFMA:  # (most nodes: no implicit state)
         return reads, writes
+    implicit_reads, implicit_writes, vcc = _implicit(kind, inst.op)
+    if kind == isa.LDS_DMA and _names_lds_region(inst):  # a pipeline stage's DMA: see the module docstring (LDS)
+        implicit_reads, implicit_writes = implicit_reads + (_LDS,), ()
+    if vcc:
+        reads += keys[isa.VCC]
+        writes += keys[isa.VCC]
+    reads += implicit_reads
+    writes += implicit_writes
+    return reads, writes
+
+
+@functools.lru_cache(maxsize=None)
+def _implicit(kind: str, op: str) -> tuple:
+    """(pseudo-units read, pseudo-units written, reads and writes VCC) of an instruction of `kind` and `op` (an LDS
+    DMA as untagged: _effects turns a tagged one's LDS write into a read), per kind and op once per process."""
+    if kind not in _KNOWN:
+        return (), (_FENCE,), False
+    reads, writes = [], []
     if kind == isa.SALU and not op.startswith(_SCC_FREE):
         reads.append(_SCC)
         writes.append(_SCC)
-    if kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op):
-        reads += keys[isa.VCC]
-        writes += keys[isa.VCC]
     if kind == isa.DS_READ:
         reads.append(_LDS)
-    elif kind == isa.DS_WRITE or (kind == isa.LDS_DMA and not _names_lds_region(inst)):
+    elif kind in (isa.DS_WRITE, isa.LDS_DMA):
         writes.append(_LDS)
-    elif kind == isa.LDS_DMA:  # a pipeline stage's DMA: see the module docstring (LDS)
-        reads.append(_LDS)
     if kind in (isa.VMEM_LOAD, isa.SMEM, isa.LDS_DMA):
         reads.append(_GLOBAL)
     elif kind == isa.VMEM_STORE:
         writes.append(_GLOBAL)
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL, _FENCE]
-    return reads, writes
+    return tuple(reads), tuple(writes), kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op)
 
 
 def _names_lds_region(inst) -> bool:

@@ -48,7 +48,7 @@ class Pending:
     counter's limit so the lattice is finite. Within a block, tickets: op number t writes its units
     (`ticket[unit] = t`), and ops below `retired` are known complete, so issuing and waiting cost O(1)."""
 
-    __slots__ = ("limit", "ticket", "issued", "retired", "smem")
+    __slots__ = ("limit", "ticket", "issued", "retired", "smem", "newest")
 
     def __init__(self, limit: int, dist=None, outstanding: int = 0, smem: bool = False):
         self.limit = limit
@@ -56,6 +56,9 @@ class Pending:
         self.retired = 0
         # a distance capped at the limit becomes the oldest outstanding op: waited for at least as strictly
         self.ticket = {u: max(outstanding - 1 - d, 0) for u, d in (dist or {}).items()} if outstanding else {}
+        # the newest ticket of an op that writes units: below `retired`, allowed_for is None for any units (most
+        # instructions of a kernel run with only stores or nothing in flight and need no look at their units)
+        self.newest = max(self.ticket.values(), default=-1)
         self.smem = smem  # a scalar load (out of order) may be outstanding
 
     @property
@@ -101,6 +104,8 @@ class Pending:
         ticket = self.ticket
         for u in units:
             ticket[u] = t
+        if units:
+            self.newest = t
         self.smem = self.smem or smem
 
     def wait(self, allowed: int):
@@ -187,9 +192,9 @@ def _transfer(arch):
         if facts is None:
             facts = effects[id(insts)] = _block_effects(insts)
         for inst, (needed, counter, written, smem) in zip(insts, facts):
-            if needed:  # (a counter with no op in flight needs no look at the units)
-                need_vm = vm.allowed_for(needed) if vm.issued > vm.retired else None
-                need_lgkm = lgkm.allowed_for(needed) if lgkm.issued > lgkm.retired else None
+            if needed:  # (a counter with no op writing units in flight needs no look at them)
+                need_vm = vm.allowed_for(needed) if vm.newest >= vm.retired else None
+                need_lgkm = lgkm.allowed_for(needed) if lgkm.newest >= lgkm.retired else None
                 if need_vm is not None or need_lgkm is not None:
                     wait(need_vm, need_lgkm)
             out.append(inst)
