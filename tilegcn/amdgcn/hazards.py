@@ -117,22 +117,31 @@ def _events(blks: list, arch) -> dict:
     computed once (a loop block is transferred several times). Every other instruction takes one wait state and
     touches no state, so the transfer counts them by their positions and copies them as list slices. Left out of
     the facts (so of the events) is what no rule can use: a read of a register no MFMA writes never needs wait
-    states, and a VALU write of one no MFMA reads never makes a hazard; most VALU instructions (address arithmetic,
-    epilogue conversions) are no events."""
+    states, and a VALU write of one no MFMA reads never makes a hazard; a VALU instruction too far from every MFMA
+    of its block (and from the block's ends) for either rule is not looked at (_near_mfma: most of a GEMM's
+    address arithmetic and epilogue conversions); an MFMA's sources are checked only against the MFMA or VALU
+    writes that can reach them (_mfma_sources)."""
     mfmas = [inst for blk in blks for inst in blk.insts if inst.kind == isa.MFMA]
     mfma_writes = set().union(*[inst.def_units for inst in mfmas])
     mfma_reads = set().union(*[inst.use_units for inst in mfmas])
+    hz = arch.mfma_hazards
     events = {}
+    valu_writes = set()  # units VALU instructions write that MFMAs read
+    valu = isa.VALU
     for blk in blks:
         mine = []
+        near = _near_mfma(blk.insts, max(hz.vdst_to_read.values()), hz.valu_write_to_mfma_src)
         for pos, inst in enumerate(blk.insts):
-            if inst.kind == isa.VALU:  # (most instructions: inline, as _facts makes them)
+            if inst.kind == valu:  # (most instructions: inline, as _facts makes them)
+                m0 = M0 in inst.defs
+                if not (near[pos] or m0):
+                    continue
                 uses, defs = inst.use_units, inst.def_units
                 reads = () if mfma_writes.isdisjoint(uses) else uses
                 valu_units = () if mfma_reads.isdisjoint(defs) else defs
-                m0 = M0 in inst.defs
                 if reads or valu_units or m0:
                     mine.append((pos, 1, m0, False, reads, valu_units, None))
+                    valu_writes.update(valu_units)
                 continue
             facts = states, m0, lds_dma, reads, valu_units, mfma = _facts(inst, arch)
             if reads and mfma_writes.isdisjoint(reads):
@@ -140,7 +149,41 @@ def _events(blks: list, arch) -> dict:
             if facts != _ISSUED:
                 mine.append((pos,) + facts)
         events[id(blk.insts)] = mine
-    return events
+    sources = functools.partial(_mfma_sources, mfma_writes, valu_writes, {inst.defs[0] for inst in mfmas}, {})
+    return {key: [event if event[6] is None else event[:6] + (sources(event[6]),) for event in mine]
+            for key, mine in events.items()}
+
+
+def _near_mfma(insts: list, after: int, before: int) -> bytearray:
+    """Per position of the block: 1 where an instruction is at most `after` wait states behind an MFMA of the
+    block or its start (where a read of an MFMA result may need wait states), or at most `before` ahead of an MFMA
+    or the block's end (where a VALU write may be too close to an MFMA reading it). Every issued instruction is at
+    least one wait state, a label or comment none: the windows widen by those the block holds."""
+    kinds = [inst.kind for inst in insts]
+    silent = kinds.count(isa.LABEL) + kinds.count(isa.COMMENT)
+    after, before, n = after + silent, before + silent, len(insts)
+    near = bytearray(n + after)  # (a window past the end writes the padding: no clipping)
+    ones_after, ones_before = b"\x01" * after, b"\x01" * before
+    near[:after] = ones_after
+    near[max(n - before, 0):n] = ones_before[:n - max(n - before, 0)]
+    for m in [pos for pos, kind in enumerate(kinds) if kind == isa.MFMA]:
+        near[m + 1:m + 1 + after] = ones_after
+        near[max(m - before, 0):m] = ones_before[:m - max(m - before, 0)]
+    return near
+
+
+def _mfma_sources(mfma_writes: set, valu_writes: set, dsts: set, overlapping: dict, mfma: tuple) -> tuple:
+    """An MFMA's _facts with its source units cut to those a rule can use: srcA/B to units MFMAs write, all sources
+    to units VALU instructions write, and srcC to none when no other MFMA result (`dsts`) overlaps it (the
+    registers an MFMA accumulates into are then always exactly the previous result's: no wait states)."""
+    src_ab, src_c_reg, src_c, src_abc, passes, dst, dst_units = mfma
+    if src_c_reg is not None:
+        if src_c_reg not in overlapping:  # (a kernel has a few accumulator tuples, each used by many MFMAs)
+            overlapping[src_c_reg] = any(d is not src_c_reg and not set(src_c).isdisjoint(d.unit_ids) for d in dsts)
+        if not overlapping[src_c_reg]:
+            src_c = ()
+    return (tuple(mfma_writes.intersection(src_ab)), src_c_reg, src_c, tuple(valu_writes.intersection(src_abc)),
+            passes, dst, dst_units)
 
 
 def _transfer(arch, events: dict):

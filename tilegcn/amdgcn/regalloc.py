@@ -169,6 +169,7 @@ def _rewrite(insts: list, files: dict, placed: list) -> list:
     mapped = list(map(physical.get, flat, flat))
     out = []
     end = 0
+    units_of: dict = {}  # a physical defs or uses tuple -> its units (a kernel names each of few hundred many times)
     each = iter(slots)
     for i, operands, defs, uses in zip(insts, each, each, each):
         start, end = end, end + len(operands)
@@ -181,8 +182,14 @@ def _rewrite(insts: list, files: dict, placed: list) -> list:
         # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
         # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
         facts = new.__dict__
-        facts["def_units"] = new_defs[0].unit_ids if len(new_defs) == 1 else unit_ids_of(new_defs)
-        facts["use_units"] = new_uses[0].unit_ids if len(new_uses) == 1 else unit_ids_of(new_uses)
+        units = units_of.get(new_defs)
+        if units is None:
+            units = units_of[new_defs] = unit_ids_of(new_defs)
+        facts["def_units"] = units
+        units = units_of.get(new_uses)
+        if units is None:
+            units = units_of[new_uses] = unit_ids_of(new_uses)
+        facts["use_units"] = units
         out.append(new)
     return out
 

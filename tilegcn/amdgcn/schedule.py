@@ -231,7 +231,7 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
     """The node order (see the module docstring): MFMAs back to back, the rest in the slots between them.
 
     Nodes whose predecessors have all issued wait in `pending` (a heap by due slot) until their results are due,
-    then in `ready_mfma` / `ready_other` (heaps by source index)."""
+    then in `ready_mfma` / `ready_load` (global loads: paced) / `ready_other` (heaps by source index)."""
     n = len(nodes)
     succs: list = [[] for _ in range(n)]
     for i, ps in enumerate(preds):
@@ -239,35 +239,30 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             succs[j].append((i, slots))
     waiting = [len(ps) for ps in preds]
     due = [0] * n
-    mfma = [node.kind == isa.MFMA for node in nodes]
     pending = [(0, i) for i in range(n) if not waiting[i]]
     ready_mfma: list = []
+    ready_load: list = []
     ready_other: list = []
+    ready_of = [ready_mfma if node.kind == isa.MFMA else ready_load if node.kind in (isa.VMEM_LOAD, isa.LDS_DMA)
+                else ready_other for node in nodes]
     order: list = []
-    load = [node.kind in (isa.VMEM_LOAD, isa.LDS_DMA) for node in nodes]
     clock = pipe_free = load_free = 0
-    while pending or ready_mfma or ready_other:
+    while pending or ready_mfma or ready_load or ready_other:
         while pending and pending[0][0] <= clock:
             i = heapq.heappop(pending)[1]
-            heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
-        held = []  # ready global loads before `load_free`: the rest may pass them
-        while ready_other and load[ready_other[0]] and load_free > clock:
-            held.append(heapq.heappop(ready_other))
+            heapq.heappush(ready_of[i], i)
         if ready_mfma and pipe_free <= clock:
             pick = heapq.heappop(ready_mfma)
             pipe_free = clock + latency.of(nodes[pick])
-        elif ready_other:
+        elif ready_load and load_free <= clock and not (ready_other and ready_other[0] < ready_load[0]):
+            pick = heapq.heappop(ready_load)
+            load_free = clock + latency.load_pace
+        elif ready_other:  # (a ready global load before `load_free` lets the rest pass it)
             pick = heapq.heappop(ready_other)
         else:  # nothing can issue in this slot: skip to the first that can
-            for i in held:
-                heapq.heappush(ready_other, i)
             clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []) +
-                        ([load_free] if held else []))
+                        ([load_free] if ready_load else []))
             continue
-        for i in held:
-            heapq.heappush(ready_other, i)
-        if load[pick]:
-            load_free = clock + latency.load_pace
         order.append(pick)
         for i, slots in succs[pick]:
             if clock + slots > due[i]:
@@ -275,7 +270,7 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             waiting[i] -= 1
             if not waiting[i]:
                 if due[i] <= clock + 1:  # due by the next slot, whose scan of `pending` would move it at once
-                    heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+                    heapq.heappush(ready_of[i], i)
                 else:
                     heapq.heappush(pending, (due[i], i))
         clock += 1
