@@ -6,7 +6,7 @@ a name for error messages. Nothing is freed by hand: `free` is a no-op kept for 
 life is read from the instructions (liveness.py), so emission order no longer fixes which values may share a
 register, and a scheduler may reorder instructions before allocation.
 
-`allocate(insts, b)` (the pass, after lowering and scheduling, before wait counts and hazard nops):
+`allocate(insts, b, threads)` (the pass, after lowering and scheduling, before wait counts and hazard nops):
   input   instructions whose defs/uses name every register they touch; virtual groups of b.v, b.s, b.a, and
           physical ABI registers (work-item id, kernarg pointer, workgroup ids, VCC/EXEC/M0/SCC) named directly
   output  the same instructions over physical registers only, and the register counts of the kernel descriptor
@@ -66,8 +66,11 @@ class VirtualFile:
         """Nothing to do: a group's life ends at its last use in the instructions."""
 
 
-def allocate(insts: list, b) -> tuple:
-    """(instructions over physical registers, register counts) for the virtual groups of builder `b`."""
+def allocate(insts: list, b, threads: int | None = None) -> tuple:
+    """(instructions over physical registers, register counts) for the virtual groups of builder `b`. With
+    `threads`, the counts are checked against a workgroup of that many threads (check_workgroup_fits) before the
+    operands are rewritten: an order that does not fit costs its liveness and scan only (the rewrite is the larger
+    part), so trying the interleaved order first and falling back to the emitted one stays cheap."""
     files = {"v": b.v, "s": b.s, "a": b.a}
     groups = b.v.groups
     lives = live_ranges(insts, files, groups)
@@ -75,8 +78,10 @@ def allocate(insts: list, b) -> tuple:
     peaks = {}
     for file, vf in files.items():
         peaks[file] = _scan(file, vf, lives, placed, b.arch)
-    insts = _rewrite(insts, files, placed)
-    return insts, register_counts(b.arch, peaks["v"], peaks["a"], peaks["s"])
+    counts = register_counts(b.arch, peaks["v"], peaks["a"], peaks["s"])
+    if threads is not None:
+        check_workgroup_fits(b.arch, counts, threads)
+    return _rewrite(insts, files, placed), counts
 
 
 def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
