@@ -91,12 +91,14 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     out: list = []
     for n, blk in enumerate(cfg.blocks(insts)):
         body = blk.insts
-        last_mfma = max((k for k, inst in enumerate(body) if inst.kind == isa.MFMA), default=None)
-        if last_mfma is None:
+        kinds = [inst.kind for inst in body]
+        if isa.MFMA not in kinds:
             out.extend(body)
-        elif n in blk.succs:  # a loop body: it branches back to its own label
+            continue
+        if n in blk.succs:  # a loop body: it branches back to its own label
             out.extend(_schedule_block(body, arch))
         else:  # runs once: only its MFMA part, not the epilogue's stores after the last MFMA
+            last_mfma = len(kinds) - 1 - kinds[::-1].index(isa.MFMA)
             out.extend(_schedule_block(body[:last_mfma + 1], arch) + body[last_mfma + 1:])
     return out
 
