@@ -127,7 +127,8 @@ def _events(blks: list, arch) -> dict:
     hz = arch.mfma_hazards
     events = {}
     valu_writes = set()  # units VALU instructions write that MFMAs read
-    valu = isa.VALU
+    valu, mfma_kind = isa.VALU, isa.MFMA
+    mfma_facts: dict = {}
     for blk in blks:
         mine = []
         near = _near_mfma(blk.insts, max(hz.vdst_to_read.values()), hz.valu_write_to_mfma_src)
@@ -143,14 +144,23 @@ def _events(blks: list, arch) -> dict:
                     mine.append((pos, 1, m0, False, reads, valu_units, None))
                     valu_writes.update(valu_units)
                 continue
+            if inst.kind == mfma_kind:  # (a GEMM's MFMAs repeat a few dozen operand tuples: facts once each)
+                key = (inst.op, inst.uses, inst.defs)
+                facts = mfma_facts.get(key)
+                if facts is None:
+                    facts = mfma_facts[key] = _facts(inst, arch)
+                mine.append((pos,) + facts)
+                continue
             facts = states, m0, lds_dma, reads, valu_units, mfma = _facts(inst, arch)
             if reads and mfma_writes.isdisjoint(reads):
                 facts = states, m0, lds_dma, (), valu_units, mfma
             if facts != _ISSUED:
                 mine.append((pos,) + facts)
         events[id(blk.insts)] = mine
-    sources = functools.partial(_mfma_sources, mfma_writes, valu_writes, {inst.defs[0] for inst in mfmas}, {})
-    return {key: [event if event[6] is None else event[:6] + (sources(event[6]),) for event in mine]
+    dsts, overlapping = {inst.defs[0] for inst in mfmas}, {}
+    sources = {id(facts[5]): _mfma_sources(mfma_writes, valu_writes, dsts, overlapping, facts[5])
+               for facts in mfma_facts.values()}
+    return {key: [event if event[6] is None else event[:6] + (sources[id(event[6])],) for event in mine]
             for key, mine in events.items()}
 
 
