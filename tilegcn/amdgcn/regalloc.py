@@ -24,7 +24,7 @@ import heapq
 import operator
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 
 from ..errors import ResourceError
 from .isa import Inst, Reg, regs_of, unit_ids_of
@@ -171,18 +171,16 @@ def _rewrite(insts: list, files: dict, placed: list) -> list:
     slots = list(chain.from_iterable(map(_SLOTS, insts)))  # operands, defs, uses of each instruction in turn
     flat = list(chain.from_iterable(slots))
     physical = _physical_operands(set(flat), files, placed)
-    mapped = list(map(physical.get, flat, flat))
+    mapped = tuple(map(physical.get, flat, flat))  # (a tuple: its slices are the new slots as they are)
     out = []
-    end = 0
+    start = 0
     units_of: dict = {}  # a physical defs or uses tuple -> its units (a kernel names each of few hundred many times)
-    each = iter(slots)
-    for i, operands, defs, uses in zip(insts, each, each, each):
-        start, end = end, end + len(operands)
-        new_operands = tuple(mapped[start:end])
-        start, end = end, end + len(defs)
-        new_defs = tuple(mapped[start:end])
-        start, end = end, end + len(uses)
-        new_uses = tuple(mapped[start:end])
+    ends = iter(accumulate(map(len, slots)))  # where each slot's operands end in `mapped`
+    for i, operands_end, defs_end, uses_end in zip(insts, ends, ends, ends):
+        new_operands = mapped[start:operands_end]
+        new_defs = mapped[operands_end:defs_end]
+        new_uses = mapped[defs_end:uses_end]
+        start = uses_end
         new = Inst(i.op, new_operands, new_defs, new_uses, i.kind, i.suffix, i.comment)
         # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
         # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
