@@ -282,8 +282,8 @@ def main() -> int:
                 print(f"    lowering alone, CPU time {median_ms([total])}: "
                       + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
                       + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements, "
-                      "'schedule: ...' of schedule, 'allocate: ...' of allocate, 'waits: ...' of waits, 'hazards: ...' of "
-                      "hazards, 'other: ...' of other)")
+                      "'schedule: ...' of schedule, 'allocate: ...' of allocate, 'waits: ...' of waits, "
+                      "'hazards: ...' of hazards, 'other: ...' of other)")
             if not opts.no_cache_hit:
                 print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:

