@@ -146,10 +146,11 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/vgpr_plus/sgpr/sgpr64 calls),
     instruction scheduling (of which the dependency graph, its register unit keys, and the list scheduling),
     register allocation (of which liveness, the linear scan and the operand rewrite, of which the physical
-    operands), wait counts, hazard nops, rendering, and of the rest (other) the text of the pipelined tile IR
-    (Lowered's `ir`). The parts are timed by wrapping those functions for the measurement."""
+    operands), wait counts (of which the instructions' effects), hazard nops (of which finding the instructions a
+    rule can use), rendering, and of the rest (other) the text of the pipelined tile IR (Lowered's `ir`). The parts
+    are timed by wrapping those functions for the measurement."""
     from tilegcn import passes
-    from tilegcn.amdgcn import isa, regalloc
+    from tilegcn.amdgcn import hazards, isa, regalloc, waitcnt
     from tilegcn.amdgcn import schedule as scheduler
     from tilegcn.amdgcn.addr import ExprLowering
     from tilegcn.language import trace
@@ -160,6 +161,7 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
                 (regalloc, "live_ranges", "allocate: liveness"), (regalloc, "_scan", "allocate: linear scan"),
                 (regalloc, "_rewrite", "allocate: rewrite"),
                 (regalloc, "_physical_operands", "allocate: rewrite: physical operands"),
+                (waitcnt, "_block_effects", "waits: effects"), (hazards, "_events", "hazards: events"),
                 (passes, "print_kernel", "other: IR text")]
     signature, trace_args = fn._signature(args)
     kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
@@ -281,7 +283,8 @@ def main() -> int:
                 print(f"    lowering alone, CPU time {median_ms([total])}: "
                       + ", ".join(f"{name} {value * 1e3:.1f} ms" for name, value in parts.items())
                       + f", other {other * 1e3:.1f} ms (address arithmetic is part of statements, "
-                      "'schedule: ...' of schedule, 'allocate: ...' of allocate, 'other: ...' of other)")
+                      "'schedule: ...' of schedule, 'allocate: ...' of allocate, 'waits: ...' of waits, "
+                      "'hazards: ...' of hazards, 'other: ...' of other)")
             if not opts.no_cache_hit:
                 print_cache_hit(target, args_src, constants, arch, cache_dir, opts.repeat)
             if warm_args_src and not opts.no_warm:

@@ -290,3 +290,23 @@ def test_accumulator_fill_hazards_match_llvm(arch, what, first, second):
         with pytest.raises(HazardError):
             run_on_emulator(arch, first.asm, second.asm, want - 1)
     run_on_emulator(arch, first.asm, second.asm, want)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_only_issued_instructions_between_count_as_wait_states(arch):
+    """The hazards above with k independent VALU instructions between the two, and comments around them: each
+    instruction is one wait state and a comment none, so the pass adds table - k of them (none once k reaches the
+    table), however far apart the comments put the two in the list (and in the middle of a longer block)."""
+    name, shape = _shapes(arch)[0]
+    far = [Inst("s_mov_b32", (Reg("s", 20), 0), (Reg("s", 20),), (), isa.SALU) for _ in range(24)]
+    for what, table, first, second in mfma_cases(arch, name, shape):
+        for k in range(table + 2):
+            between = [Inst("", kind=isa.COMMENT, comment="far") for _ in range(3)]
+            for j in range(k):
+                filler = Reg("v", 44 + j % 4)
+                between += [Inst("v_mov_b32", (filler, 0), (filler,), (), isa.VALU),
+                            Inst("", kind=isa.COMMENT, comment="apart")]
+            out = insert_hazard_nops([*far, first.inst, *between, second.inst, *far], get_arch(arch))
+            states = sum(int(i.operands[0]) + 1 for i in out[out.index(first.inst):out.index(second.inst)]
+                         if i.op == "s_nop")
+            assert states == max(table - k, 0), f"{arch} {what}, {k} instructions between"

@@ -220,3 +220,20 @@ def test_a_register_is_one_immutable_object_per_value():
     with pytest.raises(AttributeError):
         r.index = 6
     assert r.index == 4
+
+
+def test_with_threads_the_counts_are_checked_against_the_workgroup():
+    """allocate(..., threads) refuses an allocation whose unified register count leaves no room for a workgroup of
+    that many threads (the driver then tries the emitted order), and gives what allocate without it gives when it
+    fits."""
+    b = builder("gfx942")
+    vals, acc = b.v.alloc(200, what="tile"), b.a.alloc(100, what="accumulators")
+    b.emit("v_mov_b32", vals[0], 0)
+    b.emit("v_accvgpr_write_b32", acc[0], 0)
+    b.emit("s_nop", 0, uses=(vals, acc))
+    b.emit("s_endpgm")
+    with pytest.raises(ResourceError, match=r"512 threads are 8 waves, 2 on each .* leaves 256 per wave on gfx942"):
+        allocate(b.insts, b, threads=512)  # 200 VGPRs (from 208) + 100 AGPRs > 256
+    insts, counts = allocate(b.insts, b, threads=256)
+    assert counts == allocate(b.insts, b)[1] and counts["next_free_vgpr"] > 256
+    assert [i.text() for i in insts] == [i.text() for i in allocate(b.insts, b)[0]]

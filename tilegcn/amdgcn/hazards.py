@@ -112,8 +112,92 @@ def _facts(inst: Inst, arch) -> tuple:
     return states, m0, kind == isa.LDS_DMA, inst.use_units, valu_units, None
 
 
-def _transfer(arch):
-    facts_of: dict = {}  # id(block's instruction list) -> its instructions' _facts
+def _events(blks: list, arch) -> dict:
+    """id(block's instruction list) -> [(position, _facts)] of the block's instructions that matter to a rule,
+    computed once (a loop block is transferred several times). Every other instruction takes one wait state and
+    touches no state, so the transfer counts them by their positions and copies them as list slices. Left out of
+    the facts (so of the events) is what no rule can use: a read of a register no MFMA writes never needs wait
+    states, and a VALU write of one no MFMA reads never makes a hazard; a VALU instruction too far from every MFMA
+    of its block (and from the block's ends) for either rule is not looked at (_near_mfma: most of a GEMM's
+    address arithmetic and epilogue conversions); an MFMA's sources are checked only against the MFMA or VALU
+    writes that can reach them (_mfma_sources)."""
+    mfmas = [inst for blk in blks for inst in blk.insts if inst.kind == isa.MFMA]
+    mfma_writes = set().union(*[inst.def_units for inst in mfmas])
+    mfma_reads = set().union(*[inst.use_units for inst in mfmas])
+    hz = arch.mfma_hazards
+    events = {}
+    valu_writes = set()  # units VALU instructions write that MFMAs read
+    valu, mfma_kind = isa.VALU, isa.MFMA
+    mfma_facts: dict = {}
+    for blk in blks:
+        mine = []
+        near = _near_mfma(blk.insts, max(hz.vdst_to_read.values()), hz.valu_write_to_mfma_src)
+        for pos, inst in enumerate(blk.insts):
+            if inst.kind == valu:  # (most instructions: inline, as _facts makes them)
+                m0 = M0 in inst.defs
+                if not (near[pos] or m0):
+                    continue
+                uses, defs = inst.use_units, inst.def_units
+                reads = () if mfma_writes.isdisjoint(uses) else uses
+                valu_units = () if mfma_reads.isdisjoint(defs) else defs
+                if reads or valu_units or m0:
+                    mine.append((pos, 1, m0, False, reads, valu_units, None))
+                    valu_writes.update(valu_units)
+                continue
+            if inst.kind == mfma_kind:  # (a GEMM's MFMAs repeat a few dozen operand tuples: facts once each)
+                key = (inst.op, inst.uses, inst.defs)
+                facts = mfma_facts.get(key)
+                if facts is None:
+                    facts = mfma_facts[key] = _facts(inst, arch)
+                mine.append((pos,) + facts)
+                continue
+            facts = states, m0, lds_dma, reads, valu_units, mfma = _facts(inst, arch)
+            if reads and mfma_writes.isdisjoint(reads):
+                facts = states, m0, lds_dma, (), valu_units, mfma
+            if facts != _ISSUED:
+                mine.append((pos,) + facts)
+        events[id(blk.insts)] = mine
+    dsts, overlapping = {inst.defs[0] for inst in mfmas}, {}
+    sources = {id(facts[5]): _mfma_sources(mfma_writes, valu_writes, dsts, overlapping, facts[5])
+               for facts in mfma_facts.values()}
+    return {key: [event if event[6] is None else event[:6] + (sources[id(event[6])],) for event in mine]
+            for key, mine in events.items()}
+
+
+def _near_mfma(insts: list, after: int, before: int) -> bytearray:
+    """Per position of the block: 1 where an instruction is at most `after` wait states behind an MFMA of the
+    block or its start (where a read of an MFMA result may need wait states), or at most `before` ahead of an MFMA
+    or the block's end (where a VALU write may be too close to an MFMA reading it). Every issued instruction is at
+    least one wait state, a label or comment none: the windows widen by those the block holds."""
+    kinds = [inst.kind for inst in insts]
+    silent = kinds.count(isa.LABEL) + kinds.count(isa.COMMENT)
+    after, before, n = after + silent, before + silent, len(insts)
+    near = bytearray(n + after)  # (a window past the end writes the padding: no clipping)
+    ones_after, ones_before = b"\x01" * after, b"\x01" * before
+    near[:after] = ones_after
+    near[max(n - before, 0):n] = ones_before[:n - max(n - before, 0)]
+    for m in [pos for pos, kind in enumerate(kinds) if kind == isa.MFMA]:
+        near[m + 1:m + 1 + after] = ones_after
+        near[max(m - before, 0):m] = ones_before[:m - max(m - before, 0)]
+    return near
+
+
+def _mfma_sources(mfma_writes: set, valu_writes: set, dsts: set, overlapping: dict, mfma: tuple) -> tuple:
+    """An MFMA's facts (the last field of _facts) with its source units cut to those a rule can use: srcA/B to
+    units MFMAs write, all sources to units VALU instructions write, and srcC to none when no other MFMA result
+    (`dsts`) overlaps it (the registers an MFMA accumulates into are then always exactly the previous result's: no
+    wait states)."""
+    src_ab, src_c_reg, src_c, src_abc, passes, dst, dst_units = mfma
+    if src_c_reg is not None:
+        if src_c_reg not in overlapping:  # (a kernel has a few accumulator tuples, each used by many MFMAs)
+            overlapping[src_c_reg] = any(d is not src_c_reg and not set(src_c).isdisjoint(d.unit_ids) for d in dsts)
+        if not overlapping[src_c_reg]:
+            src_c = ()
+    return (tuple(mfma_writes.intersection(src_ab)), src_c_reg, src_c, tuple(valu_writes.intersection(src_abc)),
+            passes, dst, dst_units)
+
+
+def _transfer(arch, events: dict):
     hz = arch.mfma_hazards
     vdst_to_read, vdst_to_srcc_overlap, valu_to_mfma = hz.vdst_to_read, hz.vdst_to_srcc_overlap, \
         hz.valu_write_to_mfma_src
@@ -121,15 +205,14 @@ def _transfer(arch):
     max_nop = arch.max_nop + 1
 
     def transfer(insts: list, state: Recent):
-        """One pass over the block on a wait-state clock (`now`): what an instruction still needs is its hazard's
-        wait states minus those since the newest write of each register it reads."""
+        """One pass over the block's events on a wait-state clock (`now`): what an instruction still needs is its
+        hazard's wait states minus those since the newest write of each register it reads."""
         state = state.copy()
-        facts = facts_of.get(id(insts))
-        if facts is None:
-            facts = facts_of[id(insts)] = [_facts(inst, arch) for inst in insts]
         mfma_of, valu_at, now, m0_at = state.mfma_of, state.valu_at, state.now, state.m0_at
         out: list = []
-        for inst, (states, m0, lds_dma, reads, valu_units, mfma) in zip(insts, facts):
+        copied = last = 0  # insts[:copied] are in `out`; `now` counts the wait states of insts[:last]
+        for pos, states, m0, lds_dma, reads, valu_units, mfma in events[id(insts)]:
+            now += pos - last  # the instructions between events: one wait state each
             need = 0
             if lds_dma:
                 need = m0_to_dma - (now - m0_at)
@@ -152,13 +235,16 @@ def _transfer(arch):
                     if u in mfma_of:
                         t, passes, _ = mfma_of[u]
                         need = max(need, vdst_to_read[passes] - (now - t))
+            if need > 0:
+                out += insts[copied:pos]
+                copied = pos
             while need > 0:
                 n = min(need, max_nop)
                 out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
                 now += n  # an s_nop n-1 is n wait states
                 need -= n
-            out.append(inst)
             now += states
+            last = pos + 1
             if mfma is not None:
                 entry = (now, mfma[4], mfma[5])
                 for u in mfma[6]:
@@ -168,11 +254,14 @@ def _transfer(arch):
                     valu_at[u] = now
             if m0:
                 m0_at = now
-        state.now, state.m0_at = now, m0_at
+        out += insts[copied:]
+        state.now, state.m0_at = now + len(insts) - last, m0_at
         return out, state
 
     return transfer
 
 
 def insert_hazard_nops(insts: list, arch) -> list:
-    return cfg.solve(cfg.blocks(insts), Recent(), _transfer(arch), lambda a, b: b.copy() if a is None else a.join(b))
+    blks = cfg.blocks(insts)
+    return cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
+                     lambda a, b: b.copy() if a is None else a.join(b))

@@ -54,39 +54,44 @@ def live_ranges(insts: list, files: dict, groups: list) -> Lives:
     module doc."""
     n_groups = len(groups)
     first, last = [-1] * n_groups, [-1] * n_groups
-    defined = [0] * n_groups  # bit i: register i of the group was written (in linear order) before
-    exposed: list = [None] * n_groups  # positions of reads of registers nothing wrote before
     place, floor = _group_bits(insts, files, groups)
+    group = {r: at[0] for r, at in place.items() if at is not None}  # virtual Reg -> its group number
+    group_of = group.get
     for pos, inst in enumerate(insts):
-        for r in inst.uses:
-            at = place[r]
-            if at is None:
-                continue
-            g, bits = at
-            if first[g] < 0:
-                first[g] = pos
-            last[g] = pos
-            if bits & ~defined[g]:
-                if exposed[g] is None:
-                    exposed[g] = []
-                exposed[g].append(pos)
-        for r in inst.defs:
-            at = place[r]
-            if at is None:
-                continue
-            g, bits = at
-            if first[g] < 0:
-                first[g] = pos
-            last[g] = pos
-            defined[g] |= bits
+        for r in inst.uses + inst.defs:
+            g = group_of(r)
+            if g is not None:
+                if first[g] < 0:
+                    first[g] = pos
+                last[g] = pos
+    starts = list(first)  # before the loops widen them
     for head, end in loops(insts):
+        carried = _carried(insts, head, end, place, starts)
         for g in range(n_groups):
             if first[g] < 0 or first[g] > end or last[g] < head:
                 continue
-            if first[g] < head or (exposed[g] and any(head <= p <= end for p in exposed[g])):
+            if first[g] < head or g in carried:
                 first[g] = min(first[g], head)
                 last[g] = max(last[g], end)
     return Lives(first, last, floor)
+
+
+def _carried(insts: list, head: int, end: int, place: dict, starts: list) -> set:
+    """The groups first named inside the loop insts[head:end + 1] some of whose registers the loop reads before it
+    writes them (the previous iteration's value; a group named before the loop is live into it anyway). Nothing
+    before `head` names these groups, so following the loop body alone in linear order finds those reads."""
+    defined: dict = {}  # group -> mask of its registers the loop body has written so far
+    carried = set()
+    for inst in insts[head:end + 1]:
+        for r in inst.uses:
+            at = place[r]
+            if at is not None and starts[at[0]] >= head and at[1] & ~defined.get(at[0], 0):
+                carried.add(at[0])
+        for r in inst.defs:
+            at = place[r]
+            if at is not None:
+                defined[at[0]] = defined.get(at[0], 0) | at[1]
+    return carried
 
 
 def _group_bits(insts: list, files: dict, groups: list) -> tuple:

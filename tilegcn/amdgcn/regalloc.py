@@ -6,7 +6,7 @@ a name for error messages. Nothing is freed by hand: `free` is a no-op kept for 
 life is read from the instructions (liveness.py), so emission order no longer fixes which values may share a
 register, and a scheduler may reorder instructions before allocation.
 
-`allocate(insts, b)` (the pass, after lowering and scheduling, before wait counts and hazard nops):
+`allocate(insts, b, threads)` (the pass, after lowering and scheduling, before wait counts and hazard nops):
   input   instructions whose defs/uses name every register they touch; virtual groups of b.v, b.s, b.a, and
           physical ABI registers (work-item id, kernarg pointer, workgroup ids, VCC/EXEC/M0/SCC) named directly
   output  the same instructions over physical registers only, and the register counts of the kernel descriptor
@@ -24,7 +24,7 @@ import heapq
 import operator
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 
 from ..errors import ResourceError
 from .isa import Inst, Reg, regs_of, unit_ids_of
@@ -66,8 +66,11 @@ class VirtualFile:
         """Nothing to do: a group's life ends at its last use in the instructions."""
 
 
-def allocate(insts: list, b) -> tuple:
-    """(instructions over physical registers, register counts) for the virtual groups of builder `b`."""
+def allocate(insts: list, b, threads: int | None = None) -> tuple:
+    """(instructions over physical registers, register counts) for the virtual groups of builder `b`. With
+    `threads`, the counts are checked against a workgroup of that many threads (check_workgroup_fits) before the
+    operands are rewritten: an order that does not fit costs its liveness and scan only (the rewrite is the larger
+    part), so trying the interleaved order first and falling back to the emitted one stays cheap."""
     files = {"v": b.v, "s": b.s, "a": b.a}
     groups = b.v.groups
     lives = live_ranges(insts, files, groups)
@@ -75,8 +78,10 @@ def allocate(insts: list, b) -> tuple:
     peaks = {}
     for file, vf in files.items():
         peaks[file] = _scan(file, vf, lives, placed, b.arch)
-    insts = _rewrite(insts, files, placed)
-    return insts, register_counts(b.arch, peaks["v"], peaks["a"], peaks["s"])
+    counts = register_counts(b.arch, peaks["v"], peaks["a"], peaks["s"])
+    if threads is not None:
+        check_workgroup_fits(b.arch, counts, threads)
+    return _rewrite(insts, files, placed), counts
 
 
 def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
@@ -166,23 +171,28 @@ def _rewrite(insts: list, files: dict, placed: list) -> list:
     slots = list(chain.from_iterable(map(_SLOTS, insts)))  # operands, defs, uses of each instruction in turn
     flat = list(chain.from_iterable(slots))
     physical = _physical_operands(set(flat), files, placed)
-    mapped = list(map(physical.get, flat, flat))
+    mapped = tuple(map(physical.get, flat, flat))  # (a tuple: its slices are the new slots as they are)
     out = []
-    end = 0
-    each = iter(slots)
-    for i, operands, defs, uses in zip(insts, each, each, each):
-        start, end = end, end + len(operands)
-        new_operands = tuple(mapped[start:end])
-        start, end = end, end + len(defs)
-        new_defs = tuple(mapped[start:end])
-        start, end = end, end + len(uses)
-        new_uses = tuple(mapped[start:end])
+    start = 0
+    units_of: dict = {}  # a physical defs or uses tuple -> its units (a kernel names each of few hundred many times)
+    ends = iter(accumulate(map(len, slots)))  # where each slot's operands end in `mapped`
+    for i, operands_end, defs_end, uses_end in zip(insts, ends, ends, ends):
+        new_operands = mapped[start:operands_end]
+        new_defs = mapped[operands_end:defs_end]
+        new_uses = mapped[defs_end:uses_end]
+        start = uses_end
         new = Inst(i.op, new_operands, new_defs, new_uses, i.kind, i.suffix, i.comment)
         # Inst.def_units / use_units, which the wait-count and hazard passes read of every instruction, computed
         # here rather than through the lazy attribute (its two calls per instruction cost as much as the work)
         facts = new.__dict__
-        facts["def_units"] = new_defs[0].unit_ids if len(new_defs) == 1 else unit_ids_of(new_defs)
-        facts["use_units"] = new_uses[0].unit_ids if len(new_uses) == 1 else unit_ids_of(new_uses)
+        units = units_of.get(new_defs)
+        if units is None:
+            units = units_of[new_defs] = unit_ids_of(new_defs)
+        facts["def_units"] = units
+        units = units_of.get(new_uses)
+        if units is None:
+            units = units_of[new_uses] = unit_ids_of(new_uses)
+        facts["use_units"] = units
         out.append(new)
     return out
 

@@ -64,6 +64,7 @@ instruction costs an issue slot.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 
@@ -90,12 +91,14 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     out: list = []
     for n, blk in enumerate(cfg.blocks(insts)):
         body = blk.insts
-        last_mfma = max((k for k, inst in enumerate(body) if inst.kind == isa.MFMA), default=None)
-        if last_mfma is None:
+        kinds = [inst.kind for inst in body]
+        if isa.MFMA not in kinds:
             out.extend(body)
-        elif n in blk.succs:  # a loop body: it branches back to its own label
+            continue
+        if n in blk.succs:  # a loop body: it branches back to its own label
             out.extend(_schedule_block(body, arch))
         else:  # runs once: only its MFMA part, not the epilogue's stores after the last MFMA
+            last_mfma = len(kinds) - 1 - kinds[::-1].index(isa.MFMA)
             out.extend(_schedule_block(body[:last_mfma + 1], arch) + body[last_mfma + 1:])
     return out
 
@@ -109,29 +112,41 @@ def _effects(inst, keys: dict) -> tuple:
     (_dependencies adds those where the block writes them)."""
     reads = [u for r in inst.uses for u in keys[r]]
     writes = [u for r in inst.defs for u in keys[r]]
-    kind, op = inst.kind, inst.op
-    if kind not in _KNOWN:
-        writes.append(_FENCE)
+    kind = inst.kind
+    if kind == isa.MFMA:  # (most nodes: no implicit state)
         return reads, writes
+    implicit_reads, implicit_writes, vcc = _implicit(kind, inst.op)
+    if kind == isa.LDS_DMA and _names_lds_region(inst):  # a pipeline stage's DMA: see the module docstring (LDS)
+        implicit_reads, implicit_writes = implicit_reads + (_LDS,), ()
+    if vcc:
+        reads += keys[isa.VCC]
+        writes += keys[isa.VCC]
+    reads += implicit_reads
+    writes += implicit_writes
+    return reads, writes
+
+
+@functools.lru_cache(maxsize=None)
+def _implicit(kind: str, op: str) -> tuple:
+    """(pseudo-units read, pseudo-units written, reads and writes VCC) of an instruction of `kind` and `op` (an LDS
+    DMA as untagged: _effects turns a tagged one's LDS write into a read), per kind and op once per process."""
+    if kind not in _KNOWN:
+        return (), (_FENCE,), False
+    reads, writes = [], []
     if kind == isa.SALU and not op.startswith(_SCC_FREE):
         reads.append(_SCC)
         writes.append(_SCC)
-    if kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op):
-        reads += keys[isa.VCC]
-        writes += keys[isa.VCC]
     if kind == isa.DS_READ:
         reads.append(_LDS)
-    elif kind == isa.DS_WRITE or (kind == isa.LDS_DMA and not _names_lds_region(inst)):
+    elif kind in (isa.DS_WRITE, isa.LDS_DMA):
         writes.append(_LDS)
-    elif kind == isa.LDS_DMA:  # a pipeline stage's DMA: see the module docstring (LDS)
-        reads.append(_LDS)
     if kind in (isa.VMEM_LOAD, isa.SMEM, isa.LDS_DMA):
         reads.append(_GLOBAL)
     elif kind == isa.VMEM_STORE:
         writes.append(_GLOBAL)
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL, _FENCE]
-    return reads, writes
+    return tuple(reads), tuple(writes), kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op)
 
 
 def _names_lds_region(inst) -> bool:
@@ -218,7 +233,7 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
     """The node order (see the module docstring): MFMAs back to back, the rest in the slots between them.
 
     Nodes whose predecessors have all issued wait in `pending` (a heap by due slot) until their results are due,
-    then in `ready_mfma` / `ready_other` (heaps by source index)."""
+    then in `ready_mfma` / `ready_load` (global loads: paced) / `ready_other` (heaps by source index)."""
     n = len(nodes)
     succs: list = [[] for _ in range(n)]
     for i, ps in enumerate(preds):
@@ -226,35 +241,30 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             succs[j].append((i, slots))
     waiting = [len(ps) for ps in preds]
     due = [0] * n
-    mfma = [node.kind == isa.MFMA for node in nodes]
     pending = [(0, i) for i in range(n) if not waiting[i]]
     ready_mfma: list = []
+    ready_load: list = []
     ready_other: list = []
+    ready_of = [ready_mfma if node.kind == isa.MFMA else ready_load if node.kind in (isa.VMEM_LOAD, isa.LDS_DMA)
+                else ready_other for node in nodes]
     order: list = []
-    load = [node.kind in (isa.VMEM_LOAD, isa.LDS_DMA) for node in nodes]
     clock = pipe_free = load_free = 0
-    while pending or ready_mfma or ready_other:
+    while pending or ready_mfma or ready_load or ready_other:
         while pending and pending[0][0] <= clock:
             i = heapq.heappop(pending)[1]
-            heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
-        held = []  # ready global loads before `load_free`: the rest may pass them
-        while ready_other and load[ready_other[0]] and load_free > clock:
-            held.append(heapq.heappop(ready_other))
+            heapq.heappush(ready_of[i], i)
         if ready_mfma and pipe_free <= clock:
             pick = heapq.heappop(ready_mfma)
             pipe_free = clock + latency.of(nodes[pick])
-        elif ready_other:
+        elif ready_load and load_free <= clock and not (ready_other and ready_other[0] < ready_load[0]):
+            pick = heapq.heappop(ready_load)
+            load_free = clock + latency.load_pace
+        elif ready_other:  # (a ready global load before `load_free` lets the rest pass it)
             pick = heapq.heappop(ready_other)
         else:  # nothing can issue in this slot: skip to the first that can
-            for i in held:
-                heapq.heappush(ready_other, i)
             clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []) +
-                        ([load_free] if held else []))
+                        ([load_free] if ready_load else []))
             continue
-        for i in held:
-            heapq.heappush(ready_other, i)
-        if load[pick]:
-            load_free = clock + latency.load_pace
         order.append(pick)
         for i, slots in succs[pick]:
             if clock + slots > due[i]:
@@ -262,7 +272,7 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             waiting[i] -= 1
             if not waiting[i]:
                 if due[i] <= clock + 1:  # due by the next slot, whose scan of `pending` would move it at once
-                    heapq.heappush(ready_mfma if mfma[i] else ready_other, i)
+                    heapq.heappush(ready_of[i], i)
                 else:
                     heapq.heappush(pending, (due[i], i))
         clock += 1

@@ -16,7 +16,7 @@ from ..amdgcn.arch import get_arch
 from ..amdgcn.builder import KernelBuilder
 from ..amdgcn.emit import render
 from ..amdgcn.hazards import insert_hazard_nops
-from ..amdgcn.regalloc import allocate, check_workgroup_fits
+from ..amdgcn.regalloc import allocate
 from ..amdgcn.schedule import INTERLEAVE, schedule
 from ..amdgcn.waitcnt import insert_waits
 from ..errors import CompileError, ResourceError
@@ -115,9 +115,7 @@ def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str, threads: 
 
 
 def _allocate_to_fit(insts, b: KernelBuilder, threads: int):
-    insts, counts = allocate(insts, b)
-    check_workgroup_fits(b.arch, counts, threads)
-    return insts, counts
+    return allocate(insts, b, threads)  # (checks the workgroup fits before rewriting the operands)
 
 
 def _gc_paused(fn):
