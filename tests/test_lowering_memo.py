@@ -3,13 +3,14 @@ builder's shortcuts build what its general path builds, and a kernel's assembly 
 process compiled before."""
 import random
 
+import numpy as np
 import pytest
 import sympy
 import torch
 
 from tilegcn import language as T
 from tilegcn.amdgcn import symcache
-from tilegcn.amdgcn.addr import ExprLowering, add_constant, linear_form, split_floor_div, value_range
+from tilegcn.amdgcn.addr import ExprLowering, Xor, add_constant, linear_form, split_floor_div, value_range
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
@@ -88,6 +89,31 @@ def test_exact_lane_span_agrees_with_sympy():
              + sympy.floor(rng.choice(atoms) / rng.choice([3, 8])) + sympy.Mod(rng.choice(atoms) + 1, rng.choice([2, 6])))
         values = [int(e.subs(TID, t)) for t in range(64)]
         assert _exact_span(e, TID, 64) == (min(values), max(values)), e
+
+
+def test_an_xor_atom_is_bounded_evaluated_and_lowered_as_one_instruction():
+    """The LDS swizzle's Xor(a, b): value_range bounds every lane's value, the exact span is SymPy's lane by lane
+    (lambdify's numpy code agrees), and a VGPR gets it with one v_xor_b32 on top of its operands."""
+    rng = random.Random(5)
+    lane_atoms = [sympy.Mod(TID, 8), sympy.floor(TID / 4), sympy.Mod(sympy.floor(TID / 16), 4), TID]
+    for _ in range(12):
+        a = rng.choice(lane_atoms) * rng.choice([1, 2, 16]) + rng.choice([0, 3, 40])
+        e = rng.choice([1, 16]) * Xor(a, rng.choice(lane_atoms[:3])) + rng.choice([0, 7])
+        values = [int(e.subs(TID, t)) for t in range(256)]
+        assert _exact_span(e, TID, 256) == (min(values), max(values)), e
+        assert list(sympy.lambdify(TID, e, "numpy")(np.arange(256))) == values, e
+        lo, hi = value_range(e, {TID: (0, 255)})
+        assert lo <= min(values) and max(values) <= hi, e
+    b = KernelBuilder(get_arch("gfx950"), "k")
+    b.lane_symbols.add(TID)
+    b.symbol_regs[TID] = b.v.alloc()
+    low = ExprLowering(b)
+    row, chunk = sympy.floor(TID / 8), sympy.Mod(TID, 8)
+    low.vgpr(row)
+    low.vgpr(chunk)
+    before = len(b.insts)
+    low.vgpr(Xor(chunk, row))
+    assert [i.op for i in b.insts[before:]] == ["v_xor_b32"]
 
 
 def test_valu_builds_what_emit_builds():

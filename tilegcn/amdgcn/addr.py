@@ -28,6 +28,32 @@ def log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+class Xor(sympy.Function):
+    """a ^ b of two non-negative 32-bit integers, an atom of address expressions (one v_xor_b32 / s_xor_b32).
+
+    The LDS swizzles (passes/gemm_plan.py) are XORs of a chunk index with a few row bits. Written as arithmetic
+    (each bit as Mod(floor(a / 2^k) + floor(b / 2^k), 2)), a swizzled base took ~40 VALU and most of the address
+    lowering's SymPy time; as an atom it is one instruction, and the analyses bound it (value_range) or evaluate
+    it (memory._lane_values, lambdify through _numpycode) like the other atoms."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) ^ int(b))
+        if b.is_zero:
+            return a
+        if a.is_zero:
+            return b
+        return None
+
+    def _numpycode(self, printer):
+        a, b = (printer._print(x) for x in self.args)
+        return f"numpy.bitwise_xor(numpy.int64({a}), numpy.int64({b}))"
+
+
 # Pure functions of SymPy expressions are memoised (see symcache.py): the same address expressions come back for
 # every ds_read, ds_write and store of a kernel.
 @memo
@@ -158,7 +184,21 @@ def _value_range(expr, ranges: tuple):
         return None if r is None else (r[0] // div[1], r[1] // div[1])
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
         return 0, int(expr.args[1]) - 1
+    if isinstance(expr, Xor):
+        return _xor_range(*(_value_range(a, ranges) for a in expr.args))
     return None
+
+
+def _xor_range(ra, rb):
+    """Bounds of a ^ b for a, b in ranges ra, rb (non-negative): the XOR changes only the bits below the other
+    operand's highest bit, so each operand's range widened over those bits bounds it; the tighter of the two."""
+    if ra is None or rb is None or ra[0] < 0 or rb[0] < 0:
+        return None
+    bounds = []
+    for (lo, hi), (_, other_hi) in ((ra, rb), (rb, ra)):
+        low_bits = (1 << other_hi.bit_length()) - 1
+        bounds.append((lo & ~low_bits, hi | low_bits))
+    return max(b[0] for b in bounds), min(b[1] for b in bounds)
 
 
 class ExprLowering:
@@ -310,6 +350,9 @@ class ExprLowering:
                 q = self.sgpr(sympy.floor(x / d))
                 emit("s_mul_i32", out, q, -d)
                 emit("s_add_u32", out, out, self.sgpr(x))
+            return
+        if isinstance(expr, Xor):
+            emit("s_xor_b32", out, *(self.sgpr(a) for a in expr.args))
             return
         raise CompileError(f"cannot lower uniform index expression {expr}")
 
@@ -464,6 +507,10 @@ class ExprLowering:
                 q = self._vgpr(quotient)
                 b.valu("v_mul_lo_u32", out, b.sgpr_constant(-d), q, frame=frame)
                 b.valu("v_add_u32", out, self.operand(x), out, frame=frame)
+        elif form is _XOR:
+            terms = self._operands(shape[1])
+            terms.sort(key=_is_vgpr)  # VGPR last (VOP2 src1)
+            b.valu("v_xor_b32", out, *terms, frame=frame)
         else:
             raise CompileError(f"cannot lower index expression {expr}")
 
@@ -472,8 +519,8 @@ class ExprLowering:
 # the lowering of a long address recomputes its subexpressions that are not simple for every address that contains
 # them (see ExprLowering.vgpr), and asking SymPy again each time (as_coeff_Add and as_coeff_Mul build new objects,
 # free_symbols walks the tree) cost more than the instructions' own bookkeeping.
-_UNIFORM, _SHIFTED, _SUM, _PRODUCT, _QUOTIENT, _REMAINDER, _UNSUPPORTED = (
-    "uniform", "shifted", "sum", "product", "quotient", "remainder", "unsupported")
+_UNIFORM, _SHIFTED, _SUM, _PRODUCT, _QUOTIENT, _REMAINDER, _XOR, _UNSUPPORTED = (
+    "uniform", "shifted", "sum", "product", "quotient", "remainder", "xor", "unsupported")
 _CONSTANT, _SCALAR, _LANE = "constant", "scalar", "lane"  # operand kinds: int, SGPR, VGPR
 
 
@@ -501,6 +548,8 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
         x, d = expr.args
         d = int(d)
         return _REMAINDER, x, d, None if is_pow2(d) else sympy.floor(x / d), simple
+    if isinstance(expr, Xor):
+        return _XOR, _operand_kinds(args, lanes), simple
     return _UNSUPPORTED, simple
 
 

@@ -24,7 +24,7 @@ import sympy
 from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
+from .addr import ExprLowering, Xor, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VALU, VCC, Inst, Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
 
@@ -116,6 +116,9 @@ def _lane_values(expr, tid, threads: int):
     if isinstance(expr, sympy.Mod) and expr.args[1].is_Integer and expr.args[1] > 0:
         x = _lane_values(expr.args[0], tid, threads)
         return None if x is None else x % int(expr.args[1])
+    if isinstance(expr, Xor):
+        a, b = (_lane_values(x, tid, threads) for x in expr.args)
+        return None if a is None or b is None else np.bitwise_xor(a, b)
     return None
 
 
@@ -319,8 +322,8 @@ class GlobalAccess:
 
     def _lane_span(self, lane) -> tuple | None:
         """(min, max) of a per-lane offset over the workgroup's threads: exact where it depends on the thread id
-        alone (interval arithmetic cannot see that an XOR swizzle written as a sum of Mod terms stays >= 0, and
-        would send the K loop's address back to a per-step V#), else value_range's bounds."""
+        alone (interval arithmetic only bounds an XOR-swizzled offset: a bound below the true minimum could send
+        the K loop's address back to a per-step V#), else value_range's bounds."""
         symbols = free_symbols(sym(lane))
         if len(symbols) == 1 and symbols <= self.b.lane_symbols:
             return _exact_span(sym(lane), next(iter(symbols)), self.abi.kernel.threads)

@@ -87,7 +87,7 @@ A transposed read (point 7) takes its swizzle value from lane bits of k only, so
 base; its repeats move the chunk by dim/8 and share one where that is a multiple of the XOR's span 2m.
 
 Everything here is exact integer math; functions that take tid/wave/lane accept Python ints and numpy integer
-arrays alike.
+arrays alike, and SymPy expressions, where an XOR is one `Xor` atom (amdgcn/addr.py: one v_xor_b32 when lowered).
 """
 from __future__ import annotations
 
@@ -100,6 +100,7 @@ import numpy as np
 import sympy as sp
 
 from ..amdgcn import mfma_layout
+from ..amdgcn.addr import Xor
 from ..amdgcn.arch import Arch, MfmaShape, get_arch
 from ..errors import CompileError, ResourceError
 from ..ir.types import DType, as_dtype
@@ -148,25 +149,13 @@ class _SymOps:
 
     @staticmethod
     def xor(a, b, nbits):
-        """a ^ b for 0 <= b < 2**nbits as arithmetic: the bits of a above nbits, plus the low bits xor-ed."""
-        if nbits == 0:
-            return sp.sympify(a)
-        low = sum(
-            (2**n * sp.Mod(sp.floor(sp.sympify(a) / 2**n) + sp.floor(sp.sympify(b) / 2**n), 2) for n in range(nbits)),
-            sp.Integer(0),
-        )
-        return a - sp.Mod(a, 2**nbits) + low
+        """a ^ b (b < 2**nbits) as one Xor atom: v_xor_b32 flips exactly the bits b holds."""
+        return Xor(sp.sympify(a), sp.sympify(b)) if nbits else sp.sympify(a)
 
     @staticmethod
     def xor_bits(a, bits):
-        """a with bit p flipped where bits[p] (an expression worth 0 or 1) is 1: cheaper for SymPy than `xor` with
-        the flips packed into one number, whose bits it would have to take apart again."""
-        a = sp.sympify(a)
-        out = a
-        for p, bit in bits.items():
-            a_p = sp.Mod(sp.floor(a / 2**p), 2)
-            out += 2**p * (sp.Mod(a_p + bit, 2) - a_p)
-        return out
+        """a with bit p flipped where bits[p] (an expression worth 0 or 1) is 1: a ^ (the flips as one number)."""
+        return Xor(sp.sympify(a), sum((2**p * sp.sympify(bit) for p, bit in bits.items()), sp.Integer(0)))
 
 
 def _ops_for(*values):
