@@ -23,16 +23,18 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from dataclasses import dataclass
 from itertools import accumulate, chain
+from typing import NamedTuple
 
 from ..errors import ResourceError
 from .isa import Inst, Reg, regs_of, unit_ids_of
 from .liveness import live_ranges
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
+    """A virtual register group (a NamedTuple: built in C, ~0.8 us against ~2.8 us for a frozen dataclass, and a
+    GEMM's lowering makes 800-1300 of them)."""
+
     base: int  # first index in the file's virtual numbering
     count: int
     align: int
