@@ -32,9 +32,8 @@ Which order a steady step takes (`step_order`):
   (no vmcnt(0)) puts the loads between the two barriers of the register path, where no MFMA hides their issue:
   780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
-The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math);
-steady iterations that do not fill a whole unrolled trip are emitted after the loop. Correct for any n >= 1:
-with n < S the prologue issues only n groups and there is no steady part.
+The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
+Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part.
 
 Masked tail (n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is steady, and in the last
 trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the lowering selects a V# with
@@ -203,11 +202,11 @@ def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
     return False
 
 
-def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = True) -> list:
-    """The prologue, steady loop and epilogue of the module docstring. `masked_tail` (at least S steps): every step
-    but the last n % S is a steady step of the loop, the copies of tiles past the end issued with nothing in range
-    (AsyncCopy.live) in the last trip; the S - 1 steps after the loop's tiles that would otherwise be peeled (a
-    whole unrolled body of ds_reads and MFMAs in the 256x256 GEMM) run in the loop."""
+def _pipeline(loop: N.Loop, wait_first: bool) -> list:
+    """The prologue, steady loop and drain of the module docstring, with the masked tail: every step but the last
+    n % S is a steady step of the loop, the copies of tiles past the end issued with nothing in range
+    (AsyncCopy.live) in the last trip, so the drain is no peeled copy of the loop body (n < S: no loop, the
+    prologue issues n tiles and the drain computes them)."""
     n, S, k = loop.extent, loop.num_stages, loop.var
     copies = [s for s in loop.body if isinstance(s, N.Copy)]
     gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
@@ -219,7 +218,7 @@ def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = True) -> list:
     def compute(stage: int) -> list:
         return [dataclasses.replace(g, stage=stage) for g in gemms]
 
-    def steady(kk, j: int, live=None) -> list:  # iteration kk, with kk % S == j
+    def steady(kk, j: int, live) -> list:  # iteration kk, with kk % S == j
         copies = issue(kk + S - 1, (j + S - 1) % S, live)
         if wait_first:
             return [N.WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
@@ -228,24 +227,16 @@ def _pipeline(loop: N.Loop, wait_first: bool, masked_tail: bool = True) -> list:
     out = []
     for kk in range(min(S - 1, n)):
         out += issue(kk, kk)
-    masked_tail = masked_tail and n >= S
-    count = n if masked_tail else max(0, n - S + 1)  # steady iterations
-    trips = count // S
+    trips = n // S
     if trips:
         var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
         body = []
         for j in range(S):
-            tile = S * var + j + S - 1  # the tile this step's copies load
-            live = (tile, n) if masked_tail and S * (trips - 1) + j + S - 1 >= n else None
-            body += steady(S * var + j, j, live)
+            tile = S * var + j + S - 1  # the tile this step's copies load; past the end in the last trip?
+            body += steady(S * var + j, j, (tile, n) if S * (trips - 1) + j + S - 1 >= n else None)
         out.append(N.Loop(var, trips, 1, body, loc=loop.loc))
-    if masked_tail:  # the last n % S steps: no tile left to load; the newest in flight is the loop's last copy's
-        drained, newest = S * trips, S * trips + S - 2
-    else:
-        for kk in range(S * trips, count):
-            out += steady(kk, kk % S)
-        drained, newest = count, n - 1
-    for kk in range(drained, n):
+    newest = S * trips + S - 2 if trips else n - 1  # the newest tile in flight after the loop
+    for kk in range(S * trips, n):
         out += [N.WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
     return out
 
