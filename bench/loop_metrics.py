@@ -3,7 +3,7 @@
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
                                  [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate]
 
-For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads) without running it, finds the K loop in
+For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads unless --threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
 instructions, MFMAs, non-MFMA instructions per MFMA, ds_read, ds_write, loads (LDS DMA / into VGPRs),
 s_waitcnt, vmcnt(0), s_barrier, v_readfirstlane, scratch instructions, and llvm-mca's cycles for the loop body
@@ -157,6 +157,8 @@ def main(argv=None):
                     help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
     ap.add_argument("--copy", default="auto",
                     help="copy paths compared (tilegcn.jit(copy=...)), for num_stages >= 2 rows")
+    ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (gfx942's 256x256 tile at "
+                    "num_stages=2 needs 256: its VGPR-staged stage does not fit two waves per SIMD)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
@@ -172,14 +174,17 @@ def main(argv=None):
                 for stages in (int(s) for s in args.stages.split(",")):
                     for schedule in (schedules if stages == 2 else schedules[:1]):
                         for copy in (copies if stages > 1 else ["auto"]):
-                            _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate)
+                            _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate,
+                                 args.threads)
 
 
-def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate):
-    name = f"{arch} {tile} {layout} stages={stages} {schedule} {copy}"
+def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate, threads=256):
+    name = f"{arch} {tile} {layout} stages={stages} {schedule} {copy}" + (f" {threads} thr" if threads != 256 else "")
     try:
-        m = metrics(compile_asm(arch, dims, layout, stages, schedule=schedule, copy=copy), arch, dims[0], dims[1], 256)
-        m.update(model_estimate(arch, dims, layout, stages, schedule=schedule, copy=copy) if estimate else {})
+        asm = compile_asm(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy)
+        m = metrics(asm, arch, dims[0], dims[1], threads)
+        m.update(model_estimate(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy)
+                 if estimate else {})
     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
         print(f"{name:<58} {type(e).__name__}: {str(e)[:110]}")
         return
