@@ -27,7 +27,7 @@ import sympy
 
 from ..amdgcn import isa
 from ..amdgcn.abi import WORKITEM_ID
-from ..amdgcn.addr import split_const
+from ..amdgcn.addr import linear_form, split_const
 from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
@@ -445,12 +445,14 @@ def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
                     b.v.free(a.voffset)
 
 
+@memo  # asked per slot of each masked copy
 def _threshold(live: tuple) -> tuple:
     """(loop variable, the first trip whose copy is past the end) of AsyncCopy.live = (tile, n): `tile` is affine in
     the loop variable with a positive coefficient, so the copy is live exactly in the trips before the threshold."""
     tile, n = live
-    (var,) = tile.free_symbols
-    coeff, const = int(tile.coeff(var)), int(tile.subs(var, 0))
+    form = linear_form(tile)
+    const = form.pop(sympy.S.One, 0)
+    ((var, coeff),) = form.items()
     return var, -(-(n - const) // coeff)
 
 
