@@ -121,6 +121,18 @@ class KernelAbi:
         b.cse_put(key[0], key[1], srd, frame)
         return srd
 
+    def emptied_resource(self, srd: Reg, counter: Reg, trips: int, what: str = "") -> Reg:
+        """A V# equal to `srd` while loop counter `counter` < `trips`, with NUM_RECORDS 0 from then on: every lane
+        out of range whether or not the hardware counts soffset (ISA_NOTES: buffer out-of-range rules). Words 0, 1
+        and 3 are copied before the loops (frame 0); word 2 is selected where this is called (s_cmp + s_cselect)."""
+        b = self.b
+        out = b.alloc_in_frame("s", 0, 4, align=4, what="V# emptied past the end")
+        b.emit("s_mov_b64", out[0:2], srd[0:2], frame=0)
+        b.emit("s_mov_b32", out[3], srd[3], frame=0)
+        b.emit("s_cmp_lt_u32", counter, trips, defs=(), uses=(counter,))
+        b.emit("s_cselect_b32", out[2], srd[2], 0, comment=f"NUM_RECORDS 0 from trip {trips}{what}")
+        return out
+
     def clamped_resource(self, buffer: N.Buffer, base_offset) -> tuple:
         """(V#, SGPR) for an origin that may lie before the tensor's start (a halo read such as
         `X[bx * 64 + i - 1]`): the V# is resource() at max(origin, 0) and the SGPR holds

@@ -475,23 +475,15 @@ def _live_trips(ctx: Context, live: tuple | None):
 
 
 def _masked(ctx: Context, live: tuple, srd: Reg) -> Reg:
-    """A V# equal to `srd` but with NUM_RECORDS 0 in the loop trips where `live` = (tile, n) says the copy's tile is
-    past the end (tile >= n): every lane is then out of range whether or not the hardware counts soffset, so the
-    LDS DMA reads no memory and writes zeros to a stage nothing reads (ISA_NOTES: buffer out-of-range rules).
-    The steps of an unrolled body share a threshold where n is a multiple of the unroll, so a trip selects each
-    operand's V# once (s_cmp + s_cselect of word 2; words 0, 1, 3 copied before the loop) for all its steps."""
+    """`srd` emptied (NUM_RECORDS 0) in the loop trips where `live` = (tile, n) says the copy's tile is past the end
+    (KernelAbi.emptied_resource): the LDS DMA reads no memory and writes zeros to a stage nothing reads, a staged
+    load fills VGPRs never written to LDS. The steps of an unrolled body share a threshold where n is a multiple of
+    the unroll, so a trip selects each operand's V# once for all its steps."""
     var, threshold = _threshold(live)
     key = (srd, var, threshold)
-    masked = ctx.pipe.masked.get(key)
-    if masked is None:
-        b = ctx.b
-        masked = ctx.pipe.masked[key] = b.alloc_in_frame("s", 0, 4, align=4, what="V# masked past the end")
-        b.emit("s_mov_b64", masked[0:2], srd[0:2], frame=0)
-        b.emit("s_mov_b32", masked[3], srd[3], frame=0)
-        counter = ctx.lower.sgpr(var)
-        b.emit("s_cmp_lt_u32", counter, threshold, defs=(), uses=(counter,))
-        b.emit("s_cselect_b32", masked[2], srd[2], 0, comment=f"NUM_RECORDS 0 from trip {threshold} of {var}")
-    return masked
+    if key not in ctx.pipe.masked:
+        ctx.pipe.masked[key] = ctx.abi.emptied_resource(srd, ctx.lower.sgpr(var), threshold, f" of {var}")
+    return ctx.pipe.masked[key]
 
 
 def lower_commit_group(ctx: Context, s: N.CommitGroup):
