@@ -1,4 +1,5 @@
 """Buffer, global, LDS (DS) and LDS-DMA instructions on the emulated device."""
+import re
 import sys
 from pathlib import Path
 
@@ -263,3 +264,47 @@ def test_buffer_range_check_refuses_to_guess_soffsets_part():
     assert torch.equal(out, off // 4 + 4)
     with pytest.raises(EmulatorError, match="soffset"):
         run_lanes(body.format(so=100), [off, data], block=64)
+
+
+# -- issue 18: addresses a GPU would fault on -------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["global_store_dword v[10:11], v1, off", "global_load_dword v3, v[10:11], off",
+                                "flat_store_dword v[10:11], v1"])
+def test_an_address_with_bit_63_set_faults(op):
+    """dst's own address with bit 63 set is no mapped memory: a fault naming the instruction and the address
+    (a load of 0 or a dropped store would hide the kernel's bug)."""
+    body = f"""v_mov_b32 v10, s6
+               s_or_b32 s7, s7, 0x80000000
+               v_mov_b32 v11, s7
+               {op}
+               s_waitcnt vmcnt(0)"""
+    dst = torch.zeros(64, dtype=torch.int32)
+    addr = rf"0x8{dst.data_ptr():015x}"
+    with pytest.raises(EmulatorError, match=rf"{op.split()[0]} .*memory fault: (store to|access to) {addr}"):
+        two_buffers(body, 64).launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32), dst])
+    assert not dst.any()
+
+
+def test_the_gaps_between_the_rows_of_a_strided_view_are_not_mapped():
+    """y = x[:, :32] of a 64-wide x maps y's elements only: a store into x[:, 32:] (byte 128 of a row) faults
+    like any address outside the arguments, and x keeps its bytes; a store to row 1 of y lands. A buffer access
+    the V#'s NUM_RECORDS puts out of range reads 0 there without a fault, as on hardware."""
+    x = torch.arange(4 * 64, dtype=torch.int32).view(4, 64)
+    before = x.clone()
+    y = x[:, :32]
+    row1 = """v_mov_b32 v3, 7
+              global_store_dword v2, v3, s[6:7] offset:256
+              s_waitcnt vmcnt(0)"""
+    two_buffers(row1, 64).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
+    assert torch.equal(x[1, :32], torch.full((32,), 7, dtype=torch.int32))
+    x[1, :32] = before[1, :32]
+    for op in ("global_store_dword v2, v1, s[6:7] offset:128", "global_load_dword v3, v2, s[6:7] offset:128"):
+        with pytest.raises(EmulatorError, match=rf"{re.escape(op)}.*lane 0: memory fault: .*between the elements"):
+            two_buffers(f"{op}\ns_waitcnt vmcnt(0)", 64).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
+        assert torch.equal(x, before)
+    # NUM_RECORDS 128: offsets 128.. (the gap) are out of range: 0 is read, nothing faults
+    gap_read = """buffer_load_dword v3, v2, s[12:15], 0 offen offset:128
+                  s_waitcnt vmcnt(0)
+                  buffer_store_dword v3, v2, s[12:15], 0 offen
+                  s_waitcnt vmcnt(0)"""
+    two_buffers(gap_read, 64, dst_bytes=128).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
+    assert not x[0, :32].any() and torch.equal(x[1:], before[1:])

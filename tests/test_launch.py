@@ -134,3 +134,35 @@ def test_queue_apertures_match_the_aperture_registers(launch_module):
     shared_hi = int(out[0])
     assert shared_hi != 0 and int(out[1]) == shared_hi  # the queue's LDS aperture = src_shared_base
     assert int(out[2]) not in (0, shared_hi)  # a private aperture of its own
+
+
+def test_threads_launching_on_parts_of_one_storage_keep_every_write():
+    """Launches from several Python threads on disjoint parts of one tensor: column halves (whose byte spans
+    interleave row by row) and every other row. Each launch writes back only the bytes its kernel stored, so
+    no launch undoes another's (copying whole spans back lost half of them)."""
+    import threading
+
+    from kernels import axpb_relu
+
+    x = torch.randn(128, 128)
+    ref = torch.relu(2 * x + 1)
+    tile = dict(block_M=64, block_N=64, threads=64)
+    threads_before = torch.get_num_threads()
+    axpb_relu(x[:, :64], torch.empty(128, 64), **tile)  # compiled before the threads start: they only launch
+    cols, rows = torch.zeros(128, 128), torch.zeros(128, 128)
+    parts = [(x[:, :64], cols[:, :64]), (x[:, 64:], cols[:, 64:]), (x[0::2], rows[0::2]), (x[1::2], rows[1::2])]
+    errors = []
+
+    def launch(src, dst):
+        try:
+            axpb_relu(src, dst, **tile)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    workers = [threading.Thread(target=launch, args=part) for part in parts]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    assert torch.equal(cols, ref) and torch.equal(rows, ref)
+    assert torch.get_num_threads() == threads_before  # each launch's thread setting was undone

@@ -134,15 +134,8 @@ class Module:
         launch = self.prepare(kernel_name, grid, block, args, shared_mem, kernarg, buffers)
         machine = Machine(launch.program, launch.grid, launch.block, launch.dispatch, launch.tensors, check,
                           launch.device)
-        threads = torch.get_num_threads()
-        want = _launch_threads()
-        if want != threads:
-            torch.set_num_threads(want)
-        try:
+        with _LaunchThreads():
             stats = machine.run()
-        finally:
-            if want != threads:
-                torch.set_num_threads(threads)
         self.last_stats = stats
         return stats
 
@@ -193,6 +186,33 @@ class Launch:
     def __init__(self, program, grid, block, dispatch_state, tensors, device):
         self.program, self.grid, self.block = program, grid, block
         self.dispatch, self.tensors, self.device = dispatch_state, tensors, device
+
+
+class _LaunchThreads:
+    """torch's intra-op thread count set to `_launch_threads()` while any launch runs, restored when the last
+    one ends: the count is process-wide, so launches from several Python threads share one save/restore (each
+    saving and restoring its own could leave the process at the launch's count)."""
+
+    _lock = threading.Lock()
+    _running = 0
+    _saved = None
+
+    def __enter__(self):
+        cls = _LaunchThreads
+        with cls._lock:
+            if cls._running == 0:
+                cls._saved = torch.get_num_threads()
+                want = _launch_threads()
+                if want != cls._saved:
+                    torch.set_num_threads(want)
+            cls._running += 1
+
+    def __exit__(self, *exc):
+        cls = _LaunchThreads
+        with cls._lock:
+            cls._running -= 1
+            if cls._running == 0 and torch.get_num_threads() != cls._saved:
+                torch.set_num_threads(cls._saved)
 
 
 def _launch_threads() -> int:

@@ -178,8 +178,8 @@ def build_atomic(ins, b, index):
             view = m.mem.flat32 if words == 1 else m.mem.flat.view(torch.int64)
             sel = a.reshape(-1)
             word = (f.reshape(-1) // elem)[sel]
-            m.mem.dirty = True
             old = _apply_serially(view, word, v.reshape(-1)[sel], None if c is None else c.reshape(-1)[sel], fn)
+            m.mem.mark_written_words(word, elem)
             if dst is None:
                 return
             ret = torch.zeros(a.numel(), dtype=torch.int64, device=old.device)

@@ -118,8 +118,8 @@ class _Access:
             # lanes of other memories write their own bytes back (no-op) instead of this payload
             cur = target.index_select(0, bi.reshape(-1)).view(bi.shape)
             target.scatter_(0, bi.reshape(-1), torch.where(keep, payload, cur).reshape(-1))
-            if target is m.mem.flat:
-                m.mem.dirty = True
+            if target is m.mem.flat:  # lanes of other memories point at its scratch bytes
+                m.mem.mark_written(bi)
 
 
 def build_flat(ins, b, index):

@@ -41,48 +41,95 @@ def first_true(mask: torch.Tensor):
     return idx, lane
 
 
+_I64_MIN = -(1 << 63)
+_M64 = (1 << 64) - 1
+
+
+def _extent(t) -> int:
+    """Bytes a non-empty tensor spans from its data_ptr (covers strided views)."""
+    return (sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0) + 1) * t.element_size()
+
+
+def _dense(t) -> bool:
+    """Do the tensor's elements fill its span without gaps (contiguous up to a permutation of dims)?"""
+    expect = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n > 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def _covers(views, lo, hi) -> bool:
+    """Do these tensors (spans within [lo, hi), overlapping one another) map every byte of [lo, hi)?"""
+    if any(v.data_ptr() == lo and v.data_ptr() + _extent(v) == hi and _dense(v) for v in views):
+        return True
+    return bool(_element_bytes(views, lo, hi - lo, torch.device("cpu")).all())
+
+
+def _element_bytes(views, lo, length, device) -> torch.Tensor:
+    """bool [length]: the bytes of [lo, lo + length) that some element of `views` occupies."""
+    mask = torch.zeros(length, dtype=torch.bool)
+    for v in views:
+        item = v.element_size()
+        mask.as_strided(tuple(v.shape) + (item,), tuple(st * item for st in v.stride()) + (1,),
+                        v.data_ptr() - lo).fill_(True)
+    return mask.to(device)
+
+
 class GlobalMemory:
     def __init__(self, tensors: list, segments: list, device):
         """`tensors` are mapped read-write at their data pointers; `segments` (dispatch.Segment: address,
-        data) read-only at theirs (the kernarg segment, dispatch packet, ...)."""
+        data) read-only at theirs (the kernarg segment, dispatch packet, ...).
+
+        A tensor maps only its own elements: a strided view (x[:, :32] of a 64-wide x) is staged as the
+        byte span from its first to its last element, but the gaps between its rows are not mapped, and an
+        access there faults as an access to memory the kernel was not given would on a GPU (`mapped`)."""
         self.device = device
         spans = []
         for t in tensors:
             if t.numel() == 0:
                 continue
-            storage = t.untyped_storage()
-            item = t.element_size()
-            # bytes this tensor spans from its data_ptr (covers strided views)
-            extent = (sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0) + 1) * item
-            spans.append([t.data_ptr(), t.data_ptr() + extent, storage])
+            lo = t.data_ptr()
+            spans.append([lo, lo + _extent(t), t.untyped_storage(), [t]])
         spans.sort(key=lambda s: s[0])
         merged = []
-        for lo, hi, storage in spans:
+        for lo, hi, storage, views in spans:
             if merged and lo < merged[-1][1]:
                 if merged[-1][2].data_ptr() != storage.data_ptr():
                     raise Fault("two tensor arguments overlap in memory without sharing storage")
                 merged[-1][1] = max(merged[-1][1], hi)
+                merged[-1][3] += views
             else:
-                merged.append([lo, hi, storage])
-        regions = [(lo, hi, storage, True) for lo, hi, storage in merged]  # (base, end, storage or bytes, writable)
-        regions += [(seg.address, seg.address + len(seg.data), seg.data, False) for seg in segments]
+                merged.append([lo, hi, storage, views])
+        # (base, end, storage or bytes, writable, views: the tensors mapped there, None for a segment)
+        regions = [(lo, hi, storage, True, views) for lo, hi, storage, views in merged]
+        regions += [(seg.address, seg.address + len(seg.data), seg.data, False, None) for seg in segments]
         regions.sort(key=lambda r: r[0])
         for a, b in zip(regions, regions[1:]):
             if a[1] > b[0]:
                 raise Fault("a read-only segment (kernarg, dispatch packet, ...) collides with a tensor argument")
-        self.regions = regions
+        self.regions = [r[:4] for r in regions]
         offsets, total = [], 0
-        for lo, hi, _, _ in regions:
+        for lo, hi, _, _, _ in regions:
             offsets.append(total)
             total += (hi - lo + 15) & ~15
         self.scratch = total  # 64 bytes past the mapped ones: where inactive lanes point
         self.flat = torch.zeros(total + 64, dtype=torch.uint8, device=device)
-        for (lo, hi, storage, writable), off in zip(regions, offsets):
+        for (lo, hi, storage, writable, _), off in zip(regions, offsets):
             if not writable:
                 self.flat[off:off + hi - lo] = torch.frombuffer(bytearray(storage), dtype=torch.uint8).to(device)
             else:
                 self.flat[off:off + hi - lo] = self._storage_bytes(storage, lo, hi)
         self.flat32 = self.flat.view(torch.int32)
+        self.mapped = None  # bool per flat byte, only when some region has gaps (a strided view's)
+        self.gapped = [False] * len(regions)  # per region: are some of its bytes unmapped?
+        for r, ((lo, hi, _, _, views), off) in enumerate(zip(regions, offsets)):
+            if views is not None and not _covers(views, lo, hi):
+                if self.mapped is None:
+                    self.mapped = self._all_mapped(regions, offsets, total)
+                self.mapped[off:off + hi - lo] = _element_bytes(views, lo, hi - lo, device)
+                self.gapped[r] = True
         self.bases = torch.tensor([r[0] for r in regions], dtype=torch.int64, device=device)
         self.ends = torch.tensor([r[1] for r in regions], dtype=torch.int64, device=device)
         self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
@@ -90,7 +137,22 @@ class GlobalMemory:
         self.offset_list = offsets
         self.base_list = [r[0] for r in regions]
         self.end_list = [r[1] for r in regions]
-        self.dirty = False
+        # the bytes the kernel stored to (allocated at the first store): only those go back to the tensors, so
+        # a launch never writes back bytes it did not write (another thread's launch on the same storage may
+        # have written them meanwhile)
+        self.written = None
+        self.written32 = None
+
+    def _all_mapped(self, regions, offsets, total):
+        mapped = torch.zeros(total + 64, dtype=torch.bool, device=self.device)
+        for (lo, hi, _, _, _), off in zip(regions, offsets):
+            mapped[off:off + hi - lo] = True
+        mapped[total:] = True  # the scratch bytes of inactive lanes
+        return mapped
+
+    @property
+    def dirty(self) -> bool:
+        return self.written is not None
 
     @staticmethod
     def _storage_bytes(storage, lo, hi):
@@ -99,27 +161,56 @@ class GlobalMemory:
         return whole[start:start + hi - lo]
 
     def finish(self):
-        """Copy the staged bytes back into the tensors' storage (only after a store happened)."""
-        if not self.dirty:
+        """Copy the bytes the kernel stored to back into the tensors' storage (none when nothing was stored)."""
+        if self.written is None:
             return
         for (lo, hi, storage, writable), off in zip(self.regions, self.offset_list):
-            if writable:
-                self._storage_bytes(storage, lo, hi).copy_(self.flat[off:off + hi - lo])
+            if not writable:
+                continue
+            written = self.written[off:off + hi - lo].bool()
+            if not bool(written.any()):
+                continue
+            staged, target = self.flat[off:off + hi - lo], self._storage_bytes(storage, lo, hi)
+            if bool(written.all()):
+                target.copy_(staged)
+            else:
+                idx = torch.nonzero(written).squeeze(1)
+                target.index_copy_(0, idx, staged.index_select(0, idx))
+
+    def _written(self):
+        if self.written is None:
+            self.written = torch.zeros_like(self.flat)
+            self.written32 = self.written.view(torch.int32)
+        return self.written
+
+    def mark_written(self, byte_index: torch.Tensor):
+        """Record stores to these flat byte indices (any shape)."""
+        self._written().index_fill_(0, byte_index.reshape(-1), 1)
+
+    def mark_written_words(self, word_index: torch.Tensor, word_bytes: int):
+        """Record stores to these flat word indices (words of 4 or 8 bytes)."""
+        view = self._written().view(torch.int32 if word_bytes == 4 else torch.int64)
+        view.index_fill_(0, word_index.reshape(-1), -1)
 
     def translate(self, addr: torch.Tensor, nbytes: int, active, write: bool = False) -> torch.Tensor:
         """Flat buffer index of each lane's address; faults (Fault with row/lane) on unmapped active lanes.
         Inactive lanes get the index of a scratch word past the mapped bytes (loads there are discarded,
-        stores land harmlessly). addr: int64 [rows, X]; active: bool [rows, X] or None (all)."""
+        stores land harmlessly). addr: int64 [rows, X] (an address with bit 63 set is negative); active:
+        bool [rows, X] or None (all)."""
         if addr.numel() == 0:
             return addr
-        probe = addr if active is None else torch.where(active, addr, addr.new_tensor(-1))
-        hi = int(probe.max())
-        if hi < 0:  # no active lane
-            return torch.full_like(addr, self.scratch)
-        lo = int(addr.min()) if active is None else int(torch.where(active, addr, addr.new_tensor(hi)).min())
+        if active is None:
+            lo, hi = int(addr.min()), int(addr.max())
+        else:
+            hi = int(torch.where(active, addr, _I64_MIN).max())
+            if hi == _I64_MIN and not bool(active.any()):  # no active lane
+                return torch.full_like(addr, self.scratch)
+            lo = int(torch.where(active, addr, hi).min())
         r = bisect.bisect_right(self.base_list, lo) - 1
         if r >= 0 and hi + nbytes <= self.end_list[r] and (self.regions[r][3] or not write):
             flat = addr + (self.offset_list[r] - self.base_list[r])  # one region holds every lane: the usual case
+            if self.gapped[r]:
+                self._check_mapped(addr, flat, nbytes, active, write)
         else:
             flat = self._translate_lanes(addr, nbytes, active, write)
         if active is not None:
@@ -134,13 +225,29 @@ class GlobalMemory:
         bad = ~ok if active is None else (active & ~ok)
         if bool(bad.any()):
             row, lane = first_true(bad)
-            a = int(addr[row, lane])
+            a = int(addr[row, lane]) & _M64
             if write and bool(inside[row, lane]):
                 raise Fault(f"store to read-only memory (the kernarg segment or the dispatch packet) at 0x{a:x}", row, lane)
             what = "store to" if write else "access to"
             raise Fault(f"memory fault: {what} 0x{a:x} ({nbytes} bytes) is outside every tensor argument and the "
                         f"dispatch's read-only segments", row, lane)
-        return addr - self.bases[rc] + self.offsets[rc]
+        flat = addr - self.bases[rc] + self.offsets[rc]
+        if self.mapped is not None:
+            self._check_mapped(addr, flat, nbytes, active, write)
+        return flat
+
+    def _check_mapped(self, addr, flat, nbytes, active, write):
+        """Fault on an active lane whose bytes fall in a gap of a strided view (between its rows)."""
+        idx = (flat.unsqueeze(-1) + torch.arange(nbytes, device=flat.device)).clamp(0, self.mapped.numel() - 1)
+        bad = ~self.mapped[idx].all(-1)
+        if active is not None:
+            bad &= active
+        if bool(bad.any()):
+            row, lane = first_true(bad)
+            what = "store to" if write else "access to"
+            raise Fault(f"memory fault: {what} 0x{int(addr[row, lane]) & _M64:x} ({nbytes} bytes) lies between the "
+                        f"elements of a strided tensor view (a gap between its rows: memory the kernel was not "
+                        f"given)", row, lane)
 
     def load_dwords(self, flat: torch.Tensor, ndw: int) -> torch.Tensor:
         """int32 [..., ndw] read at byte index `flat` (any alignment)."""
@@ -156,19 +263,19 @@ class GlobalMemory:
     def store_dwords(self, flat: torch.Tensor, data: torch.Tensor, mask):
         """data int32 [..., ndw] written at byte index `flat` (lanes outside `mask` must already point at
         the scratch word, as translate() leaves them)."""
-        self.dirty = True
         ndw = data.shape[-1]
         if not bool((flat & 3).any()):
             idx = (flat >> 2).unsqueeze(-1) + torch.arange(ndw, device=flat.device)
             self.flat32.scatter_(0, idx.reshape(-1), data.reshape(-1))
+            self.mark_written_words(idx, 4)
         else:
             self.store_bytes(flat, data.contiguous().view(torch.uint8), mask)
 
     def store_bytes(self, flat: torch.Tensor, data: torch.Tensor, mask):
-        self.dirty = True
         nbytes = data.shape[-1]
         idx = flat.unsqueeze(-1) + torch.arange(nbytes, device=flat.device)
         self.flat.scatter_(0, idx.reshape(-1), data.reshape(-1))
+        self.mark_written(idx)
 
 
 class Lds:
