@@ -953,3 +953,92 @@ def test_a_damaged_meta_json_never_escapes_as_a_raw_error():
         assert "meta.json" in str(e)
     else:
         assert torch.equal(y, x)
+
+
+# -- issue 18, launch --
+@tilegcn.jit
+def _copy_twice(X, Y, Z):
+    """Y = X and Z = X: a kernel with two written tensors."""
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((64, 64), "float32")
+        T.copy(X[0, 0], x)
+        T.copy(x, Y[0, 0])
+        T.copy(x, Z[0, 0])
+
+
+def _overlapping_pair():
+    """X and Y views of one storage, Y starting one row into X."""
+    base = torch.randn(65 * 64)
+    return base[:4096].view(64, 64), base[64:].view(64, 64)
+
+
+@misuse(ArgumentError, r"tensor X has its negative bit set .*X\.resolve_neg\(\) or X\.clone\(\)")
+def arg_neg_view_input(): ew(torch._neg_view(xy()[0]), xy()[1], f=abs_free_identity)
+@misuse(ArgumentError, r"tensor X has its negative bit set")
+def arg_conj_imag_input(): ew(torch.randn(64, 64, dtype=torch.complex64).conj().imag, xy()[1], f=abs_free_identity)
+@misuse(ArgumentError, r"tensor Y has its negative bit set .*Y\.resolve_neg\(\)")
+def arg_neg_view_output(): ew(xy()[0], torch._neg_view(torch.zeros(64, 64)), f=abs_free_identity)
+@misuse(ArgumentError, r"Y is written by the kernel but is a leaf that requires grad .*in-place operation.*no_grad")
+def arg_written_leaf_requires_grad(): ew(xy()[0], torch.zeros(64, 64, requires_grad=True), f=abs_free_identity)
+@misuse(ArgumentError, r"Y is written by the kernel but requires grad: autograd does not differentiate.*detach")
+def arg_written_nonleaf_requires_grad():
+    ew(xy()[0], torch.zeros(64, 64, requires_grad=True) * 2, f=abs_free_identity)
+@misuse(ArgumentError, r"Y is written by the kernel and overlaps tensor X in memory without being the same view")
+def arg_output_partially_overlaps_input(): ew(*_overlapping_pair(), f=abs_free_identity)
+@misuse(ArgumentError, r"Y is written by the kernel and overlaps tensor X")
+def arg_output_shifted_by_one_element():
+    base = torch.randn(64 * 64 + 1)
+    ew(base[:4096].view(64, 64), base[1:].view(64, 64), f=abs_free_identity)
+@misuse(ArgumentError, r"tensors Y and Z are both written by the kernel and share memory")
+def arg_two_outputs_alias():
+    x, y = xy()
+    _copy_twice(x, y, y)
+
+
+def test_lazy_views_and_overlap_are_refused_on_the_warm_path_too():
+    """A warm call (same dtypes, shapes, strides, alignment) is checked too: the negative bit, overlap and
+    autograd state are not fixed by the specialisation."""
+    x, y = xy()
+    ew(x, y, f=abs_free_identity)  # warm
+    with pytest.raises(ArgumentError, match="negative bit"):
+        ew(torch._neg_view(x), y, f=abs_free_identity)
+    with pytest.raises(ArgumentError, match="overlaps tensor X"):
+        ew(*_overlapping_pair(), f=abs_free_identity)
+    with pytest.raises(ArgumentError, match="leaf that requires grad"):
+        ew(x, y.clone().requires_grad_(), f=abs_free_identity)
+
+
+def test_the_same_tensor_in_and_out_and_disjoint_views_of_one_tensor_run():
+    """In place (the very same view as input and output) runs, as in TileLang / Triton: each block reads the
+    elements it writes. Views of one storage whose bytes interleave but whose elements do not (column halves,
+    every other row) run too."""
+    x = torch.randn(64, 64)
+    ref = x.abs()
+    ew(x, x, f=T.abs)
+    assert torch.equal(x, ref)
+    z = torch.randn(64, 128)
+    ref = z[:, :64].abs()
+    ew(z[:, :64], z[:, 64:], f=T.abs)
+    assert torch.equal(z[:, 64:], ref)
+    r = torch.randn(128, 64)
+    ref = r[0::2].abs()
+    ew(r[0::2], r[1::2], f=T.abs)
+    assert torch.equal(r[1::2], ref)
+
+
+def test_a_kernel_write_bumps_autograd_version_counters():
+    """Backward through a tensor the kernel overwrote after autograd saved it raises torch's in-place error
+    (it would silently use the new values); under torch.no_grad a leaf that requires grad may be written, as
+    an optimizer step writes it."""
+    w = torch.randn(64, 64, requires_grad=True)
+    a = torch.randn(64, 64)
+    loss = (w * a).sum()  # saves a for w's gradient
+    version = a._version
+    ew(torch.randn(64, 64), a, f=abs_free_identity)  # the kernel overwrites a
+    assert a._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    x = torch.randn(64, 64)
+    with torch.no_grad():
+        ew(x, w, f=abs_free_identity)
+    assert torch.equal(w.detach(), x) and w.grad is None

@@ -108,12 +108,13 @@ def resolve_arch(arch=None) -> str:
 def _make_keyfn(n: int):
     """A function of exactly `n` positional arguments returning the memo key of a call.
 
-    Per argument: (dtype, shape, strides, data_ptr & 15, device) for a torch.Tensor (exact class), else the
-    argument's class (a scalar is specialised on its type only); then the two environment values.
+    Per argument: (dtype, shape, strides, data_ptr & 15, device, negative bit) for a torch.Tensor (exact
+    class), else the argument's class (a scalar is specialised on its type only); then the two environment
+    values. A tensor with the negative bit set takes the slow path, which refuses it (`_check_tensor_storage`).
     """
     names = [f"a{i}" for i in range(n)]
     items = "".join(
-        f"(({a}.dtype, {a}.shape, {a}.stride(), {a}.data_ptr() & 15, {a}.device) "
+        f"(({a}.dtype, {a}.shape, {a}.stride(), {a}.data_ptr() & 15, {a}.device, {a}.is_neg()) "
         f"if {a}.__class__ is _Tensor else {a}.__class__), "
         for a in names
     )
@@ -158,12 +159,16 @@ def _freeze(value):
 
 
 class _Launcher:
-    """What the warm path needs to launch one kernel on one device."""
+    """What the warm path needs to launch one kernel on one device. `run(launcher, args)` checks the
+    arguments a call can change without changing its key (memory overlap, autograd state of the tensors the
+    kernel writes), launches, and bumps the written tensors' version counters (`_make_runner`)."""
 
-    __slots__ = ("module", "name", "grid", "block", "kernel")
+    __slots__ = ("module", "name", "grid", "block", "kernel", "run", "overlaps")
 
     def __init__(self, module, name, grid, block, kernel):
         self.module, self.name, self.grid, self.block, self.kernel = module, name, grid, block, kernel
+        self.run = _make_runner(kernel)
+        self.overlaps = {}  # (written index, other index, pointer difference) -> do their elements overlap?
 
 
 class _SelectArgs:
@@ -178,6 +183,131 @@ class _SelectArgs:
         return self.module.launch(name, grid, block, [args[i] for i in self.indices])
 
 
+# -- what a call checks and records around the launch ------------------------------------------------------
+# A call's key fixes dtypes, shapes and strides, not where the tensors are nor their autograd state, so these are
+# checked on every call, by straight-line code generated per launcher (a few attribute reads and comparisons):
+#  - a tensor the kernel writes must not share memory with another argument, unless it is the very same view
+#    (same data pointer, dtype, shape, strides) of a tensor the kernel only reads: an in-place update, safe when
+#    each block reads the elements it writes (an elementwise kernel), as in TileLang and Triton. Byte ranges that
+#    overlap are looked at element by element (column halves of one matrix are disjoint), once per pointer
+#    difference;
+#  - a written tensor that requires grad is refused while grad mode is on (torch refuses an in-place op on a
+#    leaf that requires grad, and autograd cannot see through a kernel into a non-leaf);
+#  - after the launch the written tensors' version counters are bumped, as torch's in-place ops do, so that
+#    backward through a tensor saved before the kernel overwrote it raises instead of using the new values.
+def _written_params(kernel) -> tuple:
+    """Names of the tensor parameters a traced kernel writes (the destinations of copies into global memory)."""
+    from .ir import nodes as N
+
+    written = {s.dst.buffer.name for s in N.walk(kernel.body)
+               if isinstance(s, N.Copy) and s.dst.buffer.scope == N.GLOBAL}
+    return tuple(p.name for p in kernel.params if p.name in written)
+
+
+def _span(spec) -> int:
+    """Bytes from a tensor's first element to the end of its last; 0 for an empty tensor."""
+    if not all(spec.shape):
+        return 0
+    return (sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) + 1) * spec.dtype.bytes
+
+
+def _make_runner(kernel: "CompiledKernel"):
+    """run(launcher, args): the checks above, the launch, the version bumps, as one generated function."""
+    from .ir.types import TensorSpec
+
+    names, signature = kernel.fn.arg_names, kernel.signature
+    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and _span(s)]
+    written = [i for i in tensors if names[i] in kernel.written]
+    launch = "L.module.launch(L.name, L.grid, L.block, args)"
+    if not written:
+        lines = [f"    return {launch}"]
+    else:
+        unpack = "".join(f"a{i}, " for i in range(len(signature)))
+        lines = [f"    {unpack}= args"]
+        lines += [f"    if a{w}.requires_grad and _grad_enabled(): _refuse_grad(L, {w}, a{w})" for w in written]
+        lines += [f"    p{i} = a{i}.data_ptr()" for i in tensors]
+        for w in written:
+            for o in tensors:
+                if o == w or (o in written and o < w):  # two written tensors: one check
+                    continue
+                lines.append(f"    if p{o} < p{w} + {_span(signature[w])} and p{w} < p{o} + {_span(signature[o])}: "
+                             f"_check_overlap(L, {w}, {o}, p{w}, p{o})")
+        bumped = "".join(f"a{w}, " for w in written)
+        lines += ["    try:", f"        return {launch}", "    finally:", f"        _bump(({bumped}))"]
+    src = "def run(L, args):\n" + "\n".join(lines) + "\n"
+    import torch
+
+    # torch.autograd.graph.increment_version(tensors) is this call behind an isinstance test (~0.2 us a call)
+    bump = getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)
+    namespace = {"_grad_enabled": torch.is_grad_enabled, "_refuse_grad": _refuse_grad,
+                 "_check_overlap": _check_overlap, "_bump": bump}
+    # named inside the package: errors raised from it point at the user's call, not at this code
+    filename = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<launch {kernel.name}>")
+    exec(compile(src, filename, "exec"), namespace)
+    return namespace["run"]
+
+
+def _refuse_grad(launcher, index: int, t) -> None:
+    name = launcher.kernel.fn.arg_names[index]
+    if t.is_leaf:
+        raise ArgumentError(f"tilegcn: tensor {name} is written by the kernel but is a leaf that requires grad "
+                            "(torch refuses the same: a leaf Variable that requires grad is being used in an in-place "
+                            f"operation); write into a tensor that does not require grad, or under torch.no_grad() "
+                            "(as an optimizer's update does)")
+    raise ArgumentError(f"tilegcn: tensor {name} is written by the kernel but requires grad: autograd does not "
+                        "differentiate a tilegcn kernel, so its graph would silently ignore the write; write into a "
+                        f"tensor that does not require grad ({name}.detach()), or under torch.no_grad()")
+
+
+def _check_overlap(launcher, w: int, o: int, pw: int, po: int) -> None:
+    """Written tensor `w` and tensor `o` span overlapping bytes: refuse unless they are the same view of a
+    tensor the kernel only reads, or their elements are disjoint (interleaved views)."""
+    kernel = launcher.kernel
+    sw, so = kernel.signature[w], kernel.signature[o]
+    names = kernel.fn.arg_names
+    both_written = names[o] in kernel.written
+    if pw == po and sw == so and not both_written:
+        return  # in place
+    key = (w, o, po - pw)
+    overlap = launcher.overlaps.get(key)
+    if overlap is None:
+        if len(launcher.overlaps) > 256:  # pointer differences seen by one launcher: keep the memo small
+            launcher.overlaps.clear()
+        overlap = launcher.overlaps[key] = _elements_overlap(sw, pw, so, po)
+    if not overlap:
+        return
+    if both_written:
+        raise ArgumentError(f"tilegcn: tensors {names[min(w, o)]} and {names[max(w, o)]} are both written by the "
+                            "kernel and share memory: which write lands is undefined; pass separate tensors")
+    raise ArgumentError(
+        f"tilegcn: tensor {names[w]} is written by the kernel and overlaps tensor {names[o]} in memory without being "
+        f"the same view ({names[w]}: {list(sw.shape)} strides {list(sw.strides)} at 0x{pw:x}, {names[o]}: "
+        f"{list(so.shape)} strides {list(so.strides)} at 0x{po:x}): blocks could read elements other blocks "
+        f"already overwrote; pass a separate tensor ({names[o]}.clone()), or the very same tensor for an in-place "
+        "update")
+
+
+def _elements_overlap(sa, pa: int, sb, pb: int) -> bool:
+    """Do two views (TensorSpec and data pointer) share a byte? Marks a's bytes, then reads b's, in units of
+    the largest size dividing every element size and offset."""
+    import math
+
+    import torch
+
+    lo = min(pa, pb)
+    unit = math.gcd(sa.dtype.bytes, sb.dtype.bytes, pa - lo, pb - lo)
+    length = (max(pa + _span(sa), pb + _span(sb)) - lo) // unit
+    marks = torch.zeros(length, dtype=torch.bool)
+
+    def units(spec, ptr):
+        per = spec.dtype.bytes // unit
+        return marks.as_strided(tuple(spec.shape) + (per,),
+                                tuple(st * per for st in spec.strides) + (1,), (ptr - lo) // unit)
+
+    units(sa, pa).fill_(True)
+    return bool(units(sb, pb).any())
+
+
 # -- compiled kernels ---------------------------------------------------------------------------------------
 class CompiledKernel:
     """One specialisation, compiled: `.ir`, `.asm` (text), `.hsaco` (bytes), `.metadata` (meta.json), `.name`,
@@ -187,7 +317,8 @@ class CompiledKernel:
     It keeps the bytes of its verified cache entry in memory: it launches exactly the code object that
     was verified, and keeps working after `python -m tilegcn cache clear` removed the entry."""
 
-    def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict):
+    def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
+                 written=None):
         self.fn = fn
         self.key = entry.key
         self.metadata = entry.meta
@@ -203,6 +334,9 @@ class CompiledKernel:
         self.signature = signature
         self.constants = constants
         self.timings = timings  # seconds spent in this process: trace, key, lower, assemble, cache, total
+        # names of the tensor parameters the kernel writes (T.copy into them); unknown: every tensor parameter
+        self.written = tuple(written) if written is not None else tuple(
+            n for n, s in zip(fn.arg_names, signature) if not isinstance(s, type))
         self._launchers = {}
 
     def _launcher(self) -> _Launcher:
@@ -228,14 +362,16 @@ class CompiledKernel:
                 f"called with {_describe(self.fn.arg_names, signature)}; call the jit function instead"
             )
         launcher = self._launcher()
-        return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
+        return launcher.run(launcher, args)
 
     def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
         """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
-        device on `args` (see tilegcn.asm_override)."""
+        device on `args` (see tilegcn.asm_override). The edit is taken to write the tensors this kernel writes."""
         from .asm_override import with_asm
 
-        return with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
+        edited = with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
+        edited.written = self.written
+        return edited
 
     def estimate(self, device=None, args=None, **options):
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
@@ -269,12 +405,21 @@ def _check_constant_type(name: str, value, default) -> None:
 
 
 def _check_tensor_storage(name: str, t) -> None:
-    """Tensors the device can read: strided (not sparse)."""
+    """Tensors the device can read: strided (not sparse), with no lazy negation or conjugation pending.
+
+    torch marks `z.conj().imag` or `torch._neg_view(x)` with a negative (conjugate) bit and applies it only
+    when an op reads the tensor; the kernel reads the raw memory. Refused rather than resolved into a copy: a
+    written tensor cannot be written through a copy, and a silent copy per call would hide its cost."""
     import torch
 
     if t.layout != torch.strided:
         raise ArgumentError(f"tilegcn: tensor {name} has layout {t.layout} (sparse); pass a dense tensor "
                             "(.to_dense())")
+    for lazy, what, fix in ((t.is_neg(), "negative", "resolve_neg"), (t.is_conj(), "conjugate", "resolve_conj")):
+        if lazy:
+            raise ArgumentError(f"tilegcn: tensor {name} has its {what} bit set (a lazy view, e.g. "
+                                f"z.conj().imag or torch._neg_view(x)): the kernel would read its memory without "
+                                f"the {what}; pass {name}.{fix}() or {name}.clone()")
 
 
 def _placeholder(spec):
@@ -357,7 +502,7 @@ class JITFunction:
             launcher = None
         if launcher is None:  # outside the except block: a user's error does not show the KeyError as context
             launcher = self._miss(key, args, kwargs)
-        return launcher.module.launch(launcher.name, launcher.grid, launcher.block, args)
+        return launcher.run(launcher, args)
 
     def _miss(self, key, args, kwargs) -> _Launcher:
         self.cache_stats.memo_misses += 1
@@ -511,7 +656,7 @@ class JITFunction:
             self.cache_stats.disk_hits += 1
         t3 = time.perf_counter()
         timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
-        kernel = CompiledKernel(self, entry, signature, constants, arch, timings)
+        kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel))
         override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
         return kernel if override is None else kernel.with_asm(override)
 
