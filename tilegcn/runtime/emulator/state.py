@@ -167,14 +167,13 @@ class GlobalMemory:
         for (lo, hi, storage, writable), off in zip(self.regions, self.offset_list):
             if not writable:
                 continue
-            written = self.written[off:off + hi - lo].bool()
-            if not bool(written.any()):
-                continue
+            written = self.written[off:off + hi - lo]
             staged, target = self.flat[off:off + hi - lo], self._storage_bytes(storage, lo, hi)
-            if bool(written.all()):
+            if bool(written.all()):  # an output written whole: the usual case
                 target.copy_(staged)
-            else:
-                idx = torch.nonzero(written).squeeze(1)
+                continue
+            idx = torch.nonzero(written).squeeze(1)  # none for a tensor the kernel only read
+            if idx.numel():
                 target.index_copy_(0, idx, staged.index_select(0, idx))
 
     def _written(self):
