@@ -285,9 +285,10 @@ def test_an_address_with_bit_63_set_faults(op):
 
 
 def test_the_gaps_between_the_rows_of_a_strided_view_are_not_mapped():
-    """y = x[:, :32] of a 64-wide x maps y's elements only: a store into x[:, 32:] (byte 128 of a row) faults
-    like any address outside the arguments, and x keeps its bytes; a store to row 1 of y lands. A buffer access
-    the V#'s NUM_RECORDS puts out of range reads 0 there without a fault, as on hardware."""
+    """y = x[:, :32] of a 64-wide x maps y's elements only: an access to x[:, 32:] (byte 128 of a row) faults
+    like any address outside the arguments (a buffer access too, where NUM_RECORDS puts it in range), and x
+    keeps its bytes; a store to row 1 of y lands. A buffer access that NUM_RECORDS puts out of range reads 0
+    there without a fault, as on hardware."""
     x = torch.arange(4 * 64, dtype=torch.int32).view(4, 64)
     before = x.clone()
     y = x[:, :32]
@@ -297,7 +298,8 @@ def test_the_gaps_between_the_rows_of_a_strided_view_are_not_mapped():
     two_buffers(row1, 64).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
     assert torch.equal(x[1, :32], torch.full((32,), 7, dtype=torch.int32))
     x[1, :32] = before[1, :32]
-    for op in ("global_store_dword v2, v1, s[6:7] offset:128", "global_load_dword v3, v2, s[6:7] offset:128"):
+    for op in ("global_store_dword v2, v1, s[6:7] offset:128", "global_load_dword v3, v2, s[6:7] offset:128",
+               "buffer_store_dword v1, v2, s[12:15], 0 offen offset:128"):  # in range of NUM_RECORDS 4096
         with pytest.raises(EmulatorError, match=rf"{re.escape(op)}.*lane 0: memory fault: .*between the elements"):
             two_buffers(f"{op}\ns_waitcnt vmcnt(0)", 64).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
         assert torch.equal(x, before)
