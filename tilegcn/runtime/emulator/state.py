@@ -1,10 +1,12 @@
 """Memory of the emulated device: global memory (the launch's tensors and the dispatch's read-only
 segments: kernarg segment, dispatch packet, queue) and LDS.
 
-Global memory is a flat address space: each tensor argument maps [data_ptr, data_ptr + bytes) to that
-tensor's bytes, the kernarg segment is mapped read-only, and every other address faults. For speed the
-mapped ranges are staged into one flat byte buffer on the tensors' device for the launch; stores land
-in the user's tensors when the launch finishes (`GlobalMemory.finish`).
+Global memory is a flat address space: each tensor argument maps the bytes of its elements (a strided
+view's rows, not the gaps between them), the kernarg segment is mapped read-only, and every other
+address faults (one with bit 63 set too). For speed the spans from each tensor's first to its last byte
+are staged into one flat byte buffer on the tensors' device for the launch; the bytes stores wrote land
+in the user's tensors when the launch finishes (`GlobalMemory.finish`), and only those: a launch from
+another thread on other parts of the same storage keeps its writes.
 
 LDS is one byte array per workgroup, bounded by the kernel's group segment size. Beside the data it
 keeps what the checks need: per byte, how many LDS-DMA writes are in flight (any wave), and which
@@ -141,7 +143,6 @@ class GlobalMemory:
         # a launch never writes back bytes it did not write (another thread's launch on the same storage may
         # have written them meanwhile)
         self.written = None
-        self.written32 = None
 
     def _all_mapped(self, regions, offsets, total):
         mapped = torch.zeros(total + 64, dtype=torch.bool, device=self.device)
@@ -149,10 +150,6 @@ class GlobalMemory:
             mapped[off:off + hi - lo] = True
         mapped[total:] = True  # the scratch bytes of inactive lanes
         return mapped
-
-    @property
-    def dirty(self) -> bool:
-        return self.written is not None
 
     @staticmethod
     def _storage_bytes(storage, lo, hi):
@@ -179,7 +176,6 @@ class GlobalMemory:
     def _written(self):
         if self.written is None:
             self.written = torch.zeros_like(self.flat)
-            self.written32 = self.written.view(torch.int32)
         return self.written
 
     def mark_written(self, byte_index: torch.Tensor):
