@@ -14,7 +14,9 @@ each scalar's Python type, the keyword constants and the target arch. Three leve
    function: positional-only, no loops) looks up a prepared `_Launcher` (device module, kernel name, grid,
    block) in a dict. No tracing, no hashing of sources or IR, no disk access, no objects created but the key.
    The key also holds $TILEGCN_ARCH and $TILEGCN_DEVICE (read from the environment's backing dict), so
-   changing either mid-process picks a new kernel / device instead of a stale one.
+   changing either mid-process picks a new kernel / device instead of a stale one. The launcher's `run`
+   (generated per launcher too) checks what the key does not fix: where the tensors the kernel writes lie
+   against the other arguments, and their autograd state; after the launch it bumps their version counters.
 2. on a memo miss: arguments are checked and turned into TensorSpecs; (specs, constants, arch) looks up a
    CompiledKernel of this process (still no tracing).
 3. else: trace -> canonical IR text -> cache key -> disk cache (a verified entry, or lower + assemble and an
