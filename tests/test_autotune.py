@@ -17,7 +17,6 @@ from tilegcn.asm_override import AsmVerifyError
 from tilegcn.autotune import Autotuner, Space, TuneError, TuneWarning, measure
 
 import autotune_kernels as K
-from conftest import REPO
 
 
 @tilegcn.jit
@@ -220,7 +219,8 @@ def test_asm_override_dir_replaces_the_generated_kernel(tmp_path, monkeypatch, s
 
 
 # -- compile workers: never the user's __main__, a dying worker, a killed parent (issue 18) ------------------------
-HOOKS = Path(__file__).resolve().parent / "worker_hooks"  # sitecustomize.py: $TILEGCN_TEST_LOWER_HOOK
+REPO = Path(__file__).resolve().parent.parent
+HOOKS = REPO / "tests" / "worker_hooks"  # sitecustomize.py: $TILEGCN_TEST_LOWER_HOOK
 
 TUNED_SCRIPT = '''
 import torch, tilegcn
@@ -277,7 +277,8 @@ def double(X, Y, *, threads=64):
 
 
 def test_a_config_that_kills_its_compile_worker_is_named_and_the_others_still_compile(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HOOKS), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    path = [str(HOOKS), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     monkeypatch.setenv("TILEGCN_TEST_LOWER_HOOK", "kill:128")  # lowering a 128-thread kernel kills the worker
     local = tilegcn.jit(double.fn)  # a fresh function (nothing compiled in this process yet)
     tuner = Autotuner(local, [dict(threads=t) for t in (128, 64, 256)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),

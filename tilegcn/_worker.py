@@ -168,9 +168,13 @@ def run_jobs(jobs: list, workers: int):
     try:
         while pending or any(w.job is not None for w in pool):
             while pending and len(pool) < workers and started < budget:
-                worker = _Worker()
-                pool.append(worker)
                 started += 1
+                try:
+                    worker = _Worker()
+                except OSError as e:  # e.g. no usable sys.executable (an embedded interpreter)
+                    budget, no_start = started, f"no compile worker could be started ({e})"
+                    break
+                pool.append(worker)
                 selector.register(worker, selectors.EVENT_READ)
             if not pool:  # nothing runs and no worker may start: the caller compiles the rest
                 while pending:

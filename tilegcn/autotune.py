@@ -200,7 +200,10 @@ def _device_arch(device: str) -> str:
 # -- feasibility ------------------------------------------------------------------------------------------------
 def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
     """None when `config` passes the compiler's resource checks on a trace of it, else the compiler's reason."""
-    _, trace_args = jitfn._signature(args)
+    try:
+        _, trace_args = jitfn._signature(args)
+    except ArgumentError as e:
+        return _reason(e)
     _, why = _traced_if_feasible(jitfn, trace_args, config, arch)
     return why
 
@@ -480,7 +483,7 @@ class Autotuner:
             return None
         problem = self._record_problem(record)
         if problem is None:
-            return next(c for c in self.configs if _canonical(c) == _canonical(record["best"]))
+            return dict(next(c for c in self.configs if _canonical(c) == _canonical(record["best"])))
         warnings.warn(f"tilegcn.autotune({self.name}): ignoring the tuning record {path}: {problem}; "
                       "tuning again", TuneWarning, stacklevel=4)
         return None
@@ -505,12 +508,12 @@ class Autotuner:
         return None
 
     def _save(self, path: Path, record: dict) -> None:
-        """Write a tuning record; when it cannot be written (read-only or full disk, `tune/` is a file), the
-        result stays in this process's memory and a TuneWarning says so."""
+        """Write a tuning record; when it cannot be written (read-only or full disk, `tune/` is a file, a config
+        value JSON cannot hold), the result stays in this process's memory and a TuneWarning says so."""
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _write_json(path, record)
-        except OSError as e:
+        except (OSError, TypeError, ValueError) as e:
             warnings.warn(f"tilegcn.autotune({self.name}): cannot save the tuning result to {path} ({e}); "
                           "keeping it in this process only", TuneWarning, stacklevel=4)
 
