@@ -34,6 +34,7 @@ _HEADER = struct.Struct(">Q")
 _READY = "ready"
 _PARENT_POLL_S = 0.1
 _CLOSE_WAIT_S = 5.0
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding tilegcn/
 
 # A worker: put the parent's sys.path in place (the same tilegcn and torch as the parent), then run main().
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[2]); from tilegcn._worker import main; main()"
@@ -100,7 +101,8 @@ def _read_message(stream):
 # -- the pool -----------------------------------------------------------------------------------------------------
 class _Worker:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(os.getpid()), json.dumps(sys.path)],
+        path = [_PACKAGE_ROOT] + sys.path  # this very tilegcn first, even if the cwd changed since it was imported
+        self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(os.getpid()), json.dumps(path)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self.inbox = bytearray()
         self.ready = False

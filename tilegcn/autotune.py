@@ -634,8 +634,8 @@ class Autotuner:
             row.status, row.reason = "failed", error
             progress.update()
             if stage == "died":
-                warnings.warn(f"tilegcn.autotune({self.name}): config {_config_text(row.config)} killed its compile "
-                              f"worker ({error}); the sweep goes on without it", TuneWarning, stacklevel=5)
+                warnings.warn(f"tilegcn.autotune({self.name}): config {_config_text(row.config)}: {error}; the sweep "
+                              "goes on without it", TuneWarning, stacklevel=5)
 
     # -- dispatch tables ----------------------------------------------------------------------------------------
     def export_table(self, path) -> int:
