@@ -1,6 +1,12 @@
 """tilegcn.autotune: sweep mechanics (with a stand-in ranker: the timing model is its own component), the
 disk cache of results across processes, dispatch tables, and the asm override with verify=True."""
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,7 +14,7 @@ import torch
 import tilegcn
 from tilegcn import language as T
 from tilegcn.asm_override import AsmVerifyError
-from tilegcn.autotune import Autotuner, Space, TuneError, measure
+from tilegcn.autotune import Autotuner, Space, TuneError, TuneWarning, measure
 
 import autotune_kernels as K
 
@@ -210,3 +216,167 @@ def test_asm_override_dir_replaces_the_generated_kernel(tmp_path, monkeypatch, s
     expected.view(-1)[:256:4] *= 2  # the edited v2: the first float of each thread's first 16-byte load
     assert torch.equal(y, expected)
     K.scale.fn.cache_clear()
+
+
+# -- compile workers: never the user's __main__, a dying worker, a killed parent (issue 18) ------------------------
+REPO = Path(__file__).resolve().parent.parent
+HOOKS = REPO / "tests" / "worker_hooks"  # sitecustomize.py: $TILEGCN_TEST_LOWER_HOOK
+
+TUNED_SCRIPT = '''
+import torch, tilegcn
+from tilegcn import language as T
+print("top level ran")
+
+@tilegcn.autotune(configs=[dict(threads=64), dict(threads=128)], workers=2, progress=False, verbose=False)
+@tilegcn.jit
+def double(X, Y, *, threads=64):
+    M, N = X.shape
+    with T.Kernel(1, 1, threads=threads) as (bx, by):
+        x = T.alloc_fragment((M, N), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(M, N):
+            x[i, j] = x[i, j] * 2.0
+        T.copy(x, Y[0, 0])
+
+x = torch.randn(16, 64)
+y = torch.empty_like(x)
+double(x, y)
+print("right answer:", torch.equal(y, x * 2), "compiled in this process:", double.fn.cache_stats.compiles,
+      "tuned:", sorted(r.status for r in double.report.rows))
+'''
+
+
+def _check_tuned_script_output(proc):
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count("top level ran") == 1, out  # no worker re-ran the script
+    # both configs compiled in the two workers (this process only hit the disk cache) and ranked
+    assert "right answer: True compiled in this process: 0 tuned: ['best', 'ok']" in proc.stdout, out
+
+
+def test_a_plain_script_and_python_c_without_a_main_guard_tune(tmp_path, subprocess_env):
+    """No `if __name__ == "__main__":` (most scripts, notebooks, `python -c`): workers must not re-run it."""
+    script = tmp_path / "tune_me.py"
+    script.write_text(TUNED_SCRIPT)
+    runs = [subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for cmd in ([sys.executable, str(script)], [sys.executable, "-c", TUNED_SCRIPT])]
+    for proc in runs:  # the two run side by side: each is mostly imports
+        proc.stdout, proc.stderr = proc.communicate(timeout=300)
+        _check_tuned_script_output(proc)
+
+
+@tilegcn.jit
+def double(X, Y, *, threads=64):
+    M, N = X.shape
+    with T.Kernel(1, 1, threads=threads) as (bx, by):
+        x = T.alloc_fragment((M, N), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(M, N):
+            x[i, j] = x[i, j] * 2.0
+        T.copy(x, Y[0, 0])
+
+
+def test_a_config_that_kills_its_compile_worker_is_named_and_the_others_still_compile(monkeypatch):
+    path = [str(HOOKS), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("TILEGCN_TEST_LOWER_HOOK", "kill:128")  # lowering a 128-thread kernel kills the worker
+    local = tilegcn.jit(double.fn)  # a fresh function (nothing compiled in this process yet)
+    tuner = Autotuner(local, [dict(threads=t) for t in (128, 64, 256)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),
+                      workers=2, progress=False, verbose=False)
+    x = torch.randn(16, 64)
+    y = torch.empty_like(x)
+    with pytest.warns(TuneWarning, match=r"config threads=128: its compile worker .* was killed by SIGKILL"):
+        tuner(x, y)
+    assert torch.equal(y, x * 2)
+    rows = {r.config["threads"]: r for r in tuner.report.rows}
+    assert rows[128].status == "failed" and re.search(r"compile worker .* was killed by SIGKILL", rows[128].reason)
+    assert (rows[64].status, rows[256].status) == ("best", "ok")
+    assert local.cache_stats.compiles == 0  # both others were compiled by workers, one of them after the death
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_killing_the_tuning_process_leaves_no_compile_worker(tmp_path, subprocess_env):
+    """kill -9 of a process in the middle of a sweep: its workers exit within seconds, and a caller reading the
+    process's output (pipes the workers inherited) sees EOF."""
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    env = {**subprocess_env, "PYTHONPATH": os.pathsep.join([str(HOOKS), subprocess_env["PYTHONPATH"]]),
+           "TILEGCN_TEST_LOWER_HOOK": f"sleep:{busy}"}  # each worker's lowering writes busy/<pid>, then sleeps
+    code = "import torch, autotune_kernels as K; x = torch.randn(16, 64); K.scale.tune(x, torch.empty_like(x))"
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    workers = []
+    try:
+        deadline = time.monotonic() + 180
+        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+            workers = [int(p.name) for p in busy.iterdir()]
+        assert len(workers) == 2, (parent.poll(), parent.stderr.read1().decode() if parent.poll() is not None else "")
+        parent.kill()
+        parent.communicate(timeout=10)  # EOF on its stdout and stderr: no worker holds them
+        deadline = time.monotonic() + 5
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers))
+    finally:
+        parent.kill()
+        for pid in filter(_alive, workers):  # only on failure: the workers this test started
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_config_is_infeasible_exactly_when_compile_refuses_it():
+    """The sweep's resource check is the compiler's own (passes.plan_resources): 256x256x64 at num_stages=3
+    needs 3 x 64 KiB of LDS, more than gfx950's 160 KiB, once pipelined (a copy of the checks once missed that)."""
+    from tilegcn.autotune import feasibility
+    from tilegcn.errors import ResourceError
+
+    a, b = torch.randn(256, 256, dtype=torch.bfloat16), torch.randn(256, 256, dtype=torch.bfloat16)
+    c = torch.zeros(256, 256, dtype=torch.bfloat16)
+    too_big = dict(block_M=256, block_N=256, block_K=64, num_stages=3)
+    fits = dict(block_M=128, block_N=128, block_K=64, num_stages=3)
+    checked = {}
+    for name, config in (("too_big", too_big), ("fits", fits)):
+        why = feasibility(gemm, (a, b, c), config, "gfx950")
+        try:
+            gemm.compile(a, b, c, arch="gfx950", **config)
+            refused = None
+        except ResourceError as e:
+            refused = e
+        assert (why is None) == (refused is None), (config, why, refused)
+        checked[name] = why, refused
+    assert checked["fits"] == (None, None)
+    why, refused = checked["too_big"]
+    assert "LDS budget exceeded" in why and why == f"ResourceError: {refused.raw_message}"
+    tuner = Autotuner(gemm, [too_big, fits], ranker=K.ShapeRanker(by_tile), workers=1, progress=False, verbose=False,
+                      device="MI355X", verify=False)
+    gemm.cache_clear()
+    assert tuner.tune(a, b, c) == fits
+    assert tuner.report.rows[0].status == "skipped" and tuner.report.rows[0].reason == why
+    assert gemm.cache_stats.traces == 1  # the config that cannot fit never went to compile
+
+
+def test_tune_clear_removes_only_the_records_tilegcn_wrote(capsys, cache_dir):
+    from tilegcn.__main__ import main
+
+    x = torch.randn(16, 64)
+    Autotuner(double, [dict(threads=64), dict(threads=128)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),
+              workers=1, progress=False, verbose=False, verify=False).tune(x, torch.empty_like(x))
+    tune = cache_dir / "tune"
+    others = {"notes.json": '{"mine": true}',  # a user's file, and another tool's named like a record
+              "0123456789abcdef0123456789abcdef.json": '{"best": {"threads": 64}, "rows": []}'}
+    for name, text in others.items():
+        (tune / name).write_text(text)
+    capsys.readouterr()
+    main(["tune", "list"])
+    listed = capsys.readouterr().out
+    assert "(1 results)" in listed and "double" in listed
+    main(["tune", "clear"])
+    assert "removed 1 results (kept 2 file(s) tilegcn did not write)" in capsys.readouterr().out
+    assert sorted(p.name for p in tune.iterdir()) == sorted(others)

@@ -1042,3 +1042,69 @@ def test_a_kernel_write_bumps_autograd_version_counters():
     with torch.no_grad():
         ew(x, w, f=abs_free_identity)
     assert torch.equal(w.detach(), x) and w.grad is None
+# -- issue 18, autotune --
+# A tuning record on disk is data, not code: one whose winner is not one of the configs tuned over (another
+# constant, the target arch, a value outside the space, not a config at all) is a warning and a new sweep, never
+# a changed result or a raw error; a record that cannot be written keeps the result in memory, with a warning.
+@tilegcn.jit
+def scaled(X, Y, *, s=2.0, threads=64):
+    M, N = X.shape
+    with T.Kernel(1, 1, threads=threads) as (bx, by):
+        x = T.alloc_fragment((M, N), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(M, N):
+            x[i, j] = x[i, j] * s
+        T.copy(x, Y[0, 0])
+
+
+def _scaled_tuner():
+    from tilegcn.autotune import Autotuner, Score
+
+    return Autotuner(scaled, [dict(threads=64), dict(threads=128)], workers=1, verify=False, progress=False,
+                     verbose=False, ranker=lambda kernel, args: Score(kernel.constants["threads"] * 1e-6))
+
+
+@pytest.mark.parametrize("best", [
+    {"threads": 64, "s": 100.0}, {"threads": 64, "arch": "gfx950"}, {"threads": 96}, "threads=64", None, [64]],
+    ids=["sets_another_constant", "sets_arch", "value_not_tuned", "a_string", "null", "a_list"])
+def test_a_tuning_record_naming_no_config_of_the_space_is_tuned_again(best, cache_dir):
+    from tilegcn.autotune import TuneWarning
+
+    x, y = xy(16, 64)
+    _scaled_tuner().tune(x, y)
+    record_path, = (cache_dir / "tune").glob("*.json")
+    record = json.loads(record_path.read_text())
+    record["best"] = best
+    record_path.write_text(json.dumps(record))
+    tuner = _scaled_tuner()  # a new process's tuner
+    with pytest.warns(TuneWarning, match=r"ignoring the tuning record .*best config.*tuning again"):
+        tuner(x, y)
+    assert torch.equal(y, x * 2) and tuner.stats["sweeps"] == 1
+    again = _scaled_tuner()
+    assert again.tune(x, y) == {"threads": 64} and again.stats == {"sweeps": 0, "disk_hits": 1, "table_hits": 0}
+
+
+def test_a_tuning_record_that_is_not_json_is_tuned_again(cache_dir):
+    from tilegcn.autotune import TuneWarning
+
+    x, y = xy(16, 64)
+    _scaled_tuner().tune(x, y)
+    record_path, = (cache_dir / "tune").glob("*.json")
+    record_path.write_text('{"format": ')
+    with pytest.warns(TuneWarning, match=r"not a JSON object"):
+        _scaled_tuner()(x, y)
+    assert torch.equal(y, x * 2)
+
+
+def test_a_tuning_record_that_cannot_be_written_keeps_the_result(cache_dir):
+    from tilegcn.autotune import TuneWarning
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    (cache_dir / "tune").write_text("a file where the tune/ folder goes")
+    x, y = xy(16, 64)
+    tuner = _scaled_tuner()
+    with pytest.warns(TuneWarning, match=r"cannot save the tuning result to .*tune.*keeping it in this process"):
+        tuner(x, y)
+    assert torch.equal(y, x * 2)
+    tuner(x, y)  # remembered in memory: no second sweep
+    assert tuner.stats["sweeps"] == 1

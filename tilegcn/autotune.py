@@ -10,10 +10,12 @@
 
 A sweep, per key value (default key: every tensor argument's shape; the dtypes always belong to it):
 1. prune: the `Space` prune hook, then the compiler's own resource checks on a trace of each config
-   (`feasibility`: the MFMA plan of every T.gemm and the LDS allocation, the functions `passes.lower` runs),
-   so a config that cannot fit is skipped, with the compiler's reason, before anything is compiled;
-2. compile the rest in `workers` spawned processes (they share the disk cache, whose per-key locks make that
-   safe); a candidate that fails is recorded with its error and the sweep goes on;
+   (`feasibility`: `passes.plan_resources`, which `passes.lower` starts with: pipelining, the MFMA plan of
+   every T.gemm, the LDS allocation), so a config that cannot fit is skipped, with the compiler's reason,
+   before anything is compiled;
+2. compile the rest in `workers` processes (tilegcn/_worker.py: they get the traced tile IR, never import the
+   user's script, and share the disk cache, whose per-key locks make that safe); a candidate that fails, or
+   whose worker dies, is recorded with its error and the sweep goes on;
 3. rank: a `Ranker` turns a CompiledKernel into a `Score`. On a HIP device the default measures it (`measure`:
    warm-up, repeats with the L2 flushed before each, median); on the emulated device it asks the timing model
    (`kernel.estimate(device=...)`);
@@ -21,34 +23,43 @@ A sweep, per key value (default key: every tensor argument's shape; the dtypes a
    call's arguments and must agree; a winner that does not is marked failed and the next one is checked.
 Results are cached on disk (`<cache dir>/tune/`), keyed by the function's source, the config list, the key
 values, dtypes, arch, device, ranker, tilegcn version and compiler sources: a new process with the same shapes
-dispatches without tuning. `python -m tilegcn tune list|show|clear` inspects them.
+dispatches without tuning. A record is used only when its winner is one of the configs tuned over (else a
+warning and a new sweep); one that cannot be written is kept in memory, with a warning.
+`python -m tilegcn tune list|show|clear` inspects them (only the records tilegcn wrote).
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import itertools
 import json
 import math
-import multiprocessing
 import os
+import pickle
+import re
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from . import __version__
+from ._worker import error_text, run_jobs
 from .errors import ArgumentError, CompileError, TilegcnError
 
 ENV_WORKERS = "TILEGCN_TUNE_WORKERS"
 TABLE_FORMAT = "tilegcn-dispatch-table/1"
+RECORD_FORMAT = "tilegcn-tune-record/1"  # inside every tuning record tilegcn writes
+_RECORD_NAME = re.compile(r"[0-9a-f]{32}\.json")  # and its file name (`Autotuner._disk_path`)
 
 
 class TuneError(TilegcnError):
     """No config of a sweep worked, a dispatch table cannot serve a call, or a ranker is unavailable."""
+
+
+class TuneWarning(UserWarning):
+    """A tuning record that cannot be used or saved, or a compile worker that died: the sweep goes on."""
 
 
 # -- search spaces ----------------------------------------------------------------------------------------------
@@ -188,76 +199,33 @@ def _device_arch(device: str) -> str:
 
 # -- feasibility ------------------------------------------------------------------------------------------------
 def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
-    """None when `config` passes the compiler's resource checks on a trace of it, else the compiler's reason.
-
-    Cheap (a trace and the planning passes, no lowering): the MFMA plan of every T.gemm (shape, accumulators,
-    a VGPR floor) and the LDS allocation, the same functions `passes.lower` calls first."""
-    from .language import trace
-    from .passes.gemm import plan_gemms
-    from .passes.lds import allocate_shared
-    from .amdgcn.arch import get_arch
-
+    """None when `config` passes the compiler's resource checks on a trace of it, else the compiler's reason."""
     try:
-        constants = jitfn._constants(config)
         _, trace_args = jitfn._signature(args)
-        kernel = trace(jitfn.fn, trace_args, constants, arch)
-        plans, _ = plan_gemms(kernel, get_arch(arch))
-        allocate_shared(kernel, get_arch(arch), plans)
-    except (CompileError, ArgumentError) as e:
+    except ArgumentError as e:
         return _reason(e)
-    return None
+    _, why = _traced_if_feasible(jitfn, trace_args, config, arch)
+    return why
 
 
-def _reason(e: BaseException) -> str:
-    text = getattr(e, "raw_message", None) or str(e)
-    return f"{type(e).__name__}: {text}"
+def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str):
+    """(the traced kernel, None), or (None, the compiler's reason) when it refuses `config`.
 
+    Cheap (a trace and `passes.plan_resources`, no lowering): the very checks `passes.lower` starts with, so a
+    config skipped here is one `compile` refuses with the same error. (Registers are known only after the
+    whole lowering: a config that needs too many fails in the compile phase instead.)"""
+    from .language import trace
+    from .passes import plan_resources
 
-# -- parallel compile -------------------------------------------------------------------------------------------
-def _locate(jitfn):
-    """(module, qualname) under which a spawned worker can import `jitfn` (possibly behind an Autotuner), or
-    None (defined in a function, or replaced): then candidates compile in this process."""
-    module, qualname = jitfn.fn.__module__, jitfn.fn.__qualname__
-    if "<locals>" in qualname or module not in sys.modules:
-        return None
-    if module == "__main__" and not getattr(sys.modules[module], "__file__", None):  # python -c, a REPL
-        return None
     try:
-        return (module, qualname) if _unwrap(_resolve(sys.modules[module], qualname)) is jitfn else None
-    except AttributeError:
-        return None
+        kernel = trace(jitfn.fn, trace_args, jitfn._constants(config), arch)
+        plan_resources(kernel, arch, jitfn.options["copy"])
+    except (CompileError, ArgumentError) as e:
+        return None, _reason(e)
+    return kernel, None
 
 
-def _resolve(obj, qualname):
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _unwrap(obj):
-    return obj.fn if isinstance(obj, Autotuner) else obj
-
-
-def _compile_in_worker(where, signature, trace_args, constants, arch):
-    """Worker: import the function and compile one config into the shared disk cache. None when it compiled,
-    else (stage, error text): stage "import" (the worker could not find the function: compile it in the
-    parent instead) or "compile" (the candidate's own failure)."""
-    module, qualname = where
-    try:
-        jitfn = _unwrap(_resolve(importlib.import_module(module), qualname))
-    except Exception as e:
-        return "import", _reason(e)
-    try:
-        jitfn._build(signature, trace_args, constants, arch)
-    except Exception as e:  # any failure is the candidate's, reported in the table
-        return "compile", _reason(e)
-    return None
-
-
-def _pool(workers: int):
-    # spawn: a clean interpreter per worker (no forked torch threads); it inherits sys.path and os.environ, so
-    # workers import the same tilegcn and use the same cache dir as this process.
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+_reason = error_text
 
 
 # -- the sweep's record -----------------------------------------------------------------------------------------
@@ -268,6 +236,7 @@ class Row:
     reason: str = ""
     score: Score | None = None
     kernel: object = None
+    traced: object = None  # the tile IR of the config (what a compile worker gets)
 
 
 @dataclasses.dataclass
@@ -335,27 +304,51 @@ def tune_dir(create: bool = True) -> Path:
 
 
 def tuned_entries() -> list:
-    """(path, record) of every tuning result on disk, newest first."""
+    """(path, record) of every tuning record tilegcn wrote, newest first (other files in `tune/` are not
+    tilegcn's: never listed, shown or removed)."""
     root = tune_dir(create=False)
     out = []
-    for p in sorted(root.glob("*.json")) if root.is_dir() else []:
-        try:
-            out.append((p, json.loads(p.read_text())))
-        except (OSError, ValueError):
-            out.append((p, {}))
-    return sorted(out, key=lambda e: -e[1].get("created", 0))
+    for p in sorted(root.iterdir()) if root.is_dir() else []:
+        if _RECORD_NAME.fullmatch(p.name) and p.is_file() and not p.is_symlink():
+            try:
+                record = _read_record(p)
+            except OSError:
+                continue
+            if isinstance(record, dict) and record.get("format") == RECORD_FORMAT:
+                out.append((p, record))
+    return sorted(out, key=lambda e: -e[1].get("created", 0) if isinstance(e[1].get("created"), (int, float))
+                  else 0)
+
+
+def _read_record(path: Path):
+    """The JSON value in `path`, None when it is not JSON (an OSError when it cannot be read)."""
+    try:
+        return json.loads(path.read_text())
+    except ValueError:  # UnicodeDecodeError included
+        return None
 
 
 def _write_json(path: Path, record: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
+    try:
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. a partial file when the disk is full
+        raise
+
+
+def _canonical(config) -> str:
+    """A config as its record stores it (JSON: tuples become lists), to compare a record with the space."""
+    return json.dumps(_jsonable(config), sort_keys=True, default=repr)
 
 
 # -- the decorator ----------------------------------------------------------------------------------------------
 def _jsonable(value):
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
     return value
 
 
@@ -468,18 +461,61 @@ class Autotuner:
             return config
         arch = key[-1][1]
         disk = self._disk_path(key, arch)
-        try:
-            record = json.loads(disk.read_text())
-            config = record["best"]
+        config = self._recorded(disk)
+        if config is not None:
             self.stats["disk_hits"] += 1
-        except (OSError, ValueError, KeyError, TypeError):
+        else:
             report = self._sweep(args, kwargs, key, arch)
             config = report.best
             record = report.to_json()
-            record.update(created=time.time(), source=self.fn.source_location, tilegcn_version=__version__)
-            _write_json(disk, record)
+            record.update(format=RECORD_FORMAT, created=time.time(), source=self.fn.source_location,
+                          tilegcn_version=__version__)
+            self._save(disk, record)
         self.results[key] = config
         return config
+
+    def _recorded(self, path: Path) -> dict | None:
+        """The config a tuning record on disk names, when it is one of this space's configs; None when there
+        is no record, or (with a TuneWarning) when it cannot be used: then the caller tunes again."""
+        try:
+            record = _read_record(path)
+        except OSError:  # none yet, or unreadable (e.g. `tune/` is a file): tune, and `_save` says what fails
+            return None
+        problem = self._record_problem(record)
+        if problem is None:
+            return dict(next(c for c in self.configs if _canonical(c) == _canonical(record["best"])))
+        warnings.warn(f"tilegcn.autotune({self.name}): ignoring the tuning record {path}: {problem}; "
+                      "tuning again", TuneWarning, stacklevel=4)
+        return None
+
+    def _record_problem(self, record) -> str | None:
+        """Why `record` cannot choose this function's config, or None. Its `best` must be exactly one of the
+        configs tuned over: a record must not set any other constant (`s=100.0` would change the math) nor
+        the target (`arch`)."""
+        if not isinstance(record, dict):
+            return "it is not a JSON object"
+        if record.get("format") != RECORD_FORMAT:
+            return f"its format is {record.get('format')!r}, not {RECORD_FORMAT!r}"
+        best = record.get("best")
+        if not isinstance(best, dict):
+            return f"its best config is {best!r}, not a config"
+        tuned = {k for c in self.configs for k in c}
+        extra = sorted(set(best) - tuned)
+        if extra:
+            return f"its best config sets {extra}, which are not tuned (tuned: {sorted(tuned)})"
+        if not any(_canonical(c) == _canonical(best) for c in self.configs):
+            return f"its best config {_config_text(best)} is not one of the configs tuned over"
+        return None
+
+    def _save(self, path: Path, record: dict) -> None:
+        """Write a tuning record; when it cannot be written (read-only or full disk, `tune/` is a file, a config
+        value JSON cannot hold), the result stays in this process's memory and a TuneWarning says so."""
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write_json(path, record)
+        except (OSError, TypeError, ValueError) as e:
+            warnings.warn(f"tilegcn.autotune({self.name}): cannot save the tuning result to {path} ({e}); "
+                          "keeping it in this process only", TuneWarning, stacklevel=4)
 
     def _arch(self, kwargs) -> str:
         from .jit import resolve_arch
@@ -505,7 +541,7 @@ class Autotuner:
             source = self.fn.fn.__code__.co_code.hex()
         ident = json.dumps([source, self.configs, _jsonable(key), arch, self._device_label(arch), __version__,
                             compiler_hash()], sort_keys=True, default=repr)
-        return tune_dir() / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
+        return tune_dir(create=False) / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.json"
 
     # -- the sweep ----------------------------------------------------------------------------------------------
     def _sweep(self, args, kwargs, key, arch) -> TuneReport:
@@ -516,15 +552,19 @@ class Autotuner:
         phases = {}
         clock = time.perf_counter()
         try:
+            _, trace_args = self.fn._signature(args)
             for row in rows:  # 1. prune and the compiler's resource checks
                 why = self.space.prune_reason(row.config) if self.space else None
-                why = why or feasibility(self.fn, args, self._merge(row.config, extra), arch)
+                if not why:
+                    row.traced, why = _traced_if_feasible(self.fn, trace_args, self._merge(row.config, extra), arch)
                 if why:
                     row.status, row.reason = "skipped", why
                     progress.update()
             live = [r for r in rows if r.status == "pending"]
             phases["check"], clock = time.perf_counter() - clock, time.perf_counter()
             self._compile(live, args, extra, arch, progress)  # 2.
+            for row in rows:
+                row.traced = None  # the tile IR was for the workers: don't keep it in the report
             phases["compile"], clock = time.perf_counter() - clock, time.perf_counter()
             ranker = self._ranker(arch)
             scratch = _copies(args)  # a ranker may run the kernel: keep the caller's tensors as they are
@@ -563,21 +603,8 @@ class Autotuner:
 
     def _compile(self, rows, args, extra, arch, progress):
         workers = self._workers(len(rows))
-        where = _locate(self.fn)
-        if workers > 1 and where is not None:
-            signature, trace_args = self.fn._signature(args)
-            with _pool(workers) as pool:
-                futures = {pool.submit(_compile_in_worker, where, signature, trace_args,
-                                       self.fn._constants(self._merge(r.config, extra)), arch): r for r in rows}
-                for future in cf.as_completed(futures):
-                    row = futures[future]
-                    try:
-                        stage, error = future.result() or (None, None)
-                    except Exception as e:  # a worker that died (e.g. out of memory)
-                        stage, error = "compile", _reason(e)
-                    if stage == "compile":
-                        row.status, row.reason = "failed", error
-                        progress.update()
+        if workers > 1 and os.name == "posix":
+            self._compile_in_workers(rows, extra, arch, workers, progress)
         for row in rows:  # in this process: compile (or, after the workers, a disk-cache hit)
             if row.status != "pending":
                 continue
@@ -586,6 +613,29 @@ class Autotuner:
             except Exception as e:
                 row.status, row.reason = "failed", _reason(e)
                 progress.update()
+
+    def _compile_in_workers(self, rows, extra, arch, workers, progress):
+        """Worker processes lower and assemble each config's traced tile IR into the disk cache; a config that
+        fails there is marked failed (the one a dying worker was compiling too: the others go on in a fresh
+        worker); the ones a worker could not take are left for this process."""
+        jobs, sent = [], []
+        for row in rows:
+            described = self.fn._described(self.fn._constants(self._merge(row.config, extra)))
+            try:
+                jobs.append(pickle.dumps((row.traced, arch, self.fn.options, described)))
+            except Exception:  # noqa: BLE001 - an IR the pickle cannot take: this process compiles it
+                continue
+            sent.append(row)
+        for index, reply in run_jobs(jobs, workers):
+            if reply is None or reply[0] == "load":  # built, or left to this process
+                continue
+            row = sent[index]
+            stage, error = reply
+            row.status, row.reason = "failed", error
+            progress.update()
+            if stage == "died":
+                warnings.warn(f"tilegcn.autotune({self.name}): config {_config_text(row.config)}: {error}; the sweep "
+                              "goes on without it", TuneWarning, stacklevel=5)
 
     # -- dispatch tables ----------------------------------------------------------------------------------------
     def export_table(self, path) -> int:
@@ -757,7 +807,9 @@ def tune_command(action: str, ident: str | None = None) -> int:
     if action == "clear":
         for path, _ in entries:
             path.unlink(missing_ok=True)
-        print(f"tune dir: {root}: removed {len(entries)} results")
+        others = sum(1 for _ in root.iterdir()) if root.is_dir() else 0
+        kept = f" (kept {others} file(s) tilegcn did not write)" if others else ""
+        print(f"tune dir: {root}: removed {len(entries)} results{kept}")
         return 0
     if action == "list":
         print(f"tune dir: {root} ({len(entries)} results)")

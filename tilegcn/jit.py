@@ -610,63 +610,79 @@ class JITFunction:
         return kernel
 
     def _build(self, signature, trace_args, constants, arch) -> CompiledKernel:
-        from .ir import print_kernel
         from .language import trace
 
-        timings = {}
         t0 = time.perf_counter()
         kernel = trace(self.fn, trace_args, constants, arch)
         self.cache_stats.traces += 1
-        t1 = time.perf_counter()
-        ir = print_kernel(kernel)
-        llvm = toolchain.find_llvm(arch)
-        key = make_key(ir, arch, self.options, llvm.version)
-        t2 = time.perf_counter()
-        timings.update(trace=t1 - t0, key=t2 - t1)
-
-        def build(tmp: Path) -> dict:
-            from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
-
-            tb0 = time.perf_counter()
-            lowered = _lower_or_report(lower, kernel, arch, self.options)
-            passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
-            (tmp / "kernel.ir").write_text(ir + passes)
-            (tmp / "kernel.s").write_text(lowered.asm)
-            tb1 = time.perf_counter()
-            hsaco = toolchain.assemble(lowered.asm, arch)
-            (tmp / "kernel.hsaco").write_bytes(hsaco)
-            tb2 = time.perf_counter()
+        entry, built, timings = build_traced(kernel, arch, self.options, self._described(constants),
+                                             time.perf_counter() - t0)
+        if built:
             self.cache_stats.compiles += 1
-            timings.update(lower=tb1 - tb0, assemble=tb2 - tb1)
-            meta = dict(lowered.meta)
-            meta.setdefault("name", kernel.name)
-            meta.setdefault("grid", list(kernel.grid))
-            meta.setdefault("block", list(kernel.block))
-            meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
-            meta.update(
-                arch=arch,
-                source=self.source_location,
-                function=self.fn.__qualname__,
-                constants={k: _jsonable(v) for k, v in constants.items()},
-                compile_time={"trace": t1 - t0, "lower": tb1 - tb0, "assemble": tb2 - tb1,
-                              "total": tb2 - t0},
-                llvm_version=llvm.version,
-                tilegcn_version=__version__,
-                created=time.time(),
-            )
-            return meta
-
-        entry, built = Cache().get_or_build(key, build, verify=functools.partial(_entry_problem, ir, kernel, arch))
-        if not built:
+        else:
             self.cache_stats.disk_hits += 1
-        t3 = time.perf_counter()
-        timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel))
-        override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
+        override = asm_override_file(entry.key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
         return kernel if override is None else kernel.with_asm(override)
+
+    def _described(self, constants: dict) -> dict:
+        """The fields of meta.json that describe where a kernel came from (see build_traced)."""
+        return {"source": self.source_location, "function": self.fn.__qualname__,
+                "constants": {k: _jsonable(v) for k, v in constants.items()}}
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
+
+
+def build_traced(kernel, arch: str, options: dict, described: dict, trace_seconds: float = 0.0):
+    """Lower and assemble a traced kernel into the disk cache, or find its verified entry there:
+    (entry, built, timings). `described`: meta.json's source, function and constants (JSON values), so that a
+    process without the Python function (tilegcn.autotune's compile workers) builds the very entry a call
+    would."""
+    from .ir import print_kernel
+
+    timings = {"trace": trace_seconds}
+    t1 = time.perf_counter()
+    ir = print_kernel(kernel)
+    llvm = toolchain.find_llvm(arch)
+    key = make_key(ir, arch, options, llvm.version)
+    t2 = time.perf_counter()
+    timings["key"] = t2 - t1
+
+    def build(tmp: Path) -> dict:
+        from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
+
+        tb0 = time.perf_counter()
+        lowered = _lower_or_report(lower, kernel, arch, options)
+        passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
+        (tmp / "kernel.ir").write_text(ir + passes)
+        (tmp / "kernel.s").write_text(lowered.asm)
+        tb1 = time.perf_counter()
+        hsaco = toolchain.assemble(lowered.asm, arch)
+        (tmp / "kernel.hsaco").write_bytes(hsaco)
+        tb2 = time.perf_counter()
+        timings.update(lower=tb1 - tb0, assemble=tb2 - tb1)
+        meta = dict(lowered.meta)
+        meta.setdefault("name", kernel.name)
+        meta.setdefault("grid", list(kernel.grid))
+        meta.setdefault("block", list(kernel.block))
+        meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
+        meta.update(
+            arch=arch,
+            **described,
+            compile_time={"trace": trace_seconds, "lower": tb1 - tb0, "assemble": tb2 - tb1,
+                          "total": trace_seconds + tb2 - t1},
+            llvm_version=llvm.version,
+            tilegcn_version=__version__,
+            created=time.time(),
+        )
+        return meta
+
+    entry, built = Cache().get_or_build(key, build, verify=functools.partial(_entry_problem, ir, kernel, arch))
+    t3 = time.perf_counter()
+    timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0),
+                   total=trace_seconds + t3 - t1)
+    return entry, built, timings
 
 
 def _lower_or_report(lower, kernel, arch, options: dict):

@@ -145,24 +145,53 @@ def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
     allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
 
 
-@_gc_paused
-def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: str = "auto") -> Lowered:
+@dataclass
+class Resources:
+    """What `plan_resources` decided: the kernel after the tile-IR passes, its gemm plans and LDS allocation."""
+
+    kernel: N.Kernel
+    gemm_plans: dict  # accumulator Buffer -> GemmPlan
+    gemm_operands: dict  # shared Buffer -> (GemmPlan, "A" | "B")
+    shared: dict  # shared Buffer -> LDS byte offset
+    stage_bytes: dict  # shared Buffer -> LDS bytes between its LDS buffers
+    lds_buffers: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
+    lds_bytes: int
+
+
+def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources:
+    """The compiler's resource checks made before any statement is lowered: IR verification, software pipelining,
+    the MFMA plan of every T.gemm (shape, accumulators, a VGPR floor) and the LDS allocation of every pipeline
+    stage; a CompileError (ResourceError) names what does not fit. `lower` starts with exactly this, and
+    tilegcn.autotune's feasibility check runs it alone, so the two cannot disagree. (Register allocation, the
+    one later check, needs the whole lowering.)"""
     arch = get_arch(arch)
     verify(kernel)
     traced = kernel
     _, operands = plan_gemms(kernel, arch)  # the pipeliner's step order depends on which copies go by LDS DMA
     by_dma = functools.partial(may_use_lds_dma, arch, copy_mode, operands)
     kernel = pipeline_loops(kernel, arch, by_dma)
-    b = KernelBuilder(arch, kernel.name)
-    abi = KernelAbi(b, kernel, TID)
-    ctx = Context(kernel, b, abi, copy_mode=copy_mode)
-    ctx.gemm_plans, ctx.gemm_operands = plan_gemms(kernel, arch)
+    plans, operands = plan_gemms(kernel, arch)
     try:
-        ctx.shared, ctx.stage_bytes, ctx.lds_buffers, lds_bytes = allocate_shared(
-            kernel, arch, ctx.gemm_plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, ctx.gemm_operands))
+        shared, stage_bytes, lds_buffers, lds_bytes = allocate_shared(
+            kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
     except ResourceError:
         _raise_lds_error_unsplit(traced, arch, copy_mode, by_dma)
         raise
+    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes)
+
+
+@_gc_paused
+def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: str = "auto") -> Lowered:
+    arch = get_arch(arch)
+    traced = kernel
+    planned = plan_resources(kernel, arch, copy_mode)
+    kernel = planned.kernel
+    b = KernelBuilder(arch, kernel.name)
+    abi = KernelAbi(b, kernel, TID)
+    ctx = Context(kernel, b, abi, copy_mode=copy_mode)
+    ctx.gemm_plans, ctx.gemm_operands = planned.gemm_plans, planned.gemm_operands
+    ctx.shared, ctx.stage_bytes, ctx.lds_buffers = planned.shared, planned.stage_bytes, planned.lds_buffers
+    lds_bytes = planned.lds_bytes
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
