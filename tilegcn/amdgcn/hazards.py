@@ -12,13 +12,21 @@ The state (recent MFMA results, VALU writes and the M0 write, each with the wait
 dataflow problem over the control-flow graph (cfg.py): at the loop head the state of the preheader and of the
 loop's tail meet (the smaller count wins), so an MFMA at the end of one iteration is seen by the first
 instructions of the next.
+
+A second pass of the same shape (`_insert_valu_nops`, after the first: the nops it counts include those) places
+the rules of `arch.valu_hazards` and the MFMA write-after-write / write-after-read rows: a transcendental's result
+read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM or
+v_div_fmas, a VALU write of a VGPR read by v_readfirstlane, a store of more than 8 bytes whose data a VALU
+overwrites, and a VALU overwriting an MFMA's result or srcC. docs/hazards.md is the sweep of LLVM's hazard
+recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where it is handled.
 """
 from __future__ import annotations
 
 import functools
 
 from . import cfg, isa
-from .isa import M0, Inst
+from .arch import TRANS_OPS
+from .isa import M0, VCC, Inst, Reg
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -263,5 +271,176 @@ def _transfer(arch, events: dict):
 
 def insert_hazard_nops(insts: list, arch) -> list:
     blks = cfg.blocks(insts)
-    return cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
-                     lambda a, b: b.copy() if a is None else a.join(b))
+    insts = cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
+                      lambda a, b: b.copy() if a is None else a.join(b))
+    return _insert_valu_nops(insts, arch)
+
+
+# ---- the VALU-side rules (arch.valu_hazards, MfmaHazards' write-after-write / write-after-read rows) -------------
+# What an instruction leaves behind, keyed (class, unit) -> its issue time: the result of a transcendental, an SGPR
+# or VCC a VALU wrote, a VGPR a VALU wrote (only those a v_readfirstlane reads), the data of a wide store, and
+# ("dst" / "srcc", passes) an MFMA's result and srcC.
+_TRANS, _SGPR, _VGPR, _STORE = "trans", "sgpr", "vgpr", "store"
+_SGPR_FILES = ("s", "vcc")
+_READLANE = ("v_readfirstlane_b32", "v_readlane_b32")
+_WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
+
+
+class Written:
+    """The VALU-side dataflow state: {(class, unit): issue time} on a wait-state clock (`now`), each class
+    forgotten once no rule can need it (`windows`)."""
+
+    __slots__ = ("at", "now", "windows")
+
+    def __init__(self, windows: dict, since: dict | None = None):
+        self.windows, self.now = windows, 0
+        self.at = {key: -ago for key, ago in (since or {}).items()}
+
+    def since(self) -> dict:
+        now, windows = self.now, self.windows
+        return {key: now - t for key, t in self.at.items() if now - t < windows[key[0]]}
+
+    def __eq__(self, other):
+        return self.since() == other.since()
+
+    def join(self, other: "Written") -> "Written":
+        mine = self.since()
+        for key, ago in other.since().items():
+            mine[key] = min(ago, mine.get(key, ago))
+        return Written(self.windows, mine)
+
+
+def _valu_rules(arch) -> tuple:
+    """(windows: class -> the most wait states a rule of it needs, passes of the arch's MFMAs)."""
+    vh, mh = arch.valu_hazards, arch.mfma_hazards
+    passes = tuple(sorted(mh.vdst_to_valu_write))
+    windows = {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
+                                                          vh.valu_vcc_to_div_fmas),
+               _VGPR: vh.valu_to_readlane_src, _STORE: vh.wide_store_to_valu_write,
+               "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
+    return windows, passes
+
+
+def _vector_units(regs) -> tuple:
+    return tuple([u for r in regs if r.file in ("v", "a") for u in r.unit_ids])
+
+
+def _sgpr_units(regs) -> tuple:
+    return tuple([u for r in regs if r.file in _SGPR_FILES for u in r.unit_ids])
+
+
+def _wide_store_data(inst: Inst):
+    """The data register of a store the 12-dword-store rule covers, else None: more than 8 bytes, and for MUBUF an
+    soffset that is not an SGPR (tilegcn's literal 0); a FLAT/global store always."""
+    if inst.kind != isa.VMEM_STORE or not inst.op.startswith(_WIDE_STORES):
+        return None
+    if inst.op.startswith("global"):
+        return inst.operands[1]
+    return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
+
+
+def _valu_facts(inst: Inst, arch, mfma_passes) -> tuple:
+    """(wait states it takes, [(key prefix, units) it leaves behind], [(key prefix, units, wait states) it needs]).
+    Units are every register unit the rules look at; _valu_events drops those no other instruction can pair with."""
+    kind = inst.kind
+    if kind in (isa.LABEL, isa.COMMENT):
+        return 0, [], []
+    states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
+    vh, mh = arch.valu_hazards, arch.mfma_hazards
+    makes, needs = [], []
+    if kind == isa.VALU:
+        op, vdefs = inst.op, _vector_units(inst.defs)
+        trans = op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
+        if trans:
+            makes.append(((_TRANS,), vdefs))
+        else:
+            needs.append(((_TRANS,), _vector_units(inst.uses), vh.trans_to_valu_read))
+        makes.append(((_VGPR,), vdefs))
+        makes.append(((_SGPR,), _sgpr_units(inst.defs)))
+        needs.append(((_SGPR,), _sgpr_units(inst.uses), vh.valu_sgpr_to_valu_read))
+        if op.startswith("v_div_fmas"):
+            needs.append(((_SGPR,), VCC.unit_ids, vh.valu_vcc_to_div_fmas))
+        if op in _READLANE:
+            needs.append(((_VGPR,), _vector_units(inst.uses[:1]), vh.valu_to_readlane_src))
+        needs.append(((_STORE,), vdefs, vh.wide_store_to_valu_write))
+        for p in mfma_passes:
+            needs.append((("dst", p), vdefs, mh.vdst_to_valu_write[p]))
+            needs.append((("srcc", p), vdefs, mh.srcc_to_valu_write[p]))
+    elif kind == isa.MFMA:
+        p = _mfma_passes(inst.op, arch)
+        makes.append((("dst", p), inst.defs[0].unit_ids))
+        if len(inst.uses) > 2:  # srcC a register (the accumulator fill's is a constant)
+            makes.append((("srcc", p), inst.uses[2].unit_ids))
+    elif kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
+        needs.append(((_SGPR,), _sgpr_units(inst.uses), vh.valu_sgpr_to_vmem_read))
+        data = _wide_store_data(inst)
+        if data is not None:
+            makes.append(((_STORE,), data.unit_ids))
+    return states, makes, needs
+
+
+def _valu_events(blks: list, arch, mfma_passes) -> dict:
+    """id(block's instruction list) -> [(position, wait states, makes, needs)] of its instructions that leave
+    behind a unit some instruction needs, need a unit some instruction leaves behind, or take other than one wait
+    state; everything else takes one wait state and is counted by position (as _events does)."""
+    facts = [[_valu_facts(inst, arch, mfma_passes) for inst in blk.insts] for blk in blks]
+    made, needed = set(), set()
+    for per_block in facts:
+        for _, makes, needs in per_block:
+            made.update((key, u) for key, units in makes for u in units)
+            needed.update((key, u) for key, units, _ in needs for u in units)
+    events = {}
+    for blk, per_block in zip(blks, facts):
+        mine = []
+        for pos, (states, makes, needs) in enumerate(per_block):
+            makes = [(key, [u for u in units if (key, u) in needed]) for key, units in makes]
+            makes = [(key, units) for key, units in makes if units]
+            needs = [(key, [u for u in units if (key, u) in made], ws) for key, units, ws in needs]
+            needs = [(key, units, ws) for key, units, ws in needs if units and ws > 0]
+            if makes or needs or states != 1:
+                mine.append((pos, states, makes, needs))
+        events[id(blk.insts)] = mine
+    return events
+
+
+def _valu_transfer(arch, events: dict):
+    max_nop = arch.max_nop + 1
+
+    def transfer(insts: list, state: Written):
+        at, now = dict(state.at), state.now
+        out: list = []
+        copied = last = 0
+        for pos, states, makes, needs in events[id(insts)]:
+            now += pos - last
+            need = 0
+            for prefix, units, ws in needs:
+                for u in units:
+                    t = at.get(prefix + (u,))
+                    if t is not None and ws - (now - t) > need:
+                        need = ws - (now - t)
+            if need > 0:
+                out += insts[copied:pos]
+                copied = pos
+            while need > 0:
+                n = min(need, max_nop)
+                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
+                now += n
+                need -= n
+            now += states
+            last = pos + 1
+            for prefix, units in makes:
+                for u in units:
+                    at[prefix + (u,)] = now
+        out += insts[copied:]
+        after = Written(state.windows)
+        after.at, after.now = at, now + len(insts) - last
+        return out, after
+
+    return transfer
+
+
+def _insert_valu_nops(insts: list, arch) -> list:
+    windows, mfma_passes = _valu_rules(arch)
+    blks = cfg.blocks(insts)
+    return cfg.solve(blks, Written(windows), _valu_transfer(arch, _valu_events(blks, arch, mfma_passes)),
+                     lambda a, b: Written(b.windows, b.since()) if a is None else a.join(b))
