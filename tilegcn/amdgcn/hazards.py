@@ -310,93 +310,125 @@ class Written:
         return Written(self.windows, mine)
 
 
-def _valu_rules(arch) -> tuple:
-    """(windows: class -> the most wait states a rule of it needs, passes of the arch's MFMAs)."""
+def _valu_windows(arch) -> dict:
+    """Class -> the most wait states a rule of it needs (a state entry is forgotten after that many)."""
     vh, mh = arch.valu_hazards, arch.mfma_hazards
-    passes = tuple(sorted(mh.vdst_to_valu_write))
-    windows = {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
+    return {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
                                                           vh.valu_vcc_to_div_fmas),
                _VGPR: vh.valu_to_readlane_src, _STORE: vh.wide_store_to_valu_write,
                "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
-    return windows, passes
-
-
-def _vector_units(regs) -> tuple:
-    return tuple([u for r in regs if r.file in ("v", "a") for u in r.unit_ids])
-
-
-def _sgpr_units(regs) -> tuple:
-    return tuple([u for r in regs if r.file in _SGPR_FILES for u in r.unit_ids])
 
 
 def _wide_store_data(inst: Inst):
     """The data register of a store the 12-dword-store rule covers, else None: more than 8 bytes, and for MUBUF an
     soffset that is not an SGPR (tilegcn's literal 0); a FLAT/global store always."""
-    if inst.kind != isa.VMEM_STORE or not inst.op.startswith(_WIDE_STORES):
+    if not inst.op.startswith(_WIDE_STORES):
         return None
     if inst.op.startswith("global"):
         return inst.operands[1]
     return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
 
 
-def _valu_facts(inst: Inst, arch, mfma_passes) -> tuple:
-    """(wait states it takes, [(key prefix, units) it leaves behind], [(key prefix, units, wait states) it needs]).
-    Units are every register unit the rules look at; _valu_events drops those no other instruction can pair with."""
+def _is_trans(op: str) -> bool:
+    return op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
+
+
+def _produced(insts: list, arch) -> dict:
+    """Key prefix -> the units some instruction of the program leaves behind under it and another could pair
+    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, v_readfirstlane's
+    sources, MFMA registers a VALU also writes), so most instructions meet none of them (one set test each)."""
+    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_STORE,): set()}
+    valu_defs, mfmas = set(), []
+    for inst in insts:
+        kind = inst.kind
+        if kind == isa.VALU:
+            valu_defs.update(inst.def_units)
+            if _is_trans(inst.op):
+                made[(_TRANS,)].update(inst.def_units)
+            for r in inst.defs:
+                if r.file in _SGPR_FILES:
+                    made[(_SGPR,)].update(r.unit_ids)
+            if inst.op in _READLANE:
+                made[(_VGPR,)].update(inst.uses[0].unit_ids)
+        elif kind == isa.MFMA:
+            mfmas.append(inst)
+        elif kind == isa.VMEM_STORE:
+            data = _wide_store_data(inst)
+            if data is not None:
+                made[(_STORE,)].update(data.unit_ids)
+    for inst in mfmas:
+        p = _mfma_passes(inst.op, arch)
+        made.setdefault(("dst", p), set()).update(valu_defs.intersection(inst.defs[0].unit_ids))
+        if len(inst.uses) > 2:  # srcC a register (the accumulator fill's is a constant)
+            made.setdefault(("srcc", p), set()).update(valu_defs.intersection(inst.uses[2].unit_ids))
+    return {key: units for key, units in made.items() if units}
+
+
+def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
+    """(wait states it takes, [(key prefix, units) it leaves behind], [(key prefix, units, wait states) it needs]),
+    units cut to those of `made` (_produced)."""
     kind = inst.kind
     if kind in (isa.LABEL, isa.COMMENT):
-        return 0, [], []
+        return 0, (), ()
     states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
-    vh, mh = arch.valu_hazards, arch.mfma_hazards
     makes, needs = [], []
     if kind == isa.VALU:
-        op, vdefs = inst.op, _vector_units(inst.defs)
-        trans = op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
-        if trans:
-            makes.append(((_TRANS,), vdefs))
-        else:
-            needs.append(((_TRANS,), _vector_units(inst.uses), vh.trans_to_valu_read))
-        makes.append(((_VGPR,), vdefs))
-        makes.append(((_SGPR,), _sgpr_units(inst.defs)))
-        needs.append(((_SGPR,), _sgpr_units(inst.uses), vh.valu_sgpr_to_valu_read))
-        if op.startswith("v_div_fmas"):
-            needs.append(((_SGPR,), VCC.unit_ids, vh.valu_vcc_to_div_fmas))
-        if op in _READLANE:
-            needs.append(((_VGPR,), _vector_units(inst.uses[:1]), vh.valu_to_readlane_src))
-        needs.append(((_STORE,), vdefs, vh.wide_store_to_valu_write))
-        for p in mfma_passes:
-            needs.append((("dst", p), vdefs, mh.vdst_to_valu_write[p]))
-            needs.append((("srcc", p), vdefs, mh.srcc_to_valu_write[p]))
+        vh, mh = arch.valu_hazards, arch.mfma_hazards
+        op, uses, defs = inst.op, inst.use_units, inst.def_units
+        for key, units in made.items():
+            cls = key[0]
+            if not units.isdisjoint(defs) and (cls != _TRANS or _is_trans(op)):
+                if cls in (_TRANS, _SGPR, _VGPR):
+                    makes.append((key, units.intersection(defs)))
+                if cls == _STORE:
+                    needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
+                elif cls == "dst":
+                    needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
+                elif cls == "srcc":
+                    needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
+            if units.isdisjoint(uses):
+                continue
+            if cls == _TRANS and not _is_trans(op):
+                needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
+            elif cls == _SGPR:
+                needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
+                if op.startswith("v_div_fmas"):
+                    needs.append((key, units.intersection(VCC.unit_ids), vh.valu_vcc_to_div_fmas))
+            elif cls == _VGPR and op in _READLANE:
+                needs.append((key, units.intersection(inst.uses[0].unit_ids), vh.valu_to_readlane_src))
     elif kind == isa.MFMA:
         p = _mfma_passes(inst.op, arch)
-        makes.append((("dst", p), inst.defs[0].unit_ids))
-        if len(inst.uses) > 2:  # srcC a register (the accumulator fill's is a constant)
-            makes.append((("srcc", p), inst.uses[2].unit_ids))
+        for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
+                                                                    len(inst.uses) > 2 else ())):
+            if key in made and not made[key].isdisjoint(units):
+                makes.append((key, made[key].intersection(units)))
     elif kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
-        needs.append(((_SGPR,), _sgpr_units(inst.uses), vh.valu_sgpr_to_vmem_read))
-        data = _wide_store_data(inst)
+        sgprs = made.get((_SGPR,))
+        if sgprs and not sgprs.isdisjoint(inst.use_units):
+            needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
+        stored = made.get((_STORE,))
+        data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
         if data is not None:
-            makes.append(((_STORE,), data.unit_ids))
-    return states, makes, needs
+            makes.append(((_STORE,), stored.intersection(data.unit_ids)))
+    return states, makes, [n for n in needs if n[1] and n[2] > 0]
 
 
-def _valu_events(blks: list, arch, mfma_passes) -> dict:
+def _valu_events(blks: list, arch) -> dict:
     """id(block's instruction list) -> [(position, wait states, makes, needs)] of its instructions that leave
-    behind a unit some instruction needs, need a unit some instruction leaves behind, or take other than one wait
-    state; everything else takes one wait state and is counted by position (as _events does)."""
-    facts = [[_valu_facts(inst, arch, mfma_passes) for inst in blk.insts] for blk in blks]
-    made, needed = set(), set()
-    for per_block in facts:
-        for _, makes, needs in per_block:
-            made.update((key, u) for key, units in makes for u in units)
-            needed.update((key, u) for key, units, _ in needs for u in units)
+    behind or need a unit of `_produced`, or take other than one wait state; everything else takes one wait state
+    and is counted by position (as _events does)."""
+    made = _produced([inst for blk in blks for inst in blk.insts], arch)
+    any_made = set().union(*made.values())
+    silent = (isa.LABEL, isa.COMMENT)
     events = {}
-    for blk, per_block in zip(blks, facts):
+    for blk in blks:
         mine = []
-        for pos, (states, makes, needs) in enumerate(per_block):
-            makes = [(key, [u for u in units if (key, u) in needed]) for key, units in makes]
-            makes = [(key, units) for key, units in makes if units]
-            needs = [(key, [u for u in units if (key, u) in made], ws) for key, units, ws in needs]
-            needs = [(key, units, ws) for key, units, ws in needs if units and ws > 0]
+        for pos, inst in enumerate(blk.insts):
+            kind = inst.kind
+            if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
+                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units))):
+                continue  # one wait state, nothing a rule looks at
+            states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:
                 mine.append((pos, states, makes, needs))
         events[id(blk.insts)] = mine
@@ -440,7 +472,6 @@ def _valu_transfer(arch, events: dict):
 
 
 def _insert_valu_nops(insts: list, arch) -> list:
-    windows, mfma_passes = _valu_rules(arch)
     blks = cfg.blocks(insts)
-    return cfg.solve(blks, Written(windows), _valu_transfer(arch, _valu_events(blks, arch, mfma_passes)),
+    return cfg.solve(blks, Written(_valu_windows(arch)), _valu_transfer(arch, _valu_events(blks, arch)),
                      lambda a, b: Written(b.windows, b.since()) if a is None else a.join(b))

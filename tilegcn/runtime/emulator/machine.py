@@ -260,10 +260,11 @@ class Machine:
         self.steps_left = int(os.environ.get("TILEGCN_EMULATOR_MAX_STEPS", 5_000_000))
         hz = self.arch.mfma_hazards
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
-        # VALU writes matter as MFMA sources and to the VALU-side rules (valu_hazards.py): skip their bookkeeping in
-        # programs with neither; keep as many records as the longest rule's wait states (each record is >= 1)
-        self.valu_window = max(hz.valu_write_to_mfma_src if prog.recent.mfma_present else 0, prog.recent.window)
-        self.valu_keep = max(self.valu_window, 4)
+        # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
+        self.valu_window = hz.valu_write_to_mfma_src if prog.recent.mfma_present else 0
+        # ... and to the VALU-side rules (valu_hazards.py): keep as many records as the longest rule's wait states
+        # (each record is >= 1), none in programs with neither
+        self.valu_keep = max(self.valu_window, prog.recent.window)
         # optional observer (the timing model's trace): step(group, handler, pc) after each instruction, plus
         # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
         self.tracer = None
@@ -410,7 +411,7 @@ class Machine:
                 h.run(g)
                 if tracer is not None:
                     tracer.step(g, h, pc)
-                if h.tracks_valu_write and self.valu_window:
+                if h.tracks_valu_write and self.valu_keep:
                     g.valu_recs.append([g.t, h.vw, pc, None])
                     if len(g.valu_recs) > self.valu_keep:
                         del g.valu_recs[0]
