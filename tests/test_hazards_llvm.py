@@ -518,3 +518,25 @@ def test_transcendental_ops_are_those_llvm_forwards_late(arch):
     states = llvm_wait_states_between(arch, tuple(lines))[1::2]
     want = get_arch(arch).valu_hazards.trans_to_valu_read
     assert dict(zip(ops, states)) == {op: want if op in TRANS_OPS else 0 for op in ops}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(arch):
+    """The VALU-side pairs with k independent instructions (and comments) between: the pass adds table - k wait
+    states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
+    (the branch is one wait state), as LLVM's search through predecessors does."""
+    a = get_arch(arch)
+    for what, table, first, second in valu_cases(arch):
+        for k in range(table + 2):
+            between = [Inst("", kind=isa.COMMENT, comment="apart")]
+            for j in range(k):
+                between += [Inst("s_mov_b32", (Reg("s", 20 + j % 2), 0), (Reg("s", 20 + j % 2),), (), isa.SALU),
+                            Inst("", kind=isa.COMMENT, comment="apart")]
+            out = insert_hazard_nops([first.inst, *between, second.inst], a)
+            states = sum(int(i.operands[0]) + 1 for i in out[out.index(first.inst):out.index(second.inst)]
+                         if i.op == "s_nop")
+            assert states == max(table - k, 0), f"{arch} {what}, {k} instructions between"
+        head, branch = Inst(".Lhead", kind=isa.LABEL), Inst("s_cbranch_scc1", (".Lhead",), kind=isa.BRANCH)
+        out = insert_hazard_nops([head, second.inst, first.inst, branch, Inst("s_endpgm", kind=isa.SOPP)], a)
+        states = sum(int(i.operands[0]) + 1 for i in out[out.index(head):out.index(second.inst)] if i.op == "s_nop")
+        assert states == max(table - 1, 0), f"{arch} {what} across the back edge"
