@@ -45,10 +45,16 @@ class RecentWrites:
             made, needs = _facts(h, ins, vh, accum_offset)
             self.made[i] = made or None
             self.needs[i] = needs or None
-        kinds = {k for m in self.made if m for k in m}
+        # a need only of registers some instruction of the program leaves behind (most VMEM read SRDs that SALU
+        # writes): one test per step for the rest
+        made_anywhere: dict = {}
+        for made in self.made:
+            for kind, regs in (made or {}).items():
+                made_anywhere[kind] = made_anywhere.get(kind, frozenset()) | regs
         for i, needs in enumerate(self.needs):
             if needs:
-                self.needs[i] = [n for n in needs if n[0] in kinds] or None
+                needs = [(kind, regs & made_anywhere.get(kind, frozenset()), ws) for kind, regs, ws in needs]
+                self.needs[i] = [n for n in needs if n[1]] or None
         self.mfma_present = any(h.mfma is not None for h in handlers)
         self.vw_after_mfma = [self.mfma_present and h.cls == "valu" and bool(h.vw) for h in handlers]
         waits = [n[2] for needs in self.needs if needs for n in needs]
