@@ -426,7 +426,6 @@ def valu_cases(arch):
     return [
         ("v_exp_f32 -> v_mul_f32 (T.exp2(x) * 3)", vh.trans_to_valu_read, vop1("v_exp_f32", y, x), mul_by_3(x, y)),
         ("v_rcp_f32 -> v_fma_f32 (a division)", vh.trans_to_valu_read, vop1("v_rcp_f32", y, x), fma(t, y, x, x)),
-        ("v_exp_f32 -> v_accvgpr_write", vh.trans_to_valu_read, vop1("v_exp_f32", y, x), accvgpr_write(R("a", 1), y)),
         ("v_exp_f32 -> v_exp_f32 (TRANS reader)", 0, vop1("v_exp_f32", y, x), vop1("v_exp_f32", t, y)),
         ("v_exp_f32 -> buffer_store (not a VALU)", 0, vop1("v_exp_f32", y, x), buffer_store_wide(y)),
         ("v_cmp vcc -> v_cndmask vcc", vh.valu_sgpr_to_valu_read, cmp_vcc(x, y), cndmask_vcc(t, x, y)),
@@ -439,8 +438,6 @@ def valu_cases(arch):
          buffer_store_wide(x, soffset=16)),
         ("v_div_scale vcc -> v_div_fmas", vh.valu_vcc_to_div_fmas, div_scale_vcc(t, x, y), div_fmas(v(4), t, x, y)),
         ("VALU -> v_readfirstlane source", vh.valu_to_readlane_src, valu_mov(v(41), u), readfirstlane(16, v(41))),
-        ("buffer_store_dwordx4 -> VALU overwriting its data", vh.wide_store_to_valu_write, buffer_store_wide(v(0, 4)),
-         valu_mov(x, u)),
         ("buffer_store_dwordx3 -> VALU overwriting its data", vh.wide_store_to_valu_write, buffer_store_wide(v(0, 3)),
          valu_mov(v(2), u)),
         ("buffer_store_dwordx4 -> v_accvgpr_read overwriting its data", vh.wide_store_to_valu_write,
@@ -454,9 +451,11 @@ def valu_cases(arch):
 def mfma_overwrite_cases(arch):
     hz = get_arch(arch).mfma_hazards
     out = []
+    seen = set()
     for name, shape in _shapes(arch):
-        if not name.endswith("bf16"):
-            continue  # the rows depend on the passes only; the f16 shapes have the same
+        if not name.endswith("bf16") or shape.passes in seen:
+            continue  # the rows depend on the passes only: one shape each
+        seen.add(shape.passes)
         n_ab, n_d, p = shape.a_regs, shape.d_regs, shape.passes
         A, B = R("v", 0, n_ab), R("v", 4, n_ab)
         acc, other = R("a", 0, n_d), R("a", 24, n_d)
