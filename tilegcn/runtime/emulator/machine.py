@@ -382,7 +382,7 @@ class Machine:
         check = self.check
         stats = self.stats
         tracer = self.tracer
-        recent_checks = self.prog.recent.checks
+        recent_checks, recent_tracked = self.prog.recent.checks, self.prog.recent.tracked
         try:
             while g.state == RUN:
                 pc = g.pc
@@ -411,7 +411,7 @@ class Machine:
                 h.run(g)
                 if tracer is not None:
                     tracer.step(g, h, pc)
-                if h.tracks_valu_write and self.valu_keep:
+                if recent_tracked[pc]:
                     g.valu_recs.append([g.t, h.vw, pc, None])
                     if len(g.valu_recs) > self.valu_keep:
                         del g.valu_recs[0]

@@ -11,7 +11,8 @@ and a VALU overwriting an MFMA's result or its srcC.
 
 The facts are derived here from the decoded instructions, not from the compiler's hazard pass, so the two are
 checked against llc separately. Producers ride in the group's `valu_recs` ([t_end, vgprs written, pc, waves]),
-which the MFMA source check reads too; this module adds its producers there and keeps the facts per program.
+which the MFMA source check reads too (`RecentWrites.tracked` says which instructions go there); the facts are
+kept per program.
 """
 from __future__ import annotations
 
@@ -33,36 +34,40 @@ _WHAT = {
 
 class RecentWrites:
     """Per instruction of one program: `made[i]` {kind: registers} it leaves behind (or None), `needs[i]` [(kind,
-    registers, wait states)] it must not meet too soon, `vw_after_mfma[i]` whether it is a VALU whose writes the
-    MFMA write-after-write / write-after-read rows cover; `window` the most wait states any rule needs (0: the
-    program has no pair a rule covers)."""
+    registers, wait states)] it must not meet too soon (or None), `vw_after_mfma[i]` whether it is a VALU whose
+    writes the MFMA write-after-write / write-after-read rows cover, `tracked[i]` whether its issue goes into
+    g.valu_recs (a producer here, or a VALU write an MFMA source check needs), `checks[i]` whether `check` runs
+    before it; `window` the most wait states any rule needs (0: the program has no pair a rule covers)."""
 
     def __init__(self, handlers, instrs, arch, accum_offset: int):
         vh, self.mfma = arch.valu_hazards, arch.mfma_hazards
-        self.made = [None] * len(handlers)
-        self.needs = [None] * len(handlers)
-        for i, (h, ins) in enumerate(zip(handlers, instrs)):
-            made, needs = _facts(h, ins, vh, accum_offset)
-            self.made[i] = made or None
-            self.needs[i] = needs or None
-        # a need only of registers some instruction of the program leaves behind (most VMEM read SRDs that SALU
-        # writes): one test per step for the rest
-        made_anywhere: dict = {}
-        for made in self.made:
-            for kind, regs in (made or {}).items():
-                made_anywhere[kind] = made_anywhere.get(kind, frozenset()) | regs
-        for i, needs in enumerate(self.needs):
-            if needs:
-                needs = [(kind, regs & made_anywhere.get(kind, frozenset()), ws) for kind, regs, ws in needs]
-                self.needs[i] = [n for n in needs if n[1]] or None
+        facts = [_facts(h, ins, vh, accum_offset) for h, ins in zip(handlers, instrs)]
+        # only registers some other instruction of the program pairs with (most VMEM read SRDs that SALU writes,
+        # most VALU writes meet no rule): most instructions then cost one list lookup per step
+        made_anywhere, needed_anywhere = _union(m.items() for m, _ in facts), _union(
+            ((kind, regs) for kind, regs, _ in n) for _, n in facts)
+        self.needs = [[(kind, regs & made_anywhere.get(kind, frozenset()), ws) for kind, regs, ws in needs]
+                      for _, needs in facts]
+        self.needs = [[n for n in needs if n[1]] or None for needs in self.needs]
+        self.made = [{kind: regs & needed_anywhere.get(kind, frozenset()) for kind, regs in made.items()}
+                     for made, _ in facts]
+        self.made = [{kind: regs for kind, regs in made.items() if regs} or None for made in self.made]
         self.mfma_present = any(h.mfma is not None for h in handlers)
-        self.vw_after_mfma = [self.mfma_present and h.cls == "valu" and bool(h.vw) for h in handlers]
-        waits = [n[2] for needs in self.needs if needs for n in needs]
-        self.window = max(waits, default=0)
+        mfma_regs = frozenset().union(*[h.vw | h.mfma.c for h in handlers if h.mfma is not None])
+        self.vw_after_mfma = [h.cls == "valu" and not h.vw.isdisjoint(mfma_regs) for h in handlers]
+        self.tracked = [made is not None or (self.mfma_present and h.tracks_valu_write)
+                        for made, h in zip(self.made, handlers)]
+        self.window = max([n[2] for needs in self.needs if needs for n in needs], default=0)
         self.checks = [needs is not None or after for needs, after in zip(self.needs, self.vw_after_mfma)]
-        for h, made in zip(handlers, self.made):
-            if made:
-                h.tracks_valu_write = True  # its record joins g.valu_recs
+
+
+def _union(groups) -> dict:
+    """kind -> frozenset of the registers of every (kind, registers) pair of `groups`."""
+    out: dict = {}
+    for pairs in groups:
+        for kind, regs in pairs:
+            out.setdefault(kind, set()).update(regs)
+    return {kind: frozenset(regs) for kind, regs in out.items()}
 
 
 def _facts(h, ins, vh, accum_offset) -> tuple:
