@@ -402,8 +402,8 @@ def div_scale_vcc(dst: R, a: R, b: R) -> Op:
 
 def div_fmas(dst: R, a: R, b: R, c: R) -> Op:
     return Op(f"v_div_fmas_f32 {dst.asm}, {a.asm}, {b.asm}, {c.asm}",
-              f"{dst.mir} = V_DIV_FMAS_F32_e64 0, {a.mir}, 0, {b.mir}, 0, {c.mir}, 0, 0, implicit $mode, implicit $vcc, "
-              "implicit $exec",
+              f"{dst.mir} = V_DIV_FMAS_F32_e64 0, {a.mir}, 0, {b.mir}, 0, {c.mir}, 0, 0, implicit $mode, "
+              "implicit $vcc, implicit $exec",
               Inst("v_div_fmas_f32", (dst.reg, a.reg, b.reg, c.reg), (dst.reg,), (a.reg, b.reg, c.reg, VCC), isa.VALU))
 
 
