@@ -48,6 +48,7 @@ BODY = """
   v_fmac_f32 v5, v4, v3
   v_add_f32 v5, v5, v3
   v_cmp_gt_f32 vcc, 0, v5
+  s_nop 1
   v_cndmask_b32 v5, v5, 0, vcc
   v_mul_f32 v5, 0.5, v5
   buffer_store_dword v5, v2, s[12:15], 0 offen

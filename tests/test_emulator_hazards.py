@@ -278,3 +278,70 @@ def test_a_loop_that_never_exits_stops_with_an_error(monkeypatch):
     monkeypatch.setenv("TILEGCN_EMULATOR_MAX_STEPS", "2000")
     with pytest.raises(EmulatorError, match=r"s_branch .*does a loop never exit"):
         module(".Lspin:\ns_branch .Lspin\ns_endpgm", args=()).launch("k", (1, 1, 1), (64, 1, 1), [])
+
+
+# ---- the transcendental forwarding hazard, end to end (docs/hazards.md) ----------------------------------------
+import re  # noqa: E402
+
+import tilegcn  # noqa: E402
+from tilegcn import language as T  # noqa: E402
+
+
+@tilegcn.jit
+def exp2_times_3(X, Y, *, block=16):
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = T.exp2(x[i, j]) * 3
+        T.copy(x, Y[by * block, bx * block])
+
+
+def wait_states_before_first_reader(asm: str, producer: str) -> list:
+    """For each `producer` instruction (e.g. v_exp_f32) of the kernel text: the wait states issued between it and
+    the first later instruction that reads its destination (s_nop N: N + 1, any other instruction: 1)."""
+    lines = [ln.split("//")[0].strip() for ln in asm.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith((".", ";")) and not ln.endswith(":")]
+    out = []
+    for k, ln in enumerate(lines):
+        if ln.split()[0] != producer:
+            continue
+        dst = ln.split()[1].rstrip(",")
+        states = 0
+        for later in lines[k + 1:]:
+            op, _, operands = later.partition(" ")
+            if dst in [o.strip() for o in operands.split(",")[1:]]:
+                out.append(states)
+                break
+            states += int(operands) + 1 if op == "s_nop" else 1
+    return out
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_exp2_times_3_waits_for_the_transcendental_and_matches_torch(arch, monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    x = torch.linspace(-4, 4, 16 * 16).reshape(16, 16)
+    y = torch.empty_like(x)
+    k = exp2_times_3.compile(x, y, arch=arch)
+    need = get_arch(arch).valu_hazards.trans_to_valu_read
+    states = wait_states_before_first_reader(k.asm, "v_exp_f32")
+    assert states and min(states) >= need, f"{arch}: wait states after each v_exp_f32: {states}"
+    exp2_times_3(x, y, arch=arch)
+    torch.testing.assert_close(y, torch.exp2(x) * 3, rtol=2e-6, atol=0)
+
+
+def test_the_emulator_refuses_exp2_times_3_with_the_wait_state_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    x = torch.ones(16, 16)
+    y = torch.empty_like(x)
+    k = exp2_times_3.compile(x, y, arch="gfx942")
+    edited, n = re.subn(r"(v_exp_f32 (v\d+), v\d+\n)\s*s_nop 0\n", r"\1", k.asm)
+    assert n, "no s_nop after a v_exp_f32 to remove"
+    path = tmp_path / "edited.s"
+    path.write_text(edited)
+    with pytest.raises(HazardError, match=r"v_mul_f32_e32 .*reads v\d+, the result of the transcendental "
+                                          r"`v_exp_f32_e32 .* 0 wait states before; gfx942 needs 1"):
+        k.with_asm(path)(x, y)
+    k(x, y)  # the generated kernel runs
+    torch.testing.assert_close(y, torch.full_like(x, 6.0))

@@ -106,6 +106,7 @@ def test_global_loads_and_stores_with_vaddr_and_saddr():
               v_mov_b32 v11, s5
               v_lshlrev_b32 v12, 3, v1
               v_add_co_u32 v10, vcc, v10, v12
+              s_nop 1
               v_addc_co_u32 v11, vcc, 0, v11, vcc
               global_load_dwordx2 v[4:5], v[10:11], off offset:8
               v_add_u32 v7, 4, v2

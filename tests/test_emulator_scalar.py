@@ -195,6 +195,7 @@ def test_divergent_waves_split_and_reconverge():
     """Waves of one workgroup branch differently on their wave index; all reach the common tail."""
     body = """s_load_dwordx2 s[6:7], s[0:1], 0x0
               v_and_b32 v1, 0x3ff, v0
+              s_nop 0
               v_readfirstlane_b32 s20, v1
               s_lshr_b32 s20, s20, 6
               v_mov_b32 v2, 100

@@ -141,9 +141,11 @@ def test_perm_b32_agrees_with_llvm_constant_folding():
 def test_carry_chain_builds_64bit_sums():
     """v_add_co_u32 / v_addc_co_u32 (VOP2 with vcc, VOP3 with an SGPR pair) and the borrow forms."""
     body = """v_add_co_u32 v20, vcc, v10, v12
+              s_nop 1
               v_addc_co_u32 v21, vcc, v11, v13, vcc
               v_sub_co_u32_e64 v22, s[96:97], v10, v12
-              v_subb_co_u32_e64 v23, s[96:97], v11, v13, s[96:97]"""
+              s_nop 1
+              v_subb_co_u32_e64 v23, s[96:97], v11, v13, s[96:97]"""  # a VALU-written carry: 2 wait states
     D = rand_i32()
     out = run_lanes(body, [A, B, C, D], n_out=4)
     x = (u(B).astype(object) << 32) | u(A)
@@ -265,8 +267,10 @@ def test_f32_compare_kinds_including_nan():
     p = torch.tensor([1.0, 2.0, float("nan"), 3.0, -1.0, float("nan"), 0.0, -0.0] * (N // 8))
     q = torch.tensor([2.0, 2.0, 1.0, float("nan"), -2.0, float("nan"), -0.0, 0.0] * (N // 8))
     ops = ["lt", "eq", "le", "gt", "lg", "ge", "o", "u", "nge", "nlg", "ngt", "nle", "neq", "nlt"]
-    body = "\n".join(f"v_cmp_{op}_f32 vcc, v10, v11\nv_cndmask_b32 v{20 + i}, 0, 1, vcc" for i, op in enumerate(ops[:8]))
-    body2 = "\n".join(f"v_cmp_{op}_f32_e64 s[96:97], v10, v11\nv_cndmask_b32_e64 v{20 + i}, 0, 1, s[96:97]"
+    # s_nop 1: a VALU-written VCC / SGPR pair read by a VALU needs 2 wait states (docs/hazards.md)
+    body = "\n".join(f"v_cmp_{op}_f32 vcc, v10, v11\ns_nop 1\nv_cndmask_b32 v{20 + i}, 0, 1, vcc"
+                     for i, op in enumerate(ops[:8]))
+    body2 = "\n".join(f"v_cmp_{op}_f32_e64 s[96:97], v10, v11\ns_nop 1\nv_cndmask_b32_e64 v{20 + i}, 0, 1, s[96:97]"
                       for i, op in enumerate(ops[8:]))
     o1 = run_lanes(body, [p, q], n_out=8)
     o2 = run_lanes(body2, [p, q], n_out=6)
@@ -281,12 +285,16 @@ def test_f32_compare_kinds_including_nan():
 
 def test_integer_compares_signed_and_unsigned():
     body = """v_cmp_lt_u32 vcc, v10, v11
+              s_nop 1
               v_cndmask_b32 v20, 0, 1, vcc
               v_cmp_lt_i32_e64 s[96:97], v10, v11
+              s_nop 1
               v_cndmask_b32_e64 v21, 0, 1, s[96:97]
               v_cmp_ne_u32 vcc, v10, v10
+              s_nop 1
               v_cndmask_b32 v22, v10, v11, vcc
               v_cmp_ge_u32 vcc, v10, v11
+              s_nop 1
               v_cndmask_b32 v23, v10, v11, vcc"""
     outs = run_lanes(body, [A, B], n_out=4)
     assert np.array_equal(u(outs[0]), (a < b).astype(np.int64))
@@ -400,6 +408,7 @@ def test_lane_ops_mbcnt_readlane_writelane_readfirstlane():
               v_mbcnt_hi_u32_b32 v20, -1, v20
               v_readlane_b32 s96, v10, 5
               v_readfirstlane_b32 s97, v10
+              s_nop 1
               v_mov_b32 v21, s96
               v_mov_b32 v22, s97
               v_mov_b32 v23, v11

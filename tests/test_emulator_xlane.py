@@ -158,6 +158,7 @@ def test_sdwa_compare_and_f16_word_select():
     B = torch.randint(-2**31, 2**31 - 1, (N,), dtype=torch.int32, generator=gen)
     h = torch.randn(2 * N, generator=gen).half().view(torch.int32)
     body = """v_cmp_gt_u32_sdwa vcc, v10, v11 src0_sel:WORD_1 src1_sel:WORD_0
+              s_nop 1
               v_cndmask_b32 v20, 0, 1, vcc
               v_mov_b32 v21, v12
               v_add_f16_sdwa v21, v12, v12 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:WORD_1 src1_sel:WORD_0"""

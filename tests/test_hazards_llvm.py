@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from asm.emukit import module, srd  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
-from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import TRANS_OPS, get_arch  # noqa: E402
 from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
-from tilegcn.amdgcn.isa import M0, Inst, Reg  # noqa: E402
+from tilegcn.amdgcn.isa import M0, VCC, Inst, Reg  # noqa: E402
 from tilegcn.errors import HazardError  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -157,8 +157,8 @@ IDS = [f"{c[0]}-{c[1]}-{c[3]}" for c in CASES]
 
 
 # ---- the oracle -------------------------------------------------------------------------------------------------
-LIVEINS = ", ".join([f"$vgpr{i}" for i in range(48)] + [f"$agpr{i}" for i in range(24)] +
-                    [f"$sgpr{i}" for i in range(16)] + ["$m0"])
+LIVEINS = ", ".join([f"$vgpr{i}" for i in range(128)] + [f"$agpr{i}" for i in range(48)] +
+                    [f"$sgpr{i}" for i in range(24)] + ["$m0"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -211,7 +211,7 @@ def run_on_emulator(arch: str, first: str, second: str, states: int):
     pre += [f"v_mov_b32 v{i}, 0x3f803f80" for i in range(0, 24)]  # bf16/f16 pairs and accumulators
     pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_nop 7", "s_nop 7"]
     body = "\n".join(pre + [first, nops(states), second, "s_endpgm"])
-    mod = module(body, arch=arch, args=("ptr",), vgprs=72, accum=48, lds=4096, sgprs=24)
+    mod = module(body, arch=arch, args=("ptr",), vgprs=96, accum=48, lds=4096, sgprs=24)
     mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(1024, dtype=torch.int32)])
 
 
@@ -312,3 +312,230 @@ def test_only_issued_instructions_between_count_as_wait_states(arch):
             states = sum(int(i.operands[0]) + 1 for i in out[out.index(first.inst):out.index(second.inst)]
                          if i.op == "s_nop")
             assert states == max(table - k, 0), f"{arch} {what}, {k} instructions between"
+
+
+# ---- the VALU-side rules (arch.valu_hazards; MfmaHazards' write-after-write / write-after-read rows) -------------
+# docs/hazards.md lists every class of LLVM's hazard recognizer for gfx942/gfx950 and which of them tilegcn's code
+# can reach; these are the reachable ones, each pair as tilegcn emits it (and a few pairs that need nothing).
+def v(i, n=1):
+    return R("v", i, n)
+
+
+def s_(i, n=1):
+    return Reg("s", i, n)
+
+
+def s_mir(i, n=1):
+    return "$" + "_".join(f"sgpr{i + k}" for k in range(n))
+
+
+def s_asm(i, n=1):
+    return f"s{i}" if n == 1 else f"s[{i}:{i + n - 1}]"
+
+
+def vop1(op, dst: R, src: R) -> Op:
+    mir = f"{dst.mir} = {op.upper()}_e32 {src.mir}, implicit $mode, implicit $exec"
+    return Op(f"{op} {dst.asm}, {src.asm}", mir, Inst(op, (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.VALU))
+
+
+def mul_by_3(dst: R, src: R) -> Op:  # T.exp2(x) * 3: the literal in src0
+    return Op(f"v_mul_f32 {dst.asm}, 0x40400000, {src.asm}",
+              f"{dst.mir} = V_MUL_F32_e32 1077936128, {src.mir}, implicit $mode, implicit $exec",
+              Inst("v_mul_f32", (dst.reg, 3.0, src.reg), (dst.reg,), (src.reg,), isa.VALU))
+
+
+def fma(dst: R, a: R, b: R, c: R) -> Op:
+    return Op(f"v_fma_f32 {dst.asm}, {a.asm}, {b.asm}, {c.asm}",
+              f"{dst.mir} = V_FMA_F32_e64 0, {a.mir}, 0, {b.mir}, 0, {c.mir}, 0, 0, implicit $mode, implicit $exec",
+              Inst("v_fma_f32", (dst.reg, a.reg, b.reg, c.reg), (dst.reg,), (a.reg, b.reg, c.reg), isa.VALU))
+
+
+def cmp_vcc(a: R, b: R) -> Op:
+    return Op(f"v_cmp_nge_f32 vcc, {a.asm}, {b.asm}",
+              f"V_CMP_NGE_F32_e32 {a.mir}, {b.mir}, implicit-def $vcc, implicit $mode, implicit $exec",
+              Inst("v_cmp_nge_f32", (VCC, a.reg, b.reg), (VCC,), (a.reg, b.reg), isa.VALU))
+
+
+def cmp_pair(pair: int, a: R, b: R) -> Op:
+    return Op(f"v_cmp_gt_i32_e64 {s_asm(pair, 2)}, {a.asm}, {b.asm}",
+              f"{s_mir(pair, 2)} = V_CMP_GT_I32_e64 {a.mir}, {b.mir}, implicit $exec",
+              Inst("v_cmp_gt_i32_e64", (s_(pair, 2), a.reg, b.reg), (s_(pair, 2),), (a.reg, b.reg), isa.VALU))
+
+
+def cndmask_vcc(dst: R, a: R, b: R) -> Op:
+    return Op(f"v_cndmask_b32 {dst.asm}, {a.asm}, {b.asm}, vcc",
+              f"{dst.mir} = V_CNDMASK_B32_e32 {a.mir}, {b.mir}, implicit $vcc, implicit $exec",
+              Inst("v_cndmask_b32", (dst.reg, a.reg, b.reg, VCC), (dst.reg,), (a.reg, b.reg, VCC), isa.VALU))
+
+
+def cndmask_pair(dst: R, a: R, b: R, pair: int) -> Op:
+    return Op(f"v_cndmask_b32_e64 {dst.asm}, {a.asm}, {b.asm}, {s_asm(pair, 2)}",
+              f"{dst.mir} = V_CNDMASK_B32_e64 0, {a.mir}, 0, {b.mir}, {s_mir(pair, 2)}, implicit $exec",
+              Inst("v_cndmask_b32_e64", (dst.reg, a.reg, b.reg, s_(pair, 2)), (dst.reg,), (a.reg, b.reg, s_(pair, 2)),
+                   isa.VALU))
+
+
+def readfirstlane(sdst: int, src: R) -> Op:
+    return Op(f"v_readfirstlane_b32 {s_asm(sdst)}, {src.asm}",
+              f"{s_mir(sdst)} = V_READFIRSTLANE_B32 {src.mir}, implicit $exec",
+              Inst("v_readfirstlane_b32", (s_(sdst), src.reg), (s_(sdst),), (src.reg,), isa.VALU))
+
+
+def add_sgpr(dst: R, sgpr: int, src: R) -> Op:
+    return Op(f"v_add_u32 {dst.asm}, {s_asm(sgpr)}, {src.asm}",
+              f"{dst.mir} = V_ADD_U32_e32 {s_mir(sgpr)}, {src.mir}, implicit $exec",
+              Inst("v_add_u32", (dst.reg, s_(sgpr), src.reg), (dst.reg,), (s_(sgpr), src.reg), isa.VALU))
+
+
+def salu_add(dst: int, sgpr: int) -> Op:
+    return Op(f"s_add_u32 {s_asm(dst)}, {s_asm(sgpr)}, 64",
+              f"{s_mir(dst)} = S_ADD_U32 {s_mir(sgpr)}, 64, implicit-def $scc",
+              Inst("s_add_u32", (s_(dst), s_(sgpr), 64), (s_(dst),), (s_(sgpr),), isa.SALU))
+
+
+def div_scale_vcc(dst: R, a: R, b: R) -> Op:
+    return Op(f"v_div_scale_f32 {dst.asm}, vcc, {a.asm}, {b.asm}, {a.asm}",
+              f"{dst.mir}, $vcc = V_DIV_SCALE_F32_e64 0, {a.mir}, 0, {b.mir}, 0, {a.mir}, 0, 0, implicit $mode, "
+              "implicit $exec",
+              Inst("v_div_scale_f32", (dst.reg, VCC, a.reg, b.reg, a.reg), (dst.reg, VCC), (a.reg, b.reg), isa.VALU))
+
+
+def div_fmas(dst: R, a: R, b: R, c: R) -> Op:
+    return Op(f"v_div_fmas_f32 {dst.asm}, {a.asm}, {b.asm}, {c.asm}",
+              f"{dst.mir} = V_DIV_FMAS_F32_e64 0, {a.mir}, 0, {b.mir}, 0, {c.mir}, 0, 0, implicit $mode, "
+              "implicit $vcc, implicit $exec",
+              Inst("v_div_fmas_f32", (dst.reg, a.reg, b.reg, c.reg), (dst.reg,), (a.reg, b.reg, c.reg, VCC), isa.VALU))
+
+
+def buffer_store_wide(data: R, soffset: int | None = None) -> Op:
+    """buffer_store_dword{x2,x3,x4} of `data`, soffset the literal 0 (tilegcn's usual) or SGPR `soffset`."""
+    op = {1: "buffer_store_dword", 2: "buffer_store_dwordx2", 3: "buffer_store_dwordx3", 4: "buffer_store_dwordx4"}
+    so_asm, so_mir = ("0", "0") if soffset is None else (s_asm(soffset), s_mir(soffset))
+    so = 0 if soffset is None else s_(soffset)
+    return Op(f"{op[data.count]} {data.asm}, {ADDR.asm}, s[8:11], {so_asm} offen",
+              f"{op[data.count].upper()}_OFFEN {data.mir}, {ADDR.mir}, $sgpr8_sgpr9_sgpr10_sgpr11, {so_mir}, 0, 0, 0, "
+              "implicit $exec",
+              Inst(op[data.count], (data.reg, ADDR.reg, Reg("s", 8, 4), so), (),
+                   (data.reg, ADDR.reg, Reg("s", 8, 4)) + ((so,) if soffset is not None else ()), isa.VMEM_STORE,
+                   suffix="offen"))
+
+
+def valu_cases(arch):
+    vh = get_arch(arch).valu_hazards
+    x, y, t, u = v(1), v(2), v(3), v(30)
+    return [
+        ("v_exp_f32 -> v_mul_f32 (T.exp2(x) * 3)", vh.trans_to_valu_read, vop1("v_exp_f32", y, x), mul_by_3(x, y)),
+        ("v_rcp_f32 -> v_fma_f32 (a division)", vh.trans_to_valu_read, vop1("v_rcp_f32", y, x), fma(t, y, x, x)),
+        ("v_exp_f32 -> v_exp_f32 (TRANS reader)", 0, vop1("v_exp_f32", y, x), vop1("v_exp_f32", t, y)),
+        ("v_exp_f32 -> buffer_store (not a VALU)", 0, vop1("v_exp_f32", y, x), buffer_store_wide(y)),
+        ("v_cmp vcc -> v_cndmask vcc", vh.valu_sgpr_to_valu_read, cmp_vcc(x, y), cndmask_vcc(t, x, y)),
+        ("v_cmp_e64 SGPR pair -> v_cndmask_e64", vh.valu_sgpr_to_valu_read, cmp_pair(16, x, y),
+         cndmask_pair(t, x, y, 16)),
+        ("v_readfirstlane -> VALU reading the SGPR", vh.valu_sgpr_to_valu_read, readfirstlane(16, ADDR),
+         add_sgpr(t, 16, x)),
+        ("v_readfirstlane -> SALU reading the SGPR", 0, readfirstlane(16, ADDR), salu_add(17, 16)),
+        ("v_readfirstlane -> VMEM soffset", vh.valu_sgpr_to_vmem_read, readfirstlane(16, ADDR),
+         buffer_store_wide(x, soffset=16)),
+        ("v_div_scale vcc -> v_div_fmas", vh.valu_vcc_to_div_fmas, div_scale_vcc(t, x, y), div_fmas(v(4), t, x, y)),
+        ("VALU -> v_readfirstlane source", vh.valu_to_readlane_src, valu_mov(v(41), u), readfirstlane(16, v(41))),
+        ("buffer_store_dwordx3 -> VALU overwriting its data", vh.wide_store_to_valu_write, buffer_store_wide(v(0, 3)),
+         valu_mov(v(2), u)),
+        ("buffer_store_dwordx4 -> v_accvgpr_read overwriting its data", vh.wide_store_to_valu_write,
+         buffer_store_wide(v(0, 4)), accvgpr_read(x, R("a", 1))),
+        ("buffer_store_dwordx2 -> VALU overwriting its data", 0, buffer_store_wide(v(0, 2)), valu_mov(x, u)),
+        ("buffer_store_dwordx4 soffset SGPR -> VALU overwriting", 0, buffer_store_wide(v(0, 4), soffset=16),
+         valu_mov(x, u)),
+    ]
+
+
+def mfma_overwrite_cases(arch):
+    hz = get_arch(arch).mfma_hazards
+    out = []
+    seen = set()
+    for name, shape in _shapes(arch):
+        if not name.endswith("bf16") or shape.passes in seen:
+            continue  # the rows depend on the passes only: one shape each
+        seen.add(shape.passes)
+        n_ab, n_d, p = shape.a_regs, shape.d_regs, shape.passes
+        A, B = R("v", 0, n_ab), R("v", 4, n_ab)
+        acc, other = R("a", 0, n_d), R("a", 24, n_d)
+        out += [
+            (f"{name} -> v_accvgpr_write of its result", hz.vdst_to_valu_write[p], mfma(name, acc, A, B, other),
+             accvgpr_write(R("a", 1), R("v", 30))),
+            (f"{name} -> v_accvgpr_write of its srcC", hz.srcc_to_valu_write[p], mfma(name, acc, A, B, other),
+             accvgpr_write(R("a", 25), R("v", 30))),
+            (f"{name} -> v_accvgpr_write of its accumulator", hz.vdst_to_valu_write[p], mfma(name, acc, A, B, acc),
+             accvgpr_write(R("a", 1), R("v", 30))),
+        ]
+    return out
+
+
+VALU_CASES = [(arch, *case) for arch in ARCHES for case in valu_cases(arch) + mfma_overwrite_cases(arch)]
+
+
+@pytest.mark.parametrize("arch,what,table,first,second", VALU_CASES, ids=[f"{c[0]}-{c[1]}" for c in VALU_CASES])
+def test_valu_side_hazard_matches_llvm(arch, what, table, first, second):
+    want = assert_pass_and_emulator_agree_with_llvm(arch, first, second, what)
+    assert table == want, f"{arch} {what}: the arch table says {table} wait states, LLVM places {want}"
+
+
+def llvm_wait_states_between(arch: str, lines: tuple) -> list:
+    """Wait states LLVM puts before each of `lines` (MIR instructions in one block), in order."""
+    mir = "---\nname: hazard\ntracksRegLiveness: true\nbody: |\n  bb.0:\n    liveins: " + LIVEINS + "\n" + \
+        "".join(f"    {ln}\n" for ln in lines) + "    S_ENDPGM 0\n...\n"
+    out = subprocess.run([_llc(), "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-run-pass=post-RA-hazard-rec",
+                          "-x", "mir", "-o", "-", "-"], input=mir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    body = [ln.strip().removeprefix("early-clobber ") for ln in out.stdout.split("bb.0:", 1)[1].splitlines()]
+    states, pending = [], 0
+    for ln in body:
+        m = re.fullmatch(r"S_NOP (\d+)", ln)
+        if m:
+            pending += int(m.group(1)) + 1
+        elif ln in lines:
+            states.append(pending)
+            pending = 0
+    assert len(states) == len(lines), body
+    return states
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_transcendental_ops_are_those_llvm_forwards_late(arch):
+    """Every op of arch.TRANS_OPS, and the VALU ops tilegcn's builder emits that are not in it, followed by a
+    v_mov_b32 reading the result: LLVM puts the transcendental wait state after exactly the TRANS_OPS ones (one
+    llc run; each pair's registers are its own)."""
+    others = ("v_mov_b32", "v_cvt_f32_f16", "v_cvt_f16_f32", "v_cvt_i32_f32", "v_cvt_f32_i32", "v_rndne_f32")
+    ops = sorted(TRANS_OPS) + list(others)
+    lines = []
+    for i, op in enumerate(ops):
+        wide = op.endswith("f64")
+        src, dst = (f"$vgpr{4 * i}_vgpr{4 * i + 1}", f"$vgpr{4 * i + 2}_vgpr{4 * i + 3}") if wide else \
+            (f"$vgpr{4 * i}", f"$vgpr{4 * i + 2}")
+        mode = "" if op == "v_mov_b32" else ", implicit $mode"
+        lines.append(f"{dst} = {op.upper()}_e32 {src}{mode}, implicit $exec")
+        lines.append(f"$vgpr{4 * i + 3} = V_MOV_B32_e32 $vgpr{4 * i + 2}, implicit $exec")
+    states = llvm_wait_states_between(arch, tuple(lines))[1::2]
+    want = get_arch(arch).valu_hazards.trans_to_valu_read
+    assert dict(zip(ops, states)) == {op: want if op in TRANS_OPS else 0 for op in ops}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(arch):
+    """The VALU-side pairs with k independent instructions (and comments) between: the pass adds table - k wait
+    states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
+    (the branch is one wait state), as LLVM's search through predecessors does."""
+    a = get_arch(arch)
+    for what, table, first, second in valu_cases(arch):
+        for k in range(table + 2):
+            between = [Inst("", kind=isa.COMMENT, comment="apart")]
+            for j in range(k):
+                between += [Inst("s_mov_b32", (Reg("s", 20 + j % 2), 0), (Reg("s", 20 + j % 2),), (), isa.SALU),
+                            Inst("", kind=isa.COMMENT, comment="apart")]
+            out = insert_hazard_nops([first.inst, *between, second.inst], a)
+            states = sum(int(i.operands[0]) + 1 for i in out[out.index(first.inst):out.index(second.inst)]
+                         if i.op == "s_nop")
+            assert states == max(table - k, 0), f"{arch} {what}, {k} instructions between"
+        head, branch = Inst(".Lhead", kind=isa.LABEL), Inst("s_cbranch_scc1", (".Lhead",), kind=isa.BRANCH)
+        out = insert_hazard_nops([head, second.inst, first.inst, branch, Inst("s_endpgm", kind=isa.SOPP)], a)
+        states = sum(int(i.operands[0]) + 1 for i in out[out.index(head):out.index(second.inst)] if i.op == "s_nop")
+        assert states == max(table - 1, 0), f"{arch} {what} across the back edge"

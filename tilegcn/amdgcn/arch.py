@@ -61,6 +61,34 @@ class MfmaHazards:
     vdst_to_read: dict  # vdst -> VALU read, VMEM/DS read, v_accvgpr_read, MFMA srcA/B
     vdst_to_srcc_overlap: dict  # vdst -> srcC of partially overlapping registers
     valu_write_to_mfma_src: int  # VALU or v_accvgpr_write -> MFMA src
+    vdst_to_valu_write: dict  # vdst -> a VALU (v_accvgpr_write too) overwriting it (write after write)
+    srcc_to_valu_write: dict  # srcC read -> a VALU (v_accvgpr_write too) overwriting it (write after read)
+
+
+# VALU instructions of the transcendental unit (LLVM's SIInstrInfo::isTRANS): on gfx940+ their result reaches a
+# non-TRANS VALU reader one wait state late (ValuHazards.trans_to_valu_read). tests/test_hazards_llvm.py checks
+# each against llc, and that the other VALU instructions tilegcn emits are not TRANS.
+TRANS_OPS = frozenset({
+    "v_exp_f32", "v_log_f32", "v_rcp_f32", "v_rcp_iflag_f32", "v_rsq_f32", "v_sqrt_f32", "v_sin_f32", "v_cos_f32",
+    "v_exp_f16", "v_log_f16", "v_rcp_f16", "v_rsq_f16", "v_sqrt_f16", "v_sin_f16", "v_cos_f16",
+    "v_rcp_f64", "v_rsq_f64", "v_sqrt_f64",
+})
+
+
+@dataclass(frozen=True)
+class ValuHazards:
+    """Wait states between a VALU-side producer and a later instruction, outside the MFMA rules (LLVM's
+    GCNHazardRecognizer; docs/hazards.md is the sweep of its classes for gfx942/gfx950, and says which tilegcn can
+    reach). An "SGPR" here is an s register or VCC; every number is checked against llc by
+    tests/test_hazards_llvm.py."""
+
+    trans_to_valu_read: int  # TRANS_OPS result -> a non-TRANS VALU reading it (TransForwardingHazard)
+    valu_sgpr_to_valu_read: int  # VALU write of an SGPR / VCC -> VALU reading it (VDecCoExecHazard)
+    valu_sgpr_to_vmem_read: int  # VALU write of an SGPR -> VMEM reading it (checkVMEMHazards)
+    valu_vcc_to_div_fmas: int  # VALU write of VCC -> v_div_fmas (checkDivFMasHazards)
+    valu_to_readlane_src: int  # VALU write of a VGPR -> v_readfirstlane / v_readlane reading it (VDecCoExecHazard)
+    wide_store_to_valu_write: int  # store of > 8 bytes (a MUBUF one with soffset not an SGPR) -> VALU overwriting
+    # its data registers (12DWordStoreHazard, 2 on gfx940+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +111,7 @@ class Arch:
     sgpr_tuple_align: dict  # SGPRs in a tuple -> its start's alignment (s[3:4] and s[6:9] are rejected)
     mfma_shapes: dict  # dtype ("bf16"/"f16") -> tuple of MfmaShape, preferred first
     mfma_hazards: MfmaHazards
+    valu_hazards: ValuHazards
     lds_dma_bytes: tuple  # legal per-lane widths of `buffer_load_* ... lds`
     mubuf_max_imm_offset: int  # MUBUF offset field is 12 bits; llvm-mc truncates silently
     ds_max_imm_offset: int  # DS offset field is 16 bits unsigned
@@ -175,6 +204,8 @@ _COMMON = dict(
     max_lgkmcnt=15,
     m0_write_to_lds_dma_nops=0,
     max_nop=7,
+    valu_hazards=ValuHazards(trans_to_valu_read=1, valu_sgpr_to_valu_read=2, valu_sgpr_to_vmem_read=5,
+                             valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2),
     raw_buffer_word3=0x00020000,
     num_xcds=8,
 )
@@ -186,11 +217,14 @@ GFX942 = Arch(
     lds_bytes=65536,
     mfma_shapes=_CDNA3_MFMA,
     # LLVM GCNHazardRecognizer (checked by tests/test_hazards_llvm.py against llc): XDL NumPasses + 3 to a read,
-    # NumPasses + 1 to a partially overlapping srcC, 2 after a VALU write
+    # NumPasses + 1 to a partially overlapping srcC, 2 after a VALU write; a VALU overwriting the result as a read
+    # does, one overwriting a srcC read NumPasses - 1 after it
     mfma_hazards=MfmaHazards(
         vdst_to_read={4: 7, 8: 11},
         vdst_to_srcc_overlap={4: 5, 8: 9},
         valu_write_to_mfma_src=2,
+        vdst_to_valu_write={4: 7, 8: 11},
+        srcc_to_valu_write={4: 3, 8: 7},
     ),
     lds_dma_bytes=(1, 2, 4),
     cus_per_xcd=38,
@@ -212,6 +246,8 @@ GFX950 = Arch(
         vdst_to_read={4: 8, 8: 12},
         vdst_to_srcc_overlap={4: 6, 8: 10},
         valu_write_to_mfma_src=2,
+        vdst_to_valu_write={4: 8, 8: 12},
+        srcc_to_valu_write={4: 3, 8: 7},  # the write-after-read row has no gfx950 extra
     ),
     lds_dma_bytes=(1, 2, 4, 12, 16),
     cus_per_xcd=32,

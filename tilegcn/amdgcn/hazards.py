@@ -12,13 +12,21 @@ The state (recent MFMA results, VALU writes and the M0 write, each with the wait
 dataflow problem over the control-flow graph (cfg.py): at the loop head the state of the preheader and of the
 loop's tail meet (the smaller count wins), so an MFMA at the end of one iteration is seen by the first
 instructions of the next.
+
+A second pass of the same shape (`_insert_valu_nops`, after the first: the nops it counts include those) places
+the rules of `arch.valu_hazards` and the MFMA write-after-write / write-after-read rows: a transcendental's result
+read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM or
+v_div_fmas, a VALU write of a VGPR read by v_readfirstlane, a store of more than 8 bytes whose data a VALU
+overwrites, and a VALU overwriting an MFMA's result or srcC. docs/hazards.md is the sweep of LLVM's hazard
+recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where it is handled.
 """
 from __future__ import annotations
 
 import functools
 
 from . import cfg, isa
-from .isa import M0, Inst
+from .arch import TRANS_OPS
+from .isa import M0, VCC, Inst, Reg
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -263,5 +271,207 @@ def _transfer(arch, events: dict):
 
 def insert_hazard_nops(insts: list, arch) -> list:
     blks = cfg.blocks(insts)
-    return cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
-                     lambda a, b: b.copy() if a is None else a.join(b))
+    insts = cfg.solve(blks, Recent(), _transfer(arch, _events(blks, arch)),
+                      lambda a, b: b.copy() if a is None else a.join(b))
+    return _insert_valu_nops(insts, arch)
+
+
+# ---- the VALU-side rules (arch.valu_hazards, MfmaHazards' write-after-write / write-after-read rows) -------------
+# What an instruction leaves behind, keyed (class, unit) -> its issue time: the result of a transcendental, an SGPR
+# or VCC a VALU wrote, a VGPR a VALU wrote (only those a v_readfirstlane reads), the data of a wide store, and
+# ("dst" / "srcc", passes) an MFMA's result and srcC.
+_TRANS, _SGPR, _VGPR, _STORE = "trans", "sgpr", "vgpr", "store"
+_SGPR_FILES = ("s", "vcc")
+_READLANE = ("v_readfirstlane_b32", "v_readlane_b32")
+_WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
+
+
+class Written:
+    """The VALU-side dataflow state: {(class, unit): issue time} on a wait-state clock (`now`), each class
+    forgotten once no rule can need it (`windows`)."""
+
+    __slots__ = ("at", "now", "windows")
+
+    def __init__(self, windows: dict, since: dict | None = None):
+        self.windows, self.now = windows, 0
+        self.at = {key: -ago for key, ago in (since or {}).items()}
+
+    def since(self) -> dict:
+        now, windows = self.now, self.windows
+        return {key: now - t for key, t in self.at.items() if now - t < windows[key[0]]}
+
+    def __eq__(self, other):
+        return self.since() == other.since()
+
+    def join(self, other: "Written") -> "Written":
+        mine = self.since()
+        for key, ago in other.since().items():
+            mine[key] = min(ago, mine.get(key, ago))
+        return Written(self.windows, mine)
+
+
+def _valu_windows(arch) -> dict:
+    """Class -> the most wait states a rule of it needs (a state entry is forgotten after that many)."""
+    vh, mh = arch.valu_hazards, arch.mfma_hazards
+    return {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
+                                                          vh.valu_vcc_to_div_fmas),
+               _VGPR: vh.valu_to_readlane_src, _STORE: vh.wide_store_to_valu_write,
+               "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
+
+
+def _wide_store_data(inst: Inst):
+    """The data register of a store the 12-dword-store rule covers, else None: more than 8 bytes, and for MUBUF an
+    soffset that is not an SGPR (tilegcn's literal 0); a FLAT/global store always."""
+    if not inst.op.startswith(_WIDE_STORES):
+        return None
+    if inst.op.startswith("global"):
+        return inst.operands[1]
+    return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
+
+
+def _is_trans(op: str) -> bool:
+    return op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
+
+
+def _produced(insts: list, arch) -> dict:
+    """Key prefix -> the units some instruction of the program leaves behind under it and another could pair
+    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, v_readfirstlane's
+    sources, MFMA registers a VALU also writes), so most instructions meet none of them (one set test each)."""
+    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_STORE,): set()}
+    valu_defs, mfmas = set(), []
+    for inst in insts:
+        kind = inst.kind
+        if kind == isa.VALU:
+            valu_defs.update(inst.def_units)
+            if _is_trans(inst.op):
+                made[(_TRANS,)].update(inst.def_units)
+            for r in inst.defs:
+                if r.file in _SGPR_FILES:
+                    made[(_SGPR,)].update(r.unit_ids)
+            if inst.op in _READLANE:
+                made[(_VGPR,)].update(inst.uses[0].unit_ids)
+        elif kind == isa.MFMA:
+            mfmas.append(inst)
+        elif kind == isa.VMEM_STORE:
+            data = _wide_store_data(inst)
+            if data is not None:
+                made[(_STORE,)].update(data.unit_ids)
+    for inst in mfmas:
+        p = _mfma_passes(inst.op, arch)
+        made.setdefault(("dst", p), set()).update(valu_defs.intersection(inst.defs[0].unit_ids))
+        if len(inst.uses) > 2:  # srcC a register (the accumulator fill's is a constant)
+            made.setdefault(("srcc", p), set()).update(valu_defs.intersection(inst.uses[2].unit_ids))
+    return {key: units for key, units in made.items() if units}
+
+
+def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
+    """(wait states it takes, [(key prefix, units) it leaves behind], [(key prefix, units, wait states) it needs]),
+    units cut to those of `made` (_produced)."""
+    kind = inst.kind
+    if kind in (isa.LABEL, isa.COMMENT):
+        return 0, (), ()
+    states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
+    makes, needs = [], []
+    if kind == isa.VALU:
+        vh, mh = arch.valu_hazards, arch.mfma_hazards
+        op, uses, defs = inst.op, inst.use_units, inst.def_units
+        for key, units in made.items():
+            cls = key[0]
+            if not units.isdisjoint(defs) and (cls != _TRANS or _is_trans(op)):
+                if cls in (_TRANS, _SGPR, _VGPR):
+                    makes.append((key, units.intersection(defs)))
+                if cls == _STORE:
+                    needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
+                elif cls == "dst":
+                    needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
+                elif cls == "srcc":
+                    needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
+            if units.isdisjoint(uses):
+                continue
+            if cls == _TRANS and not _is_trans(op):
+                needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
+            elif cls == _SGPR:
+                needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
+                if op.startswith("v_div_fmas"):
+                    needs.append((key, units.intersection(VCC.unit_ids), vh.valu_vcc_to_div_fmas))
+            elif cls == _VGPR and op in _READLANE:
+                needs.append((key, units.intersection(inst.uses[0].unit_ids), vh.valu_to_readlane_src))
+    elif kind == isa.MFMA:
+        p = _mfma_passes(inst.op, arch)
+        for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
+                                                                    len(inst.uses) > 2 else ())):
+            if key in made and not made[key].isdisjoint(units):
+                makes.append((key, made[key].intersection(units)))
+    elif kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
+        sgprs = made.get((_SGPR,))
+        if sgprs and not sgprs.isdisjoint(inst.use_units):
+            needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
+        stored = made.get((_STORE,))
+        data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
+        if data is not None:
+            makes.append(((_STORE,), stored.intersection(data.unit_ids)))
+    return states, makes, [n for n in needs if n[1] and n[2] > 0]
+
+
+def _valu_events(blks: list, arch) -> dict:
+    """id(block's instruction list) -> [(position, wait states, makes, needs)] of its instructions that leave
+    behind or need a unit of `_produced`, or take other than one wait state; everything else takes one wait state
+    and is counted by position (as _events does)."""
+    made = _produced([inst for blk in blks for inst in blk.insts], arch)
+    any_made = set().union(*made.values())
+    silent = (isa.LABEL, isa.COMMENT)
+    events = {}
+    for blk in blks:
+        mine = []
+        for pos, inst in enumerate(blk.insts):
+            kind = inst.kind
+            if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
+                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units))):
+                continue  # one wait state, nothing a rule looks at
+            states, makes, needs = _valu_facts(inst, arch, made)
+            if makes or needs or states != 1:
+                mine.append((pos, states, makes, needs))
+        events[id(blk.insts)] = mine
+    return events
+
+
+def _valu_transfer(arch, events: dict):
+    max_nop = arch.max_nop + 1
+
+    def transfer(insts: list, state: Written):
+        at, now = dict(state.at), state.now
+        out: list = []
+        copied = last = 0
+        for pos, states, makes, needs in events[id(insts)]:
+            now += pos - last
+            need = 0
+            for prefix, units, ws in needs:
+                for u in units:
+                    t = at.get(prefix + (u,))
+                    if t is not None and ws - (now - t) > need:
+                        need = ws - (now - t)
+            if need > 0:
+                out += insts[copied:pos]
+                copied = pos
+            while need > 0:
+                n = min(need, max_nop)
+                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
+                now += n
+                need -= n
+            now += states
+            last = pos + 1
+            for prefix, units in makes:
+                for u in units:
+                    at[prefix + (u,)] = now
+        out += insts[copied:]
+        after = Written(state.windows)
+        after.at, after.now = at, now + len(insts) - last
+        return out, after
+
+    return transfer
+
+
+def _insert_valu_nops(insts: list, arch) -> list:
+    blks = cfg.blocks(insts)
+    return cfg.solve(blks, Written(_valu_windows(arch)), _valu_transfer(arch, _valu_events(blks, arch)),
+                     lambda a, b: Written(b.windows, b.since()) if a is None else a.join(b))

@@ -39,6 +39,7 @@ from .ops_salu import build_scalar, build_sopp
 from .ops_valu import build_valu
 from .program import Binder, BindError, Ctx, fault_handler
 from .stats import LaunchStats
+from .valu_hazards import RecentWrites
 
 __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 
@@ -69,6 +70,8 @@ class Program:
         self.handlers.append(fault_handler(Instr(end, 0, "<end of code>", "<end>", "<end>", "", []), len(instrs),
                                            "execution ran past the last instruction (no s_endpgm)"))
         self.uses_lds = any(h.cls == "ds" or "lds" in ins.mods for h, ins in zip(self.handlers, instrs))
+        # the VALU-side wait states (valu_hazards.py): facts per instruction, once per program
+        self.recent = RecentWrites(self.handlers, instrs, arch, kernel.descriptor.accum_offset)
         self.reg_name = self.ctx.reg_name
         self.sreg_name = self.ctx.sreg_name
 

@@ -29,6 +29,7 @@ from ...errors import EmulatorError, HazardError, RaceError
 from .decode import EXEC_HI, EXEC_LO, M0
 from .state import Fault, GlobalMemory, Lds, M32
 from .stats import LaunchStats
+from .valu_hazards import check as check_recent_writes
 
 RUN, PARKED, DONE = 0, 1, 2
 LANE_BITS = torch.tensor([1 << i if i < 63 else -(1 << 63) for i in range(64)], dtype=torch.int64)
@@ -260,7 +261,10 @@ class Machine:
         hz = self.arch.mfma_hazards
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
-        self.valu_window = hz.valu_write_to_mfma_src if any(h.mfma is not None for h in prog.handlers) else 0
+        self.valu_window = hz.valu_write_to_mfma_src if prog.recent.mfma_present else 0
+        # ... and to the VALU-side rules (valu_hazards.py): keep as many records as the longest rule's wait states
+        # (each record is >= 1), none in programs with neither
+        self.valu_keep = max(self.valu_window, prog.recent.window)
         # optional observer (the timing model's trace): step(group, handler, pc) after each instruction, plus
         # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
         self.tracer = None
@@ -378,6 +382,7 @@ class Machine:
         check = self.check
         stats = self.stats
         tracer = self.tracer
+        recent_checks, recent_tracked = self.prog.recent.checks, self.prog.recent.tracked
         try:
             while g.state == RUN:
                 pc = g.pc
@@ -397,6 +402,8 @@ class Machine:
                         self._register_hazard(g, h, vector=False)
                     if g.mfma_recs or (h.mfma is not None and g.valu_recs):
                         self._mfma_hazards(g, h)
+                    if recent_checks[pc] and (g.valu_recs or g.mfma_recs):
+                        check_recent_writes(self, g, h, pc)
                 if h.vector:
                     stats.lane_instructions += g.exec_active()
                 g.t += h.ws
@@ -404,9 +411,9 @@ class Machine:
                 h.run(g)
                 if tracer is not None:
                     tracer.step(g, h, pc)
-                if h.tracks_valu_write and self.valu_window:
+                if recent_tracked[pc]:
                     g.valu_recs.append([g.t, h.vw, pc, None])
-                    if len(g.valu_recs) > 4:
+                    if len(g.valu_recs) > self.valu_keep:
                         del g.valu_recs[0]
                 if g.state == "split":
                     return
