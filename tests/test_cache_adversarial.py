@@ -39,14 +39,17 @@ def writer(asm=b"s_endpgm\n", meta=None):
     return build
 
 
-def edit_meta(entry_path, change, keep_digest=False):
+def edit_meta(entry_path, change, keep_digest=False, resign=None):
     """Rewrite meta.json with `change(meta)` applied; `keep_digest` also recomputes meta_sha256, as a
-    forger who read tilegcn's source would."""
+    forger who read tilegcn's source would, and (unless resign=False) its HMAC with the cache's key file,
+    as one who can also read that key would (the checks after the HMAC's are what such tests reach)."""
     path = entry_path / "meta.json"
     meta = json.loads(path.read_text())
     meta = change(meta) or meta
     if keep_digest and isinstance(meta, dict):
         meta["meta_sha256"] = C.meta_digest(meta)
+        if resign is not False:
+            meta["meta_hmac"] = C.sign(entry_path.parent.parent, {k: v for k, v in meta.items() if k != "meta_hmac"})
     path.write_text(json.dumps(meta))
 
 
@@ -193,7 +196,7 @@ def test_clear_removes_only_what_tilegcn_wrote_and_says_what_it_kept(cache_dir, 
     assert not (cache_dir / KEY[:2] / KEY).exists() and not stale_tmp.exists()
     assert not (cache_dir / C.PROBE_MEMO).exists()
     assert "removed 1 entries" in out.stdout and str(cache_dir / KEY[:2] / KEY) in out.stdout
-    assert "and 3 other tilegcn files" in out.stdout  # the lock, the temp dir, the probe memo
+    assert "and 4 other tilegcn files" in out.stdout  # the lock, the temp dir, the probe memo, the key file
     for kept in ("ab/notes.txt", "zz", "my-project", "README", "victim"):
         assert f"kept {cache_dir / kept}: not written by tilegcn" in out.stdout, out.stdout
     assert "thesis.tex" in out.stdout and "symbolic link" in out.stdout and "tune clear" in out.stdout

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .asm_override import override_file as asm_override_file
+from .asm_override import apply_override as apply_asm_override
 from .amdgcn.arch import COPY_MODES, DEFAULT_ARCH, get_arch
 from .amdgcn.schedule import INTERLEAVE, SCHEDULES
 from .cache import Cache, make_key
@@ -512,8 +512,7 @@ class JITFunction:
         t3 = time.perf_counter()
         timings.update(cache=t3 - t2 - timings.get("lower", 0.0) - timings.get("assemble", 0.0), total=t3 - t0)
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings)
-        override = asm_override_file(key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
-        return kernel if override is None else kernel.with_asm(override)
+        return apply_asm_override(kernel)  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def __repr__(self):
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
