@@ -103,15 +103,15 @@ def _make_root(root: Path) -> None:
 def make_private_dirs(path: Path) -> None:
     """`os.makedirs` with mode 0700 for every folder it makes, not only the last (whatever the umask:
     a 0777 ~/.tilegcn would let others swap the cache folder under it)."""
-    missing = []
+    missing, target = [], path
     while not os.path.lexists(path) and path != path.parent:
         missing.append(path)
         path = path.parent
     for folder in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile by another process
             os.mkdir(folder, 0o700)
-    if missing and not os.path.isdir(missing[0]):
-        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(missing[0]))
+    if not os.path.isdir(target):
+        raise NotADirectoryError(errno.ENOTDIR, "it exists and is not a folder", str(target))
 
 
 def unsafe_problems(st: os.stat_result) -> list:
