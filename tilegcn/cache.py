@@ -497,8 +497,9 @@ class Cache:
     # -- clearing -----------------------------------------------------------------------------------
     def clear(self) -> ClearReport:
         """Remove what tilegcn wrote under the root: entries, their lock/holder files and temp dirs, the
-        LLVM probe memo, the cache's key file. Anything else (a user's file or folder, an entry folder holding foreign files, a
-        symbolic link) is left and reported, as is an entry whose lock another process holds."""
+        LLVM probe memo, the cache's key file. Anything else (a user's file or folder, an entry folder
+        holding foreign files, a symbolic link) is left and reported, as is an entry whose lock another
+        process holds."""
         report = ClearReport(self.root)
         for item in self._root_items():
             if _is_shard(item):
