@@ -198,7 +198,7 @@ def test_clear_removes_only_what_tilegcn_wrote_and_says_what_it_kept(cache_dir, 
     assert not (cache_dir / KEY[:2] / KEY).exists() and not stale_tmp.exists()
     assert not (cache_dir / C.PROBE_MEMO).exists()
     assert "removed 1 entries" in out.stdout and str(cache_dir / KEY[:2] / KEY) in out.stdout
-    assert "and 4 other tilegcn files" in out.stdout  # the lock, the temp dir, the probe memo, the key file
+    assert "and 3 other tilegcn files" in out.stdout  # the lock, the temp dir, the probe memo
     for kept in ("ab/notes.txt", "zz", "my-project", "README", "victim"):
         assert f"kept {cache_dir / kept}: not written by tilegcn" in out.stdout, out.stdout
     assert "thesis.tex" in out.stdout and "symbolic link" in out.stdout and "tune clear" in out.stdout
@@ -407,7 +407,7 @@ def test_cli_reports_bad_entries_and_goes_on(cache_dir, subprocess_env):
     assert out.returncode == 0 and out.stdout == b"s_endpgm\n"
     out = _cli(["cache", "clear"], subprocess_env)
     assert out.returncode == 0 and b"removed 4 entries" in out.stdout, out.stderr
-    assert os.listdir(cache_dir) == []
+    assert os.listdir(cache_dir) == [C.SECRET_FILE]  # the cache's key stays
 
 
 def test_asm_prints_the_verified_bytes_even_when_not_utf8(subprocess_env):

@@ -61,8 +61,8 @@ def _show(cache: Cache, key: str) -> int:
 
 def _clear(cache: Cache, max_lines: int = 50) -> int:
     report = cache.clear()
-    extra = (f" and {len(report.removed_other)} other tilegcn files (locks, temp folders, the LLVM probe memo, "
-             "the cache key file)" if report.removed_other else "")
+    extra = (f" and {len(report.removed_other)} other tilegcn files (locks, temp folders, the LLVM probe memo)"
+             if report.removed_other else "")
     print(f"cache dir: {cache.root}: removed {len(report.removed)} entries{extra}")
     for path in report.removed[:max_lines]:
         print(f"  removed {path}")

@@ -264,7 +264,8 @@ def _read_or_make_secret(path: Path) -> bytes:
             except FileExistsError:
                 pass
             finally:
-                os.unlink(tmp)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             continue
         except UnreadableFileError as e:
             problem = str(e)
@@ -497,16 +498,17 @@ class Cache:
     # -- clearing -----------------------------------------------------------------------------------
     def clear(self) -> ClearReport:
         """Remove what tilegcn wrote under the root: entries, their lock/holder files and temp dirs, the
-        LLVM probe memo, the cache's key file. Anything else (a user's file or folder, an entry folder
-        holding foreign files, a symbolic link) is left and reported, as is an entry whose lock another
-        process holds."""
+        LLVM probe memo (the cache's key file stays, unreported). Anything else (a user's file or folder,
+        an entry folder holding foreign files, a symbolic link) is left and reported, as is an entry whose
+        lock another process holds."""
         report = ClearReport(self.root)
         for item in self._root_items():
             if _is_shard(item):
                 self._clear_shard(item, report)
-            elif item.name in (PROBE_MEMO, SECRET_FILE) or _PROBE_TMP.fullmatch(item.name) \
-                    or _SECRET_TMP.fullmatch(item.name):
-                _remove(item, report, report.removed_other)  # a process holding the old key notices (lstat)
+            elif item.name == PROBE_MEMO or _PROBE_TMP.fullmatch(item.name):
+                _remove(item, report, report.removed_other)
+            elif item.name == SECRET_FILE or _SECRET_TMP.fullmatch(item.name):
+                continue  # the cache's key stays: entries that processes are signing now stay valid
             elif item.name in OTHER_OWNERS:
                 report.left.append((item, OTHER_OWNERS[item.name]))
             else:
