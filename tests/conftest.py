@@ -21,7 +21,7 @@ _real_entries = set()
 def _entries_in(root: Path) -> set:
     """The entry folders (<shard>/<key>) under a cache root; set() when there is none."""
     try:
-        return {f"{shard.name}/{entry.name}" for shard in root.iterdir() if shard.is_dir()
+        return {f"{shard.name}/{entry.name}" for shard in root.iterdir() if len(shard.name) == 2 and shard.is_dir()
                 for entry in shard.iterdir() if not entry.name.startswith(".")}
     except OSError:
         return set()

@@ -440,6 +440,9 @@ def test_a_root_another_user_can_write_is_not_loaded_from(tmp_path, monkeypatch,
         pattern = "it is writable by others \\(mode 0(777|770)\\)"
     with pytest.warns(CacheWarning, match=f"{root} is unsafe: {pattern}.*does not use it.*chmod 700"):
         cache = Cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Cache().root == cache.root  # said once per process; the same private folder
     assert cache.root != root and stat.S_IMODE(os.stat(cache.root).st_mode) == 0o700
     assert cache.load(key) is None  # the planted entry is not loaded ...
     entry, built = Cache().get_or_build(key, writer())
