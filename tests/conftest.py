@@ -14,12 +14,34 @@ TESTS = Path(__file__).resolve().parent
 
 
 _session_cache = None
+_REAL_CACHE = Path.home() / ".tilegcn" / "cache"  # the user's default cache, which no test may touch
+_real_entries = set()
+
+
+def _entries_in(root: Path) -> set:
+    """The entry folders (<shard>/<key>) under a cache root; set() when there is none."""
+    try:
+        return {f"{shard.name}/{entry.name}" for shard in root.iterdir() if len(shard.name) == 2 and shard.is_dir()
+                for entry in shard.iterdir() if not entry.name.startswith(".")}
+    except OSError:
+        return set()
 
 
 def pytest_configure(config):
-    global _session_cache
+    global _session_cache, _real_entries
+    _real_entries = _entries_in(_REAL_CACHE)
     _session_cache = tempfile.mkdtemp(prefix="tilegcn-test-cache-")
     os.environ["TILEGCN_CACHE_DIR"] = _session_cache
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when an entry of the user's real cache vanished while it ran (a test or an example
+    cleared or rebuilt it). Only removals count: other processes of the user may add entries meanwhile."""
+    lost = _real_entries - _entries_in(_REAL_CACHE)
+    if lost:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        sys.stderr.write(f"\nERROR: the test session removed {len(lost)} entries of the real cache {_REAL_CACHE} "
+                         f"(e.g. {sorted(lost)[0]}): a test or example touched the user's cache\n")
 
 
 def pytest_unconfigure(config):

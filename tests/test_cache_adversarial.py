@@ -3,6 +3,8 @@ running process, stuck and killed lock holders (real subprocesses), damaged entr
 unsafe cache root. Each case is one a hostile tester found; each asserts what the user sees."""
 import json
 import os
+import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -39,14 +41,17 @@ def writer(asm=b"s_endpgm\n", meta=None):
     return build
 
 
-def edit_meta(entry_path, change, keep_digest=False):
+def edit_meta(entry_path, change, keep_digest=False, resign=None):
     """Rewrite meta.json with `change(meta)` applied; `keep_digest` also recomputes meta_sha256, as a
-    forger who read tilegcn's source would."""
+    forger who read tilegcn's source would, and (unless resign=False) its HMAC with the cache's key file,
+    as one who can also read that key would (the checks after the HMAC's are what such tests reach)."""
     path = entry_path / "meta.json"
     meta = json.loads(path.read_text())
     meta = change(meta) or meta
     if keep_digest and isinstance(meta, dict):
         meta["meta_sha256"] = C.meta_digest(meta)
+        if resign is not False:
+            meta["meta_hmac"] = C.sign(entry_path.parent.parent, {k: v for k, v in meta.items() if k != "meta_hmac"})
     path.write_text(json.dumps(meta))
 
 
@@ -402,7 +407,7 @@ def test_cli_reports_bad_entries_and_goes_on(cache_dir, subprocess_env):
     assert out.returncode == 0 and out.stdout == b"s_endpgm\n"
     out = _cli(["cache", "clear"], subprocess_env)
     assert out.returncode == 0 and b"removed 4 entries" in out.stdout, out.stderr
-    assert os.listdir(cache_dir) == []
+    assert os.listdir(cache_dir) == [C.SECRET_FILE]  # the cache's key stays
 
 
 def test_asm_prints_the_verified_bytes_even_when_not_utf8(subprocess_env):
@@ -411,22 +416,269 @@ def test_asm_prints_the_verified_bytes_even_when_not_utf8(subprocess_env):
     assert out.returncode == 0 and out.stdout == b"; caf\xe9\ns_endpgm\n"
 
 
-# -- an unsafe cache root -----------------------------------------------------------------------------------
-def test_a_root_others_can_write_is_used_with_a_warning_naming_the_fix(tmp_path, monkeypatch):
+# -- an unsafe cache root, files and the override (issue 18) ------------------------------------------------------
+def _planted_root(tmp_path, monkeypatch, key):
+    """A root holding a sound entry for `key` (made while it was private), and `C` state of a new process."""
     root = tmp_path / "shared-cache"
-    root.mkdir()
-    os.chmod(root, 0o777)
     monkeypatch.setenv("TILEGCN_CACHE_DIR", str(root))
     monkeypatch.setattr(C, "_warned_roots", set())
-    with pytest.warns(CacheWarning, match=f"{root} is unsafe: it is writable by others \\(mode 0777\\).*chmod 700"):
-        Cache()
+    Cache().get_or_build(key, writer(asm=b"; planted\ns_endpgm\n"))
+    return root
+
+
+@pytest.mark.parametrize("how", ["world_writable", "group_writable", "other_owner"])
+def test_a_root_another_user_can_write_is_not_loaded_from(tmp_path, monkeypatch, how):
+    key = make_key(ir=f"kernel {how}\n", arch="gfx950", options={}, llvm_version="22")  # the fallback is per process
+    root = _planted_root(tmp_path, monkeypatch, key)
+    if how == "other_owner":
+        if os.geteuid() != 0:
+            pytest.skip("chown to another uid needs root")
+        os.chown(root, 4242, -1)
+        pattern = "it is owned by uid 4242"
+    else:
+        os.chmod(root, 0o777 if how == "world_writable" else 0o770)
+        pattern = "it is writable by others \\(mode 0(777|770)\\)"
+    with pytest.warns(CacheWarning, match=f"{root} is unsafe: {pattern}.*does not use it.*chmod 700"):
+        cache = Cache()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        Cache()  # once per process
+        assert Cache().root == cache.root  # said once per process; the same private folder
+    assert cache.root != root and stat.S_IMODE(os.stat(cache.root).st_mode) == 0o700
+    assert cache.load(key) is None  # the planted entry is not loaded ...
+    entry, built = Cache().get_or_build(key, writer())
+    assert built and entry.data["kernel.s"] == b"s_endpgm\n"  # ... a private one is built instead
+    assert os.stat(root).st_uid == (4242 if how == "other_owner" else os.getuid())  # never changed
+    os.chown(root, os.getuid(), -1)
     os.chmod(root, 0o700)
-    Cache()
-    if os.getuid() == 0:
-        os.chown(root, 4242, -1)
-        with pytest.warns(CacheWarning, match="owned by uid 4242"):
-            Cache()
-    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700  # warned, never silently changed
+    assert Cache().root == root  # fixed: used again
+
+
+def test_files_and_folders_are_private_whatever_the_umask(tmp_path, monkeypatch):
+    from tilegcn import toolchain
+
+    monkeypatch.delenv("TILEGCN_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    old = os.umask(0)
+    try:
+        root = C.cache_dir()
+        entry, _ = Cache().get_or_build(KEY, writer())
+        toolchain._probe.__wrapped__(toolchain.find_llvm("gfx950").mc)  # writes llvm-probe.json
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode)
+             for p in [tmp_path / ".tilegcn", *(tmp_path / ".tilegcn").rglob("*")]}
+    assert f".tilegcn/cache/{C.PROBE_MEMO}" in modes and f".tilegcn/cache/{C.SECRET_FILE}" in modes
+    assert f".tilegcn/cache/{KEY[:2]}/{KEY}/kernel.s" in modes and root.exists()
+    loose = {p: oct(m) for p, m in modes.items() if m != (0o700 if (tmp_path / p).is_dir() else 0o600)}
+    assert loose == {}
+
+
+def test_a_planted_holder_link_is_never_written_through(cache_dir):
+    victim = cache_dir.parent / "victim.txt"
+    victim.write_text("the user's file\n")
+    (cache_dir / KEY[:2]).mkdir(parents=True)
+    (cache_dir / KEY[:2] / f".{KEY}.holder.{os.getpid()}").symlink_to(victim)
+    entry, built = Cache().get_or_build(KEY, writer())
+    assert built and victim.read_text() == "the user's file\n"
+
+
+def test_a_symlinked_entry_is_foreign_not_loaded(cache_dir, tmp_path):
+    entry, _ = Cache().get_or_build(KEY, writer())
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(entry.path, elsewhere)
+    entry.path.symlink_to(elsewhere)
+    with pytest.raises(CacheError, match=f"{entry.path} is a symbolic link.*rm {entry.path}"):
+        Cache().load(KEY)
+    assert Cache().entries() == []  # not listed ...
+    assert any(p == entry.path for p, _ in Cache().clear().left)  # ... and kept by clear: foreign throughout
+    assert (elsewhere / "kernel.s").exists()
+
+
+@pytest.mark.parametrize("how", ["swapped", "copied_from_another_cache"])
+def test_an_entry_not_signed_by_this_cache_is_rebuilt(cache_dir, tmp_path, how):
+    """kernel.s/kernel.hsaco of another entry with every digest recomputed (k.asm would show code that does
+    not run), or a whole entry from another cache: consistent, but not signed with this cache's key."""
+    entry, _ = Cache().get_or_build(KEY, writer())
+    if how == "swapped":
+        (entry.path / "kernel.s").write_bytes(b"v_evil\ns_endpgm\n")
+        edit_meta(entry.path, lambda m: m.update(asm_sha256=C._sha256(b"v_evil\ns_endpgm\n")),
+                  keep_digest=True, resign=False)
+    else:
+        other = Cache(tmp_path / "other-cache")
+        foreign, _ = other.get_or_build(KEY, writer(asm=b"v_evil\ns_endpgm\n"))
+        shutil.rmtree(entry.path)
+        shutil.copytree(foreign.path, entry.path)
+    with pytest.warns(CacheWarning, match="not signed with this cache's key.*rebuilding"):
+        fresh, built = Cache().get_or_build(KEY, writer())
+    assert built and fresh.data["kernel.s"] == b"s_endpgm\n"
+
+
+_LIMITED = """
+import resource, os, sys, warnings
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # an endless read ends in MemoryError, not the OOM killer
+from tilegcn.cache import Cache, CacheWarning
+from tilegcn import toolchain
+{body}
+"""
+
+
+@pytest.mark.parametrize("victim", ["kernel.s", "meta.json", "kernel.hsaco"])
+def test_entry_files_are_read_with_a_limit_never_from_dev_zero_or_a_fifo(cache_dir, subprocess_env, victim):
+    entry, _ = Cache().get_or_build(KEY, writer())
+    (entry.path / victim).unlink()
+    if victim == "kernel.hsaco":
+        os.mkfifo(entry.path / victim)  # opening it to read would wait forever for a writer
+    else:
+        (entry.path / victim).symlink_to("/dev/zero")
+    body = f"""
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print(Cache().load({KEY!r}))
+print([str(w.message) for w in caught])
+"""
+    out = subprocess.run([sys.executable, "-c", _LIMITED.format(body=body)], env=subprocess_env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("None") and "rebuilding" in out.stdout
+    assert ("symbolic link" if victim != "kernel.hsaco" else "not a regular file") in out.stdout
+
+
+def test_read_limited_names_what_it_refuses(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 1001)
+    with pytest.raises(C.UnreadableFileError, match=f"{big} is larger than the 1000 bytes"):
+        C.read_limited(big, 1000)
+    assert C.read_limited(big, 1001) == b"x" * 1001
+    with pytest.raises(C.UnreadableFileError, match="not a regular file"):
+        C.read_limited("/dev/zero", 1000)
+    assert issubclass(C.UnreadableFileError, OSError) and issubclass(C.UnreadableFileError, CacheError)
+
+
+@pytest.mark.parametrize("memo", [["0.0", False], [5, True], ["99.9", True], 3, "[1, 2]", "/dev/zero"])
+def test_a_bad_llvm_probe_memo_is_probed_again_with_a_warning(cache_dir, subprocess_env, memo):
+    """Each once gave a raw error in every compile, blamed the LLVM install, or put a fake version into the
+    cache keys."""
+    from tilegcn import toolchain
+
+    real = toolchain.find_llvm("gfx950")
+    memo_path = C.cache_dir() / C.PROBE_MEMO
+    if memo == "/dev/zero":
+        memo_path.symlink_to("/dev/zero")
+    elif memo == "[1, 2]":
+        memo_path.write_text(memo)
+    else:
+        memo_path.write_text(json.dumps({toolchain._probe_key(real.mc): memo}))
+    body = f"""
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    llvm = toolchain.find_llvm("gfx950")
+print(llvm.version, [str(w.message) for w in caught])
+"""
+    out = subprocess.run([sys.executable, "-c", _LIMITED.format(body=body)], env=subprocess_env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith(real.version + " ") and "probing llvm-mc again" in out.stdout
+
+
+def _without_root_powers():
+    """preexec_fn: as root, drop the capabilities that ignore file modes (so a mode-0000 folder is unreadable,
+    as for any other user). None when not root (the modes already apply)."""
+    if os.geteuid() != 0:
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop():
+        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; PR_CAPBSET_DROP = 24
+            if libc.prctl(24, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    return drop
+
+
+def test_an_unreadable_root_is_an_error_not_0_entries(cache_dir, subprocess_env):
+    Cache().get_or_build(KEY, writer())
+    os.chmod(cache_dir, 0)
+    try:
+        runs = [subprocess.run([sys.executable, *args], env=subprocess_env, capture_output=True, text=True,
+                               timeout=60, preexec_fn=_without_root_powers(), cwd=C._PACKAGE_DIR.parent)
+                for args in (["-m", "tilegcn", "cache", "list"],
+                             ["-c", f"from tilegcn.cache import *; Cache().get_or_build({KEY!r}, None)"])]
+    finally:
+        os.chmod(cache_dir, 0o700)
+    for out in runs:
+        assert out.returncode != 0 and "entries" not in out.stdout, out.stdout
+        assert f"cannot read the cache dir {cache_dir}" in out.stderr and "chmod 700" in out.stderr, out.stderr[-1500:]
+        assert "Traceback" not in out.stderr or "CacheError" in out.stderr
+
+
+def test_a_file_size_limit_while_writing_an_entry_is_a_cache_error(cache_dir, subprocess_env):
+    code = f"""
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so that a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+from tilegcn.cache import Cache
+from tilegcn.errors import CacheError
+def build(tmp):
+    (tmp / "kernel.ir").write_text("kernel k\\n")
+    (tmp / "kernel.s").write_text("s_nop 0\\n" * 8192)  # 64 KiB
+    (tmp / "kernel.hsaco").write_bytes(b"\\x7fELF")
+    return {{}}
+try:
+    Cache().get_or_build({KEY!r}, build)
+except CacheError as e:
+    print("CacheError:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("CacheError:"), out.stderr[-1500:]
+    assert "File too large" in out.stdout and "ulimit -f" in out.stdout
+    assert Cache().load(KEY) is None and not list((cache_dir / KEY[:2]).glob(f".{KEY}.tmp-*"))
+
+
+def _override_kernel(monkeypatch, folder, make_file):
+    """Compile the small kernel with TILEGCN_ASM_OVERRIDE=folder after `make_file(path, asm)` placed the
+    override for its key; (kernel, warnings)."""
+    x, y = small_xy()
+    generated = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
+    folder.mkdir(exist_ok=True)
+    make_file(folder / f"{generated.key}.s", generated.asm + "\n; edited by hand\n")
+    monkeypatch.setenv("TILEGCN_ASM_OVERRIDE", str(folder))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = tilegcn.jit(kernels.axpb_relu.fn).compile(x, y, **SMALL)
+    return kernel, [str(w.message) for w in caught]
+
+
+def test_an_asm_override_in_use_is_announced_naming_the_kernel(tmp_path, monkeypatch):
+    kernel, caught = _override_kernel(monkeypatch, tmp_path / "edits", lambda p, asm: p.write_text(asm))
+    assert "asm_override" in kernel.metadata and kernel.asm.endswith("; edited by hand\n")
+    notice = [m for m in caught if "runs the hand-edited" in m]
+    assert len(notice) == 1 and "axpb_relu" in notice[0] and f"{kernel.metadata['overrides'][:16]}" in notice[0]
+
+
+def _foreign(path, asm):
+    path.write_text(asm)
+    os.chown(path, 4242, -1)
+
+
+def _linked_out(path, asm):
+    outside = path.parent.parent / "outside.s"
+    outside.write_text(asm)
+    path.symlink_to(outside)
+
+
+@pytest.mark.parametrize("how", ["folder_world_writable", "file_world_writable", "file_of_another_user",
+                                 "link_out_of_the_folder"])
+def test_an_unsafe_asm_override_is_not_used(tmp_path, monkeypatch, how):
+    folder = tmp_path / "edits"
+    if how == "file_of_another_user" and os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    make = {"folder_world_writable": lambda p, asm: (p.write_text(asm), os.chmod(p.parent, 0o777)),
+            "file_world_writable": lambda p, asm: (p.write_text(asm), os.chmod(p, 0o666)),
+            "file_of_another_user": _foreign, "link_out_of_the_folder": _linked_out}[how]
+    kernel, caught = _override_kernel(monkeypatch, folder, make)
+    assert "asm_override" not in kernel.metadata and "edited by hand" not in kernel.asm
+    why = {"folder_world_writable": "the folder .* writable by others", "file_world_writable": "the file: it is "
+           "writable by others", "file_of_another_user": "owned by uid 4242", "link_out_of_the_folder":
+           "symbolic link leading out of the folder"}[how]
+    assert any(re.search(f"not using .*{why}.*the generated code runs", m) for m in caught), caught

@@ -1108,3 +1108,45 @@ def test_a_tuning_record_that_cannot_be_written_keeps_the_result(cache_dir):
     assert torch.equal(y, x * 2)
     tuner(x, y)  # remembered in memory: no second sweep
     assert tuner.stats["sweeps"] == 1
+# -- issue 18, cache --
+def _fresh_ew():
+    return tilegcn.jit(ew.fn)  # a new JITFunction: nothing compiled in this process, the disk cache is asked
+
+
+@misuse(CacheError, r"No space left on device.*; the disk is full: free some space, or set TILEGCN_CACHE_DIR",
+        located=False)
+def cache_entry_written_on_a_full_disk():
+    import errno
+    import os
+    import pathlib
+    from unittest import mock
+
+    real = pathlib.Path.write_bytes
+
+    def full(self, data):  # the code object is the largest file: the one that finds the disk full
+        if self.name == "kernel.hsaco":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, data)
+
+    with mock.patch.object(pathlib.Path, "write_bytes", full):
+        _fresh_ew()(*xy(), f=abs_free_identity)
+
+
+@misuse(CacheError, r"is a symbolic link: tilegcn never writes one there, so it does not load through it.*rm ",
+        located=False)
+def cache_shard_replaced_by_a_symbolic_link():
+    import shutil
+
+    x, y = xy()
+    shard = _entry(_fresh_ew().compile(x, y, f=abs_free_identity)).parent
+    elsewhere = shard.with_name("elsewhere")
+    shutil.copytree(shard, elsewhere)
+    shutil.rmtree(shard)
+    shard.symlink_to(elsewhere)  # the entry still verifies: only where it lives changed
+    _fresh_ew()(x, y, f=abs_free_identity)
+
+
+@misuse(ArgumentError, r"cannot read the overriding assembly /dev/null: .*not a regular file")
+def with_asm_given_a_device_file():
+    x, y = xy()
+    ew.compile(x, y, f=abs_free_identity).with_asm("/dev/null")

@@ -1,8 +1,12 @@
-"""The README's Python examples run as written (on the default device) and their asserts hold."""
+"""The README's Python examples run as written (on the default device) and their asserts hold, and none of
+them touches the reader's own cache: each runs with a "user's cache" holding a demo entry of theirs (the
+test's cache dir, as $TILEGCN_CACHE_DIR) and a fresh HOME, and that entry must still load afterwards."""
 import pathlib
 import re
 
 import pytest
+
+from tilegcn.cache import Cache, make_key
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
@@ -12,9 +16,26 @@ def test_readme_has_examples():
     assert len(BLOCKS) >= 2
 
 
+def _plant_users_entry(root):
+    def build(tmp):
+        for name in ("kernel.ir", "kernel.s", "kernel.hsaco"):
+            (tmp / name).write_text(f"the reader's own {name}\n")
+        return {"name": "demo"}
+
+    key = make_key("the reader's demo kernel", "gfx950", {}, "22")
+    Cache(root).get_or_build(key, build)
+    return key
+
+
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example_runs(index, tmp_path, monkeypatch):
+def test_readme_example_runs(index, tmp_path, monkeypatch, cache_dir):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    users_key = _plant_users_entry(cache_dir)
     path = tmp_path / f"readme_example_{index}.py"
     path.write_text(BLOCKS[index])
     code = compile(BLOCKS[index], str(path), "exec")
     exec(code, {"__name__": f"readme_example_{index}"})
+    assert Cache(cache_dir, create=False).load(users_key) is not None, "the example removed the reader's entry"
+    assert not (home / ".tilegcn").exists(), "the example wrote to the default cache under HOME"

@@ -7,6 +7,11 @@ pattern), and check the edit on the emulated device.
                                                                # difference or a hazard, else k2.verification
     TILEGCN_ASM_OVERRIDE=DIR python app.py         # every kernel whose DIR/<cache key>.s exists runs that file
 
+Like the cache root, DIR and the file must be yours and not writable by others, and the file a regular file
+(a link only within DIR): another user must not be able to choose the code your kernels run. An unsafe file
+is not used (`AsmOverrideWarning` naming why); each override in use is announced once per process, with the
+same warning class, naming the kernel and the file.
+
 The edited file is assembled and linked like generated code and stored in the disk cache under a key of its
 own text (the generated entry is untouched). `verify` runs the generated and the edited kernel on copies of the
 same arguments on the emulated device with every check on, and reports the largest difference of each tensor,
@@ -17,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 import time
+import warnings
 from pathlib import Path
 
 from . import __version__, toolchain
@@ -34,26 +41,82 @@ class AsmVerifyError(TilegcnError):
         super().__init__(str(report))
 
 
+class AsmOverrideWarning(UserWarning):
+    """A kernel runs a hand-edited assembly file from $TILEGCN_ASM_OVERRIDE, or such a file is unsafe and
+    is not used."""
+
+
+_warned: set = set()  # (key, path, why): each notice once per process
+
+
+def _warn_once(ident: tuple, message: str) -> None:
+    if ident not in _warned:
+        _warned.add(ident)
+        warnings.warn(message, AsmOverrideWarning, stacklevel=4)
+
+
 def override_file(key: str) -> Path | None:
-    """$TILEGCN_ASM_OVERRIDE/<cache key>.s when the variable is set and the file exists."""
+    """The real path of $TILEGCN_ASM_OVERRIDE/<cache key>.s when the variable is set, the file exists and
+    it is safe (see the module doc); an unsafe one is not used, with an AsmOverrideWarning naming why."""
     folder = os.environ.get(ENV_ASM_OVERRIDE)
     if not folder:
         return None
     path = Path(folder) / f"{key}.s"
-    return path if path.is_file() else None
+    if not os.path.lexists(path):
+        return None
+    problem = _override_problem(Path(folder), path)
+    if problem:
+        _warn_once((key, str(path), problem),
+                   f"tilegcn: {ENV_ASM_OVERRIDE}: not using {path}: {problem}, so another user could choose the "
+                   f"code your kernel runs; the generated code runs. Fix: chmod go-w (and chown to you) the "
+                   f"folder and the file, and keep the file itself in the folder")
+        return None
+    return Path(os.path.realpath(path))
+
+
+def _override_problem(folder: Path, path: Path) -> str | None:
+    """Why the override file `path` in `folder` is unsafe, or None (the cache root's rules)."""
+    from .cache import unsafe_problems
+
+    try:
+        real_folder = os.path.realpath(folder)
+        problems = [f"the folder {folder}: {p}" for p in unsafe_problems(os.stat(real_folder))]
+        real = os.path.realpath(path)
+        if os.path.dirname(real) != real_folder:
+            problems.append(f"it is a symbolic link leading out of the folder (to {real})")
+        st = os.stat(real)
+    except OSError as e:
+        return f"cannot check it ({e})"
+    if not stat.S_ISREG(st.st_mode):
+        problems.append("it is not a regular file")
+    problems += [f"the file: {p}" for p in unsafe_problems(st)]
+    return "; ".join(problems) or None
+
+
+def apply_override(kernel):
+    """`kernel`, or, when $TILEGCN_ASM_OVERRIDE holds a safe <cache key>.s for it, a kernel running that
+    file, announced once per process (AsmOverrideWarning): code that is not the generated one never runs
+    unsaid."""
+    path = override_file(kernel.key)
+    if path is None:
+        return kernel
+    _warn_once((kernel.key, str(path), None),
+               f"tilegcn: {ENV_ASM_OVERRIDE}: kernel {kernel.name} (cache key {kernel.key[:16]}, "
+               f"{kernel.fn.source_location}) runs the hand-edited {path}, not the generated code")
+    return kernel.with_asm(path)
 
 
 def with_asm(kernel, path, *, verify: bool = False, args=None, tolerance: float = 0.0):
     """A CompiledKernel launching like `kernel` but running the assembly in `path` (see the module doc)."""
-    from .cache import Cache
+    from .cache import ENTRY_FILE_LIMIT, Cache, read_limited
     from .jit import CompiledKernel
 
     path = Path(path)
     if verify and args is None:
         raise ArgumentError("tilegcn: with_asm(verify=True) needs args=(...), the inputs to run both kernels on")
-    try:
-        asm = path.read_text()
-    except OSError as e:
+    try:  # limited: a path to /dev/zero or a huge file is refused, not read until memory runs out
+        asm = read_limited(path, ENTRY_FILE_LIMIT, follow_symlinks=True).decode()
+    except (OSError, ValueError) as e:
         raise ArgumentError(f"tilegcn: cannot read the overriding assembly {path}: {e}") from None
     llvm = toolchain.find_llvm(kernel.arch)
     ident = "\0".join(["asm-override", asm, kernel.arch, llvm.version, __version__, repr(kernel.metadata["args"])])

@@ -321,9 +321,12 @@ def tuned_entries() -> list:
 
 
 def _read_record(path: Path):
-    """The JSON value in `path`, None when it is not JSON (an OSError when it cannot be read)."""
+    """The JSON value in `path`, None when it is not JSON (an OSError when it cannot be read; never a
+    symbolic link, a device file or a file past the size limit, read whole)."""
+    from .cache import SMALL_FILE_LIMIT, read_limited
+
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_limited(path, SMALL_FILE_LIMIT))
     except ValueError:  # UnicodeDecodeError included
         return None
 
@@ -650,8 +653,10 @@ class Autotuner:
     def load_table(self, path) -> int:
         """Serve calls from a dispatch table: the exact key, else the nearest tuned shape with the same dtypes;
         no call tunes afterwards. The number of entries."""
+        from .cache import ENTRY_FILE_LIMIT, read_limited
+
         try:
-            record = json.loads(Path(path).read_text())
+            record = json.loads(read_limited(path, ENTRY_FILE_LIMIT, follow_symlinks=True))  # never /dev/zero whole
             if record.get("format") != TABLE_FORMAT:
                 raise ValueError(f"format is {record.get('format')!r}, expected {TABLE_FORMAT!r}")
             table = {tuple((k, _tuplify(v)) for k, v in e["key"]): dict(e["config"]) for e in record["entries"]}

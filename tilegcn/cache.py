@@ -2,8 +2,10 @@
 
 Layout: ``<root>/<key[:2]>/<key>/`` holding ``kernel.ir``, ``kernel.s``, ``kernel.hsaco`` and ``meta.json``;
 beside each entry its lock file ``.<key>.lock`` and, while a process holds it, ``.<key>.holder`` (pid, host,
-start time, command line). The root is ``$TILEGCN_CACHE_DIR``, else ``~/.tilegcn/cache`` (created with mode
-0700; an existing root that others can write is used with a `CacheWarning`).
+start time, command line). The root is ``$TILEGCN_CACHE_DIR``, else ``~/.tilegcn/cache``. Everything tilegcn
+makes in it is private whatever the umask (folders 0700, files 0600); a root another user can write (group or
+world-writable, or owned by someone else) is not used: like ssh with a key others can write, tilegcn warns
+(`CacheWarning`) and caches in a private temporary folder for the rest of the process.
 
 The key (`make_key`) is a sha256 over everything that decides the bytes of the code object and nothing
 else: the tilegcn version, a hash of the compiler's own sources, the canonical IR text, the arch, the
@@ -15,22 +17,30 @@ a ``filelock`` per key makes concurrent processes build it once. A waiter gives 
 holder died is free at once (the kernel drops a dead process's ``flock``).
 
 Loads verify the whole entry before anything in it is used: ``meta.json`` records the sha256 of the
-three other files and of its own canonical content (``meta_sha256``) and the key it belongs to; the
+three other files and of its own canonical content (``meta_sha256``), the key it belongs to, and an HMAC of
+all that (``meta_hmac``) under a random per-cache secret (``.hmac-key``, 0600): an entry whose files were
+swapped and digests recomputed, or one copied from another cache, is not loaded. Every file is read with a
+size limit (`read_limited`), never through a symbolic link; the
 caller may add its own check (the jit compares kernel.ir with the IR it traced and the launch fields
 with the traced kernel). A verified `Entry` holds the bytes it verified, so nothing is re-read from disk
 later. A bad entry is rebuilt with a `CacheWarning`, never a crash.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -50,6 +60,11 @@ LOCK_NOTICE_S = 5.0  # a waiter says who it waits for after this long, then keep
 FILES = ("kernel.ir", "kernel.s", "kernel.hsaco", "meta.json")
 DIGEST_FIELDS = {"kernel.ir": "ir_sha256", "kernel.s": "asm_sha256", "kernel.hsaco": "hsaco_sha256"}
 PROBE_MEMO = "llvm-probe.json"  # toolchain.py's memo of LLVM probes, kept in the root
+SECRET_FILE = ".hmac-key"  # the per-cache secret that signs meta.json and the probe memo (see cache_secret)
+# The most tilegcn reads of each file it wrote: far above what it writes (a GEMM's kernel.s is ~30 KiB), far
+# below what would exhaust memory when a file was replaced by a huge one or a link to /dev/zero.
+ENTRY_FILE_LIMIT = 64 << 20  # kernel.ir, kernel.s, kernel.hsaco
+SMALL_FILE_LIMIT = 4 << 20  # meta.json, llvm-probe.json, holder records, tuning records
 # other tilegcn data in the root that `clear` leaves to its own command
 OTHER_OWNERS = {"tune": "autotuning results: `python -m tilegcn tune clear` removes them"}
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -59,6 +74,7 @@ _SHARD = re.compile(r"[0-9a-f]{2}")
 # what tilegcn writes inside a shard, by name: the entry, its lock, its holder record, its temp dirs
 _SHARD_ITEM = re.compile(r"(?P<key>[0-9a-f]{64})|\.(?P<key2>[0-9a-f]{64})(?P<kind>\.lock|\.holder(\.\d+)?|\.tmp-.*)")
 _PROBE_TMP = re.compile(re.escape(PROBE_MEMO) + r"\.\d+\.tmp")
+_SECRET_TMP = re.compile(re.escape(SECRET_FILE) + r"\.\d+\.tmp")
 
 
 class CacheWarning(UserWarning):
@@ -67,44 +83,234 @@ class CacheWarning(UserWarning):
 
 
 def cache_dir(create: bool = True) -> Path:
-    """The cache root: $TILEGCN_CACHE_DIR, else ~/.tilegcn/cache (made with mode 0700 when `create`)."""
+    """The cache root: $TILEGCN_CACHE_DIR, else ~/.tilegcn/cache (made with mode 0700 when `create`); a
+    private temporary folder instead when that root is unsafe (see `safe_root`)."""
     env = os.environ.get(ENV_CACHE_DIR)
     root = Path(env).expanduser() if env else Path.home() / ".tilegcn" / "cache"
     if create:
         _make_root(root)
-    _warn_if_unsafe(root)
-    return root
+    return safe_root(root)
 
 
 def _make_root(root: Path) -> None:
     try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
+        make_private_dirs(root)
     except OSError as e:
         raise CacheError(f"tilegcn: cannot create the cache dir {root}: {e}; "
                          f"set {ENV_CACHE_DIR} to a writable folder") from e
 
 
-_warned_roots: set = set()
+def make_private_dirs(path: Path) -> None:
+    """`os.makedirs` with mode 0700 for every folder it makes, not only the last (whatever the umask:
+    a 0777 ~/.tilegcn would let others swap the cache folder under it)."""
+    missing, target = [], path
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            os.mkdir(folder, 0o700)
+    if not os.path.isdir(target):
+        raise NotADirectoryError(errno.ENOTDIR, "it exists and is not a folder", str(target))
 
 
-def _warn_if_unsafe(root: Path) -> None:
-    """Warn (once per root and process) when others could plant a code object in the cache: a root that
-    is group/world-writable or owned by another user."""
-    try:
-        st = os.stat(root)
-    except OSError:
-        return  # absent: made with 0700 when first written
+def unsafe_problems(st: os.stat_result) -> list:
+    """Why a folder or file with this stat could be written by another user: [] when it cannot."""
     problems = []
     if st.st_mode & 0o022:
         problems.append(f"it is writable by others (mode {st.st_mode & 0o7777:04o})")
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
         problems.append(f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})")
-    if problems and (str(root), tuple(problems)) not in _warned_roots:
+    return problems
+
+
+_warned_roots: set = set()
+_fallback: list = []  # the private temporary root of this process, made on first need
+
+
+def safe_root(root: Path) -> Path:
+    """`root`, unless another user could plant a code object in it (group/world-writable, or owned by
+    someone else): then, as ssh ignores a key others can write, a private temporary folder for the rest of
+    this process, with a CacheWarning (once per root) naming the problem and the fix."""
+    try:
+        problems = unsafe_problems(os.stat(root))
+    except OSError:
+        return root  # absent (made 0700 when first written), or unreadable: its use says so
+    if not problems:
+        return root
+    if not _fallback:
+        _fallback.append(Path(tempfile.mkdtemp(prefix="tilegcn-cache-")))  # 0700, ours
+        atexit.register(shutil.rmtree, _fallback[0], True)
+    if (str(root), tuple(problems)) not in _warned_roots:
         _warned_roots.add((str(root), tuple(problems)))
         warnings.warn(
-            f"tilegcn: the cache dir {root} is unsafe: {'; '.join(problems)}, so another user could replace "
-            f"a kernel in it. Fix: chmod 700 {root} (as its owner), or set {ENV_CACHE_DIR} to a folder "
-            f"only you can write", CacheWarning, stacklevel=3)
+            f"tilegcn: the cache dir {root} is unsafe: {'; '.join(problems)}, so another user could plant "
+            f"a kernel in it. tilegcn does not use it and caches in the private temporary folder "
+            f"{_fallback[0]} for this process instead. Fix: chmod 700 {root} (as its owner; chown it to you "
+            f"if someone else owns it), or set {ENV_CACHE_DIR} to a folder only you can write",
+            CacheWarning, stacklevel=4)
+    return _fallback[0]
+
+
+class UnreadableFileError(CacheError, OSError):
+    """A file tilegcn reads is a symbolic link, not a regular file, or larger than tilegcn ever writes it.
+    Also an OSError, so code that handles an unreadable file handles this one."""
+
+
+def read_limited(path: os.PathLike | str, limit: int, follow_symlinks: bool = False) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them: UnreadableFileError when it is a
+    symbolic link (unless `follow_symlinks`), not a regular file (a FIFO, /dev/zero) or longer than `limit`,
+    so a replaced file can neither block nor exhaust memory. Other OSErrors (FileNotFoundError ...) pass."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)  # NONBLOCK: opening a FIFO must not wait
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow_symlinks:
+            raise UnreadableFileError(f"{path} is a symbolic link; tilegcn never writes one and does not "
+                                      "follow it") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFileError(f"{path} is not a regular file (mode {st.st_mode:o})")
+        chunks, size = [], 0
+        while size <= limit:  # a file may grow after fstat: never read past limit + 1
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise UnreadableFileError(f"{path} is larger than the {limit} bytes tilegcn reads of it")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_private(path: os.PathLike | str, data: bytes) -> None:
+    """Write `data` to the new file `path` with mode 0600 whatever the umask. It must not exist: whatever
+    is there (a link planted to make tilegcn overwrite another file) makes this raise FileExistsError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a umask such as 0o400 would take even the owner's bits
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def replace_private(path: Path, data: bytes) -> None:
+    """Atomically replace `path` with a 0600 file holding `data` (readers see the old or the new file)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a killed process with our pid; unlinking a planted link is harmless
+    try:
+        write_private(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- the per-cache secret ---------------------------------------------------------------------------------
+# Why an HMAC rather than re-assembling kernel.s on a process's first load: assembling costs 35-45 ms per
+# kernel (most of a cold compile), the HMAC ~10 us; and a secret in a 0600 file of a 0700 root binds the
+# entry's digests to this cache, so an entry edited with recomputed digests, or copied from another cache, fails.
+_secrets: dict = {}  # str(root) -> ((st_dev, st_ino, st_mtime_ns) of the key file, secret)
+SECRET_BYTES = 32
+
+
+def cache_secret(root: Path) -> bytes:
+    """The random secret of the cache under `root` (made on first use). CacheError when it cannot be
+    read or made. A key file others could read or write, or of the wrong size, is replaced (with a
+    CacheWarning): entries signed with the old one are rebuilt."""
+    path = Path(root) / SECRET_FILE
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise CacheError(f"tilegcn: cannot read the cache's key file {path}: {e}") from None
+    ident = st and (st.st_dev, st.st_ino, st.st_mtime_ns)
+    memo = _secrets.get(str(root))
+    if memo is not None and memo[0] == ident:
+        return memo[1]  # the warm case of a cold load: one lstat
+    try:
+        secret = _read_or_make_secret(path)
+        st = os.lstat(path)
+    except OSError as e:
+        raise CacheError(f"tilegcn: cannot read or make the cache's key file {path}: {e}; "
+                         f"set {ENV_CACHE_DIR} to a writable folder") from None
+    _secrets[str(root)] = ((st.st_dev, st.st_ino, st.st_mtime_ns), secret)
+    return secret
+
+
+def _read_or_make_secret(path: Path) -> bytes:
+    for _ in range(3):
+        try:
+            secret = read_limited(path, 4096)
+        except FileNotFoundError:
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            write_private(tmp, secrets.token_bytes(SECRET_BYTES))
+            try:
+                os.link(tmp, path)  # never replaces one another process made meanwhile: read that one
+            except FileExistsError:
+                pass
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            continue
+        except UnreadableFileError as e:
+            problem = str(e)
+        else:
+            st = os.lstat(path)
+            problem = ("; ".join(unsafe_problems(st)) or ("it is readable by others" if st.st_mode & 0o044 else "")
+                       or (f"it holds {len(secret)} bytes, not {SECRET_BYTES}" if len(secret) != SECRET_BYTES else ""))
+            if not problem:
+                return secret
+        warnings.warn(f"tilegcn: the cache's key file {path} is unsafe or damaged ({problem}); making a new "
+                      "one: entries signed with the old one are rebuilt", CacheWarning, stacklevel=6)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a link or a foreign file: only the name goes, never what it points to
+    raise CacheError(f"tilegcn: cannot settle the cache's key file {path} (it keeps changing)")
+
+
+def sign(root: Path, body: dict) -> str:
+    """HMAC-SHA256 of `body`'s canonical JSON under the cache's secret (hex)."""
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(cache_secret(root), blob, hashlib.sha256).hexdigest()
+
+
+def signed_by(root: Path, body: dict, mac) -> bool:
+    return isinstance(mac, str) and hmac.compare_digest(sign(root, body), mac)
+
+
+def save_signed(path: Path, payload) -> None:
+    """Write {"payload": payload, "hmac": ...} to `path` atomically, 0600 (see `load_signed`)."""
+    body = {"payload": json.loads(json.dumps(payload))}  # what a load reads back (tuples become lists)
+    body["hmac"] = sign(path.parent, body)
+    replace_private(path, json.dumps(body, sort_keys=True).encode())
+
+
+def load_signed(path: Path, limit: int = SMALL_FILE_LIMIT):
+    """The payload `save_signed` wrote to `path`, read with `limit` and checked against this cache's secret.
+    FileNotFoundError when absent; UnreadableFileError naming the problem when it is anything else."""
+    try:
+        body = json.loads(read_limited(path, limit))
+    except ValueError as e:
+        raise UnreadableFileError(f"{path} is not JSON ({e})") from None
+    if not isinstance(body, dict) or "payload" not in body:
+        raise UnreadableFileError(f"{path} is not a file tilegcn wrote")
+    if not signed_by(path.parent, {"payload": body["payload"]}, body.get("hmac")):
+        raise UnreadableFileError(f"{path} is not signed with this cache's key (edited, or from another cache)")
+    return body["payload"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,8 +351,8 @@ def _sha256(data: bytes) -> str:
 
 
 def meta_digest(meta: dict) -> str:
-    """sha256 of meta.json's canonical content (sorted keys, compact), its own `meta_sha256` left out."""
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    """sha256 of meta.json's canonical content (sorted keys, compact), `meta_sha256` and `meta_hmac` left out."""
+    body = {k: v for k, v in meta.items() if k not in ("meta_sha256", "meta_hmac")}
     return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
@@ -204,10 +410,9 @@ class Cache:
         if root is None:
             self.root = cache_dir(create)
         else:
-            self.root = Path(root)
             if create:
-                _make_root(self.root)
-            _warn_if_unsafe(self.root)
+                _make_root(Path(root))
+            self.root = safe_root(Path(root))
         self.lock_timeout = _lock_timeout() if lock_timeout is None else float(lock_timeout)
 
     def entry_dir(self, key: str) -> Path:
@@ -218,9 +423,19 @@ class Cache:
         """(entry, None) when the entry is present and sound, (None, None) when absent,
         (None, reason) when present but bad."""
         path = self.entry_dir(key)
-        if not path.exists():
-            return None, None
-        entry = _read_entry(path)
+        for link in (path.parent, path):  # a shard that is a link would also receive new entries
+            try:
+                is_link = stat.S_ISLNK(os.lstat(link).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return None, None
+            except OSError as e:
+                raise self._unreadable(link, e) from None
+            if is_link:
+                raise CacheError(
+                    f"tilegcn: {link} is a symbolic link: tilegcn never writes one there, so it does not load "
+                    f"through it (another program or user may have planted it). Remove it (rm {link}) and run "
+                    f"again, or set {ENV_CACHE_DIR} to another folder")
+        entry = _read_entry(path, self.root)
         if entry.problem is None and verify is not None:
             problem = verify(entry)
             if problem:
@@ -235,16 +450,30 @@ class Cache:
             _warn_bad(self.entry_dir(key), problem)
         return entry
 
+    def _unreadable(self, path: Path, error: OSError) -> CacheError:
+        return CacheError(f"tilegcn: cannot read the cache dir {self.root} ({path}: {error}); fix its "
+                          f"permissions (chmod 700 {self.root}, as its owner) or set {ENV_CACHE_DIR} to "
+                          "another folder")
+
+    def _root_items(self) -> list[Path]:
+        """The root's items ([] when absent); CacheError when it cannot be read (never "0 entries")."""
+        try:
+            return sorted(self.root.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise self._unreadable(self.root, e) from None
+
     def entries(self) -> list[Entry]:
         """Every entry tilegcn wrote under the root, each verified (`problem` set when bad; meta {} when
         unreadable), newest first."""
         out = []
-        for shard in _listdir(self.root):
+        for shard in self._root_items():
             if not _is_shard(shard):
                 continue
             for path in _listdir(shard):
                 if _KEY.fullmatch(path.name) and path.name.startswith(shard.name) and _is_real_dir(path):
-                    out.append(dataclasses.replace(_read_entry(path), data={}))  # a listing keeps no bytes
+                    out.append(dataclasses.replace(_read_entry(path, self.root), data={}))  # a listing keeps no bytes
         out.sort(key=lambda e: (-_created(e.meta), e.key))
         return out
 
@@ -254,6 +483,7 @@ class Cache:
         if len(prefix) < 2:
             raise CacheError("tilegcn: give at least 2 characters of the key")
         shard = self.root / prefix[:2]
+        self._root_items()  # an unreadable root is named, not "no cache entry"
         matches = [p for p in _listdir(shard) if p.name.startswith(prefix) and _KEY.fullmatch(p.name)]
         if not matches:
             raise CacheError(f"tilegcn: no cache entry {prefix!r} in {self.root}")
@@ -268,14 +498,17 @@ class Cache:
     # -- clearing -----------------------------------------------------------------------------------
     def clear(self) -> ClearReport:
         """Remove what tilegcn wrote under the root: entries, their lock/holder files and temp dirs, the
-        LLVM probe memo. Anything else (a user's file or folder, an entry folder holding foreign files, a
-        symbolic link) is left and reported, as is an entry whose lock another process holds."""
+        LLVM probe memo (the cache's key file stays, unreported). Anything else (a user's file or folder,
+        an entry folder holding foreign files, a symbolic link) is left and reported, as is an entry whose
+        lock another process holds."""
         report = ClearReport(self.root)
-        for item in _listdir(self.root):
+        for item in self._root_items():
             if _is_shard(item):
                 self._clear_shard(item, report)
             elif item.name == PROBE_MEMO or _PROBE_TMP.fullmatch(item.name):
                 _remove(item, report, report.removed_other)
+            elif item.name == SECRET_FILE or _SECRET_TMP.fullmatch(item.name):
+                continue  # the cache's key stays: entries that processes are signing now stay valid
             elif item.name in OTHER_OWNERS:
                 report.left.append((item, OTHER_OWNERS[item.name]))
             else:
@@ -300,7 +533,7 @@ class Cache:
 
     def _clear_key(self, shard: Path, key: str, items: list, report: ClearReport) -> None:
         lock_path = shard / f".{key}.lock"
-        lock = FileLock(str(lock_path))
+        lock = FileLock(str(lock_path), mode=0o600)
         lock_was_there = lock_path.exists()  # taking the lock makes the file: count only one we found
         try:
             _acquire_current(lock, lock_path, 0)
@@ -367,7 +600,7 @@ class Cache:
         """Hold the per-key lock, with a record of who holds it beside it. A waiter warns once after
         LOCK_NOTICE_S and gives up after `lock_timeout` with a CacheError naming the lock and its holder."""
         lock_path, holder = shard / f".{key}.lock", shard / f".{key}.holder"
-        lock = FileLock(str(lock_path))
+        lock = FileLock(str(lock_path), mode=0o600)
         notice = min(LOCK_NOTICE_S, self.lock_timeout)
         with _writing(lock_path):
             try:
@@ -400,18 +633,21 @@ class Cache:
                 shutil.rmtree(stale, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}{_TMP_MARK}", dir=shard))
         try:
-            meta = dict(build(tmp))  # its errors (the compiler's) pass through unchanged
+            with _writing(final, only_full_disk=True):  # the compiler's own errors pass unchanged
+                meta = dict(build(tmp))
             with _writing(final):
                 data = {}
                 for name, digest_field in DIGEST_FIELDS.items():
                     if not (tmp / name).is_file():
                         raise CacheError(f"tilegcn: cache build for {key} did not write {name}")
-                    data[name] = (tmp / name).read_bytes()
+                    os.chmod(tmp / name, 0o600)  # build() wrote it under the umask
+                    data[name] = read_limited(tmp / name, ENTRY_FILE_LIMIT)
                     meta[digest_field] = _sha256(data[name])
                 meta["key"] = key
                 meta = json.loads(json.dumps(meta))  # the form a later load reads (tuples become lists)
                 meta["meta_sha256"] = meta_digest(meta)
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+                meta["meta_hmac"] = sign(self.root, _unsigned(meta))
+                write_private(tmp / "meta.json", (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
                 if final.exists():  # a bad entry: move it aside atomically, then drop it
                     trash = Path(tempfile.mkdtemp(prefix=f".{key}{_TMP_MARK}bad-", dir=shard))
                     os.rename(final, trash / "old")
@@ -423,24 +659,24 @@ class Cache:
         return Entry(key, final, meta, data)
 
 
-def _read_entry(path: Path) -> Entry:
+def _read_entry(path: Path, root: Path) -> Entry:
     """The entry in `path`, read once and verified: `problem` says what is wrong, else None."""
     key = path.name
     try:
-        meta = json.loads((path / "meta.json").read_bytes())
+        meta = json.loads(read_limited(path / "meta.json", SMALL_FILE_LIMIT))
     except FileNotFoundError:
         return Entry(key, path, {}, problem="meta.json is missing")
     except (OSError, ValueError) as e:
         return Entry(key, path, {}, problem=f"meta.json is unreadable ({e})")
     if not isinstance(meta, dict):
         return Entry(key, path, {}, problem=f"meta.json holds a JSON {type(meta).__name__}, not an object")
-    problem = _meta_problem(meta, key)
+    problem = _meta_problem(meta, key, root)
     data = {}
     for name, digest_field in DIGEST_FIELDS.items():
         if problem:
             break
         try:
-            data[name] = (path / name).read_bytes()
+            data[name] = read_limited(path / name, ENTRY_FILE_LIMIT)
         except FileNotFoundError:
             problem = f"{name} is missing"
         except OSError as e:
@@ -451,14 +687,25 @@ def _read_entry(path: Path) -> Entry:
     return Entry(key, path, meta, {} if problem else data, problem)
 
 
-def _meta_problem(meta: dict, key: str) -> str | None:
-    if "meta_sha256" not in meta:
-        return "meta.json has no meta_sha256 (written by an older tilegcn)"
+def _meta_problem(meta: dict, key: str, root: Path) -> str | None:
+    if "meta_sha256" not in meta or "meta_hmac" not in meta:
+        return "meta.json has no meta_sha256 or meta_hmac (written by an older tilegcn)"
     if meta["meta_sha256"] != meta_digest(meta):
         return "meta.json was modified (its content does not match its meta_sha256)"
     if meta.get("key") != key:
         return f"meta.json belongs to key {meta.get('key')!r}, not to this folder"
+    try:
+        signed = signed_by(root, _unsigned(meta), meta["meta_hmac"])
+    except CacheError as e:
+        return str(e)
+    if not signed:
+        return ("meta.json is not signed with this cache's key: the entry was edited (its digests recomputed) "
+                "or copied from another cache")
     return None
+
+
+def _unsigned(meta: dict) -> dict:
+    return {k: v for k, v in meta.items() if k != "meta_hmac"}
 
 
 def _acquire_current(lock: FileLock, path: Path, timeout: float) -> None:
@@ -515,14 +762,16 @@ def _write_holder(path: Path) -> None:
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
               "argv": " ".join(sys.argv)[:200]}
     tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(record))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a stale one, or a link planted there: only the name goes
+    write_private(tmp, json.dumps(record).encode())  # O_EXCL | O_NOFOLLOW: never writes through a link
     os.replace(tmp, path)
 
 
 def _describe_holder(path: Path) -> str:
     """'held by pid N on HOST since TIME (state), running ARGV', from the holder record beside a lock."""
     try:
-        rec = json.loads(path.read_text())
+        rec = json.loads(read_limited(path, SMALL_FILE_LIMIT))
         pid, host, started = int(rec["pid"]), str(rec["host"]), float(rec["started"])
     except (OSError, ValueError, TypeError, KeyError):
         return "held by a process that left no record of itself"
@@ -577,14 +826,22 @@ def _remove(path: Path, report: ClearReport, into: list) -> None:
     into.append(path)
 
 
+_FULL = {errno.ENOSPC: "the disk is full: free some space", errno.EDQUOT: "your disk quota is used up: free some",
+         errno.EFBIG: "a file size limit stopped the write (`ulimit -f`): raise it"}
+
+
 @contextlib.contextmanager
-def _writing(path: Path):
-    """Turn an OSError of the cache's own file work into a CacheError that says how to fix it."""
+def _writing(path: Path, only_full_disk: bool = False):
+    """Turn an OSError of the cache's own file work into a CacheError that says how to fix it.
+    `only_full_disk`: around a caller's build(), whose other OSErrors are its own."""
     try:
         yield
     except OSError as e:
-        raise CacheError(f"tilegcn: cannot write the cache entry {path}: {e}; "
-                         f"set {ENV_CACHE_DIR} to a writable folder") from e
+        if only_full_disk and e.errno not in _FULL:
+            raise
+        how = _FULL.get(e.errno, "fix its permissions")
+        raise CacheError(f"tilegcn: cannot write the cache entry {path}: {e}; {how}, or set {ENV_CACHE_DIR} "
+                         "to a writable folder with room") from e
 
 
 def _created(meta: dict) -> float:

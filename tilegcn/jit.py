@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .asm_override import override_file as asm_override_file
+from .asm_override import apply_override as apply_asm_override
 from .amdgcn.arch import COPY_MODES, DEFAULT_ARCH, get_arch
 from .amdgcn.schedule import INTERLEAVE, SCHEDULES
 from .cache import Cache, make_key
@@ -622,8 +622,7 @@ class JITFunction:
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel))
-        override = asm_override_file(entry.key)  # $TILEGCN_ASM_OVERRIDE/<key>.s
-        return kernel if override is None else kernel.with_asm(override)
+        return apply_asm_override(kernel)  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
         """The fields of meta.json that describe where a kernel came from (see build_traced)."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import glob
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from .amdgcn.arch import get_arch
 from .errors import TilegcnError, ToolchainError
@@ -66,10 +67,10 @@ def _candidates():
         yield tuple(os.path.join(d, t) for t in ("llvm-mc", "ld.lld", "llvm-objdump"))
 
 
-def _probe_memo_path() -> str:
-    from .cache import cache_dir
+def _probe_memo_path() -> Path:
+    from .cache import PROBE_MEMO, cache_dir
 
-    return os.path.join(str(cache_dir(create=True)), "llvm-probe.json")
+    return cache_dir(create=True) / PROBE_MEMO
 
 
 def _probe_key(mc: str) -> str:
@@ -82,45 +83,68 @@ def _probe(mc: str):
     """(version, has_amdgpu) of one llvm-mc, or None when it does not run.
 
     Starting llvm-mc costs ~20 ms, most of a cache hit in a new process, so answers are remembered on
-    disk keyed by the binary's path, size and mtime (a new LLVM at the same path is probed again)."""
+    disk keyed by the binary's path, size and mtime (a new LLVM at the same path is probed again). The
+    memo is signed with the cache's key (a version in it enters cache keys) and only usable LLVMs are
+    remembered, so a bad memo can neither fake a version nor reject an install: it is probed again."""
     try:
         key, memo_path = _probe_key(mc), _probe_memo_path()
     except (OSError, TilegcnError):
         key = memo_path = None
     if memo_path:
         hit = _read_probe_memo(memo_path).get(key)
-        if hit:
+        if _usable_probe(hit):
             return tuple(hit)
     try:
         out = subprocess.run([mc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r"LLVM version (\d+\.\d+(?:\.\d+)?)", out)
+    m = _VERSION.search(out)
     result = (m.group(1) if m else "0.0", "amdgcn" in out)
-    if memo_path:
+    if memo_path and _usable_probe(list(result)):
         _remember_probe(memo_path, key, result)
     return result
 
 
-def _read_probe_memo(memo_path: str) -> dict:
+_VERSION = re.compile(r"LLVM version (\d+\.\d+(?:\.\d+)?)")
+_warned_memos: set = set()
+
+
+def _usable_probe(hit) -> bool:
+    """A remembered probe worth trusting: [version, True] with a version llvm-mc could have printed."""
+    return (isinstance(hit, list) and len(hit) == 2 and hit[1] is True and isinstance(hit[0], str)
+            and _VERSION.fullmatch(f"LLVM version {hit[0]}") is not None)
+
+
+def _read_probe_memo(memo_path: Path) -> dict:
+    """The memo's {probe key: [version, True]}; {} when absent, and with a CacheWarning (once per process)
+    when it is unreadable, too large, not tilegcn's or not signed with this cache's key."""
+    from .cache import CacheWarning, load_signed
+
     try:
-        with open(memo_path) as f:
-            memo = json.load(f)
-        return memo if isinstance(memo, dict) else {}
-    except (OSError, ValueError):
+        memo = load_signed(memo_path)
+        if isinstance(memo, dict):
+            return memo
+        problem = f"it holds a JSON {type(memo).__name__}, not an object"
+    except FileNotFoundError:
         return {}
+    except (OSError, TilegcnError) as e:
+        problem = str(e)
+    if str(memo_path) not in _warned_memos:
+        _warned_memos.add(str(memo_path))
+        warnings.warn(f"tilegcn: the LLVM probe memo {memo_path} is bad ({problem}); probing llvm-mc again and "
+                      "rewriting it", CacheWarning, stacklevel=2)
+    return {}
 
 
-def _remember_probe(memo_path: str, key: str, result):
+def _remember_probe(memo_path: Path, key: str, result):
+    from .cache import save_signed
+
     memo = _read_probe_memo(memo_path)
     memo[key] = list(result)
-    tmp = f"{memo_path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w") as f:
-            json.dump(memo, f)
-        os.replace(tmp, memo_path)  # atomic: readers see the old or the new file
-    except OSError:
-        pass
+        save_signed(memo_path, memo)  # atomic, 0600: readers see the old or the new file
+    except (OSError, TilegcnError):
+        pass  # only a memo: the next process probes again
 
 
 @functools.lru_cache(maxsize=None)
