@@ -13,7 +13,7 @@ import torch
 
 import tilegcn
 from tilegcn import language as T
-from tilegcn.asm_override import AsmVerifyError
+from tilegcn.asm_override import AsmOverrideWarning, AsmVerifyError
 from tilegcn.autotune import Autotuner, Space, TuneError, TuneWarning, measure
 
 import autotune_kernels as K
@@ -211,7 +211,8 @@ def test_asm_override_dir_replaces_the_generated_kernel(tmp_path, monkeypatch, s
     monkeypatch.setenv("TILEGCN_ASM_OVERRIDE", str(tmp_path))
     K.scale.fn.cache_clear()
     y = torch.empty_like(x)
-    K.scale.fn(x, y)
+    with pytest.warns(AsmOverrideWarning, match=r"kernel scale .* runs the hand-edited"):
+        K.scale.fn(x, y)
     expected = x * 2
     expected.view(-1)[:256:4] *= 2  # the edited v2: the first float of each thread's first 16-byte load
     assert torch.equal(y, expected)
