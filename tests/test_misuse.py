@@ -953,3 +953,74 @@ def test_a_damaged_meta_json_never_escapes_as_a_raw_error():
         assert "meta.json" in str(e)
     else:
         assert torch.equal(y, x)
+
+
+# -- issue 18, trace --
+# Device values (block indices, loop variables, T.Parallel indices, runtime scalars and index arithmetic on them)
+# have no value while the program is traced: a Python comparison or truth test on one was decided once, for every
+# block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's line.
+@tilegcn.jit
+def _decide(X, Y, n, *, on=None):
+    """Y = X, 32 rows a block; `on(v)` runs the case's Python decision on the device values `v`."""
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((32, 64), "float32")
+        for k in T.Pipelined(1, 2):
+            T.copy(X[bx * 32, 0], x)
+            for i, j in T.Parallel(32, 64):
+                on(dict(bx=bx, k=k, n=n, i=i))
+                x[i, j] = x[i, j] * 1.0
+            T.copy(x, Y[bx * 32, 0])
+
+
+def decide(on): _decide(*xy(), 3, on=on)
+
+
+def _if_bx_is_0(v):
+    if v["bx"] == 0:
+        pass
+
+
+def _if_k(v):
+    if v["k"]:
+        pass
+
+
+_NO_DEVICE_BRANCH = r"no device control flow.*index arithmetic"
+
+
+@misuse(CompileError, r"comparison `==` on the block index bx would be decided once.*" + _NO_DEVICE_BRANCH)
+def device_if_block_index_eq(): decide(_if_bx_is_0)
+@misuse(CompileError, r"comparison `!=` on the block index bx")
+def device_block_index_ne(): decide(lambda v: 1 if v["bx"] != 1 else 2)
+@misuse(CompileError, r"comparison `<` on the T.Pipelined loop variable")
+def device_loop_var_lt(): decide(lambda v: v["k"] < 2)
+@misuse(CompileError, r"comparison `<=` on the T.Pipelined loop variable")
+def device_loop_var_le(): decide(lambda v: v["k"] <= 1)
+@misuse(CompileError, r"comparison `>` on the T.Parallel index i")
+def device_parallel_index_gt(): decide(lambda v: v["i"] > 3)
+@misuse(CompileError, r"comparison `>=` on the runtime scalar n.*" + _NO_DEVICE_BRANCH)
+def device_scalar_ge(): decide(lambda v: v["n"] >= 1)
+@misuse(CompileError, r"comparison `==` on the runtime scalar n")
+def device_scalar_eq(): decide(lambda v: v["n"] == 3)
+@misuse(CompileError, r"comparison `>=` on the block index bx")  # 0 <= bx is asked as bx >= 0
+def device_chained_comparison(): decide(lambda v: 0 <= v["bx"] < 2)
+@misuse(CompileError, r"truth test .* on the block index bx")
+def device_bool_block_index(): decide(lambda v: bool(v["bx"]))
+@misuse(CompileError, r"truth test .* on the T.Pipelined loop variable")
+def device_if_loop_var(): decide(_if_k)
+@misuse(CompileError, r"truth test .* on the T.Parallel index i")
+def device_not_parallel_index(): decide(lambda v: not v["i"])
+@misuse(CompileError, r"truth test .* on the block index bx")
+def device_and(): decide(lambda v: v["bx"] and 1)
+@misuse(CompileError, r"truth test .* on the runtime scalar n")
+def device_or(): decide(lambda v: v["n"] or 1)
+@misuse(CompileError, r"comparison `==` on `32\*bx \+ 1`, which depends on the block index bx")
+def device_index_arithmetic_eq(): decide(lambda v: v["bx"] * 32 + 1 == 33)
+@misuse(CompileError, r"comparison `>` on .*which depends on the runtime scalar n")
+def device_ceildiv_of_scalar_gt(): decide(lambda v: T.ceildiv(v["n"], 2) > 1)
+@misuse(CompileError, r"comparison `==` on the block index bx")  # `in` compares each item with ==
+def device_membership(): decide(lambda v: v["bx"] in (0, 1))
+@misuse(CompileError, r"comparison `[<>]` on the T.Pipelined loop variable")  # the builtin max compares
+def device_builtin_max(): decide(lambda v: max(v["k"], 1))
+@misuse(CompileError, r"the block index bx is known only on the device.*range\(\)")
+def device_range_of_block_index(): decide(lambda v: range(v["bx"]))
