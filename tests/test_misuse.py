@@ -1024,3 +1024,49 @@ def device_membership(): decide(lambda v: v["bx"] in (0, 1))
 def device_builtin_max(): decide(lambda v: max(v["k"], 1))
 @misuse(CompileError, r"the block index bx is known only on the device.*range\(\)")
 def device_range_of_block_index(): decide(lambda v: range(v["bx"]))
+
+
+# T.Pipelined reads (start, stop) as TileLang does; what it cannot run is refused, never run as another loop.
+def pipelined_range(*args, **kw):
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for k in T.Pipelined(*args, **kw):
+                pass
+    return body
+
+
+@misuse(CompileError, r"T.Pipelined\(3, 1\): trip count must be positive, got -2")
+def pipelined_stop_before_start(): run_body(pipelined_range(3, 1))
+@misuse(CompileError, r"T.Pipelined\(-1, 2\): a negative start is not supported")
+def pipelined_negative_start(): run_body(pipelined_range(-1, 2))
+@misuse(CompileError, r"T.Pipelined\(order=...\) is not supported.*num_stages")
+def pipelined_order(): run_body(pipelined_range(0, 2, num_stages=2, order=[0, 1]))
+@misuse(CompileError, r"T.Pipelined stop must be known at compile time")
+def pipelined_runtime_stop(): _loop_from_1_to(xy()[0], 4)
+
+
+@tilegcn.jit
+def _loop_from_1_to(X, n):
+    with T.Kernel(1, threads=64):
+        for k in T.Pipelined(1, n):
+            pass
+
+
+# arch="" is no arch (it used to mean the default one)
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def call_arch_empty(): run_ew(lambda v: v, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def compile_arch_empty(): ew.compile(*xy(), f=abs_free_identity, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def jit_decorator_arch_empty(): tilegcn.jit(arch="")(lambda X: None)
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def autotune_call_arch_empty(): tilegcn.autotune(configs=[{"block_M": 64}])(ew)(*xy(), f=abs_free_identity, arch="")
+
+
+# A fragment past the register budget is refused from its size, at its allocation, before any lowering (lowering
+# it took 8.6 s at 2^10 rows, 216 s at 2^14 and ended in an internal error at 2^40).
+@misuse(ResourceError, r"fragment x \(float32\[16384, 64\]\) spread over 128 threads needs at least 8192 registers "
+                       r"per thread, and gfx950 has 512 .*smaller tile")
+def fragment_past_the_register_budget(): run_ew(abs_free_identity, block_M=2 ** 14, arch="gfx950")
+@misuse(ResourceError, r"fragment x \(float32\[1099511627776, 64\]\).*needs at least \d+ registers")
+def fragment_of_2_to_the_40_rows(): run_ew(abs_free_identity, block_M=2 ** 40)

@@ -200,7 +200,6 @@ class ScalarProxy(N.RefusesPythonOperators):
     __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
 
-
 def _operand(o):
     """`o` as SymPy for index arithmetic, or None when it is no index operand (Python then tries the other side)."""
     if isinstance(o, IndexProxy):
@@ -242,9 +241,6 @@ class IndexProxy(N.RefusesPythonOperators):
 
     def _subject(self) -> str:
         return self.describe()
-
-    def _sympy_(self):
-        return self.expr
 
     __add__ = _index_op(lambda a, b: a + b)
     __radd__ = _index_op(lambda a, b: b + a)

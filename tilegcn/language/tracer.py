@@ -173,11 +173,14 @@ def _check_fragment_budgets(kernel: N.Kernel, arch) -> None:
     """Refuse a fragment that cannot fit the register file before anything is lowered (lowering a 2^14-row
     fragment would take minutes only to fail): some thread holds at least ceil(elements / threads) of its
     elements, packed at best, and a wave of the workgroup has at most the arch's register budget. A lower
-    bound, so a kernel that fits is never refused here; the register allocator has the exact word."""
+    bound, so a kernel that fits is never refused here; the register allocator has the exact word. T.gemm
+    accumulators are left to the GEMM planner, which refuses them first thing in lowering, in AGPRs, at the
+    T.gemm line."""
     arch, threads = get_arch(arch), kernel.threads
     budget = arch.workgroup_register_budget(threads)
+    accumulators = {s.C for s in N.walk(kernel.body) if isinstance(s, N.Gemm)}
     for buf in kernel.buffers:
-        if buf.scope != N.FRAGMENT:
+        if buf.scope != N.FRAGMENT or buf in accumulators:
             continue
         per_thread = -(-math.prod(buf.shape) // threads)
         registers = -(-per_thread * buf.dtype.bytes // 4)
