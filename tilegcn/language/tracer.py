@@ -170,14 +170,15 @@ def _check_written_tensors(kernel: N.Kernel) -> None:
 
 
 def _check_fragment_budgets(kernel: N.Kernel, arch) -> None:
-    """Refuse a fragment that cannot fit the register file before anything is lowered (lowering a 2^14-row
-    fragment would take minutes only to fail): some thread holds at least ceil(elements / threads) of its
-    elements, packed at best, and a wave of the workgroup has at most the arch's register budget. A lower
+    """Refuse a fragment that cannot fit the registers before anything is lowered (lowering a 2^14-row fragment
+    took minutes only to fail). A fragment other than a T.gemm accumulator lives in the arch VGPRs
+    (passes/layout.py), which a wave has only as much of as the workgroup's share of the unified file; some
+    thread holds at least ceil(elements / threads) of its elements, 16-bit ones packed two a register. A lower
     bound, so a kernel that fits is never refused here; the register allocator has the exact word. T.gemm
-    accumulators are left to the GEMM planner, which refuses them first thing in lowering, in AGPRs, at the
-    T.gemm line."""
+    accumulators (AGPRs) are left to the GEMM planner, which refuses them first thing in lowering, at the T.gemm
+    line."""
     arch, threads = get_arch(arch), kernel.threads
-    budget = arch.workgroup_register_budget(threads)
+    budget = min(arch.arch_vgprs, arch.workgroup_register_budget(threads))
     accumulators = {s.C for s in N.walk(kernel.body) if isinstance(s, N.Gemm)}
     for buf in kernel.buffers:
         if buf.scope != N.FRAGMENT or buf in accumulators:
@@ -187,7 +188,7 @@ def _check_fragment_budgets(kernel: N.Kernel, arch) -> None:
         if registers > budget:
             raise ResourceError(
                 f"register budget exceeded: fragment {buf.name} ({buf.dtype.name}{list(buf.shape)}) spread over "
-                f"{threads} threads needs at least {registers} registers per thread, and {arch.name} has {budget} "
+                f"{threads} threads needs at least {registers} VGPRs per thread, and {arch.name} has {budget} "
                 f"per thread in a workgroup of {threads} threads. tilegcn never spills: use a smaller tile "
                 "(block size) or more threads", location=buf.loc)
 
