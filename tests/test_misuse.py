@@ -1061,6 +1061,11 @@ def compile_arch_empty(): ew.compile(*xy(), f=abs_free_identity, arch="")
 def jit_decorator_arch_empty(): tilegcn.jit(arch="")(lambda X: None)
 @misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
 def autotune_call_arch_empty(): tilegcn.autotune(configs=[{"block_M": 64}])(ew)(*xy(), f=abs_free_identity, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def emulator_load_arch_empty():
+    from tilegcn.runtime import get_device
+
+    get_device("emulator").load(ew.compile(*xy(), f=abs_free_identity).hsaco, arch="")
 
 
 # A fragment past the register budget is refused from its size, at its allocation, before any lowering (lowering
