@@ -112,9 +112,12 @@ def too_much_lds(X, *, size=48 * 1024):
 
 def too_many_registers(X):
     with T.Kernel(1, threads=64):
-        acc = T.alloc_fragment((128, 256), "float32")
+        acc = T.alloc_fragment((128, 128), "float32")  # 256 VGPRs a thread each: either alone may fit, not both
+        acc2 = T.alloc_fragment((128, 128), "float32")
         T.clear(acc)
+        T.clear(acc2)
         T.copy(acc, X[0, 0])
+        T.copy(acc2, X[0, 128])
 
 
 def mismatched_copy(X):

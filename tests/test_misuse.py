@@ -1150,3 +1150,125 @@ def cache_shard_replaced_by_a_symbolic_link():
 def with_asm_given_a_device_file():
     x, y = xy()
     ew.compile(x, y, f=abs_free_identity).with_asm("/dev/null")
+# -- issue 18, trace --
+# Device values (block indices, loop variables, T.Parallel indices, runtime scalars and index arithmetic on them)
+# have no value while the program is traced: a Python comparison or truth test on one was decided once, for every
+# block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's line.
+@tilegcn.jit
+def _decide(X, Y, n, *, on=None):
+    """Y = X, 32 rows a block; `on(v)` runs the case's Python decision on the device values `v`."""
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((32, 64), "float32")
+        for k in T.Pipelined(1, 2):
+            T.copy(X[bx * 32, 0], x)
+            for i, j in T.Parallel(32, 64):
+                on(dict(bx=bx, k=k, n=n, i=i))
+                x[i, j] = x[i, j] * 1.0
+            T.copy(x, Y[bx * 32, 0])
+
+
+def decide(on): _decide(*xy(), 3, on=on)
+
+
+def _if_bx_is_0(v):
+    if v["bx"] == 0:
+        pass
+
+
+def _if_k(v):
+    if v["k"]:
+        pass
+
+
+_NO_DEVICE_BRANCH = r"no device control flow.*index arithmetic"
+
+
+@misuse(CompileError, r"comparison `==` on the block index bx would be decided once.*" + _NO_DEVICE_BRANCH)
+def device_if_block_index_eq(): decide(_if_bx_is_0)
+@misuse(CompileError, r"comparison `!=` on the block index bx")
+def device_block_index_ne(): decide(lambda v: 1 if v["bx"] != 1 else 2)
+@misuse(CompileError, r"comparison `<` on the T.Pipelined loop variable")
+def device_loop_var_lt(): decide(lambda v: v["k"] < 2)
+@misuse(CompileError, r"comparison `<=` on the T.Pipelined loop variable")
+def device_loop_var_le(): decide(lambda v: v["k"] <= 1)
+@misuse(CompileError, r"comparison `>` on the T.Parallel index i")
+def device_parallel_index_gt(): decide(lambda v: v["i"] > 3)
+@misuse(CompileError, r"comparison `>=` on the runtime scalar n.*" + _NO_DEVICE_BRANCH)
+def device_scalar_ge(): decide(lambda v: v["n"] >= 1)
+@misuse(CompileError, r"comparison `==` on the runtime scalar n")
+def device_scalar_eq(): decide(lambda v: v["n"] == 3)
+@misuse(CompileError, r"comparison `>=` on the block index bx")  # 0 <= bx is asked as bx >= 0
+def device_chained_comparison(): decide(lambda v: 0 <= v["bx"] < 2)
+@misuse(CompileError, r"truth test .* on the block index bx")
+def device_bool_block_index(): decide(lambda v: bool(v["bx"]))
+@misuse(CompileError, r"truth test .* on the T.Pipelined loop variable")
+def device_if_loop_var(): decide(_if_k)
+@misuse(CompileError, r"truth test .* on the T.Parallel index i")
+def device_not_parallel_index(): decide(lambda v: not v["i"])
+@misuse(CompileError, r"truth test .* on the block index bx")
+def device_and(): decide(lambda v: v["bx"] and 1)
+@misuse(CompileError, r"truth test .* on the runtime scalar n")
+def device_or(): decide(lambda v: v["n"] or 1)
+@misuse(CompileError, r"comparison `==` on `32\*bx \+ 1`, which depends on the block index bx")
+def device_index_arithmetic_eq(): decide(lambda v: v["bx"] * 32 + 1 == 33)
+@misuse(CompileError, r"comparison `>` on .*which depends on the runtime scalar n")
+def device_ceildiv_of_scalar_gt(): decide(lambda v: T.ceildiv(v["n"], 2) > 1)
+@misuse(CompileError, r"comparison `==` on the block index bx")  # `in` compares each item with ==
+def device_membership(): decide(lambda v: v["bx"] in (0, 1))
+@misuse(CompileError, r"comparison `[<>]` on the T.Pipelined loop variable")  # the builtin max compares
+def device_builtin_max(): decide(lambda v: max(v["k"], 1))
+@misuse(CompileError, r"the block index bx is known only on the device.*range\(\)")
+def device_range_of_block_index(): decide(lambda v: range(v["bx"]))
+
+
+# T.Pipelined reads (start, stop) as TileLang does; what it cannot run is refused, never run as another loop.
+def pipelined_range(*args, **kw):
+    def body(X, Y):
+        with T.Kernel(1, threads=64):
+            for k in T.Pipelined(*args, **kw):
+                pass
+    return body
+
+
+@misuse(CompileError, r"T.Pipelined\(3, 1\): trip count must be positive, got -2")
+def pipelined_stop_before_start(): run_body(pipelined_range(3, 1))
+@misuse(CompileError, r"T.Pipelined\(-1, 2\): a negative start is not supported")
+def pipelined_negative_start(): run_body(pipelined_range(-1, 2))
+@misuse(CompileError, r"T.Pipelined\(order=...\) is not supported.*num_stages")
+def pipelined_order(): run_body(pipelined_range(0, 2, num_stages=2, order=[0, 1]))
+@misuse(CompileError, r"T.Pipelined stop must be known at compile time")
+def pipelined_runtime_stop(): _loop_from_1_to(xy()[0], 4)
+
+
+@tilegcn.jit
+def _loop_from_1_to(X, n):
+    with T.Kernel(1, threads=64):
+        for k in T.Pipelined(1, n):
+            pass
+
+
+# arch="" is no arch (it used to mean the default one)
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def call_arch_empty(): run_ew(lambda v: v, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def compile_arch_empty(): ew.compile(*xy(), f=abs_free_identity, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def jit_decorator_arch_empty(): tilegcn.jit(arch="")(lambda X: None)
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def autotune_call_arch_empty(): tilegcn.autotune(configs=[{"block_M": 64}])(ew)(*xy(), f=abs_free_identity, arch="")
+@misuse(UnsupportedArchError, r"unsupported arch ''.*gfx942, gfx950", located=False)
+def emulator_load_arch_empty():
+    from tilegcn.runtime import get_device
+
+    get_device("emulator").load(ew.compile(*xy(), f=abs_free_identity).hsaco, arch="")
+
+
+# A fragment past the register budget is refused from its size, at its allocation, before any lowering (lowering
+# it took 8.6 s at 2^10 rows, 216 s at 2^14 and ended in an internal error at 2^40).
+@misuse(ResourceError, r"fragment x \(float32\[1024, 64\]\) spread over 128 threads needs at least 512 VGPRs "
+                       r"per thread, and gfx950 has 256 .*smaller tile")
+def fragment_past_the_register_budget(): run_ew(abs_free_identity, block_M=2 ** 10, arch="gfx950")
+@misuse(ResourceError, r"fragment x \(float32\[16384, 64\]\).*needs at least 8192 VGPRs")
+def fragment_of_2_to_the_14_rows(): run_ew(abs_free_identity, block_M=2 ** 14)
+@misuse(ResourceError, r"fragment x \(float32\[1099511627776, 64\]\).*needs at least \d+ VGPRs")
+def fragment_of_2_to_the_40_rows(): run_ew(abs_free_identity, block_M=2 ** 40)

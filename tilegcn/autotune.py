@@ -523,7 +523,8 @@ class Autotuner:
     def _arch(self, kwargs) -> str:
         from .jit import resolve_arch
 
-        return resolve_arch(kwargs.get("arch") or self.arch or self.fn.arch)
+        arch = kwargs.get("arch")  # "" is refused by resolve_arch, never read as "the default"
+        return resolve_arch(arch if arch is not None else self.arch or self.fn.arch)
 
     def _device_label(self, arch) -> str:
         from .runtime import device_name

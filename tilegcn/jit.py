@@ -600,7 +600,8 @@ class JITFunction:
 
     def _compiled(self, args, kwargs) -> CompiledKernel:
         kwargs = dict(kwargs)
-        arch = resolve_arch(kwargs.pop("arch", None) or self.arch)
+        arch = kwargs.pop("arch", None)  # "" is an arch name (refused), not "the default": test None only
+        arch = resolve_arch(self.arch if arch is None else arch)
         constants = self._constants(kwargs)
         signature, trace_args = self._signature(args)
         skey = (signature, _freeze(constants), arch)

@@ -11,7 +11,7 @@ from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
 from ..errors import ArgumentError, CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import as_dtype
-from .proxies import BufferProxy, RegionRef, ScalarProxy, as_expr
+from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy, as_expr
 from .tracer import TensorAnnotation, current
 
 Tensor = TensorAnnotation
@@ -26,13 +26,25 @@ def ceildiv(a, b):
     b_index = _integer(b, "T.ceildiv divisor")
     if isinstance(a_index, int) and isinstance(b_index, int):
         return -(-a_index // b_index)
-    return sympy.ceiling(sympy.sympify(a_index) / b_index)
+    roles = tuple(role for x in (a, b) for role in _roles(x))
+    return IndexProxy(sympy.ceiling(sympy.sympify(a_index) / b_index), roles)
+
+
+def _roles(x) -> tuple:
+    """What the device values in `x` are (for messages about an expression built from it)."""
+    if isinstance(x, IndexProxy):
+        return x.roles
+    if isinstance(x, ScalarProxy):
+        return (x.describe(),)
+    return ()
 
 
 def _integer(value, what: str):
     """An int, or a SymPy index expression (block ids, loop variables, runtime int scalars)."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
+    if isinstance(value, IndexProxy):
+        value = value.expr
     if isinstance(value, sympy.Expr) and value.is_integer:
         return int(value) if value.is_Integer else value
     if isinstance(value, ScalarProxy) and value.param.symbol is not None:
@@ -85,7 +97,8 @@ def Kernel(*grid, threads: int = 128):
     body: list = []
     tracer.bodies.append(body)
     try:
-        yield ids[0] if len(grid) == 1 else ids[: len(grid)]
+        proxies = tuple(IndexProxy.of(s, f"the block index {s}") for s in ids[: len(grid)])
+        yield proxies[0] if len(grid) == 1 else proxies
     finally:
         tracer.bodies.pop()
     tracer.kernel_info = (sizes, (threads, 1, 1), ids, body, loc)
@@ -219,19 +232,33 @@ def Parallel(*extents):
     names = ("i", "j", "l", "m")[: len(extents)]
     indices = tuple(sympy.Symbol(f"p{n}", integer=True, nonnegative=True) for n in names)
     tracer.parallel = (extents, indices)
+    proxies = tuple(IndexProxy.of(s, f"the T.Parallel index {n}") for s, n in zip(indices, names))
     try:
-        yield indices[0] if len(indices) == 1 else indices
+        yield proxies[0] if len(proxies) == 1 else proxies
     finally:
         tracer.parallel = None
 
 
-def Pipelined(extent, num_stages: int = 1):
-    """`for k in T.Pipelined(n, num_stages=s):` the K loop; records its body once."""
+def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, sync=None, group=None):
+    """`for k in T.Pipelined(n, num_stages=s):` the K loop over k = 0..n-1; `T.Pipelined(start, stop, ...)` runs
+    k = start..stop-1, as TileLang reads it (so `T.Pipelined(1, 3)` is two trips, not three stages). The body is
+    recorded once; the loop counts 0..stop-start-1 and the body sees k as that counter plus `start`."""
     tracer = current()
     loc = user_location()
-    n = _concrete(extent, "the T.Pipelined trip count")
+    for name, value in (("order", order), ("stage", stage), ("sync", sync), ("group", group)):
+        if value is not None:
+            raise CompileError(f"T.Pipelined({name}=...) is not supported: tilegcn orders the pipelined loop "
+                               "itself; pass num_stages only", location=loc)
+    first, end = (0, start) if stop is None else (start, stop)
+    first = _concrete(first, "the T.Pipelined start")
+    end = _concrete(end, "the T.Pipelined trip count" if stop is None else "the T.Pipelined stop")
+    if first < 0:
+        raise CompileError(f"T.Pipelined({first}, {end}): a negative start is not supported (it would address "
+                           "tiles before the tensor's origin)", location=loc)
+    n = end - first
     if n <= 0:
-        raise CompileError(f"T.Pipelined trip count must be positive, got {n}", location=loc)
+        shown = f"T.Pipelined({end})" if stop is None else f"T.Pipelined({first}, {end})"
+        raise CompileError(f"{shown}: trip count must be positive, got {n}", location=loc)
     num_stages = _concrete(num_stages, "num_stages")
     if num_stages < 1:
         raise CompileError(f"num_stages must be >= 1, got {num_stages}", location=loc)
@@ -239,7 +266,7 @@ def Pipelined(extent, num_stages: int = 1):
     body: list = []
     tracer.bodies.append(body)
     try:
-        yield var
+        yield IndexProxy.of(var + first, "the T.Pipelined loop variable")
     finally:
         tracer.bodies.pop()
     tracer.record(N.Loop(var, n, int(num_stages), body, loc=loc))

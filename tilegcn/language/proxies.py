@@ -16,6 +16,9 @@ def as_expr(x) -> N.Expr:
         return x
     if isinstance(x, ScalarProxy):
         return N.ScalarRef(x.param)
+    if isinstance(x, IndexProxy):
+        raise CompileError(f"cannot use {x.describe()} in an element expression: indices address elements, "
+                           "they are not element values")
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
     return N.Const(float(x))
@@ -27,6 +30,8 @@ def as_index(x, what: str):
         raise CompileError(f"{what}: a bool is not an index")
     if isinstance(x, numbers.Integral):
         return sympy.Integer(int(x))
+    if isinstance(x, IndexProxy):
+        return x.expr
     if isinstance(x, sympy.Expr):
         return x
     if isinstance(x, ScalarProxy) and x.param.symbol is not None:
@@ -43,7 +48,7 @@ def _normalise_key(key, ndim: int, what: str):
     starts, extents = [], []
     for k in key:
         if isinstance(k, slice):
-            if k.step not in (None, 1):
+            if k.step is not None and not (isinstance(k.step, numbers.Integral) and k.step == 1):
                 raise CompileError(f"{what}: slices with a step are not supported")
             start = as_index(k.start if k.start is not None else 0, what)
             starts.append(start)
@@ -149,6 +154,16 @@ class BufferProxy(N.RefusesPythonOperators):
         return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
 
 
+def _refuse_decision(what: str):
+    def refuse(self, *_):
+        raise CompileError(
+            f"{what} on {self.describe()} would be decided once, while the program is traced, not on the device "
+            "for each block, thread or trip: tilegcn has no device control flow (if/while on device values) yet. "
+            "Compute with index arithmetic instead (e.g. a tile start `by * block_M`), pick elements with "
+            "T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+    return refuse
+
+
 class ScalarProxy(N.RefusesPythonOperators):
     """A runtime scalar argument (int or float, passed by value)."""
 
@@ -157,6 +172,9 @@ class ScalarProxy(N.RefusesPythonOperators):
 
     def _subject(self) -> str:
         return f"runtime scalar {self.param.name}"
+
+    def describe(self) -> str:
+        return f"the runtime scalar {self.param.name}"
 
     def _e(self):
         return N.ScalarRef(self.param)
@@ -173,7 +191,94 @@ class ScalarProxy(N.RefusesPythonOperators):
 
     __hash__ = object.__hash__
 
-    def __eq__(self, o): return self._e() == o  # refused, as for any element expression
-    def __ne__(self, o): return self._e() != o
-    def __bool__(self): return bool(self._e())
+    __eq__ = _refuse_decision("comparison `==`")
+    __ne__ = _refuse_decision("comparison `!=`")
+    __lt__ = _refuse_decision("comparison `<`")
+    __le__ = _refuse_decision("comparison `<=`")
+    __gt__ = _refuse_decision("comparison `>`")
+    __ge__ = _refuse_decision("comparison `>=`")
+    __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
+
+def _operand(o):
+    """`o` as SymPy for index arithmetic, or None when it is no index operand (Python then tries the other side)."""
+    if isinstance(o, IndexProxy):
+        return o.expr
+    if isinstance(o, (numbers.Real, sympy.Expr)) and not isinstance(o, bool):
+        return o
+    return None
+
+
+def _index_op(op):
+    def forward(self, o):
+        other = _operand(o)
+        if other is None:
+            return NotImplemented
+        return IndexProxy(op(self.expr, other), self.roles + (o.roles if isinstance(o, IndexProxy) else ()))
+    return forward
+
+
+class IndexProxy(N.RefusesPythonOperators):
+    """A value only the device knows: a block index, a T.Pipelined loop variable, a T.Parallel index, or index
+    arithmetic on them (and on runtime int scalars). It does index arithmetic (SymPy underneath) and refuses every
+    comparison and truth test: SymPy would answer `bx == 0` structurally (False) and Python would take one branch
+    for every block."""
+
+    def __init__(self, expr, roles: tuple = (), plain: bool = False):
+        self.expr = sympy.sympify(expr)
+        self.roles = roles  # what the symbols in expr are, for messages ("the block index bx", ...)
+        self.plain = plain  # the value itself, as T.* gave it (no arithmetic yet)
+
+    @classmethod
+    def of(cls, expr, role: str) -> "IndexProxy":
+        return cls(expr, (role,), plain=True)
+
+    def describe(self) -> str:
+        if self.plain:
+            return self.roles[0]
+        roles = ", ".join(dict.fromkeys(self.roles)) or "a device value"
+        return f"`{self.expr}`, which depends on {roles}"
+
+    def _subject(self) -> str:
+        return self.describe()
+
+    __add__ = _index_op(lambda a, b: a + b)
+    __radd__ = _index_op(lambda a, b: b + a)
+    __sub__ = _index_op(lambda a, b: a - b)
+    __rsub__ = _index_op(lambda a, b: b - a)
+    __mul__ = _index_op(lambda a, b: a * b)
+    __rmul__ = _index_op(lambda a, b: b * a)
+    __truediv__ = _index_op(lambda a, b: a / b)
+    __rtruediv__ = _index_op(lambda a, b: b / a)
+    __floordiv__ = _index_op(lambda a, b: a // b)
+    __rfloordiv__ = _index_op(lambda a, b: b // a)
+    __mod__ = _index_op(lambda a, b: a % b)
+    __rmod__ = _index_op(lambda a, b: b % a)
+    __pow__ = _index_op(lambda a, b: a ** b)
+    __rpow__ = _index_op(lambda a, b: b ** a)
+
+    def __neg__(self): return IndexProxy(-self.expr, self.roles)
+    def __pos__(self): return self
+    def __abs__(self): return IndexProxy(sympy.Abs(self.expr), self.roles)
+
+    # Identity hash: proxies may sit in sets and dicts; `==` itself is a device comparison and refused.
+    __hash__ = object.__hash__
+    __eq__ = _refuse_decision("comparison `==`")
+    __ne__ = _refuse_decision("comparison `!=`")
+    __lt__ = _refuse_decision("comparison `<`")
+    __le__ = _refuse_decision("comparison `<=`")
+    __gt__ = _refuse_decision("comparison `>`")
+    __ge__ = _refuse_decision("comparison `>=`")
+    __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
+
+    def _refuse_conversion(self, *_):
+        raise CompileError(f"{self.describe()} is known only on the device, not while the program is traced: "
+                           "int(), range() and Python indexing need a compile-time int; write the index "
+                           "arithmetic into the tile start instead (e.g. A[by * block_M, k * block_K])")
+
+    __int__ = __index__ = __float__ = __complex__ = __round__ = __trunc__ = __floor__ = __ceil__ = _refuse_conversion
+
+    def __repr__(self):
+        return str(self.expr)
+
+    __str__ = __repr__

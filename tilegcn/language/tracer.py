@@ -6,8 +6,10 @@ innermost open body. Every statement remembers the user's file:line for later er
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import linecache
+import math
 import os
 import re
 import sysconfig
@@ -16,7 +18,8 @@ import traceback
 
 import sympy
 
-from ..errors import _PACKAGE_DIR, ArgumentError, CompileError, TilegcnError, user_location
+from ..amdgcn.arch import get_arch
+from ..errors import _PACKAGE_DIR, ArgumentError, CompileError, ResourceError, TilegcnError, user_location
 from ..ir import nodes as N
 from ..ir.types import TensorSpec, as_dtype, float32, int32
 from .proxies import BufferProxy, ScalarProxy
@@ -166,6 +169,46 @@ def _check_written_tensors(kernel: N.Kernel) -> None:
                 reach += (size - 1) * stride
 
 
+def _check_fragment_budgets(kernel: N.Kernel, arch) -> None:
+    """Refuse a fragment that cannot fit the registers before anything is lowered (lowering a 2^14-row fragment
+    took minutes only to fail). A fragment other than a T.gemm accumulator lives in the arch VGPRs
+    (passes/layout.py), which a wave has only as much of as the workgroup's share of the unified file; some
+    thread holds at least ceil(elements / threads) of its elements, 16-bit ones packed two a register. A lower
+    bound, so a kernel that fits is never refused here; the register allocator has the exact word. T.gemm
+    accumulators (AGPRs) are left to the GEMM planner, which refuses them first thing in lowering, at the T.gemm
+    line."""
+    arch, threads = get_arch(arch), kernel.threads
+    budget = min(arch.arch_vgprs, arch.workgroup_register_budget(threads))
+    accumulators = {s.C for s in N.walk(kernel.body) if isinstance(s, N.Gemm)}
+    for buf in kernel.buffers:
+        if buf.scope != N.FRAGMENT or buf in accumulators:
+            continue
+        per_thread = -(-math.prod(buf.shape) // threads)
+        registers = -(-per_thread * buf.dtype.bytes // 4)
+        if registers > budget:
+            raise ResourceError(
+                f"register budget exceeded: fragment {buf.name} ({buf.dtype.name}{list(buf.shape)}) spread over "
+                f"{threads} threads needs at least {registers} VGPRs per thread, and {arch.name} has {budget} "
+                f"per thread in a workgroup of {threads} threads. tilegcn never spills: use a smaller tile "
+                "(block size) or more threads", location=buf.loc)
+
+
+_SYMBOL_CHARS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def assembler_symbol(name: str) -> str:
+    """The kernel's symbol in the assembly and the code object: a plain ASCII identifier stays as it is (so
+    existing entries and asm look the same); any other name (`ядро`, `<lambda>`, or a `;` or newline that would
+    inject assembly) becomes [A-Za-z0-9_] with each other byte hex-escaped, plus a short hash of the name so
+    two names never share an escaped form. The runtime finds the kernel by this name (meta.json's `name`)."""
+    if _SYMBOL_CHARS.fullmatch(name):
+        return name
+    escaped = "".join(c if c.isascii() and (c.isalnum() or c == "_") else
+                      "".join(f"_{byte:02x}" for byte in c.encode("utf-8", "surrogatepass")) for c in name)
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"k_{escaped}_{digest}"
+
+
 def _bind_arguments(fn, args: list):
     """Proxies for the positional parameters, with annotation checks."""
     sig = inspect.signature(fn)
@@ -216,6 +259,7 @@ def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
         raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
                            location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
     grid, block, block_ids, body, loc = tracer.kernel_info
-    kernel = N.Kernel(fn.__name__, params, tracer.buffers, grid, block, block_ids, body, loc=loc)
+    kernel = N.Kernel(assembler_symbol(fn.__name__), params, tracer.buffers, grid, block, block_ids, body, loc=loc)
+    _check_fragment_budgets(kernel, arch)
     _check_written_tensors(kernel)
     return kernel

@@ -105,7 +105,7 @@ class Module:
 
     def __init__(self, data: bytes, arch=None, device=None):
         self.code = codeobject.parse(data)
-        self.arch = get_arch(arch or self.code.arch)
+        self.arch = get_arch(self.code.arch if arch is None else arch)  # arch="" is refused, not the default
         self.digest = hashlib.sha256(self.code.data).hexdigest()
         self.kernels = self.code.kernels
         self.last_stats = None
@@ -247,7 +247,7 @@ class EmulatorDevice:
         self.arch = arch
 
     def load(self, hsaco, arch=None) -> Module:
-        return load(hsaco, arch=arch or self.arch)
+        return load(hsaco, arch=self.arch if arch is None else arch)
 
 
 def load(path_or_bytes, arch=None) -> Module:
