@@ -214,3 +214,19 @@ def test_branches_to_named_labels_run():
     out = torch.zeros(64, dtype=torch.int32)
     mod.launch("k", (1, 1, 1), (64, 1, 1), [out])
     assert torch.equal(out, 5 + torch.arange(64, dtype=torch.int32))
+
+
+def test_a_huge_grid_is_estimated_without_listing_its_workgroups():
+    """The timing model runs one XCD's first round; it must not build a list of every workgroup first (of
+    2^32 workgroups: two minutes and 20 GB once). Launching such a grid on the emulator is refused
+    (test_misuse). Python's own allocations while estimating 2^26 workgroups stay far below a list of them."""
+    import tracemalloc
+
+    mod = module("s_endpgm", args=())
+    tracemalloc.start()
+    try:
+        est = mod.estimate("k", (2**16, 2**10, 1), (64, 1, 1), device="MI300X")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert est.cycles > 0 and peak < 32 << 20  # a list of the 2^23 workgroups on one XCD: ~300 MB
