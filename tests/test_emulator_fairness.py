@@ -64,6 +64,48 @@ def test_spin_lock_across_workgroups_completes(retries):
     assert int(counter[0]) == workgroups and int(lock[0]) == 0
 
 
+def test_spin_lock_in_workgroups_of_several_waves_with_barriers():
+    """Wave 0 of each workgroup takes the lock while its other waves wait at a barrier; then wave 1 adds one to
+    the counter, and after a second barrier wave 0 releases the lock. A workgroup whose waves all reached
+    the barrier passes it while other workgroups' waves still spin."""
+    body = """s_load_dwordx2 s[4:5], s[0:1], 0x0
+              s_load_dwordx2 s[6:7], s[0:1], 0x8
+              v_readfirstlane_b32 s8, v0
+              v_mov_b32 v1, 0
+              v_mov_b32 v2, 1
+              v_mov_b32 v3, 0
+              s_waitcnt lgkmcnt(0)
+              s_mov_b64 exec, 1
+              s_cmp_eq_u32 s8, 0
+              s_cbranch_scc0 .Lwait
+            .Lretry:
+              global_atomic_cmpswap v4, v1, v[2:3], s[4:5] sc0
+              s_waitcnt vmcnt(0)
+              v_cmp_eq_u32 vcc, 0, v4
+              s_cbranch_vccz .Lretry
+            .Lwait:
+              s_barrier
+              s_cmp_eq_u32 s8, 64
+              s_cbranch_scc0 .Lskip
+              global_load_dword v5, v1, s[6:7]
+              s_waitcnt vmcnt(0)
+              v_add_u32 v5, 1, v5
+              global_store_dword v1, v5, s[6:7]
+              s_waitcnt vmcnt(0)
+            .Lskip:
+              s_barrier
+              s_cmp_eq_u32 s8, 0
+              s_cbranch_scc0 .Lend
+              global_store_dword v1, v3, s[4:5]
+              s_waitcnt vmcnt(0)
+            .Lend:
+              s_endpgm"""
+    mod = module(body, args=("ptr", "ptr"), vgprs=8, sgprs=16)
+    lock, counter = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    mod.launch("k", grid=(6, 1, 1), block=(192, 1, 1), args=[lock, counter])
+    assert int(counter[0]) == 6 and int(lock[0]) == 0
+
+
 def test_a_wait_nobody_releases_errors_quickly_naming_the_waves():
     mod = module(WAIT_FOR_FLAG, args=("ptr",), vgprs=8, sgprs=16)
     flag = torch.zeros(1, dtype=torch.int32)

@@ -509,14 +509,23 @@ class Machine:
         return runnable
 
     def _complete_barriers(self) -> bool:
-        """Pass the barrier of every workgroup whose live waves are all parked (others may still run)."""
+        """Pass the barrier of every workgroup whose live waves are all parked while other workgroups' waves
+        still run. A parked group may hold waves of both kinds (groups at one pc merge): it splits."""
         wpw = self.waves_per_wg
         running = {w // wpw for g in self.groups if g.state == RUN for w in g.waves}
         parked = [g for g in self.groups if g.state == PARKED]
-        ready = [g for g in parked if not any(w // wpw in running for w in g.waves)]
-        if not ready:
+        passing = {w // wpw for g in parked for w in g.waves} - running
+        if not passing:
             return False
-        self._pass_barrier(ready)
+        self.lds.new_epoch(sorted(passing))
+        for g in parked:
+            go = [w for w in g.waves if w // wpw in passing]
+            if len(go) == g.n:
+                g.state = RUN
+            elif go:
+                stay = self._subgroup(g, [w for w in g.waves if w // wpw not in passing], g.pc)
+                stay.state = PARKED
+                self.groups = [x for x in self.groups if x is not g] + [self._subgroup(g, go, g.pc), stay]
         return True
 
     def _spin_error(self, runnable):
