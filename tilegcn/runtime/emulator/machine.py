@@ -39,11 +39,14 @@ from .state import Fault, GlobalMemory, Lds, M32
 from .stats import LaunchStats
 
 RUN, PARKED, DONE = 0, 1, 2
-# Fair scheduling (see the module doc). Steps a group runs before its first spin check, the most steps it
-# may run while other groups wait, and how many branch targets' snapshots a group keeps.
+# Fair scheduling (see the module doc): steps a group runs before its first spin check, the most steps it
+# may run while other groups wait, the longest gap between two looks at one group (so a spin that starts
+# late is still found within seconds) and between two rounds, and how many branch targets' snapshots a
+# group keeps.
 WATCH_AFTER = 64
 QUANTUM = 2_000
-MAX_INTERVAL = 1 << 20
+MAX_INTERVAL = 1 << 16
+MAX_ROUND_GAP = 1 << 14
 SNAPSHOTS_KEPT = 4
 DEFAULT_MAX_STEPS = 5_000_000
 LANE_BITS = torch.tensor([1 << i if i < 63 else -(1 << 63) for i in range(64)], dtype=torch.int64)
@@ -370,7 +373,7 @@ class Machine:
                 self.sgpr[slot] = ids[:, "xyz".index(name[-1])]
             elif name == "workgroup_info":
                 self.sgpr[slot] = wpw  # number of waves in the workgroup
-        self.round, self.memory_seen = 0, None  # spin detection: see _every_group_spins
+        self.round, self.memory_seen, self.round_gap = 0, None, 0  # spin detection: see _every_group_spins
         self.groups = [Group(self, list(range(W)), self.prog.entry_index)]
         self._schedule()
 
@@ -501,11 +504,13 @@ class Machine:
         if self.memory_seen is not None and all(g.spin_round == self.round for g in runnable) and \
                 all(torch.equal(a, b) for a, b in zip(memory, self.memory_seen)):
             raise self._spin_error(runnable)
+        if self.memory_seen is not None:  # memory moved on: rounds (a copy of memory each) grow rarer
+            self.round_gap = min(max(1, 2 * self.round_gap), MAX_ROUND_GAP)
         self.round += 1
         self.memory_seen = tuple(t.clone() for t in memory)
         for g in runnable:
             g.spinning = False
-            g.watch_at = self.steps_left
+            g.watch_at = self.steps_left - self.round_gap
         return runnable
 
     def _complete_barriers(self) -> bool:
