@@ -1022,20 +1022,23 @@ def emulator_max_steps_not_a_number():
     import os
 
     _, module = _asm_kernel()
+    before = os.environ.get("TILEGCN_EMULATOR_MAX_STEPS")
     os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = "abc"
     try:
         module.launch("k", (1, 1, 1), (64, 1, 1), [])
     finally:
-        del os.environ["TILEGCN_EMULATOR_MAX_STEPS"]
+        os.environ.pop("TILEGCN_EMULATOR_MAX_STEPS")
+        if before is not None:
+            os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = before
 
 
 @misuse(AsmVerifyError, r"(?s)HazardError: .*s_waitcnt.*without the checks it then fails", located=False)
 def with_asm_verify_on_an_edit_without_waits():
-    import tempfile
+    import os
     from pathlib import Path
 
     x, y = xy(16, 64)
     k = ew.compile(x, y, f=abs_free_identity)
-    edited = Path(tempfile.mkdtemp()) / "no_waits.s"
+    edited = Path(os.environ["TILEGCN_CACHE_DIR"]).parent / "no_waits.s"  # the test's own tmp_path
     edited.write_text("\n".join(ln for ln in k.asm.splitlines() if "s_waitcnt" not in ln) + "\n")
     k.with_asm(edited, verify=True, args=(x, y))
