@@ -218,7 +218,7 @@ def test_branches_to_named_labels_run():
 
 def test_a_huge_grid_is_estimated_without_listing_its_workgroups():
     """The timing model runs one XCD's first round; it must not build a list of every workgroup first (of
-    2^32 workgroups: two minutes and 20 GB once). Launching such a grid on the emulator is refused
+    2^32 workgroups: two minutes and gigabytes once). Launching such a grid on the emulator is refused
     (test_misuse). Python's own allocations while estimating 2^26 workgroups stay far below a list of them."""
     import tracemalloc
 
