@@ -171,3 +171,62 @@ def test_many_workgroups_run_in_chunks():
     y = torch.zeros_like(x)
     mod.launch("k", grid=(300, 1, 1), block=(256, 1, 1), args=[x, y])
     assert torch.equal(y, x + 1)
+
+
+def test_every_truncation_and_msgpack_bomb_is_a_device_error():
+    hsaco = assemble(kernel_asm(COPY, args=("ptr", "ptr")), "gfx942")
+    for n in range(0, len(hsaco), 3):
+        with pytest.raises(DeviceError):
+            codeobject.parse(hsaco[:n])
+    bombs = {b"\x91" * 100_000 + b"\x01": "nest deeper than 64",  # would be a RecursionError
+             b"\xdf\xff\xff\xff\xff\x01\x02": "claims 4294967295 items",
+             b"\x81\x91\x01\x02": "map key .* is a list",
+             b"\xa3\xff\xfe\xfd": "not UTF-8",
+             b"\xcf\x01\x02": "needs 8 bytes, only 2 remain"}
+    for blob, why in bombs.items():
+        with pytest.raises(DeviceError, match=why):
+            codeobject.msgpack_decode(blob)
+
+
+def test_branches_to_named_labels_run():
+    """objdump prints a branch to a non-local label by its name (`s_cbranch_scc1 skip`): the target comes from
+    the encoding. The kernel counts s4 down from 5 in a loop and skips a store of 99: out[lane] = 5 + lane."""
+    body = """s_load_dwordx2 s[6:7], s[0:1], 0x0
+              s_mov_b32 s4, 5
+              v_mov_b32 v3, 0
+            again:
+              v_add_u32 v3, 1, v3
+              s_sub_u32 s4, s4, 1
+              s_cmp_eq_u32 s4, 0
+              s_cbranch_scc0 again
+              s_waitcnt lgkmcnt(0)
+              s_cmp_eq_u32 s4, 0
+              s_cbranch_scc1 skip
+              v_mov_b32 v3, 99
+            skip:
+              v_add_u32 v3, v3, v0
+              v_lshlrev_b32 v2, 2, v0
+              """ + srd(8, 6, 256) + """
+              buffer_store_dword v3, v2, s[8:11], 0 offen
+              s_endpgm"""
+    mod = module(body, args=("ptr",), sgprs=16, vgprs=8)
+    assert {"again", "skip"} <= {i.text.split()[-1] for i in mod.instrs if "branch" in i.mnemonic}
+    out = torch.zeros(64, dtype=torch.int32)
+    mod.launch("k", (1, 1, 1), (64, 1, 1), [out])
+    assert torch.equal(out, 5 + torch.arange(64, dtype=torch.int32))
+
+
+def test_a_huge_grid_is_estimated_without_listing_its_workgroups():
+    """The timing model runs one XCD's first round; it must not build a list of every workgroup first (of
+    2^32 workgroups: two minutes and gigabytes once). Launching such a grid on the emulator is refused
+    (test_misuse). Python's own allocations while estimating 2^26 workgroups stay far below a list of them."""
+    import tracemalloc
+
+    mod = module("s_endpgm", args=())
+    tracemalloc.start()
+    try:
+        est = mod.estimate("k", (2**16, 2**10, 1), (64, 1, 1), device="MI300X")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert est.cycles > 0 and peak < 32 << 20  # a list of the 2^23 workgroups on one XCD: ~300 MB

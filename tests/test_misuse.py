@@ -1272,3 +1272,90 @@ def fragment_past_the_register_budget(): run_ew(abs_free_identity, block_M=2 ** 
 def fragment_of_2_to_the_14_rows(): run_ew(abs_free_identity, block_M=2 ** 14)
 @misuse(ResourceError, r"fragment x \(float32\[1099511627776, 64\]\).*needs at least \d+ VGPRs")
 def fragment_of_2_to_the_40_rows(): run_ew(abs_free_identity, block_M=2 ** 40)
+# -- issue 18, emu --
+from tilegcn.asm_override import AsmVerifyError  # noqa: E402
+
+
+def _asm_kernel(body="s_endpgm"):
+    """A hand-written kernel (no arguments) assembled with LLVM: (hsaco bytes, its module on the emulator)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from asm.emukit import kernel_asm
+    from tilegcn.runtime import get_device
+    from tilegcn.toolchain import assemble
+
+    hsaco = assemble(kernel_asm(body, args=()), "gfx942")
+    return hsaco, get_device("emulator").load(hsaco)
+
+
+def _metadata_at(hsaco):
+    """Offset of the msgpack metadata in the AMDGPU note (after its 12-byte header and the name "AMDGPU\\0" + pad)."""
+    return hsaco.index(b"AMDGPU\0\0") + 8
+
+
+@misuse(DeviceError, r"damaged code object .*past the end of the file", located=False)
+def emulator_truncated_code_object():
+    from tilegcn.runtime import get_device
+
+    hsaco, _ = _asm_kernel()
+    get_device("emulator").load(hsaco[:len(hsaco) // 2])
+
+
+@misuse(DeviceError, r"metadata is not valid msgpack: an array .* claims 4294967295 items", located=False)
+def emulator_msgpack_note_bomb():
+    from tilegcn.runtime import get_device
+
+    hsaco, _ = _asm_kernel()
+    at = _metadata_at(hsaco)
+    get_device("emulator").load(hsaco[:at] + b"\xdd\xff\xff\xff\xff" + hsaco[at + 5:])
+
+
+@misuse(DeviceError, r"metadata is not valid msgpack: a string .* needs 4294967295 bytes", located=False)
+def emulator_msgpack_string_bomb():
+    from tilegcn.runtime import get_device
+
+    hsaco, _ = _asm_kernel()
+    at = _metadata_at(hsaco)
+    get_device("emulator").load(hsaco[:at] + b"\xdb\xff\xff\xff\xff" + hsaco[at + 5:])
+
+
+@misuse(DeviceError, r"grid \(4294967296, 1, 1\).*at most 2\^32-1 per dimension", located=False)
+def emulator_grid_beyond_the_dispatch_packet():
+    _, module = _asm_kernel()
+    module.launch("k", (2**32, 1, 1), (64, 1, 1), [])
+
+
+@misuse(DeviceError, r"grid \(65536, 65536, 1\) has 4294967296 workgroups; the emulated device would take hours",
+        located=False)
+def emulator_grid_that_would_take_hours():
+    _, module = _asm_kernel()
+    module.launch("k", (2**16, 2**16, 1), (64, 1, 1), [])
+
+
+@misuse(DeviceError, r"TILEGCN_EMULATOR_MAX_STEPS must be a positive whole number .*'abc'", located=False)
+def emulator_max_steps_not_a_number():
+    import os
+
+    _, module = _asm_kernel()
+    before = os.environ.get("TILEGCN_EMULATOR_MAX_STEPS")
+    os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = "abc"
+    try:
+        module.launch("k", (1, 1, 1), (64, 1, 1), [])
+    finally:
+        os.environ.pop("TILEGCN_EMULATOR_MAX_STEPS")
+        if before is not None:
+            os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = before
+
+
+@misuse(AsmVerifyError, r"(?s)HazardError: .*s_waitcnt.*without the checks it then fails", located=False)
+def with_asm_verify_on_an_edit_without_waits():
+    import os
+    from pathlib import Path
+
+    x, y = xy(16, 64)
+    k = ew.compile(x, y, f=abs_free_identity)
+    edited = Path(os.environ["TILEGCN_CACHE_DIR"]).parent / "no_waits.s"  # the test's own tmp_path
+    edited.write_text("\n".join(ln for ln in k.asm.splitlines() if "s_waitcnt" not in ln) + "\n")
+    k.with_asm(edited, verify=True, args=(x, y))

@@ -20,9 +20,12 @@ from ..amdgcn.arch import ARCHES
 from ..errors import DeviceError
 
 EM_AMDGPU = 224
-SHT_SYMTAB, SHT_NOTE, SHT_DYNSYM = 2, 7, 11
+SHT_SYMTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 7, 8, 11
 NT_AMDGPU_METADATA = 32
 KERNEL_DESCRIPTOR_BYTES = 64
+# A bound on a kernel's kernarg segment, far above what compilers emit (HIP allows 4 KiB), so that a damaged
+# size in the metadata or the descriptor is refused instead of allocated
+MAX_KERNARG_BYTES = 1 << 20
 
 # EF_AMDGPU_MACH values (e_flags bits [7:0]) for the arches tilegcn knows.
 _MACH_TO_ARCH = {0x4C: "gfx942", 0x4F: "gfx950"}
@@ -32,15 +35,47 @@ _MACH_TO_ARCH = {0x4C: "gfx942", 0x4F: "gfx950"}
 # MessagePack (the subset any msgpack encoder can produce; ext types are kept as (type, bytes))
 # ------------------------------------------------------------------------------------------------
 
+MSGPACK_MAX_DEPTH = 64  # AMDGPU metadata nests 4 deep; a deeper value is damage, not metadata
+
+
+class _Malformed(Exception):
+    """Raised inside the decoders; parse() turns it into a DeviceError naming the code object part."""
+
+
 def msgpack_decode(data: bytes):
-    """Decode one MessagePack value from `data` (the whole buffer must be that one value)."""
-    value, end = _mp_value(data, 0)
+    """Decode one MessagePack value from `data` (the whole buffer must be that one value). Damaged or hostile
+    input (a length or count past the end of the data, nesting deeper than MSGPACK_MAX_DEPTH) is a DeviceError,
+    found before anything that size is built."""
+    try:
+        value, end = _mp_value(bytes(data), 0, 0)
+    except _Malformed as e:
+        raise DeviceError(f"tilegcn: code object metadata is not valid msgpack: {e}") from None
     if end != len(data):
         raise DeviceError(f"tilegcn: code object metadata has {len(data) - end} trailing bytes after the msgpack map")
     return value
 
 
-def _mp_value(b: bytes, i: int):
+def _take(b: bytes, i: int, n: int, what: str) -> int:
+    """The end of `n` bytes of `what` starting at `i`, checked against the data."""
+    if n > len(b) - i:
+        raise _Malformed(f"{what} at byte {i} needs {n} bytes, only {len(b) - i} remain")
+    return i + n
+
+
+def _unpack(fmt: str, b: bytes, i: int, what: str):
+    end = _take(b, i, struct.calcsize(fmt), what)
+    return struct.unpack_from(fmt, b, i)[0], end
+
+
+def _text(raw: bytes, i: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Malformed(f"string at byte {i} is not UTF-8") from None
+
+
+def _mp_value(b: bytes, i: int, depth: int):
+    _take(b, i, 1, "a value")
     t = b[i]
     i += 1
     if t <= 0x7F:
@@ -48,57 +83,68 @@ def _mp_value(b: bytes, i: int):
     if t >= 0xE0:
         return t - 0x100, i
     if 0x80 <= t <= 0x8F:
-        return _mp_map(b, i, t & 0x0F)
+        return _mp_map(b, i, t & 0x0F, depth)
     if 0x90 <= t <= 0x9F:
-        return _mp_array(b, i, t & 0x0F)
+        return _mp_array(b, i, t & 0x0F, depth)
     if 0xA0 <= t <= 0xBF:
-        n = t & 0x1F
-        return b[i:i + n].decode("utf-8"), i + n
+        end = _take(b, i, t & 0x1F, "a string")
+        return _text(b[i:end], i), end
     fixed = {0xC0: None, 0xC2: False, 0xC3: True}
     if t in fixed:
         return fixed[t], i
     ints = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
             0xCA: ">f", 0xCB: ">d"}
     if t in ints:
-        fmt = ints[t]
-        return struct.unpack_from(fmt, b, i)[0], i + struct.calcsize(fmt)
+        return _unpack(ints[t], b, i, "a number")
     lengths = {0xC4: ">B", 0xC5: ">H", 0xC6: ">I", 0xD9: ">B", 0xDA: ">H", 0xDB: ">I"}
     if t in lengths:
-        fmt = lengths[t]
-        n = struct.unpack_from(fmt, b, i)[0]
-        i += struct.calcsize(fmt)
-        raw = b[i:i + n]
-        return (raw.decode("utf-8") if t >= 0xD9 else bytes(raw)), i + n
+        n, i = _unpack(lengths[t], b, i, "a length")
+        end = _take(b, i, n, "a string" if t >= 0xD9 else "binary data")
+        raw = b[i:end]
+        return (_text(raw, i) if t >= 0xD9 else bytes(raw)), end
     if t in (0xDC, 0xDD):
-        fmt = ">H" if t == 0xDC else ">I"
-        return _mp_array(b, i + struct.calcsize(fmt), struct.unpack_from(fmt, b, i)[0])
+        n, i = _unpack(">H" if t == 0xDC else ">I", b, i, "an array length")
+        return _mp_array(b, i, n, depth)
     if t in (0xDE, 0xDF):
-        fmt = ">H" if t == 0xDE else ">I"
-        return _mp_map(b, i + struct.calcsize(fmt), struct.unpack_from(fmt, b, i)[0])
+        n, i = _unpack(">H" if t == 0xDE else ">I", b, i, "a map length")
+        return _mp_map(b, i, n, depth)
     if 0xD4 <= t <= 0xD8:  # fixext 1..16
         n = 1 << (t - 0xD4)
-        return (struct.unpack_from(">b", b, i)[0], bytes(b[i + 1:i + 1 + n])), i + 1 + n
+        end = _take(b, i, 1 + n, "an ext value")
+        return (struct.unpack_from(">b", b, i)[0], bytes(b[i + 1:end])), end
     if t in (0xC7, 0xC8, 0xC9):
-        fmt = {0xC7: ">B", 0xC8: ">H", 0xC9: ">I"}[t]
-        n = struct.unpack_from(fmt, b, i)[0]
-        i += struct.calcsize(fmt)
-        return (struct.unpack_from(">b", b, i)[0], bytes(b[i + 1:i + 1 + n])), i + 1 + n
-    raise DeviceError(f"tilegcn: code object metadata: invalid msgpack type byte 0x{t:02x}")
+        n, i = _unpack({0xC7: ">B", 0xC8: ">H", 0xC9: ">I"}[t], b, i, "an ext length")
+        end = _take(b, i, 1 + n, "an ext value")
+        return (struct.unpack_from(">b", b, i)[0], bytes(b[i + 1:end])), end
+    raise _Malformed(f"invalid type byte 0x{t:02x} at byte {i - 1}")
 
 
-def _mp_array(b, i, n):
+def _mp_items(b, i, n, per_item, depth, what):
+    """Check a container of n items (each at least `per_item` bytes) fits the data before decoding it."""
+    if depth >= MSGPACK_MAX_DEPTH:
+        raise _Malformed(f"values nest deeper than {MSGPACK_MAX_DEPTH} levels at byte {i}")
+    if n * per_item > len(b) - i:
+        raise _Malformed(f"{what} at byte {i} claims {n} items, more than the {len(b) - i} bytes that remain")
+
+
+def _mp_array(b, i, n, depth):
+    _mp_items(b, i, n, 1, depth, "an array")
     out = []
     for _ in range(n):
-        v, i = _mp_value(b, i)
+        v, i = _mp_value(b, i, depth + 1)
         out.append(v)
     return out, i
 
 
-def _mp_map(b, i, n):
+def _mp_map(b, i, n, depth):
+    _mp_items(b, i, n, 2, depth, "a map")
     out = {}
     for _ in range(n):
-        k, i = _mp_value(b, i)
-        v, i = _mp_value(b, i)
+        at = i
+        k, i = _mp_value(b, i, depth + 1)
+        v, i = _mp_value(b, i, depth + 1)
+        if isinstance(k, (list, dict)):
+            raise _Malformed(f"a map key at byte {at} is a {type(k).__name__}")
         out[k] = v
     return out, i
 
@@ -297,29 +343,45 @@ class CodeObject:
     def read(self, vaddr: int, size: int) -> bytes:
         """Bytes of the loaded image at virtual address `vaddr` (from the section that holds it)."""
         for s in self.sections.values():
-            if s.addr <= vaddr and vaddr + size <= s.addr + s.size and s.type != 8:  # 8 = SHT_NOBITS
+            if s.addr <= vaddr and vaddr + size <= s.addr + s.size and s.type != SHT_NOBITS:
                 start = s.offset + vaddr - s.addr
                 return self.data[start:start + size]
         raise DeviceError(f"tilegcn: code object has no section holding [0x{vaddr:x}, 0x{vaddr + size:x})")
 
 
 def _cstr(table: bytes, offset: int) -> str:
-    end = table.index(b"\0", offset)
+    end = table.find(b"\0", offset)
+    if offset >= len(table) or end < 0:
+        raise _Malformed(f"a name at offset {offset} runs past its string table ({len(table)} bytes)")
     return table[offset:end].decode("utf-8", "replace")
 
 
+def _span(data: bytes, offset: int, size: int, what: str) -> bytes:
+    """data[offset:offset + size], which must lie inside the file."""
+    if offset < 0 or size < 0 or offset + size > len(data):
+        raise _Malformed(f"{what} [{offset}, {offset + size}) lies past the end of the file ({len(data)} bytes)")
+    return data[offset:offset + size]
+
+
 def _elf_sections(data: bytes) -> list:
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    if data[:4] != b"\x7fELF" or len(data) < 6 or data[4] != 2 or data[5] != 1:
         raise DeviceError("tilegcn: not a little-endian ELF64 code object")
-    e_machine = struct.unpack_from("<H", data, 18)[0]
+    header = _span(data, 0, 64, "the ELF header")
+    e_machine = struct.unpack_from("<H", header, 18)[0]
     if e_machine != EM_AMDGPU:
         raise DeviceError(f"tilegcn: ELF machine {e_machine} is not AMDGPU ({EM_AMDGPU})")
-    e_shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    e_shoff = struct.unpack_from("<Q", header, 0x28)[0]
+    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", header, 0x3A)
+    if e_shentsize < 64 or e_shstrndx >= e_shnum:
+        raise _Malformed(f"section header table: entry size {e_shentsize}, {e_shnum} entries, names in "
+                         f"entry {e_shstrndx}")
+    table = _span(data, e_shoff, e_shnum * e_shentsize, "the section header table")
     raw = []
     for i in range(e_shnum):
         name, typ, _flags, addr, off, size, link, _info, _align, _entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
+            "<IIQQQQIIQQ", table, i * e_shentsize)
+        if typ != SHT_NOBITS:
+            _span(data, off, size, f"section {i}")
         raw.append((name, typ, addr, off, size, link))
     shstr = raw[e_shstrndx]
     shstrtab = data[shstr[3]:shstr[3] + shstr[4]]
@@ -331,9 +393,11 @@ def _elf_symbols(data: bytes, sections: list) -> dict:
     for sec, link in sections:
         if sec.type not in (SHT_SYMTAB, SHT_DYNSYM):
             continue
+        if link >= len(sections):
+            raise _Malformed(f"symbol table {sec.name!r} links to section {link} of {len(sections)}")
         strsec = sections[link][0]
         strtab = data[strsec.offset:strsec.offset + strsec.size]
-        for off in range(sec.offset, sec.offset + sec.size, 24):
+        for off in range(sec.offset, sec.offset + sec.size - 23, 24):
             name, _info, _other, shndx, value, size = struct.unpack_from("<IBBHQQ", data, off)
             if name:
                 symbols.setdefault(_cstr(strtab, name), Symbol(_cstr(strtab, name), value, size, shndx))
@@ -347,12 +411,49 @@ def _metadata_note(data: bytes, sections: list) -> dict | None:
         pos, end = sec.offset, sec.offset + sec.size
         while pos + 12 <= end:
             namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
-            name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
             desc_at = pos + 12 + ((namesz + 3) & ~3)
+            if desc_at + descsz > end:
+                raise _Malformed(f"a note of section {sec.name!r} claims {descsz} bytes past the section's end")
+            name = data[pos + 12:pos + 12 + namesz].rstrip(b"\0")
             if ntype == NT_AMDGPU_METADATA and name == b"AMDGPU":
                 return msgpack_decode(data[desc_at:desc_at + descsz])
             pos = desc_at + ((descsz + 3) & ~3)
     return None
+
+
+def _check_metadata(metadata):
+    """The shapes the loader and the launch rely on: a map, a list of kernel maps with a name, a list of
+    argument maps, whole numbers for sizes."""
+    if not isinstance(metadata, dict):
+        raise _Malformed(f"the metadata note holds a {type(metadata).__name__}, not a map")
+    kernels = metadata.get("amdhsa.kernels", [])
+    if not isinstance(kernels, list) or not all(isinstance(k, dict) for k in kernels):
+        raise _Malformed("amdhsa.kernels is not a list of kernel maps")
+    for k in kernels:
+        if not isinstance(k.get(".name"), str) or not isinstance(k.get(".symbol", ""), str):
+            raise _Malformed(f"a kernel's .name or .symbol is not a string: {k.get('.name')!r}")
+        args = k.get(".args", [])
+        if not isinstance(args, list) or not all(isinstance(a, dict) for a in args):
+            raise _Malformed(f"kernel {k['.name']!r}: .args is not a list of argument maps")
+        for field_ in (".kernarg_segment_size", ".group_segment_fixed_size", ".max_flat_workgroup_size"):
+            if field_ in k and not _is_size(k[field_]):
+                raise _Malformed(f"kernel {k['.name']!r}: {field_} is {k[field_]!r}, not a size")
+        for i, a in enumerate(args):
+            if not (_is_size(a.get(".offset")) and _is_size(a.get(".size")) and
+                    isinstance(a.get(".value_kind", ""), str)):
+                raise _Malformed(f"kernel {k['.name']!r}: argument {i} has no valid .offset/.size/.value_kind")
+        if _kernarg_end(k) > MAX_KERNARG_BYTES:
+            raise _Malformed(f"kernel {k['.name']!r}: its arguments span {_kernarg_end(k)} bytes, more than any "
+                             f"kernarg segment ({MAX_KERNARG_BYTES})")
+
+
+def _is_size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v
+
+
+def _kernarg_end(kernel: dict) -> int:
+    args = kernel.get(".args", [])
+    return max([kernel.get(".kernarg_segment_size", 0)] + [a[".offset"] + a[".size"] for a in args])
 
 
 def _arch_of(metadata: dict, e_flags: int) -> str:
@@ -369,13 +470,27 @@ def _arch_of(metadata: dict, e_flags: int) -> str:
 
 
 def parse(data: bytes) -> CodeObject:
-    """Parse HSACO bytes into a CodeObject (sections, metadata, kernels with decoded descriptors)."""
+    """Parse HSACO bytes into a CodeObject (sections, metadata, kernels with decoded descriptors). A damaged
+    or truncated file is a DeviceError saying which part is wrong."""
     data = bytes(data)
+    try:
+        return _parse(data)
+    except _Malformed as e:
+        raise DeviceError(f"tilegcn: damaged code object ({len(data)} bytes): {e}; rebuild it (a truncated "
+                          f"or altered HSACO file?)") from None
+    except (struct.error, IndexError, ValueError, KeyError, TypeError, AttributeError) as e:
+        # a safety net under the explicit checks: never a raw error from a file's bytes
+        raise DeviceError(f"tilegcn: damaged code object ({len(data)} bytes): {type(e).__name__}: {e}; "
+                          f"rebuild it (a truncated or altered HSACO file?)") from None
+
+
+def _parse(data: bytes) -> CodeObject:
     sections = _elf_sections(data)
     symbols = _elf_symbols(data, sections)
     metadata = _metadata_note(data, sections)
     if metadata is None:
         raise DeviceError("tilegcn: code object has no NT_AMDGPU_METADATA note (code object v3+ required)")
+    _check_metadata(metadata)
     e_flags = struct.unpack_from("<I", data, 0x30)[0]
     co = CodeObject(arch=_arch_of(metadata, e_flags), metadata=metadata, kernels={}, data=data,
                     sections={s.name: s for s, _ in sections}, symbols=symbols)
@@ -387,6 +502,9 @@ def parse(data: bytes) -> CodeObject:
         kd_addr = symbols[symbol].value
         raw = co.read(kd_addr, KERNEL_DESCRIPTOR_BYTES)
         kd = parse_kernel_descriptor(raw)
+        if kd.kernarg_size > MAX_KERNARG_BYTES:
+            raise _Malformed(f"kernel {name!r}: the descriptor's KERNARG_SIZE {kd.kernarg_size} is beyond any "
+                             f"kernarg segment ({MAX_KERNARG_BYTES})")
         co.kernels[name] = KernelInfo(name=name, metadata=kmeta, descriptor=kd, entry_address=kd_addr + kd.entry_offset,
                                       descriptor_address=kd_addr, descriptor_bytes=bytes(raw))
     return co

@@ -135,6 +135,7 @@ class Module:
         inside those bytes or structs (they are mapped like tensor arguments); `shared_mem` bytes of
         dynamic LDS are added to the descriptor's fixed size."""
         launch = self.prepare(kernel_name, grid, block, args, shared_mem, kernarg, buffers)
+        _check_emulated_size(kernel_name, launch.grid)
         machine = Machine(launch.program, launch.grid, launch.block, launch.dispatch, launch.tensors, check,
                           launch.device)
         with _LaunchThreads():
@@ -168,6 +169,7 @@ class Module:
             raise DeviceError(f"tilegcn emulator: tensor arguments live on different devices: {sorted(map(str, devices))}")
         device = devices.pop() if devices else torch.device("cpu")
         prog = self.program(kernel_name, device)
+        _check_launch_size(kernel_name, grid, block, self.arch)
         info = self.kernels[kernel_name]
         kd = prog.descriptor
         if kd.float_round_mode_32 or kd.float_round_mode_16_64:
@@ -227,6 +229,32 @@ def _launch_threads() -> int:
         return max(1, int(os.environ.get("TILEGCN_EMULATOR_THREADS", "1")))
     except ValueError:
         return 1
+
+
+# The emulated device runs some 10^4 small workgroups a second at best: a launch of more workgroups than
+# this would take hours, so it is refused up front (the timing model, which runs a few, takes any grid)
+MAX_EMULATED_WORKGROUPS = 1 << 24
+
+
+def _check_launch_size(name, grid, block, arch):
+    """Refuse what no dispatch packet can describe (before anything is packed into one)."""
+    threads = block[0] * block[1] * block[2]
+    if threads > arch.max_workgroup_threads:
+        raise EmulatorError(f"tilegcn emulator: kernel {name!r}: block {block} has {threads} threads; {arch.name} "
+                            f"allows 1..{arch.max_workgroup_threads}")
+    for axis, g, b in zip("xyz", grid, block):
+        if g * b > dispatch.MAX_GRID_WORK_ITEMS:
+            raise DeviceError(f"tilegcn emulator: kernel {name!r}: grid {grid} of {block}-thread blocks has {g * b} "
+                              f"work-items along {axis}; a dispatch holds at most 2^32-1 per dimension (the AQL "
+                              f"packet's grid size is 32-bit): split the launch, or spread it over y and z")
+
+
+def _check_emulated_size(name, grid):
+    workgroups = grid[0] * grid[1] * grid[2]
+    if workgroups > MAX_EMULATED_WORKGROUPS:
+        raise EmulatorError(f"tilegcn emulator: kernel {name!r}: grid {grid} has {workgroups} workgroups; the "
+                            f"emulated device would take hours over it and runs at most {MAX_EMULATED_WORKGROUPS} "
+                            f"per launch: emulate a smaller problem, or run it on a GPU")
 
 
 def _dim3(v, what):

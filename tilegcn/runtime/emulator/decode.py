@@ -240,6 +240,20 @@ def parse_asm(asm: str):
     return mnemonic, operands, mods, rest
 
 
+def _parse_branch(asm: str, words: tuple):
+    """A SOPP branch (s_branch, s_cbranch_*) with its offset taken from the encoding: objdump prints the
+    target as a number, a symbol (`s_branch skip` when the label is not a `.L` local), or `sym+0x10`, and
+    only the word's SIMM16 (bits [15:0], in dwords from the next instruction) is unambiguous. None when `asm`
+    is not a branch."""
+    parts = asm.split(None, 1)
+    if not parts or not (parts[0] == "s_branch" or parts[0].startswith("s_cbranch_")) or len(words) != 1:
+        return None
+    simm = words[0] & 0xFFFF
+    value = simm - 0x10000 if simm & 0x8000 else simm
+    rest = parts[1].strip() if len(parts) > 1 else ""
+    return parts[0], [Const(simm, "int", rest or str(value), value)], {}, rest
+
+
 def _parse_waitcnt(rest: str) -> dict:
     counts = {}
     rest = rest.strip()
@@ -263,14 +277,14 @@ def parse_objdump(text: str) -> list:
         asm = m.group("asm").strip()
         addr = int(m.group("addr"), 16)
         size = 4 * len(m.group("words").split())
+        words = tuple(int(w, 16) for w in m.group("words").split())
         try:
-            mnemonic, operands, mods, rest = parse_asm(asm)
+            mnemonic, operands, mods, rest = _parse_branch(asm, words) or parse_asm(asm)
         except ValueError as exc:
             instrs.append(Instr(addr, size, asm, "<unparsed>", "<unparsed>", "", [], {"error": str(exc)}, ""))
             continue
         sm = _SUFFIX.search(mnemonic)
         base = mnemonic[: sm.start()] if sm else mnemonic
-        words = tuple(int(w, 16) for w in m.group("words").split())
         instrs.append(Instr(addr, size, asm, mnemonic, base, sm.group(1) if sm else "", operands, mods, rest, words))
     instrs.sort(key=lambda i: i.addr)
     return instrs

@@ -22,6 +22,8 @@ from ..kernargs import fill_hidden, hidden_values
 from .decode import PRIVATE_APERTURE, SHARED_APERTURE
 
 DISPATCH_PACKET_BYTES = 64
+# hsa_kernel_dispatch_packet_t.grid_size_{x,y,z} count work-items in uint32s: no launch has more per dimension
+MAX_GRID_WORK_ITEMS = 2**32 - 1
 QUEUE_BYTES = 256
 QUEUE_SHARED_APERTURE_HI = 0x40  # amd_queue_t.group_segment_aperture_base_hi
 QUEUE_PRIVATE_APERTURE_HI = 0x44  # amd_queue_t.private_segment_aperture_base_hi

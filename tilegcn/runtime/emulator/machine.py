@@ -4,9 +4,17 @@ Waves that sit at the same PC run together as one *group*: every instruction exe
 the group's waves and all 64 lanes as torch operations on [waves, 64] slabs of the register files
 (VGPRs int32 [regs, waves, 64]; SGPRs int64 [128 slots, waves] holding 32-bit values). A branch whose
 condition differs between the waves of a group splits it; groups that reach the same PC merge again
-(the scheduler always runs the group with the lowest PC, so a split group reconverges after an `if`).
+(the scheduler runs the group with the lowest PC, so a split group reconverges after an `if`).
 `s_barrier` parks a group; when no group can run, every workgroup whose live waves are all parked
 passes the barrier and its LDS race epoch advances.
+
+Lowest-PC-first alone would starve a group that is ahead of a loop: a spin lock's holder never runs
+again while the waiters loop below it. So scheduling is also fair, as hardware arbitration is: a group
+that *spins* (at a backward branch its registers are what they were at an earlier pass through the same
+branch target) yields to any group that does not, and a group that ran QUANTUM steps while others could
+run hands over to the one that waited longest. When every running group spins and global memory and
+LDS stay unchanged over a full round of observations, nothing can ever change again: the launch stops
+with an error naming the spinning waves (instead of running out $TILEGCN_EMULATOR_MAX_STEPS).
 
 Asynchrony is strict. A VMEM op (loads, stores, LDS DMA) enters the wave's vmcnt queue and a DS or
 SMEM op its lgkmcnt queue; nothing it does is visible until an `s_waitcnt` retires it: then it reads
@@ -32,6 +40,16 @@ from .stats import LaunchStats
 from .valu_hazards import check as check_recent_writes
 
 RUN, PARKED, DONE = 0, 1, 2
+# Fair scheduling (see the module doc): steps a group runs before its first spin check, the most steps it
+# may run while other groups wait, the longest gap between two looks at one group (so a spin that starts
+# late is still found within seconds) and between two rounds, and how many branch targets' snapshots a
+# group keeps.
+WATCH_AFTER = 64
+QUANTUM = 2_000
+MAX_INTERVAL = 1 << 16
+MAX_ROUND_GAP = 1 << 14
+SNAPSHOTS_KEPT = 4
+DEFAULT_MAX_STEPS = 5_000_000
 LANE_BITS = torch.tensor([1 << i if i < 63 else -(1 << 63) for i in range(64)], dtype=torch.int64)
 LANE_SHIFTS = torch.arange(64, dtype=torch.int64)
 _ERRORS = {"EmulatorError": EmulatorError, "HazardError": HazardError, "RaceError": RaceError}
@@ -91,6 +109,15 @@ class Group:
         self._exec = None
         self.masks = {}  # SGPR pair slot -> bool [n, 64] lane mask last written by a VALU op
         self.m0_t = -(1 << 30)  # wait-state count when M0 was last written (LDS DMA reads M0)
+        # fairness and spin detection (Machine._watch): when to look next (a steps_left value), the gap to
+        # the look after, branch target -> (round, state) seen there, and whether the group spins
+        self.watch_at = m.steps_left - WATCH_AFTER
+        self.interval = WATCH_AFTER
+        self.snaps = {}
+        self.spinning = False
+        self.spin_round = -1
+        self.spin_at = None  # (branch pc, target pc) of the loop it spins in
+        self.last_run = m.clock  # schedule turn it last ran in (or was made in)
 
     # ---- vector registers -------------------------------------------------------------------
     def rv(self, r):
@@ -257,7 +284,9 @@ class Machine:
         self.counts = [0] * len(prog.handlers)
         self.seq = 0
         # a kernel that never ends (a loop whose exit condition never holds) stops with an error instead
-        self.steps_left = int(os.environ.get("TILEGCN_EMULATOR_MAX_STEPS", 5_000_000))
+        self.steps_left = _max_steps()
+        self.clock = 0  # schedule turns taken (Group.last_run)
+        self.rotate = False  # the last group ran out its QUANTUM: next, the one that waited longest runs
         hz = self.arch.mfma_hazards
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
@@ -291,7 +320,8 @@ class Machine:
         per_wg_lds = max(self.lds_size, 16) * (2 + (6 if self.check else 0))
         chunk = max(1, min(self.MAX_CHUNK_VGPR_BYTES // max(per_wg_vgpr, 1),
                            self.MAX_CHUNK_LDS_BYTES // per_wg_lds, 4096 // self.waves_per_wg or 1))
-        ids = list(range(n_wg)) if self.wg_subset is None else list(self.wg_subset)
+        ids = range(n_wg) if self.wg_subset is None else list(self.wg_subset)
+        self.chunk_size = min(chunk, len(ids))
         try:
             for first in range(0, len(ids), chunk):
                 self._run_chunk(ids[first:first + chunk])
@@ -347,6 +377,7 @@ class Machine:
                 self.sgpr[slot] = ids[:, "xyz".index(name[-1])]
             elif name == "workgroup_info":
                 self.sgpr[slot] = wpw  # number of waves in the workgroup
+        self.round, self.memory_seen, self.round_gap = 0, None, 0  # spin detection: see _every_group_spins
         self.groups = [Group(self, list(range(W)), self.prog.entry_index)]
         self._schedule()
 
@@ -360,13 +391,25 @@ class Machine:
                     return
                 self._pass_barrier(parked)
                 continue
-            g = min(runnable, key=lambda x: x.pc)
+            ready = [g for g in runnable if not g.spinning]
+            if not ready:
+                ready = self._every_group_spins(runnable)
+                if not ready:  # a barrier passed
+                    continue
+            if self.rotate:
+                self.rotate = False
+                g = min(ready, key=lambda x: x.last_run)
+            else:
+                g = min(ready, key=lambda x: x.pc)
             same = [h for h in runnable if h is not g and h.pc == g.pc]
             if same:
                 g = self._merge([g] + same)
                 continue
-            others = [h.pc for h in runnable if h is not g]
-            self._run(g, min(others) if others else 1 << 62)
+            # run up to the next group ahead (to merge with it there); a spinning group behind waits
+            limit = min([h.pc for h in runnable if h.pc > g.pc], default=1 << 62)
+            self.clock += 1
+            g.last_run = self.clock
+            self._run(g, limit, QUANTUM if len(runnable) > 1 else 0)
             self.groups = [h for h in self.groups if h.state != DONE]
 
     def _pass_barrier(self, parked):
@@ -375,14 +418,16 @@ class Machine:
         for g in parked:
             g.state = RUN
 
-    def _run(self, g, limit):
-        """Execute `g` until it parks, ends, splits, or passes `limit` (the next group's PC)."""
+    def _run(self, g, limit, quantum=0):
+        """Execute `g` until it parks, ends, splits, passes `limit` (the next group's PC), spins, or has run
+        `quantum` steps (0: no limit; given when other groups wait)."""
         handlers = self.prog.handlers
         counts = self.counts
         check = self.check
         stats = self.stats
         tracer = self.tracer
         recent_checks, recent_tracked = self.prog.recent.checks, self.prog.recent.tracked
+        floor = max(0, self.steps_left - quantum) if quantum else 0
         try:
             while g.state == RUN:
                 pc = g.pc
@@ -392,7 +437,10 @@ class Machine:
                 g.pc = pc + 1
                 self.current_pc = pc
                 self.steps_left -= 1
-                if self.steps_left < 0:
+                if self.steps_left < floor:
+                    if floor:  # its turn is over: the others run before it goes on here
+                        g.pc, self.steps_left, self.rotate = pc, self.steps_left + 1, True
+                        return
                     raise Fault("the launch exceeded $TILEGCN_EMULATOR_MAX_STEPS instruction steps (one step runs "
                                 "an instruction for a group of waves); does a loop never exit?", 0)
                 if check:
@@ -417,8 +465,105 @@ class Machine:
                         del g.valu_recs[0]
                 if g.state == "split":
                     return
+                if g.pc <= pc and self.steps_left <= g.watch_at and self._watch(g, pc):
+                    return
         except Fault as f:
             raise self._error(g, f, handlers[g.pc - 1]) from None
+
+    # ---- fairness and spin detection ----------------------------------------------------------------
+    def _watch(self, g, branch_pc) -> bool:
+        """`g` just branched back from `branch_pc`. True when it spins: its registers, SCC and queues are
+        what they were the last time it branched to this target (in this round). Between looks the gap
+        doubles while the group keeps changing, so a long loop costs a few dozen snapshots."""
+        target = g.pc
+        state = self._group_state(g)
+        old = g.snaps.get(target)
+        if old is not None and old[0] == self.round:
+            if _same_state(old[1], state):
+                g.spinning, g.spin_round, g.spin_at = True, self.round, (branch_pc, target)
+                return True
+            g.interval = min(2 * g.interval, MAX_INTERVAL)
+            g.watch_at = self.steps_left - g.interval
+        else:
+            g.watch_at = self.steps_left  # compare at the next pass
+        g.snaps.pop(target, None)
+        g.snaps[target] = (self.round, state)
+        if len(g.snaps) > SNAPSHOTS_KEPT:
+            del g.snaps[next(iter(g.snaps))]
+        return False
+
+    def _group_state(self, g):
+        if g.V is not None:
+            regs = (g.V.clone(), g.S.clone(), self.scc[g.sel].clone())
+        else:
+            regs = (self.vgpr.index_select(1, g.sel), self.sgpr.index_select(1, g.sel), self.scc[g.sel])
+        return (len(g.vmq), len(g.lgkmq)) + regs
+
+    def _every_group_spins(self, runnable) -> list:
+        """Every running group spins. Release the barriers that only wait for parked waves; else, when
+        each was seen spinning since the last round began and memory is what it was then, nothing can
+        ever change: error. Otherwise begin a new round (remember memory; look at every group again) and
+        return the groups to run."""
+        released = self._complete_barriers()
+        if released:
+            return []
+        memory = (self.mem.flat, self.lds.data)
+        if self.memory_seen is not None and all(g.spin_round == self.round for g in runnable) and \
+                all(torch.equal(a, b) for a, b in zip(memory, self.memory_seen)):
+            raise self._spin_error(runnable)
+        if self.memory_seen is not None:  # memory moved on: rounds (a copy of memory each) grow rarer
+            self.round_gap = min(max(1, 2 * self.round_gap), MAX_ROUND_GAP)
+        self.round += 1
+        self.memory_seen = tuple(t.clone() for t in memory)
+        for g in runnable:
+            g.spinning = False
+            g.watch_at = self.steps_left - self.round_gap
+        return runnable
+
+    def _complete_barriers(self) -> bool:
+        """Pass the barrier of every workgroup whose live waves are all parked while other workgroups' waves
+        still run. A parked group may hold waves of both kinds (groups at one pc merge): it splits."""
+        wpw = self.waves_per_wg
+        running = {w // wpw for g in self.groups if g.state == RUN for w in g.waves}
+        parked = [g for g in self.groups if g.state == PARKED]
+        passing = {w // wpw for g in parked for w in g.waves} - running
+        if not passing:
+            return False
+        self.lds.new_epoch(sorted(passing))
+        for g in parked:
+            go = [w for w in g.waves if w // wpw in passing]
+            if len(go) == g.n:
+                g.state = RUN
+            elif go:
+                stay = self._subgroup(g, [w for w in g.waves if w // wpw not in passing], g.pc)
+                stay.state = PARKED
+                self.groups = [x for x in self.groups if x is not g] + [self._subgroup(g, go, g.pc), stay]
+        return True
+
+    def _spin_error(self, runnable):
+        lines = []
+        for g in sorted(runnable, key=lambda x: x.waves[0]):
+            branch, target = g.spin_at
+            h, t = self.prog.handlers[branch], self.prog.handlers[target]
+            lines.append(f"{self._wave_names(g.waves)} spin(s) in the loop from pc 0x{t.addr:x} to `{h.text}` at "
+                         f"pc 0x{h.addr:x}")
+        parked = [g for g in self.groups if g.state == PARKED]
+        for g in parked:
+            h = self.prog.handlers[g.pc - 1]
+            lines.append(f"{self._wave_names(g.waves)} wait(s) at `{h.text}` (pc 0x{h.addr:x})")
+        if self.chunk_size < self.grid[0] * self.grid[1] * self.grid[2]:
+            lines.append(f"(the emulator runs {self.chunk_size} workgroups at a time: a wave that waits for a "
+                         f"workgroup of a later batch waits forever, as on a GPU that cannot hold the whole grid)")
+        return EmulatorError(
+            f"tilegcn emulator: kernel {self.prog.name!r} hangs: every wave still running loops without changing "
+            f"its registers, and global memory and LDS stay unchanged (a spin-wait on something no wave will "
+            f"set):\n  " + "\n  ".join(lines))
+
+    def _wave_names(self, waves, most=8):
+        names = [self.wave_name(w) for w in waves[:most]]
+        if len(waves) > most:
+            names.append(f"and {len(waves) - most} more waves")
+        return ", ".join(names)
 
     # ---- errors -----------------------------------------------------------------------------------
     def wave_name(self, wave):
@@ -631,6 +776,25 @@ class Machine:
         return m
 
     # ---- helpers used by instruction handlers ----------------------------------------------------------
+
+def _same_state(a, b) -> bool:
+    return a[:2] == b[:2] and all(torch.equal(x, y) for x, y in zip(a[2:], b[2:]))
+
+
+def _max_steps() -> int:
+    """$TILEGCN_EMULATOR_MAX_STEPS: the most instruction steps a launch may take (a runaway loop's stop)."""
+    text = os.environ.get("TILEGCN_EMULATOR_MAX_STEPS", "").strip()
+    if not text:
+        return DEFAULT_MAX_STEPS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise EmulatorError(f"tilegcn emulator: $TILEGCN_EMULATOR_MAX_STEPS must be a positive whole number of "
+                            f"instruction steps, got {text!r}; unset it for the default ({DEFAULT_MAX_STEPS})")
+    return value
+
 
 def _narrow(waves, parent, child):
     """A hazard record's waves (None = all of the group) seen from a child group: None, a set, or False

@@ -118,7 +118,7 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     per_cu = -(-n_wg // t.cus)
     resident = min(wgs_cu, per_cu)
     rounds = -(-per_cu // resident)
-    xcd_wgs = list(range(0, n_wg, arch.num_xcds))[:cus_per_xcd * resident]
+    xcd_wgs = list(range(0, n_wg, arch.num_xcds)[:cus_per_xcd * resident])  # (a lazy slice: any grid size)
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
     detail = detail_iterations or 4 * resident
     tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes)
