@@ -1334,19 +1334,24 @@ def emulator_grid_that_would_take_hours():
     module.launch("k", (2**16, 2**16, 1), (64, 1, 1), [])
 
 
-@misuse(DeviceError, r"TILEGCN_EMULATOR_MAX_STEPS must be a positive whole number .*'abc'", located=False)
-def emulator_max_steps_not_a_number():
+def _launch_with_env(name, value):
     import os
 
     _, module = _asm_kernel()
-    before = os.environ.get("TILEGCN_EMULATOR_MAX_STEPS")
-    os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = "abc"
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         module.launch("k", (1, 1, 1), (64, 1, 1), [])
     finally:
-        os.environ.pop("TILEGCN_EMULATOR_MAX_STEPS")
+        os.environ.pop(name)
         if before is not None:
-            os.environ["TILEGCN_EMULATOR_MAX_STEPS"] = before
+            os.environ[name] = before
+
+
+@misuse(DeviceError, r"TILEGCN_EMULATOR_MAX_STEPS must be a positive whole number .*'abc'", located=False)
+def emulator_max_steps_not_a_number(): _launch_with_env("TILEGCN_EMULATOR_MAX_STEPS", "abc")
+@misuse(DeviceError, r"TILEGCN_EMULATOR_THREADS must be a positive whole number .*'two'", located=False)
+def emulator_threads_not_a_number(): _launch_with_env("TILEGCN_EMULATOR_THREADS", "two")
 
 
 @misuse(AsmVerifyError, r"(?s)HazardError: .*s_waitcnt.*without the checks it then fails", located=False)

@@ -32,7 +32,7 @@ from .. import codeobject
 from .. import kernargs
 from . import dispatch
 from .decode import Instr, parse_objdump
-from .machine import Machine
+from .machine import Machine, positive_int_env
 from .ops_mem import build_memory
 from .ops_mfma import build_mfma
 from .ops_salu import build_scalar, build_sopp
@@ -225,10 +225,7 @@ def _launch_threads() -> int:
     hundred thousand elements, where waking a thread pool for every op costs more than it saves (on the
     2-core machines this was measured on, by a factor of up to 400): default 1, override with
     $TILEGCN_EMULATOR_THREADS."""
-    try:
-        return max(1, int(os.environ.get("TILEGCN_EMULATOR_THREADS", "1")))
-    except ValueError:
-        return 1
+    return positive_int_env("TILEGCN_EMULATOR_THREADS", 1, "torch threads")
 
 
 # The emulated device runs some 10^4 small workgroups a second at best: a launch of more workgroups than

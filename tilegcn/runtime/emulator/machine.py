@@ -783,16 +783,22 @@ def _same_state(a, b) -> bool:
 
 def _max_steps() -> int:
     """$TILEGCN_EMULATOR_MAX_STEPS: the most instruction steps a launch may take (a runaway loop's stop)."""
-    text = os.environ.get("TILEGCN_EMULATOR_MAX_STEPS", "").strip()
+    return positive_int_env("TILEGCN_EMULATOR_MAX_STEPS", DEFAULT_MAX_STEPS, "instruction steps")
+
+
+def positive_int_env(name: str, default: int, unit: str) -> int:
+    """The positive whole number in $`name`, `default` when unset or empty; any other text is an EmulatorError
+    (a typo must not silently fall back to the default)."""
+    text = os.environ.get(name, "").strip()
     if not text:
-        return DEFAULT_MAX_STEPS
+        return default
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise EmulatorError(f"tilegcn emulator: $TILEGCN_EMULATOR_MAX_STEPS must be a positive whole number of "
-                            f"instruction steps, got {text!r}; unset it for the default ({DEFAULT_MAX_STEPS})")
+        raise EmulatorError(f"tilegcn emulator: ${name} must be a positive whole number of {unit}, got {text!r}; "
+                            f"unset it for the default ({default})")
     return value
 
 
