@@ -55,7 +55,17 @@ _RECORD_NAME = re.compile(r"[0-9a-f]{32}\.json")  # and its file name (`Autotune
 
 
 class TuneError(TilegcnError):
-    """No config of a sweep worked, a dispatch table cannot serve a call, or a ranker is unavailable."""
+    """No config of a sweep worked, a dispatch table cannot serve a call, or a ranker is unavailable.
+
+    Example:
+
+    ```python
+    try:
+        scale(x, y)
+    except tilegcn.TuneError as e:        # every config failed: the table of reasons is in the message
+        print(e)
+    ```
+    """
 
 
 class TuneWarning(UserWarning):
@@ -67,7 +77,15 @@ class Space:
     """The cartesian product of keyword values, e.g. ``Space(block_M=[128, 256], threads=[256, 512])``.
 
     `prune(config)` may drop a config before any check: return a reason (a str, or True) to drop it, a falsy
-    value to keep it."""
+    value to keep it.
+
+    Example:
+
+    ```python
+    tilegcn.Space(block_M=[128, 256], num_stages=[1, 2],
+                  prune=lambda c: "too big" if c["block_M"] == 256 and c["num_stages"] == 2 else None)
+    ```
+    """
 
     def __init__(self, prune=None, **axes):
         for name, values in axes.items():
@@ -362,7 +380,15 @@ def _tuplify(value):
 
 
 class Autotuner:
-    """A ``@tilegcn.jit`` function with a config sweep per key value (see the module doc)."""
+    """A ``@tilegcn.jit`` function with a config sweep per key value (see the module doc).
+
+    Example:
+
+    ```python
+    scale.tune(x, y)                      # the winning config for these arguments' key, without launching
+    scale.export_table("scale.json")      # every tuned key -> config (a dispatch table)
+    ```
+    """
 
     def __init__(self, fn, configs, key=None, *, device=None, ranker=None, workers=None, verify=True,
                  progress=True, verbose=True, flops=None, table=None):
@@ -788,7 +814,20 @@ def autotune(configs, key=None, **options):
     (kernel, args -> Score), `workers` (compile processes; default $TILEGCN_TUNE_WORKERS or the CPU count),
     `verify` (check the winner against a reference config; a bool or a function of the call's arguments),
     `progress`, `verbose` (print the table),
-    `flops` (args -> FLOPs, for TFLOP/s of measured times), `table` (a dispatch table to load)."""
+    `flops` (args -> FLOPs, for TFLOP/s of measured times), `table` (a dispatch table to load).
+
+    Example:
+
+    ```python
+    @tilegcn.autotune(configs=tilegcn.Space(block_M=[16, 64], threads=[64, 256]), key=["M", "N"], device="MI355X")
+    @tilegcn.jit
+    def scale(X: T.Tensor(("M", "N")), Y: T.Tensor(("M", "N")), *, block_M=64, block_N=256, threads=256):
+        ...
+
+    scale(x, y)           # the first call per key sweeps, then runs the winner
+    print(scale.report)   # the sweep's table
+    ```
+    """
     return lambda fn: Autotuner(fn, configs, key, **options)
 
 

@@ -320,7 +320,17 @@ class CompiledKernel:
     call it with arguments of the same specialisation.
 
     It keeps the bytes of its verified cache entry in memory: it launches exactly the code object that
-    was verified, and keeps working after `python -m tilegcn cache clear` removed the entry."""
+    was verified, and keeps working after `python -m tilegcn cache clear` removed the entry.
+
+    Example:
+
+    ```python
+    k = double.compile(x, y)
+    print(k.metadata["vgprs"], k.metadata["lds_bytes"])
+    print(k.asm.splitlines()[0])
+    k(x, y)                                       # launch this specialisation directly
+    ```
+    """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
                  written=None):
@@ -454,7 +464,15 @@ def _describe(names, signature) -> str:
 
 # -- the decorator ------------------------------------------------------------------------------------------
 class JITFunction:
-    """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching."""
+    """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching.
+
+    Example:
+
+    ```python
+    kernel = double.compile(x, y, arch="gfx942")   # a CompiledKernel, not launched
+    double(x, y, block=128)                       # keyword constants: a new value, a new specialisation
+    ```
+    """
 
     def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto"):
         if not inspect.isfunction(fn):
@@ -744,7 +762,23 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys).
     `copy`: how a pipelined K loop copies GEMM operands into LDS: "auto" (default: the per-arch choice, LDS DMA on
     gfx950, register staging on gfx942), "lds_dma" (buffer_load_* ... lds, also gfx942's 4 bytes a lane; a
-    CompileError where the arch or operand cannot) or "registers"."""
+    CompileError where the arch or operand cannot) or "registers".
+
+    Example:
+
+    ```python
+    @tilegcn.jit
+    def double(X, Y, *, block=64):
+        with T.Kernel(T.ceildiv(X.shape[0], block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            for i in T.Parallel(block):
+                x[i] = x[i] * 2.0
+            T.copy(x, Y[bx * block])
+
+    double(x, y)                                  # compile (or hit the disk cache) and run
+    ```
+    """
     if fn is None:
         return lambda f: JITFunction(f, arch=arch, schedule=schedule, copy=copy)
     return JITFunction(fn, arch=arch, schedule=schedule, copy=copy)

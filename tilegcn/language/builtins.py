@@ -18,7 +18,15 @@ Tensor = TensorAnnotation
 
 
 def ceildiv(a, b):
-    """ceil(a / b) for ints (an int) or index expressions (a SymPy expression); b must be positive."""
+    """ceil(a / b) for ints (an int) or index expressions (a SymPy expression); b must be positive.
+
+    Example: a grid that covers a ragged size.
+
+    ```python
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        ...
+    ```
+    """
     if isinstance(b, numbers.Integral) and not isinstance(b, bool) and b <= 0:
         raise CompileError(f"T.ceildiv({a}, {b}): " + ("division by zero" if b == 0 else
                            "the divisor must be positive") + " (check the block-size constants)")
@@ -79,7 +87,17 @@ def _grid_sizes(grid, threads: int) -> tuple:
 def Kernel(*grid, threads: int = 128):
     """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
 
-    Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid).
+    Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid). `threads` is a
+    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once.
+
+    Example:
+
+    ```python
+    with T.Kernel(T.ceildiv(n, 256), threads=64) as bx:             # 1-d grid
+        ...
+    with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=256) as (bx, by):
+        ...
+    ```
     """
     tracer = current()
     loc = user_location()
@@ -105,12 +123,28 @@ def Kernel(*grid, threads: int = 128):
 
 
 def alloc_shared(shape, dtype):
-    """A buffer in LDS, shared by the workgroup."""
+    """A buffer in LDS, shared by the workgroup (the operands of `T.gemm` live here).
+
+    Example:
+
+    ```python
+    A_s = T.alloc_shared((block_M, block_K), A.dtype)
+    T.copy(A[by * block_M, k * block_K], A_s)
+    ```
+    """
     return current().alloc(N.SHARED, shape, dtype, "shared")
 
 
 def alloc_fragment(shape, dtype):
-    """A tile held in registers, spread over the workgroup's threads."""
+    """A tile held in registers, spread over the workgroup's threads (elementwise work, gemm accumulators).
+
+    Example:
+
+    ```python
+    acc = T.alloc_fragment((block_M, block_N), "float32")
+    x = T.alloc_fragment((block,), "float32")
+    ```
+    """
     return current().alloc(N.FRAGMENT, shape, dtype, "frag")
 
 
@@ -156,7 +190,15 @@ def copy(src, dst):
     """Copy a tile: global <-> shared/fragment, shared -> fragment, fragment -> fragment.
 
     A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
-    the other side. Casts to the destination dtype.
+    the other side. Casts to the destination dtype. Rows and columns past a tensor's end read 0 and are not
+    written. Not allowed inside `T.Parallel`.
+
+    Example:
+
+    ```python
+    T.copy(X[by * block_M, bx * block_N], x)      # global -> fragment
+    T.copy(x, Y[by * block_M, bx * block_N])      # fragment -> global (fp32 -> Y.dtype)
+    ```
     """
     tracer = current()
     loc = user_location()
@@ -182,6 +224,17 @@ def _buffer_of(x, what: str) -> N.Buffer:
 
 
 def fill(buf, value):
+    """Set every element of a fragment or shared buffer to `value`, a number known at compile time.
+
+    On a gemm accumulator an inline constant (0, ±0.5, ±1, ±2, ±4) is written by MFMAs, a few instructions.
+
+    Example:
+
+    ```python
+    acc = T.alloc_fragment((block_M, block_N), "float32")
+    T.fill(acc, 1.0)          # C = 1 + A @ B after the K loop
+    ```
+    """
     tracer = current()
     b = _buffer_of(buf, "T.fill")
     if b.scope == N.GLOBAL:
@@ -196,11 +249,31 @@ def fill(buf, value):
 
 
 def clear(buf):
+    """Set every element of a fragment or shared buffer to 0 (`T.fill(buf, 0.0)`).
+
+    Example:
+
+    ```python
+    T.clear(acc)              # before the K loop that accumulates into it
+    ```
+    """
     fill(buf, 0.0)
 
 
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
-    """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment."""
+    """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment.
+
+    `transpose_A` / `transpose_B`: the operand is stored transposed ((K, M) / (N, K)) in its shared tile.
+
+    Example:
+
+    ```python
+    for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+        T.copy(A[by * block_M, k * block_K], A_s)
+        T.copy(B[k * block_K, bx * block_N], B_s)
+        T.gemm(A_s, B_s, acc)
+    ```
+    """
     tracer = current()
     loc = user_location()
     a, b, c = (_buffer_of(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
@@ -224,7 +297,18 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
 
 
 def Parallel(*extents):
-    """`for i, j in T.Parallel(M, N):` elementwise statements over a fragment's elements."""
+    """`for i, j in T.Parallel(M, N):` elementwise statements over a fragment's elements.
+
+    The body may use `+ - * /`, `T.max`, `T.min`, `T.exp`, `T.exp2`, `T.abs`, `T.cast` and read global
+    elements; it is computed in fp32 and rounded to the destination's dtype on store. Not nestable.
+
+    Example:
+
+    ```python
+    for i, j in T.Parallel(block_M, block_N):
+        x[i, j] = T.max(x[i, j] * a + b, 0.0)
+    ```
+    """
     tracer = current()
     if tracer.parallel is not None:
         raise CompileError("T.Parallel cannot be nested")
@@ -242,7 +326,18 @@ def Parallel(*extents):
 def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, sync=None, group=None):
     """`for k in T.Pipelined(n, num_stages=s):` the K loop over k = 0..n-1; `T.Pipelined(start, stop, ...)` runs
     k = start..stop-1, as TileLang reads it (so `T.Pipelined(1, 3)` is two trips, not three stages). The body is
-    recorded once; the loop counts 0..stop-start-1 and the body sees k as that counter plus `start`."""
+    recorded once; the loop counts 0..stop-start-1 and the body sees k as that counter plus `start`.
+
+    With `num_stages > 1` and a body of global -> shared copies and `T.gemm`, the loop is software-pipelined
+    over that many LDS buffers (docs/internals.md); pass `num_stages` by name.
+
+    Example:
+
+    ```python
+    for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+        ...
+    ```
+    """
     tracer = current()
     loc = user_location()
     for name, value in (("order", order), ("stage", stage), ("sync", sync), ("group", group)):
@@ -273,32 +368,88 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
 
 
 def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
-    """Remap workgroup ids for L2 reuse: chunk per XCD, then rasterise panels of `panel_size` rows."""
+    """Remap workgroup ids for L2 reuse: chunk per XCD, then rasterise panels of `panel_size` rows.
+
+    Example:
+
+    ```python
+    with T.Kernel(T.ceildiv(N, 256), T.ceildiv(M, 256), threads=512) as (bx, by):
+        T.use_swizzle(panel_size=8, num_xcds=8)   # before any use of bx, by
+    ```
+    """
     sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
     current().record(N.Swizzle(*sizes, loc=user_location()))
 
 
 def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
+    """The larger of two values, elementwise inside `T.Parallel` (ReLU: `T.max(x, 0.0)`).
+
+    Example:
+
+    ```python
+    x[i, j] = T.max(x[i, j], 0.0)
+    ```
+    """
     return N.BinOp("max", as_expr(a), as_expr(b))
 
 
 def min(a, b):  # noqa: A001
+    """The smaller of two values, elementwise inside `T.Parallel` (a clamp: `T.min(x, hi)`).
+
+    Example:
+
+    ```python
+    x[i, j] = T.min(x[i, j], 6.0)
+    ```
+    """
     return N.BinOp("min", as_expr(a), as_expr(b))
 
 
 def exp2(x):
+    """2 ** x, elementwise inside `T.Parallel` (one hardware instruction).
+
+    Example:
+
+    ```python
+    x[i, j] = T.exp2(x[i, j] * 1.4426950408889634)
+    ```
+    """
     return N.Call("exp2", (as_expr(x),))
 
 
 def exp(x):
+    """e ** x, elementwise inside `T.Parallel`.
+
+    Example:
+
+    ```python
+    x[i, j] = T.exp(x[i, j] - 1.0)
+    ```
+    """
     return N.Call("exp", (as_expr(x),))
 
 
 def abs(x):  # noqa: A001
+    """|x|, elementwise inside `T.Parallel`.
+
+    Example:
+
+    ```python
+    x[i, j] = T.abs(x[i, j])
+    ```
+    """
     return N.Call("abs", (as_expr(x),))
 
 
 def cast(x, dtype):
+    """`x` converted to `dtype` (`"float32"`, `"float16"`, `"bfloat16"`), elementwise inside `T.Parallel`.
+
+    Example:
+
+    ```python
+    x[i, j] = T.cast(x[i, j], "bfloat16")  # round to bf16
+    ```
+    """
     return N.Cast(program_dtype(dtype), as_expr(x))
 
 

@@ -40,6 +40,15 @@ class TensorAnnotation:
 
     Dimensions are ints (must match), strings (a named size that must agree across arguments)
     or None (anything). dtype None accepts any supported dtype.
+    
+
+    Example:
+
+    ```python
+    @tilegcn.jit
+    def add(X: T.Tensor(("M", "N"), "float32"), Y: T.Tensor(("M", "N"))):   # both must be M x N
+        ...
+    ```
     """
 
     def __init__(self, shape, dtype=None):
@@ -240,7 +249,16 @@ def _bind_arguments(fn, args: list):
 
 
 def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
-    """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`."""
+    """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`.
+
+    The jit calls it for you; the traced tile IR is what a CompiledKernel's `.ir` shows, before lowering.
+
+    Example:
+
+    ```python
+    print(double.compile(x, y).ir)       # the tile IR that T.trace recorded (and the passes rewrote)
+    ```
+    """
     params, buffers, proxies = _bind_arguments(fn, args)
     tracer = Tracer(fn.__name__)
     tracer.params, tracer.buffers = params, list(buffers)
