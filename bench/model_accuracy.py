@@ -1,4 +1,4 @@
-"""Timing model vs published, clock-free measurements (../shared/reference/timing.md section 3).
+"""Timing model vs published, clock-free measurements (docs/timing-sources.md §3).
 
     PYTHONPATH=$PWD python bench/model_accuracy.py [--quick] [--gluon DIR]
 

@@ -4,7 +4,7 @@ Ground truth:
   * CDNA3 shapes: AMD's Matrix Instruction Calculator (tests/data/mfma_layouts_cdna3.json). Operands are
     packed into registers and D is read back straight from the calculator's (lane, register, bits)
     entries, never through tilegcn's own layout functions.
-  * gfx950 shapes (the calculator has no CDNA4): the formulas of ISA_NOTES.md, restated literally below.
+  * gfx950 shapes (the calculator has no CDNA4): the formulas of docs/isa-notes.md, restated literally below.
 
 Tolerance. A and B hold bf16/f16 values, whose products are exact in fp32, so the only error is the
 fp32 rounding of the K+1-term sum (K products and C). For recursive summation in any order,
@@ -55,7 +55,7 @@ def entries(table):
 
 
 # --------------------------------------------------------------------------------------------------
-# layout tables: calculator data and ISA_NOTES formulas, as (index arrays) the packers below use
+# layout tables: calculator data and docs/isa-notes.md formulas, as (index arrays) the packers below use
 # --------------------------------------------------------------------------------------------------
 
 class Layout:
@@ -83,7 +83,7 @@ def calc_layout(name: str) -> Layout:
 
 
 def notes_layout(M: int, K: int) -> Layout:
-    """ISA_NOTES, gfx950 16x16x32 / 32x32x16: A[i][k] at lane dim*(k//8)+i, register (k%8)//2, half k%2
+    """docs/isa-notes.md, gfx950 16x16x32 / 32x32x16: A[i][k] at lane dim*(k//8)+i, register (k%8)//2, half k%2
     (B[k][j] alike); D as for the CDNA3 shapes: 16x16 lane 16*(i//4)+j, register i%4;
     32x32 register 4*(i//8)+i%4, lane 32*((i//4)%2)+j."""
     N = M
@@ -248,7 +248,7 @@ def test_execute_matches_torch_calculator_layout(name, integers):
 
 
 # --------------------------------------------------------------------------------------------------
-# (3) execute() on gfx950 shapes, data placed by the ISA_NOTES formulas
+# (3) execute() on gfx950 shapes, data placed by the docs/isa-notes.md formulas
 # --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("integers", [True, False], ids=["exact-int", "random"])
@@ -331,7 +331,7 @@ def mfma_kernel_asm(arch: str, name: str) -> str:
     a_info = arch_mod.get_arch(arch)
     info = mfma.shape_of(name, arch=arch)
     ar, dr = info.a_regs, info.d_regs
-    # wait states (s_nop N gives N+1) per ISA_NOTES / the arch table
+    # wait states (s_nop N gives N+1) per docs/isa-notes.md / the arch table
     after_write = a_info.mfma_hazards.valu_write_to_mfma_src
     after_mfma = a_info.mfma_hazards.vdst_to_read[info.passes]
     load = {2: "buffer_load_dwordx2", 4: "buffer_load_dwordx4"}[ar]

@@ -1,7 +1,7 @@
 """T.gemm planning math (tilegcn/passes/gemm_plan.py): a whole-tile simulation of the plan against A @ B, LDS bank
 conflicts under the emulator's model, base + constant separation of the offsets, and the error paths.
 
-The simulation uses its own copy of the MFMA layout formulas (ISA_NOTES.md), not tilegcn.amdgcn.mfma_layout, so a
+The simulation uses its own copy of the MFMA layout formulas (docs/isa-notes.md), not tilegcn.amdgcn.mfma_layout, so a
 mistake shared by the plan and the layout module would still show; one test also runs the emulator's MFMA.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _id(c):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# independent MFMA reference (ISA_NOTES): operands as [64 lanes, k_per_lane] 16-bit values, D as [64, d_regs]
+# independent MFMA reference (docs/isa-notes.md): operands as [64 lanes, k_per_lane] 16-bit values, D as [64, d_regs]
 
 
 def operand_matrix(halves, dim, kpl):

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "asm"))
 from emukit import module, srd  # noqa: E402
 
 DEVICE = {"gfx942": "MI300X", "gfx950": "MI355X"}
-MFMA = "v_mfma_f32_32x32x8_bf16"  # 8 passes on both arches (timing.md 2)
+MFMA = "v_mfma_f32_32x32x8_bf16"  # 8 passes on both arches (docs/timing-sources.md §2)
 PASSES = 8
 
 

@@ -123,7 +123,7 @@ class KernelAbi:
 
     def emptied_resource(self, srd: Reg, counter: Reg, trips: int, what: str = "") -> Reg:
         """A V# equal to `srd` while loop counter `counter` < `trips`, with NUM_RECORDS 0 from then on: every lane
-        out of range whether or not the hardware counts soffset (ISA_NOTES: buffer out-of-range rules). Words 0, 1
+        out of range whether or not the hardware counts soffset (docs/isa-notes.md: out-of-range accesses). Words 0, 1
         and 3 are copied before the loops (frame 0); word 2 is selected where this is called (s_cmp + s_cselect)."""
         b = self.b
         out = b.alloc_in_frame("s", 0, 4, align=4, what="V# emptied past the end")

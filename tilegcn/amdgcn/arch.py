@@ -1,6 +1,6 @@
 """One table per target arch: every ISA fact the compiler and the emulator rely on.
 
-Sources: ../shared/ISA_NOTES.md (checked against LLVM 22), LLVM AMDGPUUsage, the CDNA3 ISA guide,
+Sources: docs/isa-notes.md (checked against LLVM 22), LLVM AMDGPUUsage, the CDNA3 ISA guide,
 and AMD's matrix instruction calculator. Nothing outside this file should hard-code an arch fact.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ HSA_MAX_GRID_WORKITEMS = 2**32 - 1
 class MfmaShape:
     """One MFMA instruction with fp32 accumulation.
 
-    Operand layout (lane l in 0..63, per ISA_NOTES / calculator data):
+    Operand layout (lane l in 0..63, per docs/isa-notes.md / calculator data):
       A[i][k]: lane = M * (k // kgroup) + i, register = (k % kgroup) // 2, half = k % 2
       B[k][j]: lane = N * (k // kgroup) + j, same register/half rule
       D[i][j]: see `tilegcn.amdgcn.mfma_layout` (blocks of 4 rows per lane group)
@@ -156,7 +156,7 @@ class Arch:
         return self.arch_vgprs + self.agprs
 
     def waves_per_simd(self, vgprs_and_agprs: int) -> int:
-        """Occupancy from the unified register count (ISA_NOTES: min(8, 512 // roundup(n, 8)))."""
+        """Occupancy from the unified register count (docs/isa-notes.md: min(8, 512 // roundup(n, 8)))."""
         granules = -(-max(vgprs_and_agprs, 1) // self.vgpr_alloc_granule) * self.vgpr_alloc_granule
         return min(8, self.total_vgprs // granules)
 
@@ -281,7 +281,7 @@ def get_arch(name) -> Arch:
 
 # ---- timing model parameters ----------------------------------------------------------------------------
 # Used only by the emulated device's timing model (tilegcn/runtime/emulator/timing). Sources are the tags of
-# ../shared/reference/timing.md (S1..S37); "chosen" marks a value no source gives.
+# docs/timing-sources.md (its S tags); "chosen" marks a value no source gives.
 @dataclass(frozen=True)
 class Timing:
     device: str  # marketing name of the part
@@ -290,14 +290,14 @@ class Timing:
     max_waves_per_simd: int  # S3, S11
     lds_bytes_per_cu: int  # S1
     lds_alloc_granule: int  # S8
-    clock_hz: float  # sustained clock under dense GEMM load (timing.md 1: S22 / derived from S19g, S20)
+    clock_hz: float  # sustained clock under dense GEMM load (timing-sources §1: S22 / derived from S19g, S20)
     peak_clock_hz: float  # S2, S3
     issue_slot_clk: int  # a SIMD gets an issue slot every 4 clk (S11)
     valu_clk: int  # one 64-lane VALU op on a 16-lane SIMD (S11; LLVM 1 qc, S6)
     trans_clk: int  # transcendental: quarter rate (LLVM 4 qc, S6)
     branch_taken_clk: int  # LLVM branch latency 8 qc = 32 clk (S6; instruction-fetch bubble not measured)
     smem_latency_clk: int  # chosen: LLVM's 5 qc is a placeholder (S6); scalar L1 hit ~ sL1D, unmeasured here
-    barrier_release_clk: int  # chosen: no source gives s_barrier cost (timing.md 5.1); LLVM's 500 qc is "guessed"
+    barrier_release_clk: int  # chosen: no source gives s_barrier cost (timing-sources §5); LLVM's 500 qc is "guessed"
     lds_port_read_bytes_per_clk: int  # per SIMD pair (S11 CDNA3: 64 B/clk; S17 gfx950: 128 B/clk)
     lds_port_write_bytes_per_clk: int  # per SIMD pair; stores also carry 4 B of address per lane (S11)
     lds_fifo_entries: int  # per SIMD-pair FIFO (S17, gfx950; assumed the same on gfx942)
@@ -319,7 +319,7 @@ class Timing:
     l2_refetch_base: float
     l2_refetch_per_gap: float
     hbm_bytes_per_s: float  # S13, S10
-    launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing.md 5.8)
+    launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing-sources §5)
 
 
 TIMING = {

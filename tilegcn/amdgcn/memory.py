@@ -10,7 +10,7 @@ Inside a loop the uniform part's loop-variable terms (the advance) stay out of t
 built once before the loop and the loop only computes the advance (an SGPR) each step. Where the advance
 moves along inner dims only, or no lane can be past the end of dim 0, it is the instruction's soffset: an
 element's in-range verdict is then the same whether or not the hardware counts soffset in the range check
-(ISA_NOTES leaves that open), because lanes past the end of dim 0 (if any) are out of range by voffset
+(docs/isa-notes.md: not settled), because lanes past the end of dim 0 (if any) are out of range by voffset
 alone and every other lane outside the tensor is masked to OUT_OF_RANGE_OFFSET. An advance along a dim 0
 with a ragged end is added to voffset instead (one VALU op per access).
 """

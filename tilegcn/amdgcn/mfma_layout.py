@@ -3,7 +3,7 @@
 The compiler uses these functions to place A/B fragments and to find accumulator elements; the
 emulator (`tilegcn.runtime.emulator.mfma`) builds its gather indices from the very same functions.
 
-Formulas (lane l in 0..63; `shape` is an `arch.MfmaShape` with M == N; see ../shared/ISA_NOTES.md, MFMA):
+Formulas (lane l in 0..63; `shape` is an `arch.MfmaShape` with M == N; see docs/isa-notes.md, MFMA):
 
   kpl = shape.k_per_lane = K * M / 64 consecutive k values of one row of A (one column of B) sit in one lane,
         two 16-bit values per register, low half first:

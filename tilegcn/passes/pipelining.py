@@ -91,7 +91,7 @@ def pipelinable(loop: N.Loop) -> bool:
 
 
 def covers_round_trip(loop: N.Loop, arch) -> bool:
-    """S18's latency test (timing.md, tcp_bound_tile_model.md 6): (S - 1) x the MFMA clk of one K step of a
+    """S18's latency test (S18, docs/timing-sources.md): (S - 1) x the MFMA clk of one K step of a
     workgroup on its CU (its gemms' FLOPs over the arch's best MFMA rate on all SIMDs) >= the loaded round trip
     of a load (`Timing.l2_hit_latency_clk`)."""
     t = TIMING[arch.name]

@@ -1,7 +1,7 @@
 """Workgroup-id remap for `T.use_swizzle(panel_size, num_xcds)`.
 
 Input: a kernel with at most one top-level Swizzle. Output: prologue SALU code that replaces the
-block ids bx, by with remapped ones, before any statement uses them. Two steps (ISA_NOTES, XCDs):
+block ids bx, by with remapped ones, before any statement uses them. Two steps (docs/isa-notes.md, XCDs):
 1. Chunked XCD transform. The hardware sends workgroup i to XCD i % X. With chunk C = panel_size,
    the remap makes each XCD run C consecutive logical tiles at a time, so tiles that share operands
    share that XCD's L2: xcd = wg % X; l = wg // X; wg' = (l // C) * X*C + xcd * C + l % C, for

@@ -5,7 +5,7 @@ access outside the workgroup's allocation, a read of LDS bytes that a DMA still 
 data is captured; the memory access itself, and the write of the destination registers, happen when
 an s_waitcnt retires the op (`Machine.wait`).
 
-Raw buffer range checking (ISA_NOTES): with STRIDE = 0 a dword i of a lane is in range iff
+Raw buffer range checking (docs/isa-notes.md): with STRIDE = 0 a dword i of a lane is in range iff
 offset + 4*(i+1) <= NUM_RECORDS (offset + size for sub-dword accesses), where offset is
 voffset + inst_offset; out-of-range loads return 0 (LDS DMA writes 0), out-of-range stores are
 dropped. Whether soffset counts toward the check is left open by the sources: the CDNA3 guide's range-check

@@ -1,6 +1,6 @@
 """One CU, clock by clock: the waves of the resident workgroups replaying their traced streams.
 
-Issue rules (S11, timing.md 2): SIMD s gets an issue slot at every clk t with t % 4 == s. In its slot it
+Issue rules (S11, docs/timing-sources.md §2): SIMD s gets an issue slot at every clk t with t % 4 == s. In its slot it
 issues at most one instruction per wave and one per category (VALU+MFMA, VMEM, SALU/SMEM, LDS, branch)
 across its waves; waves are tried in s_setprio order (higher first), then oldest first. s_waitcnt,
 s_nop, s_barrier and s_setprio take the wave's slot but no category. After issuing, a wave's next

@@ -1,4 +1,4 @@
-"""Per-XCD L2 hit rate from the lines the co-resident workgroups of one XCD touch (timing.md 0.5, S19v9).
+"""Per-XCD L2 hit rate from the lines the co-resident workgroups of one XCD touch (docs/timing-sources.md §0.5, S19v9).
 
 Workgroup i runs on XCD i % 8, and each XCD has a private 4 MB L2, so the workgroups that share an L2 in
 a dispatch round are those with the same i % 8. The trace records, for each of them, the 128-byte lines

@@ -7,7 +7,7 @@ lane with its data (S11: a b32 store takes 8 clk, a b128 20 clk at 64 B/clk). An
 conflicts takes (phases + extra) / phases as long, the extra cycles being the emulator's bank-conflict
 count (stats.py). Data is back `lds_latency_clk` after service ends.
 
-VMEM (S18 tcp_bound_tile_model.md 1): every vector memory instruction (loads, stores, LDS DMA) is processed by
+VMEM (S18, docs/timing-sources.md §0.4): every vector memory instruction (loads, stores, LDS DMA) is processed by
 the CU's TCP in order, taking `tcp_clk_per_dword[dwords per lane]` (16 clk for a dwordx4). A load holds its bytes
 of the TCP (`vmem_inflight_bytes`, 32 KB) from when the TCP takes it until its data is back; in front of the TCP
 sits a request queue of `vmem_queue_entries` instructions (about 12) that the waves have issued but the TCP has
