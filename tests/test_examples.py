@@ -1,0 +1,71 @@
+"""Every file in examples/ runs, as a user runs it (`python examples/...`, here in-process to save the torch
+import), with small sizes; the tutorial files check their own results against torch and print PASS. Each tutorial
+page in docs/tutorials/ shows its example file verbatim, so the docs cannot drift from the code the tests run."""
+import contextlib
+import io
+import pathlib
+import runpy
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+# tutorial file -> its page in docs/tutorials/, in the order people learn
+TUTORIALS = {
+    "tutorials/vector_add.py": "vector-add.md",
+    "tutorials/matmul.py": "matmul.md",
+    "tutorials/autotuning.py": "autotuning.md",
+}
+
+# every example file -> the command line it is run with here (small sizes; the defaults are bigger)
+COMMANDS = {
+    **{name: [] for name in TUTORIALS},
+    "elementwise.py": [],
+    "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
+                     "--check"],
+    # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;
+    # bench/autotune_compile.py and tests/test_autotune.py run the same sweep machinery on small shapes
+    "gemm/autotune.py": ["--help"],
+}
+
+
+def _run_example(name, argv, monkeypatch):
+    """Run examples/<name> as `python examples/<name> argv...` would; returns its stdout."""
+    path = EXAMPLES / name
+    monkeypatch.setattr(sys, "argv", [str(path), *argv])
+    monkeypatch.syspath_prepend(str(path.parent))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as e:
+            assert e.code in (0, None), f"{name} exited with {e.code}:\n{out.getvalue()}"
+    return out.getvalue()
+
+
+def test_every_example_has_a_command():
+    files = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.py")}
+    assert files == set(COMMANDS), ("examples without a command in tests/test_examples.py (add one with small "
+                                    f"sizes): {sorted(files - set(COMMANDS))}; listed but missing: "
+                                    f"{sorted(set(COMMANDS) - files)}")
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_example_runs(name, monkeypatch):
+    out = _run_example(name, COMMANDS[name], monkeypatch)
+    if name in TUTORIALS:
+        assert "PASS" in out, out
+    elif COMMANDS[name] == ["--help"]:
+        assert "usage:" in out, out
+    elif "--check" in COMMANDS[name]:
+        assert "max |C - torch|" in out, out
+
+
+@pytest.mark.parametrize("name", sorted(TUTORIALS))
+def test_tutorial_page_shows_its_file(name):
+    page = REPO / "docs" / "tutorials" / TUTORIALS[name]
+    code = (EXAMPLES / name).read_text()
+    assert f"```python\n{code}```" in page.read_text(), (
+        f"{page.relative_to(REPO)} must show examples/{name} verbatim in a ```python block")
