@@ -22,7 +22,7 @@ SOURCES = [*sorted((REPO / "tilegcn").rglob("*.py")), *sorted((REPO / "bench").r
 def test_docs_build_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs tools are in the 'test' extra: pip install -e '.[test]'")
     pytest.importorskip("mkdocstrings_handlers.python", reason="pip install -e '.[test]' (mkdocstrings[python])")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(REPO / "mkdocs.yml"),
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"),
                            "-d", str(tmp_path / "site")], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     reference = (tmp_path / "site" / "reference" / "index.html").read_text()
