@@ -49,7 +49,7 @@ def test_256_tiles_rank_above_every_128_tile_config(tile_estimates):
     """Issue 9: 256x256 above 128x128 at 8192^3. A 128x128x64 bf16 K step loads 32 KB for 512 clk of MFMA work
     (4096 FLOP/clk/CU): 32 dwordx4 instructions of 16 TCP clk, so the TCP is at least as busy as the MFMA pipe,
     and a CU keeps at most 32 KB in its TCP + 12 queued instructions in flight over a ~1000 clk round trip:
-    S18 puts the 128 tile's MFMA efficiency at <= 70 % whatever the schedule (docs/timing-sources.md C1: measured 69 %, the
+    S18 puts the 128 tile's MFMA efficiency at <= 70 % whatever the schedule (timing-sources C1: measured 69 %, the
     256 tile 96 %). More workgroups per CU share that budget, so no occupancy or stage count lifts the 128 tile
     past it, while the 256 tile loads half the bytes per FLOP."""
     best_256 = tile_estimates[256, 512, 2]
