@@ -43,7 +43,7 @@ held out (no parameter was set from it). The error summary is the median |error|
   LDS (published: 256 + 256 / 240). The rows join the numeric checks, and C4's ranking is checked.
 Not reproduced: C1 with the published kernels (their Gluon sources were not compiled);
 C2/C3/C5/C8/C9/C11/C13 need a clock or kernels we do not have.
-Without --quick it also prints the L2 hit rate with T.use_swizzle and in row-major order at 8192^3 (README,
+Without --quick it also prints the L2 hit rate with T.use_swizzle and in row-major order at 8192^3 (docs/timing.md,
 timing model) and times one 8192^3 GEMM estimate (the issue's <= 10 s target).
 """
 from __future__ import annotations

@@ -262,7 +262,7 @@ def test_max_and_min_propagate_nan_like_torch(arch):
 
 
 def _denormal_divisor_overflow(x, z):
-    """x / z with z an f32 denormal and the quotient past f32's range (see README: the emulator's
+    """x / z with z an f32 denormal and the quotient past f32's range (see docs/refusals.md: the emulator's
     v_div_scale/v_div_fixup model gives NaN there, torch gives +-inf)."""
     return (z != 0) & (z.abs() < 2.0**-126) & ((x.double() / z.double()).abs() > 3.4028234663852886e38)
 

@@ -72,7 +72,7 @@ def test_use_swizzle_raises_the_l2_hit_rate_over_row_major(grid_order_estimates)
     shifts an XCD's columns by 43 % 8 from one row to the next, so the 32 workgroups it runs at once touch
     6 A row panels and 32 B column panels per K step. T.use_swizzle hands each XCD whole 8-tile columns of
     an 8-row panel: an 8 x 4 block, 12 panels. (On the 32-wide grid of 256x256 tiles, round-robin dispatch
-    already gives each XCD that same 8 x 4 block, so no order beats row-major by much there: README.)"""
+    already gives each XCD that same 8 x 4 block, so no order beats row-major by much there: docs/timing.md.)"""
     row_major, swizzled = grid_order_estimates[False], grid_order_estimates[True]
     assert swizzled.breakdown["l2_hit_rate"] > row_major.breakdown["l2_hit_rate"] + 0.15
     assert swizzled.breakdown["l2_misses"] < 0.75 * row_major.breakdown["l2_misses"]
