@@ -355,7 +355,7 @@ def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
     """Per-lane bytes of the pipelined copy's LDS DMA, 0 for register-staged copies. copy="auto" (the default):
     LDS DMA only where a lane moves a whole 16-byte run (gfx950, the LDS tile keeping the user's layout: K-major, or
     (K, N) read with ds_read_b64_tr_b16); gfx942's 4-byte DMA needs 4x the load instructions and M0 writes, and it
-    needs an LDS buffer per stage, for a gain the bench does not show (docs/internals.md, K loop). copy="lds_dma" takes the
+    needs an LDS buffer per stage, for a gain the bench does not show (docs/internals.md). copy="lds_dma" takes the
     widest legal width, or raises a CompileError naming why none is; copy="registers" never uses DMA."""
     if copy_mode == "registers":
         return 0
