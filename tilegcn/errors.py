@@ -53,6 +53,11 @@ class CacheError(TilegcnError):
     """A cache entry could not be written or read."""
 
 
+class MismatchError(TilegcnError, AssertionError):
+    """`tilegcn.testing.assert_close`: two tensors differ beyond the tolerance (an AssertionError, as pytest and
+    torch.testing expect)."""
+
+
 class DeviceError(TilegcnError):
     """A device could not load or launch a code object."""
 
