@@ -133,8 +133,6 @@ def _estimate_launch(module, name, launch, device):
 
 
 # -- do_bench ---------------------------------------------------------------------------------------------------
-_warned_estimates: set = set()
-
 
 def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="median", *, device=None):
     """Time `fn()` (a function of no arguments that launches tilegcn kernels), in milliseconds.
@@ -148,7 +146,7 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
     the sum of the timing model's estimates of the kernels `fn` launches, for `device` ("MI300X" or "MI355X";
     default: each kernel's arch's device); the kernels are not run and the caller's tensors keep their values;
     time `fn` spends outside tilegcn kernels is not counted; `warmup`, `rep` and `grad_to_none` do nothing. The
-    result is a float with `.source` saying which it is (an EstimateWarning says so once per device)."""
+    result is a float with `.source` saying which it is (on the emulated device an EstimateWarning says so too)."""
     from .runtime import device_name
 
     if return_mode not in RETURN_MODES:
@@ -168,11 +166,10 @@ def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_m
     label = BenchResult(sum(e.seconds for e in estimates) * 1e3,
                         f"timing model estimate for {devices}, {len(estimates)} launch(es), not a measurement",
                         True, estimates)
-    if devices not in _warned_estimates:
-        _warned_estimates.add(devices)
-        warnings.warn(f"tilegcn.testing.do_bench: on the emulated device nothing is timed: the result "
-                      f"is the timing model's estimate for {devices}, not a measured time; see its .source and "
-                      ".estimates", EstimateWarning, stacklevel=2)
+    # shown once per calling line (Python's default warning filter), so a loop of benchmarks is not flooded
+    warnings.warn(f"tilegcn.testing.do_bench: on the emulated device nothing is timed: the result is the timing "
+                  f"model's estimate for {devices}, not a measured time; see its .source and .estimates",
+                  EstimateWarning, stacklevel=2)
     return _summary([float(label)], quantiles, return_mode, label)
 
 
