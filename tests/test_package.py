@@ -63,6 +63,11 @@ def test_cli_errors_carry_no_runpy_location(monkeypatch, capsys):
     assert exit_.value.code == 1
     assert err.startswith("error: tilegcn: unknown device 'MI400'"), err
     assert "frozen" not in err and "runpy" not in err
+    # an unwritable --trace is named as such (it used to read "cannot read the cache dir")
+    monkeypatch.setattr(sys, "argv", ["tilegcn", "estimate", key[:12], "--trace", "/nonexistent-dir/t.json"])
+    with pytest.raises(SystemExit):
+        runpy.run_module("tilegcn", run_name="__main__")
+    assert capsys.readouterr().err.startswith("error: tilegcn: cannot write the trace /nonexistent-dir/t.json: ")
 
 
 def test_a_new_tilegcn_version_misses_the_old_versions_cache_entries(monkeypatch, cache_dir):

@@ -91,7 +91,14 @@ def _asm(cache: Cache, key: str) -> int:
 def _estimate(cache: Cache, args) -> int:
     from .runtime.emulator.timing.entry import estimate_entry
 
-    print(estimate_entry(cache.find(args.key), args.device, trace=args.trace))
+    entry = cache.find(args.key)
+    try:
+        print(estimate_entry(entry, args.device, trace=args.trace))
+    except OSError as e:  # the trace file, not the cache dir, which `find` has read
+        if not args.trace:
+            raise
+        raise TilegcnError(f"tilegcn: cannot write the trace {args.trace}: {e.strerror or e}; give --trace a "
+                           "path in a folder you can write") from e
     return 0
 
 
