@@ -8,7 +8,15 @@ LLVM_HOWTO := install LLVM 22 with the AMDGPU target and lld: as root on Debian/
 
 .PHONY: install test demo bench
 
-install:
+# Install once: test/demo/bench depend on `install`, which is up to date while the stamp of this interpreter
+# (one per sys.prefix: a new venv installs again) is newer than pyproject.toml; `make install` always installs.
+STAMP := .make/installed-$(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])' 2>/dev/null)
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+.PHONY: $(STAMP)
+endif
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
 	@# torch: only when it is missing, and only this exact version (any other spec pulls gigabytes)
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
 	$(PIP) install -e '.[test]'
@@ -28,6 +36,7 @@ install:
 	    exit 1; \
 	  fi; \
 	fi
+	@mkdir -p $(@D) && touch $@
 
 test: install
 	$(PYTHON) -m pytest -q

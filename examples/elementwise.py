@@ -2,6 +2,7 @@
 
     python examples/elementwise.py
 """
+import argparse
 import os
 
 import torch
@@ -22,6 +23,7 @@ def axpb_relu(X, Y, *, a=2.0, b=1.0, block_M=64, block_N=128, threads=256):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     X = torch.randn(1000, 3000, dtype=torch.bfloat16)
     Y = torch.empty_like(X)
     axpb_relu(X, Y, a=0.5)  # compile (or hit the cache), then run on the default device

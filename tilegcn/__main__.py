@@ -1,4 +1,4 @@
-"""Command line: inspect the disk cache.
+"""Command line (`tilegcn ...`, or `python -m tilegcn ...`): inspect the disk cache; `tilegcn --version`.
 
     python -m tilegcn cache list          # one line per entry: key, kernel, arch, grid/block, LDS, registers
     python -m tilegcn cache show KEY      # the entry's folder and its meta.json (KEY may be a unique prefix)
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
+from . import __version__
 from .cache import Cache
 from .errors import TilegcnError
 
@@ -89,12 +91,32 @@ def _asm(cache: Cache, key: str) -> int:
 def _estimate(cache: Cache, args) -> int:
     from .runtime.emulator.timing.entry import estimate_entry
 
-    print(estimate_entry(cache.find(args.key), args.device, trace=args.trace))
+    entry = cache.find(args.key)
+    try:
+        print(estimate_entry(entry, args.device, trace=args.trace))
+    except OSError as e:  # the trace file, not the cache dir, which `find` has read
+        if not args.trace:
+            raise
+        raise TilegcnError(f"tilegcn: cannot write the trace {args.trace}: {e.strerror or e}; give --trace a "
+                           "path in a folder you can write") from e
     return 0
 
 
+def _prog() -> str:
+    """How the user started the command line, for usage lines: the console script or `python -m`."""
+    started_as = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m tilegcn" if started_as in ("__main__.py", "-m", "") else "tilegcn"
+
+
+def version_text() -> str:
+    """`tilegcn --version`: the version and where this tilegcn was imported from (which install runs)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return f"tilegcn {__version__} from {here} (python {sys.version_info.major}.{sys.version_info.minor})"
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tilegcn", description="tilegcn tools")
+    parser = argparse.ArgumentParser(prog=_prog(), description="tilegcn tools")
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True)
     cache_p = sub.add_parser("cache", help="inspect or clear the disk cache ($TILEGCN_CACHE_DIR)")
     cache_sub = cache_p.add_subparsers(dest="action", required=True)

@@ -47,6 +47,7 @@ from pathlib import Path
 from . import __version__
 from ._worker import error_text, run_jobs
 from .errors import ArgumentError, CompileError, TilegcnError
+from .testing import L2Flush, measure
 
 ENV_WORKERS = "TILEGCN_TUNE_WORKERS"
 TABLE_FORMAT = "tilegcn-dispatch-table/1"
@@ -140,49 +141,15 @@ class EstimateRanker:
         return Score(float(e.seconds), getattr(e, "tflops", None), str(limit), "estimate")
 
 
-def measure(run, *, warmup: int = 3, repeats: int = 20, flush=None, elapsed=None) -> list:
-    """Seconds of each of `repeats` timed calls of `run()` after `warmup` untimed ones, `flush()` before each
-    (as triton.testing.do_bench does, so every repeat starts from a cold L2). `elapsed(run)` times one call
-    (default: HIP events on torch's current stream)."""
-    elapsed = elapsed or _event_elapsed
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        if flush is not None:
-            flush()
-        times.append(elapsed(run))
-    return times
-
-
-def _event_elapsed(run) -> float:
-    import torch
-
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) * 1e-3
-
-
 class MeasureRanker:
     """Measured time on the HIP device: median of `repeats` runs, L2 (and MALL) flushed before each."""
 
     kind = "measured"
     name = "measure"
-    FLUSH_BYTES = 512 << 20  # more than the last-level cache: MI300X/MI355X have a 256 MiB Infinity Cache
 
     def __init__(self, warmup: int = 3, repeats: int = 20):
         self.warmup, self.repeats = warmup, repeats
-        self._scratch = None
-
-    def _flush(self):
-        import torch
-
-        if self._scratch is None:
-            self._scratch = torch.empty(self.FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        self._scratch.zero_()
+        self._flush = L2Flush()  # tilegcn.testing's, shared with do_bench
 
     def __call__(self, kernel, args) -> Score:
         times = measure(lambda: kernel(*args), warmup=self.warmup, repeats=self.repeats, flush=self._flush)

@@ -53,15 +53,27 @@ class CacheError(TilegcnError):
     """A cache entry could not be written or read."""
 
 
+class MismatchError(TilegcnError, AssertionError):
+    """`tilegcn.testing.assert_close`: two tensors differ beyond the tolerance (an AssertionError, as pytest and
+    torch.testing expect)."""
+
+
 class DeviceError(TilegcnError):
     """A device could not load or launch a code object."""
 
 
+_CLI_FILE = os.path.join(_PACKAGE_DIR, "__main__.py")
+
+
 def user_location(skip_package: str = _PACKAGE_DIR) -> str | None:
-    """'file:line' of the innermost stack frame that is not tilegcn's own code."""
+    """'file:line' of the innermost stack frame that is not tilegcn's own code; None under the command line
+    (`tilegcn ...`, `python -m tilegcn ...`): the frames outside it are runpy's or the console script's, not
+    a line the user wrote."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
+        if filename == _CLI_FILE:
+            return None
         internal = filename.startswith(skip_package + os.sep) or os.path.basename(filename) == "contextlib.py"
         if not internal and "importlib" not in filename:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"

@@ -6,7 +6,8 @@
 Each shape gets a sweep: configs that cannot fit are skipped with the compiler's reason, the rest compile in
 worker processes, the timing model estimates each for the device, and (for shapes small enough for the
 emulated device, --verify-max-gflop) the winner runs once and is compared with the reference config. Results
-are cached on disk: a second run prints the tables again without tuning (`python -m tilegcn tune list`).
+are cached on disk: a second run takes the winners from there without tuning and prints only them; the
+recorded tables stay available (`tilegcn tune list`, then `tilegcn tune show ID`).
 """
 import argparse
 import time
@@ -66,7 +67,9 @@ def main():
         winners[(m, n, k)] = tuned.tune(a, b, c)
         took = time.perf_counter() - start
         report = tuned.reports.get(tuned.key_of((a, b, c)))
-        print(report.table(args.top) if report else f"gemm {m}x{n}x{k}: from the tuning cache")
+        print(report.table(args.top) if report else
+              f"gemm {m}x{n}x{k}: from the tuning cache, not tuned again (its table: `tilegcn tune list`, then "
+              "`tilegcn tune show ID`)")
         print(f"-> {m}x{n}x{k}: {winners[(m, n, k)]} ({took:.1f} s)\n")
     print(f"{len(set(map(str, winners.values())))} different winners for {len(SHAPES)} shapes")
     if args.table:

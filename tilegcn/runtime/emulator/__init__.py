@@ -19,6 +19,8 @@ keeps the semantics and skips those checks.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import threading
@@ -46,6 +48,21 @@ __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 _DECODED = {}  # (sha256, arch) -> list of Instr
 _BOUND = {}  # (sha256, arch, kernel, device) -> Program
 _LOCK = threading.Lock()
+# while set (`recording_launches`), launches are appended here instead of run: tilegcn.testing.do_bench
+# estimates them with the timing model, so a benchmark of a large shape does not emulate it
+_RECORDING = contextvars.ContextVar("tilegcn_emulator_recording", default=None)
+
+
+@contextlib.contextmanager
+def recording_launches():
+    """Within the block, `Module.launch` on this thread records each launch, (module, kernel_name, launch
+    keyword arguments), into the yielded list and returns None without running it."""
+    recorded = []
+    token = _RECORDING.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _RECORDING.reset(token)
 
 
 class Program:
@@ -134,6 +151,11 @@ class Module:
         (`kernarg`, with `args` empty); `buffers` are tensors the kernel reaches only through pointers
         inside those bytes or structs (they are mapped like tensor arguments); `shared_mem` bytes of
         dynamic LDS are added to the descriptor's fixed size."""
+        recording = _RECORDING.get()
+        if recording is not None:  # inside `recording_launches`: noted for the timing model, not run
+            recording.append((self, kernel_name, dict(grid=grid, block=block, args=args, shared_mem=shared_mem,
+                                                      kernarg=kernarg, buffers=buffers)))
+            return None
         launch = self.prepare(kernel_name, grid, block, args, shared_mem, kernarg, buffers)
         _check_emulated_size(kernel_name, launch.grid)
         machine = Machine(launch.program, launch.grid, launch.block, launch.dispatch, launch.tensors, check,
