@@ -53,6 +53,10 @@ class CacheError(TilegcnError):
     """A cache entry could not be written or read."""
 
 
+class ExportError(TilegcnError):
+    """An ahead-of-time export (tilegcn.aot) could not be written, or its folder is missing, altered or not one."""
+
+
 class DeviceError(TilegcnError):
     """A device could not load or launch a code object."""
 

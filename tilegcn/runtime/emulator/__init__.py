@@ -103,7 +103,7 @@ def _bind(ins, index, ctx):
 class Module:
     """A loaded code object; `launch` runs one of its kernels."""
 
-    def __init__(self, data: bytes, arch=None, device=None):
+    def __init__(self, data: bytes, arch=None, device=None, disassembly=None):
         self.code = codeobject.parse(data)
         self.arch = get_arch(self.code.arch if arch is None else arch)  # arch="" is refused, not the default
         self.digest = hashlib.sha256(self.code.data).hexdigest()
@@ -113,7 +113,11 @@ class Module:
         key = (self.digest, self.arch.name)
         with _LOCK:
             if key not in _DECODED:
-                _DECODED[key] = parse_objdump(toolchain.disassemble(self.code.data, self.arch.name))
+                # `disassembly`: the caller's llvm-objdump text of these very bytes (an exported kernel carries
+                # it, bound to the code object by its digest), so a machine without LLVM can run it
+                text = disassembly if disassembly is not None else toolchain.disassemble(self.code.data,
+                                                                                         self.arch.name)
+                _DECODED[key] = parse_objdump(text)
         self.instrs = _DECODED[key]
 
     def program(self, name, device) -> Program:
@@ -275,12 +279,13 @@ class EmulatorDevice:
         return load(hsaco, arch=self.arch if arch is None else arch)
 
 
-def load(path_or_bytes, arch=None) -> Module:
+def load(path_or_bytes, arch=None, disassembly=None) -> Module:
     """Load a code object (bytes or a path). `arch` overrides the code object's arch (decode and run it
-    as that arch)."""
+    as that arch). `disassembly`: its `llvm-objdump -d --mcpu=<arch>` text, made beforehand (then no LLVM is
+    needed; the caller vouches that it is the text of these bytes)."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
     else:
         with open(os.fspath(path_or_bytes), "rb") as f:
             data = f.read()
-    return Module(data, arch)
+    return Module(data, arch, disassembly=disassembly)
