@@ -106,7 +106,7 @@ def _export(args) -> int:
         make = aot.import_object(args.example, "--example")
         calls = make() if callable(make) else make
     else:
-        calls = aot.parse_shapes(args.shapes, getattr(fn, "fn", fn).arg_names)
+        calls = aot.parse_shapes(args.shapes, aot.jit_function_of(fn).arg_names)
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     out = aot.export(fn, list(calls), archs, args.out)
     manifest = json.loads((out / aot.MANIFEST).read_text())

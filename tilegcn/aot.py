@@ -41,12 +41,9 @@ def export(fn, calls, archs, out) -> Path:
     from . import toolchain
     from .amdgcn.arch import get_arch
     from .autotune import Autotuner
-    from .jit import JITFunction
 
     tuner = fn if isinstance(fn, Autotuner) else None
-    jitfn = fn.fn if tuner else fn
-    if not isinstance(jitfn, JITFunction):
-        raise ExportError(f"tilegcn export: {fn!r} is not a @tilegcn.jit or @tilegcn.autotune function")
+    jitfn = jit_function_of(fn)
     archs = [get_arch(a).name for a in archs]
     calls = [_call_parts(c, i) for i, c in enumerate(calls)]
     if not calls or not archs:
@@ -78,6 +75,17 @@ def export(fn, calls, archs, out) -> Path:
                 "source": jitfn.source_location, "arg_names": list(jitfn.arg_names), "entries": entries}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return out
+
+
+def jit_function_of(fn):
+    """The JITFunction of a ``@tilegcn.jit`` or ``@tilegcn.autotune`` function; an ExportError for anything else."""
+    from .autotune import Autotuner
+    from .jit import JITFunction
+
+    jitfn = fn.fn if isinstance(fn, Autotuner) else fn
+    if not isinstance(jitfn, JITFunction):
+        raise ExportError(f"tilegcn export: {fn!r} is not a @tilegcn.jit or @tilegcn.autotune function")
+    return jitfn
 
 
 def _call_parts(call, index: int):
