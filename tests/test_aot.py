@@ -167,3 +167,17 @@ def test_shapes_text_errors_name_the_fix(tmp_path, capsys):
     assert status == 1
     assert "--shapes call 0 lacks ['C'] (positional: A, B, C)" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_export_never_replaces_a_folder_it_did_not_write(tmp_path, capsys):
+    from conftest import TESTS
+    from tilegcn.__main__ import main
+
+    theirs = tmp_path / "notes"
+    theirs.mkdir()
+    (theirs / "todo.txt").write_text("mine")
+    status = main(["export", f"{TESTS}/kernels.py:copy2d", "--arch", "gfx942", "--shapes",
+                   "X=64x64:float32,Y=64x64:float32", "-o", str(theirs)])
+    assert status == 1
+    assert "exists and is not an earlier tilegcn export; choose a new folder" in capsys.readouterr().err
+    assert (theirs / "todo.txt").read_text() == "mine"

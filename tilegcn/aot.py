@@ -38,7 +38,6 @@ def export(fn, calls, archs, out) -> Path:
     arch in `archs` and write the export folder `out` (replaced if it is an earlier export). A call is a tuple
     of positional arguments, or a dict ``{"args": (...), "kwargs": {...}}`` with keyword constants. Returns
     the folder's path."""
-    from . import toolchain
     from .amdgcn.arch import get_arch
     from .autotune import Autotuner
 
@@ -49,7 +48,25 @@ def export(fn, calls, archs, out) -> Path:
     if not calls or not archs:
         raise ExportError("tilegcn export: nothing to export: give at least one example call and one arch")
     out = Path(out)
-    _prepare_folder(out)
+    _check_replaceable(out)
+    work = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # built aside, so a failed export leaves `out` as it was
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        manifest = _build(tuner, jitfn, calls, archs, work)
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
+    """Compile every (arch, call) into `work`; the manifest."""
+    from . import toolchain
+
     entries, seen = [], set()
     for arch in archs:
         for args, kwargs in calls:
@@ -61,8 +78,8 @@ def export(fn, calls, archs, out) -> Path:
                 continue
             seen.add(key)
             stem = f"{len(entries)}.{arch}"
-            files = {"hsaco": _write(out / f"{stem}.hsaco", kernel.hsaco),
-                     "disassembly": _write(out / f"{stem}.objdump.txt",
+            files = {"hsaco": _write(work / f"{stem}.hsaco", kernel.hsaco),
+                     "disassembly": _write(work / f"{stem}.objdump.txt",
                                            toolchain.disassemble(kernel.hsaco, arch).encode())}
             entries.append({
                 "arch": arch, "signature": [_spec_json(s) for s in kernel.signature],
@@ -71,10 +88,8 @@ def export(fn, calls, archs, out) -> Path:
                 "kernel_args": [a["name"] for a in kernel.metadata["args"]], "written": list(kernel.written),
                 "cache_key": kernel.key, "files": files,
             })
-    manifest = {"format": FORMAT, "tilegcn_version": __version__, "function": jitfn.name,
-                "source": jitfn.source_location, "arg_names": list(jitfn.arg_names), "entries": entries}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    return out
+    return {"format": FORMAT, "tilegcn_version": __version__, "function": jitfn.name,
+            "source": jitfn.source_location, "arg_names": list(jitfn.arg_names), "entries": entries}
 
 
 def jit_function_of(fn):
@@ -102,14 +117,19 @@ def _call_parts(call, index: int):
                       "function's positional arguments (or {'args': ..., 'kwargs': ...})")
 
 
-def _prepare_folder(out: Path) -> None:
-    """An empty folder at `out`; an existing one is replaced only when it is empty or an earlier export."""
-    if out.exists():
-        if not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file()):
-            raise ExportError(f"tilegcn export: {out} exists and is not an earlier export (no {MANIFEST}); "
-                              "choose a new folder for -o")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+def _check_replaceable(out: Path) -> None:
+    """`out` may be written: absent, an empty folder, or an earlier export (its manifest says so)."""
+    if not out.exists():
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        return
+    try:
+        earlier = out.is_dir() and json.loads((out / MANIFEST).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        earlier = False
+    if not earlier:
+        raise ExportError(f"tilegcn export: {out} exists and is not an earlier tilegcn export; choose a new "
+                          "folder for -o (an earlier export there would be replaced)")
 
 
 def _write(path: Path, data: bytes) -> dict:
