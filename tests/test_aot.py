@@ -2,6 +2,8 @@
 with `tilegcn.load` and run with no LLVM and no tracing."""
 import json
 import os
+import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -181,3 +183,39 @@ def test_export_never_replaces_a_folder_it_did_not_write(tmp_path, capsys):
     assert status == 1
     assert "exists and is not an earlier tilegcn export; choose a new folder" in capsys.readouterr().err
     assert (theirs / "todo.txt").read_text() == "mine"
+
+
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "export.md"
+DOC_BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(DOC_BLOCKS)))
+def test_docs_example_runs(index, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the example writes its export folder in the current directory
+    path = tmp_path / f"export_doc_{index}.py"
+    path.write_text(DOC_BLOCKS[index])
+    namespace = {"__name__": f"export_doc_{index}"}
+    exec(compile(DOC_BLOCKS[index], str(path), "exec"), namespace)
+    if "calls" in namespace and callable(namespace["calls"]):  # the --example file: its calls are well formed
+        assert all(len(call) == 3 for call in namespace["calls"]())
+    if index == 0:
+        assert "no exported entry of scale" in capsys.readouterr().out
+
+
+def test_loaded_calls_get_the_jit_checks(exported_once, monkeypatch):
+    """The per-call checks of a jit call hold for an exported entry: arity, a written tensor overlapping another
+    argument, a written leaf that requires grad."""
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    fn = tilegcn.load(exported_once["elementwise"], arch="gfx942")
+    with pytest.raises(tilegcn.ArgumentError, match=r"takes 2 positional argument\(s\) \(X, Y\), got 1"):
+        fn(torch.zeros(64, 128))
+    storage = torch.randn(65 * 128)
+    x, y = storage[:64 * 128].view(64, 128), storage[128:].view(64, 128)  # y starts one row into x
+    with pytest.raises(tilegcn.ArgumentError, match="Y is written by the kernel and overlaps tensor X"):
+        fn(x, y)
+    with pytest.raises(tilegcn.ArgumentError, match="Y is written by the kernel but is a leaf that requires grad"):
+        fn(torch.zeros(64, 128), torch.zeros(64, 128, requires_grad=True))
+    x = torch.randn(64, 128)
+    expected = torch.relu(x * 3.0 + 1.0)  # the entry was exported with a=3.0, b=1.0
+    fn(x, x)  # in place: the same view, as a jit call allows
+    assert torch.equal(x, expected)

@@ -291,24 +291,31 @@ class ExportedFunction:
         try:
             key = self._keyfn(*args)
         except Exception:  # wrong arity, or a tensor the key cannot describe: the slow path names the argument
-            key = None
+            return self._launch_unkeyed(args, kwargs)
         if kwargs:
             key = (key, tuple(kwargs.items()), tuple(map(type, kwargs.values())))
         try:
             launcher = self._memo.get(key)
         except TypeError:  # an unhashable constant
-            launcher = None
+            return self._launch_unkeyed(args, kwargs)
         if launcher is None:
             launcher = self._miss(key, args, kwargs)
         return launcher.run(launcher, args)
 
+    def _launch_unkeyed(self, args, kwargs):
+        from .runtime import device_name
+
+        launcher = self.entry_for(args, kwargs).launcher(device_name())
+        return launcher.run(launcher, args)
+
     def _miss(self, key, args, kwargs):
+        """As a jit call's memo miss: find the entry, remember its launcher under the warm key when the key
+        identifies the specialisation (see jit._memoizable)."""
         from .jit import _has_float_zero, _memoizable
         from .runtime import device_name
 
         launcher = self.entry_for(args, kwargs).launcher(device_name())
-        if key is not None and _memoizable(key, key[0] if kwargs else key, len(self.arg_names)) \
-                and not _has_float_zero(kwargs):
+        if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)) and not _has_float_zero(kwargs):
             self._memo[key] = launcher
         return launcher
 
