@@ -43,8 +43,8 @@ from .valu_hazards import RecentWrites
 
 __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 
-_DECODED = {}  # (sha256, arch) -> list of Instr
-_BOUND = {}  # (sha256, arch, kernel, device) -> Program
+_DECODED = {}  # (sha256, arch[, sha256 of a caller's listing]) -> list of Instr
+_BOUND = {}  # (the _DECODED key, kernel, device) -> Program
 _LOCK = threading.Lock()
 
 
@@ -110,21 +110,23 @@ class Module:
         self.kernels = self.code.kernels
         self.last_stats = None
         self._dispatches = 0  # dispatch ids, as a queue numbers its packets
-        key = (self.digest, self.arch.name)
+        # `disassembly`: the caller's llvm-objdump text of these very bytes (an exported kernel carries it, bound
+        # to the code object by the export's manifest), so a machine without LLVM can run it. Memoised under its
+        # own digest too: a caller's text never stands in for objdump's in another load of the same bytes.
+        key = (self.digest, self.arch.name) if disassembly is None else (
+            self.digest, self.arch.name, hashlib.sha256(disassembly.encode()).hexdigest())
         with _LOCK:
             if key not in _DECODED:
-                # `disassembly`: the caller's llvm-objdump text of these very bytes (an exported kernel carries
-                # it, bound to the code object by its digest), so a machine without LLVM can run it
-                text = disassembly if disassembly is not None else toolchain.disassemble(self.code.data,
-                                                                                         self.arch.name)
+                text = toolchain.disassemble(self.code.data, self.arch.name) if disassembly is None else disassembly
                 _DECODED[key] = parse_objdump(text)
         self.instrs = _DECODED[key]
+        self._decoded_key = key
 
     def program(self, name, device) -> Program:
         if name not in self.kernels:
             raise DeviceError(f"tilegcn emulator: no kernel {name!r} in the code object; it has "
                               f"{', '.join(self.kernels) or 'none'}")
-        key = (self.digest, self.arch.name, name, str(device))
+        key = (*self._decoded_key, name, str(device))
         with _LOCK:
             prog = _BOUND.get(key)
             if prog is None:
