@@ -49,6 +49,9 @@ def exported_once(tmp_path_factory):
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "exported axpb_relu: 4 entries" in runs[0].stdout
     assert "exported gemm: 4 entries" in runs[1].stdout
+    manifest = json.loads((out["gemm"] / "manifest.json").read_text())
+    assert [e["arch"] for e in manifest["entries"]] == ["gfx942", "gfx942", "gfx950", "gfx950"]
+    assert manifest["entries"][0]["metadata"]["vgprs"] > 0  # the build's meta.json travels with the entry
     return out
 
 

@@ -86,7 +86,7 @@ def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
                 "constants": {k: _constant_json(k, v) for k, v in kernel.constants.items()},
                 "tuned": tuned, "kernel": kernel.name, "grid": list(kernel.grid), "block": list(kernel.block),
                 "kernel_args": [a["name"] for a in kernel.metadata["args"]], "written": list(kernel.written),
-                "cache_key": kernel.key, "files": files,
+                "cache_key": kernel.key, "metadata": kernel.metadata, "files": files,
             })
     return {"format": FORMAT, "tilegcn_version": __version__, "function": jitfn.name,
             "source": jitfn.source_location, "arg_names": list(jitfn.arg_names), "entries": entries}
@@ -234,13 +234,14 @@ class _Entry:
                 TensorSpec(as_dtype(s["dtype"]), tuple(s["shape"]), tuple(s["strides"]), bool(s["aligned16"]))
                 for s in record["signature"])
             self.constants = {k: _constant_value(v) for k, v in record["constants"].items()}
-            self.kernel_args = list(record["kernel_args"])
+            kernel_args = list(record["kernel_args"])
+            # the kernel's parameters in the order it takes them, as positions of the function's arguments
+            self.select = (None if not kernel_args or kernel_args == list(owner.arg_names)
+                           else tuple(owner.arg_names.index(n) for n in kernel_args))
             self.written = tuple(record["written"])
             self.hsaco = _read_verified(folder, record["files"]["hsaco"])
             self.disassembly = _read_verified(folder, record["files"]["disassembly"]).decode()
-        except (KeyError, TypeError, ValueError, AttributeError, ArgumentError) as e:
-            if isinstance(e, ExportError):
-                raise
+        except (KeyError, TypeError, ValueError, AttributeError, ArgumentError) as e:  # ExportError passes
             raise ExportError(f"tilegcn.load: {folder / MANIFEST} has a malformed entry ({type(e).__name__}: {e}); "
                               "export again") from None
         self._launchers = {}
@@ -257,9 +258,8 @@ class _Entry:
                 module = emulator_load(self.hsaco, arch=self.arch, disassembly=self.disassembly)
             else:
                 module = get_device(device).load(self.hsaco)
-            positional = self.fn.arg_names
-            if self.kernel_args and self.kernel_args != list(positional):
-                module = _SelectArgs(module, tuple(positional.index(n) for n in self.kernel_args))
+            if self.select is not None:
+                module = _SelectArgs(module, self.select)
             launcher = self._launchers[device] = _Launcher(module, self.name, self.grid, self.block, self)
         return launcher
 
