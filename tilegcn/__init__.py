@@ -5,6 +5,7 @@ from . import errors  # noqa: E402
 from .errors import (  # noqa: E402
     ArgumentError,
     CacheError,
+    ExportError,
     CompileError,
     DeviceError,
     EmulatorError,
@@ -18,6 +19,8 @@ from .errors import (  # noqa: E402
 from .cache import CacheWarning  # noqa: E402
 from .jit import CompiledKernel, JITFunction, jit  # noqa: E402
 from .autotune import Autotuner, Space, TuneError, autotune  # noqa: E402
+from . import aot  # noqa: E402
+from .aot import load  # noqa: E402  (ahead-of-time exports: `python -m tilegcn export`)
 
 
 def __getattr__(name):
@@ -30,7 +33,7 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "jit", "JITFunction", "CompiledKernel", "autotune", "Autotuner", "Space", "TuneError",
-    "language", "errors", "CacheWarning",
-    "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError",
+    "language", "errors", "CacheWarning", "aot", "load",
+    "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError", "ExportError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
 ]

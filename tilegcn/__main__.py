@@ -6,6 +6,7 @@
     python -m tilegcn asm KEY             # print the entry's kernel.s (the cache dir goes to stderr)
     python -m tilegcn tune list|show ID|clear   # autotuning results (tilegcn.autotune), see tilegcn/autotune.py
     python -m tilegcn estimate KEY [--device MI300X|MI355X] [--trace FILE]   # the timing model's estimate
+    python -m tilegcn export kernels.py:fn --arch gfx942,gfx950 --example kernels.py:calls -o DIR   # tilegcn.aot
 """
 from __future__ import annotations
 
@@ -114,6 +115,31 @@ def version_text() -> str:
     return f"tilegcn {__version__} from {here} (python {sys.version_info.major}.{sys.version_info.minor})"
 
 
+def _export(args) -> int:
+    """`export`: compile the example calls for each arch into an export folder (see tilegcn/aot.py)."""
+    from . import aot
+
+    fn = aot.import_object(args.function, "function")
+    if (args.example is None) == (args.shapes is None):
+        raise aot.ExportError("tilegcn export: give the calls to build with --example MODULE:NAME or --shapes TEXT "
+                              "(one of them)")
+    if args.example is not None:
+        make = aot.import_object(args.example, "--example")
+        calls = make() if callable(make) else make
+    else:
+        calls = aot.parse_shapes(args.shapes, aot.jit_function_of(fn).arg_names)
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    out = aot.export(fn, list(calls), archs, args.out)
+    manifest = json.loads((out / aot.MANIFEST).read_text())
+    print(f"exported {manifest['function']}: {len(manifest['entries'])} entries to {out}")
+    for e in manifest["entries"]:
+        shapes = " ".join("x".join(map(str, s["shape"])) + f":{s['dtype']}" if "shape" in s else s["scalar"]
+                          for s in e["signature"])
+        tuned = f"  tuned {e['tuned']}" if e["tuned"] else ""
+        print(f"  {e['arch']}  {shapes}  grid {_fmt_dims(e['grid'])} block {_fmt_dims(e['block'])}{tuned}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=_prog(), description="tilegcn tools")
     parser.add_argument("--version", action="version", version=version_text())
@@ -136,8 +162,18 @@ def main(argv=None) -> int:
     est.add_argument("key", help="cache key or a unique prefix of it")
     est.add_argument("--device", help="MI300X (gfx942) or MI355X (gfx950); default: the entry's arch")
     est.add_argument("--trace", help="write the simulated schedule as Chrome/Perfetto trace JSON here")
+    exp = sub.add_parser("export", help="compile a kernel ahead of time for deployment (load it with tilegcn.load)")
+    exp.add_argument("function", help="the @tilegcn.jit or @tilegcn.autotune function: path/to/module.py:name")
+    exp.add_argument("--arch", required=True, help="comma-separated arches, e.g. gfx942,gfx950")
+    exp.add_argument("--example", help="MODULE:NAME of a function (or list) giving the example calls: a list of "
+                                       "argument tuples, or of {'args': (...), 'kwargs': {...}}")
+    exp.add_argument("--shapes", help="the example calls as text: 'X=256x512:float32,Y=256x512:float32,a=2.0;...' "
+                                      "(';' between calls; a tensor is DIMxDIM:dtype, a number a scalar or constant)")
+    exp.add_argument("-o", "--out", required=True, help="the export folder to write (replaced if an earlier export)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "export":
+            return _export(args)
         if args.command == "tune":
             from .autotune import tune_command
 

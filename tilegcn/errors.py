@@ -58,6 +58,10 @@ class MismatchError(TilegcnError, AssertionError):
     torch.testing expect)."""
 
 
+class ExportError(TilegcnError):
+    """An ahead-of-time export (tilegcn.aot) could not be written, or its folder is missing, altered or not one."""
+
+
 class DeviceError(TilegcnError):
     """A device could not load or launch a code object."""
 

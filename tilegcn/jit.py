@@ -462,6 +462,46 @@ def _describe(names, signature) -> str:
     return ", ".join(parts)
 
 
+def call_signature(fn_name: str, arg_names: tuple, args) -> tuple:
+    """(signature, trace_args) of a call with one argument per name: per argument a TensorSpec or a scalar
+    type (what a call is specialised on besides its constants and arch), after the checks every call makes.
+    Shared by jit calls and exported kernels (tilegcn.aot), so both key and refuse a call alike."""
+    import torch
+
+    from .ir.types import TensorSpec
+
+    signature, trace_args, devices = [], [], {}
+    for name, a in zip(arg_names, args):
+        if isinstance(a, torch.Tensor):
+            _check_tensor_storage(name, a)
+            spec = TensorSpec.of(a, name)
+            if a.dim() and a.shape[-1] > 1 and a.stride(-1) != 1:
+                raise ArgumentError(
+                    f"tilegcn: tensor {name} has unsupported strides {tuple(a.stride())} for shape "
+                    f"{tuple(a.shape)}: the last dimension must have stride 1; call .contiguous() on it"
+                )
+            devices.setdefault(str(a.device), name)
+            signature.append(spec)
+            trace_args.append(spec)
+        elif isinstance(a, (int, float)):
+            kind = float if isinstance(a, float) else int
+            signature.append(kind)
+            trace_args.append(kind(a))
+        else:
+            hint = "; convert it with torch.from_numpy" if type(a).__module__ == "numpy" else ""
+            raise ArgumentError(
+                f"tilegcn: argument {name} of {fn_name}() must be a torch tensor or an int/float "
+                f"scalar, got {type(a).__name__}{hint}"
+            )
+    if len(devices) > 1:
+        where = ", ".join(f"{n} on {d}" for d, n in devices.items())
+        raise ArgumentError(f"tilegcn: tensors of {fn_name}() are on different devices: {where}")
+    if "meta" in devices:
+        raise ArgumentError(f"tilegcn: tensor {devices['meta']} is a meta tensor: it has a shape but no memory "
+                            "to compute on; pass a tensor on the CPU (emulator) or an AMD GPU")
+    return tuple(signature), trace_args
+
+
 # -- the decorator ------------------------------------------------------------------------------------------
 class JITFunction:
     """A tile program. Call it to launch; `.compile(...)` to get a CompiledKernel without launching.
@@ -579,42 +619,9 @@ class JITFunction:
 
     def _signature(self, args) -> tuple:
         """(signature, trace_args): per argument a TensorSpec or a scalar type; checks the arguments."""
-        import torch
-
-        from .ir.types import TensorSpec
-
         if len(args) != len(self.arg_names):
             raise self._arity_error(args)
-        signature, trace_args, devices = [], [], {}
-        for name, a in zip(self.arg_names, args):
-            if isinstance(a, torch.Tensor):
-                _check_tensor_storage(name, a)
-                spec = TensorSpec.of(a, name)
-                if a.dim() and a.shape[-1] > 1 and a.stride(-1) != 1:
-                    raise ArgumentError(
-                        f"tilegcn: tensor {name} has unsupported strides {tuple(a.stride())} for shape "
-                        f"{tuple(a.shape)}: the last dimension must have stride 1; call .contiguous() on it"
-                    )
-                devices.setdefault(str(a.device), name)
-                signature.append(spec)
-                trace_args.append(spec)
-            elif isinstance(a, (int, float)):
-                kind = float if isinstance(a, float) else int
-                signature.append(kind)
-                trace_args.append(kind(a))
-            else:
-                hint = "; convert it with torch.from_numpy" if type(a).__module__ == "numpy" else ""
-                raise ArgumentError(
-                    f"tilegcn: argument {name} of {self.name}() must be a torch tensor or an int/float "
-                    f"scalar, got {type(a).__name__}{hint}"
-                )
-        if len(devices) > 1:
-            where = ", ".join(f"{n} on {d}" for d, n in devices.items())
-            raise ArgumentError(f"tilegcn: tensors of {self.name}() are on different devices: {where}")
-        if "meta" in devices:
-            raise ArgumentError(f"tilegcn: tensor {devices['meta']} is a meta tensor: it has a shape but no memory "
-                                "to compute on; pass a tensor on the CPU (emulator) or an AMD GPU")
-        return tuple(signature), trace_args
+        return call_signature(self.name, self.arg_names, args)
 
     def _compiled(self, args, kwargs) -> CompiledKernel:
         kwargs = dict(kwargs)

@@ -45,8 +45,8 @@ from .valu_hazards import RecentWrites
 
 __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 
-_DECODED = {}  # (sha256, arch) -> list of Instr
-_BOUND = {}  # (sha256, arch, kernel, device) -> Program
+_DECODED = {}  # (sha256, arch[, sha256 of a caller's listing]) -> list of Instr
+_BOUND = {}  # (the _DECODED key, kernel, device) -> Program
 _LOCK = threading.Lock()
 # while set (`recording_launches`), launches are appended here instead of run: tilegcn.testing.do_bench
 # estimates them with the timing model, so a benchmark of a large shape does not emulate it
@@ -120,24 +120,30 @@ def _bind(ins, index, ctx):
 class Module:
     """A loaded code object; `launch` runs one of its kernels."""
 
-    def __init__(self, data: bytes, arch=None, device=None):
+    def __init__(self, data: bytes, arch=None, device=None, disassembly=None):
         self.code = codeobject.parse(data)
         self.arch = get_arch(self.code.arch if arch is None else arch)  # arch="" is refused, not the default
         self.digest = hashlib.sha256(self.code.data).hexdigest()
         self.kernels = self.code.kernels
         self.last_stats = None
         self._dispatches = 0  # dispatch ids, as a queue numbers its packets
-        key = (self.digest, self.arch.name)
+        # `disassembly`: the caller's llvm-objdump text of these very bytes (an exported kernel carries it, bound
+        # to the code object by the export's manifest), so a machine without LLVM can run it. Memoised under its
+        # own digest too: a caller's text never stands in for objdump's in another load of the same bytes.
+        key = (self.digest, self.arch.name) if disassembly is None else (
+            self.digest, self.arch.name, hashlib.sha256(disassembly.encode()).hexdigest())
         with _LOCK:
             if key not in _DECODED:
-                _DECODED[key] = parse_objdump(toolchain.disassemble(self.code.data, self.arch.name))
+                text = toolchain.disassemble(self.code.data, self.arch.name) if disassembly is None else disassembly
+                _DECODED[key] = parse_objdump(text)
         self.instrs = _DECODED[key]
+        self._decoded_key = key
 
     def program(self, name, device) -> Program:
         if name not in self.kernels:
             raise DeviceError(f"tilegcn emulator: no kernel {name!r} in the code object; it has "
                               f"{', '.join(self.kernels) or 'none'}")
-        key = (self.digest, self.arch.name, name, str(device))
+        key = (*self._decoded_key, name, str(device))
         with _LOCK:
             prog = _BOUND.get(key)
             if prog is None:
@@ -297,12 +303,13 @@ class EmulatorDevice:
         return load(hsaco, arch=self.arch if arch is None else arch)
 
 
-def load(path_or_bytes, arch=None) -> Module:
+def load(path_or_bytes, arch=None, disassembly=None) -> Module:
     """Load a code object (bytes or a path). `arch` overrides the code object's arch (decode and run it
-    as that arch)."""
+    as that arch). `disassembly`: its `llvm-objdump -d --mcpu=<arch>` text, made beforehand (then no LLVM is
+    needed; the caller vouches that it is the text of these bytes)."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
     else:
         with open(os.fspath(path_or_bytes), "rb") as f:
             data = f.read()
-    return Module(data, arch)
+    return Module(data, arch, disassembly=disassembly)
