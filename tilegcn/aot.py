@@ -1,11 +1,14 @@
 """Ahead-of-time export: precompiled code objects per arch, a dispatch table, and a loader that runs them with no
-LLVM and no tracing (the aiter pattern).
+LLVM and no tracing (the aiter pattern). From the shell, `python -m tilegcn export kernels.py:gemm --arch
+gfx942,gfx950 --example kernels.py:examples -o gemm_aot/` does what `export` does below (docs/export.md).
 
-    tilegcn.aot.export(gemm, calls=[(a, b, c)], archs=["gfx942", "gfx950"], out="gemm_aot/")
-    python -m tilegcn export kernels.py:gemm --arch gfx942,gfx950 --example kernels.py:examples -o gemm_aot/
+Example:
 
-    fn = tilegcn.load("gemm_aot/")     # verifies every file's sha256; imports no LLVM, traces nothing
-    fn(a, b, c)                        # the entry for this call's key, on the default device
+```python
+tilegcn.aot.export(gemm, calls=[(a, b, c)], archs=["gfx942", "gfx950"], out="gemm_aot/")
+fn = tilegcn.load("gemm_aot/")     # verifies every file's sha256; imports no LLVM, traces nothing
+fn(a, b, c)                        # the entry for this call's key, on the default device
+```
 
 An entry is keyed as a jit call is (`jit.call_signature`: each tensor's dtype, shape, strides and 16-byte
 alignment, each scalar's type; then the keyword constants and the arch). For an ``@tilegcn.autotune`` function
@@ -172,7 +175,16 @@ def _entry_key(signature, constants: dict, arch: str):
 # -- loading ------------------------------------------------------------------------------------------------------
 def load(path, arch=None) -> "ExportedFunction":
     """The exported function in folder `path`, every file checked against the manifest's sha256. `arch`: the
-    entries to serve (default: as a jit call resolves it: $TILEGCN_ARCH, the visible GPU, else the default)."""
+    entries to serve (default: as a jit call resolves it: $TILEGCN_ARCH, the visible GPU, else the default).
+    A call no exported entry serves is an ArgumentError listing what was exported.
+
+    Example:
+
+    ```python
+    fn = tilegcn.load("gemm_aot/")     # made by `python -m tilegcn export` or tilegcn.aot.export
+    fn(a, b, c)                        # no LLVM, no tracing: the exported code object for this call's key
+    ```
+    """
     path = Path(path)
     manifest = _read_manifest(path)
     return ExportedFunction(path, manifest, arch)
