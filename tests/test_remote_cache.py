@@ -305,3 +305,12 @@ def test_bad_settings_are_named(monkeypatch, fresh_remote):
     copy2d.cache_clear()
     with pytest.raises(CacheError, match=r"redis package is not installed: pip install redis"):
         _run_copy2d()
+
+
+def test_the_docs_example_runs_and_prints_what_the_page_says(run_python, fresh_remote):
+    if shutil.which("redis-server") is None and os.environ.get("CI") != "true":
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; `make install` does)")
+    page = (Path(__file__).resolve().parents[1] / "docs" / "remote-cache.md").read_text()
+    example = page.split("```python\n", 1)[1].split("```", 1)[0]
+    promised = page.split("It prints\n\n```\n", 1)[1].split("```", 1)[0]
+    assert run_python(example).stdout == promised
