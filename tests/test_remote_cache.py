@@ -82,8 +82,10 @@ def _make_server(tmp_path, persist=False):
 @pytest.fixture
 def fresh_remote(monkeypatch):
     """Forget this process's remote stores (their backoff and warning), before and after the test."""
+    os.environ.pop(remote_cache.ENV_DOWN, None)  # the backoff a failing store hands to child processes
     remote_cache._stores.clear()
     yield
+    os.environ.pop(remote_cache.ENV_DOWN, None)
     remote_cache._stores.clear()
 
 
@@ -201,6 +203,20 @@ def test_a_redis_that_is_down_costs_one_warning_and_a_local_hit_never_asks(monke
     assert elapsed < 30  # a refused connection fails fast (the compiles themselves take a few seconds)
 
 
+def test_a_sweep_with_compile_workers_against_a_down_redis_warns_once(run_python, tmp_path):
+    """The autotuner's compile workers are processes of their own: they inherit the parent's backoff rather
+    than each warning again."""
+    url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    child = run_python("""
+import torch, autotune_kernels as K
+x = torch.randn(48, 256); y = torch.empty_like(x)
+K.scale(x, y)
+print(torch.equal(y, x * 2), K.scale.stats["sweeps"], K.scale.workers)
+""", env={"TILEGCN_REMOTE_CACHE": url, "TILEGCN_CACHE_DIR": str(tmp_path / "host-cache")})
+    assert child.stdout.split() == ["True", "1", "2"]
+    assert child.stderr.count("RemoteCacheWarning") == 1, child.stderr
+
+
 def test_redis_killed_mid_write_leaves_only_whole_entries(tmp_path, monkeypatch, fresh_remote):
     """A persistent server (AOF, fsync always) is SIGSTOPped while a 48 MiB entry is being published, then
     killed with SIGKILL: the local build succeeds with one warning; the restarted server serves the entry
@@ -234,6 +250,7 @@ def test_redis_killed_mid_write_leaves_only_whole_entries(tmp_path, monkeypatch,
         assert _kernel_keys(server) == [key_a]
         assert set(server.client.hgetall(key_a)) == {b"kernel.ir", b"kernel.s", b"kernel.hsaco", b"meta.json"}
         remote_cache._stores.clear()  # a new process of the fleet: no backoff
+        os.environ.pop(remote_cache.ENV_DOWN, None)
         monkeypatch.setenv("TILEGCN_CACHE_DIR", str(tmp_path / "host2-cache"))
         copy2d.cache_clear()
         _run_copy2d()

@@ -30,6 +30,9 @@ from pathlib import Path
 from .errors import CacheError
 
 ENV_REMOTE_CACHE = "TILEGCN_REMOTE_CACHE"
+# Set by a process whose remote failed, for the processes it starts (the autotuner's compile workers): "URL
+# UNTIL" (a wall-clock time). They start in the same backoff, silently: the parent has warned.
+ENV_DOWN = "TILEGCN_REMOTE_CACHE_DOWN"
 CONNECT_TIMEOUT_S = 0.5  # a fleet's Redis is near: a host that cannot be reached in this long is down
 OP_TIMEOUT_S = 2.0  # one command (a kernel entry is tens of KiB): a server slower than this counts as down
 BACKOFF_S = 60.0  # after a failure the remote is not asked again for this long (no timeout per compile)
@@ -109,6 +112,17 @@ class RemoteStore:
         self._down_until = 0.0
         self._warned = False
         self.failures = 0
+        self._inherit_backoff()
+
+    def _inherit_backoff(self) -> None:
+        """Start in the backoff a parent process announced for this URL (see ENV_DOWN), without a warning."""
+        url, _, until = os.environ.get(ENV_DOWN, "").rpartition(" ")
+        try:
+            left = float(until) - time.time()
+        except ValueError:
+            return
+        if url == self.url and left > 0:
+            self._down_until, self._warned = time.monotonic() + min(left, BACKOFF_S), True
 
     def _call(self, what: str, command):
         """command() or None when the server fails (then: warn once, back off)."""
@@ -119,6 +133,7 @@ class RemoteStore:
         except self._errors as e:
             self.failures += 1
             self._down_until = time.monotonic() + BACKOFF_S
+            os.environ[ENV_DOWN] = f"{self.url} {time.time() + BACKOFF_S}"  # for the processes this one starts
             with contextlib.suppress(Exception):
                 self.client.connection_pool.disconnect()  # a half-written command must not be reused
             if not self._warned:
