@@ -24,6 +24,10 @@ size limit (`read_limited`), never through a symbolic link; the
 caller may add its own check (the jit compares kernel.ir with the IR it traced and the launch fields
 with the traced kernel). A verified `Entry` holds the bytes it verified, so nothing is re-read from disk
 later. A bad entry is rebuilt with a `CacheWarning`, never a crash.
+
+With ``$TILEGCN_REMOTE_CACHE`` (a Redis URL, `remote_cache.py`) a miss here asks the fleet's shared cache;
+what it serves is verified (`_remote_entry_problem`, then the caller's check) and written through, signed
+with this cache's key; a local build is published to it. A hit here never asks it.
 """
 from __future__ import annotations
 

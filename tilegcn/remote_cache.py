@@ -48,7 +48,7 @@ class RemoteCacheWarning(UserWarning):
 
 def configured() -> bool:
     """Whether $TILEGCN_REMOTE_CACHE is set (the cost of the check on a local miss when it is not)."""
-    return bool(os.environ.get(ENV_REMOTE_CACHE))
+    return bool(os.environ.get(ENV_REMOTE_CACHE, "").strip())
 
 
 _stores: dict = {}  # url -> RemoteStore, so the backoff and the one warning hold for the whole process
