@@ -203,6 +203,24 @@ def test_a_redis_that_is_down_costs_one_warning_and_a_local_hit_never_asks(monke
     assert elapsed < 30  # a refused connection fails fast (the compiles themselves take a few seconds)
 
 
+def test_a_stalled_redis_times_out_once_then_is_skipped(redis_server):
+    redis_server.proc.send_signal(signal.SIGSTOP)  # accepts connections (the kernel does) but never answers
+    try:
+        copy2d.cache_clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start = time.monotonic()
+            _run_copy2d()
+            first = time.monotonic() - start
+            _run_copy2d(rows=32)  # another kernel: the remote is skipped, no second timeout
+        down = [str(w.message) for w in caught if issubclass(w.category, RemoteCacheWarning)]
+        assert len(down) == 1 and "Timeout" in down[0], down
+        assert remote_cache.store().failures == 1 and copy2d.cache_stats.compiles == 2
+        assert first >= remote_cache.OP_TIMEOUT_S * 0.9  # it did wait for the stalled server, once
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+
+
 def test_a_sweep_with_compile_workers_against_a_down_redis_warns_once(run_python, tmp_path):
     """The autotuner's compile workers are processes of their own: they inherit the parent's backoff rather
     than each warning again."""
