@@ -1081,7 +1081,8 @@ def test_a_tuning_record_naming_no_config_of_the_space_is_tuned_again(best, cach
         tuner(x, y)
     assert torch.equal(y, x * 2) and tuner.stats["sweeps"] == 1
     again = _scaled_tuner()
-    assert again.tune(x, y) == {"threads": 64} and again.stats == {"sweeps": 0, "disk_hits": 1, "table_hits": 0}
+    assert again.tune(x, y) == {"threads": 64} and again.stats == {"sweeps": 0, "disk_hits": 1, "table_hits": 0,
+                                                                       "remote_hits": 0}
 
 
 def test_a_tuning_record_that_is_not_json_is_tuned_again(cache_dir):

@@ -46,16 +46,26 @@ def _list(cache: Cache) -> int:
             continue
         m = e.meta
         regs = "/".join(str(m.get(k, "?")) for k in ("vgprs", "agprs", "sgprs"))
+        remote = " (from the remote cache)" if m.get("origin") == "remote" else ""
         print(f"{e.key[:16]}  {str(m.get('name', '?')):20} {str(m.get('arch', '?')):7} "
               f"{_fmt_dims(m.get('grid')):>11} {_fmt_dims(m.get('block')):>9} {str(m.get('lds_bytes', '?')):>7} "
-              f"{regs:>11}  {_created_text(m):19}  {m.get('source', '')}")
+              f"{regs:>11}  {_created_text(m):19}  {m.get('source', '')}{remote}")
     return 0
+
+
+def _origin_text(meta: dict) -> str:
+    """'built here', or 'remote (fetched from URL at TIME)' for an entry the remote cache served."""
+    if meta.get("origin") != "remote":
+        return "built here"
+    remote = meta.get("remote") if isinstance(meta.get("remote"), dict) else {}
+    return f"remote (fetched from {remote.get('url', '?')} at {_created_text({'created': remote.get('fetched')})})"
 
 
 def _show(cache: Cache, key: str) -> int:
     entry = cache.find(key)
     print(f"cache dir: {cache.root}")
     print(f"entry:     {entry.path}")
+    print(f"origin:    {_origin_text(entry.meta)}")
     for name in ("kernel.ir", "kernel.s", "kernel.hsaco"):
         print(f"  {name:13} {len(entry.data[name]):>9} bytes")
     print(json.dumps(entry.meta, indent=2, sort_keys=True))

@@ -47,6 +47,7 @@ from pathlib import Path
 from . import __version__
 from ._worker import error_text, run_jobs
 from .errors import ArgumentError, CompileError, TilegcnError
+from .remote_cache import fetch_tuning_record, publish_tuning_record
 from .testing import L2Flush, measure
 
 ENV_WORKERS = "TILEGCN_TUNE_WORKERS"
@@ -387,7 +388,7 @@ class Autotuner:
         self.reports = {}  # key -> TuneReport of this process's sweeps
         self.report = None  # the last sweep's
         self.table = None  # key -> config of a loaded dispatch table; then calls never tune
-        self.stats = {"sweeps": 0, "disk_hits": 0, "table_hits": 0}
+        self.stats = {"sweeps": 0, "disk_hits": 0, "table_hits": 0, "remote_hits": 0}
         self.name = fn.name
         if table is not None:
             self.load_table(table)
@@ -460,6 +461,8 @@ class Autotuner:
         config = self._recorded(disk)
         if config is not None:
             self.stats["disk_hits"] += 1
+        elif fetch_tuning_record(disk) and (config := self._recorded(disk)) is not None:  # another host tuned it
+            self.stats["remote_hits"] += 1
         else:
             report = self._sweep(args, kwargs, key, arch)
             config = report.best
@@ -509,6 +512,7 @@ class Autotuner:
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _write_json(path, record)
+            publish_tuning_record(path)  # to the fleet's remote cache, when $TILEGCN_REMOTE_CACHE names one
         except (OSError, TypeError, ValueError) as e:
             warnings.warn(f"tilegcn.autotune({self.name}): cannot save the tuning result to {path} ({e}); "
                           "keeping it in this process only", TuneWarning, stacklevel=4)

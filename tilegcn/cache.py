@@ -24,6 +24,10 @@ size limit (`read_limited`), never through a symbolic link; the
 caller may add its own check (the jit compares kernel.ir with the IR it traced and the launch fields
 with the traced kernel). A verified `Entry` holds the bytes it verified, so nothing is re-read from disk
 later. A bad entry is rebuilt with a `CacheWarning`, never a crash.
+
+With ``$TILEGCN_REMOTE_CACHE`` (a Redis URL, `remote_cache.py`) a miss here asks the fleet's shared cache;
+what it serves is verified (`_remote_entry_problem`, then the caller's check) and written through, signed
+with this cache's key; a local build is published to it. A hit here never asks it.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from . import __version__
+from . import __version__, remote_cache
 from .errors import CacheError
 
 ENV_CACHE_DIR = "TILEGCN_CACHE_DIR"
@@ -366,6 +370,7 @@ class Entry:
     meta: dict
     data: dict = dataclasses.field(default_factory=dict, repr=False)
     problem: str | None = None
+    fetched: bool = False  # copied from the remote cache ($TILEGCN_REMOTE_CACHE) just now
 
     @property
     def ir_path(self) -> Path:
@@ -593,7 +598,39 @@ class Cache:
                 return entry, False
             if problem:
                 _warn_bad(self.entry_dir(key), problem)
-            return self._build_locked(key, shard, build), True
+            if not remote_cache.configured():
+                return self._build_locked(key, shard, build), True
+            remote = remote_cache.store()
+            entry = self._from_remote(remote, key, shard, verify)
+            if entry is not None:
+                return entry, False
+            entry = self._build_locked(key, shard, build)
+            remote.publish_entry(key, _publishable(entry))
+            return entry, True
+
+    def _from_remote(self, remote, key: str, shard: Path, verify: Verify | None) -> Entry | None:
+        """The remote cache's entry for `key`, verified (`_remote_entry_problem`, then `verify`) before any
+        byte of it is used, then written through to this cache and signed with its key; None when the
+        remote has none, or a bad one (with a CacheWarning: the local build then replaces it)."""
+        files = remote.fetch_entry(key)
+        if files is None:
+            return None
+        problem, meta = _remote_entry_problem(key, files)
+        if problem is None and verify is not None:
+            problem = verify(Entry(key, self.entry_dir(key), meta, {n: files[n] for n in DIGEST_FIELDS}))
+        if problem:
+            warnings.warn(f"tilegcn: the remote cache {remote.url} holds a bad entry for {key} ({problem}); "
+                          "building it here, which replaces it", CacheWarning, stacklevel=5)
+            return None
+
+        def write_through(tmp: Path) -> dict:
+            for name in DIGEST_FIELDS:
+                write_private(tmp / name, files[name])
+            kept = {k: v for k, v in meta.items() if k not in _RECOMPUTED}
+            kept.update(origin="remote", remote={"url": remote.url, "fetched": time.time()})
+            return kept
+
+        return dataclasses.replace(self._build_locked(key, shard, write_through), fetched=True)
 
     @contextlib.contextmanager
     def _key_lock(self, shard: Path, key: str):
@@ -702,6 +739,56 @@ def _meta_problem(meta: dict, key: str, root: Path) -> str | None:
         return ("meta.json is not signed with this cache's key: the entry was edited (its digests recomputed) "
                 "or copied from another cache")
     return None
+
+
+# what a write-through recomputes rather than copies from a remote entry
+_RECOMPUTED = ("key", "meta_sha256", "meta_hmac", *DIGEST_FIELDS.values())
+_ELF_AMDGPU = (b"\x7fELF\x02\x01", 0xE0)  # 64-bit little-endian ELF header start; e_machine EM_AMDGPU
+
+
+def _remote_entry_problem(key: str, files: dict) -> tuple[str | None, dict]:
+    """(problem or None, meta) of an entry fetched from the remote cache. It cannot carry this cache's HMAC,
+    so it must prove what it can: every file present and within the size limits, meta.json an object
+    matching its own meta_sha256 and recording `key`, each file matching its sha256 in meta.json, and the
+    files parse (UTF-8 text, an AMDGPU ELF code object). The caller's `verify` then binds it to the kernel
+    being compiled (the jit: kernel.ir is the very IR this key was made from, the launch fields match)."""
+    missing = [n for n in FILES if not isinstance(files.get(n), bytes)]
+    if missing:
+        return f"it lacks {', '.join(missing)}", {}
+    for name in FILES:
+        limit = SMALL_FILE_LIMIT if name == "meta.json" else ENTRY_FILE_LIMIT
+        if len(files[name]) > limit:
+            return f"its {name} is larger than the {limit} bytes tilegcn reads of it", {}
+    try:
+        meta = json.loads(files["meta.json"])
+    except ValueError as e:
+        return f"its meta.json is not JSON ({e})", {}
+    if not isinstance(meta, dict):
+        return "its meta.json is not a JSON object", {}
+    if meta.get("meta_sha256") != meta_digest(meta):
+        return "its meta.json does not match its meta_sha256", meta
+    if meta.get("key") != key:
+        return f"its meta.json belongs to key {meta.get('key')!r}", meta
+    for name, digest_field in DIGEST_FIELDS.items():
+        if _sha256(files[name]) != meta.get(digest_field):
+            return f"its {name} does not match the sha256 in its meta.json", meta
+    for name in ("kernel.ir", "kernel.s"):
+        try:
+            files[name].decode()
+        except UnicodeDecodeError:
+            return f"its {name} is not UTF-8 text", meta
+    hsaco = files["kernel.hsaco"]
+    machine = int.from_bytes(hsaco[18:20], "little")
+    if len(hsaco) < 64 or not hsaco.startswith(_ELF_AMDGPU[0]) or machine != _ELF_AMDGPU[1]:
+        return "its kernel.hsaco is not an AMDGPU code object", meta
+    return None, meta
+
+
+def _publishable(entry: Entry) -> dict:
+    """The files of a verified entry as the remote cache stores them: meta.json without this cache's HMAC
+    (no other cache can check it; meta_sha256 stays valid, it leaves the HMAC out)."""
+    meta = _unsigned(entry.meta)
+    return {**entry.data, "meta.json": (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode()}
 
 
 def _unsigned(meta: dict) -> dict:

@@ -65,6 +65,7 @@ class CacheStats:
     traces: int = 0  # tile programs traced (one per new specialisation in this process)
     compiles: int = 0  # lower + assemble runs (disk cache misses)
     disk_hits: int = 0  # compiles served by a verified disk cache entry
+    remote_hits: int = 0  # compiles served by the remote cache ($TILEGCN_REMOTE_CACHE), written through to disk
     memo_misses: int = 0  # calls that left the warm path
 
 
@@ -645,6 +646,8 @@ class JITFunction:
                                              time.perf_counter() - t0)
         if built:
             self.cache_stats.compiles += 1
+        elif entry.fetched:
+            self.cache_stats.remote_hits += 1
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel))
