@@ -2,6 +2,7 @@
 asserts hold, and none of them touches the reader's own cache: each runs with a "user's cache" holding a demo
 entry of theirs (the test's cache dir, as $TILEGCN_CACHE_DIR) and a fresh HOME, and that entry must still load
 afterwards. Every ```python block runs; a fragment that is not meant to run goes in a ```text or ```pycon block."""
+import os
 import pathlib
 import re
 
@@ -49,6 +50,11 @@ def test_readme_example_runs(index, tmp_path, monkeypatch, cache_dir):
     path = tmp_path / f"readme_example_{index}.py"
     path.write_text(BLOCKS[index])
     code = compile(BLOCKS[index], str(path), "exec")
-    exec(code, {"__name__": f"readme_example_{index}"})
+    environ = dict(os.environ)  # a page may set variables (docs/remote-cache.md): they must not outlive it
+    try:
+        exec(code, {"__name__": f"readme_example_{index}"})
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     assert Cache(cache_dir, create=False).load(users_key) is not None, "the example removed the reader's entry"
     assert not (home / ".tilegcn").exists(), "the example wrote to the default cache under HOME"
