@@ -36,6 +36,7 @@ import functools
 import hashlib
 import os
 import pickle
+import time
 import types
 import warnings
 from pathlib import Path
@@ -117,8 +118,9 @@ def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None
     remote_rank = isinstance(ranker, EstimateRanker)
     groups = _by_ir(rows)
     shared_args = None
-    if remote_rank:  # sent once to each worker, not once a task
-        [shared_args] = client.scatter([tuple(_copies(args))], broadcast=True, hash=False)
+    if remote_rank:  # sent once to each worker, not once a task; pickled by torch (Dask's own tensor
+        # serializer goes through numpy, which has no bfloat16)
+        [shared_args] = client.scatter([_Pickled(tuple(_copies(args)))], broadcast=True, hash=False)
     futures = {}
     for ir, group in groups.items():
         first = group[0]
@@ -131,7 +133,7 @@ def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None
                                shared_args, pure=False)
         futures[future] = ir
     distributed = _distributed()
-    by_worker = collections.Counter()
+    by_worker, busy = collections.Counter(), collections.Counter()
     local = []  # why configs went back to this process
     for future in distributed.as_completed(list(futures), loop=client.loop):
         group = groups[futures[future]]
@@ -145,8 +147,9 @@ def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None
             local.append(why)
         else:
             by_worker[result["worker"]] += len(group)
+        busy[result["worker"]] += result["seconds"]
     address = getattr(client, "scheduler", None) and client.scheduler.address
-    placed = ", ".join(f"{w}: {n}" for w, n in sorted(by_worker.items())) or "none"
+    placed = ", ".join(f"{w}: {n}, {busy[w]:.1f} s busy" for w, n in sorted(by_worker.items())) or "none"
     note = (f"on the Dask cluster {address}: compile{' and rank' if remote_rank else ''} of "
             f"{sum(by_worker.values())} config(s) on {len(by_worker)} worker(s) ({placed})")
     if local:
@@ -233,6 +236,23 @@ def _import_entry(tuner, kernel, arch, result) -> str | None:
     return None
 
 
+class _Pickled:
+    """The call's arguments, pickled once here and unpickled once per worker process (then kept: every task of
+    the sweep on that worker ranks on a copy of them)."""
+
+    _unpickled = {}  # in a worker: token -> the arguments (only the last sweep's are kept)
+
+    def __init__(self, value):
+        self.blob = pickle.dumps(value)
+        self.token = hashlib.sha256(self.blob).hexdigest()
+
+    def value(self):
+        if self.token not in self._unpickled:
+            self._unpickled.clear()
+            self._unpickled[self.token] = pickle.loads(self.blob)
+        return self._unpickled[self.token]
+
+
 # -- the worker's side --------------------------------------------------------------------------------------------
 def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
     """One Dask task: build the pickled traced kernel into this worker's cache and, with a ranker, rank it on
@@ -242,20 +262,27 @@ def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
     from .autotune import _copies
     from .jit import build_traced
 
-    worker = distributed.get_worker().address
+    start = time.perf_counter()
+    result = {"worker": distributed.get_worker().address}
     try:
         kernel, arch, options, described = pickle.loads(blob)
     except Exception as e:  # noqa: BLE001 - e.g. an object of the user's in the IR: the parent compiles it
-        return {"status": "load", "worker": worker, "error": error_text(e)}
+        result.update(status="load", error=error_text(e))
+    else:
+        result.update(_build_then_rank(build_traced, kernel, arch, options, described, ranker, arg_names, args))
+    result["seconds"] = time.perf_counter() - start
+    return result
+
+
+def _build_then_rank(build_traced, kernel, arch, options, described, ranker, arg_names, args) -> dict:
     try:
         entry, _, _ = build_traced(kernel, arch, options, described)
     except Exception as e:  # noqa: BLE001 - the config's own failure, reported in the sweep's table
-        return {"status": "compile", "worker": worker, "error": error_text(e)}
-    result = {"status": "ok", "worker": worker, "key": entry.key, "meta": entry.meta, "files": dict(entry.data),
-              "score": None}
+        return {"status": "compile", "error": error_text(e)}
+    result = {"status": "ok", "key": entry.key, "meta": entry.meta, "files": dict(entry.data), "score": None}
     if ranker is not None:
         try:
-            result["score"] = vars(ranker(_built_kernel(entry, arch, arg_names), _copies(args)))
+            result["score"] = vars(ranker(_built_kernel(entry, arch, arg_names), _copies(args.value())))
         except Exception as e:  # noqa: BLE001 - a candidate that cannot run is recorded, not fatal
             result["rank_error"] = error_text(e)
     return result
