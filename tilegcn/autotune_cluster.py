@@ -259,7 +259,6 @@ def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
     a copy of `args`. Errors are the config's, returned (never raised: Dask would retry them elsewhere)."""
     import distributed
 
-    from .autotune import _copies
     from .jit import build_traced
 
     start = time.perf_counter()
@@ -275,6 +274,8 @@ def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
 
 
 def _build_then_rank(build_traced, kernel, arch, options, described, ranker, arg_names, args) -> dict:
+    from .autotune import _copies
+
     try:
         entry, _, _ = build_traced(kernel, arch, options, described)
     except Exception as e:  # noqa: BLE001 - the config's own failure, reported in the sweep's table
