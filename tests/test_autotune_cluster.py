@@ -1,7 +1,9 @@
 """tilegcn.autotune on a Dask cluster (tilegcn/autotune_cluster.py): a real 2-worker LocalCluster on loopback
 compiles and ranks a small sweep; the parent imports the entries into its own cache and keeps the record."""
+import re
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,7 +36,6 @@ def cluster(tmp_path_factory):
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
                                   dashboard_address=":0", env={"TILEGCN_CACHE_DIR": str(workers_cache)}) as c:
         yield c
-        autotune_cluster._close_clients()
 
 
 def _tuner(configs, **options):
@@ -123,3 +124,11 @@ def test_an_entry_that_does_not_match_its_digests_is_not_imported(monkeypatch):
     note = next(n for n in tuner.report.notes if "Dask cluster" in n)
     assert "2 back here (kernel.s from" in note and "does not match the sha256" in note, note
     assert all("built_on" not in r.kernel.metadata for r in tuner.report.rows)
+
+
+def test_the_docs_example_runs(capsys):
+    page = Path(__file__).resolve().parent.parent / "docs" / "distributed-tuning.md"
+    example = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)[0]
+    exec(compile(example, str(page), "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert "on the Dask cluster" in out and "best" in out, out

@@ -30,8 +30,8 @@ The tuning record lands in this process's tuning store (`<cache dir>/tune/`), as
 """
 from __future__ import annotations
 
-import atexit
 import collections
+import contextlib
 import functools
 import hashlib
 import os
@@ -46,7 +46,6 @@ from ._worker import error_text
 ENV_CLUSTER = "TILEGCN_TUNE_CLUSTER"
 CONNECT_TIMEOUT_S = 10.0
 INSTALL_HINT = "pip install 'tilegcn[cluster]' (or: pip install distributed)"
-_CLIENTS = {}  # scheduler address -> the Client this process opened to it (closed at exit)
 
 
 def cluster_spec(option):
@@ -68,20 +67,21 @@ def _distributed():
     return distributed
 
 
+@contextlib.contextmanager
 def client_for(spec):
-    """A `distributed.Client` for `spec`, or None (with a TuneWarning) when the scheduler cannot be reached."""
+    """A `distributed.Client` for `spec` (one of the caller's, or one opened for this sweep and closed after
+    it, which also frees what the sweep sent to the workers), or None (with a TuneWarning) when the scheduler
+    cannot be reached."""
     from .autotune import TuneError, TuneWarning
 
     distributed = _distributed()
     if isinstance(spec, distributed.Client):
-        return spec
+        yield spec
+        return
     address = getattr(spec, "scheduler_address", spec)  # a LocalCluster, SpecCluster, ...
     if not isinstance(address, str) or not address:
         raise TuneError(f"tilegcn.autotune: cluster={spec!r} is not a Dask scheduler address "
                         "('tcp://host:port'), a distributed.Client or a Dask cluster object")
-    client = _CLIENTS.get(address)
-    if client is not None and client.status == "running":
-        return client
     try:
         client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (ValueError, TypeError) as e:
@@ -89,31 +89,26 @@ def client_for(spec):
                         f"'tcp://host:port' ({ENV_CLUSTER} or cluster=)") from None
     except (OSError, TimeoutError) as e:
         warnings.warn(f"tilegcn.autotune: cannot reach the Dask scheduler at {address} ({e}); tuning on this "
-                      "machine", TuneWarning, stacklevel=6)
-        return None
-    _CLIENTS[address] = client
-    return client
-
-
-@atexit.register
-def _close_clients():
-    for client in _CLIENTS.values():
-        try:
-            client.close(timeout=2)
-        except Exception:  # noqa: BLE001 - the scheduler may be gone already
-            pass
-    _CLIENTS.clear()
+                      "machine", TuneWarning, stacklevel=8)
+        yield None
+        return
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 # -- the parent's side -------------------------------------------------------------------------------------------
 def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None:
     """Compile (and rank, with the timing model) `rows` on the cluster; rows it could not handle stay
     "pending" for this process. The sweep's note on where it ran, or None when no cluster is reachable."""
+    with client_for(spec) as client:
+        return None if client is None else _run(client, tuner, rows, args, extra, arch, progress)
+
+
+def _run(client, tuner, rows, args, extra, arch, progress) -> str:
     from .autotune import EstimateRanker, _copies
 
-    client = client_for(spec)
-    if client is None:
-        return None
     ranker = tuner._ranker(arch)
     remote_rank = isinstance(ranker, EstimateRanker)
     groups = _by_ir(rows)
