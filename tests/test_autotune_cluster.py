@@ -88,8 +88,9 @@ def test_an_unreachable_scheduler_warns_and_the_sweep_runs_here(monkeypatch):
     fn, tuner = _tuner([dict(threads=64), dict(threads=128)], workers=1)
     x = torch.randn(8, 64)
     y = torch.empty_like(x)
-    with pytest.warns(TuneWarning, match=f"cannot reach the Dask scheduler at {address}.*tuning on this machine"):
+    with pytest.warns(TuneWarning, match=f"cannot reach the Dask scheduler at {address}.*tuning on this machine") as w:
         tuner(x, y)
+    assert [r.filename for r in w if r.category is TuneWarning] == [__file__]  # once, at the user's call
     assert torch.equal(y, x * 2)
     assert fn.cache_stats.compiles == 2  # here, as without a cluster
 

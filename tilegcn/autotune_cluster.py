@@ -89,7 +89,7 @@ def client_for(spec):
                         f"'tcp://host:port' ({ENV_CLUSTER} or cluster=)") from None
     except (OSError, TimeoutError) as e:
         warnings.warn(f"tilegcn.autotune: cannot reach the Dask scheduler at {address} ({e}); tuning on this "
-                      "machine", TuneWarning, stacklevel=8)
+                      "machine", TuneWarning, stacklevel=9)  # the user's call of the tuned function
         yield None
         return
     try:
@@ -172,7 +172,7 @@ def _task_lost(tuner, group, error, distributed, progress) -> None:
             progress.update()
         return
     warnings.warn(f"tilegcn.autotune({tuner.name}): config {_config_text(group[0].config)} did not come back "
-                  f"from the Dask cluster ({error_text(error)}); compiling it here", TuneWarning, stacklevel=7)
+                  f"from the Dask cluster ({error_text(error)}); compiling it here", TuneWarning, stacklevel=9)
 
 
 def _take(tuner, group, result, arch, progress) -> str | None:
