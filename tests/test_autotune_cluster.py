@@ -124,7 +124,7 @@ def test_an_entry_that_does_not_match_its_digests_is_not_imported(monkeypatch):
         tuner(x, y)
     assert torch.equal(y, x * 2)
     note = next(n for n in tuner.report.notes if "Dask cluster" in n)
-    assert "2 back here (kernel.s from" in note and "does not match the sha256" in note, note
+    assert "2 config(s) back here (kernel.s from" in note and "does not match the sha256" in note, note
     assert all("built_on" not in r.kernel.metadata for r in tuner.report.rows)
 
 

@@ -611,9 +611,10 @@ class Autotuner:
 
     def _compile(self, rows, args, extra, arch, progress):
         workers = self._workers(len(rows))
-        self._cluster_note = self._on_cluster(rows, args, extra, arch, progress)
-        if self._cluster_note is None and workers > 1 and os.name == "posix":
-            self._compile_in_workers(rows, extra, arch, workers, progress)
+        self._cluster_note = self._on_cluster(rows, args, extra, arch, progress)  # takes the rows it handled
+        rest = [r for r in rows if r.status == "pending" and r.traced is not None]
+        if rest and workers > 1 and os.name == "posix":
+            self._compile_in_workers(rest, extra, arch, min(workers, len(rest)), progress)
         for row in rows:  # in this process: compile (or, after the workers, a disk-cache hit)
             if row.status != "pending":
                 continue

@@ -139,7 +139,7 @@ def _run(client, tuner, rows, args, extra, arch, progress) -> str:
             continue
         why = _take(tuner, group, result, arch, progress)
         if why:
-            local.append(why)
+            local.extend([why] * len(group))
         else:
             by_worker[result["worker"]] += len(group)
         busy[result["worker"]] += result["seconds"]
@@ -148,7 +148,7 @@ def _run(client, tuner, rows, args, extra, arch, progress) -> str:
     note = (f"on the Dask cluster {address}: compile{' and rank' if remote_rank else ''} of "
             f"{sum(by_worker.values())} config(s) on {len(by_worker)} worker(s) ({placed})")
     if local:
-        note += f"; {len(local)} back here ({local[0]})"
+        note += f"; {len(local)} config(s) back here ({local[0]})"
     return note
 
 
@@ -191,6 +191,7 @@ def _take(tuner, group, result, arch, progress) -> str | None:
     if why:
         return why
     for row in group:
+        row.traced = None  # handled: the local compile workers need not see it
         if result.get("rank_error"):
             row.status, row.reason = "failed", result["rank_error"]
             progress.update()
