@@ -24,7 +24,7 @@ What runs where (the phases of `Autotuner._sweep`):
   this process computes for the same IR (same tilegcn, compiler sources and LLVM version), the files match
   the digests in the worker's meta.json and the entry fits the traced kernel (`jit._entry_problem`); the
   entry is then digested and signed (`meta_hmac`) with this cache's own secret, and its meta.json names the
-  worker (`built_on`). A candidate that fails any of that is compiled here instead;
+  worker (`built_on`). A candidate that fails any of that is compiled by this machine's compile workers;
 - verify: the winner runs here against a reference config, as without a cluster.
 The tuning record lands in this process's tuning store (`<cache dir>/tune/`), as any sweep's does.
 """
