@@ -15,7 +15,9 @@ A sweep, per key value (default key: every tensor argument's shape; the dtypes a
    before anything is compiled;
 2. compile the rest in `workers` processes (tilegcn/_worker.py: they get the traced tile IR, never import the
    user's script, and share the disk cache, whose per-key locks make that safe); a candidate that fails, or
-   whose worker dies, is recorded with its error and the sweep goes on;
+   whose worker dies, is recorded with its error and the sweep goes on. With a Dask cluster configured
+   (`cluster=` or $TILEGCN_TUNE_CLUSTER) its workers compile, and rank with the timing model, instead
+   (tilegcn/autotune_cluster.py);
 3. rank: a `Ranker` turns a CompiledKernel into a `Score`. On a HIP device the default measures it (`measure`:
    warm-up, repeats with the L2 flushed before each, median); on the emulated device it asks the timing model
    (`kernel.estimate(device=...)`);
@@ -359,7 +361,7 @@ class Autotuner:
     """
 
     def __init__(self, fn, configs, key=None, *, device=None, ranker=None, workers=None, verify=True,
-                 progress=True, verbose=True, flops=None, table=None):
+                 progress=True, verbose=True, flops=None, table=None, cluster=None):
         from .jit import JITFunction
 
         if not isinstance(fn, JITFunction):
@@ -380,6 +382,7 @@ class Autotuner:
         self.arch = None if device is None else _device_arch(device)
         self.ranker = ranker
         self.workers = workers
+        self.cluster = cluster  # a Dask scheduler: see tilegcn/autotune_cluster.py
         self.verify = verify
         self.progress = progress
         self.verbose = verbose
@@ -573,7 +576,8 @@ class Autotuner:
             for row in (r for r in live if r.status == "pending"):  # 3.
                 same = (row.kernel.metadata.get("hsaco_sha256"), row.kernel.grid, row.kernel.block)
                 try:
-                    row.score = seen[same] if same in seen else ranker(row.kernel, scratch)
+                    if row.score is None:  # not ranked on a cluster already
+                        row.score = seen[same] if same in seen else ranker(row.kernel, scratch)
                     seen[same] = row.score
                     row.status = "ok"
                 except Exception as e:  # a candidate that cannot run is recorded, not fatal
@@ -586,8 +590,8 @@ class Autotuner:
                             None, flops=self._flops(args), phases=phases)
         self._pick(report, args)  # 4.
         phases["verify"] = time.perf_counter() - clock
-        report.notes.append("sweep: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
-                            + f" ({self._workers(len(rows))} compile worker(s))")
+        where = self._cluster_note or f"{self._workers(len(rows))} compile worker(s)"
+        report.notes.append("sweep: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + f" ({where})")
         self.reports[key] = self.report = report
         if self.verbose:
             print(report.table(), file=sys.stderr)
@@ -604,8 +608,10 @@ class Autotuner:
 
     def _compile(self, rows, args, extra, arch, progress):
         workers = self._workers(len(rows))
-        if workers > 1 and os.name == "posix":
-            self._compile_in_workers(rows, extra, arch, workers, progress)
+        self._cluster_note = self._on_cluster(rows, args, extra, arch, progress)  # takes the rows it handled
+        rest = [r for r in rows if r.status == "pending" and r.traced is not None]
+        if rest and workers > 1 and os.name == "posix":
+            self._compile_in_workers(rest, extra, arch, min(workers, len(rest)), progress)
         for row in rows:  # in this process: compile (or, after the workers, a disk-cache hit)
             if row.status != "pending":
                 continue
@@ -637,6 +643,17 @@ class Autotuner:
             if stage == "died":
                 warnings.warn(f"tilegcn.autotune({self.name}): config {_config_text(row.config)}: {error}; the sweep "
                               "goes on without it", TuneWarning, stacklevel=5)
+
+    # -- a Dask cluster (tilegcn/autotune_cluster.py) -----------------------------------------------------------
+    _cluster_note = None
+
+    def _on_cluster(self, rows, args, extra, arch, progress) -> str | None:
+        """Compile (and rank) `rows` on the configured Dask cluster; where they ran, or None when no cluster is
+        configured or reachable (then this machine's workers do it)."""
+        from .autotune_cluster import cluster_spec, run_on_cluster
+
+        spec = cluster_spec(self.cluster)
+        return None if spec is None else run_on_cluster(self, spec, rows, args, extra, arch, progress)
 
     # -- dispatch tables ----------------------------------------------------------------------------------------
     def export_table(self, path) -> int:
@@ -783,6 +800,8 @@ def autotune(configs, key=None, **options):
 
     Options: `device` ("MI300X"/"MI355X": the target the timing model ranks for, and its arch), `ranker`
     (kernel, args -> Score), `workers` (compile processes; default $TILEGCN_TUNE_WORKERS or the CPU count),
+    `cluster` (a Dask scheduler that compiles and ranks the candidates, default $TILEGCN_TUNE_CLUSTER: see
+    tilegcn/autotune_cluster.py),
     `verify` (check the winner against a reference config; a bool or a function of the call's arguments),
     `progress`, `verbose` (print the table),
     `flops` (args -> FLOPs, for TFLOP/s of measured times), `table` (a dispatch table to load).
