@@ -158,3 +158,40 @@ def test_demo_prints_pass_and_whether_it_hit_the_cache(subprocess_env):
     first, second = (out.splitlines()[-1] for _, out in runs)
     assert first.startswith("PASS: max error ") and "(compiled in " in first
     assert second.startswith("PASS: max error ") and second.endswith("(cache hit)")
+
+
+def _readme_quick_start() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_a_fresh_venv_installs_with_pip_and_runs_the_quick_start(tmp_path):
+    """The newcomer's path: a new virtual environment, `pip install .` of a copy of the package (not this
+    checkout, not editable), then README's quick start run from another folder with nothing of the checkout on
+    the path. The venv sees this machine's packages (torch is gigabytes), and pip may not reach an index: the
+    suite must not depend on the network, so the build backend is the one installed here."""
+    source = tmp_path / "tilegcn-src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "tilegcn", source / "tilegcn", ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    # --without-pip: the venv then has no setuptools of its own (ensurepip's is older than the 77 pyproject asks
+    # for) and builds with this machine's; this machine's pip installs into it (`pip --python`)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python, script = venv / "bin" / "python", venv / "bin" / "tilegcn"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HOME=str(tmp_path / "home"), TILEGCN_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INPUT="1")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+                              "--no-build-isolation", "-q", str(source)], capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert version.returncode == 0 and str(venv) in version.stdout, version.stdout + version.stderr
+    quick_start = _readme_quick_start() + "\nprint('quick start ran from', tilegcn.__file__)\n"
+    run = subprocess.run([str(python), "-c", quick_start], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"quick start ran from {venv}" in run.stdout

@@ -125,6 +125,18 @@ def version_text() -> str:
     return f"tilegcn {__version__} from {here} (python {sys.version_info.major}.{sys.version_info.minor})"
 
 
+class _Version(argparse.Action):
+    """--version: argparse's own action wraps its text to the terminal, which would break the install path."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+                         help="print the version and the folder this tilegcn runs from, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def _export(args) -> int:
     """`export`: compile the example calls for each arch into an export folder (see tilegcn/aot.py)."""
     from . import aot
@@ -152,7 +164,7 @@ def _export(args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=_prog(), description="tilegcn tools")
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     cache_p = sub.add_parser("cache", help="inspect or clear the disk cache ($TILEGCN_CACHE_DIR)")
     cache_sub = cache_p.add_subparsers(dest="action", required=True)
