@@ -6,7 +6,7 @@ LLVM_HOWTO := install LLVM 22 with the AMDGPU target and lld: as root on Debian/
   'apt-get update && apt-get install -y llvm-22 lld-22' (add the apt.llvm.org repository if your release \
   lacks llvm-22), or use ROCm's /opt/rocm/llvm/bin, or set TILEGCN_LLVM_DIR to a folder with llvm-mc, ld.lld and llvm-objdump
 
-.PHONY: install test demo bench
+.PHONY: install test test-quick demo bench
 
 install:
 	@# torch: only when it is missing, and only this exact version (any other spec pulls gigabytes)
@@ -29,8 +29,13 @@ install:
 	  fi; \
 	fi
 
+# pytest's exit status fails the target, 5 (no tests collected) included: make stops on any non-zero status
 test: install
 	$(PYTHON) -m pytest -q
+
+# the quick subset: everything but the tests marked slow (docs/contributing.md)
+test-quick: install
+	$(PYTHON) -m pytest -q -m "not slow"
 
 demo: install
 	$(PYTHON) examples/gemm/gemm.py --check

@@ -4,6 +4,8 @@ import torch
 
 from kernels import gemm_grid_order
 
+pytestmark = pytest.mark.slow  # 8192^3 estimates: ~1 min of setup, ~3.5 GB peak
+
 SIZE = 8192
 
 
