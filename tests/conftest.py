@@ -60,7 +60,7 @@ def pytest_unconfigure(config):
 
 def release_emulator_programs():
     """Drop the emulator's decoded and bound programs (tilegcn.runtime.emulator keeps every code object it has
-    loaded, unbounded: ~35 MB for a 256x256 GEMM). A later load decodes again; kernels keep working."""
+    loaded, unbounded: ~8-15 MB for a 256x256 GEMM). A later load decodes again; kernels keep working."""
     emulator = sys.modules.get("tilegcn.runtime.emulator")
     if emulator is not None:
         emulator._DECODED.clear()
@@ -70,7 +70,7 @@ def release_emulator_programs():
 @pytest.fixture(autouse=True, scope="module")
 def _emulator_programs_per_module():
     """Each test module starts with the emulator's program caches empty: without this the whole suite kept
-    every program it ever ran (8-12 GB peak RSS). Within a module, tests still share them."""
+    every program it ever ran (with the timing fixtures, 12 GB peak RSS). Within a module, tests still share them."""
     yield
     release_emulator_programs()
 

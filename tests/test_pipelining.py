@@ -413,7 +413,7 @@ class PipelinedLoopWaits:
         emulator's checks)."""
         out = torch.full_like(self.C, float("nan"))
         refused = _run_edited(self.lines[:i] + self.lines[i + 1:], self.kernel, self.arch, [self.A, self.B, out])
-        release_emulator_programs()  # the edited code object never runs again (~35 MB of decoded program each)
+        release_emulator_programs()  # the edited code object never runs again (~8-15 MB of decoded program each)
         if refused:
             return "caught"
         return "unchecked" if bool(outside_tolerance(out, self.ref, self.K).any()) else "redundant"
