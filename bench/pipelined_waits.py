@@ -5,11 +5,13 @@ NT and NN: the emulator must refuse each deletion (HazardError / RaceError).
     PYTHONPATH=$PWD python bench/pipelined_waits.py --arch gfx950 --layout NT
 
 The exhaustive sweep behind tests/test_pipelining.py's
-test_deleting_a_sample_of_the_pipelined_loops_waits_is_caught, which deletes a seeded sample of these lines. Measured 2026-11-26 on the shared 2-core machine (load average ~3):
-220 lines deleted (gfx942 NT 74, NN 66; gfx950 40 each), 220 caught, 79 s, 324 MB peak RSS; the suite's sample
-is 28 of them (8, 8, 6, 6), ~14 s. Per kernel it prints how many lines were deleted, how many the emulator
-caught, and lists each one it missed: "redundant" (the right result without it: the pipelining pass should stop emitting it) or
-"unchecked" (a wrong result and no error: a gap in the emulator's checks). Exits 1 when anything was missed.
+test_deleting_a_sample_of_the_pipelined_loops_waits_is_caught, which deletes a seeded sample of these lines.
+Per kernel it prints how many lines were deleted, how many the emulator caught, and lists each one it missed:
+"redundant" (the right result without it: the pipelining pass should stop emitting it) or "unchecked" (a wrong
+result and no error: a gap in the emulator's checks). Exits 1 when anything was missed.
+
+Measured 2026-11-26 on the shared 2-core machine (load average ~3): 220 lines deleted (gfx942 NT 74, NN 66;
+gfx950 40 each), 220 caught, 79 s, 324 MB peak RSS; the suite's sample is 28 of them (8, 8, 6, 6), ~14 s.
 """
 from __future__ import annotations
 
