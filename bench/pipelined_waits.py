@@ -24,8 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-# a scratch cache: never the user's ~/.tilegcn/cache (set before tilegcn is imported)
-os.environ.setdefault("TILEGCN_CACHE_DIR", tempfile.mkdtemp(prefix="tilegcn-bench-waits-"))
+# a scratch cache, removed at exit: never the user's ~/.tilegcn/cache (set before tilegcn is imported)
+_scratch = tempfile.TemporaryDirectory(prefix="tilegcn-bench-waits-")
+os.environ.setdefault("TILEGCN_CACHE_DIR", _scratch.name)
 os.environ["TILEGCN_DEVICE"] = "emulator"
 
 from test_pipelining import PipelinedLoopWaits  # noqa: E402  (the test's kernel, inputs and deletion)
