@@ -70,7 +70,7 @@ def release_emulator_programs():
 @pytest.fixture(autouse=True, scope="module")
 def _emulator_programs_per_module():
     """Each test module starts with the emulator's program caches empty: without this the whole suite kept
-    every program it ever ran (with the timing fixtures, 12 GB peak RSS). Within a module, tests still share them."""
+    every program it ever ran (4 GB after the deleted-wait sweep). Within a module, tests still share them."""
     yield
     release_emulator_programs()
 
