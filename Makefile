@@ -6,7 +6,7 @@ LLVM_HOWTO := install LLVM 22 with the AMDGPU target and lld: as root on Debian/
   'apt-get update && apt-get install -y llvm-22 lld-22' (add the apt.llvm.org repository if your release \
   lacks llvm-22), or use ROCm's /opt/rocm/llvm/bin, or set TILEGCN_LLVM_DIR to a folder with llvm-mc, ld.lld and llvm-objdump
 
-.PHONY: install test demo bench
+.PHONY: install test test-quick demo bench
 
 # Install once: test/demo/bench depend on `install`, which is up to date while the stamp of this interpreter
 # (one per sys.prefix: a new venv installs again) is newer than pyproject.toml; `make install` always installs.
@@ -47,8 +47,13 @@ $(STAMP): pyproject.toml
 	  else echo "warning: no redis-server and apt-get is not usable here: the remote-cache tests are skipped" \
 	    "(CI fails them); install Debian's redis-server package" >&2; fi; }
 
+# pytest's exit status fails the target, 5 (no tests collected) included: make stops on any non-zero status
 test: install
 	$(PYTHON) -m pytest -q
+
+# the quick subset: everything but the tests marked slow (docs/contributing.md)
+test-quick: install
+	$(PYTHON) -m pytest -q -m "not slow"
 
 demo: install
 	$(PYTHON) examples/gemm/gemm.py --check

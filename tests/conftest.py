@@ -1,6 +1,7 @@
 """Shared fixtures. Every test gets its own, empty tilegcn disk cache (TILEGCN_CACHE_DIR in tmp_path);
 work outside a test (collection, module-level code) uses a session-wide temporary one. The suite never
 touches the user's ~/.tilegcn/cache."""
+import gc
 import os
 import shutil
 import sys
@@ -29,6 +30,8 @@ def _entries_in(root: Path) -> set:
 
 def pytest_configure(config):
     global _session_cache, _real_entries
+    config.addinivalue_line("markers", "slow: a test of several seconds; `pytest -m 'not slow'` (make test-quick) "
+                                       "skips them")
     _real_entries = _entries_in(_REAL_CACHE)
     _session_cache = tempfile.mkdtemp(prefix="tilegcn-test-cache-")
     os.environ["TILEGCN_CACHE_DIR"] = _session_cache
@@ -47,6 +50,29 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
     if _session_cache:
         shutil.rmtree(_session_cache, ignore_errors=True)
+    # pytest's unraisable-exception cleanup runs gc.collect() five times after the summary line; over the
+    # session's millions of live objects (kernels, decoded programs) that was ~90 s of "exit lag" on a loaded
+    # 2-core machine. One collection here still reports what it finds (its unraisables go to pytest's hook);
+    # the objects left are then frozen, so the five later passes skip them.
+    gc.collect()
+    gc.freeze()
+
+
+def release_emulator_programs():
+    """Drop the emulator's decoded and bound programs (tilegcn.runtime.emulator keeps every code object it has
+    loaded, unbounded: ~8-15 MB for a 256x256 GEMM). A later load decodes again; kernels keep working."""
+    emulator = sys.modules.get("tilegcn.runtime.emulator")
+    if emulator is not None:
+        emulator._DECODED.clear()
+        emulator._BOUND.clear()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _emulator_programs_per_module():
+    """Each test module starts with the emulator's program caches empty: without this the whole suite kept
+    every program it ever ran (4 GB after the deleted-wait sweep). Within a module, tests still share them."""
+    yield
+    release_emulator_programs()
 
 
 @pytest.fixture(autouse=True)

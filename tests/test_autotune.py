@@ -72,6 +72,7 @@ def test_configs_that_cannot_fit_are_skipped_with_the_compilers_reason(gemm_args
     assert torch.allclose(c.float(), a.float() @ b.float(), rtol=2**-7, atol=2**-5)
 
 
+@pytest.mark.slow
 def test_failing_candidates_do_not_stop_the_sweep_and_workers_compile_in_parallel():
     x = torch.randn(64, 256)
     y = torch.empty_like(x)
@@ -255,6 +256,7 @@ def _check_tuned_script_output(proc):
     assert "right answer: True compiled in this process: 0 tuned: ['best', 'ok']" in proc.stdout, out
 
 
+@pytest.mark.slow
 def test_a_plain_script_and_python_c_without_a_main_guard_tune(tmp_path, subprocess_env):
     """No `if __name__ == "__main__":` (most scripts, notebooks, `python -c`): workers must not re-run it."""
     script = tmp_path / "tune_me.py"
@@ -303,6 +305,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_killing_the_tuning_process_leaves_no_compile_worker(tmp_path, subprocess_env):
     """kill -9 of a process in the middle of a sweep: its workers exit within seconds, and a caller reading the

@@ -25,12 +25,14 @@ def _pair(tensors, first, second, first_program=gemm, second_program=gemm):
     return a.estimate(args=list(tensors)), b.estimate(args=list(tensors))
 
 
+@pytest.mark.slow
 def test_two_stages_rank_above_one(tensors):
     one, two = _pair(tensors, {"num_stages": 1}, {"num_stages": 2})
     assert two.cycles < one.cycles
 
 
 
+@pytest.mark.slow
 def test_interleaved_schedule_ranks_above_plain(tensors):
     plain_gemm = tilegcn.jit(gemm.fn, schedule="plain")
     plain, interleaved = _pair(tensors, {"num_stages": 2}, {"num_stages": 2}, plain_gemm, gemm)
