@@ -46,6 +46,7 @@ def test_readme_example_runs(index, tmp_path, monkeypatch, cache_dir):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)  # what a page's example writes (an export folder ...) stays out of the checkout
     users_key = _plant_users_entry(cache_dir)
     path = tmp_path / f"readme_example_{index}.py"
     path.write_text(BLOCKS[index])
