@@ -218,15 +218,15 @@ class _PrintingModule:
     def launch(self, name, grid, block, args):
         import torch
 
+        from .runtime.emulator import _RECORDING  # set while do_bench records launches instead of running them
+
         devices = [a.device for a in args if isinstance(a, torch.Tensor)]
         hidden = {param: torch.zeros(site.shape, dtype=torch.float32,
                                      device=devices[0] if devices else "cpu")
                   for param, site in self.sites.items()}
         result = self.module.launch(name, grid, block,
                                     [hidden[i] if isinstance(i, str) else args[i] for i in self.indices])
-        from .runtime.emulator import _RECORDING
-
-        if _RECORDING.get() is not None:  # do_bench on the emulated device records the launch; nothing ran
+        if _RECORDING.get() is not None:  # nothing ran: nothing to print
             return result
         printed = [tile for param, site in self.sites.items() for tile in _printed_tiles(site, hidden[param])]
         self.kernel.printed = self.kernel.fn.printed = printed
