@@ -76,6 +76,9 @@ def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
             tuned = tuner.tune(*args, arch=arch, **kwargs) if tuner else None
             constants = {**(tuned or {}), **kwargs}
             kernel = jitfn.compile(*args, arch=arch, **constants)
+            if kernel.prints:  # their hidden outputs and host-side printing are the jit's, not tilegcn.load's
+                raise ExportError(f"tilegcn export: {jitfn.name} calls T.print ({kernel.prints[0].loc}), a "
+                                  "debugging aid that exported kernels do not support; remove the T.print calls")
             key = _entry_key(kernel.signature, kernel.constants, arch)
             if key in seen:  # two examples of one specialisation
                 continue

@@ -134,7 +134,8 @@ def with_asm(kernel, path, *, verify: bool = False, args=None, tolerance: float 
         return meta
 
     entry, _ = Cache().get_or_build(key, build)
-    edited = CompiledKernel(kernel.fn, entry, kernel.signature, kernel.constants, kernel.arch, {})
+    edited = CompiledKernel(kernel.fn, entry, kernel.signature, kernel.constants, kernel.arch, {},
+                            prints=kernel.prints)
     if verify:
         report = compare(kernel, edited, args)
         edited.verification = report

@@ -186,6 +186,66 @@ class _SelectArgs:
         return self.module.launch(name, grid, block, [args[i] for i in self.indices])
 
 
+@dataclass
+class PrintedTile:
+    """What one `T.print` showed for one workgroup: `msg`, the tile's `name`, the `block` id (bx, by, bz as
+    given to T.Kernel) and the tile's values as a float32 CPU tensor."""
+
+    msg: str
+    name: str
+    block: tuple
+    values: object  # torch.Tensor
+
+    def __str__(self):
+        where = self.block[0] if len(self.block) == 1 else self.block
+        return f"T.print: {self.msg + ' ' if self.msg else ''}{self.name} block {where}: {self.values}"
+
+
+class _PrintingModule:
+    """Module wrapper for a kernel with `T.print`s: each launch gets fresh hidden float32 outputs (one slot per
+    workgroup and call site), appended after the user's arguments in the kernel's parameter order; after the
+    launch the host prints them per workgroup in dispatch order (bx fastest) and keeps them in `.printed` of the
+    CompiledKernel and of its jit function."""
+
+    __slots__ = ("module", "kernel", "indices", "sites")
+
+    def __init__(self, module, kernel: "CompiledKernel", names: list):
+        positional = kernel.fn.arg_names
+        self.module, self.kernel = module, kernel
+        self.sites = {site.param: site for site in kernel.prints}
+        self.indices = [positional.index(n) if n in positional else n for n in names]
+
+    def launch(self, name, grid, block, args):
+        import torch
+
+        from .runtime.emulator import _RECORDING  # set while do_bench records launches instead of running them
+
+        devices = [a.device for a in args if isinstance(a, torch.Tensor)]
+        hidden = {param: torch.zeros(site.shape, dtype=torch.float32,
+                                     device=devices[0] if devices else "cpu")
+                  for param, site in self.sites.items()}
+        result = self.module.launch(name, grid, block,
+                                    [hidden[i] if isinstance(i, str) else args[i] for i in self.indices])
+        if _RECORDING.get() is not None:  # nothing ran: nothing to print
+            return result
+        printed = [tile for param, site in self.sites.items() for tile in _printed_tiles(site, hidden[param])]
+        self.kernel.printed = self.kernel.fn.printed = printed
+        for tile in printed:
+            print(tile)
+        return result
+
+
+def _printed_tiles(site, out) -> list:
+    import itertools
+
+    values = out.cpu()
+    dims = site.grid_dims
+    tiles = []
+    for ids in itertools.product(*(range(n) for n in values.shape[:dims])):  # [.., by, bx]: bx fastest
+        tiles.append(PrintedTile(site.msg, site.buffer, tuple(reversed(ids)), values[ids]))
+    return tiles
+
+
 # -- what a call checks and records around the launch ------------------------------------------------------
 # A call's key fixes dtypes, shapes and strides, not where the tensors are nor their autograd state, so these are
 # checked on every call, by straight-line code generated per launcher (a few attribute reads and comparisons):
@@ -334,7 +394,7 @@ class CompiledKernel:
     """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
-                 written=None):
+                 written=None, prints=()):
         self.fn = fn
         self.key = entry.key
         self.metadata = entry.meta
@@ -353,6 +413,8 @@ class CompiledKernel:
         # names of the tensor parameters the kernel writes (T.copy into them); unknown: every tensor parameter
         self.written = tuple(written) if written is not None else tuple(
             n for n, s in zip(fn.arg_names, signature) if not isinstance(s, type))
+        self.prints = tuple(prints)  # T.print sites (language.builtins.PrintSite): hidden outputs, shown per launch
+        self.printed = []  # after a launch with T.print: one PrintedTile per site and workgroup
         self._launchers = {}
 
     def _launcher(self) -> _Launcher:
@@ -365,7 +427,9 @@ class CompiledKernel:
             module = get_device(dev).load(self.hsaco)
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
-            if names and names != list(positional):
+            if self.prints:
+                module = _PrintingModule(module, self, names)
+            elif names and names != list(positional):
                 module = _SelectArgs(module, tuple(positional.index(n) for n in names))
             launcher = self._launchers[dev] = _Launcher(module, self.name, self.grid, self.block, self)
         return launcher
@@ -393,6 +457,8 @@ class CompiledKernel:
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
         default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
         of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
+        import torch
+
         from .amdgcn.arch import TIMING
         from .runtime.emulator import load
 
@@ -401,7 +467,8 @@ class CompiledKernel:
         module = load(self.hsaco, arch=self.arch)
         names = [a["name"] for a in self.metadata["args"]]
         if names and names != list(self.fn.arg_names):
-            args = [args[self.fn.arg_names.index(n)] for n in names]
+            hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
+            args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
         return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
                                **options)
 
@@ -548,6 +615,7 @@ class JITFunction:
         self.cache_stats = CacheStats()
         self._keyfn = _make_keyfn(len(positional))
         self._memo = {}  # warm key -> _Launcher
+        self.printed = []  # the PrintedTiles of the last launch of a kernel with T.print
         self._kernels = {}  # (signature, constants, arch) -> CompiledKernel
         functools.update_wrapper(self, fn)
 
@@ -650,7 +718,8 @@ class JITFunction:
             self.cache_stats.remote_hits += 1
         else:
             self.cache_stats.disk_hits += 1
-        kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel))
+        kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
+                                prints=getattr(kernel, "prints", ()))
         return apply_asm_override(kernel)  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:

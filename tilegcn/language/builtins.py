@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import builtins as _py
 import contextlib
+import dataclasses
+import math
 import numbers
 
 import sympy
@@ -10,7 +12,7 @@ import sympy
 from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
 from ..errors import ArgumentError, CompileError, user_location
 from ..ir import nodes as N
-from ..ir.types import as_dtype
+from ..ir.types import TensorSpec, as_dtype, float32
 from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy, as_expr
 from .tracer import TensorAnnotation, current
 
@@ -116,9 +118,11 @@ def Kernel(*grid, threads: int = 128):
     tracer.bodies.append(body)
     try:
         proxies = tuple(IndexProxy.of(s, f"the block index {s}") for s in ids[: len(grid)])
+        tracer.grid_ids = tuple(zip(sizes, ids[: len(grid)]))
         yield proxies[0] if len(grid) == 1 else proxies
     finally:
         tracer.bodies.pop()
+        tracer.grid_ids = ()
     tracer.kernel_info = (sizes, (threads, 1, 1), ids, body, loc)
 
 
@@ -365,6 +369,83 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
     finally:
         tracer.bodies.pop()
     tracer.record(N.Loop(var, n, int(num_stages), body, loc=loc))
+
+
+@dataclasses.dataclass(frozen=True)
+class PrintSite:
+    """One `T.print` call: the hidden float32 tensor parameter it writes (one slot per workgroup, indexed
+    [bz, by, bx, *tile] for the grid dims given) and what the host shows after the launch."""
+
+    param: str  # the hidden parameter's name
+    msg: str
+    buffer: str  # the printed tile's name
+    grid_dims: int  # 1 to 3 (the grid dimensions given to T.Kernel)
+    shape: tuple  # the hidden tensor's: ([gz,] [gy,] gx, *tile)
+    loc: str | None
+
+
+def print(obj, msg: str = ""):  # noqa: A001 - the T. namespace mirrors TileLang
+    """Print a fragment's values from every workgroup, after the launch: a debugging aid, as TileLang's.
+
+    At this point of the program each workgroup copies the fragment's current values (as float32) into a
+    hidden output tensor (one slot per workgroup and `T.print` call); after the kernel ran, the host prints
+    them with Python's `print`, call by call in program order and per call one line per workgroup in dispatch
+    order (bx fastest): `T.print: <msg> <name> block <bx or (bx, by)>: tensor(...)`. The jit function's
+    `.printed` keeps them (`PrintedTile`s: `.msg`, `.name`, `.block`, `.values`). Works on the emulated device
+    and on HIP alike (the copy is device code). Not inside `T.Pipelined` or `T.Parallel`: print after the loop
+    (the values of the last trip). Shared buffers, global tensors and scalars are refused.
+
+    Example:
+
+    ```python
+    x = T.alloc_fragment((block,), "float32")
+    T.copy(X[bx * block], x)
+    T.print(x, msg="loaded")         # after the launch: T.print: loaded x block 0: tensor([...])
+    ```
+    """
+    tracer = current()
+    loc = user_location()
+    if tracer.parallel is not None:
+        raise CompileError("T.print is not allowed inside T.Parallel: print the whole tile after the loop",
+                           location=loc)
+    if not isinstance(msg, str):
+        raise CompileError(f"T.print msg must be a string, got {msg!r} ({type(msg).__name__})", location=loc)
+    if not tracer.bodies or not tracer.grid_ids:
+        raise CompileError("T.print must be inside `with T.Kernel(...)`", location=loc)
+    if len(tracer.bodies) > 1:
+        raise CompileError("T.print is not supported inside a T.Pipelined loop: print the tile after the loop "
+                           "(it then shows the values of the last trip)", location=loc)
+    if not isinstance(obj, BufferProxy) or obj.buffer.scope == N.GLOBAL:
+        what = "a global tensor" if isinstance(obj, (BufferProxy, RegionRef)) else \
+            f"{obj!r} ({type(obj).__name__})"
+        raise CompileError(f"T.print prints a fragment (from T.alloc_fragment), got {what}; copy the values "
+                           "into a fragment first and print that", location=loc)
+    tile = obj.buffer
+    if tile.scope == N.SHARED:
+        raise CompileError(f"T.print of shared buffer {tile.name} is not supported: tilegcn reads shared memory "
+                           "only as T.gemm operands (no copy out of it); print a fragment instead, e.g. copy the "
+                           "same global tile into a T.alloc_fragment and print that", location=loc)
+    site, out = _hidden_print_output(tracer, tile, msg, loc)
+    ids = tuple(block_id for _, block_id in reversed(tracer.grid_ids))
+    slot = N.Region(out, ids + _whole(tile).starts, (1,) * len(ids) + tuple(tile.shape))
+    tracer.record(N.Copy(_whole(tile), slot, loc=loc))
+    tracer.prints.append(site)
+
+
+def _whole(buf: N.Buffer) -> N.Region:
+    return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
+
+
+def _hidden_print_output(tracer, buf: N.Buffer, msg: str, loc) -> tuple:
+    """Declare the float32 tensor parameter, [gz, gy, gx, *tile] (the grid dims given), that one T.print writes."""
+    name = f"__print{len(tracer.prints)}"
+    shape = tuple(size for size, _ in reversed(tracer.grid_ids)) + tuple(buf.shape)
+    strides = tuple(math.prod(shape[axis + 1:]) for axis in range(len(shape)))
+    spec = TensorSpec(float32, shape, strides, True)
+    out = N.Buffer(name, N.GLOBAL, float32, shape, spec=spec, param_index=len(tracer.params))
+    tracer.params.append(N.Param(name, "tensor", float32, buffer=out))
+    tracer.buffers.append(out)
+    return PrintSite(name, msg, buf.name, len(tracer.grid_ids), shape, loc), out
 
 
 def use_swizzle(panel_size: int = 8, num_xcds: int = 8):

@@ -82,6 +82,8 @@ class Tracer:
         self.bodies: list[list] = []
         self.kernel_info = None  # (grid, block, block_ids, body, loc)
         self.parallel = None  # (extents, indices) inside T.Parallel
+        self.grid_ids = ()  # (size, block-id symbol) per grid dimension given to T.Kernel, while it is open
+        self.prints: list = []  # PrintSite per T.print call, in program order (hidden output tensors)
         self._names: dict[str, int] = {}
 
     # -- naming ---------------------------------------------------------------------------------
@@ -277,7 +279,9 @@ def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
         raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
                            location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
     grid, block, block_ids, body, loc = tracer.kernel_info
-    kernel = N.Kernel(assembler_symbol(fn.__name__), params, tracer.buffers, grid, block, block_ids, body, loc=loc)
+    kernel = N.Kernel(assembler_symbol(fn.__name__), tracer.params, tracer.buffers, grid, block, block_ids, body,
+                      loc=loc)
+    kernel.prints = tuple(tracer.prints)  # host side of T.print: what to show after a launch (not in the IR)
     _check_fragment_budgets(kernel, arch)
     _check_written_tensors(kernel)
     return kernel
