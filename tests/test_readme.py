@@ -46,7 +46,11 @@ def test_readme_example_runs(index, tmp_path, monkeypatch, cache_dir):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(tmp_path)  # what a page's example writes (an export folder ...) stays out of the checkout
+    # A page's example runs as a reader in the checkout would (it may open tests/corpus/..., examples/...), but
+    # in a folder of its own, so what it writes (an export folder ...) stays out of the checkout
+    for name in ("tests", "examples"):
+        (tmp_path / name).symlink_to(REPO / name)
+    monkeypatch.chdir(tmp_path)
     users_key = _plant_users_entry(cache_dir)
     path = tmp_path / f"readme_example_{index}.py"
     path.write_text(BLOCKS[index])
