@@ -164,7 +164,24 @@ def _refuse_decision(what: str):
     return refuse
 
 
-class ScalarProxy(N.RefusesPythonOperators):
+class _DeviceValue(N.RefusesPythonOperators):
+    """A value only the device knows: every comparison and truth test is refused (see _refuse_decision). Hashed by
+    identity, so such values may still sit in sets and dicts."""
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    __hash__ = object.__hash__
+    __eq__ = _refuse_decision("comparison `==`")
+    __ne__ = _refuse_decision("comparison `!=`")
+    __lt__ = _refuse_decision("comparison `<`")
+    __le__ = _refuse_decision("comparison `<=`")
+    __gt__ = _refuse_decision("comparison `>`")
+    __ge__ = _refuse_decision("comparison `>=`")
+    __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
+
+
+class ScalarProxy(_DeviceValue):
     """A runtime scalar argument (int or float, passed by value)."""
 
     def __init__(self, param: N.Param):
@@ -189,15 +206,6 @@ class ScalarProxy(N.RefusesPythonOperators):
     def __rtruediv__(self, o): return as_expr(o) / self._e()
     def __neg__(self): return -self._e()
 
-    __hash__ = object.__hash__
-
-    __eq__ = _refuse_decision("comparison `==`")
-    __ne__ = _refuse_decision("comparison `!=`")
-    __lt__ = _refuse_decision("comparison `<`")
-    __le__ = _refuse_decision("comparison `<=`")
-    __gt__ = _refuse_decision("comparison `>`")
-    __ge__ = _refuse_decision("comparison `>=`")
-    __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
 
 def _operand(o):
@@ -218,7 +226,7 @@ def _index_op(op):
     return forward
 
 
-class IndexProxy(N.RefusesPythonOperators):
+class IndexProxy(_DeviceValue):
     """A value only the device knows: a block index, a T.Pipelined loop variable, a T.Parallel index, or index
     arithmetic on them (and on runtime int scalars). It does index arithmetic (SymPy underneath) and refuses every
     comparison and truth test: SymPy would answer `bx == 0` structurally (False) and Python would take one branch
@@ -261,15 +269,6 @@ class IndexProxy(N.RefusesPythonOperators):
     def __pos__(self): return self
     def __abs__(self): return IndexProxy(sympy.Abs(self.expr), self.roles)
 
-    # Identity hash: proxies may sit in sets and dicts; `==` itself is a device comparison and refused.
-    __hash__ = object.__hash__
-    __eq__ = _refuse_decision("comparison `==`")
-    __ne__ = _refuse_decision("comparison `!=`")
-    __lt__ = _refuse_decision("comparison `<`")
-    __le__ = _refuse_decision("comparison `<=`")
-    __gt__ = _refuse_decision("comparison `>`")
-    __ge__ = _refuse_decision("comparison `>=`")
-    __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
     def _refuse_conversion(self, *_):
         raise CompileError(f"{self.describe()} is known only on the device, not while the program is traced: "
