@@ -59,8 +59,8 @@ def pytest_unconfigure(config):
 
 
 def release_emulator_programs():
-    """Drop the emulator's decoded and bound programs (tilegcn.runtime.emulator keeps every code object it has
-    loaded, unbounded: ~8-15 MB for a 256x256 GEMM). A later load decodes again; kernels keep working."""
+    """Drop the emulator's decoded and bound programs (tilegcn.runtime.emulator keeps the 32 most recently
+    used, ~8-15 MB each for a 256x256 GEMM). A later load decodes again; kernels keep working."""
     emulator = sys.modules.get("tilegcn.runtime.emulator")
     if emulator is not None:
         emulator._DECODED.clear()

@@ -230,3 +230,27 @@ def test_a_huge_grid_is_estimated_without_listing_its_workgroups():
     finally:
         tracemalloc.stop()
     assert est.cycles > 0 and peak < 32 << 20  # a list of the 2^23 workgroups on one XCD: ~300 MB
+
+
+STORE_CONST = """s_load_dwordx2 s[4:5], s[0:1], 0x0
+                 v_and_b32 v1, 0x3ff, v0
+                 v_lshlrev_b32 v2, 2, v1
+                 v_mov_b32 v3, {value}
+                 s_waitcnt lgkmcnt(0)
+                 global_store_dword v2, v3, s[4:5]
+                 s_endpgm"""
+
+
+def test_the_emulator_keeps_only_recently_used_programs(monkeypatch):
+    """Decoded and bound programs are memoised for the most recent code objects only (a long-lived process
+    loading many kernels must not keep them all); a module whose program left the memo still runs."""
+    monkeypatch.setattr(emulator._DECODED, "maxsize", 2)
+    monkeypatch.setattr(emulator._BOUND, "maxsize", 2)
+    values = (1, 2, 3)
+    mods = [module(STORE_CONST.format(value=v), args=("ptr",)) for v in values]
+    for _ in range(2):  # the second round runs the first module after two others took its place
+        for value, mod in zip(values, mods):
+            out = torch.zeros(64, dtype=torch.int32)
+            mod.launch("k", grid=(1, 1, 1), block=(64, 1, 1), args=[out])
+            assert torch.equal(out, torch.full_like(out, value))
+            assert len(emulator._DECODED) <= 2 and len(emulator._BOUND) <= 2

@@ -19,6 +19,7 @@ keeps the semantics and skips those checks.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import hashlib
@@ -45,8 +46,30 @@ from .valu_hazards import RecentWrites
 
 __all__ = ["EmulatorDevice", "Launch", "Module", "load", "LaunchStats"]
 
-_DECODED = {}  # (sha256, arch[, sha256 of a caller's listing]) -> list of Instr
-_BOUND = {}  # (the _DECODED key, kernel, device) -> Program
+class _RecentlyUsed(collections.OrderedDict):
+    """A memo that keeps its `maxsize` most recently used entries: a long-lived process (a test session, a
+    sweep that loads hundreds of configs) would otherwise keep every program it ever decoded (8-15 MB for a
+    256x256 GEMM). A module keeps its own reference, so an evicted entry is only decoded again on a new load."""
+
+    def __init__(self, maxsize: int):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get(self, key, default=None):
+        if key not in self:
+            return default
+        self.move_to_end(key)
+        return self[key]
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+
+
+_DECODED = _RecentlyUsed(32)  # (sha256, arch[, sha256 of a caller's listing]) -> list of Instr
+_BOUND = _RecentlyUsed(32)  # (the _DECODED key, kernel, device) -> Program
 _LOCK = threading.Lock()
 # while set (`recording_launches`), launches are appended here instead of run: tilegcn.testing.do_bench
 # estimates them with the timing model, so a benchmark of a large shape does not emulate it
@@ -133,10 +156,11 @@ class Module:
         key = (self.digest, self.arch.name) if disassembly is None else (
             self.digest, self.arch.name, hashlib.sha256(disassembly.encode()).hexdigest())
         with _LOCK:
-            if key not in _DECODED:
+            instrs = _DECODED.get(key)
+            if instrs is None:
                 text = toolchain.disassemble(self.code.data, self.arch.name) if disassembly is None else disassembly
-                _DECODED[key] = parse_objdump(text)
-        self.instrs = _DECODED[key]
+                instrs = _DECODED[key] = parse_objdump(text)
+        self.instrs = instrs
         self._decoded_key = key
 
     def program(self, name, device) -> Program:
