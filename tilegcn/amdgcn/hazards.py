@@ -205,6 +205,17 @@ def _mfma_sources(mfma_writes: set, valu_writes: set, dsts: set, overlapping: di
             passes, dst, dst_units)
 
 
+def _pad_with_nops(out: list, need: int, max_nop: int) -> int:
+    """Append s_nops giving `need` wait states (an `s_nop n-1` is n of them, at most `max_nop` each); returns
+    `need`, the wait states they take (0 when none are needed)."""
+    left = need
+    while left > 0:
+        n = min(left, max_nop)
+        out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
+        left -= n
+    return max(need, 0)
+
+
 def _transfer(arch, events: dict):
     hz = arch.mfma_hazards
     vdst_to_read, vdst_to_srcc_overlap, valu_to_mfma = hz.vdst_to_read, hz.vdst_to_srcc_overlap, \
@@ -246,11 +257,7 @@ def _transfer(arch, events: dict):
             if need > 0:
                 out += insts[copied:pos]
                 copied = pos
-            while need > 0:
-                n = min(need, max_nop)
-                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
-                now += n  # an s_nop n-1 is n wait states
-                need -= n
+            now += _pad_with_nops(out, need, max_nop)
             now += states
             last = pos + 1
             if mfma is not None:
@@ -453,11 +460,7 @@ def _valu_transfer(arch, events: dict):
             if need > 0:
                 out += insts[copied:pos]
                 copied = pos
-            while need > 0:
-                n = min(need, max_nop)
-                out.append(Inst("s_nop", (n - 1,), kind=isa.SOPP))
-                now += n
-                need -= n
+            now += _pad_with_nops(out, need, max_nop)
             now += states
             last = pos + 1
             for prefix, units in makes:
