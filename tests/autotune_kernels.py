@@ -41,3 +41,15 @@ def scale(X: T.Tensor(("M", "N")), Y: T.Tensor(("M", "N")), *, a=2.0, block_M=16
         for i, j in T.Parallel(block_M, block_N):
             x[i, j] = x[i, j] * a
         T.copy(x, Y[by * block_M, bx * block_N])
+
+
+# Y = 2 X in one workgroup whose size is the only tuned constant (the compile-worker and cluster tests)
+@tilegcn.jit
+def double(X, Y, *, threads=64):
+    M, N = X.shape
+    with T.Kernel(1, 1, threads=threads) as (bx, by):
+        x = T.alloc_fragment((M, N), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(M, N):
+            x[i, j] = x[i, j] * 2.0
+        T.copy(x, Y[0, 0])

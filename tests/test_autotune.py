@@ -268,22 +268,11 @@ def test_a_plain_script_and_python_c_without_a_main_guard_tune(tmp_path, subproc
         _check_tuned_script_output(proc)
 
 
-@tilegcn.jit
-def double(X, Y, *, threads=64):
-    M, N = X.shape
-    with T.Kernel(1, 1, threads=threads) as (bx, by):
-        x = T.alloc_fragment((M, N), "float32")
-        T.copy(X[0, 0], x)
-        for i, j in T.Parallel(M, N):
-            x[i, j] = x[i, j] * 2.0
-        T.copy(x, Y[0, 0])
-
-
 def test_a_config_that_kills_its_compile_worker_is_named_and_the_others_still_compile(monkeypatch):
     path = [str(HOOKS), str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
     monkeypatch.setenv("TILEGCN_TEST_LOWER_HOOK", "kill:128")  # lowering a 128-thread kernel kills the worker
-    local = tilegcn.jit(double.fn)  # a fresh function (nothing compiled in this process yet)
+    local = tilegcn.jit(K.double.fn)  # a fresh function (nothing compiled in this process yet)
     tuner = Autotuner(local, [dict(threads=t) for t in (128, 64, 256)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),
                       workers=2, progress=False, verbose=False)
     x = torch.randn(16, 64)
@@ -371,7 +360,7 @@ def test_tune_clear_removes_only_the_records_tilegcn_wrote(capsys, cache_dir):
     from tilegcn.__main__ import main
 
     x = torch.randn(16, 64)
-    Autotuner(double, [dict(threads=64), dict(threads=128)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),
+    Autotuner(K.double, [dict(threads=64), dict(threads=128)], ranker=K.ShapeRanker(lambda c, a: c["threads"]),
               workers=1, progress=False, verbose=False, verify=False).tune(x, torch.empty_like(x))
     tune = cache_dir / "tune"
     others = {"notes.json": '{"mine": true}',  # a user's file, and another tool's named like a record
