@@ -142,14 +142,14 @@ def cache_hit(target, args_src, constants, arch, cache_dir, repeat):
 
 def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
     """Median CPU seconds (process time: steadier than wall time on a shared machine) of the parts of
-    `tilegcn.passes.lower` for one kernel (SymPy memos emptied each run):
+    `tilegcn.compiler.lower` for one kernel (SymPy memos emptied each run):
     statement lowering (of which address arithmetic: the outermost ExprLowering.vgpr/vgpr_plus/sgpr/sgpr64 calls),
     instruction scheduling (of which the dependency graph, its register unit keys, and the list scheduling),
     register allocation (of which liveness, the linear scan and the operand rewrite, of which the physical
     operands), wait counts (of which the instructions' effects), hazard nops (of which finding the instructions a
     rule can use), rendering, and of the rest (other) the text of the pipelined tile IR (Lowered's `ir`). The parts
     are timed by wrapping those functions for the measurement."""
-    from tilegcn import passes
+    from tilegcn import compiler
     from tilegcn.amdgcn import hazards, isa, regalloc, waitcnt
     from tilegcn.amdgcn import schedule as scheduler
     from tilegcn.amdgcn.addr import ExprLowering
@@ -198,7 +198,7 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
             symcache.clear()
             spent.clear()
             t0 = time.process_time()
-            passes.lower(kernel, arch)
+            compiler.lower(kernel, arch)
             spent["total"] = time.process_time() - t0
             for part, value in spent.items():
                 runs.setdefault(part, []).append(value)

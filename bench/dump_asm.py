@@ -19,7 +19,7 @@ import torch  # noqa: E402
 import kernels  # noqa: E402
 from examples.elementwise import __dict__ as elementwise_module  # noqa: E402
 from examples.gemm.gemm import gemm as gemm_256  # noqa: E402
-from tilegcn import passes  # noqa: E402
+from tilegcn import compiler  # noqa: E402
 from tilegcn.errors import TilegcnError  # noqa: E402
 from tilegcn.language import trace  # noqa: E402
 
@@ -54,7 +54,7 @@ def main(out_dir: str):
             _, trace_args = fn._signature(args)
             try:
                 kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
-                text = passes.lower(kernel, arch).asm
+                text = compiler.lower(kernel, arch).asm
             except TilegcnError as e:
                 text = f"refused: {type(e).__name__}: {e}\n"
             with open(os.path.join(out_dir, f"{arch}_{name}.s"), "w") as f:

@@ -3,7 +3,7 @@
     python bench/regalloc.py [--repeat 5] [--arch gfx950,gfx942]
 
 Per config: the kernel's VGPRs / AGPRs / SGPRs (what the descriptor gets), its instruction count, and the medians
-over --repeat runs of `passes.lower` on the traced IR and of the allocation pass inside it, in CPU time of this
+over --repeat runs of `compiler.lower` on the traced IR and of the allocation pass inside it, in CPU time of this
 process (time.process_time: steadier than wall time on a shared machine). Target: allocate <= 5 ms on the
 256x256x64 GEMM.
 """
@@ -21,7 +21,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
-import tilegcn.passes as P  # noqa: E402
+import tilegcn.compiler as P  # noqa: E402
 from examples.gemm.gemm import gemm as gemm_256  # noqa: E402
 from tilegcn import language as T  # noqa: E402
 from tilegcn.errors import ResourceError  # noqa: E402

@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 from examples.gemm.gemm import gemm  # noqa: E402
-from tilegcn import passes  # noqa: E402
+from tilegcn import compiler  # noqa: E402
 from tilegcn.amdgcn import symcache  # noqa: E402
 from tilegcn.errors import ResourceError  # noqa: E402
 from tilegcn.language import trace  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> int:
                     for _ in range(opts.repeat + 1):  # the first warms the process (plans, imports)
                         symcache.clear()
                         spent.clear()
-                        passes.lower(kernel, arch)
+                        compiler.lower(kernel, arch)
                         for kind in ("statements", *KINDS.values()):
                             runs.setdefault(kind, []).append(spent.get(kind, 0.0))
                 except ResourceError:

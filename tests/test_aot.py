@@ -97,7 +97,8 @@ try:
     results["unexported"] = "no error"
 except tilegcn.ArgumentError as e:
     results["unexported"] = str(e)
-results["traced"] = sorted(m for m in sys.modules if m.startswith(("tilegcn.language", "tilegcn.passes")))
+results["traced"] = sorted(m for m in sys.modules
+                           if m.startswith(("tilegcn.language", "tilegcn.passes", "tilegcn.compiler")))
 print(json.dumps(results))
 """
 

@@ -326,7 +326,7 @@ def test_killing_the_tuning_process_leaves_no_compile_worker(tmp_path, subproces
 
 
 def test_a_config_is_infeasible_exactly_when_compile_refuses_it():
-    """The sweep's resource check is the compiler's own (passes.plan_resources): 256x256x64 at num_stages=3
+    """The sweep's resource check is the compiler's own (compiler.plan_resources): 256x256x64 at num_stages=3
     needs 3 x 64 KiB of LDS, more than gfx950's 160 KiB, once pipelined (a copy of the checks once missed that)."""
     from tilegcn.autotune import feasibility
     from tilegcn.errors import ResourceError

@@ -7,7 +7,7 @@ import torch
 from tilegcn import language as T
 from tilegcn.errors import CompileError, ResourceError, UnsupportedArchError
 from tilegcn.ir import TensorSpec, print_kernel
-from tilegcn.passes import lower
+from tilegcn.compiler import lower
 from tilegcn.toolchain import assemble
 
 from kernels import axpb_relu, copy2d

@@ -16,7 +16,7 @@ from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
 from tilegcn.amdgcn.memory import _exact_span
 from tilegcn.ir import TensorSpec
-from tilegcn.passes import lower
+from tilegcn.compiler import lower
 
 from kernels import gemm
 

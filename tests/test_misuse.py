@@ -923,12 +923,12 @@ def test_argument_error_points_at_the_call():
 
 
 def test_an_exception_inside_lowering_is_reported_as_a_tilegcn_bug(monkeypatch):
-    import tilegcn.passes
+    import tilegcn.compiler
 
     def broken_pass(kernel, arch, *options):
         raise RuntimeError("a pass failed")
 
-    monkeypatch.setattr(tilegcn.passes, "lower", broken_pass)
+    monkeypatch.setattr(tilegcn.compiler, "lower", broken_pass)
     with pytest.raises(CompileError, match=r"internal error while lowering ew .*RuntimeError: a pass failed.*"
                                            r"tilegcn bug") as err:
         tilegcn.jit(ew.fn)(*xy(), f=abs_free_identity)  # a new JITFunction: nothing compiled in this process

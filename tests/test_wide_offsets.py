@@ -23,7 +23,7 @@ from tilegcn.amdgcn.waitcnt import insert_waits
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec
 from tilegcn.ir import types as ty
-from tilegcn.passes import lower
+from tilegcn.compiler import lower
 from tilegcn.passes.layout import TID
 from tilegcn.runtime import emulator
 from tilegcn.toolchain import assemble

@@ -54,7 +54,7 @@ def main() -> None:
     os.dup2(2, 1)  # a stray print (a warning, a library) goes to stderr, never into the replies
     sys.stdout = sys.stderr
     jobs = sys.stdin.buffer
-    from . import passes  # noqa: F401  the compile pipeline: imported before "ready", not in a job's time
+    from . import compiler  # noqa: F401  the compile pipeline: imported before "ready", not in a job's time
     from .jit import build_traced
 
     _send(replies, _READY)

@@ -10,7 +10,7 @@
 
 A sweep, per key value (default key: every tensor argument's shape; the dtypes always belong to it):
 1. prune: the `Space` prune hook, then the compiler's own resource checks on a trace of each config
-   (`feasibility`: `passes.plan_resources`, which `passes.lower` starts with: pipelining, the MFMA plan of
+   (`feasibility`: `compiler.plan_resources`, which `compiler.lower` starts with: pipelining, the MFMA plan of
    every T.gemm, the LDS allocation), so a config that cannot fit is skipped, with the compiler's reason,
    before anything is compiled;
 2. compile the rest in `workers` processes (tilegcn/_worker.py: they get the traced tile IR, never import the
@@ -199,11 +199,11 @@ def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
 def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str):
     """(the traced kernel, None), or (None, the compiler's reason) when it refuses `config`.
 
-    Cheap (a trace and `passes.plan_resources`, no lowering): the very checks `passes.lower` starts with, so a
+    Cheap (a trace and `compiler.plan_resources`, no lowering): the very checks `compiler.lower` starts with, so a
     config skipped here is one `compile` refuses with the same error. (Registers are known only after the
     whole lowering: a config that needs too many fails in the compile phase instead.)"""
     from .language import trace
-    from .passes import plan_resources
+    from .compiler import plan_resources
 
     try:
         kernel = trace(jitfn.fn, trace_args, jitfn._constants(config), arch)

@@ -747,7 +747,7 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
     timings["key"] = t2 - t1
 
     def build(tmp: Path) -> dict:
-        from .passes import lower  # only on a miss: a cache hit never imports the lowering passes
+        from .compiler import lower  # only on a miss: a cache hit never imports the lowering passes
 
         tb0 = time.perf_counter()
         lowered = _lower_or_report(lower, kernel, arch, options)
