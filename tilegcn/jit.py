@@ -583,6 +583,10 @@ class JITFunction:
     """
 
     def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto"):
+        from .language.program import EagerProgram, PrimFunc
+
+        if isinstance(fn, PrimFunc):
+            fn = fn.fn
         if not inspect.isfunction(fn):
             raise ArgumentError(f"tilegcn.jit decorates a Python function (a tile program), got "
                                 f"{type(fn).__name__} {fn!r}")
@@ -593,6 +597,22 @@ class JITFunction:
         self.options = {"schedule": _check_option("schedule", schedule, SCHEDULES),
                         "copy": _check_option("copy", copy, COPY_MODES)}
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+        self._eager = EagerProgram.of(fn)  # tensors annotated in the body (TileLang's eager style), or None
+        if self._eager is not None:
+            positional, defaults = list(self._eager.tensor_names), dict(self._eager.defaults)
+        else:
+            positional, defaults = self._parameters(fn)
+        self.arg_names = tuple(positional)
+        self.defaults = defaults
+        self.cache_stats = CacheStats()
+        self._keyfn = _make_keyfn(len(positional))
+        self._memo = {}  # warm key -> _Launcher
+        self.printed = []  # the PrintedTiles of the last launch of a kernel with T.print
+        self._kernels = {}  # (signature, constants, arch) -> CompiledKernel
+        functools.update_wrapper(self, fn)
+
+    def _parameters(self, fn) -> tuple:
+        """(positional parameter names, {keyword-only constant: default}) of a tile program."""
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
             where = f"tilegcn.jit {self.name}"
@@ -610,17 +630,12 @@ class JITFunction:
                 )
             else:
                 positional.append(p.name)
-        self.arg_names = tuple(positional)
-        self.defaults = defaults
-        self.cache_stats = CacheStats()
-        self._keyfn = _make_keyfn(len(positional))
-        self._memo = {}  # warm key -> _Launcher
-        self.printed = []  # the PrintedTiles of the last launch of a kernel with T.print
-        self._kernels = {}  # (signature, constants, arch) -> CompiledKernel
-        functools.update_wrapper(self, fn)
+        return positional, defaults
 
     # The warm path: keep it lean (see the module docstring); measure with bench/compile_time.py.
     def __call__(self, *args, **kwargs):
+        if self._eager is not None:
+            args, kwargs = self._eager.split(args, kwargs)
         try:
             key = self._keyfn(*args)
         except Exception:  # wrong arity, or a tensor the key cannot describe (sparse: no data pointer)
@@ -646,6 +661,8 @@ class JITFunction:
     def compile(self, *args, **kwargs) -> CompiledKernel:
         """Specialise on `args` (tensors or int/float scalars) and compile (or hit a cache); no launch.
         Keyword arguments: the function's keyword-only constants and `arch`."""
+        if self._eager is not None:
+            args, kwargs = self._eager.split(args, kwargs)
         return self._compiled(args, kwargs)
 
     def launchers(self) -> list:
@@ -708,7 +725,8 @@ class JITFunction:
         from .language import trace
 
         t0 = time.perf_counter()
-        kernel = trace(self.fn, trace_args, constants, arch)
+        program = self.fn if self._eager is None else self._eager.traced(constants)
+        kernel = trace(program, trace_args, constants, arch)
         self.cache_stats.traces += 1
         entry, built, timings = build_traced(kernel, arch, self.options, self._described(constants),
                                              time.perf_counter() - t0)
@@ -859,5 +877,9 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     ```
     """
     if fn is None:
-        return lambda f: JITFunction(f, arch=arch, schedule=schedule, copy=copy)
+        return lambda f: jit(f, arch=arch, schedule=schedule, copy=copy)
+    from .language.program import KernelFactory, is_kernel_factory
+
+    if inspect.isfunction(fn) and is_kernel_factory(fn):  # TileLang's closure style: returns a @T.prim_func
+        return KernelFactory(fn, lambda program: JITFunction(program, arch=arch, schedule=schedule, copy=copy))
     return JITFunction(fn, arch=arch, schedule=schedule, copy=copy)

@@ -2,8 +2,14 @@
 from ..ir.types import bfloat16, float16, float32
 from .builtins import (Kernel, Parallel, Pipelined, Tensor, abs, alloc_fragment, alloc_shared, cast, ceildiv,
                        clear, copy, exp, exp2, fill, gemm, max, min, print, use_swizzle)
+from .control import Serial, serial
+from .local import alloc_local, alloc_var
+from .program import const, dtype, prim_func
 from .tracer import trace
 
-__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "abs", "alloc_fragment", "alloc_shared", "cast", "ceildiv",
-           "clear", "copy", "exp", "exp2", "fill", "gemm", "max", "min", "print", "use_swizzle", "trace",
-           "float32", "float16", "bfloat16"]
+float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
+
+__all__ = ["Kernel", "Parallel", "Pipelined", "Serial", "Tensor", "abs", "alloc_fragment", "alloc_local",
+           "alloc_shared", "alloc_var", "cast", "ceildiv", "clear", "const", "copy", "dtype", "exp", "exp2", "fill",
+           "gemm", "max", "min", "prim_func", "print", "serial", "use_swizzle", "trace",
+           "float", "float32", "float16", "bfloat16"]

@@ -1,0 +1,330 @@
+"""TileLang's two ways of writing a jitted tile program, read as TileLang reads them.
+
+- **Closure style**: `@tilegcn.jit` on a factory whose body defines `@T.prim_func def main(A: T.Tensor(...), ...)`
+  and returns it. Calling the factory with its (compile-time) arguments gives the jitted kernel; calling that
+  with tensors runs it: `layernorm(N, D)(x, gamma, beta, y, mean, rstd)`.
+- **Eager style**: the tensors are declared by annotations in the function's body, `A: T.Tensor((M, N), dtype)`,
+  and their sizes named with `M, N = T.const("M, N")` (or just named in the annotation). Python never evaluates a
+  local variable's annotation (PEP 526), so they are read from the function's source, as TileLang's parser does.
+  Every parameter without such an annotation is a compile-time constant, by position or by keyword.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+import types
+
+from ..errors import ArgumentError, CompileError
+from ..ir.types import as_dtype
+from .tracer import TensorAnnotation, current
+
+
+class PrimFunc:
+    """What `@T.prim_func` makes of a function: the tile program a kernel factory returns (closure style)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self):
+        return f"<T.prim_func {self.fn.__qualname__}>"
+
+
+def prim_func(fn):
+    """Mark the tile program that a `@tilegcn.jit` kernel factory returns (TileLang's closure style).
+
+    The factory's arguments are compile-time values (sizes, block sizes, dtypes); calling it returns the jitted
+    kernel, which is called with tensors. The program's parameters are its tensors, each annotated with
+    `T.Tensor(shape, dtype)` (checked on every call).
+
+    Example:
+
+    ```python
+    @tilegcn.jit
+    def scale_rows(M, N, block_N=64):
+        @T.prim_func
+        def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+            with T.Kernel(M, threads=64) as bx:
+                x = T.alloc_fragment((1, block_N), "float32")
+                for k in T.serial(T.ceildiv(N, block_N)):
+                    T.copy(X[bx, k * block_N], x)
+                    for i, j in T.Parallel(1, block_N):
+                        x[i, j] = x[i, j] * 2.0
+                    T.copy(x, Y[bx, k * block_N])
+
+        return main
+
+    x = torch.randn(4, 128)
+    y = torch.empty_like(x)
+    scale_rows(4, 128)(x, y)
+    assert torch.equal(y, 2 * x)
+    ```
+    """
+    if isinstance(fn, PrimFunc):
+        return fn
+    if not inspect.isfunction(fn):
+        raise CompileError(f"@T.prim_func decorates a function (the tile program), got {type(fn).__name__}")
+    return PrimFunc(fn)
+
+
+def const(names: str, dtype: str = "int32"):
+    """The sizes named in the body's tensor annotations (TileLang's eager style): `M, N = T.const("M, N")`.
+
+    One name gives one int, several (separated by commas or spaces) a tuple. Each is the size of the tensor
+    dimension its name labels in an annotation `A: T.Tensor((M, N), dtype)`; a kernel is specialised on it, as on
+    every shape. `dtype` is accepted for TileLang's spelling; sizes are ints.
+
+    Example:
+
+    ```python
+    @tilegcn.jit
+    def double(X, Y, block=64):
+        N = T.const("N")
+        X: T.Tensor((N,), "float32")
+        Y: T.Tensor((N,), "float32")
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            for i in T.Parallel(block):
+                x[i] = x[i] * 2.0
+            T.copy(x, Y[bx * block])
+
+    x = torch.randn(100)
+    y = torch.empty_like(x)
+    double(x, y)
+    assert torch.equal(y, 2 * x)
+    ```
+    """
+    tracer = current()
+    sizes = getattr(tracer, "named_sizes", None)
+    if sizes is None:
+        raise CompileError(f"T.const({names!r}) names the sizes of tensors annotated in the kernel's body "
+                           "(`A: T.Tensor((M, N), dtype)`, TileLang's eager style), and this kernel annotates none: "
+                           "read sizes from the tensor instead (`M, N = A.shape`)")
+    wanted = [n for n in names.replace(",", " ").split()]
+    if not wanted:
+        raise CompileError(f"T.const({names!r}): give at least one name")
+    missing = [n for n in wanted if n not in sizes]
+    if missing:
+        known = ", ".join(sizes) or "none"
+        raise CompileError(f"T.const: {', '.join(missing)} labels no dimension of a tensor annotated in the body "
+                           f"(named sizes: {known}); name it in an annotation, e.g. `A: T.Tensor(({missing[0]},), "
+                           "dtype)`")
+    values = tuple(sizes[n] for n in wanted)
+    return values[0] if len(values) == 1 else values
+
+
+def dtype(name):
+    """A dtype from its name (`"float16"`, `"bfloat16"`, `"float32"`/`"float"`) or a torch dtype. It is also
+    TileLang's annotation for a dtype parameter (`dtype: T.dtype = T.float16`).
+
+    Example:
+
+    ```python
+    assert T.dtype("float") == T.float32
+    ```
+    """
+    return as_dtype(name)
+
+
+# -- reading the source ---------------------------------------------------------------------------------------
+def _function_node(fn):
+    """The ast.FunctionDef of `fn`, or None when its source cannot be read (a lambda, the REPL)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a decorator line continued oddly; not TileLang's style anyway
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__:
+            return node
+    return None
+
+
+def _is_named(node, name: str) -> bool:
+    """`name` or `anything.name`."""
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+
+def is_kernel_factory(fn) -> bool:
+    """Whether `fn` defines a `@T.prim_func` (TileLang's closure style) in its body."""
+    node = _function_node(fn)
+    return node is not None and any(
+        isinstance(inner, ast.FunctionDef) and any(_is_named(d, "prim_func") for d in inner.decorator_list)
+        for inner in ast.walk(node) if inner is not node)
+
+
+def _tensor_annotation(node):
+    """(shape nodes, dtype node or None) of `T.Tensor((M, N), dtype)` or `T.Tensor[[M, N], dtype]`, else None."""
+    if isinstance(node, ast.Call) and _is_named(node.func, "Tensor") and node.args:
+        args = list(node.args) + [kw.value for kw in node.keywords if kw.arg == "dtype"]
+    elif isinstance(node, ast.Subscript) and _is_named(node.value, "Tensor"):
+        index = node.slice
+        args = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    else:
+        return None
+    shape = args[0]
+    dims = list(shape.elts) if isinstance(shape, (ast.Tuple, ast.List)) else [shape]
+    return dims, (args[1] if len(args) > 1 else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _body_tensors(fn) -> tuple:
+    """(parameter name, dim nodes, dtype node) per `param: T.Tensor(...)` annotation at the top of fn's body."""
+    node = _function_node(fn)
+    if node is None:
+        return ()
+    params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
+    found = []
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
+                and stmt.target.id in params:
+            annotation = _tensor_annotation(stmt.annotation)
+            if annotation is not None:
+                found.append((stmt.target.id, *annotation))
+    return tuple(found)
+
+
+class EagerProgram:
+    """A function in TileLang's eager style: which parameters are tensors, and how to trace it."""
+
+    def __init__(self, fn, tensors: tuple):
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        for p in self.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ArgumentError(f"tilegcn.jit {fn.__name__}: *args/**kwargs are not supported",
+                                    location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+        order = list(self.signature.parameters)
+        self.tensors = sorted(tensors, key=lambda t: order.index(t[0]))
+        self.tensor_names = tuple(t[0] for t in self.tensors)
+        # every other parameter is a compile-time constant (its default, or inspect.Parameter.empty)
+        self.defaults = {p.name: p.default for p in self.signature.parameters.values()
+                         if p.name not in self.tensor_names}
+        if "arch" in self.defaults:
+            raise ArgumentError(f"tilegcn.jit {fn.__name__}: 'arch' is reserved for the target arch",
+                                location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+
+    @classmethod
+    def of(cls, fn):
+        """The EagerProgram of `fn`, or None when its body annotates no tensor parameter."""
+        tensors = _body_tensors(fn)
+        return cls(fn, tensors) if tensors else None
+
+    def split(self, args: tuple, kwargs: dict):
+        """(tensor arguments in order, constants by name) of one call, as Python binds it."""
+        kwargs = dict(kwargs)
+        arch = kwargs.pop("arch", None)
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs)
+        except TypeError as e:
+            raise ArgumentError(f"tilegcn: {self.fn.__name__}(): {e}") from None
+        missing = [n for n in self.tensor_names if n not in bound.arguments]
+        if missing:
+            raise ArgumentError(f"tilegcn: {self.fn.__name__}() is missing tensor argument(s) {', '.join(missing)} "
+                                f"(annotated in its body as T.Tensor)")
+        tensors = tuple(bound.arguments[n] for n in self.tensor_names)
+        constants = {k: v for k, v in bound.arguments.items() if k not in self.tensor_names}
+        if arch is not None:
+            constants["arch"] = arch
+        return tensors, constants
+
+    def traced(self, constants: dict):
+        """A callable for the tracer: tensors by position, with each body annotation as a TensorAnnotation."""
+        return _EagerCall(self, constants)
+
+
+class _EagerCall:
+    """The traced function of an eager program for one set of constants (see EagerProgram.traced)."""
+
+    def __init__(self, program: EagerProgram, constants: dict):
+        self.program = program
+        self.__name__ = program.fn.__name__
+        self.__code__ = program.fn.__code__
+        self.__signature__ = inspect.Signature([
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY,
+                              annotation=self._annotation(dims, dtype_node, constants))
+            for name, dims, dtype_node in program.tensors])
+
+    def _annotation(self, dims, dtype_node, constants: dict) -> TensorAnnotation:
+        shape = tuple(self._dim(d, constants) for d in dims)
+        return TensorAnnotation(shape, self._dtype(dtype_node, constants))
+
+    def _dim(self, node, constants: dict):
+        """An int (a literal or a constant parameter), a size name (bound from the tensor), or None (anything)."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return constants[node.id] if node.id in constants else node.id
+        return None
+
+    def _dtype(self, node, constants: dict):
+        """The annotation's dtype where it can be known before the body runs: a literal, a constant parameter or
+        an attribute of a module (`T.float16`); a variable the body assigns (`dtype = T.float`) is not checked."""
+        fn = self.program.fn
+        if node is None:
+            return None
+        value = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            value = node.value
+        elif isinstance(node, ast.Name) and node.id in constants:
+            value = constants[node.id]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and isinstance(fn.__globals__.get(node.value.id), types.ModuleType):
+            value = getattr(fn.__globals__[node.value.id], node.attr, None)
+        try:
+            return None if value is None else as_dtype(value)
+        except ArgumentError:  # not a dtype tilegcn knows: the tensor's own dtype check refuses it
+            return None
+
+    def __call__(self, *tensors, **constants):
+        names = self.program.tensor_names
+        sizes = {}
+        for (name, dims, _), proxy in zip(self.program.tensors, tensors):
+            for dim, size in zip(dims, proxy.shape):
+                if isinstance(dim, ast.Name) and dim.id not in constants:
+                    sizes.setdefault(dim.id, size)
+        current().named_sizes = sizes
+        fn = self.program.fn
+        # A size named only in an annotation (never assigned in the body) is a global name to Python: give it the
+        # tensor's size, over any module-level variable of that name (TileLang binds it to the dimension).
+        scope = {**fn.__globals__, **sizes}
+        body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+        body.__kwdefaults__ = fn.__kwdefaults__
+        return body(**dict(zip(names, tensors)), **constants)
+
+
+class KernelFactory:
+    """`@tilegcn.jit` on a function that defines and returns a `@T.prim_func` (TileLang's closure style): calling
+    it with the factory's arguments gives the jitted kernel (one per distinct set of arguments)."""
+
+    def __init__(self, fn, make_kernel):
+        self.fn = fn
+        self._make_kernel = make_kernel  # the prim_func's function -> a JITFunction with the decorator's options
+        self._kernels = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            key = (args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # an unhashable argument: build the program afresh
+            key = None
+        kernel = self._kernels.get(key) if key is not None else None
+        if kernel is None:
+            program = self.fn(*args, **kwargs)
+            if not isinstance(program, PrimFunc):
+                raise CompileError(f"{self.fn.__name__} defines a @T.prim_func, so tilegcn.jit reads it as a kernel "
+                                   f"factory, which must return that prim_func; it returned {program!r}")
+            kernel = self._make_kernel(program.fn)
+            if key is not None:
+                self._kernels[key] = kernel
+        return kernel
+
+    def __repr__(self):
+        return f"<tilegcn.jit kernel factory {self.fn.__qualname__}>"
