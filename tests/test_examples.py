@@ -15,6 +15,8 @@ EXAMPLES = REPO / "examples"
 # tutorial file -> its page in docs/tutorials/, in the order people learn
 TUTORIALS = {
     "tutorials/vector_add.py": "vector-add.md",
+    "tutorials/fused_softmax.py": "fused-softmax.md",
+    "tutorials/rms_norm.py": "rms-norm.md",
     "tutorials/matmul.py": "matmul.md",
     "tutorials/autotuning.py": "autotuning.md",
 }
@@ -23,6 +25,9 @@ TUTORIALS = {
 COMMANDS = {
     **{name: [] for name in TUTORIALS},
     "elementwise.py": [],
+    # TileLang's examples, ported: each main() checks its kernels against torch at a small shape
+    # (tests/test_tilelang_ports.py runs them on both arches and three dtypes)
+    **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv")},
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;

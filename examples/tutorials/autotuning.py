@@ -1,4 +1,4 @@
-"""Tutorial 3: autotuning. Sweep tile sizes and thread counts; the best config is remembered per shape.
+"""Tutorial 5: autotuning. Sweep tile sizes and thread counts; the best config is remembered per shape.
 
     python examples/tutorials/autotuning.py
 

@@ -1,4 +1,4 @@
-"""Tutorial 2: matrix multiply. C = relu(A @ B) in bf16 on matrix cores (MFMA), fp32 accumulation.
+"""Tutorial 4: matrix multiply. C = relu(A @ B) in bf16 on matrix cores (MFMA), fp32 accumulation.
 
     python examples/tutorials/matmul.py
 """
