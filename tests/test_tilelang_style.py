@@ -219,3 +219,69 @@ def test_alloc_var_and_alloc_local_refusals(call, message):
 def test_dtype_spellings():
     assert T.dtype("float") == T.float32 and T.float == T.float32
     assert T.dtype(torch.bfloat16) == T.bfloat16
+
+
+@tilegcn.jit
+def row_sums(A, out, *, block_N=64, op="sum"):
+    """out[r] = 1 (op) the op-reduction of 2 * A[r, :], through a reducer updated over column tiles."""
+    M, N = A.shape
+    with T.Kernel(1, threads=64):
+        r = T.alloc_reducer((M,), "float32", op=op)
+        a = T.alloc_fragment((M, block_N), "float32")
+        T.fill(r, 1.0)
+        for k in T.serial(T.ceildiv(N, block_N)):
+            T.copy(A[0, k * block_N], a)
+            for i, j in T.Parallel(M, block_N):
+                if op == "sum":
+                    r[i] += a[i, j] * 2.0
+                else:
+                    r[i] = T.max(r[i], a[i, j] * 2.0)
+        T.finalize_reducer(r)
+        T.copy(r, out[0])
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_reducer_combines_updates_from_every_trip(op):
+    a = torch.randn(64, 192)
+    out = torch.empty(64)
+    row_sums(a, out, op=op)
+    expected = 1 + (2 * a).sum(dim=1) if op == "sum" else torch.clamp((2 * a).max(dim=1).values, min=1.0)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("update,message", [
+    (lambda r, a, i, j: r.__setitem__(i, a[i, j]), r"updated inside T.Parallel only as `r\[...\] \+= value`"),
+    (lambda r, a, i, j: r.__setitem__(0, r[0] + a[i, j]), r"leaving out exactly one"),
+])
+def test_reducer_update_refusals(update, message):
+    @tilegcn.jit
+    def bad(A, out):
+        with T.Kernel(1, threads=64):
+            r = T.alloc_reducer((64,), "float32")
+            a = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[0, 0], a)
+            for i, j in T.Parallel(64, 64):
+                update(r, a, i, j)
+
+    with pytest.raises(CompileError, match=message):
+        bad.compile(torch.randn(64, 64), torch.empty(64))
+
+
+def test_finalize_reducer_takes_a_reducer_once():
+    @tilegcn.jit
+    def twice(out):
+        with T.Kernel(1, threads=64):
+            r = T.alloc_reducer((64,), "float32")
+            T.finalize_reducer(r)
+            T.finalize_reducer(r)
+
+    with pytest.raises(CompileError, match=r"T.finalize_reducer\(r\) twice"):
+        twice.compile(torch.empty(64))
+
+    @tilegcn.jit
+    def not_a_reducer(out):
+        with T.Kernel(1, threads=64):
+            T.finalize_reducer(T.alloc_fragment((64,), "float32"))
+
+    with pytest.raises(CompileError, match=r"takes a buffer from T.alloc_reducer"):
+        not_a_reducer.compile(torch.empty(64))

@@ -5,11 +5,12 @@ from .builtins import (Kernel, Parallel, Pipelined, Tensor, abs, alloc_fragment,
 from .control import Serial, serial
 from .local import alloc_local, alloc_var
 from .program import const, dtype, prim_func
+from .reducer import alloc_reducer, finalize_reducer
 from .tracer import trace
 
 float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
 
 __all__ = ["Kernel", "Parallel", "Pipelined", "Serial", "Tensor", "abs", "alloc_fragment", "alloc_local",
-           "alloc_shared", "alloc_var", "cast", "ceildiv", "clear", "const", "copy", "dtype", "exp", "exp2", "fill",
-           "gemm", "max", "min", "prim_func", "print", "serial", "use_swizzle", "trace",
-           "float", "float32", "float16", "bfloat16"]
+           "alloc_reducer", "alloc_shared", "alloc_var", "cast", "ceildiv", "clear", "const", "copy", "dtype", "exp",
+           "exp2", "fill", "finalize_reducer", "gemm", "max", "min", "prim_func", "print", "serial", "use_swizzle",
+           "trace", "float", "float32", "float16", "bfloat16"]
