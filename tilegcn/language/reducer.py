@@ -24,6 +24,22 @@ _IDENTITY = {"sum": 0.0, "max": -math.inf, "min": math.inf}
 _COMBINE = {"sum": "add", "max": "max", "min": "min"}  # the element op an update combines with
 
 
+def _combine(op: str, a: N.Expr, b: N.Expr) -> N.Expr:
+    """a (op) b as the element expression the program's own `+` / `T.max` / `T.min` builds."""
+    from .. import language as T
+
+    return a + b if op == "sum" else getattr(T, op)(a, b)
+
+
+def _operands(e: N.Expr, name: str):
+    """The two operands of `e` if it applies the element function `name` (`add`, `max`, `min`), else None."""
+    if isinstance(e, N.Call) and e.fn == name and len(e.args) == 2:
+        return tuple(e.args)
+    if isinstance(e, getattr(N, "BinOp", ())) and e.op == name:  # before element functions became Calls
+        return e.a, e.b
+    return None
+
+
 class ReducerProxy(BufferProxy):
     """A reducer as the traced program sees it: a fragment whose T.Parallel updates are deferred partials."""
 
@@ -49,17 +65,15 @@ class ReducerProxy(BufferProxy):
         extents, indices = tracer.parallel
         self._check_update(index, extents, indices)
         partial = self.partial.buffer
-        combined = N.BinOp(_COMBINE[self.op], N.ElemRef(partial, tuple(indices)), contribution)
+        combined = _combine(self.op, N.ElemRef(partial, tuple(indices)), contribution)
         tracer.record_parallel_store(partial, tuple(indices), combined)
 
     def _contribution(self, index, value) -> N.Expr:
         """`v` of an update `r[idx] = r[idx] <op> v` (what `r[idx] += v`, `T.max(r[idx], v)` give)."""
-        own = N.ElemRef(self.buffer, tuple(index))
-        combine = _COMBINE[self.op]
-        if isinstance(value, N.BinOp) and value.op == combine:
-            for mine, other in ((value.a, value.b), (value.b, value.a)):
-                if isinstance(mine, N.ElemRef) and mine.buffer is self.buffer and tuple(mine.index) == own.index:
-                    return other
+        operands = _operands(value, _COMBINE[self.op])
+        for mine, other in (operands, operands[::-1]) if operands else ():
+            if isinstance(mine, N.ElemRef) and mine.buffer is self.buffer and tuple(mine.index) == tuple(index):
+                return other
         spelled = {"sum": f"{self.buffer.name}[...] += value", "max": f"{self.buffer.name}[...] = "
                    f"T.max({self.buffer.name}[...], value)", "min": f"{self.buffer.name}[...] = "
                    f"T.min({self.buffer.name}[...], value)"}[self.op]
@@ -154,5 +168,5 @@ def finalize_reducer(reducer):
     reduce = getattr(T, f"reduce_{reducer.op}")
     reduce(reducer.partial, total, dim=reducer.reduced_dim, clear=True)
     indices = tuple(sympy.Symbol(f"p{n}", integer=True, nonnegative=True) for n in "ijlm"[: len(r.shape)])
-    value = N.BinOp(_COMBINE[reducer.op], N.ElemRef(r, indices), N.ElemRef(total.buffer, indices))
+    value = _combine(reducer.op, N.ElemRef(r, indices), N.ElemRef(total.buffer, indices))
     tracer.record(N.ParallelStore(tuple(r.shape), indices, r, value, loc=loc))
