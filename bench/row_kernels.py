@@ -7,8 +7,9 @@ docs/timing.md), the bytes the operation must move at least (read X, write Y, an
 measured against the same bytes, so a kernel that reads X twice shows it as a lower share), the roofline time
 (those bytes over the arch table's peak HBM bandwidth, `hbm_tbps` in tilegcn/amdgcn/arch.py) and the share of HBM
 bandwidth the kernel reaches by the model (roofline time / model time). Issue 19 asks >= 80 % for the bf16 row
-softmax and RMSNorm. The kernels: the tutorials' (examples/tutorials/fused_softmax.py, rms_norm.py; one row per
-workgroup, 256 threads) and TileLang's ports (examples/tilelang/online_softmax.py, rms_norm.py), unchanged.
+softmax and RMSNorm. The kernels: a row copy with the same loads and stores and no math (the baseline: what the
+model gives pure streaming in this shape), the tutorials' (examples/tutorials/fused_softmax.py, rms_norm.py; one row
+per workgroup, 256 threads) and TileLang's ports (examples/tilelang/online_softmax.py, rms_norm.py), unchanged.
 A kernel the compiler refuses is printed with the reason. Figures and the command are recorded in
 docs/benchmarks.md.
 """
@@ -23,6 +24,8 @@ import torch
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
+import tilegcn  # noqa: E402
+from tilegcn import language as T  # noqa: E402
 from tilegcn.amdgcn.arch import TIMING, get_arch  # noqa: E402
 from tilegcn.errors import TilegcnError  # noqa: E402
 
@@ -37,6 +40,16 @@ def _example(path: str):
     return module
 
 
+@tilegcn.jit
+def row_copy(X, Y, *, block_M=1, threads=256):
+    """The baseline: the softmax's loads and stores with nothing between them (what the model gives streaming)."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+        x = T.alloc_fragment((block_M, N), "float32")
+        T.copy(X[bx * block_M, 0], x)
+        T.copy(x, Y[bx * block_M, 0])
+
+
 def _kernels(M: int, N: int):
     """(name, compile(arch) -> CompiledKernel, minimal bytes) per benchmarked kernel."""
     bf16 = torch.bfloat16
@@ -47,6 +60,7 @@ def _kernels(M: int, N: int):
     online_softmax = _example("tilelang/online_softmax.py").softmax_kernel
     tilelang_rms_norm = _example("tilelang/rms_norm.py").rms_norm
     return [
+        ("row copy (baseline, no math)", lambda arch: row_copy.compile(x, y, arch=arch), softmax_bytes),
         ("softmax (tutorial)", lambda arch: softmax.compile(x, y, arch=arch), softmax_bytes),
         ("RMSNorm (tutorial)", lambda arch: rms_norm.compile(x, w, y, arch=arch), rms_bytes),
         ("online softmax (TileLang port)",
