@@ -130,6 +130,7 @@ def dtype(name):
 
 
 # -- reading the source ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
 def _function_node(fn):
     """The ast.FunctionDef of `fn`, or None when its source cannot be read (a lambda, the REPL)."""
     try:
