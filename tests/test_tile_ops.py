@@ -177,9 +177,10 @@ def _isinstance_over_ops(path: str) -> list:
 
 
 def test_no_module_outside_the_ops_branches_on_an_op_class():
+    """The printer, verifier, passes, tracer, jit and driver ask the op (runtime/ never sees tile IR)."""
     found = []
     for root, _, files in os.walk(PACKAGE):
-        if os.path.relpath(root, PACKAGE).split(os.sep)[0] == "ops":
+        if os.path.relpath(root, PACKAGE).split(os.sep)[0] in ("ops", "runtime"):
             continue
         found += [x for f in files if f.endswith(".py") for x in _isinstance_over_ops(os.path.join(root, f))]
     assert found == []

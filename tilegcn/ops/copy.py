@@ -16,6 +16,9 @@ _UNSUPPORTED = ((SHARED, GLOBAL), (FRAGMENT, SHARED), (SHARED, SHARED))
 @register
 @dataclass(eq=False)
 class Copy(TileOp):
+    """Copy region `src` to region `dst` (of equal extents, leading 1s aside); also what T.print records (the
+    fragment into its hidden output tensor)."""
+
     opname: ClassVar[str] = "copy"
     src: Region
     dst: Region

@@ -14,6 +14,8 @@ from ..passes.elementwise import lower_fill
 @register
 @dataclass(eq=False)
 class Fill(TileOp):
+    """Every element of fragment `buffer` = `value`."""
+
     opname: ClassVar[str] = "fill"
     buffer: Buffer
     value: float

@@ -13,6 +13,8 @@ from ..passes.gemm import lower_gemm
 @register
 @dataclass(eq=False)
 class Gemm(TileOp):
+    """C += A @ B (A, B transposed in their shared tiles where `transpose_A` / `transpose_B`)."""
+
     opname: ClassVar[str] = "gemm"
     A: Buffer
     B: Buffer

@@ -15,6 +15,8 @@ from ..passes.pipeline import lower_loop
 @register
 @dataclass(eq=False)
 class Loop(TileOp):
+    """for var in range(extent): body, with `num_stages` pipeline stages asked for."""
+
     opname: ClassVar[str] = "for"
     var: sympy.Symbol
     extent: int
