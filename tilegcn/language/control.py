@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sympy
 
+from .. import ops
 from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from .builtins import _concrete
@@ -54,7 +55,7 @@ def serial(start, stop=None, step=None):
     finally:
         tracer.bodies.pop()
     if trips > 0:  # an empty range runs nothing, as Python's range
-        tracer.record(N.Loop(var, trips, 1, body, loc=loc))
+        tracer.record(ops.Loop(var, trips, 1, body, loc=loc))
 
 
 def Serial(start, stop=None, step=None):  # noqa: N802 - TileLang's spelling

@@ -14,6 +14,7 @@ import math
 
 import sympy
 
+from .. import ops
 from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import float32
@@ -102,7 +103,7 @@ class ReducerProxy(BufferProxy):
         tracer.buffers.append(buf)
         self.partial, self.reduced_dim = BufferProxy(buf), reduced_dim
         body, position = self._init_site
-        body.insert(position, N.Fill(buf, _IDENTITY[self.op], loc=self.buffer.loc))
+        body.insert(position, ops.Fill(buf, _IDENTITY[self.op], loc=self.buffer.loc))
 
 
 def alloc_reducer(shape, dtype, op: str = "sum", replication=None):
@@ -169,4 +170,4 @@ def finalize_reducer(reducer):
     reduce(reducer.partial, total, dim=reducer.reduced_dim, clear=True)
     indices = tuple(sympy.Symbol(f"p{n}", integer=True, nonnegative=True) for n in "ijlm"[: len(r.shape)])
     value = _combine(reducer.op, N.ElemRef(r, indices), N.ElemRef(total.buffer, indices))
-    tracer.record(N.ParallelStore(tuple(r.shape), indices, r, value, loc=loc))
+    tracer.record(ops.ParallelStore(tuple(r.shape), indices, r, value, loc=loc))
