@@ -1,6 +1,7 @@
 """Scalar dtypes and the specialisation description of a tensor argument."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,20 @@ class DType:
     @property
     def is_16bit(self) -> bool:
         return self.bytes == 2
+
+    def __call__(self, value):
+        """`T.float32(1.0)`, `T.float16(x[i, j])`, as TileLang writes constants and casts: a number rounded to this
+        dtype (a number known while tracing), or an element expression cast to it (T.cast)."""
+        from . import elemfn, nodes
+
+        if isinstance(value, nodes.Expr) or getattr(type(value), "__element_expr__", None) is not None:
+            return nodes.Cast(self, nodes.lift(value))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            from ..errors import CompileError
+
+            raise CompileError(f"T.{self.name}({value!r}): expected a number or an element expression, got "
+                               f"{type(value).__name__}")
+        return elemfn.round_to(self.name, float(value))
 
 
 float32 = DType("float32", "f32", 4, torch.float32)

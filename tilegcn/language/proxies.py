@@ -11,17 +11,9 @@ from ..ir.types import DType
 
 
 def as_expr(x) -> N.Expr:
-    """Lift a Python number, a scalar proxy or an expression into an element expression."""
-    if isinstance(x, N.Expr):
-        return x
-    if isinstance(x, ScalarProxy):
-        return N.ScalarRef(x.param)
-    if isinstance(x, IndexProxy):
-        raise CompileError(f"cannot use {x.describe()} in an element expression: indices address elements, "
-                           "they are not element values")
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
-    return N.Const(float(x))
+    """Lift a Python number, a scalar proxy or an expression into an element expression (ir.nodes.lift; the
+    proxies below say how they convert through `__element_expr__`)."""
+    return N.lift(x)
 
 
 def as_index(x, what: str):
@@ -148,7 +140,11 @@ class BufferProxy(N.RefusesPythonOperators):
         if tracer.parallel is None:
             raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel")
         index = self._parallel_index(key)
-        tracer.record_parallel_store(self.buffer, index, as_expr(value))
+        value = as_expr(value)
+        if N.is_condition(value):
+            raise CompileError(f"{self.buffer.name}[...] = a comparison: a condition is not an element value; store "
+                               "the value it picks with T.if_then_else(cond, 1.0, 0.0)")
+        tracer.record_parallel_store(self.buffer, index, value)
 
     def __repr__(self):
         return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
@@ -160,7 +156,7 @@ def _refuse_decision(what: str):
             f"{what} on {self.describe()} would be decided once, while the program is traced, not on the device "
             "for each block, thread or trip: tilegcn has no device control flow (if/while on device values) yet. "
             "Compute with index arithmetic instead (e.g. a tile start `by * block_M`), pick elements with "
-            "T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+            "T.if_then_else / T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
     return refuse
 
 
@@ -181,6 +177,19 @@ class _DeviceValue(N.RefusesPythonOperators):
     __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
 
+def _compare_or_refuse(name: str, what: str):
+    """Against an element expression (inside T.Parallel) a comparison is a per-element condition for
+    T.if_then_else; anything else would be decided while tracing: refused."""
+    refuse = _refuse_decision(what)
+
+    def compare(self, o):
+        if isinstance(o, N.Expr):
+            return N.apply(name, self._e(), o)
+        return refuse(self, o)
+    return compare
+
+
+
 class ScalarProxy(_DeviceValue):
     """A runtime scalar argument (int or float, passed by value)."""
 
@@ -196,6 +205,8 @@ class ScalarProxy(_DeviceValue):
     def _e(self):
         return N.ScalarRef(self.param)
 
+    __element_expr__ = _e
+
     def __add__(self, o): return self._e() + o
     def __radd__(self, o): return as_expr(o) + self._e()
     def __sub__(self, o): return self._e() - o
@@ -206,6 +217,13 @@ class ScalarProxy(_DeviceValue):
     def __rtruediv__(self, o): return as_expr(o) / self._e()
     def __neg__(self): return -self._e()
 
+    __lt__ = _compare_or_refuse("lt", "comparison `<`")
+    __le__ = _compare_or_refuse("le", "comparison `<=`")
+    __gt__ = _compare_or_refuse("gt", "comparison `>`")
+    __ge__ = _compare_or_refuse("ge", "comparison `>=`")
+    __eq__ = _compare_or_refuse("eq", "comparison `==`")
+    __ne__ = _compare_or_refuse("ne", "comparison `!=`")
+    __hash__ = object.__hash__
 
 
 def _operand(o):
@@ -264,6 +282,10 @@ class IndexProxy(_DeviceValue):
     __rmod__ = _index_op(lambda a, b: b % a)
     __pow__ = _index_op(lambda a, b: a ** b)
     __rpow__ = _index_op(lambda a, b: b ** a)
+
+    def __element_expr__(self):
+        raise CompileError(f"cannot use {self.describe()} in an element expression: indices address elements, "
+                           "they are not element values")
 
     def __neg__(self): return IndexProxy(-self.expr, self.roles)
     def __pos__(self): return self
