@@ -461,7 +461,8 @@ def op_torch_sigmoid(): run_ew(lambda v: torch.sigmoid(v))
 def op_torch_exp(): run_ew(lambda v: torch.exp(v))
 @misuse(CompileError, r"numpy.*T\.")
 def op_numpy_exp(): run_ew(lambda v: np.exp(v))
-@misuse(CompileError, r"comparison `>`.*T.max")
+@misuse(CompileError, r"truth test \(if/and/or/not\) on an element expression \(x\[pi, pj\] > 0\.0\).*no trace-time "
+                      r"truth value.*T\.if_then_else\(cond, a, b\)")
 def op_if_greater():
     def f(v):
         if v > 0:
@@ -470,12 +471,28 @@ def op_if_greater():
     run_ew(f)
 
 
-@misuse(CompileError, r"comparison `<`")
+@misuse(CompileError, r"x\[\.\.\.\] = x\[pi, pj\] < 1\.0: a comparison is a condition, not an element value.*"
+                      r"T\.if_then_else\(cond, 1\.0, 0\.0\)")
 def op_less(): run_ew(lambda v: v < 1.0)
-@misuse(CompileError, r"comparison `>=`")
+@misuse(CompileError, r"x\[pi, pj\] >= 1\.0: a comparison is a condition")
 def op_greater_equal(): run_ew(lambda v: v >= 1.0)
-@misuse(CompileError, r"comparison `<=`")
+@misuse(CompileError, r"x\[pi, pj\] <= 1\.0: a comparison is a condition")
 def op_less_equal_reflected(): run_ew(lambda v: 1.0 >= v)
+@misuse(CompileError, r"the comparison x\[pi, pj\] > 0\.0 is a condition, not a value, and cannot be an operand of "
+                      r"mul.*T\.if_then_else")
+def op_comparison_as_value(): run_ew(lambda v: (v > 0.0) * 2.0)
+@misuse(CompileError, r"cannot be an operand of exp")
+def op_comparison_in_math(): run_ew(lambda v: T.exp(v > 0.0))
+@misuse(CompileError, r"T\.if_then_else takes a comparison as its condition.*got the value x\[pi, pj\]; compare it")
+def op_if_then_else_value_condition(): run_ew(lambda v: T.if_then_else(v, 1.0, 0.0))
+@misuse(CompileError, r"cannot use 'a' \(str\) in an element expression")
+def op_if_then_else_str(): run_ew(lambda v: T.if_then_else(v > 0.0, "a", 0.0))
+@misuse(CompileError, r"T\.float32\('1'\): expected a number or an element expression, got str")
+def op_dtype_call_str(): run_ew(lambda v: v * T.float32("1"))
+@misuse(CompileError, r"unsupported dtype 'int4'")
+def op_infinity_bad_dtype(): run_ew(lambda v: T.max(v, -T.infinity("int4")))
+@misuse(CompileError, r"comparison `>` on the runtime scalar s would be decided once")
+def op_scalar_compared_with_number(): ew_scalar(*xy(), 2.0, f=lambda v, s: T.if_then_else(s > 0.0, v, 0.0))
 @misuse(CompileError, r"int\(\)")
 def op_int(): run_ew(lambda v: int(v))
 @misuse(CompileError, r"float\(\)")

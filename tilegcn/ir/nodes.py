@@ -194,7 +194,15 @@ def _misplaced(operand: "Expr", name: str, wants_condition: bool) -> str:
 def _describe(e: "Expr") -> str:
     from .printer import print_expr
 
-    return print_expr(e)
+    return print_condition(e) if is_condition(e) else print_expr(e)
+
+
+def print_condition(e: "Call") -> str:
+    """A comparison as the user wrote it (`x[pi, pj] > 0.0`), for messages."""
+    from .printer import print_expr
+
+    a, b = (print_expr(x) for x in e.args)
+    return f"{a} {elemfn.fn(e.fn).operator} {b}"
 
 
 class Expr(RefusesPythonOperators):

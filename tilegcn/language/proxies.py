@@ -142,8 +142,8 @@ class BufferProxy(N.RefusesPythonOperators):
         index = self._parallel_index(key)
         value = as_expr(value)
         if N.is_condition(value):
-            raise CompileError(f"{self.buffer.name}[...] = a comparison: a condition is not an element value; store "
-                               "the value it picks with T.if_then_else(cond, 1.0, 0.0)")
+            raise CompileError(f"{self.buffer.name}[...] = {N.print_condition(value)}: a comparison is a condition, "
+                               "not an element value; store the value it picks with T.if_then_else(cond, 1.0, 0.0)")
         tracer.record_parallel_store(self.buffer, index, value)
 
     def __repr__(self):
