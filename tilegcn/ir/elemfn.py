@@ -12,6 +12,7 @@ Nothing here imports torch: `reference` receives the torch module as its first a
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -36,6 +37,17 @@ class ElemFn:
     max_ulp: int  # the bound the precision states, in fp32 ulps from the correctly rounded result (tests check it)
     result: str = VALUE  # VALUE, or CONDITION (a comparison: only T.if_then_else consumes it)
     operator: str | None = None  # the Python operator that builds it (`a + b`), or None for a T. function
+    operands: tuple = ()  # what each operand must be (VALUE / CONDITION); () means all values
+
+    @property
+    def operand_kinds(self) -> tuple:
+        return self.operands or (VALUE,) * self.arity
+
+    @functools.cached_property
+    def evaluation_order(self) -> tuple:
+        """Operand positions in the order the lowering evaluates them: values first, then a condition, which lives
+        in VCC, a register that value sequences (T.exp, T.max) overwrite."""
+        return tuple(sorted(range(self.arity), key=lambda k: self.operand_kinds[k] == CONDITION))
 
 
 def _f64(fn):
@@ -100,7 +112,8 @@ ROWS = (
     ElemFn("eq", 2, lambda a, b: a == b, lambda t, a, b: a == b, "exact", 0, CONDITION, operator="=="),
     ElemFn("ne", 2, lambda a, b: a != b, lambda t, a, b: a != b, "exact (true when either is NaN)", 0, CONDITION,
            operator="!="),
-    ElemFn("if_then_else", 3, lambda c, a, b: a if c else b, lambda t, c, a, b: t.where(c, a, b), "exact", 0),
+    ElemFn("if_then_else", 3, lambda c, a, b: a if c else b, lambda t, c, a, b: t.where(c, a, b), "exact", 0,
+           operands=(CONDITION, VALUE, VALUE)),
 )
 
 ELEMENT_FUNCTIONS = {row.name: row for row in ROWS}

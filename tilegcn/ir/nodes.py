@@ -170,8 +170,8 @@ def apply(name: str, *args) -> "Call":
         from ..errors import CompileError
 
         raise CompileError(f"{name} takes {row.arity} operand(s), got {len(operands)}")
-    for position, operand in enumerate(operands):
-        wants_condition = name == "if_then_else" and position == 0
+    for operand, kind in zip(operands, row.operand_kinds):
+        wants_condition = kind == elemfn.CONDITION
         if is_condition(operand) != wants_condition:
             from ..errors import CompileError
 
@@ -185,8 +185,8 @@ def is_condition(e: "Expr") -> bool:
 
 def _misplaced(operand: "Expr", name: str, wants_condition: bool) -> str:
     if wants_condition:
-        return (f"T.if_then_else takes a comparison as its condition (e.g. x[i, j] > 0.0), got the value "
-                f"{_describe(operand)}; compare it: T.if_then_else({_describe(operand)} != 0.0, a, b)")
+        return (f"T.{name} takes a comparison as its condition (e.g. x[i, j] > 0.0), got the value "
+                f"{_describe(operand)}; compare it: T.{name}({_describe(operand)} != 0.0, a, b)")
     return (f"the comparison {_describe(operand)} is a condition, not a value, and cannot be an operand of {name}: "
             "pick a value with T.if_then_else(cond, a, b)")
 

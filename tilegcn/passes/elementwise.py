@@ -112,11 +112,11 @@ class ElementEvaluator:
     def _apply(self, e: N.Call, r: int, dst):
         """An element function: its operands (values first, then a condition: a condition lives in VCC, which the
         value sequences of exp, max, ... overwrite), folded where all are known, else its LOWERINGS row."""
-        operands = [None] * len(e.args)
-        for k in sorted(range(len(e.args)), key=lambda k: N.is_condition(e.args[k])):
+        row = elemfn.ELEMENT_FUNCTIONS[e.fn]
+        operands = [None] * row.arity
+        for k in row.evaluation_order:
             operands[k] = self.eval(e.args[k], r)
-        row = elemfn.fn(e.fn)
-        if all(isinstance(x, (float, bool)) for x in operands):
+        if all(type(x) is float or type(x) is bool for x in operands):
             folded = row.fold(*operands)
             return folded if row.result == elemfn.CONDITION else _f32(folded)
         out = None if row.result == elemfn.CONDITION else dst or self.temp()
