@@ -196,6 +196,31 @@ def test_math_on_16_bit_fragments_rounds_once_as_torch(arch, dtype):
     torch.testing.assert_close(y, want.to(dtype), rtol=2 * torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
 
 
+@tilegcn.jit
+def index_masks(X, Y, n, *, block=32):
+    """TileLang's masks: a causal one from block and T.Parallel indices, a ragged one against a runtime int scalar,
+    and indices as values (T.cast(i, ...), j - 3)."""
+    M, N = X.shape
+    with T.Kernel(N // block, M // block, threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = T.if_then_else(by * block + i >= bx * block + j, x[i, j], -T.infinity("float32")) + \
+                T.if_then_else(bx * block + j < n, 0.0, 1000.0) + T.cast(i, "float32") * 0.5 + (j - 3)
+        T.copy(x, Y[by * block, bx * block])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_index_comparisons_and_index_values_inside_parallel(arch):
+    x = torch.randn(64, 64)
+    y = torch.empty_like(x)
+    index_masks(x, y, 50, arch=arch)
+    rows, cols = torch.arange(64)[:, None], torch.arange(64)[None, :]
+    want = torch.where(rows >= cols, x, -float("inf")) + torch.where(cols < 50, 0.0, 1000.0) + \
+        (rows % 32) * 0.5 + (cols % 32 - 3)
+    assert torch.equal(y, want)
+
+
 def test_every_row_has_a_lowering_and_every_function_its_precision_in_the_docstring():
     assert set(LOWERINGS) == set(elemfn.ELEMENT_FUNCTIONS)
     for row in elemfn.ROWS:

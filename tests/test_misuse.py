@@ -492,7 +492,11 @@ def op_dtype_call_str(): run_ew(lambda v: v * T.float32("1"))
 @misuse(CompileError, r"unsupported dtype 'int4'")
 def op_infinity_bad_dtype(): run_ew(lambda v: T.max(v, -T.infinity("int4")))
 @misuse(CompileError, r"comparison `>` on the runtime scalar s would be decided once")
-def op_scalar_compared_with_number(): ew_scalar(*xy(), 2.0, f=lambda v, s: T.if_then_else(s > 0.0, v, 0.0))
+def op_scalar_compared_in_python_if(): ew_scalar(*xy(), 2.0, f=lambda v, s: v if s > 0.0 else 0.0)
+@misuse(CompileError, r"the T.Parallel index j is not an integer \(index arithmetic with a float: 0\.5\*pj\).*"
+                      r"T\.cast\(i, \"float32\"\) \* 0\.5")
+def op_float_index_arithmetic_as_value():
+    run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), x[i, j] + j * 0.5)))
 @misuse(CompileError, r"int\(\)")
 def op_int(): run_ew(lambda v: int(v))
 @misuse(CompileError, r"float\(\)")
@@ -1170,8 +1174,10 @@ def with_asm_given_a_device_file():
     ew.compile(x, y, f=abs_free_identity).with_asm("/dev/null")
 # -- issue 18, trace --
 # Device values (block indices, loop variables, T.Parallel indices, runtime scalars and index arithmetic on them)
-# have no value while the program is traced: a Python comparison or truth test on one was decided once, for every
-# block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's line.
+# have no value while the program is traced: a Python decision on one (`if`, `bool()`, `and`, `in`, the builtin max)
+# would be taken once, for every block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's
+# line. Inside T.Parallel a comparison itself is a per-element condition for T.if_then_else (tests/test_elemfn.py);
+# deciding on it is refused with the same message; outside T.Parallel the comparison is refused at once.
 @tilegcn.jit
 def _decide(X, Y, n, *, on=None):
     """Y = X, 32 rows a block; `on(v)` runs the case's Python decision on the device values `v`."""
@@ -1206,15 +1212,23 @@ def device_if_block_index_eq(): decide(_if_bx_is_0)
 @misuse(CompileError, r"comparison `!=` on the block index bx")
 def device_block_index_ne(): decide(lambda v: 1 if v["bx"] != 1 else 2)
 @misuse(CompileError, r"comparison `<` on the T.Pipelined loop variable")
-def device_loop_var_lt(): decide(lambda v: v["k"] < 2)
+def device_loop_var_lt(): decide(lambda v: bool(v["k"] < 2))
 @misuse(CompileError, r"comparison `<=` on the T.Pipelined loop variable")
-def device_loop_var_le(): decide(lambda v: v["k"] <= 1)
+def device_loop_var_le(): decide(lambda v: bool(v["k"] <= 1))
 @misuse(CompileError, r"comparison `>` on the T.Parallel index i")
-def device_parallel_index_gt(): decide(lambda v: v["i"] > 3)
+def device_parallel_index_gt(): decide(lambda v: bool(v["i"] > 3))
 @misuse(CompileError, r"comparison `>=` on the runtime scalar n.*" + _NO_DEVICE_BRANCH)
-def device_scalar_ge(): decide(lambda v: v["n"] >= 1)
+def device_scalar_ge(): decide(lambda v: bool(v["n"] >= 1))
 @misuse(CompileError, r"comparison `==` on the runtime scalar n")
-def device_scalar_eq(): decide(lambda v: v["n"] == 3)
+def device_scalar_eq(): decide(lambda v: bool(v["n"] == 3))
+@misuse(CompileError, r"comparison `<` on the block index bx would be decided once")
+def device_comparison_outside_parallel():
+    def body(X, Y):
+        with T.Kernel(2, threads=64) as bx:
+            bx < 1
+    run_body(body)
+
+
 @misuse(CompileError, r"comparison `>=` on the block index bx")  # 0 <= bx is asked as bx >= 0
 def device_chained_comparison(): decide(lambda v: 0 <= v["bx"] < 2)
 @misuse(CompileError, r"truth test .* on the block index bx")
@@ -1228,9 +1242,9 @@ def device_and(): decide(lambda v: v["bx"] and 1)
 @misuse(CompileError, r"truth test .* on the runtime scalar n")
 def device_or(): decide(lambda v: v["n"] or 1)
 @misuse(CompileError, r"comparison `==` on `32\*bx \+ 1`, which depends on the block index bx")
-def device_index_arithmetic_eq(): decide(lambda v: v["bx"] * 32 + 1 == 33)
+def device_index_arithmetic_eq(): decide(lambda v: bool(v["bx"] * 32 + 1 == 33))
 @misuse(CompileError, r"comparison `>` on .*which depends on the runtime scalar n")
-def device_ceildiv_of_scalar_gt(): decide(lambda v: T.ceildiv(v["n"], 2) > 1)
+def device_ceildiv_of_scalar_gt(): decide(lambda v: bool(T.ceildiv(v["n"], 2) > 1))
 @misuse(CompileError, r"comparison `==` on the block index bx")  # `in` compares each item with ==
 def device_membership(): decide(lambda v: v["bx"] in (0, 1))
 @misuse(CompileError, r"comparison `[<>]` on the T.Pipelined loop variable")  # the builtin max compares

@@ -231,6 +231,8 @@ class Expr(RefusesPythonOperators):
     def __bool__(self):
         from ..errors import CompileError
 
+        if getattr(self, "refusal", None):
+            raise CompileError(self.refusal)
         raise CompileError(f"a truth test (if/and/or/not) on an element expression ({_describe(self)}) would be "
                            "decided once, while tracing, not per element: a comparison has no trace-time truth "
                            "value; pick per element with T.if_then_else(cond, a, b)")
@@ -255,11 +257,21 @@ class ElemRef(Expr):
 
 
 @dataclass(eq=False)
+class IndexValue(Expr):
+    """An integer index expression (SymPy: T.Parallel indices, block ids, loop variables, runtime int scalars) as an
+    element value: fp32, exact below 2^24."""
+
+    expr: object
+
+
+@dataclass(eq=False)
 class Call(Expr):
-    """An element function of ir/elemfn.py (`fn` names its row) applied to `args`."""
+    """An element function of ir/elemfn.py (`fn` names its row) applied to `args`. `refusal`: the message for a truth
+    test of this condition, where its operands have a more specific one (a comparison of indices)."""
 
     fn: str
     args: tuple
+    refusal: str | None = None
 
 
 @dataclass(eq=False)

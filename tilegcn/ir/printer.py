@@ -39,6 +39,8 @@ def print_expr(e: N.Expr) -> str:
         return repr(float(e.value))
     if isinstance(e, N.ScalarRef):
         return e.param.name
+    if isinstance(e, N.IndexValue):
+        return f"index({e.expr})"
     if isinstance(e, N.ElemRef):
         return f"{e.buffer.name}[{', '.join(str(i) for i in e.index)}]"
     if isinstance(e, N.Call):  # every element function (ir/elemfn.py) prints as its row name applied to its args

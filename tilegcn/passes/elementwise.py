@@ -103,11 +103,26 @@ class ElementEvaluator:
             if is_temp:
                 self.temps.append(value)
             return value
+        if isinstance(e, N.IndexValue):
+            return self._index_value(e, r, dst)
         if isinstance(e, N.Call):
             return self._apply(e, r, dst)
         if isinstance(e, N.Cast):
             return self._cast(e, r, dst)
         raise TypeError(f"unknown expression {e!r}")
+
+    def _index_value(self, e: N.IndexValue, r: int, dst):
+        """An index at element r (its T.Parallel indices replaced by the layout's coordinates) as fp32: a constant, or
+        the int in an SGPR or VGPR converted."""
+        store = self.ctx.current_parallel
+        coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
+        index = sympy.expand(sympy.sympify(e.expr).xreplace(dict(zip(store.indices, coords))))
+        value = self.ctx.lower.operand(index)
+        if isinstance(value, int):
+            return float(value)
+        out = dst or self.temp()
+        self.b.emit("v_cvt_f32_i32", out, value)
+        return out
 
     def _apply(self, e: N.Call, r: int, dst):
         """An element function: its operands (values first, then a condition: a condition lives in VCC, which the
