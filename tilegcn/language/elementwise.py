@@ -202,9 +202,10 @@ def erf(x):
 
 
 def if_then_else(cond, t, f):
-    """`t` where `cond` holds, else `f`, elementwise inside `T.Parallel`. `cond` compares element values (`<`,
-    `<=`, `>`, `>=`, `==`, `!=`; IEEE: false when an operand is NaN, except `!=`). Both values are computed, then
-    one is picked per element (v_cmp + v_cndmask): no branch.
+    """`t` where `cond` holds, else `f`, elementwise inside `T.Parallel`. `cond` compares element values, indices,
+    block ids, loop variables or runtime scalars (`<`, `<=`, `>`, `>=`, `==`, `!=`; IEEE: false when an operand is
+    NaN, except `!=`; indices compare exactly below 2^24). Both values are computed, then one is picked per element
+    (v_cmp + v_cndmask): no branch.
 
     Precision against torch: exact (as torch.where).
 
@@ -212,6 +213,7 @@ def if_then_else(cond, t, f):
 
     ```python
     x[i, j] = T.if_then_else(x[i, j] > 0.0, x[i, j], 0.01 * x[i, j])  # leaky ReLU
+    s[i, j] = T.if_then_else(by * block_M + i >= k * block_N + j, s[i, j], -T.infinity("float32"))  # causal
     ```
     """
     if isinstance(cond, bool):  # a comparison Python decided while tracing (of compile-time numbers)
