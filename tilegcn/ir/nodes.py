@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from ..errors import CompileError
 from . import elemfn
 from .types import DType, TensorSpec
 
@@ -85,8 +86,6 @@ _INSTEAD = {
 
 
 def _refuse(subject: str, what: str, kind: str):
-    from ..errors import CompileError
-
     raise CompileError(f"{what} of {subject} is not in the tile language: {_INSTEAD[kind]}")
 
 
@@ -132,31 +131,25 @@ class RefusesPythonOperators:
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        from ..errors import CompileError
-
         name = getattr(func, "__name__", str(func))
         raise CompileError(f"torch.{name} cannot run on tile elements while the program is traced: write it "
                            f"with {_ELEMENT_OPS} (e.g. torch.sigmoid(x) is T.sigmoid(x), torch.exp(x) is T.exp(x))")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from ..errors import CompileError
-
         raise CompileError(f"numpy.{ufunc.__name__} cannot run on tile elements: write it with {_ELEMENT_OPS} "
                            "(e.g. numpy.exp(x) is T.exp(x))")
 
 
 def lift(x) -> "Expr":
     """An element expression from an expression, a Python number or an object that converts itself (the tracer's
-    proxies define `__element_expr__`: a runtime scalar becomes a ScalarRef, an index refuses), so that the IR
-    needs nothing from the language layer."""
+    proxies define `__element_expr__`: a runtime scalar becomes a ScalarRef, an index an IndexValue inside
+    T.Parallel), so that the IR needs nothing from the language layer."""
     if isinstance(x, Expr):
         return x
     convert = getattr(type(x), "__element_expr__", None)
     if convert is not None:
         return convert(x)
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        from ..errors import CompileError
-
         raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
     return Const(float(x))
 
@@ -167,14 +160,10 @@ def apply(name: str, *args) -> "Call":
     row = elemfn.fn(name)
     operands = tuple(lift(a) for a in args)
     if len(operands) != row.arity:
-        from ..errors import CompileError
-
         raise CompileError(f"{name} takes {row.arity} operand(s), got {len(operands)}")
     for operand, kind in zip(operands, row.operand_kinds):
         wants_condition = kind == elemfn.CONDITION
         if is_condition(operand) != wants_condition:
-            from ..errors import CompileError
-
             raise CompileError(_misplaced(operand, name, wants_condition))
     return Call(name, operands)
 
@@ -229,8 +218,6 @@ class Expr(RefusesPythonOperators):
     __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 
     def __bool__(self):
-        from ..errors import CompileError
-
         if getattr(self, "refusal", None):
             raise CompileError(self.refusal)
         raise CompileError(f"a truth test (if/and/or/not) on an element expression ({_describe(self)}) would be "

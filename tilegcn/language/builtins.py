@@ -10,10 +10,9 @@ import numbers
 import sympy
 
 from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
-from ..errors import ArgumentError, CompileError, user_location
+from ..errors import CompileError, user_location
 from ..ir import nodes as N
-from ..ir.types import TensorSpec, as_dtype, float32
-from .elementwise import program_dtype
+from ..ir.types import TensorSpec, float32
 from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy
 from .tracer import TensorAnnotation, current
 
