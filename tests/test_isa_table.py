@@ -1,0 +1,135 @@
+"""The instruction table (tilegcn/amdgcn/isa_table.py) against two outside judges: llvm-mc must assemble every row
+on each of its arches (one batch kernel per arch), and the emulator's decoder, binding the assembled instruction,
+must read and write exactly the registers the row's operand roles and implicit operands say."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tilegcn.amdgcn import isa, isa_table
+from tilegcn.amdgcn.builder import KernelBuilder
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.errors import InternalError
+from tilegcn.runtime import emulator
+from tilegcn.toolchain import assemble
+
+sys.path.insert(0, str(Path(__file__).parent))
+from asm.emukit import kernel_asm  # noqa: E402
+
+VGPRS, ACCUM = 128, 64  # unified VGPRs of the batch kernel; AGPRs start at ACCUM
+SGPRS = 96
+# The emulator's scalar slots of the named registers (decode.SPECIAL_SGPRS); SCC is no slot: the emulator's
+# binder does not record it, so the SCC roles are checked by tests/test_schedule.py's ordering instead.
+SLOTS = {"vcc": (106, 107), "exec": (126, 127), "m0": (124,)}
+# Rows llvm-mc checks but the emulator does not model yet (no kernel emits them today; the hazard passes' TRANS class
+# lists them): a row leaves this set when the emulator learns it.
+NOT_EMULATED = {"v_sin_f32", "v_cos_f32", *(f"v_{f}_f16" for f in ("exp", "log", "rcp", "rsq", "sqrt", "sin", "cos")),
+                "v_rcp_f64", "v_rsq_f64", "v_sqrt_f64"}
+
+
+def _modifiers(row) -> str:
+    """What the assembler needs after the operands of a sample of `row` (not a fact the passes use)."""
+    if row.name.endswith("+lds"):
+        return " offen lds"
+    if row.name.startswith("buffer_"):
+        return " offen"
+    if row.name == "ds_swizzle_b32":
+        return " offset:swizzle(SWAP,1)"
+    if row.name.endswith("_dpp"):
+        return " row_shr:1 bound_ctrl:0"  # invalid source lanes read 0: every lane is written (the row says D)
+    return ""
+
+
+class _Sample:
+    """One instruction of a row with a fresh, aligned register for every register slot, and the emulator's register
+    numbers of what the row says it reads and writes."""
+
+    def __init__(self, row):
+        self.row = row
+        self.next = {"v": 0, "a": 0, "s": 0}
+        self.reads: dict = {"v": set(), "s": set()}
+        self.writes: dict = {"v": set(), "s": set()}
+        texts = [self._operand(slot) for slot in row.operands]
+        for reg in row.implicit_uses:
+            self.reads["s"].update(SLOTS.get(reg.file, ()))
+        for reg in row.implicit_defs:
+            self.writes["s"].update(SLOTS.get(reg.file, ()))
+        op = row.name.removesuffix("+lds")
+        self.text = f"{op} {', '.join(texts)}{_modifiers(row)}" if texts else op
+
+    def _operand(self, slot) -> str:
+        file = slot.files[0]
+        if file == "k":
+            return "0"
+        if file == "l":
+            return "end"
+        if file == "i":
+            return "1"
+        first = -(-self.next[file] // min(slot.dwords, 4)) * min(slot.dwords, 4)  # tuples start aligned
+        self.next[file] = first + slot.dwords
+        numbers = range(first, first + slot.dwords)
+        unified = [n + ACCUM for n in numbers] if file == "a" else list(numbers)
+        space = "s" if file == "s" else "v"
+        if slot.reads:
+            self.reads[space].update(unified)
+        if slot.writes:
+            self.writes[space].update(unified)
+        return f"{file}{first}" if slot.dwords == 1 else f"{file}[{first}:{first + slot.dwords - 1}]"
+
+
+def _bound(arch: str):
+    """(samples, the emulator's handler of each) for every row of `arch`, assembled as one kernel."""
+    samples = [_Sample(row) for row in isa_table.TABLE.values() if arch in row.arches]
+    body = "\n".join([s.text for s in samples] + ["end:", "s_endpgm"])
+    module = emulator.load(assemble(kernel_asm(body, arch, vgprs=VGPRS, accum=ACCUM, sgprs=SGPRS, args=()), arch))
+    program = module.program("k", torch.device("cpu"))
+    return samples, program.handlers[:len(samples)], program.unsupported
+
+
+@pytest.mark.parametrize("arch", isa_table.ARCHES)
+def test_every_row_assembles_and_the_emulator_binds_the_same_registers(arch):
+    samples, handlers, unsupported = _bound(arch)
+    wrong = []
+    for n, (sample, h) in enumerate(zip(samples, handlers)):
+        if (n in unsupported) != (sample.row.name in NOT_EMULATED):
+            wrong.append(f"{sample.text}: the emulator " + (f"cannot bind it: {unsupported[n]}" if n in unsupported
+                                                            else "models it: take it off NOT_EMULATED"))
+        if n in unsupported:
+            continue
+        assert h.mnemonic.startswith(sample.text.split()[0].removesuffix("_dpp")), (h.text, sample.text)
+        got = {"v": (h.vr, h.vw | h.vdef), "s": (h.sr, h.sw | h.sdef)}
+        for space in "vs":
+            if got[space] != (sample.reads[space], sample.writes[space]):
+                wrong.append(f"{sample.text}: table reads/writes {space} {sorted(sample.reads[space])} / "
+                             f"{sorted(sample.writes[space])}, emulator {sorted(got[space][0])} / "
+                             f"{sorted(got[space][1])}")
+        counted = isa_table.KINDS[sample.row.kind].counter
+        retired = h.vdef | h.sdef
+        if counted and retired != sample.writes["v"] | sample.writes["s"]:
+            wrong.append(f"{sample.text}: counts in {counted}, so its writes land when it retires; the emulator "
+                         f"writes {sorted(retired)} then")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_an_opcode_the_table_lacks_is_an_internal_error_naming_it():
+    b = KernelBuilder(get_arch("gfx942"), "k")
+    with pytest.raises(InternalError, match="v_frobnicate_b32.*isa_table.py"):
+        b.emit("v_frobnicate_b32", b.v.alloc(1), b.v.alloc(1))
+
+
+def test_a_row_missing_on_an_arch_is_refused_there():
+    assert "gfx950" in isa_table.lookup("v_permlane32_swap_b32").arches
+    assert "gfx942" not in isa_table.lookup("v_permlane32_swap_b32").arches
+
+
+def test_roles_the_prefixes_got_wrong():
+    swap = isa_table.lookup("v_permlane32_swap_b32")
+    a, b = isa.Reg("v", 0), isa.Reg("v", 1)
+    assert isa_table.implied_defs_uses(swap, (a, b)) == ((a, b), (a, b))  # both outputs of the swap
+    assert isa_table.lookup("ds_bpermute_b32").kind == isa.DS_LANE
+    assert isa_table.lookup("ds_swizzle_b32").counter == "lgkm"
+    assert isa_table.lookup("buffer_load_dword", "offen lds").implicit_uses == (isa.M0,)
+    assert isa_table.lookup("v_exp_f32").latency == "trans" and isa_table.lookup("v_mul_f32").latency == "valu"
