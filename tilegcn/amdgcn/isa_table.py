@@ -93,6 +93,7 @@ v_{max,min}_{u32,i32}                      valu     D.v U.vsi U.vsi          -  
 v_{and,or,xor}_b32                         valu     D.v U.vsi U.vsi          -                 valu     *
 v_{lshlrev,lshrrev}_b32                    valu     D.v U.vsi U.vsi          -                 valu     *
 v_ashrrev_i32                              valu     D.v U.vsi U.vsi          -                 valu     *
+v_{lshlrev,lshrrev}_b64                    valu     D.v2 U.vsi U.vsi2        -                 valu     *
 v_ldexp_f32                                valu     D.v U.vsi U.vsi          -                 valu     *
 v_{mul_lo,mul_hi}_u32                      valu     D.v U.vsi U.vsi          -                 valu     *
 v_pack_b32_f16                             valu     D.v U.vsi U.vsi          -                 valu     *
@@ -259,15 +260,12 @@ TABLE = _parse(_SCALAR, _VECTOR, _MEMORY)
 _ENCODING_SUFFIXES = ("_e32", "_e64")
 
 
+@functools.lru_cache(maxsize=None)
 def lookup(op: str, suffix: str = "") -> OpInfo:
     """The row of opcode `op` (`suffix`: the modifiers printed after the operands; `lds` picks the LDS DMA row);
-    an opcode the table lacks is an InternalError naming it."""
-    return _lookup(op, "lds" in suffix.split())
-
-
-@functools.lru_cache(maxsize=None)
-def _lookup(op: str, lds: bool) -> OpInfo:
-    key = f"{op}+lds" if lds else op
+    an opcode the table lacks is an InternalError naming it. Memoised per (op, suffix): emit() asks it of every
+    instruction."""
+    key = f"{op}+lds" if "lds" in suffix.split() else op
     row = TABLE.get(key)
     if row is None and op.endswith(_ENCODING_SUFFIXES):  # v_cmp_gt_i32_e64: the VOP3 encoding of the same row
         row = TABLE.get(key.replace(op, op[:-4]))
@@ -277,6 +275,19 @@ def _lookup(op: str, lds: bool) -> OpInfo:
                             f"latency. Add its row there (tests/test_isa_table.py checks it against llvm-mc and the "
                             f"emulator)")
     return row
+
+
+@functools.lru_cache(maxsize=None)
+def check_plain_valu(op: str) -> None:
+    """Refuse `op` for KernelBuilder.valu's shortcut unless its row is a VALU one that writes its first operand
+    only and reads the others, with no implicit operand (an InternalError otherwise)."""
+    row = lookup(op)
+    first, *rest = row.operands or (None,)
+    plain = (row.kind == isa.VALU and first is not None and first.writes and not first.reads
+             and all(o.reads and not o.writes for o in rest) and not row.implicit_defs and not row.implicit_uses)
+    if not plain:
+        raise InternalError(f"{op} is not a plain VALU instruction (one written operand first, the others read, "
+                            f"nothing implicit): emit() it instead of KernelBuilder.valu")
 
 
 def implied_defs_uses(row: OpInfo, operands: tuple) -> tuple:
@@ -304,4 +315,9 @@ def vector_kinds() -> tuple:
 
 def is_trans(op: str) -> bool:
     """Whether `op` issues to the transcendental unit (the hazard passes' forwarding class)."""
-    return _lookup(op, False).latency == "trans"
+    return lookup(op).latency == "trans"
+
+
+def trans_ops() -> frozenset:
+    """Every opcode of the latency class trans."""
+    return frozenset(name for name, row in TABLE.items() if row.latency == "trans")
