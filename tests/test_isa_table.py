@@ -120,16 +120,60 @@ def test_an_opcode_the_table_lacks_is_an_internal_error_naming_it():
         b.emit("v_frobnicate_b32", b.v.alloc(1), b.v.alloc(1))
 
 
-def test_a_row_missing_on_an_arch_is_refused_there():
-    assert "gfx950" in isa_table.lookup("v_permlane32_swap_b32").arches
-    assert "gfx942" not in isa_table.lookup("v_permlane32_swap_b32").arches
+def test_an_opcode_missing_on_the_arch_is_refused_there():
+    b = KernelBuilder(get_arch("gfx942"), "k")
+    with pytest.raises(InternalError, match="v_permlane32_swap_b32.*does not exist on gfx942"):
+        b.emit("v_permlane32_swap_b32", b.v.alloc(1), b.v.alloc(1))
+    with pytest.raises(InternalError, match="v_cvt_pk_bf16_f32.*does not exist on gfx942"):
+        b.valu("v_cvt_pk_bf16_f32", b.v.alloc(1), b.v.alloc(1), b.v.alloc(1))
+    with pytest.raises(InternalError, match="v_div_fmas_f32 is not a plain VALU"):  # it reads VCC unnamed
+        b.valu("v_div_fmas_f32", b.v.alloc(1), b.v.alloc(1), b.v.alloc(1), b.v.alloc(1))
+    on_950 = KernelBuilder(get_arch("gfx950"), "k")
+    x, y = on_950.v.alloc(1), on_950.v.alloc(1)
+    swap = on_950.emit("v_permlane32_swap_b32", x, y)
+    assert swap.defs == (x, y) and swap.uses == (x, y)  # both outputs of the swap (prefixes said: writes x only)
 
 
 def test_roles_the_prefixes_got_wrong():
-    swap = isa_table.lookup("v_permlane32_swap_b32")
-    a, b = isa.Reg("v", 0), isa.Reg("v", 1)
-    assert isa_table.implied_defs_uses(swap, (a, b)) == ((a, b), (a, b))  # both outputs of the swap
+    b = KernelBuilder(get_arch("gfx942"), "k")
+    d, addr, data = b.v.alloc(1), b.v.alloc(1), b.v.alloc(1)
+    permute = b.emit("ds_bpermute_b32", d, addr, data)  # was "unknown instruction"
+    assert (permute.kind, permute.defs, permute.uses) == (isa.DS_LANE, (d,), (addr, data))
+    carry = b.emit("s_addc_u32", b.s.alloc(1), b.s.alloc(1), 0)
+    assert isa.SCC in carry.uses and isa.SCC in carry.defs
     assert isa_table.lookup("ds_bpermute_b32").kind == isa.DS_LANE
     assert isa_table.lookup("ds_swizzle_b32").counter == "lgkm"
     assert isa_table.lookup("buffer_load_dword", "offen lds").implicit_uses == (isa.M0,)
     assert isa_table.lookup("v_exp_f32").latency == "trans" and isa_table.lookup("v_mul_f32").latency == "valu"
+
+
+@pytest.mark.parametrize("arch", isa_table.ARCHES)
+def test_every_instruction_of_compiled_kernels_has_a_row_on_its_arch(arch):
+    """The passes also build instructions without emit() (the GEMM's reads and MFMAs, waits, nops): every line of
+    the GEMM (both pipelines, both B layouts, an epilogue) and of an elementwise kernel is a row of the table."""
+    from kernels import axpb_relu, gemm, gemm_bias_relu
+
+    from tilegcn import compiler
+    from tilegcn.language import trace
+
+    bf16 = torch.bfloat16
+    cases = [(axpb_relu, [torch.empty(256, 256), torch.empty(256, 256)], {})]
+    for transpose_B in (False, True):
+        cases.append((gemm, [torch.empty(128, 128, dtype=bf16)] * 3,
+                      dict(num_stages=2, transpose_B=transpose_B)))
+    cases.append((gemm_bias_relu, [torch.empty(128, 128, dtype=bf16)] * 2 + [torch.empty(128, dtype=bf16),
+                                                                            torch.empty(128, 128, dtype=bf16)], {}))
+    seen = set()
+    for fn, args, constants in cases:
+        _, trace_args = fn._signature(args)
+        asm = compiler.lower(trace(fn.fn, trace_args, fn._constants(constants), arch), arch).asm
+        body = asm[asm.index(":\n", asm.index(".type")) + 2:asm.index(".size")]
+        for line in body.splitlines():
+            text = line.split("//")[0].strip()
+            if text and not text.endswith(":") and not text.startswith("."):
+                op, _, rest = text.partition(" ")
+                seen.add(isa_table.lookup(op, rest).name)
+                assert arch in isa_table.lookup(op, rest).arches, text
+    assert {"s_waitcnt", "s_barrier", "s_cbranch_scc1", "buffer_store_dwordx2", "v_accvgpr_read_b32"} <= seen
+    assert any(row.startswith("v_mfma") for row in seen)
+    assert any(row.endswith("+lds") for row in seen) == (arch == "gfx950")  # gfx942 stages the GEMM in registers

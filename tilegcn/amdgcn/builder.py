@@ -40,6 +40,7 @@ class KernelBuilder:
         self.lds_bytes = 0
         self.constant_sgprs: dict = {}
         self.constant_vgprs: dict = {}
+        self._plain_valu: set = set()  # opcodes valu() has checked against the instruction table for this arch
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
@@ -48,6 +49,8 @@ class KernelBuilder:
         table (isa_table): the registers in its written / read operand slots, then its implicit ones (SCC, VCC, M0,
         EXEC). An opcode the table lacks is an InternalError."""
         row = isa_table.lookup(op, suffix)
+        if self.arch.name not in row.arches:
+            isa_table.refuse_on_arch(row, self.arch.name)
         if defs is None or uses is None:
             implied_defs, implied_uses = isa_table.implied_defs_uses(row, operands)
             defs = implied_defs if defs is None else tuple(defs)
@@ -61,7 +64,9 @@ class KernelBuilder:
         VOP2 or VOP3 row of the table without implicit operands), the instruction emit() would make, without its
         general case analysis: the epilogue's conversions and the address arithmetic emit over a thousand of these
         per GEMM."""
-        isa_table.check_plain_valu(op)
+        if op not in self._plain_valu:
+            isa_table.check_plain_valu(op, self.arch.name)
+            self._plain_valu.add(op)
         uses = []  # a plain loop: a comprehension costs a function call on Python 3.11
         for s in srcs:
             if type(s) is Reg:

@@ -277,11 +277,12 @@ def lookup(op: str, suffix: str = "") -> OpInfo:
     return row
 
 
-@functools.lru_cache(maxsize=None)
-def check_plain_valu(op: str) -> None:
-    """Refuse `op` for KernelBuilder.valu's shortcut unless its row is a VALU one that writes its first operand
-    only and reads the others, with no implicit operand (an InternalError otherwise)."""
+def check_plain_valu(op: str, arch: str) -> None:
+    """Refuse `op` for KernelBuilder.valu's shortcut unless its row is a VALU one of `arch` that writes its first
+    operand only and reads the others, with no implicit operand (an InternalError otherwise)."""
     row = lookup(op)
+    if arch not in row.arches:
+        refuse_on_arch(row, arch)
     first, *rest = row.operands or (None,)
     plain = (row.kind == isa.VALU and first is not None and first.writes and not first.reads
              and all(o.reads and not o.writes for o in rest) and not row.implicit_defs and not row.implicit_uses)
@@ -290,17 +291,27 @@ def check_plain_valu(op: str) -> None:
                             f"nothing implicit): emit() it instead of KernelBuilder.valu")
 
 
+def refuse_on_arch(row: OpInfo, arch: str):
+    raise InternalError(f"instruction {row.name!r} does not exist on {arch} (tilegcn's instruction table, "
+                        f"tilegcn/amdgcn/isa_table.py, lists it for {', '.join(row.arches)}): the lowering must "
+                        f"choose another sequence there")
+
+
 def implied_defs_uses(row: OpInfo, operands: tuple) -> tuple:
     """(defs, uses) of an instruction of `row` with `operands` (isa.Reg or constants, in assembler order): the
     registers in written / read slots, then the implicit ones. An operand slot holding a constant is neither."""
-    defs, uses = [], []
+    defs, uses = [], []  # plain loops: emit() runs this for most of a kernel's instructions
     for slot, o in zip(row.operands, operands):
         if type(o) is isa.Reg:
             if slot.writes:
                 defs.append(o)
             if slot.reads:
                 uses.append(o)
-    return tuple(defs) + row.implicit_defs, tuple(uses) + row.implicit_uses
+    if row.implicit_defs:
+        defs += row.implicit_defs
+    if row.implicit_uses:
+        uses += row.implicit_uses
+    return tuple(defs), tuple(uses)
 
 
 def kinds_counting(counter: str) -> tuple:
