@@ -47,7 +47,7 @@ class KernelBuilder:
         """Append instruction `op` with `operands` (assembler order) to the current frame (or `frame`). Its kind and,
         where not given, the registers it writes (`defs`) and reads (`uses`) come from its row of the instruction
         table (isa_table): the registers in its written / read operand slots, then its implicit ones (SCC, VCC, M0,
-        EXEC). An opcode the table lacks is an InternalError."""
+        EXEC). An opcode the table lacks, or one `self.arch` lacks, is an InternalError."""
         row = isa_table.lookup(op, suffix)
         if self.arch.name not in row.arches:
             isa_table.refuse_on_arch(row, self.arch.name)
