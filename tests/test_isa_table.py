@@ -17,7 +17,7 @@ from tilegcn.runtime import emulator
 from tilegcn.toolchain import assemble
 
 sys.path.insert(0, str(Path(__file__).parent))
-from asm.emukit import kernel_asm  # noqa: E402
+from asm.emukit import kernel_asm, srd  # noqa: E402
 
 VGPRS, ACCUM = 128, 64  # unified VGPRs of the batch kernel; AGPRs start at ACCUM
 SGPRS = 96
@@ -177,3 +177,62 @@ def test_every_instruction_of_compiled_kernels_has_a_row_on_its_arch(arch):
     assert {"s_waitcnt", "s_barrier", "s_cbranch_scc1", "buffer_store_dwordx2", "v_accvgpr_read_b32"} <= seen
     assert any(row.startswith("v_mfma") for row in seen)
     assert any(row.endswith("+lds") for row in seen) == (arch == "gfx950")  # gfx942 stages the GEMM in registers
+
+
+def _scc_probe(row, init: int, first_out: int) -> tuple:
+    """Lines that set SCC to `init`, give each read operand of `row` a distinct small value, run the row's
+    instruction and copy its written registers and then SCC to s[first_out...]; and the number of dwords copied."""
+    lines = ["s_mov_b64 s[90:91], exec", f"s_cmp_eq_u32 1, {1 if init else 0}"]  # SCC = init
+    operands, value, nxt = [], 3, {"U": 40, "D": 60}
+    copies = []
+    for slot in row.operands:
+        access = "D" if slot.writes else "U"
+        first = -(-nxt[access] // min(slot.dwords, 2)) * min(slot.dwords, 2)
+        nxt[access] = first + slot.dwords
+        for n in range(first, first + slot.dwords):
+            if slot.reads:  # (the SCC write of s_mov_b32 is none: the table says so, and the test checks it)
+                lines.insert(1, f"s_mov_b32 s{n}, {value}")
+                value += 2
+            else:
+                copies.append(n)
+        operands.append(f"s{first}" if slot.dwords == 1 else f"s[{first}:{first + slot.dwords - 1}]")
+    lines.append(f"{row.name} {', '.join(operands)}")
+    lines.append("s_cselect_b32 s70, 1, 0")
+    lines.append("s_mov_b64 exec, s[90:91]")  # (s_and_saveexec_b64 wrote it)
+    for j, n in enumerate(copies + [70]):
+        lines += [f"v_mov_b32 v2, s{n}", f"buffer_store_dword v2, off, s[8:11], 0 offset:{4 * (first_out + j)}"]
+    return lines, len(copies) + 1
+
+
+@pytest.mark.parametrize("arch", isa_table.ARCHES)
+def test_scalar_rows_read_and_write_scc_as_the_emulator_runs_them(arch):
+    """SCC is no register the emulator's binder records, so its roles are checked by running each SALU row twice,
+    with SCC 0 and 1 before it: a row that writes SCC leaves the same SCC after both runs (its inputs are the same),
+    one that does not leaves it as it found it; a row that reads SCC writes different values in the two runs."""
+    rows = [row for row in isa_table.TABLE.values() if row.kind == isa.SALU and arch in row.arches]
+    body = ["s_load_dwordx2 s[6:7], s[0:1], 0x0", "s_waitcnt lgkmcnt(0)", *srd(8, 6, 4096).splitlines(),
+            "v_mov_b32 v1, 0"]
+    where, out = [], 0
+    for row in rows:
+        runs = []
+        for init in (0, 1):
+            lines, count = _scc_probe(row, init, out)
+            body += lines
+            runs.append((out, count))
+            out += count
+        where.append(runs)
+    text = kernel_asm("\n".join(body + ["s_endpgm"]), arch=arch, args=("ptr",), sgprs=102, vgprs=8)
+    result = torch.zeros(1024, dtype=torch.int32)
+    emulator.load(assemble(text, arch)).launch("k", (1, 1, 1), (64, 1, 1), [result])
+    wrong = []
+    for row, ((at0, n), (at1, _)) in zip(rows, where):
+        dst0, scc0 = result[at0:at0 + n - 1].tolist(), int(result[at0 + n - 1])
+        dst1, scc1 = result[at1:at1 + n - 1].tolist(), int(result[at1 + n - 1])
+        writes, reads = isa.SCC in row.implicit_defs, isa.SCC in row.implicit_uses
+        if writes != ((scc0, scc1) != (0, 1)):
+            wrong.append(f"{row.name}: the table says it {'writes' if writes else 'does not write'} SCC; SCC 0 / 1 "
+                         f"before, {scc0} / {scc1} after")
+        if dst0 and reads != (dst0 != dst1):
+            wrong.append(f"{row.name}: the table says it {'reads' if reads else 'does not read'} SCC; with SCC "
+                         f"0 / 1 it wrote {dst0} / {dst1}")
+    assert len(rows) > 30 and not wrong, "\n".join(wrong)
