@@ -68,7 +68,8 @@ class _Sample:
             return "end"
         if file == "i":
             return "1"
-        first = -(-self.next[file] // min(slot.dwords, 4)) * min(slot.dwords, 4)  # tuples start aligned
+        align = min(slot.dwords, 4) if file == "s" else min(slot.dwords, 2)  # as the assembler demands (gfx90a+)
+        first = -(-self.next[file] // align) * align
         self.next[file] = first + slot.dwords
         numbers = range(first, first + slot.dwords)
         unified = [n + ACCUM for n in numbers] if file == "a" else list(numbers)

@@ -13,7 +13,9 @@ One row per opcode (the text tables below are the data; the code under them only
     xdl (an MFMA; its passes are arch data: arch.MfmaShape), smem, vmem, lds, ctrl;
   - arches: '*' for every supported arch, else the ones that have it.
 A row's name may hold brace groups, `v_{add,mul}_f32`, each expanding to one row per word. An LDS DMA is the
-load with the `lds` modifier: its row is `<load>+lds` (lookup(op, suffix) picks it).
+load with the `lds` modifier: its row is `<load>+lds` (lookup(op, suffix) picks it). A global load or store's
+address is one VGPR (an offset) with an SGPR pair base, or a VGPR pair with `off` in the base's slot (no register:
+the roles are the same).
 
 Where the facts come from: the operand orders and implicit operands are LLVM's AMDGPU instruction definitions
 (SIInstructions.td / VOP*Instructions.td / SOPInstructions.td: Defs/Uses lists) as llvm-mc-22 assembles them;
@@ -97,6 +99,7 @@ v_{lshlrev,lshrrev}_b64                    valu     D.v2 U.vsi U.vsi2        -  
 v_ldexp_f32                                valu     D.v U.vsi U.vsi          -                 valu     *
 v_{mul_lo,mul_hi}_u32                      valu     D.v U.vsi U.vsi          -                 valu     *
 v_pack_b32_f16                             valu     D.v U.vsi U.vsi          -                 valu     *
+v_mbcnt_{lo,hi}_u32_b32                    valu     D.v U.vsi U.vsi          -                 valu     *
 v_cndmask_b32                              valu     D.v U.vsi U.vsi U.s2     -                 valu     *
 v_{fma,max3,min3,med3}_f32                 valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_{add3,bfe,lshl_add,add_lshl}_u32         valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
@@ -144,6 +147,14 @@ buffer_store_dword                         vmem_store U.v U.v U.s4 U.si      -  
 buffer_store_dwordx2                       vmem_store U.v2 U.v U.s4 U.si     -                 vmem     *
 buffer_store_dwordx3                       vmem_store U.v3 U.v U.s4 U.si     -                 vmem     *
 buffer_store_dwordx4                       vmem_store U.v4 U.v U.s4 U.si     -                 vmem     *
+global_load_{ushort,dword}                 vmem_load  D.v U.v U.s2           -                 vmem     *
+global_load_dwordx2                        vmem_load  D.v2 U.v U.s2          -                 vmem     *
+global_load_dwordx3                        vmem_load  D.v3 U.v U.s2          -                 vmem     *
+global_load_dwordx4                        vmem_load  D.v4 U.v U.s2          -                 vmem     *
+global_store_{short,dword}                 vmem_store U.v U.v U.s2           -                 vmem     *
+global_store_dwordx2                       vmem_store U.v U.v2 U.s2          -                 vmem     *
+global_store_dwordx3                       vmem_store U.v U.v3 U.s2          -                 vmem     *
+global_store_dwordx4                       vmem_store U.v U.v4 U.s2          -                 vmem     *
 ds_read_b32                                ds_read    D.v U.v                -                 lds      *
 ds_read_b64                                ds_read    D.v2 U.v               -                 lds      *
 ds_read_b128                               ds_read    D.v4 U.v               -                 lds      *
