@@ -47,10 +47,13 @@ class KernelBuilder:
         """Append instruction `op` with `operands` (assembler order) to the current frame (or `frame`). Its kind and,
         where not given, the registers it writes (`defs`) and reads (`uses`) come from its row of the instruction
         table (isa_table): the registers in its written / read operand slots, then its implicit ones (SCC, VCC, M0,
-        EXEC). An opcode the table lacks, or one `self.arch` lacks, is an InternalError."""
+        EXEC). An opcode the table lacks, one `self.arch` lacks, or operands other than the row's count are an
+        InternalError."""
         row = isa_table.lookup(op, suffix)
         if self.arch.name not in row.arches:
             isa_table.refuse_on_arch(row, self.arch.name)
+        if len(operands) != len(row.operands):
+            isa_table.refuse_operands(row, operands)
         if defs is None or uses is None:
             implied_defs, implied_uses = isa_table.implied_defs_uses(row, operands)
             defs = implied_defs if defs is None else tuple(defs)

@@ -182,10 +182,6 @@ class Operand:
     files: str
     dwords: int
 
-    @property
-    def is_register(self) -> bool:
-        return self.files[0] in "vas"
-
 
 @dataclass(frozen=True)
 class Kind:
@@ -306,6 +302,11 @@ def refuse_on_arch(row: OpInfo, arch: str):
     raise InternalError(f"instruction {row.name!r} does not exist on {arch} (tilegcn's instruction table, "
                         f"tilegcn/amdgcn/isa_table.py, lists it for {', '.join(row.arches)}): the lowering must "
                         f"choose another sequence there")
+
+
+def refuse_operands(row: OpInfo, operands: tuple):
+    raise InternalError(f"instruction {row.name!r} takes {len(row.operands)} operands (tilegcn's instruction table, "
+                        f"tilegcn/amdgcn/isa_table.py), not {len(operands)}: {', '.join(map(str, operands))}")
 
 
 def implied_defs_uses(row: OpInfo, operands: tuple) -> tuple:
