@@ -133,7 +133,7 @@ def test_a_value_born_where_another_dies_does_not_take_its_register():
     b.emit("v_mov_b32", a[0], 0)
     b.emit("v_mov_b32", a[1], 0)
     v = b.v.alloc(4, align=4)
-    b.emit("v_mfma_f32_4x4x4_16b_bf16", v, a, a, 0, defs=(v,), uses=(a,))  # noqa: E501  (a's last use)
+    b.emit("v_mfma_f32_16x16x16_bf16", v, a, a, 0, defs=(v,), uses=(a,))  # noqa: E501  (a's last use)
     b.emit("v_accvgpr_write_b32", c[0], v[0])
     b.emit("s_endpgm")
     insts, _ = allocate(b.insts, b)
@@ -143,7 +143,7 @@ def test_a_value_born_where_another_dies_does_not_take_its_register():
 
 ALIGN_PROGRAM = ("s_load_dwordx4 {s4}, s[0:1], 0", "s_load_dwordx2 {s2}, s[0:1], 16",
                  "buffer_load_dword {v1}, v0, {s4}, 0 offen", "ds_read_b128 {v4}, {v1}", "ds_read_b64 {v2}, {v1}",
-                 "v_lshlrev_b64 {v2}, 1, {v2}", "v_mfma_f32_4x4x4_16b_bf16 {a4}, {v2}, {v2}, {a4}",
+                 "v_lshlrev_b64 {v2}, 1, {v2}", "v_mfma_f32_16x16x16_bf16 {a4}, {v2}, {v2}, {a4}",
                  "s_and_saveexec_b64 {s2}, vcc")
 FIXED = {"vcc": isa.VCC, "v0": TID, "s[0:1]": KERNARG}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import UnsupportedArchError
+from . import isa_table
 
 
 # hsa_kernel_dispatch_packet_t.grid_size_{x,y,z} count work-items in 32 bits (HSA runtime spec, AMDGPUUsage).
@@ -68,11 +69,7 @@ class MfmaHazards:
 # VALU instructions of the transcendental unit (LLVM's SIInstrInfo::isTRANS): on gfx940+ their result reaches a
 # non-TRANS VALU reader one wait state late (ValuHazards.trans_to_valu_read). tests/test_hazards_llvm.py checks
 # each against llc, and that the other VALU instructions tilegcn emits are not TRANS.
-TRANS_OPS = frozenset({
-    "v_exp_f32", "v_log_f32", "v_rcp_f32", "v_rcp_iflag_f32", "v_rsq_f32", "v_sqrt_f32", "v_sin_f32", "v_cos_f32",
-    "v_exp_f16", "v_log_f16", "v_rcp_f16", "v_rsq_f16", "v_sqrt_f16", "v_sin_f16", "v_cos_f16",
-    "v_rcp_f64", "v_rsq_f64", "v_sqrt_f64",
-})
+TRANS_OPS = isa_table.trans_ops()  # the instruction table's latency class trans
 
 
 @dataclass(frozen=True)
