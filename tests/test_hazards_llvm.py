@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from asm.emukit import module, srd  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
-from tilegcn.amdgcn.arch import TRANS_OPS, get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import PERMLANE_SWAP_OPS, TRANS_OPS, get_arch  # noqa: E402
 from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
-from tilegcn.amdgcn.isa import M0, VCC, Inst, Reg  # noqa: E402
+from tilegcn.amdgcn.isa import EXEC, M0, VCC, Inst, Reg  # noqa: E402
 from tilegcn.errors import HazardError  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -209,7 +209,8 @@ def run_on_emulator(arch: str, first: str, second: str, states: int):
     pre = ["s_load_dwordx2 s[4:5], s[0:1], 0x0", "v_and_b32 v1, 0x3ff, v0", "v_lshlrev_b32 v40, 2, v1",
            "s_waitcnt lgkmcnt(0)", *srd(8, 4, 4096).splitlines()]
     pre += [f"v_mov_b32 v{i}, 0x3f803f80" for i in range(0, 24)]  # bf16/f16 pairs and accumulators
-    pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_nop 7", "s_nop 7"]
+    pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_mov_b32 m0, 0", "s_nop 7",
+                                                                   "s_nop 7"]
     body = "\n".join(pre + [first, nops(states), second, "s_endpgm"])
     mod = module(body, arch=arch, args=("ptr",), vgprs=96, accum=48, lds=4096, sgprs=24)
     mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(1024, dtype=torch.int32)])
@@ -521,11 +522,11 @@ def test_transcendental_ops_are_those_llvm_forwards_late(arch):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(arch):
-    """The VALU-side pairs with k independent instructions (and comments) between: the pass adds table - k wait
-    states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
+    """The VALU-side and cross-lane pairs with k independent instructions (and comments) between: the pass adds
+    table - k wait states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
     (the branch is one wait state), as LLVM's search through predecessors does."""
     a = get_arch(arch)
-    for what, table, first, second in valu_cases(arch):
+    for what, table, first, second in valu_cases(arch) + cross_lane_cases(arch):
         for k in range(table + 2):
             between = [Inst("", kind=isa.COMMENT, comment="apart")]
             for j in range(k):
@@ -539,3 +540,171 @@ def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(ar
         out = insert_hazard_nops([head, second.inst, first.inst, branch, Inst("s_endpgm", kind=isa.SOPP)], a)
         states = sum(int(i.operands[0]) + 1 for i in out[out.index(head):out.index(second.inst)] if i.op == "s_nop")
         assert states == max(table - 1, 0), f"{arch} {what} across the back edge"
+
+
+# ---- the cross-lane rules (DPP, v_readlane / v_writelane / v_readfirstlane, v_permlane*_swap on gfx950): the
+# instructions reductions emit (docs/hazards.md). A DPP instruction is written as the assembler spells it, its
+# destination also among the registers it reads (the lanes it does not write keep the old value; LLVM's MIR has
+# that old value as a tied use and its rule counts it).
+DPP_QUAD_SWAP = "quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf"  # MIR dpp_ctrl 177 (0xb1)
+
+
+def mov_dpp(dst: R, src: R) -> Op:
+    return Op(f"v_mov_b32_dpp {dst.asm}, {src.asm} {DPP_QUAD_SWAP}",
+              f"{dst.mir} = V_MOV_B32_dpp {dst.mir}, {src.mir}, 177, 15, 15, -1, implicit $exec",
+              Inst("v_mov_b32_dpp", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.VALU, suffix=DPP_QUAD_SWAP))
+
+
+def add_dpp(dst: R, a: R, b: R) -> Op:
+    """dst = a (from the neighbouring lane) + b (this lane's)."""
+    return Op(f"v_add_f32_dpp {dst.asm}, {a.asm}, {b.asm} {DPP_QUAD_SWAP}",
+              f"{dst.mir} = V_ADD_F32_dpp {dst.mir}, 0, {a.mir}, 0, {b.mir}, 177, 15, 15, -1, implicit $mode, "
+              "implicit $exec",
+              Inst("v_add_f32_dpp", (dst.reg, a.reg, b.reg), (dst.reg,), (a.reg, b.reg), isa.VALU, suffix=DPP_QUAD_SWAP))
+
+
+def readlane(sdst: int, src: R, lane: Reg, lane_asm: str, lane_mir: str) -> Op:
+    return Op(f"v_readlane_b32 {s_asm(sdst)}, {src.asm}, {lane_asm}",
+              f"{s_mir(sdst)} = V_READLANE_B32 {src.mir}, {lane_mir}",
+              Inst("v_readlane_b32", (s_(sdst), src.reg, lane), (s_(sdst),), (src.reg, lane), isa.VALU))
+
+
+def writelane(dst: R, value: int, lane: int) -> Op:
+    """Lane s`lane` of dst = the constant `value` (an SGPR value would take the constant bus twice)."""
+    return Op(f"v_writelane_b32 {dst.asm}, {value}, {s_asm(lane)}",
+              f"{dst.mir} = V_WRITELANE_B32 {value}, {s_mir(lane)}, {dst.mir}",
+              Inst("v_writelane_b32", (dst.reg, value, s_(lane)), (dst.reg,), (s_(lane), dst.reg), isa.VALU))
+
+
+def writelane_value(dst: R, sgpr: int) -> Op:
+    """Lane M0 of dst = SGPR `sgpr` (the value operand, not the lane select)."""
+    return Op(f"v_writelane_b32 {dst.asm}, {s_asm(sgpr)}, m0",
+              f"{dst.mir} = V_WRITELANE_B32 {s_mir(sgpr)}, $m0, {dst.mir}",
+              Inst("v_writelane_b32", (dst.reg, s_(sgpr), M0), (dst.reg,), (s_(sgpr), M0, dst.reg), isa.VALU))
+
+
+def cmp_e64_vcc(a: R, b: R) -> Op:
+    return Op(f"v_cmp_eq_u32_e64 vcc, {a.asm}, {b.asm}", f"$vcc = V_CMP_EQ_U32_e64 {a.mir}, {b.mir}, implicit $exec",
+              Inst("v_cmp_eq_u32_e64", (VCC, a.reg, b.reg), (VCC,), (a.reg, b.reg), isa.VALU))
+
+
+def cmpx(a: R) -> Op:
+    """v_cmpx of a with itself (true in every lane: EXEC stays all ones), a VALU write of EXEC (and VCC)."""
+    return Op(f"v_cmpx_eq_u32 vcc, {a.asm}, {a.asm}",
+              f"V_CMPX_EQ_U32_e32 {a.mir}, {a.mir}, implicit-def $exec, implicit-def $vcc, implicit $exec",
+              Inst("v_cmpx_eq_u32", (VCC, a.reg, a.reg), (VCC, EXEC), (a.reg,), isa.VALU))
+
+
+def salu_exec() -> Op:
+    return Op("s_mov_b64 exec, -1", "$exec = S_MOV_B64 -1", Inst("s_mov_b64", (EXEC, -1), (EXEC,), (), isa.SALU))
+
+
+def permlane_swap(op: str, x: R, y: R) -> Op:
+    return Op(f"{op} {x.asm}, {y.asm}",
+              f"{x.mir}, {y.mir} = {op.upper()}_e32 {x.mir}, {y.mir}, implicit $exec",
+              Inst(op, (x.reg, y.reg), (x.reg, y.reg), (x.reg, y.reg), isa.VALU))
+
+
+def cross_lane_cases(arch):
+    vh = get_arch(arch).valu_hazards
+    x, y, d = v(1), v(2), v(3)
+    lane = (s_(16), "s16", "$sgpr16")
+    vcc_lo = (Reg("vcc", 0, 1), "vcc_lo", "$vcc_lo")
+    cases = [
+        ("VALU -> v_mov_b32_dpp source", vh.vgpr_write_to_dpp_read, valu_mov(x, v(30)), mov_dpp(d, x)),
+        ("VALU -> v_add_f32_dpp second source", vh.vgpr_write_to_dpp_read, valu_mov(y, v(30)), add_dpp(d, x, y)),
+        ("VALU -> v_mov_b32_dpp destination (old value)", vh.vgpr_write_to_dpp_read, valu_mov(d, v(30)),
+         mov_dpp(d, x)),
+        ("v_exp_f32 -> v_mov_b32_dpp (DPP outlasts TRANS)", vh.vgpr_write_to_dpp_read, vop1("v_exp_f32", x, v(30)),
+         mov_dpp(d, x)),
+        ("VALU VCC write -> DPP", 0, cmp_e64_vcc(x, y), mov_dpp(d, v(4))),
+        ("v_cmpx (EXEC) -> DPP", vh.valu_exec_to_dpp, cmpx(v(30)), mov_dpp(d, x)),
+        ("SALU EXEC write -> DPP", 0, salu_exec(), mov_dpp(d, x)),
+        ("v_readfirstlane -> v_readlane lane select", vh.valu_sgpr_to_lane_select, readfirstlane(16, ADDR),
+         readlane(17, v(4), *lane)),
+        ("v_readfirstlane -> v_writelane lane select", vh.valu_sgpr_to_lane_select, readfirstlane(16, ADDR),
+         writelane(v(4), 7, 16)),
+        ("v_cmp_e64 VCC -> v_readlane lane select vcc_lo", vh.valu_sgpr_to_lane_select, cmp_e64_vcc(x, y),
+         readlane(17, v(4), *vcc_lo)),
+        ("v_readfirstlane -> v_writelane value", vh.valu_sgpr_to_valu_read, readfirstlane(16, ADDR),
+         writelane_value(v(4), 16)),
+        ("SALU -> v_readlane lane select", 0, salu_add(16, 4), readlane(17, v(4), *lane)),
+        ("VALU -> v_readlane lane source", vh.valu_to_readlane_src, valu_mov(x, v(30)), readlane(17, x, *lane)),
+        ("VALU -> v_writelane destination", 0, valu_mov(v(4), v(30)), writelane(v(4), 7, 16)),
+        ("v_cmpx (EXEC) -> v_readfirstlane", vh.valu_exec_to_lane_op, cmpx(v(30)), readfirstlane(16, ADDR)),
+        ("v_cmpx (EXEC) -> v_readlane", vh.valu_exec_to_lane_op, cmpx(v(30)), readlane(17, v(4), *lane)),
+        ("v_cmpx (EXEC) -> v_writelane", vh.valu_exec_to_lane_op, cmpx(v(30)), writelane(v(4), 7, 16)),
+        ("v_readlane SGPR -> VALU reading it", vh.valu_sgpr_to_valu_read, readlane(16, v(4), s_(18), "s18", "$sgpr18"),
+         add_sgpr(d, 16, x)),
+        ("v_writelane -> DPP reading its result", vh.vgpr_write_to_dpp_read, writelane(v(4), 7, 16),
+         mov_dpp(d, v(4))),
+    ]
+    if arch == "gfx950":  # gfx942 has no permlane swaps
+        for op in sorted(PERMLANE_SWAP_OPS):
+            cases += [
+                (f"VALU -> {op} first operand", vh.valu_to_permlane_swap, valu_mov(x, v(30)), permlane_swap(op, x, y)),
+                (f"VALU -> {op} second operand", vh.valu_to_permlane_swap, valu_mov(y, v(30)),
+                 permlane_swap(op, x, y)),
+                (f"v_cmpx (EXEC) -> {op}", vh.valu_exec_to_permlane_swap, cmpx(v(30)), permlane_swap(op, x, y)),
+                (f"{op} -> VALU reading its result", 0, permlane_swap(op, x, y), valu_add(d, y)),
+                (f"{op} -> DPP reading its result", vh.vgpr_write_to_dpp_read, permlane_swap(op, x, y),
+                 mov_dpp(d, x)),
+            ]
+    return cases
+
+
+CROSS_LANE_CASES = [(arch, *case) for arch in ARCHES for case in cross_lane_cases(arch)]
+
+
+@pytest.mark.parametrize("arch,what,table,first,second", CROSS_LANE_CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CROSS_LANE_CASES])
+def test_cross_lane_hazard_matches_llvm(arch, what, table, first, second):
+    want = assert_pass_and_emulator_agree_with_llvm(arch, first, second, what)
+    assert table == want, f"{arch} {what}: the arch table says {table} wait states, LLVM places {want}"
+
+
+def ds_swizzle(dst: R, src: R) -> Op:
+    return Op(f"ds_swizzle_b32 {dst.asm}, {src.asm} offset:swizzle(SWAP,1)",
+              f"{dst.mir} = DS_SWIZZLE_B32 {src.mir}, 1055, 0, implicit $exec",
+              Inst("ds_swizzle_b32", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.DS_READ,
+                   suffix="offset:swizzle(SWAP,1)"))
+
+
+def buffer_load(dst: R) -> Op:
+    return Op(f"buffer_load_dword {dst.asm}, {ADDR.asm}, s[8:11], 0 offen",
+              f"{dst.mir} = BUFFER_LOAD_DWORD_OFFEN {ADDR.mir}, $sgpr8_sgpr9_sgpr10_sgpr11, 0, 0, 0, 0, implicit $exec",
+              Inst("buffer_load_dword", (dst.reg, ADDR.reg, Reg("s", 8, 4), 0), (dst.reg,), (ADDR.reg, Reg("s", 8, 4)),
+                   isa.VMEM_LOAD, suffix="offen"))
+
+
+WAITS = {"lgkmcnt(0)": 49279, "vmcnt(0)": 3952}  # gfx9 s_waitcnt immediates (the other counters at their maximum)
+
+
+def load_then_cross_lane_cases(arch):
+    """A load's (or ds_swizzle's) result read by a DPP instruction after the s_waitcnt that waits for it: LLVM's DPP
+    rule counts from the load's issue, whatever the instruction, so the waitcnt's one wait state leaves one to
+    place; a permlane swap's rule is for VALU writes only."""
+    vh, x, d = get_arch(arch).valu_hazards, v(5), v(3)
+    cases = [("ds_swizzle -> DPP", vh.vgpr_write_to_dpp_read - 1, ds_swizzle(x, v(2)), "lgkmcnt(0)", mov_dpp(d, x)),
+             ("buffer_load -> DPP", vh.vgpr_write_to_dpp_read - 1, buffer_load(x), "vmcnt(0)", mov_dpp(d, x))]
+    if arch == "gfx950":
+        cases.append(("ds_swizzle -> v_permlane32_swap", 0, ds_swizzle(x, v(2)), "lgkmcnt(0)",
+                      permlane_swap("v_permlane32_swap_b32", x, d)))
+    return cases
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_load_then_waitcnt_then_cross_lane_matches_llvm(arch):
+    a = get_arch(arch)
+    for what, table, load, wait, reader in load_then_cross_lane_cases(arch):
+        want = llvm_wait_states_between(arch, (load.mir, f"S_WAITCNT {WAITS[wait]}", reader.mir))[2]
+        assert table == want, f"{arch} {what}: the arch table gives {table} after the waitcnt, LLVM places {want}"
+        waitcnt = Inst("s_waitcnt", (wait,), kind=isa.WAIT)
+        out = insert_hazard_nops([load.inst, waitcnt, reader.inst], a)
+        between = out[out.index(waitcnt) + 1:out.index(reader.inst)]
+        assert sum(int(i.operands[0]) + 1 for i in between) == want, f"{arch} {what}: LLVM places {want}"
+        load_and_wait = f"{load.asm}\ns_waitcnt {wait}"
+        if want:
+            with pytest.raises(HazardError, match="through DPP"):
+                run_on_emulator(arch, load_and_wait, reader.asm, want - 1)
+        run_on_emulator(arch, load_and_wait, reader.asm, want)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 
 from . import cfg, isa
-from .arch import TRANS_OPS
-from .isa import M0, VCC, Inst, Reg
+from .arch import DPP_SUFFIX, LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, TRANS_OPS
+from .isa import EXEC, M0, VCC, Inst, Reg
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -285,11 +285,11 @@ def insert_hazard_nops(insts: list, arch) -> list:
 
 # ---- the VALU-side rules (arch.valu_hazards, MfmaHazards' write-after-write / write-after-read rows) -------------
 # What an instruction leaves behind, keyed (class, unit) -> its issue time: the result of a transcendental, an SGPR
-# or VCC a VALU wrote, a VGPR a VALU wrote (only those a v_readfirstlane reads), the data of a wide store, and
+# or VCC a VALU wrote, a VGPR a VALU wrote (only those a lane read, a permlane swap or a DPP reads), a VGPR any
+# instruction wrote (a load's too: only those a DPP reads), EXEC a VALU wrote (v_cmpx), the data of a wide store, and
 # ("dst" / "srcc", passes) an MFMA's result and srcC.
-_TRANS, _SGPR, _VGPR, _STORE = "trans", "sgpr", "vgpr", "store"
+_TRANS, _SGPR, _VGPR, _VDEF, _EXEC, _STORE = "trans", "sgpr", "vgpr", "vdef", "exec", "store"
 _SGPR_FILES = ("s", "vcc")
-_READLANE = ("v_readfirstlane_b32", "v_readlane_b32")
 _WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
 
 
@@ -320,10 +320,13 @@ class Written:
 def _valu_windows(arch) -> dict:
     """Class -> the most wait states a rule of it needs (a state entry is forgotten after that many)."""
     vh, mh = arch.valu_hazards, arch.mfma_hazards
-    return {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
-                                                          vh.valu_vcc_to_div_fmas),
-               _VGPR: vh.valu_to_readlane_src, _STORE: vh.wide_store_to_valu_write,
-               "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
+    return {_TRANS: vh.trans_to_valu_read,
+            _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read, vh.valu_vcc_to_div_fmas,
+                       vh.valu_sgpr_to_lane_select),
+            _VGPR: max(vh.valu_to_readlane_src, vh.valu_to_permlane_swap), _VDEF: vh.vgpr_write_to_dpp_read,
+            _EXEC: max(vh.valu_exec_to_dpp, vh.valu_exec_to_lane_op, vh.valu_exec_to_permlane_swap),
+            _STORE: vh.wide_store_to_valu_write,
+            "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
 
 
 def _wide_store_data(inst: Inst):
@@ -336,33 +339,73 @@ def _wide_store_data(inst: Inst):
     return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
 
 
+def _base(op: str) -> str:
+    return op.removesuffix("_e32").removesuffix("_e64")
+
+
 def _is_trans(op: str) -> bool:
-    return op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
+    return _base(op) in TRANS_OPS
+
+
+def _is_dpp(op: str) -> bool:
+    return op.endswith(DPP_SUFFIX)
+
+
+def _reads_exec_late(op: str) -> bool:
+    """Whether a VALU write of EXEC shortly before this VALU op is a hazard (DPP, lane reads/writes, permlane swaps):
+    EXEC is none of its listed uses, so the pass looks at these by name."""
+    base = _base(op)
+    return _is_dpp(op) or base in LANE_READ_OPS or base in LANE_SELECT_OPS or base in PERMLANE_SWAP_OPS
+
+
+def _vector_units(inst: Inst) -> set:
+    """The VGPR units an instruction names, sources and destinations: a DPP reads its destination's old value (the
+    lanes it does not write keep it; LLVM's rule counts it), a permlane swap reads both operands."""
+    return {u for r in (*inst.uses, *inst.defs) if r.file == "v" for u in r.unit_ids}
+
+
+def _lane_select(inst: Inst) -> tuple:
+    """The units of v_readlane / v_writelane's lane select (operand 2: an SGPR, M0 or a constant)."""
+    sel = inst.operands[2] if len(inst.operands) > 2 else None
+    return sel.unit_ids if isinstance(sel, Reg) else ()
 
 
 def _produced(insts: list, arch) -> dict:
     """Key prefix -> the units some instruction of the program leaves behind under it and another could pair
-    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, v_readfirstlane's
-    sources, MFMA registers a VALU also writes), so most instructions meet none of them (one set test each)."""
-    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_STORE,): set()}
-    valu_defs, mfmas = set(), []
+    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, VGPRs a lane read, a
+    permlane swap or a DPP reads, MFMA registers a VALU also writes), so most instructions meet none of them (one
+    set test each)."""
+    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_VDEF,): set(), (_EXEC,): set(),
+                  (_STORE,): set()}
+    valu_defs, mfmas, exec_readers = set(), [], False
+    exec_units = set(EXEC.unit_ids)
     for inst in insts:
         kind = inst.kind
         if kind == isa.VALU:
             valu_defs.update(inst.def_units)
-            if _is_trans(inst.op):
+            op = inst.op
+            base = _base(op)
+            if base in TRANS_OPS:
                 made[(_TRANS,)].update(inst.def_units)
             for r in inst.defs:
                 if r.file in _SGPR_FILES:
                     made[(_SGPR,)].update(r.unit_ids)
-            if inst.op in _READLANE:
-                made[(_VGPR,)].update(inst.uses[0].unit_ids)
+            if base in LANE_READ_OPS:
+                made[(_VGPR,)].update(inst.operands[1].unit_ids)
+            if base in PERMLANE_SWAP_OPS:
+                made[(_VGPR,)].update(_vector_units(inst))
+            if _is_dpp(op):
+                made[(_VDEF,)].update(_vector_units(inst))
+            exec_readers = exec_readers or _reads_exec_late(op)
+            made[(_EXEC,)].update(exec_units.intersection(inst.def_units))
         elif kind == isa.MFMA:
             mfmas.append(inst)
         elif kind == isa.VMEM_STORE:
             data = _wide_store_data(inst)
             if data is not None:
                 made[(_STORE,)].update(data.unit_ids)
+    if not exec_readers:
+        made[(_EXEC,)] = set()
     for inst in mfmas:
         p = _mfma_passes(inst.op, arch)
         made.setdefault(("dst", p), set()).update(valu_defs.intersection(inst.defs[0].unit_ids))
@@ -379,44 +422,62 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
         return 0, (), ()
     states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
     makes, needs = [], []
+
+    def need(cls, units, ws: int):
+        produced = made.get((cls,))
+        if produced and ws > 0 and not produced.isdisjoint(units):
+            needs.append(((cls,), produced.intersection(units), ws))
+
     if kind == isa.VALU:
         vh, mh = arch.valu_hazards, arch.mfma_hazards
         op, uses, defs = inst.op, inst.use_units, inst.def_units
+        base = _base(op)
+        trans = base in TRANS_OPS
         for key, units in made.items():
             cls = key[0]
-            if not units.isdisjoint(defs) and (cls != _TRANS or _is_trans(op)):
-                if cls in (_TRANS, _SGPR, _VGPR):
-                    makes.append((key, units.intersection(defs)))
-                if cls == _STORE:
-                    needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
-                elif cls == "dst":
-                    needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
-                elif cls == "srcc":
-                    needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
-            if units.isdisjoint(uses):
+            if units.isdisjoint(defs):
                 continue
-            if cls == _TRANS and not _is_trans(op):
-                needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
-            elif cls == _SGPR:
-                needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
-                if op.startswith("v_div_fmas"):
-                    needs.append((key, units.intersection(VCC.unit_ids), vh.valu_vcc_to_div_fmas))
-            elif cls == _VGPR and op in _READLANE:
-                needs.append((key, units.intersection(inst.uses[0].unit_ids), vh.valu_to_readlane_src))
+            if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans):
+                makes.append((key, units.intersection(defs)))
+            elif cls == _STORE:
+                needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
+            elif cls == "dst":
+                needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
+            elif cls == "srcc":
+                needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
+        if not trans:
+            need(_TRANS, uses, vh.trans_to_valu_read)
+        need(_SGPR, uses, vh.valu_sgpr_to_valu_read)
+        if base.startswith("v_div_fmas"):
+            need(_SGPR, VCC.unit_ids, vh.valu_vcc_to_div_fmas)
+        if base in LANE_READ_OPS:
+            need(_VGPR, inst.operands[1].unit_ids, vh.valu_to_readlane_src)
+        if base in LANE_SELECT_OPS:
+            need(_SGPR, _lane_select(inst), vh.valu_sgpr_to_lane_select)
+        if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
+            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_lane_op)
+        if _is_dpp(op):
+            need(_VDEF, _vector_units(inst), vh.vgpr_write_to_dpp_read)
+            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_dpp)
+        if base in PERMLANE_SWAP_OPS:
+            need(_VGPR, _vector_units(inst), vh.valu_to_permlane_swap)
+            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_permlane_swap)
     elif kind == isa.MFMA:
         p = _mfma_passes(inst.op, arch)
         for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
                                                                     len(inst.uses) > 2 else ())):
             if key in made and not made[key].isdisjoint(units):
                 makes.append((key, made[key].intersection(units)))
-    elif kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
-        sgprs = made.get((_SGPR,))
-        if sgprs and not sgprs.isdisjoint(inst.use_units):
-            needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
-        stored = made.get((_STORE,))
-        data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
-        if data is not None:
-            makes.append(((_STORE,), stored.intersection(data.unit_ids)))
+    else:
+        vdef = made.get((_VDEF,))
+        if vdef and not vdef.isdisjoint(inst.def_units):  # a load's VGPRs: a DPP reading them counts from its issue
+            makes.append(((_VDEF,), vdef.intersection(inst.def_units)))
+        if kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
+            need(_SGPR, inst.use_units, arch.valu_hazards.valu_sgpr_to_vmem_read)
+            stored = made.get((_STORE,))
+            data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
+            if data is not None:
+                makes.append(((_STORE,), stored.intersection(data.unit_ids)))
     return states, makes, [n for n in needs if n[1] and n[2] > 0]
 
 
@@ -426,6 +487,7 @@ def _valu_events(blks: list, arch) -> dict:
     and is counted by position (as _events does)."""
     made = _produced([inst for blk in blks for inst in blk.insts], arch)
     any_made = set().union(*made.values())
+    exec_written = (_EXEC,) in made
     silent = (isa.LABEL, isa.COMMENT)
     events = {}
     for blk in blks:
@@ -433,7 +495,8 @@ def _valu_events(blks: list, arch) -> dict:
         for pos, inst in enumerate(blk.insts):
             kind = inst.kind
             if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
-                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units))):
+                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units)
+                    and not (exec_written and kind == isa.VALU and _reads_exec_late(inst.op)))):
                 continue  # one wait state, nothing a rule looks at
             states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:
