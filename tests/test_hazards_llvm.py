@@ -708,3 +708,116 @@ def test_load_then_waitcnt_then_cross_lane_matches_llvm(arch):
             with pytest.raises(HazardError, match="through DPP"):
                 run_on_emulator(arch, load_and_wait, reader.asm, want - 1)
         run_on_emulator(arch, load_and_wait, reader.asm, want)
+
+
+# ---- compiled kernels: each transcendental's first reader, as the compiler emitted the pair, asked of llc --------
+import tilegcn  # noqa: E402
+from tilegcn import language as T  # noqa: E402
+
+
+@tilegcn.jit
+def exp2_times_3(X, Y, *, block=16):
+    """The issue's case: `T.exp2(x) * 3` is v_exp_f32 then a v_mul_f32 reading its result."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = T.exp2(x[i, j]) * 3
+        T.copy(x, Y[by * block, bx * block])
+
+
+@tilegcn.jit
+def divide(X, Y, Z, *, block=16):
+    """a / b: v_rcp_f32 of the scaled divisor, then the FMAs refining it."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        y = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        T.copy(Y[by * block, bx * block], y)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = x[i, j] / y[i, j]
+        T.copy(x, Z[by * block, bx * block])
+
+
+_MIR_INLINE = {"1.0": 0x3F800000, "-1.0": 0xBF800000, "0.5": 0x3F000000, "2.0": 0x40000000, "0": 0}
+
+
+def _mir_source(text: str) -> str:
+    if re.fullmatch(r"v\d+", text):
+        return f"$vgpr{text[1:]}"
+    if text.startswith("0x"):
+        return str(int(text, 16))
+    return str(_MIR_INLINE[text])
+
+
+def asm_to_mir(line: str) -> str:
+    """The MIR of one VALU line of a compiled kernel, in the two forms a transcendental and its reader take here:
+    VOP1 / VOP2 (`v_exp_f32 v1, v2`, `v_mul_f32 v2, 0x40400000, v1`) and VOP3 with negated sources
+    (`v_fma_f32 v12, -v1, v11, 1.0`)."""
+    op, _, rest = line.partition(" ")
+    dst, *srcs = [o.strip() for o in rest.split(",")]
+    implicit = "implicit $mode, implicit $exec"
+    if op in ("v_fma_f32", "v_div_fixup_f32", "v_div_fmas_f32"):
+        mods = ", ".join(f"{int(s.startswith('-'))}, {_mir_source(s.lstrip('-'))}" for s in srcs)
+        return f"$vgpr{dst[1:]} = {op.upper()}_e64 {mods}, 0, 0, {implicit}"
+    return f"$vgpr{dst[1:]} = {op.upper()}_e32 {', '.join(map(_mir_source, srcs))}, {implicit}"
+
+
+def transcendental_pairs(asm: str) -> list:
+    """(producer line, lines issued between, first reader line) for each TRANS_OPS instruction of `asm`."""
+    lines = [ln.split("//")[0].strip() for ln in asm.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith((".", ";")) and not ln.endswith(":")]
+    out = []
+    for k, ln in enumerate(lines):
+        if ln.split()[0] not in TRANS_OPS:
+            continue
+        dst = ln.split()[1].rstrip(",")
+        for end in range(k + 1, len(lines)):
+            if dst in [o.strip().lstrip("-") for o in lines[end].partition(" ")[2].split(",")[1:]]:
+                out.append((ln, lines[k + 1:end], lines[end]))
+                break
+    return out
+
+
+def issued_wait_states(lines: list) -> int:
+    return sum(int(ln.split()[1]) + 1 if ln.startswith("s_nop") else 1 for ln in lines)
+
+
+COMPILED = [(arch, kernel) for arch in ARCHES for kernel in ("exp2_times_3", "divide")]
+
+
+@pytest.mark.parametrize("arch,kernel", COMPILED, ids=[f"{a}-{k}" for a, k in COMPILED])
+def test_compiled_transcendental_reader_gets_llcs_wait_states(arch, kernel):
+    """In the compiled kernel, between each transcendental and its first reader (a non-TRANS VALU), exactly the wait
+    states llc places between that pair (no fewer: the hazard; no more: the lowering emits them back to back and
+    the pass pads), and they are the pass's s_nop; the emulator refuses the kernel with one s_nop removed."""
+    x, y = torch.linspace(-4, 4, 256).reshape(16, 16), torch.linspace(1, 3, 256).reshape(16, 16)
+    args = (x, torch.empty_like(x)) if kernel == "exp2_times_3" else (x, y, torch.empty_like(x))
+    k = globals()[kernel].compile(*args, arch=arch)
+    pairs = transcendental_pairs(k.asm)
+    assert pairs, f"no transcendental in {kernel}"
+    for producer, between, reader in pairs:
+        want = llvm_wait_states(arch, asm_to_mir(producer), asm_to_mir(reader))
+        assert want == get_arch(arch).valu_hazards.trans_to_valu_read
+        assert issued_wait_states(between) == want and [ln.split()[0] for ln in between] == ["s_nop"], \
+            f"{arch} {kernel}: {producer} -> {between} -> {reader}; llc places {want}"
+
+
+@pytest.mark.parametrize("kernel", ["exp2_times_3", "divide"])
+def test_emulator_refuses_the_compiled_kernel_one_wait_state_short(kernel, tmp_path, monkeypatch):
+    """The issue's case on gfx942 (and a division's v_rcp_f32): the compiled kernel runs on the emulated device and
+    matches torch; with the s_nop after one transcendental removed (one wait state fewer than llc's) it is refused."""
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    x, y = torch.linspace(-4, 4, 256).reshape(16, 16), torch.linspace(1, 3, 256).reshape(16, 16)
+    args = (x, torch.empty_like(x)) if kernel == "exp2_times_3" else (x, y, torch.empty_like(x))
+    k = globals()[kernel].compile(*args, arch="gfx942")
+    k(*args)
+    torch.testing.assert_close(args[-1], torch.exp2(x) * 3 if kernel == "exp2_times_3" else x / y, rtol=2e-6, atol=0)
+    edited, n = re.subn(r"(v_(?:exp|rcp)_f32 v\d+, v\d+\n)\s*s_nop 0\n", r"\1", k.asm, count=1)
+    assert n == 1, "no s_nop after a transcendental to remove"
+    path = tmp_path / "edited.s"
+    path.write_text(edited)
+    with pytest.raises(HazardError, match=r"the result of the transcendental .* 0 wait states before; gfx942 needs 1"):
+        k.with_asm(path)(*args)
