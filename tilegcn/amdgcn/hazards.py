@@ -339,23 +339,20 @@ def _wide_store_data(inst: Inst):
     return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
 
 
-def _base(op: str) -> str:
-    return op.removesuffix("_e32").removesuffix("_e64")
-
-
-def _is_trans(op: str) -> bool:
-    return _base(op) in TRANS_OPS
-
-
-def _is_dpp(op: str) -> bool:
-    return op.endswith(DPP_SUFFIX)
+@functools.lru_cache(maxsize=None)
+def _roles(op: str) -> tuple:
+    """What the VALU-side rules ask of an opcode, once per opcode name: (is TRANS, reads a lane (v_readlane,
+    v_readfirstlane), has a lane select (v_readlane, v_writelane), is a permlane swap, is DPP, is v_div_fmas)."""
+    base = op.removesuffix("_e32").removesuffix("_e64")
+    return (base in TRANS_OPS, base in LANE_READ_OPS, base in LANE_SELECT_OPS, base in PERMLANE_SWAP_OPS,
+            op.endswith(DPP_SUFFIX), base.startswith("v_div_fmas"))
 
 
 def _reads_exec_late(op: str) -> bool:
-    """Whether a VALU write of EXEC shortly before this VALU op is a hazard (DPP, lane reads/writes, permlane swaps):
-    EXEC is none of its listed uses, so the pass looks at these by name."""
-    base = _base(op)
-    return _is_dpp(op) or base in LANE_READ_OPS or base in LANE_SELECT_OPS or base in PERMLANE_SWAP_OPS
+    """Whether a VALU write of EXEC shortly before this VALU op is a hazard (DPP, lane reads / writes, permlane
+    swaps): EXEC is none of its listed uses, so the pass looks at these by name."""
+    _, lane_read, lane_select, permlane, dpp, _ = _roles(op)
+    return lane_read or lane_select or permlane or dpp
 
 
 def _vector_units(inst: Inst) -> set:
@@ -378,26 +375,25 @@ def _produced(insts: list, arch) -> dict:
     made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_VDEF,): set(), (_EXEC,): set(),
                   (_STORE,): set()}
     valu_defs, mfmas, exec_readers = set(), [], False
-    exec_units = set(EXEC.unit_ids)
     for inst in insts:
         kind = inst.kind
         if kind == isa.VALU:
             valu_defs.update(inst.def_units)
-            op = inst.op
-            base = _base(op)
-            if base in TRANS_OPS:
+            trans, lane_read, lane_select, permlane, dpp, _ = _roles(inst.op)
+            if trans:
                 made[(_TRANS,)].update(inst.def_units)
             for r in inst.defs:
                 if r.file in _SGPR_FILES:
                     made[(_SGPR,)].update(r.unit_ids)
-            if base in LANE_READ_OPS:
+                elif r.file == "exec":
+                    made[(_EXEC,)].update(r.unit_ids)
+            if lane_read:
                 made[(_VGPR,)].update(inst.operands[1].unit_ids)
-            if base in PERMLANE_SWAP_OPS:
+            if permlane:
                 made[(_VGPR,)].update(_vector_units(inst))
-            if _is_dpp(op):
+            if dpp:
                 made[(_VDEF,)].update(_vector_units(inst))
-            exec_readers = exec_readers or _reads_exec_late(op)
-            made[(_EXEC,)].update(exec_units.intersection(inst.def_units))
+            exec_readers = exec_readers or lane_read or lane_select or permlane or dpp
         elif kind == isa.MFMA:
             mfmas.append(inst)
         elif kind == isa.VMEM_STORE:
@@ -422,46 +418,30 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
         return 0, (), ()
     states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
     makes, needs = [], []
-
-    def need(cls, units, ws: int):
-        produced = made.get((cls,))
-        if produced and ws > 0 and not produced.isdisjoint(units):
-            needs.append(((cls,), produced.intersection(units), ws))
-
     if kind == isa.VALU:
         vh, mh = arch.valu_hazards, arch.mfma_hazards
-        op, uses, defs = inst.op, inst.use_units, inst.def_units
-        base = _base(op)
-        trans = base in TRANS_OPS
+        uses, defs = inst.use_units, inst.def_units
+        roles = _roles(inst.op)
+        trans = roles[0]
         for key, units in made.items():
             cls = key[0]
-            if units.isdisjoint(defs):
+            if not units.isdisjoint(defs):
+                if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans):
+                    makes.append((key, units.intersection(defs)))
+                elif cls == _STORE:
+                    needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
+                elif cls == "dst":
+                    needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
+                elif cls == "srcc":
+                    needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
+            if units.isdisjoint(uses):
                 continue
-            if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans):
-                makes.append((key, units.intersection(defs)))
-            elif cls == _STORE:
-                needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
-            elif cls == "dst":
-                needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
-            elif cls == "srcc":
-                needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
-        if not trans:
-            need(_TRANS, uses, vh.trans_to_valu_read)
-        need(_SGPR, uses, vh.valu_sgpr_to_valu_read)
-        if base.startswith("v_div_fmas"):
-            need(_SGPR, VCC.unit_ids, vh.valu_vcc_to_div_fmas)
-        if base in LANE_READ_OPS:
-            need(_VGPR, inst.operands[1].unit_ids, vh.valu_to_readlane_src)
-        if base in LANE_SELECT_OPS:
-            need(_SGPR, _lane_select(inst), vh.valu_sgpr_to_lane_select)
-        if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
-            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_lane_op)
-        if _is_dpp(op):
-            need(_VDEF, _vector_units(inst), vh.vgpr_write_to_dpp_read)
-            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_dpp)
-        if base in PERMLANE_SWAP_OPS:
-            need(_VGPR, _vector_units(inst), vh.valu_to_permlane_swap)
-            need(_EXEC, EXEC.unit_ids, vh.valu_exec_to_permlane_swap)
+            if cls == _TRANS and not trans:
+                needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
+            elif cls == _SGPR:
+                needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
+        if any(roles[1:]):  # (rare: v_div_fmas and the cross-lane instructions)
+            needs += _named_op_needs(inst, roles, vh, made)
     elif kind == isa.MFMA:
         p = _mfma_passes(inst.op, arch)
         for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
@@ -473,12 +453,41 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
         if vdef and not vdef.isdisjoint(inst.def_units):  # a load's VGPRs: a DPP reading them counts from its issue
             makes.append(((_VDEF,), vdef.intersection(inst.def_units)))
         if kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
-            need(_SGPR, inst.use_units, arch.valu_hazards.valu_sgpr_to_vmem_read)
+            sgprs = made.get((_SGPR,))
+            if sgprs and not sgprs.isdisjoint(inst.use_units):
+                needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
             stored = made.get((_STORE,))
             data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
             if data is not None:
                 makes.append(((_STORE,), stored.intersection(data.unit_ids)))
     return states, makes, [n for n in needs if n[1] and n[2] > 0]
+
+
+def _named_op_needs(inst: Inst, roles: tuple, vh, made: dict) -> list:
+    """The needs of the VALU ops the rules name (_roles): v_div_fmas reads VCC late; a lane read its lane source,
+    v_readlane / v_writelane their lane select; DPP every VGPR it names, a permlane swap both operands; all of these
+    but v_div_fmas EXEC."""
+    _, lane_read, lane_select, permlane, dpp, div_fmas = roles
+    wanted = []
+    if div_fmas:
+        wanted.append((_SGPR, VCC.unit_ids, vh.valu_vcc_to_div_fmas))
+    if lane_read:
+        wanted.append((_VGPR, inst.operands[1].unit_ids, vh.valu_to_readlane_src))
+    if lane_select:
+        wanted.append((_SGPR, _lane_select(inst), vh.valu_sgpr_to_lane_select))
+    if lane_read or lane_select:
+        wanted.append((_EXEC, EXEC.unit_ids, vh.valu_exec_to_lane_op))
+    if dpp:
+        wanted += [(_VDEF, _vector_units(inst), vh.vgpr_write_to_dpp_read), (_EXEC, EXEC.unit_ids, vh.valu_exec_to_dpp)]
+    if permlane:
+        wanted += [(_VGPR, _vector_units(inst), vh.valu_to_permlane_swap),
+                   (_EXEC, EXEC.unit_ids, vh.valu_exec_to_permlane_swap)]
+    needs = []
+    for cls, units, ws in wanted:
+        produced = made.get((cls,))
+        if produced and ws > 0 and not produced.isdisjoint(units):
+            needs.append(((cls,), produced.intersection(units), ws))
+    return needs
 
 
 def _valu_events(blks: list, arch) -> dict:
