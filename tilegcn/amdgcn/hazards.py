@@ -15,10 +15,14 @@ instructions of the next.
 
 A second pass of the same shape (`_insert_valu_nops`, after the first: the nops it counts include those) places
 the rules of `arch.valu_hazards` and the MFMA write-after-write / write-after-read rows: a transcendental's result
-read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM or
-v_div_fmas, a VALU write of a VGPR read by v_readfirstlane, a store of more than 8 bytes whose data a VALU
-overwrites, and a VALU overwriting an MFMA's result or srcC. docs/hazards.md is the sweep of LLVM's hazard
-recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where it is handled.
+read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM,
+v_div_fmas or a v_readlane / v_writelane lane select, a VALU write of a VGPR read by v_readfirstlane / v_readlane
+or a v_permlane*_swap (gfx950), any instruction's write of a VGPR (a load's too) read by a DPP instruction, a VALU
+write of EXEC (v_cmpx) before a DPP, lane read / write or permlane swap, a store of more than 8 bytes whose data a
+VALU overwrites, and a VALU overwriting an MFMA's result or srcC. The cross-lane instructions are named by the arch
+table's opcode sets (LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, DPP_SUFFIX). docs/hazards.md is the sweep
+of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where
+it is handled. No lowering places instructions to meet a hazard: this pass places every wait state.
 """
 from __future__ import annotations
 
