@@ -555,12 +555,16 @@ def mov_dpp(dst: R, src: R) -> Op:
               Inst("v_mov_b32_dpp", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.VALU, suffix=DPP_QUAD_SWAP))
 
 
-def add_dpp(dst: R, a: R, b: R) -> Op:
-    """dst = a (from the neighbouring lane) + b (this lane's)."""
-    return Op(f"v_add_f32_dpp {dst.asm}, {a.asm}, {b.asm} {DPP_QUAD_SWAP}",
-              f"{dst.mir} = V_ADD_F32_dpp {dst.mir}, 0, {a.mir}, 0, {b.mir}, 177, 15, 15, -1, implicit $mode, "
+DPP_ROW_HALF_MIRROR = "row_half_mirror row_mask:0xf bank_mask:0xf"  # MIR dpp_ctrl 321 (0x141)
+
+
+def add_dpp(dst: R, a: R, b: R, control: str = DPP_QUAD_SWAP) -> Op:
+    """dst = a (from another lane of the DPP control) + b (this lane's)."""
+    code = {DPP_QUAD_SWAP: 177, DPP_ROW_HALF_MIRROR: 321}[control]
+    return Op(f"v_add_f32_dpp {dst.asm}, {a.asm}, {b.asm} {control}",
+              f"{dst.mir} = V_ADD_F32_dpp {dst.mir}, 0, {a.mir}, 0, {b.mir}, {code}, 15, 15, -1, implicit $mode, "
               "implicit $exec",
-              Inst("v_add_f32_dpp", (dst.reg, a.reg, b.reg), (dst.reg,), (a.reg, b.reg), isa.VALU, suffix=DPP_QUAD_SWAP))
+              Inst("v_add_f32_dpp", (dst.reg, a.reg, b.reg), (dst.reg,), (a.reg, b.reg), isa.VALU, suffix=control))
 
 
 def readlane(sdst: int, src: R, lane: Reg, lane_asm: str, lane_mir: str) -> Op:
@@ -605,6 +609,19 @@ def permlane_swap(op: str, x: R, y: R) -> Op:
               Inst(op, (x.reg, y.reg), (x.reg, y.reg), (x.reg, y.reg), isa.VALU))
 
 
+def ds_swizzle(dst: R, src: R) -> Op:
+    return Op(f"ds_swizzle_b32 {dst.asm}, {src.asm} offset:swizzle(SWAP,1)",
+              f"{dst.mir} = DS_SWIZZLE_B32 {src.mir}, 1055, 0, implicit $exec",
+              Inst("ds_swizzle_b32", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.DS_READ,
+                   suffix="offset:swizzle(SWAP,1)"))
+
+
+def ds_bpermute(dst: R, addr: R, data: R) -> Op:
+    return Op(f"ds_bpermute_b32 {dst.asm}, {addr.asm}, {data.asm}",
+              f"{dst.mir} = DS_BPERMUTE_B32 {addr.mir}, {data.mir}, 0, implicit $exec",
+              Inst("ds_bpermute_b32", (dst.reg, addr.reg, data.reg), (dst.reg,), (addr.reg, data.reg), isa.DS_READ))
+
+
 def cross_lane_cases(arch):
     vh = get_arch(arch).valu_hazards
     x, y, d = v(1), v(2), v(3)
@@ -638,6 +655,11 @@ def cross_lane_cases(arch):
          add_sgpr(d, 16, x)),
         ("v_writelane -> DPP reading its result", vh.vgpr_write_to_dpp_read, writelane(v(4), 7, 16),
          mov_dpp(d, v(4))),
+        ("v_add_f32_dpp -> v_add_f32_dpp of its result (a butterfly's next step)", vh.vgpr_write_to_dpp_read,
+         add_dpp(x, x, x), add_dpp(x, x, x, DPP_ROW_HALF_MIRROR)),
+        ("v_mov_b32_dpp -> VALU reading its result", 0, mov_dpp(d, x), valu_add(v(4), d)),
+        ("VALU -> ds_swizzle source", 0, valu_mov(x, v(30)), ds_swizzle(v(5), x)),
+        ("VALU -> ds_bpermute address and data", 0, valu_mov(x, v(30)), ds_bpermute(v(5), x, x)),
     ]
     if arch == "gfx950":  # gfx942 has no permlane swaps
         for op in sorted(PERMLANE_SWAP_OPS):
@@ -661,13 +683,6 @@ CROSS_LANE_CASES = [(arch, *case) for arch in ARCHES for case in cross_lane_case
 def test_cross_lane_hazard_matches_llvm(arch, what, table, first, second):
     want = assert_pass_and_emulator_agree_with_llvm(arch, first, second, what)
     assert table == want, f"{arch} {what}: the arch table says {table} wait states, LLVM places {want}"
-
-
-def ds_swizzle(dst: R, src: R) -> Op:
-    return Op(f"ds_swizzle_b32 {dst.asm}, {src.asm} offset:swizzle(SWAP,1)",
-              f"{dst.mir} = DS_SWIZZLE_B32 {src.mir}, 1055, 0, implicit $exec",
-              Inst("ds_swizzle_b32", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.DS_READ,
-                   suffix="offset:swizzle(SWAP,1)"))
 
 
 def buffer_load(dst: R) -> Op:
