@@ -207,7 +207,7 @@ def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str):
 
     try:
         kernel = trace(jitfn.fn, trace_args, jitfn._constants(config), arch)
-        plan_resources(kernel, arch, jitfn.options["copy"])
+        plan_resources(kernel, jitfn.options.with_arch(arch))
     except (CompileError, ArgumentError) as e:
         return None, _reason(e)
     return kernel, None
@@ -629,7 +629,7 @@ class Autotuner:
         for row in rows:
             described = self.fn._described(self.fn._constants(self._merge(row.config, extra)))
             try:
-                jobs.append(pickle.dumps((row.traced, arch, self.fn.options, described)))
+                jobs.append(pickle.dumps((row.traced, self.fn.options.with_arch(arch), described)))
             except Exception:  # noqa: BLE001 - an IR the pickle cannot take: this process compiles it
                 continue
             sent.append(row)

@@ -333,15 +333,15 @@ def compiler_hash() -> str:
     return h.hexdigest()
 
 
-def make_key(ir: str, arch: str, options: dict, llvm_version: str) -> str:
-    """The cache key of one compile. `options` must be JSON-able (it is serialised with sorted keys)."""
+def make_key(ir: str, options: "CompileOptions", llvm_version: str) -> str:
+    """The cache key of one compile: tilegcn's version and sources, the IR, every field of the CompileOptions
+    (arch, schedule, copy, ...) and the LLVM that assembles it."""
     blob = json.dumps(
         {
             "tilegcn": __version__,
             "compiler": compiler_hash(),
             "ir": ir,
-            "arch": arch,
-            "options": options,
+            "options": options.key_fields(),
             "llvm": llvm_version,
         },
         sort_keys=True,

@@ -34,10 +34,11 @@ from pathlib import Path
 
 from . import __version__, toolchain
 from .asm_override import apply_override as apply_asm_override
-from .amdgcn.arch import COPY_MODES, DEFAULT_ARCH, get_arch
-from .amdgcn.schedule import INTERLEAVE, SCHEDULES
+from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.schedule import INTERLEAVE
 from .cache import Cache, make_key
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
+from .options import CompileOptions
 
 # torch and the IR are imported on first use, so that `import tilegcn` (and `python -m tilegcn cache ...`)
 # stays fast; every decorated function imports torch when it is created.
@@ -589,9 +590,8 @@ class JITFunction:
         self.fn = fn
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
-        # compile options beyond IR and arch (cache key)
-        self.options = {"schedule": _check_option("schedule", schedule, SCHEDULES),
-                        "copy": _check_option("copy", copy, COPY_MODES)}
+        # the compile options (cache key); the arch is resolved per call (`_compiled`)
+        self.options = _jit_options(self.arch, schedule=schedule, copy=copy)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
@@ -672,7 +672,7 @@ class JITFunction:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
                 how = " (it is positional: pass it by position)" if k in self.arg_names else ""
-                if k in self.options:
+                if k in CompileOptions.jit_options():
                     how = f" ({k} is a decorator option: tilegcn.jit({self.name}, {k}=...))"
                 raise ArgumentError(
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
@@ -710,7 +710,7 @@ class JITFunction:
         t0 = time.perf_counter()
         kernel = trace(self.fn, trace_args, constants, arch)
         self.cache_stats.traces += 1
-        entry, built, timings = build_traced(kernel, arch, self.options, self._described(constants),
+        entry, built, timings = build_traced(kernel, self.options.with_arch(arch), self._described(constants),
                                              time.perf_counter() - t0)
         if built:
             self.cache_stats.compiles += 1
@@ -731,18 +731,19 @@ class JITFunction:
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
 
 
-def build_traced(kernel, arch: str, options: dict, described: dict, trace_seconds: float = 0.0):
+def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds: float = 0.0):
     """Lower and assemble a traced kernel into the disk cache, or find its verified entry there:
-    (entry, built, timings). `described`: meta.json's source, function and constants (JSON values), so that a
-    process without the Python function (tilegcn.autotune's compile workers) builds the very entry a call
+    (entry, built, timings); `options` name the arch. `described`: meta.json's source, function and constants
+    (JSON values), so that a process without the Python function (tilegcn.autotune's compile workers) builds the very entry a call
     would."""
     from .ir import print_kernel
 
+    arch = options.arch
     timings = {"trace": trace_seconds}
     t1 = time.perf_counter()
     ir = print_kernel(kernel)
     llvm = toolchain.find_llvm(arch)
-    key = make_key(ir, arch, options, llvm.version)
+    key = make_key(ir, options, llvm.version)
     t2 = time.perf_counter()
     timings["key"] = t2 - t1
 
@@ -750,7 +751,7 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
         from .compiler import lower  # only on a miss: a cache hit never imports the lowering passes
 
         tb0 = time.perf_counter()
-        lowered = _lower_or_report(lower, kernel, arch, options)
+        lowered = _lower_or_report(lower, kernel, options)
         passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
         (tmp / "kernel.ir").write_text(ir + passes)
         (tmp / "kernel.s").write_text(lowered.asm)
@@ -782,11 +783,12 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
     return entry, built, timings
 
 
-def _lower_or_report(lower, kernel, arch, options: dict):
+def _lower_or_report(lower, kernel, options: CompileOptions):
     """Run the lowering passes; a Python exception from inside them is a tilegcn bug, reported as a
     CompileError at the kernel's line (the original traceback stays chained) rather than a raw exception."""
+    arch = options.arch
     try:
-        return lower(kernel, arch, options["schedule"], options["copy"])
+        return lower(kernel, options)
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
@@ -827,11 +829,11 @@ def _jsonable(v):
     return repr(v)
 
 
-def _check_option(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ArgumentError(f"tilegcn.jit: unknown {name}={value!r}; choose one of "
-                            + ", ".join(repr(c) for c in choices))
-    return value
+def _jit_options(arch, **options) -> CompileOptions:
+    try:
+        return CompileOptions(arch, **options)
+    except ArgumentError as e:
+        raise ArgumentError(str(e).replace("tilegcn:", "tilegcn.jit:", 1)) from None
 
 
 def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
