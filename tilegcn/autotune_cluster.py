@@ -177,14 +177,15 @@ def _task_lost(tuner, group, error, distributed, progress) -> None:
 
 def _take(tuner, group, result, arch, progress) -> str | None:
     """Apply one task's result to its rows; None when done, else why the rows are left to this process."""
-    from .autotune import Score
+    from .autotune import Score, _refused_for_resources
 
     status = result["status"]
     if status == "load":  # e.g. an object of the user's script in the IR: the worker cannot unpickle it
         return f"{result['worker']} cannot load the IR: {result['error']}"
     if status == "compile":
+        refused = _refused_for_resources(result["error"])  # the register budget: infeasible, as feasibility says
         for row in group:
-            row.status, row.reason = "failed", result["error"]
+            row.status, row.reason = "skipped" if refused else "failed", result["error"]
             progress.update()
         return None
     why = _import_entry(tuner, group[0].traced, arch, result)

@@ -6,7 +6,8 @@
 
 Everything that compiles runs this list: `lower` (tilegcn.jit, the compile workers, the CLI's export, the
 benches) runs all of it; tilegcn.autotune's feasibility check runs its prefix up to `FEASIBILITY_LAST`
-(`plan_resources`), so the two cannot drift; tests that start from hand-built instructions run the machine
+(`check_resources`; its sweep first runs the cheaper prefix up to `PLAN_LAST`, `plan_resources`), so the two
+cannot drift; tests that start from hand-built instructions run the machine
 passes through `run_machine_passes`. The machine passes (amdgcn/schedule.py, regalloc.py, waitcnt.py, hazards.py)
 are one file each and run from here only. Each pass reads and writes one `Compilation`.
 """
@@ -42,8 +43,8 @@ from .passes.pipeline import lower_loop
 from .passes.pipelining import pipeline_loops
 from .passes.xcd import lower_swizzle
 
-__all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "FEASIBILITY_LAST", "lower", "plan_resources",
-           "run_passes", "run_machine_passes"]
+__all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
+           "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
 
 
 @dataclass
@@ -260,10 +261,12 @@ PASSES = (
     Pass("render", _render, "assembly text, kernel descriptor and metadata (amdgcn/emit.py)"),
 )
 PASS_NAMES = tuple(p.name for p in PASSES)
-# the last pass of the compiler's resource checks made before any statement is lowered (tilegcn.autotune's
-# feasibility): IR verification, pipelining, the gemm plans and the LDS allocation. (Register allocation, the one
-# later check, needs the whole lowering.)
-FEASIBILITY_LAST = "lds_allocation"
+# The compiler's resource checks are the passes up to FEASIBILITY_LAST (tilegcn.autotune.feasibility runs exactly
+# those): what does not fit fails there, so a kernel that passes them compiles. The ones made before any statement
+# is lowered (IR verification, pipelining, the gemm plans, the LDS budget) end at PLAN_LAST and are cheap; the
+# register budget needs the lowered code, scheduled and allocated.
+PLAN_LAST = "lds_allocation"
+FEASIBILITY_LAST = "regalloc"
 
 
 def _pass_range(first: str, last: str) -> tuple:
@@ -301,10 +304,18 @@ def run_machine_passes(insts: list, options, *, first: str = "waits", last: str 
 
 
 def plan_resources(kernel: N.Kernel, options) -> Compilation:
-    """The compiler's resource checks made before any statement is lowered: `PASSES` up to `FEASIBILITY_LAST`
-    (IR verification, software pipelining, the MFMA plan of every T.gemm and the LDS allocation of every pipeline
-    stage); a CompileError (ResourceError) names what does not fit. `lower` starts with exactly these passes, and
-    tilegcn.autotune's feasibility check runs them alone, so the two cannot disagree."""
+    """The compiler's resource checks made before any statement is lowered: `PASSES` up to `PLAN_LAST` (IR
+    verification, software pipelining, the MFMA plan of every T.gemm and the LDS allocation of every pipeline
+    stage); a CompileError (ResourceError) names what does not fit. Cheap: tilegcn.autotune's sweep runs it on
+    every config before compiling any."""
+    return run_passes(kernel, options, last=PLAN_LAST)
+
+
+def check_resources(kernel: N.Kernel, options) -> Compilation:
+    """Every resource check of the compiler: `PASSES` up to `FEASIBILITY_LAST` (`plan_resources`, then the
+    statement lowering, scheduling and register allocation, whose register budget is the last check). `lower`
+    runs these very passes first, so a kernel this accepts compiles and one it refuses fails `lower` with the
+    same error: tilegcn.autotune.feasibility is this."""
     return run_passes(kernel, options, last=FEASIBILITY_LAST)
 
 
