@@ -107,7 +107,8 @@ def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None
 
 
 def _run(client, tuner, rows, args, extra, arch, progress) -> str:
-    from .autotune import EstimateRanker, _copies
+    from .autotune import EstimateRanker
+    from .testing import copies as _copies
 
     ranker = tuner._ranker(arch)
     remote_rank = isinstance(ranker, EstimateRanker)
@@ -271,7 +272,7 @@ def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
 
 
 def _build_then_rank(build_traced, kernel, options, described, ranker, arg_names, args) -> dict:
-    from .autotune import _copies
+    from .testing import copies as _copies
 
     try:
         entry, _, _ = build_traced(kernel, options, described)

@@ -25,6 +25,7 @@ each scalar's Python type, the keyword constants and the target arch. Three leve
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import numbers
 import os
@@ -33,10 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .asm_override import apply_override as apply_asm_override
 from .amdgcn.arch import DEFAULT_ARCH, get_arch
 from .amdgcn.schedule import INTERLEAVE
-from .cache import Cache, make_key
+from .cache import ENV_ASM_OVERRIDE, Cache, announce_override, make_key, override_file
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
 from .options import CompileOptions
 
@@ -447,12 +447,55 @@ class CompiledKernel:
 
     def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
         """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
-        device on `args` (see tilegcn.asm_override). The edit is taken to write the tensors this kernel writes."""
-        from .asm_override import with_asm
+        device on `args` (see tilegcn.asm_override). The edit is taken to write the tensors this kernel writes.
+        The edited file is assembled and linked like generated code and stored in the disk cache under a key of
+        its own text (the generated entry is untouched)."""
+        from .cache import ENTRY_FILE_LIMIT, read_limited
+        from .testing import AsmVerifyError, compare
 
-        edited = with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
-        edited.written = self.written
+        path = Path(path)
+        if verify and args is None:
+            raise ArgumentError("tilegcn: with_asm(verify=True) needs args=(...), the inputs to run both kernels on")
+        try:  # limited: a path to /dev/zero or a huge file is refused, not read until memory runs out
+            asm = read_limited(path, ENTRY_FILE_LIMIT, follow_symlinks=True).decode()
+        except (OSError, ValueError) as e:
+            raise ArgumentError(f"tilegcn: cannot read the overriding assembly {path}: {e}") from None
+        llvm = toolchain.find_llvm(self.arch)
+        ident = "\0".join(["asm-override", asm, self.arch, llvm.version, __version__, repr(self.metadata["args"])])
+        key = hashlib.sha256(ident.encode()).hexdigest()
+
+        def build(tmp: Path) -> dict:
+            t0 = time.perf_counter()
+            hsaco = toolchain.assemble(asm, self.arch)  # ToolchainError names the bad line
+            (tmp / "kernel.ir").write_text(self.ir)
+            (tmp / "kernel.s").write_text(asm)
+            (tmp / "kernel.hsaco").write_bytes(hsaco)
+            meta = {k: v for k, v in self.metadata.items() if k not in ("key", "hsaco_sha256")}
+            meta.update(asm_override=str(path.resolve()), overrides=self.key, created=time.time(),
+                        compile_time={"assemble": time.perf_counter() - t0})
+            return meta
+
+        entry, _ = Cache().get_or_build(key, build)
+        edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
+                                prints=self.prints)
+        if verify:
+            report = compare(self, edited, args)
+            edited.verification = report
+            if not report.ok(tolerance):
+                raise AsmVerifyError(report)
         return edited
+
+    def _overridden(self) -> "CompiledKernel":
+        """This kernel, or, when $TILEGCN_ASM_OVERRIDE holds a safe <cache key>.s for it, a kernel running that
+        file, announced once per process (AsmOverrideWarning): code that is not the generated one never runs
+        unsaid."""
+        path = override_file(self.key)
+        if path is None:
+            return self
+        announce_override((self.key, str(path), None),
+                          f"tilegcn: {ENV_ASM_OVERRIDE}: kernel {self.name} (cache key {self.key[:16]}, "
+                          f"{self.fn.source_location}) runs the hand-edited {path}, not the generated code")
+        return self.with_asm(path)
 
     def estimate(self, device=None, args=None, **options):
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
@@ -515,7 +558,7 @@ def _placeholder(spec):
     if not isinstance(spec, TensorSpec):
         return spec(1)
     size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
-    return torch.zeros(size, dtype=spec.dtype.torch).as_strided(spec.shape, spec.strides)
+    return torch.zeros(size, dtype=getattr(torch, spec.dtype.name)).as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:
@@ -720,7 +763,7 @@ class JITFunction:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
                                 prints=getattr(kernel, "prints", ()))
-        return apply_asm_override(kernel)  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
+        return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
         """The fields of meta.json that describe where a kernel came from (see build_traced)."""

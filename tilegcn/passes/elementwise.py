@@ -367,6 +367,6 @@ def torch_bits_16(value: float, dtype) -> int:
     """The 16-bit pattern of `value` in bf16/f16 (round to nearest even), via torch."""
     import torch
 
-    t = torch.tensor([value], dtype=torch.float32).to(dtype.torch)
+    t = torch.tensor([value], dtype=torch.float32).to(getattr(torch, dtype.name))  # (a DType's name is torch's)
     return int(t.view(torch.int16).item()) & 0xFFFF
 
