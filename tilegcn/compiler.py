@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .amdgcn.abi import KernelAbi
+from .codegen.abi import KernelAbi
 from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
@@ -250,7 +250,7 @@ PASSES = (
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
-    Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
+    Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (codegen/abi.py)"),
     Pass("layouts", _layouts, "the register layout of every fragment (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (passes/xcd.py)"),
     Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),

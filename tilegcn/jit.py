@@ -499,11 +499,12 @@ class CompiledKernel:
 
     def estimate(self, device=None, args=None, **options):
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
-        default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
+        default: this kernel's arch): see `tilegcn.perfmodel`. `args` default to zero tensors
         of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
         import torch
 
         from .amdgcn.arch import TIMING
+        from .perfmodel import estimate
         from .runtime.emulator import load
 
         if args is None:
@@ -513,8 +514,8 @@ class CompiledKernel:
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
-        return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
-                               **options)
+        return estimate(module, self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+                        **options)
 
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
@@ -777,8 +778,8 @@ class JITFunction:
 def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds: float = 0.0):
     """Lower and assemble a traced kernel into the disk cache, or find its verified entry there:
     (entry, built, timings); `options` name the arch. `described`: meta.json's source, function and constants
-    (JSON values), so that a process without the Python function (tilegcn.autotune's compile workers) builds the very entry a call
-    would."""
+    (JSON values), so that a process without the Python function (tilegcn.autotune's compile workers) builds the
+    very entry a call would."""
     from .ir import print_kernel
 
     arch = options.arch

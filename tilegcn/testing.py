@@ -119,18 +119,19 @@ def _estimate_launch(module, name, launch, device):
     import torch
 
     from .amdgcn.arch import TIMING
+    from .perfmodel import estimate
 
-    copies = {}
+    cloned = {}
 
     def copied(value):
         if isinstance(value, torch.Tensor):
-            return copies.setdefault(id(value), value.clone())
+            return cloned.setdefault(id(value), value.clone())
         return value
 
     options = dict(launch, args=[copied(a) for a in launch["args"]],
                    buffers=[copied(b) for b in launch["buffers"]])
     grid, block = options.pop("grid"), options.pop("block")
-    return module.estimate(name, grid, block, device=device or TIMING[module.arch.name].device, **options)
+    return estimate(module, name, grid, block, device=device or TIMING[module.arch.name].device, **options)
 
 
 # -- do_bench ---------------------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ import re
 
 import torch
 
-from ....amdgcn.arch import TIMING
-from ....ir.types import DTYPES
-from .. import load
+from ..amdgcn.arch import TIMING
+from ..ir.types import DTYPES
+from ..runtime.emulator import load
+from .grid import estimate
 
 _PARAM = re.compile(r"^\s*param (\w+): (?:tensor<(\w+)> shape=\(([^)]*)\) strides=\(([^)]*)\)|scalar<(\w+)>)", re.M)
 
@@ -33,5 +34,5 @@ def entry_args(entry) -> list:
 def estimate_entry(entry, device=None, **options):
     meta = entry.meta
     module = load(entry.hsaco_path, arch=meta["arch"])
-    return module.estimate(meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
-                           device=device or TIMING[meta["arch"]].device, **options)
+    return estimate(module, meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
+                    device=device or TIMING[meta["arch"]].device, **options)
