@@ -123,6 +123,15 @@ def _module_level_edges():
     return {m: {t for t in top if t in GRAPH and t != "tilegcn"} for m, (top, _) in GRAPH.items()}
 
 
+def test_the_timing_model_sees_the_emulator_only_through_its_public_api():
+    """tilegcn.perfmodel reads the emulated device through `runtime/emulator/tracing.py` (and loads code objects
+    with `runtime.emulator.load`), never through the machine's modules."""
+    public = {"tilegcn.runtime.emulator", "tilegcn.runtime.emulator.tracing"}
+    reached = sorted((m, t) for m, (_, anywhere) in GRAPH.items() if m.startswith("tilegcn.perfmodel")
+                     for t in anywhere if t.startswith("tilegcn.runtime.emulator") and t not in public)
+    assert not reached, "\n".join(f"{m} imports {t}" for m, t in reached)
+
+
 def test_the_graph_sees_the_imports_it_must():
     """The builder itself: relative, absolute, submodule and function-level imports are all found."""
     top, anywhere = GRAPH["tilegcn.jit"]

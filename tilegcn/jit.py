@@ -811,6 +811,7 @@ def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds
         meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
         meta.update(
             arch=arch,
+            options=options.key_fields(),  # what the key hashed besides the IR (`tilegcn cache show KEY`)
             **described,
             compile_time={"trace": trace_seconds, "lower": tb1 - tb0, "assemble": tb2 - tb1,
                           "total": trace_seconds + tb2 - t1},
