@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .codegen.abi import KernelAbi
 from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
@@ -28,20 +27,17 @@ from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
+from .codegen.abi import KernelAbi
 from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
 from .ir.verify import verify
 from .options import CompileOptions
 from .passes.context import Context
-from .passes.copy import lower_copy
-from .passes.elementwise import lower_fill, lower_parallel
-from .passes.gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, may_use_lds_dma, plan_gemms
+from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
 from .passes.layout import TID, assign_layouts
-from .passes.pipeline import lower_loop
 from .passes.pipelining import pipeline_loops
-from .passes.xcd import lower_swizzle
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
            "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
@@ -74,42 +70,21 @@ def lower_statements(ctx: Context, body: list):
                 lower_statement(ctx, s)
 
 
-def _pipelined(ctx: Context, s: N.Stmt) -> bool:
+def _pipelined(ctx: Context, s) -> bool:
     """A statement of a pipelined K loop (passes/pipelining.py): its prologue, steady loop and epilogue share
     their address registers (copy offsets, LDS read bases), so they are not freed statement by statement."""
-    return isinstance(s, (N.AsyncCopy, N.CommitGroup, N.WaitGroup)) or (isinstance(s, N.Gemm) and ctx.pipe is not None) or \
-        (isinstance(s, N.Loop) and any(isinstance(x, N.AsyncCopy) for x in s.body))
+    return s.in_pipeline(ctx)
 
 
-def lower_statement(ctx: Context, s: N.Stmt):
-    """Lower one statement; a CompileError raised anywhere below points at the statement's line."""
+def lower_statement(ctx: Context, s):
+    """Lower one statement (its op's `lower`, tilegcn/ops/); a CompileError raised anywhere below points at the
+    statement's line, unless it came from a statement nested in this one's bodies (a loop's), which has its own."""
     try:
-        _dispatch(ctx, s)
+        s.lower(ctx, lower_statements)
     except CompileError as e:
-        if e.location == s.loc or isinstance(s, N.Loop):
+        if e.location == s.loc or s.bodies():
             raise
         raise type(e)(e.raw_message, location=s.loc) from None
-
-
-def _dispatch(ctx: Context, s: N.Stmt):
-    if isinstance(s, N.AsyncCopy):
-        lower_async_copy(ctx, s)
-    elif isinstance(s, N.Copy):
-        lower_copy(ctx, s)
-    elif isinstance(s, N.CommitGroup):
-        lower_commit_group(ctx, s)
-    elif isinstance(s, N.WaitGroup):
-        lower_wait_group(ctx, s)
-    elif isinstance(s, N.ParallelStore):
-        lower_parallel(ctx, s)
-    elif isinstance(s, N.Fill):
-        lower_fill(ctx, s)
-    elif isinstance(s, N.Gemm):
-        lower_gemm(ctx, s)
-    elif isinstance(s, N.Loop):
-        lower_loop(ctx, s, lower_statements)
-    elif not isinstance(s, N.Swizzle):  # the swizzle is applied in the prologue
-        raise TypeError(f"no lowering for {type(s).__name__}")
 
 
 # -- the pass list ----------------------------------------------------------------------------------------------
@@ -194,7 +169,8 @@ def _layouts(c: Compilation):
 
 
 def _workgroup_remap(c: Compilation):
-    lower_swizzle(c.ctx)
+    for s in c.kernel.body:
+        s.lower_prologue(c.ctx)  # the workgroup-id remap of T.use_swizzle
 
 
 def _statements(c: Compilation):
@@ -252,7 +228,7 @@ PASSES = (
     Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
     Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (codegen/abi.py)"),
     Pass("layouts", _layouts, "the register layout of every fragment (passes/layout.py)"),
-    Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (passes/xcd.py)"),
+    Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
     Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
     Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
