@@ -21,10 +21,9 @@ import emukit  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.amdgcn.builder import KernelBuilder  # noqa: E402
-from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
 from tilegcn.amdgcn.isa import Reg  # noqa: E402
 from tilegcn.amdgcn.regalloc import allocate  # noqa: E402
-from tilegcn.amdgcn.waitcnt import insert_waits  # noqa: E402
+from tilegcn.compiler import run_machine_passes  # noqa: E402
 from tilegcn.errors import ResourceError  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -90,8 +89,7 @@ def physical(insts: list, b, virtual: Reg) -> Reg:
 
 
 def run(insts, counts, arch, x):
-    arch_t = get_arch(arch)
-    body = "\n".join(i.text() for i in insert_hazard_nops(insert_waits(insts, arch_t), arch_t))
+    body = "\n".join(i.text() for i in run_machine_passes(insts, arch))  # waits, then hazard nops
     mod = emukit.module(body, arch=arch, args=("ptr", "ptr"), vgprs=counts["next_free_vgpr"], sgprs=counts["sgprs"],
                          accum=counts["accum_offset"])
     y = torch.zeros(64)

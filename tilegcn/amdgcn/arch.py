@@ -298,7 +298,7 @@ def get_arch(name) -> Arch:
 
 
 # ---- timing model parameters ----------------------------------------------------------------------------
-# Used only by the emulated device's timing model (tilegcn/runtime/emulator/timing). Sources are the tags of
+# Used only by the emulated device's timing model (tilegcn/perfmodel). Sources are the tags of
 # docs/timing-sources.md (its S tags); "chosen" marks a value no source gives.
 @dataclass(frozen=True)
 class Timing:

@@ -40,7 +40,7 @@ cycle per pass while other instructions issue under it. 8 independent 8-pass MFM
 take 64.1 cycles an iteration (the MFMA bound: 64), each followed by 9 take 80.1; the 8 reads of a group placed after
 the 8 MFMAs instead of between them cost 65.1. So order matters exactly where more than `passes - 1` non-MFMA
 instructions sit between two MFMAs (a run of copy issues, a group of reads), or where a read is consumed before its
-latency has passed. The timing model (runtime/emulator/timing/cu.py) is the same in issue slots: one instruction per
+latency has passed. The timing model (perfmodel/cu.py) is the same in issue slots: one instruction per
 4-clk slot, an MFMA holds the pipe `passes x 4` clk. So this is a list scheduler on a clock of issue slots: an
 instruction is ready when its predecessors have issued and their results are due (`ds_read` -> user: the arch's
 LDS latency; buffer / scalar load -> user: L2-hit / SMEM latency; MFMA -> user: its passes; SALU write of M0 ->

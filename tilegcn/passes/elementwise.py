@@ -13,7 +13,7 @@ import numpy as np
 import sympy
 
 from ..amdgcn.isa import VCC, Reg, float_literal
-from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..codegen.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..ir import elemfn
 from ..ir import nodes as N
 from ..ir.ops import TileOp
@@ -627,6 +627,6 @@ def torch_bits_16(value: float, dtype) -> int:
     """The 16-bit pattern of `value` in bf16/f16 (round to nearest even), via torch."""
     import torch
 
-    t = torch.tensor([value], dtype=torch.float32).to(dtype.torch)
+    t = torch.tensor([value], dtype=torch.float32).to(getattr(torch, dtype.name))  # (a DType's name is torch's)
     return int(t.view(torch.int16).item()) & 0xFFFF
 

@@ -21,12 +21,13 @@ from typing import NamedTuple
 import numpy as np
 import sympy
 
-from ..ir import nodes as N
+from ..amdgcn.addr import (ExprLowering, Xor, add_constant, linear_form, split_floor_div, split_linear,
+                            split_uniform, value_range)
+from ..amdgcn.isa import VALU, VCC, Inst, Reg, is_inline_int
+from ..amdgcn.symcache import free_symbols, memo, sym
 from ..errors import CompileError
+from ..ir import nodes as N
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
-from .addr import ExprLowering, Xor, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
-from .isa import VALU, VCC, Inst, Reg, is_inline_int
-from .symcache import free_symbols, memo, sym
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
             12: "buffer_load_dwordx3", 16: "buffer_load_dwordx4"}
