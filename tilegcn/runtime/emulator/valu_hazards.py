@@ -117,11 +117,13 @@ def _cross_lane_needs(h, ins, vh, accum_offset) -> list:
         needs.append(("sgpr", _scalar_regs(ins.operands[2]), vh.valu_sgpr_to_lane_select))
     if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
         needs.append(("exec", _EXEC, vh.valu_exec_to_lane_op))
-    named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
-    if ins.suffix == "dpp":
-        needs += [("vdef", named, vh.vgpr_write_to_dpp_read), ("exec", _EXEC, vh.valu_exec_to_dpp)]
-    if base in PERMLANE_SWAP_OPS:
-        needs += [("vgpr", named, vh.valu_to_permlane_swap), ("exec", _EXEC, vh.valu_exec_to_permlane_swap)]
+    dpp, permlane = ins.suffix == "dpp", base in PERMLANE_SWAP_OPS
+    if dpp or permlane:
+        named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
+        if dpp:
+            needs += [("vdef", named, vh.vgpr_write_to_dpp_read), ("exec", _EXEC, vh.valu_exec_to_dpp)]
+        else:
+            needs += [("vgpr", named, vh.valu_to_permlane_swap), ("exec", _EXEC, vh.valu_exec_to_permlane_swap)]
     return needs
 
 
