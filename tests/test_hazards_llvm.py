@@ -661,6 +661,10 @@ def cross_lane_cases(arch):
         ("VALU -> ds_swizzle source", 0, valu_mov(x, v(30)), ds_swizzle(v(5), x)),
         ("VALU -> ds_bpermute address and data", 0, valu_mov(x, v(30)), ds_bpermute(v(5), x, x)),
     ]
+    name, shape = _shapes(arch)[0]
+    acc = R("a", 0, shape.d_regs)
+    cases.append(("v_cmpx (EXEC) -> MFMA", vh.valu_exec_to_mfma, cmpx(v(30)),
+                  mfma(name, acc, R("v", 0, shape.a_regs), R("v", 4, shape.a_regs), acc)))
     if arch == "gfx950":  # gfx942 has no permlane swaps
         for op in sorted(PERMLANE_SWAP_OPS):
             cases += [
