@@ -603,6 +603,10 @@ def salu_exec() -> Op:
     return Op("s_mov_b64 exec, -1", "$exec = S_MOV_B64 -1", Inst("s_mov_b64", (EXEC, -1), (EXEC,), (), isa.SALU))
 
 
+def salu_m0() -> Op:
+    return Op("s_mov_b32 m0, s4", "$m0 = S_MOV_B32 $sgpr4", Inst("s_mov_b32", (M0, s_(4)), (M0,), (s_(4),), isa.SALU))
+
+
 def permlane_swap(op: str, x: R, y: R) -> Op:
     return Op(f"{op} {x.asm}, {y.asm}",
               f"{x.mir}, {y.mir} = {op.upper()}_e32 {x.mir}, {y.mir}, implicit $exec",
@@ -660,6 +664,8 @@ def cross_lane_cases(arch):
         ("v_mov_b32_dpp -> VALU reading its result", 0, mov_dpp(d, x), valu_add(v(4), d)),
         ("VALU -> ds_swizzle source", 0, valu_mov(x, v(30)), ds_swizzle(v(5), x)),
         ("VALU -> ds_bpermute address and data", 0, valu_mov(x, v(30)), ds_bpermute(v(5), x, x)),
+        ("SALU write of M0 -> v_readlane lane select m0", 0, salu_m0(), readlane(17, v(4), M0, "m0", "$m0")),
+        ("SALU write of M0 -> ds_bpermute (reads no M0 on gfx9)", 0, salu_m0(), ds_bpermute(v(5), x, x)),
     ]
     name, shape = _shapes(arch)[0]
     acc = R("a", 0, shape.d_regs)
