@@ -523,8 +523,8 @@ def test_transcendental_ops_are_those_llvm_forwards_late(arch):
 @pytest.mark.parametrize("arch", ARCHES)
 def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(arch):
     """The VALU-side and cross-lane pairs with k independent instructions (and comments) between: the pass adds
-    table - k wait states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
-    (the branch is one wait state), as LLVM's search through predecessors does."""
+    table - k wait states. And a producer at the end of a loop body meets the consumer at the loop head through the
+    back edge (the branch is one wait state), as LLVM's search through predecessors does."""
     a = get_arch(arch)
     for what, table, first, second in valu_cases(arch) + cross_lane_cases(arch):
         for k in range(table + 2):
@@ -543,9 +543,9 @@ def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(ar
 
 
 # ---- the cross-lane rules (DPP, v_readlane / v_writelane / v_readfirstlane, v_permlane*_swap on gfx950): the
-# instructions reductions emit (docs/hazards.md). A DPP instruction is written as the assembler spells it, its
-# destination also among the registers it reads (the lanes it does not write keep the old value; LLVM's MIR has
-# that old value as a tied use and its rule counts it).
+# instructions reductions emit (docs/hazards.md). A DPP `Inst` is built as passes/xlane.py emits one (the destination
+# in defs only); the pass counts the destination among the registers it reads (the lanes it does not write keep the
+# old value; LLVM's MIR has that old value as a tied use and its rule counts it), and the "destination" case checks.
 DPP_QUAD_SWAP = "quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf"  # MIR dpp_ctrl 177 (0xb1)
 
 
@@ -601,6 +601,10 @@ def cmpx(a: R) -> Op:
 
 def salu_exec() -> Op:
     return Op("s_mov_b64 exec, -1", "$exec = S_MOV_B64 -1", Inst("s_mov_b64", (EXEC, -1), (EXEC,), (), isa.SALU))
+
+
+def salu_m0() -> Op:
+    return Op("s_mov_b32 m0, s4", "$m0 = S_MOV_B32 $sgpr4", Inst("s_mov_b32", (M0, s_(4)), (M0,), (s_(4),), isa.SALU))
 
 
 def permlane_swap(op: str, x: R, y: R) -> Op:
@@ -660,7 +664,13 @@ def cross_lane_cases(arch):
         ("v_mov_b32_dpp -> VALU reading its result", 0, mov_dpp(d, x), valu_add(v(4), d)),
         ("VALU -> ds_swizzle source", 0, valu_mov(x, v(30)), ds_swizzle(v(5), x)),
         ("VALU -> ds_bpermute address and data", 0, valu_mov(x, v(30)), ds_bpermute(v(5), x, x)),
+        ("SALU write of M0 -> v_readlane lane select m0", 0, salu_m0(), readlane(17, v(4), M0, "m0", "$m0")),
+        ("SALU write of M0 -> ds_bpermute (reads no M0 on gfx9)", 0, salu_m0(), ds_bpermute(v(5), x, x)),
     ]
+    name, shape = _shapes(arch)[0]
+    acc = R("a", 0, shape.d_regs)
+    cases.append(("v_cmpx (EXEC) -> MFMA", vh.valu_exec_to_mfma, cmpx(v(30)),
+                  mfma(name, acc, R("v", 0, shape.a_regs), R("v", 4, shape.a_regs), acc)))
     if arch == "gfx950":  # gfx942 has no permlane swaps
         for op in sorted(PERMLANE_SWAP_OPS):
             cases += [
@@ -807,7 +817,7 @@ COMPILED = [(arch, kernel) for arch in ARCHES for kernel in ("exp2_times_3", "di
 def test_compiled_transcendental_reader_gets_llcs_wait_states(arch, kernel):
     """In the compiled kernel, between each transcendental and its first reader (a non-TRANS VALU), exactly the wait
     states llc places between that pair (no fewer: the hazard; no more: the lowering emits them back to back and
-    the pass pads), and they are the pass's s_nop; the emulator refuses the kernel with one s_nop removed."""
+    the pass pads), and they are the pass's s_nop: a lowering that hid the pair behind other work would fail here."""
     x, y = torch.linspace(-4, 4, 256).reshape(16, 16), torch.linspace(1, 3, 256).reshape(16, 16)
     args = (x, torch.empty_like(x)) if kernel == "exp2_times_3" else (x, y, torch.empty_like(x))
     k = globals()[kernel].compile(*args, arch=arch)

@@ -103,6 +103,7 @@ class ValuHazards:
     valu_to_permlane_swap: int  # VALU write of a VGPR -> a v_permlane*_swap reading it (checkPermlaneHazards;
     # 0 where the arch has no permlane swaps)
     valu_exec_to_permlane_swap: int  # VALU write of EXEC (v_cmpx) -> a v_permlane*_swap (checkPermlaneHazards)
+    valu_exec_to_mfma: int  # VALU write of EXEC (v_cmpx) -> an MFMA (checkMAIHazards90A)
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,8 @@ _COMMON = dict(
     valu_hazards=ValuHazards(trans_to_valu_read=1, valu_sgpr_to_valu_read=2, valu_sgpr_to_vmem_read=5,
                              valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2,
                              vgpr_write_to_dpp_read=2, valu_exec_to_dpp=5, valu_sgpr_to_lane_select=4,
-                             valu_exec_to_lane_op=4, valu_to_permlane_swap=0, valu_exec_to_permlane_swap=0),
+                             valu_exec_to_lane_op=4, valu_to_permlane_swap=0, valu_exec_to_permlane_swap=0,
+                             valu_exec_to_mfma=4),
     raw_buffer_word3=0x00020000,
     num_xcds=8,
 )

@@ -18,7 +18,7 @@ the rules of `arch.valu_hazards` and the MFMA write-after-write / write-after-re
 read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM,
 v_div_fmas or a v_readlane / v_writelane lane select, a VALU write of a VGPR read by v_readfirstlane / v_readlane
 or a v_permlane*_swap (gfx950), any instruction's write of a VGPR (a load's too) read by a DPP instruction, a VALU
-write of EXEC (v_cmpx) before a DPP, lane read / write or permlane swap, a store of more than 8 bytes whose data a
+write of EXEC (v_cmpx) before a DPP, lane read / write, permlane swap or MFMA, a store of more than 8 bytes whose data a
 VALU overwrites, and a VALU overwriting an MFMA's result or srcC. The cross-lane instructions are named by the arch
 table's opcode sets (LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, DPP_SUFFIX). docs/hazards.md is the sweep
 of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where
@@ -290,8 +290,8 @@ def insert_hazard_nops(insts: list, arch) -> list:
 # ---- the VALU-side rules (arch.valu_hazards, MfmaHazards' write-after-write / write-after-read rows) -------------
 # What an instruction leaves behind, keyed (class, unit) -> its issue time: the result of a transcendental, an SGPR
 # or VCC a VALU wrote, a VGPR a VALU wrote (only those a lane read, a permlane swap or a DPP reads), a VGPR any
-# instruction wrote (a load's too: only those a DPP reads), EXEC a VALU wrote (v_cmpx), the data of a wide store, and
-# ("dst" / "srcc", passes) an MFMA's result and srcC.
+# instruction wrote (a load's too: only those a DPP reads; an MFMA's VGPR result is the first pass's longer MFMA read
+# row), EXEC a VALU wrote (v_cmpx), the data of a wide store, and ("dst" / "srcc", passes) an MFMA's result and srcC.
 _TRANS, _SGPR, _VGPR, _VDEF, _EXEC, _STORE = "trans", "sgpr", "vgpr", "vdef", "exec", "store"
 _SGPR_FILES = ("s", "vcc")
 _WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
@@ -328,7 +328,8 @@ def _valu_windows(arch) -> dict:
             _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read, vh.valu_vcc_to_div_fmas,
                        vh.valu_sgpr_to_lane_select),
             _VGPR: max(vh.valu_to_readlane_src, vh.valu_to_permlane_swap), _VDEF: vh.vgpr_write_to_dpp_read,
-            _EXEC: max(vh.valu_exec_to_dpp, vh.valu_exec_to_lane_op, vh.valu_exec_to_permlane_swap),
+            _EXEC: max(vh.valu_exec_to_dpp, vh.valu_exec_to_lane_op, vh.valu_exec_to_permlane_swap,
+                       vh.valu_exec_to_mfma),
             _STORE: vh.wide_store_to_valu_write,
             "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
 
@@ -400,6 +401,7 @@ def _produced(insts: list, arch) -> dict:
             exec_readers = exec_readers or lane_read or lane_select or permlane or dpp
         elif kind == isa.MFMA:
             mfmas.append(inst)
+            exec_readers = True
         elif kind == isa.VMEM_STORE:
             data = _wide_store_data(inst)
             if data is not None:
@@ -452,6 +454,8 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
                                                                     len(inst.uses) > 2 else ())):
             if key in made and not made[key].isdisjoint(units):
                 makes.append((key, made[key].intersection(units)))
+        if (_EXEC,) in made:
+            needs.append(((_EXEC,), made[(_EXEC,)], arch.valu_hazards.valu_exec_to_mfma))
     else:
         vdef = made.get((_VDEF,))
         if vdef and not vdef.isdisjoint(inst.def_units):  # a load's VGPRs: a DPP reading them counts from its issue
@@ -509,7 +513,7 @@ def _valu_events(blks: list, arch) -> dict:
             kind = inst.kind
             if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
                     any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units)
-                    and not (exec_written and kind == isa.VALU and _reads_exec_late(inst.op)))):
+                    and not (exec_written and (kind == isa.MFMA or (kind == isa.VALU and _reads_exec_late(inst.op)))))):
                 continue  # one wait state, nothing a rule looks at
             states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:

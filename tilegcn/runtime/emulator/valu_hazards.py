@@ -9,8 +9,8 @@ registers of a store of more than 8 bytes (a MUBUF one only when soffset is not 
 must not touch too soon: a non-transcendental VALU reading a "trans" register, a VALU reading an "sgpr" one
 (v_div_fmas: VCC, longer; v_readlane / v_writelane's lane select, longer), a VMEM reading an "sgpr" one,
 v_readfirstlane / v_readlane reading a "vgpr" one as the lane source, a v_permlane*_swap reading a "vgpr" one, a DPP
-instruction reading a "vdef" one (its destination's old value too), a DPP, lane read / write or permlane swap
-after an "exec" write, a VALU overwriting a "store" one, and a VALU overwriting an MFMA's result or its srcC.
+instruction reading a "vdef" one (its destination's old value too), a DPP, lane read / write, permlane swap or
+MFMA after an "exec" write, a VALU overwriting a "store" one, and a VALU overwriting an MFMA's result or its srcC.
 
 The facts are derived here from the decoded instructions, not from the compiler's hazard pass, so the two are
 checked against llc separately. Producers ride in the group's `valu_recs` ([t_end, vgprs written, pc, waves]),
@@ -95,6 +95,8 @@ def _facts(h, ins, vh, accum_offset) -> tuple:
         needs += _cross_lane_needs(h, ins, vh, accum_offset)
         if base.startswith("v_div_fmas"):
             needs.append(("sgpr", _VCC, vh.valu_vcc_to_div_fmas))
+    elif h.mfma is not None:
+        needs.append(("exec", _EXEC, vh.valu_exec_to_mfma))
     elif h.cls in ("vmem", "ds"):
         if h.cls == "vmem" and h.sr:
             needs.append(("sgpr", h.sr, vh.valu_sgpr_to_vmem_read))
@@ -117,11 +119,13 @@ def _cross_lane_needs(h, ins, vh, accum_offset) -> list:
         needs.append(("sgpr", _scalar_regs(ins.operands[2]), vh.valu_sgpr_to_lane_select))
     if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
         needs.append(("exec", _EXEC, vh.valu_exec_to_lane_op))
-    named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
-    if ins.suffix == "dpp":
-        needs += [("vdef", named, vh.vgpr_write_to_dpp_read), ("exec", _EXEC, vh.valu_exec_to_dpp)]
-    if base in PERMLANE_SWAP_OPS:
-        needs += [("vgpr", named, vh.valu_to_permlane_swap), ("exec", _EXEC, vh.valu_exec_to_permlane_swap)]
+    dpp, permlane = ins.suffix == "dpp", base in PERMLANE_SWAP_OPS
+    if dpp or permlane:
+        named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
+        if dpp:
+            needs += [("vdef", named, vh.vgpr_write_to_dpp_read), ("exec", _EXEC, vh.valu_exec_to_dpp)]
+        else:
+            needs += [("vgpr", named, vh.valu_to_permlane_swap), ("exec", _EXEC, vh.valu_exec_to_permlane_swap)]
     return needs
 
 
