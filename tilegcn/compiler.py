@@ -272,6 +272,7 @@ def run_passes(kernel: N.Kernel, options, *, last: str = "render") -> Compilatio
 def run_machine_passes(insts: list, options, *, first: str = "waits", last: str = "hazards") -> list:
     """The machine passes `first`..`last` of `PASSES` over hand-built instructions whose registers are already
     physical (the default: wait counts, then hazard nops), as `lower` runs them; returns the instructions."""
+    _pass_range(first, last)  # (names them all when `first` or `last` is no pass)
     if PASS_NAMES.index(first) < PASS_NAMES.index("waits"):
         raise ArgumentError(f"tilegcn.compiler.run_machine_passes starts at 'waits' or later (got {first!r}): "
                             "schedule and regalloc need the kernel's builder, run them through run_passes")
