@@ -146,6 +146,8 @@ def test_machine_passes_on_hand_built_code_start_after_register_allocation():
     """run_machine_passes is the list's waits and hazards: it refuses to start where a builder is needed."""
     with pytest.raises(ArgumentError, match="starts at 'waits' or later.*run them through run_passes"):
         run_machine_passes([], "gfx942", first="schedule")
+    with pytest.raises(ArgumentError, match="no pass 'wait'; the passes are"):
+        run_machine_passes([], "gfx942", first="wait")
 
 
 def test_a_register_budget_refusal_is_raised_by_the_feasibility_prefix_already():

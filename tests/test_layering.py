@@ -1,6 +1,6 @@
 """tilegcn's module import graph, built from the sources (ast over tilegcn/**/*.py): no import cycle among
 module-level imports, and the layer rules of docs/internals.md, checked over every import (module level and
-inside functions)."""
+inside functions). Imports made only for type annotations (`if TYPE_CHECKING:`) never run and are no edge."""
 import ast
 import pathlib
 
@@ -31,6 +31,10 @@ def _is_package(path: pathlib.Path) -> bool:
     return path.name == "__init__.py"
 
 
+def _is_type_checking(node) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
 def _top_level_statements(tree):
     """The statements that run when the module is imported: the module body, class bodies, both branches of
     `if`/`try` (except an `if TYPE_CHECKING:` block), but not function bodies."""
@@ -39,12 +43,18 @@ def _top_level_statements(tree):
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if _is_type_checking(node):
             stack.extend(node.orelse)
             continue
         yield node
         for field in ("body", "orelse", "finalbody", "handlers"):
             stack.extend(getattr(node, field, []) or [])
+
+
+def _type_only(tree) -> set:
+    """ids of the nodes inside `if TYPE_CHECKING:` blocks (annotations only: never run)."""
+    return {id(n) for block in ast.walk(tree) if _is_type_checking(block) for stmt in block.body
+            for n in ast.walk(stmt)}
 
 
 def _targets(node, module: str, package: bool, modules: set) -> list:
@@ -71,8 +81,11 @@ def import_graph():
     for module, path in paths.items():
         tree = ast.parse(path.read_text(), str(path))
         top = {id(n) for n in _top_level_statements(tree)}
+        type_only = _type_only(tree)
         at_top, anywhere = set(), set()
         for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             for target in _targets(node, module, _is_package(path), modules):
                 anywhere.add(target)
                 if id(node) in top:
@@ -140,6 +153,7 @@ def test_the_graph_sees_the_imports_it_must():
     assert "tilegcn.compiler" in anywhere - top  # only on a cache miss, inside a function
     assert "torch" in anywhere
     assert "tilegcn.runtime.emulator.tracing" in GRAPH["tilegcn.perfmodel.trace"][0]
+    assert "tilegcn.ir.nodes" not in GRAPH["tilegcn.amdgcn.abi"][1]  # `if TYPE_CHECKING:`: annotations only
 
 
 def test_the_cycle_finder_names_a_cycle():

@@ -14,7 +14,7 @@ from tilegcn.amdgcn.addr import ExprLowering, Xor, add_constant, linear_form, sp
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.isa import VCC
-from tilegcn.codegen.memory import _exact_span
+from tilegcn.amdgcn.memory import _exact_span
 from tilegcn.ir import TensorSpec
 from tilegcn.compiler import lower
 

@@ -11,12 +11,12 @@ import torch
 import tilegcn
 from tilegcn import language as T
 from tilegcn.amdgcn import isa
-from tilegcn.codegen.abi import WORKITEM_ID, KernelAbi
+from tilegcn.amdgcn.abi import WORKITEM_ID, KernelAbi
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.emit import render
 from tilegcn.amdgcn.isa import Inst
-from tilegcn.codegen.memory import GlobalAccess
+from tilegcn.amdgcn.memory import GlobalAccess
 from tilegcn.amdgcn.regalloc import allocate
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec

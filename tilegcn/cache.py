@@ -56,6 +56,7 @@ from filelock import FileLock, Timeout
 
 from . import __version__, remote_cache
 from .errors import CacheError
+from .options import CompileOptions
 
 ENV_CACHE_DIR = "TILEGCN_CACHE_DIR"
 ENV_LOCK_TIMEOUT = "TILEGCN_CACHE_LOCK_TIMEOUT"
@@ -333,7 +334,7 @@ def compiler_hash() -> str:
     return h.hexdigest()
 
 
-def make_key(ir: str, options: "CompileOptions", llvm_version: str) -> str:
+def make_key(ir: str, options: CompileOptions, llvm_version: str) -> str:
     """The cache key of one compile: tilegcn's version and sources, the IR, every field of the CompileOptions
     (arch, schedule, copy, ...) and the LLVM that assembles it."""
     blob = json.dumps(
@@ -972,9 +973,9 @@ def override_file(key: str) -> Path | None:
     problem = _override_problem(Path(folder), path)
     if problem:
         announce_override((key, str(path), problem),
-                   f"tilegcn: {ENV_ASM_OVERRIDE}: not using {path}: {problem}, so another user could choose the "
-                   f"code your kernel runs; the generated code runs. Fix: chmod go-w (and chown to you) the "
-                   f"folder and the file, and keep the file itself in the folder")
+                          f"tilegcn: {ENV_ASM_OVERRIDE}: not using {path}: {problem}, so another user could choose "
+                          f"the code your kernel runs; the generated code runs. Fix: chmod go-w (and chown to you) "
+                          f"the folder and the file, and keep the file itself in the folder")
         return None
     return Path(os.path.realpath(path))
 

@@ -7,9 +7,9 @@
 Everything that compiles runs this list: `lower` (tilegcn.jit, the compile workers, the CLI's export, the
 benches) runs all of it; tilegcn.autotune's feasibility check runs its prefix up to `FEASIBILITY_LAST`
 (`check_resources`; its sweep first runs the cheaper prefix up to `PLAN_LAST`, `plan_resources`), so the two
-cannot drift; tests that start from hand-built instructions run the machine
-passes through `run_machine_passes`. The machine passes (amdgcn/schedule.py, regalloc.py, waitcnt.py, hazards.py)
-are one file each and run from here only. Each pass reads and writes one `Compilation`.
+cannot drift; tests that start from hand-built instructions run the machine passes through `run_machine_passes`.
+The machine passes (amdgcn/schedule.py, regalloc.py, waitcnt.py, hazards.py) are one file each and run from here
+only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/options.py) decide everything else.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .amdgcn.abi import KernelAbi
 from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
@@ -27,7 +28,6 @@ from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
-from .codegen.abi import KernelAbi
 from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
@@ -90,8 +90,8 @@ def lower_statement(ctx: Context, s):
 # -- the pass list ----------------------------------------------------------------------------------------------
 @dataclass
 class Compilation:
-    """One compile's state, which the passes read and write in order. After `lds_allocation` it holds what
-    tilegcn.autotune's feasibility check needs (kernel, gemm_plans, gemm_operands, shared, lds_bytes)."""
+    """One compile's state, which the passes read and write in order (`seconds` records each pass's time, for
+    bench/compile_time.py and the like)."""
 
     options: CompileOptions
     traced: N.Kernel | None  # the kernel as traced (None for `run_machine_passes`)
@@ -226,7 +226,7 @@ PASSES = (
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
-    Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (codegen/abi.py)"),
+    Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
     Pass("layouts", _layouts, "the register layout of every fragment (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
     Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
@@ -272,6 +272,7 @@ def run_passes(kernel: N.Kernel, options, *, last: str = "render") -> Compilatio
 def run_machine_passes(insts: list, options, *, first: str = "waits", last: str = "hazards") -> list:
     """The machine passes `first`..`last` of `PASSES` over hand-built instructions whose registers are already
     physical (the default: wait counts, then hazard nops), as `lower` runs them; returns the instructions."""
+    _pass_range(first, last)  # (names them all when `first` or `last` is no pass)
     if PASS_NAMES.index(first) < PASS_NAMES.index("waits"):
         raise ArgumentError(f"tilegcn.compiler.run_machine_passes starts at 'waits' or later (got {first!r}): "
                             "schedule and regalloc need the kernel's builder, run them through run_passes")

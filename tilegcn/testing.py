@@ -8,6 +8,9 @@ On a HIP device `do_bench` times `fn` as `triton.testing.do_bench` does: warm-up
 flushed before each repeat, HIP events on torch's current stream. On the emulated device there is nothing to
 time: the kernels `fn` launches are recorded (not run) and the timing model estimates each one for a named
 device (docs/testing-api.md says what that estimate promises).
+
+`compare(generated, edited, args)` runs two builds of one launch on the emulated device with every check on and
+reports how their outputs differ (`CompiledKernel.with_asm(verify=True)`, tilegcn/asm_override.py).
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import string
 from importlib import resources
 
 from .. import __version__
+from .abi import metadata_args
 
 VCC_SGPRS = 2  # VCC is allocated after the addressable SGPRs the descriptor counts
 
@@ -13,21 +14,6 @@ VCC_SGPRS = 2  # VCC is allocated after the addressable SGPRs the descriptor cou
 @functools.lru_cache(maxsize=None)
 def _template() -> string.Template:
     return string.Template(resources.files("tilegcn.templates").joinpath("kernel.s.tmpl").read_text())
-
-
-def metadata_args(args) -> str:
-    """The `.args` list of the code object metadata (YAML, indented for the template)."""
-    lines = []
-    for a in args:
-        if a.param.kind == "tensor":
-            lines.append(f"      - {{.name: {a.param.name}, .offset: {a.offset}, .size: 8, "
-                         f".value_kind: global_buffer, .address_space: global, "
-                         f".type_name: '{a.param.dtype.name}*'}}")
-        else:
-            type_name = "float" if a.param.dtype.name == "float32" else "int"
-            lines.append(f"      - {{.name: {a.param.name}, .offset: {a.offset}, .size: 4, "
-                         f".value_kind: by_value, .type_name: {type_name}}}")
-    return "\n".join(lines) if lines else "      []"
 
 
 def render(kernel, arch, abi, insts, lds_bytes: int, counts: dict) -> str:

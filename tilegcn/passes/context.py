@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..codegen.abi import KernelAbi
+from ..amdgcn.abi import KernelAbi
 from ..amdgcn.addr import ExprLowering
 from ..amdgcn.builder import KernelBuilder
 from ..amdgcn.isa import Reg
-from ..codegen.memory import GlobalAccess, pack_f32_pair, unpack_16bit_to_f32
+from ..amdgcn.memory import GlobalAccess, pack_f32_pair, unpack_16bit_to_f32
 from ..ir import nodes as N
 from ..ir.ops import TileOp
 

@@ -7,7 +7,7 @@ Invariant kept: fragments hold fp32 values one per VGPR, 16-bit values two per V
 """
 from __future__ import annotations
 
-from ..codegen.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
+from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.ops import TileOp

@@ -13,7 +13,7 @@ import numpy as np
 import sympy
 
 from ..amdgcn.isa import VCC, Reg, float_literal
-from ..codegen.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..ir import elemfn
 from ..ir import nodes as N
 from ..ir.ops import TileOp

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import sympy
 
 from ..amdgcn import isa
-from ..codegen.abi import WORKITEM_ID
+from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.addr import linear_form, split_const
 from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
-from ..codegen.memory import access_width, masked_dims
+from ..amdgcn.memory import access_width, masked_dims
 from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N

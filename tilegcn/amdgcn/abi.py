@@ -8,12 +8,15 @@ order of the function's parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..amdgcn.addr import MASK32, ExprLowering
-from ..amdgcn.builder import KernelBuilder
-from ..amdgcn.isa import Reg
-from ..amdgcn.symcache import sym
-from ..ir import nodes as N
+from .addr import MASK32, ExprLowering
+from .builder import KernelBuilder
+from .isa import Reg
+from .symcache import sym
+
+if TYPE_CHECKING:  # the machine layer reads IR objects by duck typing; it never imports the IR
+    from ..ir import nodes as N
 
 KERNARG_PTR = Reg("s", 0, 2)
 WORKGROUP_IDS = (Reg("s", 2), Reg("s", 3), Reg("s", 4))
@@ -46,6 +49,21 @@ def kernarg_layout(kernel: N.Kernel) -> tuple:
             args.append(KernArg(p, offset, 4))
             offset += 4
     return args, -(-offset // 8) * 8
+
+
+def metadata_args(args) -> str:
+    """The `.args` list of the code object metadata (YAML, indented for the template)."""
+    lines = []
+    for a in args:
+        if a.param.kind == "tensor":
+            lines.append(f"      - {{.name: {a.param.name}, .offset: {a.offset}, .size: 8, "
+                         f".value_kind: global_buffer, .address_space: global, "
+                         f".type_name: '{a.param.dtype.name}*'}}")
+        else:
+            type_name = "float" if a.param.dtype.name == "float32" else "int"
+            lines.append(f"      - {{.name: {a.param.name}, .offset: {a.offset}, .size: 4, "
+                         f".value_kind: by_value, .type_name: {type_name}}}")
+    return "\n".join(lines) if lines else "      []"
 
 
 class KernelAbi:
