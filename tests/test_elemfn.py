@@ -93,7 +93,7 @@ def test_math_functions_meet_their_stated_precision(arch):
             f"{arch} T.{name}({x[worst].item()!r}) = {y[worst].item()!r}, want {exact[worst].item()!r}: "
             f"{int(distance.max())} ulp, the docstring states {elemfn.fn(name).precision}")
         if name == "erf":
-            assert (y.double() - exact).abs().nan_to_num().max() <= 2.5e-7
+            assert (y.double() - exact).abs().nan_to_num().max() <= 1e-7
     values = {name: y for name, (_, y, _, _) in measured_ulps(arch).items()}  # (cached: no new compile)
     x = sweep()
     # the signs IEEE and torch give at zero: sqrt(-0) = -0, rsqrt(-0) = -inf, log(+-0) = -inf, tanh/erf keep -0

@@ -129,7 +129,8 @@ def _flush_input(a):
 
 
 def _flush_result(r):
-    """A result below 2^-126 is +0 (v_exp_f32 gives no denormal: LLVM scales around it for llvm.exp2.f32)."""
+    """A result below 2^-126 is a zero of its sign (v_exp_f32 and v_rcp_f32 give no denormal: LLVM scales around
+    them for llvm.exp2.f32 and a 2.5-ulp 1/x)."""
     return torch.where(r.abs() < FLT_MIN, r * 0.0, r)
 
 
@@ -213,8 +214,8 @@ F32_OPS = {
     # the transcendental unit: within 1 ulp, no denormals (docs/isa-notes.md, "Transcendental instructions")
     "v_exp_f32": (1, lambda a: _flush_result(_faithful(torch.exp2, a))),
     "v_log_f32": (1, lambda a: _faithful(torch.log2, _flush_input(a))),
-    # correctly rounded; the hardware's reciprocal is within 1 ulp (see ops_vext.py)
-    "v_rcp_f32": (1, torch.reciprocal),
+    "v_rcp_f32": (1, lambda a: _flush_result(_faithful(torch.reciprocal, _flush_input(a)))),
+    # correctly rounded (LLVM's integer division sequences are built on it; see ops_vext.py)
     "v_rcp_iflag_f32": (1, torch.reciprocal),
     "v_rsq_f32": (1, lambda a: _faithful(torch.rsqrt, _flush_input(a))),
     "v_sqrt_f32": (1, lambda a: _faithful(torch.sqrt, _flush_input(a))),
