@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 
-from . import cfg, isa, isa_table
+from . import cfg, isa
+from .arch import TRANS_OPS
 from .isa import M0, VCC, Inst, Reg
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
@@ -336,7 +337,7 @@ def _wide_store_data(inst: Inst):
 
 
 def _is_trans(op: str) -> bool:
-    return isa_table.is_trans(op)
+    return op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
 
 
 def _produced(insts: list, arch) -> dict:
