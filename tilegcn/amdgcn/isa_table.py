@@ -105,7 +105,8 @@ v_{fma,max3,min3,med3}_f32                 valu     D.v U.vsi U.vsi U.vsi    -  
 v_{add3,bfe,lshl_add,add_lshl}_u32         valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_perm_b32                                 valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_bfi_b32                                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
-v_fmaak_f32                                valu     D.v U.vsi U.v U.i        -                 valu     *
+v_fmaak_f32                                valu     D.v U.vsi U.v U.k        -                 valu     *
+v_fmamk_f32                                valu     D.v U.vsi U.k U.v        -                 valu     *
 v_div_fixup_f32                            valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_div_scale_f32                            valu     D.v D.s2 U.vsi U.vsi U.vsi -               valu     *
 v_div_fmas_f32                             valu     D.v U.vsi U.vsi U.vsi    U.vcc             valu     *
@@ -119,6 +120,7 @@ v_{rcp,rsq,sqrt}_f64                       valu     D.v2 U.vsi2              -  
 v_cmp_{eq,lt,le,gt,ge,lg,neq,nlt,nle,ngt,nge,u,o}_f32 valu D.s2 U.vsi U.vsi  -                 valu     *
 v_cmp_{eq,ne,lt,le,gt,ge}_{i32,u32}        valu     D.s2 U.vsi U.vsi         -                 valu     *
 v_cmp_class_f32                            valu     D.s2 U.vsi U.vsi         -                 valu     *
+v_cmpx_{eq,ne,lt,le,gt,ge}_{i32,u32}       valu     D.s2 U.vsi U.vsi         D.exec            valu     *
 v_accvgpr_read_b32                         valu     D.v U.a                  -                 valu     *
 v_accvgpr_write_b32                        valu     D.a U.vi                 -                 valu     *
 v_accvgpr_mov_b32                          valu     D.a U.a                  -                 valu     *
