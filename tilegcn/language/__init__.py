@@ -1,8 +1,10 @@
 """The tile language, imported as `from tilegcn import language as T`."""
 from ..ir.types import bfloat16, float16, float32
-from .builtins import (Kernel, Parallel, Pipelined, Tensor, abs, alloc_fragment, alloc_shared, cast, ceildiv,
-                       clear, copy, exp, exp2, fill, gemm, max, min, print, use_swizzle)
+from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy, fill,
+                       gemm, print, use_swizzle)
 from .control import Serial, serial
+from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
+                          min, min_value, rsqrt, sigmoid, sqrt, tanh)
 from .local import alloc_local, alloc_var
 from .program import const, dtype, prim_func
 from .reducer import alloc_reducer, finalize_reducer
@@ -10,7 +12,9 @@ from .tracer import trace
 
 float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
 
-__all__ = ["Kernel", "Parallel", "Pipelined", "Serial", "Tensor", "abs", "alloc_fragment", "alloc_local",
-           "alloc_reducer", "alloc_shared", "alloc_var", "cast", "ceildiv", "clear", "const", "copy", "dtype", "exp",
-           "exp2", "fill", "finalize_reducer", "gemm", "max", "min", "prim_func", "print", "serial", "use_swizzle",
-           "trace", "float", "float32", "float16", "bfloat16"]
+__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc_shared", "ceildiv", "clear", "copy",
+           "fill", "gemm", "print", "use_swizzle", "trace",
+           "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+           "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
+           "serial", "Serial", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
+           "dtype", "float", "float32", "float16", "bfloat16"]
