@@ -36,8 +36,6 @@ def _operands(e: N.Expr, name: str):
     """The two operands of `e` if it applies the element function `name` (`add`, `max`, `min`), else None."""
     if isinstance(e, N.Call) and e.fn == name and len(e.args) == 2:
         return tuple(e.args)
-    if isinstance(e, getattr(N, "BinOp", ())) and e.op == name:  # before element functions became Calls
-        return e.a, e.b
     return None
 
 
