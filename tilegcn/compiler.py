@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 from dataclasses import dataclass
@@ -28,9 +29,10 @@ from .passes.copy import lower_copy
 from .passes.elementwise import lower_fill, lower_parallel
 from .passes.gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
-from .passes.layout import TID, assign_layouts
+from .passes.layout import TID, assign_layouts, plan_layouts
 from .passes.pipeline import lower_loop
 from .passes.pipelining import pipeline_loops
+from .passes.reduce import lower_reduce, reductions, scratch_buffers
 from .passes.xcd import lower_swizzle
 
 
@@ -93,6 +95,8 @@ def _dispatch(ctx: Context, s: N.Stmt):
         lower_fill(ctx, s)
     elif isinstance(s, N.Gemm):
         lower_gemm(ctx, s)
+    elif isinstance(s, N.Reduce):
+        lower_reduce(ctx, s)
     elif isinstance(s, N.Loop):
         lower_loop(ctx, s, lower_statements)
     elif not isinstance(s, N.Swizzle):  # the swizzle is applied in the prologue
@@ -156,6 +160,7 @@ class Resources:
     stage_bytes: dict  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int
+    reduce_scratch: dict  # Reduce -> the shared Buffer its partials cross waves through
 
 
 def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources:
@@ -171,13 +176,25 @@ def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources
     by_dma = functools.partial(may_use_lds_dma, arch, copy_mode, operands)
     kernel = pipeline_loops(kernel, arch, by_dma)
     plans, operands = plan_gemms(kernel, arch)
+    kernel, scratch = _with_reduction_scratch(kernel, arch, plans)
     try:
         shared, stage_bytes, lds_buffers, lds_bytes = allocate_shared(
             kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
     except ResourceError:
         _raise_lds_error_unsplit(traced, arch, copy_mode, by_dma)
         raise
-    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes)
+    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes, scratch)
+
+
+def _with_reduction_scratch(kernel: N.Kernel, arch, gemm_plans: dict) -> tuple:
+    """(kernel with the LDS scratch of its cross-wave reductions as shared buffers, {Reduce: scratch Buffer}): the
+    LDS allocation then counts them against the budget, and kernel.ir shows them."""
+    if not reductions(kernel):
+        return kernel, {}
+    scratch = scratch_buffers(kernel, plan_layouts(kernel, gemm_plans), arch)
+    if scratch:
+        kernel = dataclasses.replace(kernel, buffers=[*kernel.buffers, *scratch.values()])
+    return kernel, scratch
 
 
 @_gc_paused
@@ -192,6 +209,7 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     ctx.gemm_plans, ctx.gemm_operands = planned.gemm_plans, planned.gemm_operands
     ctx.shared, ctx.stage_bytes, ctx.lds_buffers = planned.shared, planned.stage_bytes, planned.lds_buffers
     lds_bytes = planned.lds_bytes
+    ctx.reduce_scratch = planned.reduce_scratch
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)

@@ -253,6 +253,21 @@ class Gemm(Stmt):
 
 
 @dataclass(eq=False)
+class Reduce(Stmt):
+    """dst = op over dim `dim` of src (T.reduce_sum / max / min / absmax / abssum); with clear=False the old dst
+    is combined in (dst + sum, max(dst, max), ...). `dst` has src's shape without `dim` (or with it as 1)."""
+
+    op: str  # one of REDUCE_OPS
+    src: Buffer
+    dst: Buffer
+    dim: int  # non-negative
+    clear: bool = True
+
+
+REDUCE_OPS = ("sum", "max", "min", "absmax", "abssum")
+
+
+@dataclass(eq=False)
 class AsyncCopy(Copy):
     """A global -> shared copy into pipeline stage `stage` of its shared buffer; in flight until a WaitGroup
     retires its group (passes/pipeline.py). `live` = (expr, n): where expr >= n (a K tile past the end, in a loop's

@@ -70,6 +70,9 @@ def _stmt(s: N.Stmt, indent: str, out: list, texts: dict):
         out.append(f"{indent}gemm {s.A.name}{'^T' if s.transpose_A else ''} @ {s.B.name}"
                    f"{'^T' if s.transpose_B else ''} += {s.C.name}"
                    + (f" stage={s.stage}" if s.stage else ""))
+    elif isinstance(s, N.Reduce):
+        out.append(f"{indent}reduce_{s.op} {s.src.name} dim={s.dim} -> {s.dst.name}"
+                   + ("" if s.clear else " (accumulate)"))
     elif isinstance(s, N.Loop):
         out.append(f"{indent}for {s.var} in pipelined({s.extent}, num_stages={s.num_stages}):")
         for b in s.body:

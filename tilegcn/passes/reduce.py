@@ -1,0 +1,207 @@
+"""Reduction lowering: T.reduce_sum / max / min / absmax / abssum of a fragment along one dimension.
+
+Input: a Reduce statement whose source has a FragmentLayout. The reduction is planned from that layout
+(`plan_reduction`): the source registers of a thread are grouped by the output element they belong to (a *slot*
+each), and the threads that hold the same output element must differ exactly in some thread-id bits. Output code:
+per slot, the thread's own elements combined in element order (in-thread), then across the lanes of those bits
+(passes/xlane.py: DPP, ds_swizzle, ds_bpermute, v_permlane*_swap), then across waves through LDS scratch that
+`scratch_buffers` reserves before the LDS allocation (so the LDS budget counts it).
+
+The destination's layout (`reduced_layout`) is the *slice* of the source's: every thread keeps the output
+elements of the rows it held, replicated over the thread-id bits that were reduced (FragmentLayout.replicated),
+so a destination may have fewer elements than the workgroup has threads. (The layout-inference work will turn
+this into a Slice layout object; this file is the one place that builds it.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..errors import CompileError
+from ..ir import nodes as N
+from ..ir.types import float32
+from .context import Context
+from .layout import TID, FragmentLayout
+from .xlane import ABS_MASK, Reducer
+
+
+@dataclass
+class ReductionPlan:
+    slots: list  # per output slot: the source elements r (of every thread) that belong to it, in order
+    coords: list  # per output slot: the destination index (SymPy in TID)
+    replicated: int  # thread-id bits over which the holders of one output element differ
+    reduce_bits: int  # of those, the bits whose threads hold different source elements (the rest are copies)
+
+    @property
+    def lane_bits(self) -> int:
+        return self.reduce_bits & 63
+
+    def wave_bits(self, wave_size: int) -> int:
+        return self.reduce_bits >> (wave_size.bit_length() - 1)
+
+
+def _per_thread(expr, threads: int) -> np.ndarray:
+    """Integer `expr` (SymPy in TID) at every thread id."""
+    expr = sympy.sympify(expr)
+    tids = np.arange(threads, dtype=np.int64)
+    if not expr.free_symbols:
+        return np.full(threads, int(expr), dtype=np.int64)
+    return np.asarray(sympy.lambdify(TID, expr, modules="numpy")(tids), dtype=np.int64) + 0 * tids
+
+
+def _flat_output(src_lay: FragmentLayout, s: N.Reduce, threads: int, r: int) -> np.ndarray:
+    """Per thread, the flat index (in the source's shape without `dim`) of the output element that source element
+    r belongs to."""
+    coords = src_lay.coords(r, threads)
+    flat = np.zeros(threads, dtype=np.int64)
+    for d, extent in enumerate(s.src.shape):
+        if d != s.dim:
+            flat = flat * extent + _per_thread(coords[d], threads)
+    return flat
+
+
+def _refuse(s: N.Reduce, why: str):
+    raise CompileError(f"T.reduce_{s.op} of {s.src.name}{list(s.src.shape)} along dim {s.dim}: {why}; "
+                       "this source layout is not supported yet (reduce a fragment that T.copy loads or a "
+                       "T.gemm accumulator)", location=s.loc)
+
+
+def _holder_bits(flat: np.ndarray, threads: int) -> int:
+    """The thread-id bits whose flip keeps the output element, for every thread."""
+    tids = np.arange(threads)
+    bits = 0
+    for k in range(max(threads - 1, 0).bit_length()):
+        if np.array_equal(flat, flat[tids ^ (1 << k)]):
+            bits |= 1 << k
+    return bits
+
+
+def plan_reduction(src_lay: FragmentLayout, s: N.Reduce, threads: int) -> ReductionPlan:
+    slots: dict = {}  # per-thread output elements (as bytes) -> source elements
+    arrays: dict = {}
+    for r in range(src_lay.elems):
+        flat = _flat_output(src_lay, s, threads, r)
+        key = flat.tobytes()
+        slots.setdefault(key, []).append(r)
+        arrays[key] = flat
+    bits = {_holder_bits(a, threads) for a in arrays.values()}
+    if len(bits) != 1:
+        _refuse(s, "its output elements are shared by different thread groups in different registers")
+    replicated = bits.pop()
+    held = [set(a.tolist()) for a in arrays.values()]
+    out_numel = s.src.numel // s.src.shape[s.dim]
+    groups = threads >> bin(replicated).count("1")
+    if any(len(h) != groups for h in held) or sum(len(h) for h in held) != out_numel \
+            or len(set().union(*held)) != out_numel:
+        _refuse(s, "the threads holding one output element are not a group differing in some thread-id bits")
+    coords = [_dst_coords(src_lay, s, threads, rs[0]) for rs in slots.values()]
+    reduce_bits = replicated & ~src_lay.replicated
+    return ReductionPlan(list(slots.values()), coords, replicated, reduce_bits)
+
+
+def _dst_coords(src_lay: FragmentLayout, s: N.Reduce, threads: int, r: int) -> tuple:
+    """The destination index of source element r: its source index without `dim` (or with 0 there, for a
+    destination that keeps the dimension with extent 1)."""
+    coords = src_lay.coords(r, threads)
+    if len(s.dst.shape) == len(s.src.shape):
+        return tuple(sympy.Integer(0) if d == s.dim else c for d, c in enumerate(coords))
+    kept = tuple(c for d, c in enumerate(coords) if d != s.dim)
+    return kept or (sympy.Integer(0),)
+
+
+def reduced_layout(buf: N.Buffer, plan: ReductionPlan) -> FragmentLayout:
+    """The destination layout of a reduction (for `buf`, the destination or a fragment sharing its layout)."""
+    coords = tuple(plan.coords)
+    return FragmentLayout(buf, len(coords), 1, acc_coords=coords.__getitem__, replicated=plan.replicated)
+
+
+def same_layout(a: FragmentLayout, b: FragmentLayout, threads: int) -> bool:
+    if a.elems != b.elems or a.replicated != b.replicated:
+        return False
+    return all(sympy.simplify(x - y) == 0 for r in range(a.elems)
+               for x, y in zip(a.coords(r, threads), b.coords(r, threads)))
+
+
+def reductions(kernel: N.Kernel) -> list:
+    return [s for s in N.walk(kernel.body) if isinstance(s, N.Reduce)]
+
+
+def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
+    """{Reduce: shared Buffer} for the reductions that cross waves: LDS scratch of one fp32 per thread and slot."""
+    out = {}
+    for s in reductions(kernel):
+        plan = plan_reduction(layouts[s.src], s, kernel.threads)
+        if plan.wave_bits(arch.wave_size):
+            words = kernel.threads * len(plan.slots)
+            out[s] = N.Buffer(f"{s.dst.name}_partials", N.SHARED, float32, (words,), loc=s.loc)
+    return out
+
+
+# ---- lowering ----------------------------------------------------------------------------------------------
+
+def _read(ctx: Context, s: N.Reduce, r: int, keep: list):
+    """Source element r as an fp32 VGPR (|x| for absmax / abssum); temporaries go into `keep` for freeing."""
+    value, temp = ctx.read_f32(s.src, r)
+    if temp:
+        keep.append(value)
+    if s.op.startswith("abs"):
+        t = ctx.b.v.alloc(what="|x|")
+        ctx.b.valu("v_and_b32", t, ABS_MASK, value)
+        keep.append(t)
+        return t
+    return value
+
+
+def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list):
+    """A fresh VGPR with op over this thread's source elements `rs`, in element order."""
+    b = ctx.b
+    acc = b.v.alloc(what=f"{s.dst.name} partial")
+    temps: list = []
+    first = _read(ctx, s, rs[0], temps)
+    if len(rs) == 1:
+        b.valu("v_mov_b32", acc, first)
+    else:
+        red.combine(acc, first, _read(ctx, s, rs[1], temps))
+        for r in rs[2:]:
+            red.combine(acc, acc, _read(ctx, s, r, temps))
+            for t in temps:
+                b.v.free(t)
+            temps = []
+    for t in temps:
+        b.v.free(t)
+    return acc
+
+
+def lower_reduce(ctx: Context, s: N.Reduce):
+    from .gemm import lds_barrier
+
+    b = ctx.b
+    plan = plan_reduction(ctx.layouts[s.src], s, ctx.threads)
+    red = Reducer(b, s.op)
+    values = [_in_thread(ctx, s, red, rs) for rs in plan.slots]
+    red.across_lanes(values, plan.lane_bits)
+    red.free()
+    if plan.wave_bits(b.arch.wave_size):
+        scratch = ctx.reduce_scratch[s]
+        red.across_waves(values, plan.wave_bits(b.arch.wave_size), ctx.threads, ctx.shared[scratch],
+                         lambda access: lds_barrier(ctx, access))
+    if not s.clear:
+        for slot, x in enumerate(values):
+            old, temp = ctx.read_f32(s.dst, slot)
+            red.combine(x, x, old)
+            if temp:
+                b.v.free(old)
+    _store(ctx, s.dst, values)
+    for x in values:
+        b.v.free(x)
+
+
+def _store(ctx: Context, dst: N.Buffer, values: list):
+    if not ctx.layouts[dst].packed:
+        for slot, x in enumerate(values):
+            ctx.write_f32(dst, slot, x)
+        return
+    for slot in range(0, len(values), 2):
+        ctx.write_f32(dst, slot, values[slot], values[slot + 1] if slot + 1 < len(values) else None)

@@ -1,0 +1,187 @@
+"""Cross-lane and cross-wave reduction primitives: fp32 values in VGPRs combined over the threads whose ids differ
+in given bits (a butterfly: afterwards every thread of a group holds the group's result, bit for bit the same).
+
+Across lanes, one step per thread-id bit k (partner lane = lane ^ 2^k), in increasing k, by the cheapest route
+the arch has for that distance (docs/isa-notes.md, "Cross-lane reductions"):
+  - k = 0, 1: DPP quad_perm ([1,0,3,2], [2,3,0,1]): the exchange rides on the VALU op itself;
+  - k = 2, 3 once the lower bits are reduced: DPP row_half_mirror / row_mirror (lane 7-i of its 8, 15-i of its 16:
+    another lane of the partner group, which holds the same value as the partner itself);
+  - k = 2..4 otherwise: ds_swizzle_b32 in bit-mask mode (xor within 32 lanes), through the LDS unit, no LDS memory;
+  - k = 4, 5 on gfx950: v_permlane16_swap / v_permlane32_swap on a copy (the two registers then hold x and
+    x[lane ^ 2^k] in every lane, in the same order on both sides of the pair);
+  - k = 5 on gfx942: ds_bpermute_b32 with address (lane ^ 32) * 4.
+A DPP form reading a VGPR that a VALU just wrote needs wait states on gfx9: that is the hazard pass's business
+(amdgcn/hazards.py), never an ordering chosen here.
+
+Across waves: every thread writes its values to LDS scratch (slot s of thread t at 4 * (s * threads + t)), an
+s_barrier, then every thread reads the partials of the waves of its group, in wave order (so that all holders
+combine in the same order), and combines them.
+
+Combining follows torch: sum is v_add_f32; max / min propagate NaN (torch.amax / amin): v_maximum3 / v_minimum3
+on gfx950, elsewhere v_max / v_min (IEEE maxNum, which drops a NaN) with a v_cmp_u select of NaN.
+"""
+from __future__ import annotations
+
+from ..amdgcn.abi import WORKITEM_ID
+from ..amdgcn.isa import DS_READ, VALU, VCC, Reg
+
+QUIET_NAN = 0x7FC00000
+ABS_MASK = 0x7FFFFFFF
+DS_OFFSET_LIMIT = 1 << 16  # ds_read / ds_write offset: field of 16 bits
+ALL_ROWS = "row_mask:0xf bank_mask:0xf"
+_DPP_QUAD = {0: "quad_perm:[1,0,3,2]", 1: "quad_perm:[2,3,0,1]"}
+_DPP_MIRROR = {2: "row_half_mirror", 3: "row_mirror"}  # valid once the bits below k are reduced
+_VOP2 = {"sum": "v_add_f32", "max": "v_max_f32", "min": "v_min_f32"}
+
+
+def combine_op(op: str) -> str:
+    """The pairwise op of a reduction: absmax combines by max, abssum by sum (abs applied to the inputs)."""
+    return {"absmax": "max", "abssum": "sum"}.get(op, op)
+
+
+def lane_route(k: int, reduced_below: bool, arch) -> str:
+    """How the step for thread-id bit k (0..5) exchanges values: 'dpp', 'swizzle', 'permlane' or 'bpermute'.
+    `reduced_below`: every bit below k is reduced already (the mirror DPP controls need it)."""
+    if k in _DPP_QUAD or (k in _DPP_MIRROR and reduced_below):
+        return "dpp"
+    if k >= 4 and arch.has_permlane_swap:
+        return "permlane"
+    if k <= 4:
+        return "swizzle"
+    return "bpermute"
+
+
+def swizzle_xor_offset(distance: int) -> int:
+    """ds_swizzle_b32 offset, bit-mask mode (offset[15] = 0): lane i reads ((i & 0x1f) | 0) ^ distance within its
+    32 lanes (and_mask 0x1f in bits 4:0, or_mask 0 in 9:5, xor_mask in 14:10)."""
+    assert 0 < distance < 32
+    return 0x1F | (distance << 10)
+
+
+class Reducer:
+    """Emits the combining of fp32 VGPR values for one reduction op ('sum', 'max', 'min') into builder `b`."""
+
+    def __init__(self, b, op: str):
+        self.b, self.arch, self.op = b, b.arch, combine_op(op)
+        self._bpermute_address = None
+
+    # -- one pair -------------------------------------------------------------------------------
+    def combine(self, dst: Reg, a: Reg, c: Reg):
+        """dst = op(a, c), NaN as torch; dst may be a or c. Commutative bit for bit: op(a, c) == op(c, a)."""
+        b = self.b
+        if self.op == "sum":
+            b.emit("v_add_f32", dst, a, c, defs=(dst,), uses=(a, c))
+        elif self.arch.has_ieee_maximum3:
+            b.emit(f"v_{self.op}imum3_f32", dst, a, c, c, defs=(dst,), uses=(a, c))
+        else:
+            b.emit("v_cmp_u_f32", VCC, a, c, defs=(VCC,), uses=(a, c), comment="either NaN?")
+            b.emit(_VOP2[self.op], dst, a, c, defs=(dst,), uses=(a, c))
+            b.emit("v_cndmask_b32", dst, dst, b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
+
+    # -- across lanes ---------------------------------------------------------------------------
+    def across_lanes(self, values: list, bits: int):
+        """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set
+        bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values,
+        so that independent exchanges sit between the dependent ones."""
+        for k in range(6):
+            if bits >> k & 1:
+                below = (1 << k) - 1
+                step = getattr(self, f"_{lane_route(k, (bits & below) == below, self.arch)}")
+                for x in values:
+                    step(x, k)
+
+    def _dpp(self, x: Reg, k: int):
+        control = f"{_DPP_QUAD.get(k) or _DPP_MIRROR[k]} {ALL_ROWS}"
+        if self.op == "sum":  # the exchange rides on the add: x = x[partner] + x
+            self.b.emit("v_add_f32_dpp", x, x, x, suffix=control, defs=(x,), uses=(x,),
+                        comment=f"+ lane ^ {1 << k}")
+            return
+        t = self.b.v.alloc(what="partner value")
+        self.b.emit("v_mov_b32_dpp", t, x, suffix=control, defs=(t,), uses=(x,), comment=f"lane ^ {1 << k}")
+        self.combine(x, t, x)
+        self.b.v.free(t)
+
+    def _swizzle(self, x: Reg, k: int):
+        t = self.b.v.alloc(what="partner value")
+        self.b.emit("ds_swizzle_b32", t, x, suffix=f"offset:{swizzle_xor_offset(1 << k):#x}", defs=(t,),
+                    uses=(x,), kind=DS_READ, comment=f"lane ^ {1 << k}")
+        self.combine(x, t, x)
+        self.b.v.free(t)
+
+    def _permlane(self, x: Reg, k: int):
+        t = self.b.v.alloc(what="partner value")
+        self.b.valu("v_mov_b32", t, x)
+        # odd rows of t trade with even rows of x: t = x[l & ~2^k], x = x[l | 2^k] in every lane l
+        self.b.emit(f"v_permlane{1 << k}_swap_b32", t, x, defs=(t, x), uses=(t, x), kind=VALU,
+                    comment=f"rows of {1 << k} traded")
+        self.combine(x, t, x)
+        self.b.v.free(t)
+
+    def _bpermute(self, x: Reg, k: int):
+        b = self.b
+        if self._bpermute_address is None:
+            addr = self._bpermute_address = b.v.alloc(what="lane ^ 32, in bytes")
+            b.valu("v_lshlrev_b32", addr, 2, WORKITEM_ID)
+            b.valu("v_xor_b32", addr, 4 << k, addr)
+        t = b.v.alloc(what="partner value")
+        b.emit("ds_bpermute_b32", t, self._bpermute_address, x, defs=(t,), uses=(self._bpermute_address, x),
+               kind=DS_READ, comment=f"lane ^ {1 << k}")
+        self.combine(x, t, x)
+        b.v.free(t)
+
+    def free(self):
+        if self._bpermute_address is not None:
+            self.b.v.free(self._bpermute_address)
+            self._bpermute_address = None
+
+    # -- across waves ---------------------------------------------------------------------------
+    def across_waves(self, values: list, wave_bits: int, threads: int, lds_base: int, barrier):
+        """Every value of `values` (slot s: one fp32 VGPR per thread, already reduced across the lanes of its
+        group) becomes op over the waves whose ids differ in the set bits of `wave_bits`. Uses LDS bytes
+        [lds_base, lds_base + 4 * threads * len(values)); `barrier(access)` places the s_barriers ('write' before
+        the writes, 'read' before the reads)."""
+        b, wave = self.b, self.arch.wave_size
+        own = b.v.alloc(what="scratch address")
+        b.valu("v_lshlrev_b32", own, 2, WORKITEM_ID)
+        barrier("write")
+        for s, x in enumerate(values):
+            offset = lds_base + 4 * threads * s
+            vaddr, imm = self._ds_address(own, offset)
+            b.emit("ds_write_b32", vaddr, x, suffix=imm, defs=(), uses=(vaddr, x), comment=f"partial of slot {s}")
+            self._free_address(vaddr, own)
+        group = b.v.alloc(what="first wave of my group")
+        b.valu("v_and_b32", group, _u32(~(wave_bits * wave * 4)), own)
+        barrier("read")
+        waves = [m for m in range(wave_bits + 1) if m & ~wave_bits == 0]  # the group's waves, in wave order
+        for s, x in enumerate(values):
+            parts = []
+            for m in waves:
+                part = b.v.alloc(what="wave partial")
+                vaddr, imm = self._ds_address(group, lds_base + 4 * (threads * s + m * wave))
+                b.emit("ds_read_b32", part, vaddr, suffix=imm, defs=(part,), uses=(vaddr,))
+                self._free_address(vaddr, group)
+                parts.append(part)
+            self.combine(x, parts[0], parts[1])
+            for part in parts[2:]:
+                self.combine(x, x, part)
+            for part in parts:
+                b.v.free(part)
+        b.v.free(group)
+        b.v.free(own)
+
+    def _ds_address(self, base: Reg, offset: int) -> tuple:
+        """(VGPR, 'offset:N') for LDS byte address base + offset; an offset past the 16-bit field is added into a
+        temporary VGPR (freed by _free_address)."""
+        if offset < DS_OFFSET_LIMIT:
+            return base, f"offset:{offset}"
+        t = self.b.v.alloc(what="LDS address")
+        self.b.emit("v_add_u32", t, self.b.sgpr_constant(offset), base)
+        return t, "offset:0"
+
+    def _free_address(self, vaddr: Reg, base: Reg):
+        if vaddr != base:
+            self.b.v.free(vaddr)
+
+
+def _u32(x: int) -> int:
+    return x & 0xFFFFFFFF
