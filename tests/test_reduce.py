@@ -1,0 +1,177 @@
+"""T.reduce_sum / max / min / absmax / abssum on the emulated device, against torch: rows (dim=1) and columns (dim=0)
+held by one thread, by several lanes, by several waves; fp32, fp16 and bf16 sources; clear=False; NaN and inf as
+torch; each output element written once; bad calls refused with the user's line."""
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.errors import CompileError
+from tilegcn.runtime import emulator
+
+OPS = ("sum", "max", "min", "absmax", "abssum")
+ARCHES = ("gfx942", "gfx950")
+
+
+@pytest.fixture(autouse=True)
+def _emulator(monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+
+
+@tilegcn.jit
+def reductions(X, S, Mx, Mn, AMx, AS, *, block_M=8, block_N=64, threads=64, dim=1, clear=True):
+    """Every reduction of one [block_M, block_N] tile per workgroup: along dim 1 the workgroups go down the rows,
+    along dim 0 across the columns."""
+    outs = (S, Mx, Mn, AMx, AS)
+    kept = block_M if dim == 1 else block_N
+    with T.Kernel(T.ceildiv(X.shape[1 - dim], kept), threads=threads) as b:
+        x = T.alloc_fragment((block_M, block_N), X.dtype)
+        T.copy(X[b * block_M, 0] if dim == 1 else X[0, b * block_N], x)
+        for op, out in zip(OPS, outs):
+            y = T.alloc_fragment((kept,), "float32")
+            if not clear:
+                T.copy(out[b * kept], y)
+            getattr(T, f"reduce_{op}")(x, y, dim=dim, clear=clear)
+            T.copy(y, out[b * kept])
+
+
+def torch_reductions(x: torch.Tensor, dim: int) -> tuple:
+    x = x.float()
+    return x.sum(dim), x.amax(dim), x.amin(dim), x.abs().amax(dim), x.abs().sum(dim)
+
+
+def run_reductions(x, dim, arch, outs=None, **config):
+    kept = x.shape[1 - dim]
+    outs = outs if outs is not None else [torch.full((kept,), 123.0) for _ in OPS]
+    reductions(x, *outs, dim=dim, arch=arch, **config)
+    return outs
+
+
+def assert_reduced(outs, refs, x, dim):
+    """max/min exact; sums within the rounding bound of n fp32 additions (n * 2^-24 * sum |x|, doubled)."""
+    bound = 2 * x.shape[dim] * 2.0 ** -24 * x.float().abs().sum(dim)
+    for op, got, want in zip(OPS, outs, refs):
+        if op.endswith("sum"):
+            assert ((got - want).abs() <= bound).all(), (op, (got - want).abs().max())
+        else:
+            assert torch.equal(got, want), op
+
+
+# (block_M, block_N, threads, dim): a row held by one thread; by 16 lanes; by 4 waves; a column held by 4 lanes
+# (bits 4 and 5: ds_swizzle / v_permlane16_swap and ds_bpermute / v_permlane32_swap); by all 4 waves
+LAYOUTS = [(64, 4, 64, 1), (4, 64, 64, 1), (2, 1024, 256, 1), (4, 64, 64, 0), (256, 8, 256, 0)]
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("block_M,block_N,threads,dim", LAYOUTS)
+def test_fp32_reductions_equal_torch(arch, block_M, block_N, threads, dim):
+    torch.manual_seed(0)
+    shape = (3 * block_M, block_N) if dim == 1 else (block_M, 3 * block_N)
+    x = torch.randn(shape)
+    outs = run_reductions(x, dim, arch, block_M=block_M, block_N=block_N, threads=threads)
+    assert_reduced(outs, torch_reductions(x, dim), x, dim)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_sources_reduce_in_fp32(arch, dtype):
+    torch.manual_seed(1)
+    x = (torch.randn(4, 512) * 8).to(dtype)  # the fragment holds 16-bit values, two per register
+    outs = run_reductions(x, 1, arch, block_M=2, block_N=512, threads=128)
+    assert_reduced(outs, torch_reductions(x, 1), x, 1)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_clear_false_combines_with_the_old_values(arch):
+    torch.manual_seed(2)
+    x = torch.randn(8, 256)
+    old = torch.randn(8)
+    old[0], old[1] = 1e3, -1e3  # the old value wins the max / the min
+    outs = run_reductions(x, 1, arch, outs=[old.clone() for _ in OPS], block_M=4, block_N=256, threads=128,
+                          clear=False)
+    s, mx, mn, amx, asum = torch_reductions(x, 1)
+    want = (old + s, torch.maximum(old, mx), torch.minimum(old, mn), torch.maximum(old, amx), old + asum)
+    assert_reduced(outs, want, x, 1)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_nan_and_inf_as_torch(arch):
+    x = torch.randn(8, 256)
+    x[0, 5] = float("nan")  # row 0: NaN in one thread
+    x[1, 200] = float("nan")  # row 1: in another wave (128 threads, 2 rows of 128 runs per tile)
+    x[2, 7], x[2, 100] = float("inf"), float("-inf")  # row 2: sum NaN, max inf, min -inf, abssum inf
+    x[3, :] = float("-inf")  # row 3: max of -inf only
+    x[4, 3] = float("inf")  # row 4: one inf
+    outs = run_reductions(x, 1, arch, block_M=4, block_N=256, threads=128)
+    for op, got, want in zip(OPS, outs, torch_reductions(x, 1)):
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True), (op, got[:5], want[:5])
+        assert torch.equal(got.isnan(), want.isnan()), op
+
+
+@tilegcn.jit
+def row_sum(X, Y, *, block_M=2, block_N=256, threads=128):
+    with T.Kernel(T.ceildiv(X.shape[0], block_M), threads=threads) as b:
+        x = T.alloc_fragment((block_M, block_N), "float32")
+        y = T.alloc_fragment((block_M,), "float32")
+        T.copy(X[b * block_M, 0], x)
+        T.reduce_sum(x, y)
+        T.copy(y, Y[b * block_M])
+
+
+def test_each_output_element_is_written_once():
+    """128 threads hold the 2 sums of a tile (64 copies of each); the store writes 2 elements, not 128."""
+    x, y = torch.randn(4, 256), torch.zeros(4)
+    k = row_sum.compile(x, y, arch="gfx942")
+    stats = emulator.load(k.hsaco).launch(k.name, k.grid, k.block, args=[x, y])
+    assert torch.allclose(y, x.sum(1), rtol=1e-5, atol=1e-5)
+    assert stats.bytes_vgpr_to_global == 4 * 4
+
+
+def test_cross_wave_scratch_counts_in_lds_and_shows_in_the_ir():
+    k = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch="gfx942", block_M=1, threads=256)
+    assert "alloc shared y_partials: float32[256]" in k.ir and "reduce_sum x dim=1 -> y" in k.ir
+    assert k.metadata["lds_bytes"] >= 256 * 4
+    single_wave = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch="gfx942", block_M=1, threads=64)
+    assert single_wave.metadata["lds_bytes"] == 0
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_routes_per_arch(arch):
+    """Across 64 lanes: DPP for lane distances 1..8, then ds_swizzle + ds_bpermute on gfx942, the permlane swaps
+    on gfx950."""
+    k = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch=arch, block_M=1, threads=64)
+    assert k.asm.count("v_add_f32_dpp") == 4
+    if arch == "gfx942":
+        assert "ds_swizzle_b32" in k.asm and "ds_bpermute_b32" in k.asm and "permlane" not in k.asm
+    else:
+        assert "v_permlane16_swap_b32" in k.asm and "v_permlane32_swap_b32" in k.asm and "ds_" not in k.asm
+
+
+@tilegcn.jit
+def bad_reduce(X, Y, *, case="shape"):
+    with T.Kernel(1, threads=64) as b:
+        x = T.alloc_fragment((4, 64), "float32")
+        y = T.alloc_fragment((64,) if case == "shape" else (4,), "float32")
+        T.copy(X[0, 0], x)
+        if case == "shape":
+            T.reduce_max(x, y, dim=1)
+        elif case == "dim":
+            T.reduce_max(x, y, dim=2)
+        elif case == "global":
+            T.reduce_max(X, y)
+        else:
+            for i in T.Parallel(4):
+                T.reduce_max(x, y)
+        T.copy(y, Y[0])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("shape", r"y\[64\] cannot hold x\[4, 64\] reduced along dim 1: allocate it as \[4\]"),
+    ("dim", r"dim=2 is not a dimension of x\[4, 64\]"),
+    ("global", r"source must be a fragment .*got global buffer X"),
+    ("parallel", r"not allowed inside T.Parallel"),
+])
+def test_bad_reductions_are_refused_with_the_line(case, message):
+    with pytest.raises(CompileError, match=message) as info:
+        bad_reduce(torch.zeros(4, 64), torch.zeros(64), case=case, arch="gfx942")
+    assert "test_reduce.py" in str(info.value)
