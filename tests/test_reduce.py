@@ -175,3 +175,57 @@ def test_bad_reductions_are_refused_with_the_line(case, message):
     with pytest.raises(CompileError, match=message) as info:
         bad_reduce(torch.zeros(4, 64), torch.zeros(64), case=case, arch="gfx942")
     assert "test_reduce.py" in str(info.value)
+
+
+@tilegcn.jit
+def gemm_then_reduce(A, B, RowMax, ColSum, *, block=64, block_K=32):
+    """Reductions of a T.gemm accumulator (the MFMA layout): row maxima (scaled by 2 in a T.Parallel over the
+    reduced fragment) and column sums."""
+    with T.Kernel(T.ceildiv(B.shape[1], block), T.ceildiv(A.shape[0], block), threads=256) as (bx, by):
+        a = T.alloc_shared((block, block_K), A.dtype)
+        b = T.alloc_shared((block_K, block), B.dtype)
+        c = T.alloc_fragment((block, block), "float32")
+        row_max = T.alloc_fragment((block,), "float32")
+        col_sum = T.alloc_fragment((block,), "float32")
+        T.clear(c)
+        for k in T.Pipelined(T.ceildiv(A.shape[1], block_K), num_stages=2):
+            T.copy(A[by * block, k * block_K], a)
+            T.copy(B[k * block_K, bx * block], b)
+            T.gemm(a, b, c)
+        T.reduce_max(c, row_max, dim=1)
+        for i in T.Parallel(block):
+            row_max[i] = row_max[i] * 2.0
+        T.copy(row_max, RowMax[bx, by * block])
+        T.reduce_sum(c, col_sum, dim=0)
+        T.copy(col_sum, ColSum[by, bx * block])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_reductions_of_a_gemm_accumulator(arch):
+    torch.manual_seed(3)
+    A, B = torch.randn(128, 64).half(), torch.randn(64, 128).half()
+    row_max, col_sum = torch.zeros(2, 128), torch.zeros(2, 128)
+    gemm_then_reduce(A, B, row_max, col_sum, arch=arch)
+    C = A.float() @ B.float()
+    assert torch.allclose(row_max, 2 * torch.stack([C[:, :64].amax(1), C[:, 64:].amax(1)]), rtol=1e-5, atol=1e-4)
+    assert torch.allclose(col_sum, torch.stack([C[:64].sum(0), C[64:].sum(0)]), rtol=1e-5, atol=1e-3)
+
+
+@tilegcn.jit
+def max_of_row_sums(X, Y, *, threads=64):
+    """A reduction of a reduction's output (replicated over 16 lanes: each row sum is counted once)."""
+    with T.Kernel(1, threads=threads) as b:
+        x = T.alloc_fragment((4, 64), "float32")
+        sums = T.alloc_fragment((4,), "float32")
+        total = T.alloc_fragment((1,), "float32")
+        T.copy(X[0, 0], x)
+        T.reduce_sum(x, sums, dim=1)
+        T.reduce_sum(sums, total, dim=0)
+        T.copy(total, Y[0])
+
+
+@pytest.mark.parametrize("threads", [64, 256])
+def test_a_reduction_of_a_reduction_counts_each_element_once(threads):
+    x, y = torch.randn(4, 64), torch.zeros(1)
+    max_of_row_sums(x, y, threads=threads, arch="gfx942")
+    assert torch.allclose(y, x.sum().reshape(1), rtol=1e-5, atol=1e-4)
