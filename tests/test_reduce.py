@@ -19,7 +19,7 @@ def _emulator(monkeypatch):
 
 
 @tilegcn.jit
-def reductions(X, S, Mx, Mn, AMx, AS, *, block_M=8, block_N=64, threads=64, dim=1, clear=True):
+def reductions(X, S, Mx, Mn, AMx, AS, *, block_M=8, block_N=64, threads=64, dim=1, clear=True, out_dtype="float32"):
     """Every reduction of one [block_M, block_N] tile per workgroup: along dim 1 the workgroups go down the rows,
     along dim 0 across the columns."""
     outs = (S, Mx, Mn, AMx, AS)
@@ -28,7 +28,7 @@ def reductions(X, S, Mx, Mn, AMx, AS, *, block_M=8, block_N=64, threads=64, dim=
         x = T.alloc_fragment((block_M, block_N), X.dtype)
         T.copy(X[b * block_M, 0] if dim == 1 else X[0, b * block_N], x)
         for op, out in zip(OPS, outs):
-            y = T.alloc_fragment((kept,), "float32")
+            y = T.alloc_fragment((kept,), out_dtype)
             if not clear:
                 T.copy(out[b * kept], y)
             getattr(T, f"reduce_{op}")(x, y, dim=dim, clear=clear)
@@ -79,6 +79,21 @@ def test_16bit_sources_reduce_in_fp32(arch, dtype):
     x = (torch.randn(4, 512) * 8).to(dtype)  # the fragment holds 16-bit values, two per register
     outs = run_reductions(x, 1, arch, block_M=2, block_N=512, threads=128)
     assert_reduced(outs, torch_reductions(x, 1), x, 1)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_16bit_destinations_round_once(arch):
+    """A bf16 destination (two outputs per register): the fp32 result rounded once, as torch's fp32 result
+    rounded to bf16 (sums may differ by the rounding of their last fp32 bits: one bf16 step at most)."""
+    torch.manual_seed(4)
+    x = torch.randn(12, 64)
+    outs = run_reductions(x, 1, arch, block_M=6, block_N=64, threads=64, out_dtype="bfloat16")
+    for op, got, want in zip(OPS, outs, torch_reductions(x, 1)):
+        want = want.to(torch.bfloat16).float()
+        if op.endswith("sum"):
+            assert ((got - want).abs() <= want.abs() * 2.0 ** -7).all(), op
+        else:
+            assert torch.equal(got, want), op
 
 
 @pytest.mark.parametrize("arch", ARCHES)
