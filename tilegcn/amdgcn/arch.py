@@ -255,10 +255,10 @@ GFX950 = Arch(
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
     has_ieee_maximum3=True,
+    has_permlane_swap=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
     has_ds_read_tr_b16=True,
-    has_permlane_swap=True,
     **{**_COMMON, "lds_banks": 64},
 )
 
