@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..amdgcn.isa import Reg
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32
 from .context import Context
 from .layout import TID, FragmentLayout
-from .xlane import ABS_MASK, Reducer
+from .xlane import ABS_MASK, Abs, Reducer
 
 
 @dataclass
@@ -141,27 +142,24 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
 
 # ---- lowering ----------------------------------------------------------------------------------------------
 
-def _read(ctx: Context, s: N.Reduce, r: int, keep: list):
-    """Source element r as an fp32 VGPR (|x| for absmax / abssum); temporaries go into `keep` for freeing."""
+def _read(ctx: Context, s: N.Reduce, r: int, temps: list):
+    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`."""
     value, temp = ctx.read_f32(s.src, r)
     if temp:
-        keep.append(value)
-    if s.op.startswith("abs"):
-        t = ctx.b.v.alloc(what="|x|")
-        ctx.b.valu("v_and_b32", t, ABS_MASK, value)
-        keep.append(t)
-        return t
-    return value
+        temps.append(value)
+    return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list):
-    """A fresh VGPR with op over this thread's source elements `rs`, in element order."""
+def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list, acc: Reg) -> Reg:
+    """acc = op over this thread's source elements `rs`, in element order."""
     b = ctx.b
-    acc = b.v.alloc(what=f"{s.dst.name} partial")
     temps: list = []
     first = _read(ctx, s, rs[0], temps)
     if len(rs) == 1:
-        b.valu("v_mov_b32", acc, first)
+        if isinstance(first, Abs):
+            b.valu("v_and_b32", acc, ABS_MASK, first.reg)
+        else:
+            b.valu("v_mov_b32", acc, first)
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps))
         for r in rs[2:]:
@@ -175,18 +173,25 @@ def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list):
 
 
 def lower_reduce(ctx: Context, s: N.Reduce):
+    """In-thread, across lanes, across waves; the results land in the destination's registers (fp32 ones directly,
+    where the old values are not needed), combined with the old values for clear=False."""
     from .gemm import lds_barrier
 
     b = ctx.b
     plan = plan_reduction(ctx.layouts[s.src], s, ctx.threads)
+    dst_lay = ctx.layouts[s.dst]
+    direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op)
-    values = [_in_thread(ctx, s, red, rs) for rs in plan.slots]
+    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else b.v.alloc(what=f"{s.dst.name} partial"))
+              for slot, rs in enumerate(plan.slots)]
     red.across_lanes(values, plan.lane_bits)
     red.free()
-    if plan.wave_bits(b.arch.wave_size):
-        scratch = ctx.reduce_scratch[s]
-        red.across_waves(values, plan.wave_bits(b.arch.wave_size), ctx.threads, ctx.shared[scratch],
+    wave_bits = plan.wave_bits(b.arch.wave_size)
+    if wave_bits:
+        red.across_waves(values, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
                          lambda access: lds_barrier(ctx, access))
+    if direct:
+        return
     if not s.clear:
         for slot, x in enumerate(values):
             old, temp = ctx.read_f32(s.dst, slot)

@@ -58,6 +58,20 @@ def swizzle_xor_offset(distance: int) -> int:
     return 0x1F | (distance << 10)
 
 
+class Abs:
+    """A VOP3 source with the abs modifier (`|v3|`): absmax / abssum read their inputs through it."""
+
+    def __init__(self, reg: Reg):
+        self.reg = reg
+
+    def __str__(self):
+        return f"|{self.reg}|"
+
+
+def _reg(x) -> Reg:
+    return x.reg if isinstance(x, Abs) else x
+
+
 class Reducer:
     """Emits the combining of fp32 VGPR values for one reduction op ('sum', 'max', 'min') into builder `b`."""
 
@@ -66,16 +80,19 @@ class Reducer:
         self._bpermute_address = None
 
     # -- one pair -------------------------------------------------------------------------------
-    def combine(self, dst: Reg, a: Reg, c: Reg):
-        """dst = op(a, c), NaN as torch; dst may be a or c. Commutative bit for bit: op(a, c) == op(c, a)."""
+    def combine(self, dst: Reg, a, c):
+        """dst = op(a, c), NaN as torch; a and c are VGPRs or Abs(VGPR); dst may be either. Commutative bit for bit:
+        op(a, c) == op(c, a)."""
         b = self.b
+        ra, rc = _reg(a), _reg(c)
+        vop3 = "_e64" if isinstance(a, Abs) or isinstance(c, Abs) else ""  # |x| is a VOP3 source modifier
         if self.op == "sum":
-            b.emit("v_add_f32", dst, a, c, defs=(dst,), uses=(a, c))
+            b.emit(f"v_add_f32{vop3}", dst, a, c, defs=(dst,), uses=(ra, rc))
         elif self.arch.has_ieee_maximum3:
-            b.emit(f"v_{self.op}imum3_f32", dst, a, c, c, defs=(dst,), uses=(a, c))
+            b.emit(f"v_{self.op}imum3_f32", dst, a, c, c, defs=(dst,), uses=(ra, rc))
         else:
-            b.emit("v_cmp_u_f32", VCC, a, c, defs=(VCC,), uses=(a, c), comment="either NaN?")
-            b.emit(_VOP2[self.op], dst, a, c, defs=(dst,), uses=(a, c))
+            b.emit("v_cmp_u_f32", VCC, ra, rc, defs=(VCC,), uses=(ra, rc), comment="either NaN?")
+            b.emit(f"{_VOP2[self.op]}{vop3}", dst, a, c, defs=(dst,), uses=(ra, rc))
             b.emit("v_cndmask_b32", dst, dst, b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
 
     # -- across lanes ---------------------------------------------------------------------------
