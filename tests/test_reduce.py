@@ -143,9 +143,10 @@ def test_each_output_element_is_written_once():
 
 
 def test_cross_wave_scratch_counts_in_lds_and_shows_in_the_ir():
+    """A row over 4 waves: one partial per wave in LDS (the 64 lanes of a wave hold one value)."""
     k = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch="gfx942", block_M=1, threads=256)
-    assert "alloc shared y_partials: float32[256]" in k.ir and "reduce_sum x dim=1 -> y" in k.ir
-    assert k.metadata["lds_bytes"] >= 256 * 4
+    assert "alloc shared y_partials: float32[4]" in k.ir and "reduce_sum x dim=1 -> y" in k.ir
+    assert k.metadata["lds_bytes"] >= 4 * 4
     single_wave = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch="gfx942", block_M=1, threads=64)
     assert single_wave.metadata["lds_bytes"] == 0
 
@@ -244,3 +245,11 @@ def test_a_reduction_of_a_reduction_counts_each_element_once(threads):
     x, y = torch.randn(4, 64), torch.zeros(1)
     max_of_row_sums(x, y, threads=threads, arch="gfx942")
     assert torch.allclose(y, x.sum().reshape(1), rtol=1e-5, atol=1e-4)
+
+
+def test_a_reduction_beside_a_k_phased_gemm_compiles():
+    """The pipeliner splits gfx950's 256x256x32 K loop into phases after asking which statements use its tiles: a
+    reduction's fragments are among the statements it asks (this once crashed the compiler)."""
+    A, B = torch.zeros(512, 512, dtype=torch.bfloat16), torch.zeros(512, 512, dtype=torch.bfloat16)
+    k = gemm_then_reduce.compile(A, B, torch.zeros(2, 512), torch.zeros(2, 512), block=256, arch="gfx950")
+    assert "reduce_max c dim=1 -> row_max" in k.ir

@@ -164,7 +164,7 @@ def _reduction_outputs(kernel: N.Kernel) -> dict:
 def _reduction_layouts(kernel: N.Kernel, groups: list, reduced: dict, layouts: dict):
     """Lay out the groups holding reduction destinations, each once its sources are laid out (a reduction of a
     reduction follows the first)."""
-    from .reduce import plan_reduction, reduced_layout, same_layout
+    from .reduce import reduced_layout, same_layout
 
     pending = [g for g in groups if any(buf in reduced for buf in g)]
     while pending:
@@ -179,7 +179,7 @@ def _reduction_layouts(kernel: N.Kernel, groups: list, reduced: dict, layouts: d
             stmts = [s for buf in group if buf in reduced for s in reduced[buf]]
             chosen = None
             for s in stmts:
-                lay = reduced_layout(s.dst, plan_reduction(layouts[s.src], s, kernel.threads))
+                lay = reduced_layout(s.dst, layouts[s.src], s, kernel.threads)
                 if chosen is None:
                     chosen = lay
                 elif not same_layout(chosen, lay, kernel.threads):

@@ -194,7 +194,8 @@ def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
         if id(s) in own or s is loop:
             continue
         touched = {getattr(s, f, None) for f in ("A", "B", "C", "buffer")}
-        touched |= {r.buffer for r in (getattr(s, "src", None), getattr(s, "dst", None)) if r is not None}
+        touched |= {getattr(r, "buffer", r) for r in (getattr(s, "src", None), getattr(s, "dst", None))
+                    if r is not None}  # regions (copies) or buffers (reductions)
         if isinstance(s, N.ParallelStore):
             touched |= {e.buffer for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef)}
         if touched & buffers:

@@ -20,20 +20,19 @@ import numpy as np
 import sympy
 
 from ..amdgcn.isa import Reg
+from ..amdgcn.memory import _lane_values
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32
 from .context import Context
 from .layout import TID, FragmentLayout
-from .xlane import ABS_MASK, Abs, Reducer
+from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
 
 
 @dataclass
 class ReductionPlan:
-    slots: list  # per output slot: the source elements r (of every thread) that belong to it, in order
-    coords: list  # per output slot: the destination index (SymPy in TID)
-    replicated: int  # thread-id bits over which the holders of one output element differ
-    reduce_bits: int  # of those, the bits whose threads hold different source elements (the rest are copies)
+    slots: list  # per destination register slot: the source elements r (of every thread) reduced into it, in order
+    reduce_bits: int  # thread-id bits whose threads hold different partials of one output element
 
     @property
     def lane_bits(self) -> int:
@@ -44,65 +43,95 @@ class ReductionPlan:
 
 
 def _per_thread(expr, threads: int) -> np.ndarray:
-    """Integer `expr` (SymPy in TID) at every thread id."""
+    """Integer `expr` (SymPy in TID) at every thread id (exactly, in integers where memory._lane_values knows the
+    form, else through sympy.lambdify)."""
     expr = sympy.sympify(expr)
-    tids = np.arange(threads, dtype=np.int64)
-    if not expr.free_symbols:
-        return np.full(threads, int(expr), dtype=np.int64)
-    return np.asarray(sympy.lambdify(TID, expr, modules="numpy")(tids), dtype=np.int64) + 0 * tids
+    values = _lane_values(expr, TID, threads)
+    if values is None:
+        values = sympy.lambdify(TID, expr, modules="numpy")(np.arange(threads, dtype=np.int64))
+    return np.broadcast_to(np.asarray(values, dtype=np.int64), (threads,))
 
 
-def _flat_output(src_lay: FragmentLayout, s: N.Reduce, threads: int, r: int) -> np.ndarray:
-    """Per thread, the flat index (in the source's shape without `dim`) of the output element that source element
-    r belongs to."""
-    coords = src_lay.coords(r, threads)
+def _flat(coords, shape, skip: int | None, threads: int) -> np.ndarray:
+    """Per thread, the row-major flat index of `coords` in `shape` without dim `skip`."""
     flat = np.zeros(threads, dtype=np.int64)
-    for d, extent in enumerate(s.src.shape):
-        if d != s.dim:
+    for d, extent in enumerate(shape):
+        if d != skip:
             flat = flat * extent + _per_thread(coords[d], threads)
     return flat
 
 
 def _refuse(s: N.Reduce, why: str):
     raise CompileError(f"T.reduce_{s.op} of {s.src.name}{list(s.src.shape)} along dim {s.dim}: {why}; "
-                       "this source layout is not supported yet (reduce a fragment that T.copy loads or a "
-                       "T.gemm accumulator)", location=s.loc)
+                       "this layout is not supported yet (reduce a fragment that T.copy loads or a T.gemm "
+                       "accumulator)", location=s.loc)
 
 
-def _holder_bits(flat: np.ndarray, threads: int) -> int:
-    """The thread-id bits whose flip keeps the output element, for every thread."""
+def _invariant_bits(arrays, threads: int) -> int:
+    """The thread-id bits whose flip changes none of `arrays` (per-thread values) for any thread."""
     tids = np.arange(threads)
     bits = 0
     for k in range(max(threads - 1, 0).bit_length()):
-        if np.array_equal(flat, flat[tids ^ (1 << k)]):
+        if all(np.array_equal(a, a[tids ^ (1 << k)]) for a in arrays):
             bits |= 1 << k
     return bits
 
 
-def plan_reduction(src_lay: FragmentLayout, s: N.Reduce, threads: int) -> ReductionPlan:
-    slots: dict = {}  # per-thread output elements (as bytes) -> source elements
+def _by_output(src_lay, s: N.Reduce, threads: int) -> tuple:
+    """({output flat index per thread, as bytes: [source elements r]}, {same key: the array}), in element order."""
+    classes: dict = {}
     arrays: dict = {}
     for r in range(src_lay.elems):
-        flat = _flat_output(src_lay, s, threads, r)
-        key = flat.tobytes()
-        slots.setdefault(key, []).append(r)
-        arrays[key] = flat
-    bits = {_holder_bits(a, threads) for a in arrays.values()}
-    if len(bits) != 1:
-        _refuse(s, "its output elements are shared by different thread groups in different registers")
-    replicated = bits.pop()
+        flat = _flat(src_lay.coords(r, threads), s.src.shape, s.dim, threads)
+        classes.setdefault(flat.tobytes(), []).append(r)
+        arrays[flat.tobytes()] = flat
+    return classes, arrays
+
+
+def _output_bits(s: N.Reduce, arrays: dict, threads: int) -> int:
+    """The thread-id bits over which the threads holding parts of one output element differ; refuses layouts where
+    those threads are not exactly the group of some bits (the butterfly's precondition)."""
+    bits = _invariant_bits(arrays.values(), threads)
     held = [set(a.tolist()) for a in arrays.values()]
     out_numel = s.src.numel // s.src.shape[s.dim]
-    groups = threads >> bin(replicated).count("1")
-    if any(len(h) != groups for h in held) or sum(len(h) for h in held) != out_numel \
-            or len(set().union(*held)) != out_numel:
-        _refuse(s, "the threads holding one output element are not a group differing in some thread-id bits")
-    coords = [_dst_coords(src_lay, s, threads, rs[0]) for rs in slots.values()]
-    reduce_bits = replicated & ~src_lay.replicated
-    return ReductionPlan(list(slots.values()), coords, replicated, reduce_bits)
+    groups = threads >> bin(bits).count("1")
+    if any(len(h) != groups for h in held) or len(set().union(*held)) != out_numel or \
+            sum(len(h) for h in held) != out_numel:
+        _refuse(s, "the threads holding parts of one output element are not the threads that differ in some "
+                   "thread-id bits")
+    return bits
 
 
-def _dst_coords(src_lay: FragmentLayout, s: N.Reduce, threads: int, r: int) -> tuple:
+def plan_reduction(src_lay, dst_lay, s: N.Reduce, threads: int) -> ReductionPlan:
+    """Which source elements reduce into which destination register, and over which thread-id bits. Works from the
+    two layouts' coords alone (evaluated for every thread), so any pair of layouts where each thread holds the
+    outputs of the source elements it holds will do."""
+    classes, arrays = _by_output(src_lay, s, threads)
+    out_bits = _output_bits(s, arrays, threads)
+    by_key = {}
+    for slot in range(dst_lay.elems):
+        coords = dst_lay.coords(slot, threads)
+        skip = s.dim if len(s.dst.shape) == len(s.src.shape) else None
+        by_key[_flat(coords, s.dst.shape, skip, threads).tobytes()] = slot
+    if sorted(by_key) != sorted(classes) or len(by_key) != dst_lay.elems:
+        _refuse(s, f"the layout of {s.dst.name} does not keep each output element on the threads that hold its parts")
+    slots = [classes[key] for key, _ in sorted(by_key.items(), key=lambda kv: kv[1])]
+    source_copies = _invariant_bits([_per_thread(c, threads) for r in range(src_lay.elems)
+                                     for c in src_lay.coords(r, threads)], threads)
+    return ReductionPlan(slots, out_bits & ~source_copies)
+
+
+def reduced_layout(buf: N.Buffer, src_lay, s: N.Reduce, threads: int) -> FragmentLayout:
+    """The destination layout of reduction `s` (for `buf`, its destination or a fragment sharing its layout): each
+    thread keeps the output elements of the source elements it held, in element order, replicated over the threads
+    that held parts of the same output element. (The layout-inference work replaces this with its Slice layout.)"""
+    classes, arrays = _by_output(src_lay, s, threads)
+    coords = tuple(_dst_coords(src_lay, s, threads, rs[0]) for rs in classes.values())
+    return FragmentLayout(buf, len(coords), 1, acc_coords=coords.__getitem__,
+                          replicated=_output_bits(s, arrays, threads))
+
+
+def _dst_coords(src_lay, s: N.Reduce, threads: int, r: int) -> tuple:
     """The destination index of source element r: its source index without `dim` (or with 0 there, for a
     destination that keeps the dimension with extent 1)."""
     coords = src_lay.coords(r, threads)
@@ -110,12 +139,6 @@ def _dst_coords(src_lay: FragmentLayout, s: N.Reduce, threads: int, r: int) -> t
         return tuple(sympy.Integer(0) if d == s.dim else c for d, c in enumerate(coords))
     kept = tuple(c for d, c in enumerate(coords) if d != s.dim)
     return kept or (sympy.Integer(0),)
-
-
-def reduced_layout(buf: N.Buffer, plan: ReductionPlan) -> FragmentLayout:
-    """The destination layout of a reduction (for `buf`, the destination or a fragment sharing its layout)."""
-    coords = tuple(plan.coords)
-    return FragmentLayout(buf, len(coords), 1, acc_coords=coords.__getitem__, replicated=plan.replicated)
 
 
 def same_layout(a: FragmentLayout, b: FragmentLayout, threads: int) -> bool:
@@ -133,9 +156,9 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
     """{Reduce: shared Buffer} for the reductions that cross waves: LDS scratch of one fp32 per thread and slot."""
     out = {}
     for s in reductions(kernel):
-        plan = plan_reduction(layouts[s.src], s, kernel.threads)
+        plan = plan_reduction(layouts[s.src], layouts[s.dst], s, kernel.threads)
         if plan.wave_bits(arch.wave_size):
-            words = kernel.threads * len(plan.slots)
+            words = scratch_bytes(kernel.threads, len(plan.slots), plan.lane_bits) // 4
             out[s] = N.Buffer(f"{s.dst.name}_partials", N.SHARED, float32, (words,), loc=s.loc)
     return out
 
@@ -178,7 +201,7 @@ def lower_reduce(ctx: Context, s: N.Reduce):
     from .gemm import lds_barrier
 
     b = ctx.b
-    plan = plan_reduction(ctx.layouts[s.src], s, ctx.threads)
+    plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
     dst_lay = ctx.layouts[s.dst]
     direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op)
@@ -188,7 +211,7 @@ def lower_reduce(ctx: Context, s: N.Reduce):
     red.free()
     wave_bits = plan.wave_bits(b.arch.wave_size)
     if wave_bits:
-        red.across_waves(values, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
+        red.across_waves(values, plan.lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
                          lambda access: lds_barrier(ctx, access))
     if direct:
         return

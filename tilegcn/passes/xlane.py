@@ -13,9 +13,10 @@ the arch has for that distance (docs/isa-notes.md, "Cross-lane reductions"):
 A DPP form reading a VGPR that a VALU just wrote needs wait states on gfx9: that is the hazard pass's business
 (amdgcn/hazards.py), never an ordering chosen here.
 
-Across waves: every thread writes its values to LDS scratch (slot s of thread t at 4 * (s * threads + t)), an
-s_barrier, then every thread reads the partials of the waves of its group, in wave order (so that all holders
-combine in the same order), and combines them.
+Across waves: every thread writes its values to LDS scratch (slot s of thread t at 4 * (s * entries + (t >> k)),
+where the lanes of a group, the low k lane bits, share one entry: they hold the same value), an s_barrier, then
+every thread reads the partials of the waves of its group, in wave order (so that all holders combine in the same
+order), and combines them.
 
 Combining follows torch: sum is v_add_f32; max / min propagate NaN (torch.amax / amin): v_maximum3 / v_minimum3
 on gfx950, elsewhere v_max / v_min (IEEE maxNum, which drops a NaN) with a v_cmp_u select of NaN.
@@ -56,6 +57,18 @@ def swizzle_xor_offset(distance: int) -> int:
     32 lanes (and_mask 0x1f in bits 4:0, or_mask 0 in 9:5, xor_mask in 14:10)."""
     assert 0 < distance < 32
     return 0x1F | (distance << 10)
+
+
+def compaction_shift(lane_bits: int) -> int:
+    """k where `lane_bits` (the lane-id bits a cross-lane step reduced) are the low k bits: the 2^k lanes of a group
+    then share one LDS entry of the cross-wave scratch (entry = thread id >> k); else 0, one entry per thread."""
+    k = lane_bits.bit_length()
+    return k if lane_bits == (1 << k) - 1 else 0
+
+
+def scratch_bytes(threads: int, slots: int, lane_bits: int) -> int:
+    """LDS bytes of Reducer.across_waves's partials: one fp32 per slot and entry."""
+    return 4 * slots * (threads >> compaction_shift(lane_bits))
 
 
 class Abs:
@@ -152,29 +165,35 @@ class Reducer:
             self._bpermute_address = None
 
     # -- across waves ---------------------------------------------------------------------------
-    def across_waves(self, values: list, wave_bits: int, threads: int, lds_base: int, barrier):
-        """Every value of `values` (slot s: one fp32 VGPR per thread, already reduced across the lanes of its
-        group) becomes op over the waves whose ids differ in the set bits of `wave_bits`. Uses LDS bytes
-        [lds_base, lds_base + 4 * threads * len(values)); `barrier(access)` places the s_barriers ('write' before
-        the writes, 'read' before the reads)."""
+    def across_waves(self, values: list, lane_bits: int, wave_bits: int, threads: int, lds_base: int, barrier):
+        """Every value of `values` (slot s: one fp32 VGPR per thread, already reduced across the lanes of `lane_bits`)
+        becomes op over the waves whose ids differ in the set bits of `wave_bits`. Uses LDS bytes
+        [lds_base, lds_base + scratch_bytes(...)); `barrier(access)` places the s_barriers ('write' before the
+        writes, 'read' before the reads)."""
         b, wave = self.b, self.arch.wave_size
+        shift = compaction_shift(lane_bits)
+        entries = threads >> shift
         own = b.v.alloc(what="scratch address")
-        b.valu("v_lshlrev_b32", own, 2, WORKITEM_ID)
+        if shift:  # the lanes of one group hold one value: they share an entry (writing the same bits)
+            b.valu("v_lshrrev_b32", own, shift, WORKITEM_ID)
+            b.valu("v_lshlrev_b32", own, 2, own)
+        else:
+            b.valu("v_lshlrev_b32", own, 2, WORKITEM_ID)
         barrier("write")
         for s, x in enumerate(values):
-            offset = lds_base + 4 * threads * s
-            vaddr, imm = self._ds_address(own, offset)
+            vaddr, imm = self._ds_address(own, lds_base + 4 * entries * s)
             b.emit("ds_write_b32", vaddr, x, suffix=imm, defs=(), uses=(vaddr, x), comment=f"partial of slot {s}")
             self._free_address(vaddr, own)
+        wave_entries = wave >> shift  # entries between two waves
         group = b.v.alloc(what="first wave of my group")
-        b.valu("v_and_b32", group, _u32(~(wave_bits * wave * 4)), own)
+        b.valu("v_and_b32", group, _u32(~(wave_bits * wave_entries * 4)), own)
         barrier("read")
         waves = [m for m in range(wave_bits + 1) if m & ~wave_bits == 0]  # the group's waves, in wave order
         for s, x in enumerate(values):
             parts = []
             for m in waves:
                 part = b.v.alloc(what="wave partial")
-                vaddr, imm = self._ds_address(group, lds_base + 4 * (threads * s + m * wave))
+                vaddr, imm = self._ds_address(group, lds_base + 4 * (entries * s + m * wave_entries))
                 b.emit("ds_read_b32", part, vaddr, suffix=imm, defs=(part,), uses=(vaddr,))
                 self._free_address(vaddr, group)
                 parts.append(part)
