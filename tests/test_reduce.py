@@ -175,6 +175,8 @@ def bad_reduce(X, Y, *, case="shape"):
             T.reduce_max(x, y, dim=2)
         elif case == "global":
             T.reduce_max(X, y)
+        elif case == "same":
+            T.reduce_max(x, x, dim=0)
         else:
             for i in T.Parallel(4):
                 T.reduce_max(x, y)
@@ -185,6 +187,7 @@ def bad_reduce(X, Y, *, case="shape"):
     ("shape", r"y\[64\] cannot hold x\[4, 64\] reduced along dim 1: allocate it as \[4\]"),
     ("dim", r"dim=2 is not a dimension of x\[4, 64\]"),
     ("global", r"source must be a fragment .*got global buffer X"),
+    ("same", r"x is both the source and the destination"),
     ("parallel", r"not allowed inside T.Parallel"),
 ])
 def test_bad_reductions_are_refused_with_the_line(case, message):

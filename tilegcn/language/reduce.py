@@ -28,6 +28,9 @@ def _reduce(op: str, buffer, out, dim: int, clear: bool):
             raise CompileError(f"T.reduce_{op} is not allowed inside T.Parallel: reduce the whole fragment "
                                "before or after the loop")
         src, dst = _fragment(buffer, f"T.reduce_{op} source"), _fragment(out, f"T.reduce_{op} destination")
+        if src is dst:
+            raise CompileError(f"T.reduce_{op}: {src.name} is both the source and the destination; reduce into "
+                               "another fragment (T.alloc_fragment) and copy it back if needed")
         if isinstance(dim, bool) or not isinstance(dim, int) or not -len(src.shape) <= dim < len(src.shape):
             raise CompileError(f"T.reduce_{op}: dim={dim!r} is not a dimension of {src.name}{list(src.shape)}")
         dim %= len(src.shape)
