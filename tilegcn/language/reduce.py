@@ -6,6 +6,7 @@ ds_swizzle, ds_bpermute, v_permlane*_swap: passes/xlane.py), then across waves t
 """
 from __future__ import annotations
 
+from .. import ops
 from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from .proxies import BufferProxy
@@ -41,7 +42,7 @@ def _reduce(op: str, buffer, out, dim: int, clear: bool):
                                f"{list(src.shape)} reduced along dim {dim}: allocate it as {kept or [1]}")
     except CompileError as e:
         raise CompileError(e.raw_message, location=loc) from None
-    tracer.record(N.Reduce(op, src, dst, dim, bool(clear), loc=loc))
+    tracer.record(ops.Reduce(op, src, dst, dim, bool(clear), loc=loc))
 
 
 def reduce_sum(buffer, out, dim: int = -1, clear: bool = True):

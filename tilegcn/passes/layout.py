@@ -15,6 +15,7 @@ import sympy
 
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.ops import statements_of
 
 TID = sympy.Symbol("tid", integer=True, nonnegative=True)
 MAX_ACCESS_BYTES = 16  # widest buffer load/store: dwordx4
@@ -72,16 +73,8 @@ def _groups(kernel: N.Kernel):
         parent[find(a)] = find(b)
 
     for s in N.walk(kernel.body):
-        if isinstance(s, N.ParallelStore):
-            for e in N.walk_expr(s.value):
-                if isinstance(e, N.ElemRef) and e.buffer.scope == N.FRAGMENT:
-                    if tuple(e.buffer.shape) != tuple(s.buffer.shape):
-                        raise CompileError(f"fragments {e.buffer.name}{list(e.buffer.shape)} and "
-                                           f"{s.buffer.name}{list(s.buffer.shape)} in one T.Parallel "
-                                           "must have the same shape", location=s.loc)
-                    union(e.buffer, s.buffer)
-        elif isinstance(s, N.Copy) and s.src.buffer.scope == s.dst.buffer.scope == N.FRAGMENT:
-            union(s.src.buffer, s.dst.buffer)
+        for a, b in s.layout_links():  # the op's layout constraints (tilegcn/ops/)
+            union(a, b)
     groups: dict = {}
     for b in parent:
         groups.setdefault(find(b), []).append(b)
@@ -92,9 +85,9 @@ def _run_length(group, kernel: N.Kernel) -> int:
     """Longest run that keeps every thread's elements in whole 16-byte global accesses."""
     sizes = [b.dtype.bytes for b in group]
     for s in N.walk(kernel.body):
-        if isinstance(s, N.Copy) and (s.src.buffer in group or s.dst.buffer in group):
-            other = s.dst.buffer if s.src.buffer in group else s.src.buffer
-            sizes.append(other.dtype.bytes)
+        for src, dst in s.copy_pairs():
+            if src in group or dst in group:
+                sizes.append((dst if src in group else src).dtype.bytes)
     return MAX_ACCESS_BYTES // min(sizes)
 
 
@@ -155,9 +148,8 @@ def plan_layouts(kernel: N.Kernel, gemm_plans: dict) -> dict:
 def _reduction_outputs(kernel: N.Kernel) -> dict:
     """{destination Buffer: [Reduce statements writing it]} in program order."""
     out: dict = {}
-    for s in N.walk(kernel.body):
-        if isinstance(s, N.Reduce):
-            out.setdefault(s.dst, []).append(s)
+    for s in statements_of(kernel.body, "reduce"):
+        out.setdefault(s.dst, []).append(s)
     return out
 
 

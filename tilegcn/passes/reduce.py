@@ -23,6 +23,7 @@ from ..amdgcn.isa import Reg
 from ..amdgcn.memory import _lane_values
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
 from .layout import TID, FragmentLayout
@@ -61,7 +62,7 @@ def _flat(coords, shape, skip: int | None, threads: int) -> np.ndarray:
     return flat
 
 
-def _refuse(s: N.Reduce, why: str):
+def _refuse(s, why: str):
     raise CompileError(f"T.reduce_{s.op} of {s.src.name}{list(s.src.shape)} along dim {s.dim}: {why}; "
                        "this layout is not supported yet (reduce a fragment that T.copy loads or a T.gemm "
                        "accumulator)", location=s.loc)
@@ -77,7 +78,7 @@ def _invariant_bits(arrays, threads: int) -> int:
     return bits
 
 
-def _by_output(src_lay, s: N.Reduce, threads: int) -> tuple:
+def _by_output(src_lay, s, threads: int) -> tuple:
     """({output flat index per thread, as bytes: [source elements r]}, {same key: the array}), in element order."""
     classes: dict = {}
     arrays: dict = {}
@@ -88,7 +89,7 @@ def _by_output(src_lay, s: N.Reduce, threads: int) -> tuple:
     return classes, arrays
 
 
-def _output_bits(s: N.Reduce, arrays: dict, threads: int) -> int:
+def _output_bits(s, arrays: dict, threads: int) -> int:
     """The thread-id bits over which the threads holding parts of one output element differ; refuses layouts where
     those threads are not exactly the group of some bits (the butterfly's precondition)."""
     bits = _invariant_bits(arrays.values(), threads)
@@ -102,7 +103,7 @@ def _output_bits(s: N.Reduce, arrays: dict, threads: int) -> int:
     return bits
 
 
-def plan_reduction(src_lay, dst_lay, s: N.Reduce, threads: int) -> ReductionPlan:
+def plan_reduction(src_lay, dst_lay, s, threads: int) -> ReductionPlan:
     """Which source elements reduce into which destination register, and over which thread-id bits. Works from the
     two layouts' coords alone (evaluated for every thread), so any pair of layouts where each thread holds the
     outputs of the source elements it holds will do."""
@@ -121,7 +122,7 @@ def plan_reduction(src_lay, dst_lay, s: N.Reduce, threads: int) -> ReductionPlan
     return ReductionPlan(slots, out_bits & ~source_copies)
 
 
-def reduced_layout(buf: N.Buffer, src_lay, s: N.Reduce, threads: int) -> FragmentLayout:
+def reduced_layout(buf: N.Buffer, src_lay, s, threads: int) -> FragmentLayout:
     """The destination layout of reduction `s` (for `buf`, its destination or a fragment sharing its layout): each
     thread keeps the output elements of the source elements it held, in element order, replicated over the threads
     that held parts of the same output element. (The layout-inference work replaces this with its Slice layout.)"""
@@ -131,7 +132,7 @@ def reduced_layout(buf: N.Buffer, src_lay, s: N.Reduce, threads: int) -> Fragmen
                           replicated=_output_bits(s, arrays, threads))
 
 
-def _dst_coords(src_lay, s: N.Reduce, threads: int, r: int) -> tuple:
+def _dst_coords(src_lay, s, threads: int, r: int) -> tuple:
     """The destination index of source element r: its source index without `dim` (or with 0 there, for a
     destination that keeps the dimension with extent 1)."""
     coords = src_lay.coords(r, threads)
@@ -149,7 +150,7 @@ def same_layout(a: FragmentLayout, b: FragmentLayout, threads: int) -> bool:
 
 
 def reductions(kernel: N.Kernel) -> list:
-    return [s for s in N.walk(kernel.body) if isinstance(s, N.Reduce)]
+    return statements_of(kernel.body, "reduce")
 
 
 def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
@@ -165,7 +166,7 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
 
 # ---- lowering ----------------------------------------------------------------------------------------------
 
-def _read(ctx: Context, s: N.Reduce, r: int, temps: list):
+def _read(ctx: Context, s, r: int, temps: list):
     """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`."""
     value, temp = ctx.read_f32(s.src, r)
     if temp:
@@ -173,7 +174,7 @@ def _read(ctx: Context, s: N.Reduce, r: int, temps: list):
     return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list, acc: Reg) -> Reg:
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg) -> Reg:
     """acc = op over this thread's source elements `rs`, in element order."""
     b = ctx.b
     temps: list = []
@@ -195,7 +196,7 @@ def _in_thread(ctx: Context, s: N.Reduce, red: Reducer, rs: list, acc: Reg) -> R
     return acc
 
 
-def lower_reduce(ctx: Context, s: N.Reduce):
+def lower_reduce(ctx: Context, s):
     """In-thread, across lanes, across waves; the results land in the destination's registers (fp32 ones directly,
     where the old values are not needed), combined with the old values for clear=False."""
     from .gemm import lds_barrier
