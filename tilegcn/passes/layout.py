@@ -164,8 +164,10 @@ def _reduction_layouts(kernel: N.Kernel, groups: list, reduced: dict, layouts: d
                  if all(s.src in layouts for buf in g if buf in reduced for s in reduced[buf])]
         if not ready:
             s = next(s for g in pending for buf in g if buf in reduced for s in reduced[buf])
-            raise CompileError(f"T.reduce_{s.op}: {s.src.name} gets its layout from a reduction that itself reads "
-                               f"a reduction's output", location=s.loc)
+            raise CompileError(f"T.reduce_{s.op}: {s.dst.name} takes the slice of {s.src.name}'s layout, but "
+                               f"{s.src.name}'s layout depends on {s.dst.name}'s (they are used together in a "
+                               "T.Parallel or a fragment copy); reduce into a fragment used apart from its source",
+                               location=s.loc)
         for group in ready:
             pending.remove(group)
             stmts = [s for buf in group if buf in reduced for s in reduced[buf]]
@@ -176,8 +178,9 @@ def _reduction_layouts(kernel: N.Kernel, groups: list, reduced: dict, layouts: d
                     chosen = lay
                 elif not same_layout(chosen, lay, kernel.threads):
                     raise CompileError(f"T.reduce_{s.op} into {s.dst.name}: the fragments "
-                                       f"{', '.join(b.name for b in group)} are used together but get different "
-                                       "layouts from their reductions (reduce sources laid out alike)",
+                                       f"{', '.join(b.name for b in group)} are used together (one layout) but "
+                                       "their reductions give them different ones (their sources are laid out "
+                                       "differently); layout conversions between them are not supported yet",
                                        location=s.loc)
             for buf in group:
                 layouts[buf] = FragmentLayout(buf, chosen.elems, 1, acc_coords=chosen.acc_coords,

@@ -154,7 +154,8 @@ def reductions(kernel: N.Kernel) -> list:
 
 
 def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
-    """{Reduce: shared Buffer} for the reductions that cross waves: LDS scratch of one fp32 per thread and slot."""
+    """{Reduce: shared Buffer} for the reductions that cross waves: LDS scratch of one fp32 per output slot and
+    lane group (xlane.scratch_bytes)."""
     out = {}
     for s in reductions(kernel):
         plan = plan_reduction(layouts[s.src], layouts[s.dst], s, kernel.threads)
