@@ -102,7 +102,8 @@ def test_clear_false_combines_with_the_old_values(arch):
     x = torch.randn(8, 256)
     old = torch.randn(8)
     old[0], old[1] = 1e3, -1e3  # the old value wins the max / the min
-    outs = run_reductions(x, 1, arch, outs=[old.clone() for _ in OPS], block_M=4, block_N=256, threads=128,
+    # rows of 256 over 2 waves (2 elements a thread): the old value joins after the cross-wave step
+    outs = run_reductions(x, 1, arch, outs=[old.clone() for _ in OPS], block_M=2, block_N=256, threads=256,
                           clear=False)
     s, mx, mn, amx, asum = torch_reductions(x, 1)
     want = (old + s, torch.maximum(old, mx), torch.minimum(old, mn), torch.maximum(old, amx), old + asum)
@@ -111,13 +112,14 @@ def test_clear_false_combines_with_the_old_values(arch):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_nan_and_inf_as_torch(arch):
+    """Each row over 2 waves of 64 threads (2 elements a thread): a NaN reaches the other wave's threads."""
     x = torch.randn(8, 256)
-    x[0, 5] = float("nan")  # row 0: NaN in one thread
-    x[1, 200] = float("nan")  # row 1: in another wave (128 threads, 2 rows of 128 runs per tile)
-    x[2, 7], x[2, 100] = float("inf"), float("-inf")  # row 2: sum NaN, max inf, min -inf, abssum inf
+    x[0, 5] = float("nan")  # row 0: NaN in the first wave
+    x[1, 200] = float("nan")  # row 1: in its second wave
+    x[2, 7], x[2, 200] = float("inf"), float("-inf")  # row 2: sum NaN, max inf, min -inf, abssum inf
     x[3, :] = float("-inf")  # row 3: max of -inf only
     x[4, 3] = float("inf")  # row 4: one inf
-    outs = run_reductions(x, 1, arch, block_M=4, block_N=256, threads=128)
+    outs = run_reductions(x, 1, arch, block_M=2, block_N=256, threads=256)
     for op, got, want in zip(OPS, outs, torch_reductions(x, 1)):
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True), (op, got[:5], want[:5])
         assert torch.equal(got.isnan(), want.isnan()), op
