@@ -1,8 +1,9 @@
 """Reduction lowering: T.reduce_sum / max / min / absmax / abssum of a fragment along one dimension.
 
-Input: a Reduce statement whose source has a FragmentLayout. The reduction is planned from that layout
-(`plan_reduction`): the source registers of a thread are grouped by the output element they belong to (a *slot*
-each), and the threads that hold the same output element must differ exactly in some thread-id bits. Output code:
+Input: a Reduce statement whose source and destination have layouts. The reduction is planned from the two
+layouts' coords (`plan_reduction`): the source registers of a thread are grouped by the destination register
+(a *slot*) of the output element they belong to, and the threads that hold parts of one output element must be
+exactly the threads that differ in some thread-id bits. Output code:
 per slot, the thread's own elements combined in element order (in-thread), then across the lanes of those bits
 (passes/xlane.py: DPP, ds_swizzle, ds_bpermute, v_permlane*_swap), then across waves through LDS scratch that
 `scratch_buffers` reserves before the LDS allocation (so the LDS budget counts it).
@@ -26,6 +27,7 @@ from ..ir import nodes as N
 from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
+from .gemm import lds_barrier
 from .layout import TID, FragmentLayout
 from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
 
@@ -35,9 +37,8 @@ class ReductionPlan:
     slots: list  # per destination register slot: the source elements r (of every thread) reduced into it, in order
     reduce_bits: int  # thread-id bits whose threads hold different partials of one output element
 
-    @property
-    def lane_bits(self) -> int:
-        return self.reduce_bits & 63
+    def lane_bits(self, wave_size: int) -> int:
+        return self.reduce_bits & (wave_size - 1)
 
     def wave_bits(self, wave_size: int) -> int:
         return self.reduce_bits >> (wave_size.bit_length() - 1)
@@ -160,7 +161,7 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
     for s in reductions(kernel):
         plan = plan_reduction(layouts[s.src], layouts[s.dst], s, kernel.threads)
         if plan.wave_bits(arch.wave_size):
-            words = scratch_bytes(kernel.threads, len(plan.slots), plan.lane_bits) // 4
+            words = scratch_bytes(kernel.threads, len(plan.slots), plan.lane_bits(arch.wave_size)) // 4
             out[s] = N.Buffer(f"{s.dst.name}_partials", N.SHARED, float32, (words,), loc=s.loc)
     return out
 
@@ -200,8 +201,6 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg) -> Reg:
 def lower_reduce(ctx: Context, s):
     """In-thread, across lanes, across waves; the results land in the destination's registers (fp32 ones directly,
     where the old values are not needed), combined with the old values for clear=False."""
-    from .gemm import lds_barrier
-
     b = ctx.b
     plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
     dst_lay = ctx.layouts[s.dst]
@@ -209,11 +208,11 @@ def lower_reduce(ctx: Context, s):
     red = Reducer(b, s.op)
     values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else b.v.alloc(what=f"{s.dst.name} partial"))
               for slot, rs in enumerate(plan.slots)]
-    red.across_lanes(values, plan.lane_bits)
+    lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
+    red.across_lanes(values, lane_bits)
     red.free()
-    wave_bits = plan.wave_bits(b.arch.wave_size)
     if wave_bits:
-        red.across_waves(values, plan.lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
+        red.across_waves(values, lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
                          lambda access: lds_barrier(ctx, access))
     if direct:
         return

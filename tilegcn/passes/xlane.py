@@ -1,5 +1,6 @@
 """Cross-lane and cross-wave reduction primitives: fp32 values in VGPRs combined over the threads whose ids differ
-in given bits (a butterfly: afterwards every thread of a group holds the group's result, bit for bit the same).
+in given bits (a butterfly: afterwards every thread of a group holds the group's result, bit for bit the same:
+every step combines the same two values on both lanes of a pair, and op(a, b) == op(b, a)).
 
 Across lanes, one step per thread-id bit k (partner lane = lane ^ 2^k), in increasing k, by the cheapest route
 the arch has for that distance (docs/isa-notes.md, "Cross-lane reductions"):
@@ -113,7 +114,7 @@ class Reducer:
         """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set
         bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values,
         so that independent exchanges sit between the dependent ones."""
-        for k in range(6):
+        for k in range(self.arch.wave_size.bit_length() - 1):
             if bits >> k & 1:
                 below = (1 << k) - 1
                 step = getattr(self, f"_{lane_route(k, (bits & below) == below, self.arch)}")
