@@ -155,14 +155,20 @@ def test_cross_wave_scratch_counts_in_lds_and_shows_in_the_ir():
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_routes_per_arch(arch):
-    """Across 64 lanes: DPP for lane distances 1..8, then ds_swizzle + ds_bpermute on gfx942, the permlane swaps
-    on gfx950."""
-    k = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch=arch, block_M=1, threads=64)
-    assert k.asm.count("v_add_f32_dpp") == 4
+    """A row over a whole wave: DPP for lane distances 1..8, then on gfx942 DPP row_bcast into lane 63 and
+    v_readlane back, on gfx950 the permlane swaps. Columns of [4, 64] (lanes 16 and 32 apart hold parts of one): on
+    gfx942 ds_swizzle and ds_bpermute. Every route is run against torch by the tests above."""
+    row = row_sum.compile(torch.randn(4, 256), torch.zeros(4), arch=arch, block_M=1, threads=64).asm
+    cols = reductions.compile(torch.randn(4, 192), *[torch.zeros(192) for _ in OPS], block_M=4, block_N=64,
+                              threads=64, dim=0, arch=arch).asm
     if arch == "gfx942":
-        assert "ds_swizzle_b32" in k.asm and "ds_bpermute_b32" in k.asm and "permlane" not in k.asm
+        assert row.count("v_add_f32_dpp") == 6 and "row_bcast:31" in row and "v_readlane_b32" in row
+        assert "ds_" not in row and "permlane" not in row
+        assert "ds_swizzle_b32" in cols and "ds_bpermute_b32" in cols and "permlane" not in cols
     else:
-        assert "v_permlane16_swap_b32" in k.asm and "v_permlane32_swap_b32" in k.asm and "ds_" not in k.asm
+        assert row.count("v_add_f32_dpp") == 4 and "v_permlane16_swap_b32" in row and "v_permlane32_swap_b32" in row
+        assert "ds_" not in row and "row_bcast" not in row
+        assert "v_permlane16_swap_b32" in cols and "v_permlane32_swap_b32" in cols and "ds_" not in cols
 
 
 @tilegcn.jit

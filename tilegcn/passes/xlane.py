@@ -10,7 +10,9 @@ the arch has for that distance (docs/isa-notes.md, "Cross-lane reductions"):
   - k = 2..4 otherwise: ds_swizzle_b32 in bit-mask mode (xor within 32 lanes), through the LDS unit, no LDS memory;
   - k = 4, 5 on gfx950: v_permlane16_swap / v_permlane32_swap on a copy (the two registers then hold x and
     x[lane ^ 2^k] in every lane, in the same order on both sides of the pair);
-  - k = 5 on gfx942: ds_bpermute_b32 with address (lane ^ 32) * 4.
+  - k = 4 and 5 together on gfx942 where the group is the whole wave: DPP row_bcast:15 / row_bcast:31 into lane 63
+    (LLVM's wave reduction), v_readlane to an SGPR and back to every lane;
+  - k = 5 on gfx942 otherwise: ds_bpermute_b32 with address (lane ^ 32) * 4.
 A DPP form reading a VGPR that a VALU just wrote needs wait states on gfx9: that is the hazard pass's business
 (amdgcn/hazards.py), never an ordering chosen here.
 
@@ -41,13 +43,16 @@ def combine_op(op: str) -> str:
     return {"absmax": "max", "abssum": "sum"}.get(op, op)
 
 
-def lane_route(k: int, reduced_below: bool, arch) -> str:
-    """How the step for thread-id bit k (0..5) exchanges values: 'dpp', 'swizzle', 'permlane' or 'bpermute'.
-    `reduced_below`: every bit below k is reduced already (the mirror DPP controls need it)."""
+def lane_route(k: int, reduced_below: bool, arch, whole_wave: bool = False) -> str:
+    """How the step for thread-id bit k (0..5) exchanges values: 'dpp', 'swizzle', 'permlane', 'bpermute', or
+    'bcast' (bits 4 and 5 in one go, for a group of the whole wave). `reduced_below`: every bit below k is reduced
+    already (the mirror DPP controls need it)."""
     if k in _DPP_QUAD or (k in _DPP_MIRROR and reduced_below):
         return "dpp"
     if k >= 4 and arch.has_permlane_swap:
         return "permlane"
+    if k == 4 and whole_wave:
+        return "bcast"
     if k <= 4:
         return "swizzle"
     return "bpermute"
@@ -114,10 +119,16 @@ class Reducer:
         """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set
         bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values,
         so that independent exchanges sit between the dependent ones."""
+        whole_wave = self.arch.wave_size - 1
         for k in range(self.arch.wave_size.bit_length() - 1):
             if bits >> k & 1:
                 below = (1 << k) - 1
-                step = getattr(self, f"_{lane_route(k, (bits & below) == below, self.arch)}")
+                route = lane_route(k, (bits & below) == below, self.arch, whole_wave=(bits & whole_wave) == whole_wave)
+                if route == "bcast":
+                    for x in values:
+                        self._bcast(x)
+                    return
+                step = getattr(self, f"_{route}")
                 for x in values:
                     step(x, k)
 
@@ -131,6 +142,27 @@ class Reducer:
         self.b.emit("v_mov_b32_dpp", t, x, suffix=control, defs=(t,), uses=(x,), comment=f"lane ^ {1 << k}")
         self.combine(x, t, x)
         self.b.v.free(t)
+
+    def _bcast(self, x: Reg):
+        """Bits 4 and 5 of a whole-wave group (bits 0..3 reduced: each row of 16 lanes holds one value), as LLVM
+        reduces a wave on gfx9: row_bcast:15 adds row 0's value into row 1 and row 2's into row 3 (row_mask 0xa),
+        row_bcast:31 lane 31's into rows 2 and 3 (row_mask 0xc), so lane 63 holds (r0 + r1) + (r2 + r3), which
+        v_readlane puts in an SGPR and a v_mov gives back to every lane. No LDS round trip, where ds_swizzle and
+        ds_bpermute take two."""
+        b = self.b
+        for control in ("row_bcast:15 row_mask:0xa bank_mask:0xf", "row_bcast:31 row_mask:0xc bank_mask:0xf"):
+            if self.op == "sum":
+                b.emit("v_add_f32_dpp", x, x, x, suffix=control, defs=(x,), uses=(x,), comment="+ an earlier row")
+                continue
+            t = b.v.alloc(what="an earlier row's value")
+            # the rows row_mask leaves out keep t's old bits: what they combine is never read (only lane 63 is)
+            b.emit("v_mov_b32_dpp", t, x, suffix=control, defs=(t,), uses=(x,), comment="an earlier row")
+            self.combine(x, t, x)
+            b.v.free(t)
+        total = b.s.alloc(what="wave total")
+        b.emit("v_readlane_b32", total, x, 63, defs=(total,), uses=(x,), comment="lane 63: the whole wave")
+        b.valu("v_mov_b32", x, total)
+        b.s.free(total)
 
     def _swizzle(self, x: Reg, k: int):
         t = self.b.v.alloc(what="partner value")
