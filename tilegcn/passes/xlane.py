@@ -117,8 +117,9 @@ class Reducer:
     # -- across lanes ---------------------------------------------------------------------------
     def across_lanes(self, values: list, bits: int):
         """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set
-        bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values,
-        so that independent exchanges sit between the dependent ones."""
+        bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values:
+        the steps of one value depend on each other, those of different values do not (work for the scheduler;
+        the hazard pass pads whatever wait states a DPP step still needs)."""
         whole_wave = self.arch.wave_size - 1
         for k in range(self.arch.wave_size.bit_length() - 1):
             if bits >> k & 1:
