@@ -13,11 +13,18 @@ from .proxies import BufferProxy
 from .tracer import current
 
 
+_INSTEAD = {
+    N.GLOBAL: "T.copy the tile from global memory into a fragment first",
+    N.SHARED: "reductions of shared buffers are not supported yet (TileLang copies them through a fragment)",
+}
+
+
 def _fragment(x, what: str) -> N.Buffer:
-    if not isinstance(x, BufferProxy) or x.buffer.scope != N.FRAGMENT:
-        got = x.buffer.scope + " buffer " + x.buffer.name if isinstance(x, BufferProxy) else repr(x)
-        raise CompileError(f"{what} must be a fragment (T.alloc_fragment), got {got}; copy a global or shared "
-                           "tile into a fragment first")
+    if not isinstance(x, BufferProxy):
+        raise CompileError(f"{what} must be a fragment (T.alloc_fragment), got {x!r}")
+    if x.buffer.scope != N.FRAGMENT:
+        raise CompileError(f"{what} must be a fragment (T.alloc_fragment), got {x.buffer.scope} buffer "
+                           f"{x.buffer.name}; {_INSTEAD[x.buffer.scope]}")
     return x.buffer
 
 
@@ -48,9 +55,9 @@ def _reduce(op: str, buffer, out, dim: int, clear: bool):
 def reduce_sum(buffer, out, dim: int = -1, clear: bool = True):
     """out = the sum of `buffer` along `dim`; with `clear=False`, out += that sum.
 
-    Sums in fp32 (in-thread in element order, then pairwise across lanes and waves), rounded to out's dtype on
-    store: it matches torch.sum to fp32 rounding (a relative error of about n * 2^-24 for n elements). inf and
-    NaN behave as in torch: a NaN gives NaN, +inf and -inf give NaN.
+    Sums in fp32 (each thread its elements in element order, then pairwise across lanes, then the waves' partials
+    in wave order), rounded once to out's dtype: it matches torch.sum to fp32 rounding (an error of at most about
+    n * 2^-24 * sum(|x|) for n elements). inf and NaN behave as in torch: a NaN gives NaN, +inf and -inf give NaN.
 
     Example:
 
