@@ -264,3 +264,33 @@ def test_a_reduction_beside_a_k_phased_gemm_compiles():
     A, B = torch.zeros(512, 512, dtype=torch.bfloat16), torch.zeros(512, 512, dtype=torch.bfloat16)
     k = gemm_then_reduce.compile(A, B, torch.zeros(2, 512), torch.zeros(2, 512), block=256, arch="gfx950")
     assert "reduce_max c dim=1 -> row_max" in k.ir
+
+
+@tilegcn.jit
+def row_stats_by_tiles(X, Max, Sum, *, block_M=2, block_N=256, threads=256):
+    """A loop over column tiles accumulating row maxima and sums (clear=False), each row over 2 waves: the LDS
+    partials of one trip are overwritten by the next (the emulated device raises a race error on a missing
+    barrier)."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as b:
+        x = T.alloc_fragment((block_M, block_N), "float32")
+        row_max = T.alloc_fragment((block_M,), "float32")
+        row_sum = T.alloc_fragment((block_M,), "float32")
+        T.fill(row_max, -float("inf"))
+        T.clear(row_sum)
+        for k in T.Pipelined(T.ceildiv(N, block_N), num_stages=1):
+            T.copy(X[b * block_M, k * block_N], x)
+            T.reduce_max(x, row_max, dim=1, clear=False)
+            T.reduce_sum(x, row_sum, dim=1, clear=False)
+        T.copy(row_max, Max[b * block_M])
+        T.copy(row_sum, Sum[b * block_M])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_reductions_in_a_loop_accumulate_over_tiles(arch):
+    torch.manual_seed(5)
+    x = torch.randn(4, 1024)
+    row_max, row_sum = torch.zeros(4), torch.zeros(4)
+    row_stats_by_tiles(x, row_max, row_sum, arch=arch)
+    assert torch.equal(row_max, x.amax(1))
+    assert ((row_sum - x.sum(1)).abs() <= 2 * 1024 * 2.0 ** -24 * x.abs().sum(1)).all()
