@@ -294,3 +294,29 @@ def test_reductions_in_a_loop_accumulate_over_tiles(arch):
     row_stats_by_tiles(x, row_max, row_sum, arch=arch)
     assert torch.equal(row_max, x.amax(1))
     assert ((row_sum - x.sum(1)).abs() <= 2 * 1024 * 2.0 ** -24 * x.abs().sum(1)).all()
+
+
+@tilegcn.jit
+def middle_dim(X, S, Mx, *, threads=64):
+    """[8, 4, 8] reduced along the middle dim: with 4 elements a thread, the 4 holders of an output element are
+    the threads that differ in thread-id bits 1 and 2 (bit 2 without bit 0: no mirror DPP, a ds_swizzle)."""
+    with T.Kernel(1, threads=threads) as b:
+        x = T.alloc_fragment((8, 4, 8), "float32")
+        s = T.alloc_fragment((8, 8), "float32")
+        m = T.alloc_fragment((8, 1, 8), "float32")
+        T.copy(X[0, 0, 0], x)
+        T.reduce_sum(x, s, dim=1)
+        T.reduce_max(x, m, dim=1)
+        T.copy(s, S[0, 0])
+        T.copy(m, Mx[0, 0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_middle_dimension_over_scattered_thread_bits(arch):
+    torch.manual_seed(6)
+    x = torch.randn(8, 4, 8)
+    s, m = torch.zeros(8, 8), torch.zeros(8, 1, 8)
+    middle_dim(x, s, m, arch=arch)
+    assert torch.allclose(s, x.sum(1), rtol=1e-6, atol=1e-6)
+    assert torch.equal(m, x.amax(1, keepdim=True))
+    assert "ds_swizzle_b32" in middle_dim.compile(x, s, m, arch=arch).asm
