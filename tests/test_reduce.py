@@ -320,3 +320,17 @@ def test_a_middle_dimension_over_scattered_thread_bits(arch):
     assert torch.allclose(s, x.sum(1), rtol=1e-6, atol=1e-6)
     assert torch.equal(m, x.amax(1, keepdim=True))
     assert "ds_swizzle_b32" in middle_dim.compile(x, s, m, arch=arch).asm
+
+
+def test_scratch_behind_64_kib_of_gemm_stages():
+    """gfx950: a 256x256 tile's two LDS stages take 128 KiB, so the reductions' partials lie past the 16-bit offset
+    of ds_read / ds_write (their base address goes into the address register)."""
+    torch.manual_seed(7)
+    A, B = torch.randn(256, 128).half(), torch.randn(128, 256).half()
+    row_max, col_sum = torch.zeros(1, 256), torch.zeros(1, 256)
+    k = gemm_then_reduce.compile(A, B, row_max, col_sum, block=256, block_K=64, arch="gfx950")
+    assert k.metadata["lds_bytes"] > 128 * 1024
+    gemm_then_reduce(A, B, row_max, col_sum, block=256, block_K=64, arch="gfx950")
+    C = A.float() @ B.float()
+    assert torch.allclose(row_max[0], 2 * C.amax(1), rtol=1e-5, atol=1e-4)
+    assert torch.allclose(col_sum[0], C.sum(0), rtol=1e-5, atol=1e-3)

@@ -206,21 +206,24 @@ class Reducer:
         writes, 'read' before the reads)."""
         b, wave = self.b, self.arch.wave_size
         shift = compaction_shift(lane_bits)
-        entries = threads >> shift
-        own = b.v.alloc(what="scratch address")
+        entries, wave_entries = threads >> shift, wave >> shift  # entries per slot, between two waves
+        own, group = b.v.alloc(what="scratch entry"), b.v.alloc(what="first wave of my group")
         if shift:  # the lanes of one group hold one value: they share an entry (writing the same bits)
             b.valu("v_lshrrev_b32", own, shift, WORKITEM_ID)
             b.valu("v_lshlrev_b32", own, 2, own)
         else:
             b.valu("v_lshlrev_b32", own, 2, WORKITEM_ID)
+        b.valu("v_and_b32", group, _u32(~(wave_bits * wave_entries * 4)), own)
+        if lds_base + 4 * entries * len(values) > DS_OFFSET_LIMIT:  # scratch behind large buffers (gfx950's LDS)
+            base = b.sgpr_constant(lds_base)
+            b.valu("v_add_u32", own, base, own)
+            b.valu("v_add_u32", group, base, group)
+            lds_base = 0
         barrier("write")
         for s, x in enumerate(values):
             vaddr, imm = self._ds_address(own, lds_base + 4 * entries * s)
             b.emit("ds_write_b32", vaddr, x, suffix=imm, defs=(), uses=(vaddr, x), comment=f"partial of slot {s}")
             self._free_address(vaddr, own)
-        wave_entries = wave >> shift  # entries between two waves
-        group = b.v.alloc(what="first wave of my group")
-        b.valu("v_and_b32", group, _u32(~(wave_bits * wave_entries * 4)), own)
         barrier("read")
         waves = [m for m in range(wave_bits + 1) if m & ~wave_bits == 0]  # the group's waves, in wave order
         for s, x in enumerate(values):
