@@ -1,6 +1,8 @@
 """T.reduce_sum / max / min / absmax / abssum on the emulated device, against torch: rows (dim=1) and columns (dim=0)
-held by one thread, by several lanes, by several waves; fp32, fp16 and bf16 sources; clear=False; NaN and inf as
-torch; each output element written once; bad calls refused with the user's line."""
+held by one thread, by several lanes, by several waves; fp32, fp16 and bf16 sources and 16-bit destinations;
+clear=False, in a loop over tiles too; NaN and inf as torch; gemm accumulators, a reduction's output, a 3-d
+fragment; each output element written once; the cross-lane route each arch takes; bad calls refused with the user's
+line."""
 import pytest
 import torch
 
