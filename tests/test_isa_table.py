@@ -22,7 +22,7 @@ from asm.emukit import kernel_asm, srd  # noqa: E402
 VGPRS, ACCUM = 128, 64  # unified VGPRs of the batch kernel; AGPRs start at ACCUM
 SGPRS = 96
 # The emulator's scalar slots of the named registers (decode.SPECIAL_SGPRS); SCC is no slot: the emulator's
-# binder does not record it, so the SCC roles are checked by tests/test_schedule.py's ordering instead.
+# binder does not record it, so the SCC roles are checked by running the rows (test_scalar_rows_..._scc_...).
 SLOTS = {"vcc": (106, 107), "exec": (126, 127), "m0": (124,)}
 # Rows llvm-mc checks but the emulator does not model yet (no kernel emits them today; the hazard passes' TRANS class
 # lists them): a row leaves this set when the emulator learns it.
