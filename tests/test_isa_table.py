@@ -1,6 +1,7 @@
 """The instruction table (tilegcn/amdgcn/isa_table.py) against two outside judges: llvm-mc must assemble every row
 on each of its arches (one batch kernel per arch), and the emulator's decoder, binding the assembled instruction,
-must read and write exactly the registers the row's operand roles and implicit operands say."""
+must read and write exactly the registers the row's operand roles and implicit operands say, and queue it where the
+row's wait counter retires it."""
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,10 @@ from asm.emukit import kernel_asm, srd  # noqa: E402
 VGPRS, ACCUM = 128, 64  # unified VGPRs of the batch kernel; AGPRs start at ACCUM
 SGPRS = 96
 # The emulator's scalar slots of the named registers (decode.SPECIAL_SGPRS); SCC is no slot: the emulator's
-# binder does not record it, so the SCC roles are checked by tests/test_schedule.py's ordering instead.
+# binder does not record it, so the SCC roles are checked by running the rows (test_scalar_rows_..._scc_...).
 SLOTS = {"vcc": (106, 107), "exec": (126, 127), "m0": (124,)}
+# The emulator's in-flight queue of an instruction (Handler.queue) -> the wait counter that retires it
+QUEUE_COUNTER = {"vm": "vm", "ds": "lgkm", "smem": "lgkm", None: ""}
 # Rows llvm-mc checks but the emulator does not model yet (no kernel emits them today; the hazard passes' TRANS class
 # lists them): a row leaves this set when the emulator learns it.
 NOT_EMULATED = {"v_sin_f32", "v_cos_f32", *(f"v_{f}_f16" for f in ("exp", "log", "rcp", "rsq", "sqrt", "sin", "cos")),
@@ -108,6 +111,9 @@ def test_every_row_assembles_and_the_emulator_binds_the_same_registers(arch):
                              f"{sorted(sample.writes[space])}, emulator {sorted(got[space][0])} / "
                              f"{sorted(got[space][1])}")
         counted = isa_table.KINDS[sample.row.kind].counter
+        if counted != QUEUE_COUNTER[h.queue]:
+            wrong.append(f"{sample.text}: the table counts it in {counted or 'no counter'}, the emulator queues it in "
+                         f"{h.queue}")
         retired = h.vdef | h.sdef
         if counted and retired != sample.writes["v"] | sample.writes["s"]:
             wrong.append(f"{sample.text}: counts in {counted}, so its writes land when it retires; the emulator "

@@ -1,6 +1,6 @@
 """The compiler: verified tile IR -> AMDGCN assembly text plus metadata, as ONE ordered pass list (`PASSES`).
 
-  tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> lds_allocation
+  tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> reduction_scratch -> lds_allocation
   lowering: abi_prologue -> layouts -> workgroup_remap -> statements (copy, elementwise, gemm, loops; virtual registers)
   machine:  schedule -> regalloc -> waits -> hazards -> render
 
@@ -14,6 +14,7 @@ only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/op
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import time
@@ -36,8 +37,9 @@ from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
-from .passes.layout import TID, assign_layouts
+from .passes.layout import TID, assign_layouts, plan_layouts
 from .passes.pipelining import pipeline_loops
+from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
            "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
@@ -103,6 +105,7 @@ class Compilation:
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
+    reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
@@ -138,6 +141,16 @@ def _plan_gemms(c: Compilation):
     c.gemm_plans, c.gemm_operands = plan_gemms(c.kernel, c.arch)
 
 
+def _reduction_scratch(c: Compilation):
+    """The LDS scratch of cross-wave reductions becomes shared buffers of the kernel, so that the LDS allocation
+    counts them against the budget and kernel.ir shows them."""
+    if not reductions(c.kernel):
+        return
+    c.reduce_scratch = scratch_buffers(c.kernel, plan_layouts(c.kernel, c.gemm_plans), c.arch)
+    if c.reduce_scratch:
+        c.kernel = dataclasses.replace(c.kernel, buffers=[*c.kernel.buffers, *c.reduce_scratch.values()])
+
+
 def _allocate_lds(c: Compilation):
     by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, c.gemm_operands)
     try:
@@ -162,6 +175,7 @@ def _abi_prologue(c: Compilation):
     c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy)
     c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
     c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
+    c.ctx.reduce_scratch = c.reduce_scratch
 
 
 def _layouts(c: Compilation):
@@ -225,6 +239,7 @@ PASSES = (
     Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
+    Pass("reduction_scratch", _reduction_scratch, "LDS scratch of cross-wave reductions (passes/reduce.py)"),
     Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
     Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
     Pass("layouts", _layouts, "the register layout of every fragment (passes/layout.py)"),

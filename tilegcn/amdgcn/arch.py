@@ -142,6 +142,8 @@ class Arch:
     peak_bf16_tflops: float
     hbm_tbps: float
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
+    # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
+    has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
     # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
     simds_per_cu: int = 4
@@ -271,6 +273,7 @@ GFX950 = Arch(
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
     has_ieee_maximum3=True,
+    has_permlane_swap=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
     has_ds_read_tr_b16=True,
