@@ -951,7 +951,7 @@ def test_argument_error_points_at_the_call():
 def test_an_exception_inside_lowering_is_reported_as_a_tilegcn_bug(monkeypatch):
     import tilegcn.compiler
 
-    def broken_pass(kernel, arch, *options):
+    def broken_pass(kernel, options):
         raise RuntimeError("a pass failed")
 
     monkeypatch.setattr(tilegcn.compiler, "lower", broken_pass)

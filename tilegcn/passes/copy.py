@@ -7,6 +7,10 @@ Invariant kept: fragments hold fp32 values one per VGPR, 16-bit values two per V
 """
 from __future__ import annotations
 
+import contextlib
+
+from ..amdgcn.abi import WORKITEM_ID
+from ..amdgcn.isa import EXEC, VCC, is_inline_int
 from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -152,7 +156,33 @@ def _store_element(ctx: Context, frag: N.Buffer, r: int, value):
         ctx.b.v.free(other)
 
 
+@contextlib.contextmanager
+def _one_copy_writes(ctx: Context, lay):
+    """A fragment held in copies by the threads differing in the thread-id bits `lay.replicated` (a reduction's
+    output) is stored by one of them, the one with those bits 0: the others are switched off in EXEC, so each
+    element is written once."""
+    if not lay.replicated:
+        yield
+        return
+    b = ctx.b
+    bits, saved = b.v.alloc(what="replica bits"), b.s.alloc(2, align=2, what="saved exec")
+    b.valu("v_and_b32", bits, lay.replicated if is_inline_int(lay.replicated) else b.sgpr_constant(lay.replicated),
+           WORKITEM_ID)
+    b.emit("v_cmp_eq_u32", VCC, 0, bits, defs=(VCC,), uses=(bits,), comment="the first copy of the element?")
+    b.v.free(bits)
+    b.emit("s_and_saveexec_b64", saved, VCC, defs=(saved, EXEC), uses=(VCC, EXEC))
+    with b.lanes_masked():
+        yield
+    b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
+    b.s.free(saved)
+
+
 def lower_copy_fragment_to_global(ctx: Context, s: TileOp):
+    with _one_copy_writes(ctx, ctx.layouts[s.src.buffer]):
+        _copy_fragment_to_global(ctx, s)
+
+
+def _copy_fragment_to_global(ctx: Context, s: TileOp):
     """Each run is converted into temporaries and stored at once, so temporaries stay few."""
     b, frag, region = ctx.b, s.src.buffer, s.dst
     g = region.buffer

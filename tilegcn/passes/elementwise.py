@@ -174,9 +174,8 @@ class ElementEvaluator:
         flags = self.b.s.alloc(2, align=2)
         emit("v_div_scale_f32", den, flags, d, d, n, defs=(den, flags), uses=(d, n), comment="scaled b")
         self.b.s.free(flags)
-        emit("v_rcp_f32", rcp, den)
-        # between a transcendental and its use: one independent instruction (a gfx940+ wait state)
         emit("v_div_scale_f32", num, VCC, n, d, n, defs=(num, VCC), uses=(n, d), comment="scaled a")
+        emit("v_rcp_f32", rcp, den)  # its reader's wait state (gfx940+) is the hazard pass's to place
         emit("v_fma_f32", err, _Neg(den), rcp, 1.0, defs=(err,), uses=(den, rcp))
         emit("v_fma_f32", rcp, err, rcp, rcp, comment="refined 1/b")
         emit("v_mul_f32", q, num, rcp)
@@ -654,6 +653,6 @@ def torch_bits_16(value: float, dtype) -> int:
     """The 16-bit pattern of `value` in bf16/f16 (round to nearest even), via torch."""
     import torch
 
-    t = torch.tensor([value], dtype=torch.float32).to(dtype.torch)
+    t = torch.tensor([value], dtype=torch.float32).to(getattr(torch, dtype.name))  # (a DType's name is torch's)
     return int(t.view(torch.int16).item()) & 0xFFFF
 

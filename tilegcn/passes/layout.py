@@ -15,6 +15,7 @@ import sympy
 
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.ops import statements_of
 
 TID = sympy.Symbol("tid", integer=True, nonnegative=True)
 MAX_ACCESS_BYTES = 16  # widest buffer load/store: dwordx4
@@ -28,6 +29,7 @@ class FragmentLayout:
     regs: object = None  # Reg range: 1 VGPR per fp32 element, 2 16-bit elements per VGPR
     acc_coords: object = None  # gemm accumulator layouts: r -> (i, j) from the gemm plan
     acc_split: object = None  # the same as (origin, integer offsets): r -> ((i0, j0), (di, dj))
+    replicated: int = 0  # thread-id bits over which threads hold copies of the same elements (a reduction's output)
 
     @property
     def packed(self) -> bool:
@@ -105,9 +107,23 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
 
     `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass).
     """
+    layouts = plan_layouts(kernel, gemm_plans)
+    for buf, lay in layouts.items():
+        if buf in gemm_plans:
+            lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")
+        else:
+            lay.regs = b.v.alloc(lay.nregs, align=2 if lay.nregs > 1 else 1, what=f"fragment {buf.name}")
+    return layouts
+
+
+def plan_layouts(kernel: N.Kernel, gemm_plans: dict) -> dict:
+    """FragmentLayout per fragment buffer, without registers. A group holding a reduction's destination takes the
+    slice of the source's layout (passes/reduce.py), after the groups it reads from."""
     threads = kernel.threads
     layouts = {}
-    for group in _groups(kernel):
+    reduced = _reduction_outputs(kernel)
+    groups = _groups(kernel)
+    for group in [g for g in groups if not any(buf in reduced for buf in g)]:
         accs = [buf for buf in group if buf in gemm_plans]
         if accs:
             from .gemm import accumulator_coords, accumulator_origin_and_offsets
@@ -124,9 +140,48 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
             first = blocked_layout(group[0], _run_length(group, kernel), threads)
             for buf in group:
                 layouts[buf] = FragmentLayout(buf, first.elems, first.run)
-    for buf, lay in layouts.items():
-        if buf in gemm_plans:
-            lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")
-        else:
-            lay.regs = b.v.alloc(lay.nregs, align=2 if lay.nregs > 1 else 1, what=f"fragment {buf.name}")
+    if reduced:
+        _reduction_layouts(kernel, groups, reduced, layouts)
     return layouts
+
+
+def _reduction_outputs(kernel: N.Kernel) -> dict:
+    """{destination Buffer: [Reduce statements writing it]} in program order."""
+    out: dict = {}
+    for s in statements_of(kernel.body, "reduce"):
+        out.setdefault(s.dst, []).append(s)
+    return out
+
+
+def _reduction_layouts(kernel: N.Kernel, groups: list, reduced: dict, layouts: dict):
+    """Lay out the groups holding reduction destinations, each once its sources are laid out (a reduction of a
+    reduction follows the first)."""
+    from .reduce import reduced_layout, same_layout
+
+    pending = [g for g in groups if any(buf in reduced for buf in g)]
+    while pending:
+        ready = [g for g in pending
+                 if all(s.src in layouts for buf in g if buf in reduced for s in reduced[buf])]
+        if not ready:
+            s = next(s for g in pending for buf in g if buf in reduced for s in reduced[buf])
+            raise CompileError(f"T.reduce_{s.op}: {s.dst.name} takes the slice of {s.src.name}'s layout, but "
+                               f"{s.src.name}'s layout depends on {s.dst.name}'s (they are used together in a "
+                               "T.Parallel or a fragment copy); reduce into a fragment used apart from its source",
+                               location=s.loc)
+        for group in ready:
+            pending.remove(group)
+            stmts = [s for buf in group if buf in reduced for s in reduced[buf]]
+            chosen = None
+            for s in stmts:
+                lay = reduced_layout(s.dst, layouts[s.src], s, kernel.threads)
+                if chosen is None:
+                    chosen = lay
+                elif not same_layout(chosen, lay, kernel.threads):
+                    raise CompileError(f"T.reduce_{s.op} into {s.dst.name}: the fragments "
+                                       f"{', '.join(b.name for b in group)} are used together (one layout) but "
+                                       "their reductions give them different ones (their sources are laid out "
+                                       "differently); layout conversions between them are not supported yet",
+                                       location=s.loc)
+            for buf in group:
+                layouts[buf] = FragmentLayout(buf, chosen.elems, 1, acc_coords=chosen.acc_coords,
+                                              replicated=chosen.replicated)

@@ -580,8 +580,10 @@ def _lane_access(ins, b, index):
             lane = (lane_sel(g).to(torch.int64) & 63).expand(g.n, 1)
             g.ws(dst, u32(g.rv(src).gather(1, lane).squeeze(1)))
         return Handler(ins, index, run, "valu", b)
-    # v_writelane_b32 vdst, ssrc, lane: writes one lane regardless of EXEC
+    # v_writelane_b32 vdst, ssrc, lane: writes one lane regardless of EXEC; the other lanes keep their value, so it
+    # reads vdst too (LLVM ties vdst_in to it)
     dst = b.vdst(ops[0], 1)
+    b.vsrc_index(ops[0], 1)
     val = b.src(ops[1], float_mods=False)
     lane_sel = b.src(ops[2], float_mods=False)
     lanes = torch.arange(64, dtype=torch.int64)
