@@ -38,7 +38,7 @@ from .passes.xcd import lower_swizzle
 class Lowered:
     asm: str
     meta: dict
-    ir: str | None = None  # the tile IR after the tile-IR passes, when they changed it
+    ir: str | None = None  # the tile IR after the tile-IR passes (pipelining, layout inference)
 
 
 def lower_statements(ctx: Context, body: list):
@@ -205,4 +205,5 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
                            dtype=a.param.dtype.name) for a in abi.args],
                 source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    return Lowered(asm, meta, None if kernel is traced else print_kernel(kernel))
+    layouts = {buf: lay.layout for buf, lay in ctx.layouts.items()}
+    return Lowered(asm, meta, print_kernel(kernel, layouts) if layouts or kernel is not traced else None)

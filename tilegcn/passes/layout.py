@@ -1,33 +1,35 @@
 """Layout pass: which thread holds which fragment element, and in which registers.
 
-Input: a verified Kernel. Output: a `FragmentLayout` for every fragment, with registers reserved for
-the kernel's lifetime. Fragments connected by a T.Parallel statement or a fragment-to-fragment copy
-share one layout (they are processed element by element). A group holding a T.gemm accumulator takes
-the MFMA accumulator layout of the gemm plan; every other group gets the *blocked* layout: runs of
-`run` consecutive elements along the last dim, run q of the tile held by thread q % threads, so that
-global copies become 16-byte buffer loads/stores where alignment allows.
+Input: a verified Kernel after pipelining, and its gemm plans. Output: a `FragmentLayout` for every fragment: its
+layout object (tilegcn/ir/layout.py), inferred by passes/layout_inference.py, and the registers reserved for it
+for the kernel's lifetime (AGPRs for a T.gemm accumulator, VGPRs otherwise).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy
-
-from ..errors import CompileError
 from ..ir import nodes as N
-
-TID = sympy.Symbol("tid", integer=True, nonnegative=True)
-MAX_ACCESS_BYTES = 16  # widest buffer load/store: dwordx4
+from ..ir.layout import MAX_ACCESS_BYTES, TID, Layout, MfmaAccumulator  # noqa: F401  (TID: the lowering's thread id)
+from .layout_inference import Same, constraints, infer_layouts
 
 
 @dataclass(eq=False)
 class FragmentLayout:
     buffer: N.Buffer
-    elems: int  # elements per thread
-    run: int  # consecutive elements along the last dim held by one thread
+    layout: Layout
     regs: object = None  # Reg range: 1 VGPR per fp32 element, 2 16-bit elements per VGPR
-    acc_coords: object = None  # gemm accumulator layouts: r -> (i, j) from the gemm plan
+    acc_coords: object = None  # gemm accumulator layouts: r -> (i, j) from the gemm plan (memoised SymPy)
     acc_split: object = None  # the same as (origin, integer offsets): r -> ((i0, j0), (di, dj))
+
+    @property
+    def elems(self) -> int:
+        """Elements per thread."""
+        return self.layout.elems
+
+    @property
+    def run(self) -> int:
+        """Consecutive elements along the last dim held by one thread in consecutive registers."""
+        return self.layout.run
 
     @property
     def packed(self) -> bool:
@@ -37,75 +39,37 @@ class FragmentLayout:
     def nregs(self) -> int:
         return -(-self.elems // 2) if self.packed else self.elems
 
-    def coords(self, r: int, threads: int) -> tuple:
+    def coords(self, r: int, threads: int | None = None) -> tuple:
         """SymPy index (one per dim) of this thread's element `r`, in terms of TID."""
         if self.acc_coords is not None:
             return self.acc_coords(r)
-        shape = self.buffer.shape
-        cols = shape[-1]
-        runs_per_row = cols // self.run
-        slot, e = divmod(r, self.run)
-        q = TID + threads * slot
-        row = sympy.floor(q / runs_per_row) if runs_per_row > 1 else q
-        col = (sympy.Mod(q, runs_per_row) * self.run if runs_per_row > 1 else 0) + e
-        index = [col]
-        for extent in reversed(shape[1:-1]):  # inner dims wrap; the outermost never exceeds its extent
-            index.append(sympy.Mod(row, extent) if extent > 1 else sympy.Integer(0))
-            row = sympy.floor(row / extent) if extent > 1 else row
-        if len(shape) > 1:
-            index.append(row)
-        return tuple(reversed(index))
+        return self.layout.coords(r)
+
+    def writer(self, r: int):
+        """None, or the expressions in TID one of which is 0 on the one thread that stores element r (ir/layout.py)."""
+        return self.layout.writer(r)
 
 
-def _groups(kernel: N.Kernel):
-    """Union-find over fragments that must share a layout."""
-    parent = {b: b for b in kernel.buffers if b.scope == N.FRAGMENT}
+def _allocation_order(kernel: N.Kernel, gemm_plans: dict) -> list:
+    """Fragments grouped by shared layout (groups in order of their first fragment, fragments in declaration
+    order): the order registers are reserved in, kept from the union-find this pass had before inference, so
+    that register numbers (and the generated code) do not move."""
+    frags = [b for b in kernel.buffers if b.scope == N.FRAGMENT]
+    root = {b: b for b in frags}
 
     def find(x):
-        while parent[x] is not x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
+        while root[x] is not x:
+            x = root[x]
         return x
 
-    def union(a, b):
-        parent[find(a)] = find(b)
-
     for s in N.walk(kernel.body):
-        if isinstance(s, N.ParallelStore):
-            for e in N.walk_expr(s.value):
-                if isinstance(e, N.ElemRef) and e.buffer.scope == N.FRAGMENT:
-                    if tuple(e.buffer.shape) != tuple(s.buffer.shape):
-                        raise CompileError(f"fragments {e.buffer.name}{list(e.buffer.shape)} and "
-                                           f"{s.buffer.name}{list(s.buffer.shape)} in one T.Parallel "
-                                           "must have the same shape", location=s.loc)
-                    union(e.buffer, s.buffer)
-        elif isinstance(s, N.Copy) and s.src.buffer.scope == s.dst.buffer.scope == N.FRAGMENT:
-            union(s.src.buffer, s.dst.buffer)
+        for c in constraints(s, kernel, gemm_plans):
+            if isinstance(c, Same) and c.a in root and c.b in root:
+                root[find(c.b)] = find(c.a)
     groups: dict = {}
-    for b in parent:
+    for b in frags:
         groups.setdefault(find(b), []).append(b)
-    return list(groups.values())
-
-
-def _run_length(group, kernel: N.Kernel) -> int:
-    """Longest run that keeps every thread's elements in whole 16-byte global accesses."""
-    sizes = [b.dtype.bytes for b in group]
-    for s in N.walk(kernel.body):
-        if isinstance(s, N.Copy) and (s.src.buffer in group or s.dst.buffer in group):
-            other = s.dst.buffer if s.src.buffer in group else s.src.buffer
-            sizes.append(other.dtype.bytes)
-    return MAX_ACCESS_BYTES // min(sizes)
-
-
-def blocked_layout(buffer: N.Buffer, run: int, threads: int) -> FragmentLayout:
-    numel, cols = buffer.numel, buffer.shape[-1]
-    run = min(run, cols)
-    while run > 1 and (cols % run or numel % (run * threads)):
-        run //= 2
-    if numel % threads:
-        raise CompileError(f"fragment {buffer.name}{list(buffer.shape)} has {numel} elements, not a multiple "
-                           f"of the {threads} threads", location=buffer.loc)
-    return FragmentLayout(buffer, numel // threads, run)
+    return [b for group in groups.values() for b in group]
 
 
 def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
@@ -113,25 +77,17 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
 
     `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass).
     """
-    threads = kernel.threads
+    inferred = infer_layouts(kernel, gemm_plans)
     layouts = {}
-    for group in _groups(kernel):
-        accs = [buf for buf in group if buf in gemm_plans]
-        if accs:
+    for buf in _allocation_order(kernel, gemm_plans):
+        lay = FragmentLayout(buf, inferred[buf])
+        if isinstance(lay.layout, MfmaAccumulator):
             from .gemm import accumulator_coords, accumulator_origin_and_offsets
 
-            plan = gemm_plans[accs[0]]
-            for buf in group:
-                if tuple(buf.shape) != (plan.block_M, plan.block_N):
-                    raise CompileError(f"fragment {buf.name}{list(buf.shape)} shares a layout with the gemm "
-                                       f"accumulator [{plan.block_M}, {plan.block_N}]", location=buf.loc)
-                layouts[buf] = FragmentLayout(buf, plan.acc_regs_per_lane, plan.mfma.d_row_block,
-                                              acc_coords=accumulator_coords(plan),
-                                              acc_split=accumulator_origin_and_offsets(plan))
-        else:
-            first = blocked_layout(group[0], _run_length(group, kernel), threads)
-            for buf in group:
-                layouts[buf] = FragmentLayout(buf, first.elems, first.run)
+            plan = next(p for acc, p in gemm_plans.items() if inferred[acc] == lay.layout)
+            lay.acc_coords = accumulator_coords(plan)
+            lay.acc_split = accumulator_origin_and_offsets(plan)
+        layouts[buf] = lay
     for buf, lay in layouts.items():
         if buf in gemm_plans:
             lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")
