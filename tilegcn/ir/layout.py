@@ -159,6 +159,11 @@ class MfmaAccumulator(Layout):
     repeats_M: int
     repeats_N: int
 
+    def __post_init__(self):
+        if (self.wave_tile_M, self.wave_tile_N) != (self.repeats_M * self.dim, self.repeats_N * self.dim):
+            raise ValueError(f"{self.waves_M}x{self.waves_N} waves of {self.repeats_M}x{self.repeats_N} MFMA tiles "
+                             f"of {self.dim}x{self.dim} do not make a {list(self.shape)} tile")
+
     @property
     def waves_M(self) -> int:
         return self.threads // WAVE // self.waves_N
@@ -402,12 +407,11 @@ def holders(layout: Layout) -> dict:
     """{element index: [(thread, register), ...]} by evaluating coords on every thread (tests, debugging)."""
     import numpy as np
 
-    tids = np.arange(layout.threads)
     out: dict = {}
     for r in range(layout.elems):
-        columns = [_values(c, layout.threads) for c in layout.coords(r)]
-        for t in tids:
-            out.setdefault(tuple(int(col[t]) for col in columns), []).append((int(t), r))
+        columns = np.stack([_values(c, layout.threads) for c in layout.coords(r)], axis=1).tolist()
+        for t, index in enumerate(columns):
+            out.setdefault(tuple(index), []).append((t, r))
     return out
 
 
@@ -419,13 +423,13 @@ def writers(layout: Layout) -> dict:
     tids = np.arange(layout.threads)
     out: dict = {}
     for r in range(layout.elems):
-        columns = [_values(c, layout.threads) for c in layout.coords(r)]
+        columns = np.stack([_values(c, layout.threads) for c in layout.coords(r)], axis=1)
         terms = layout.writer(r)
         active = np.zeros(tids.shape, bool) if terms else np.ones(tids.shape, bool)
         for term in terms or ():
             active |= _values(term, layout.threads) == 0
-        for t in tids[active]:
-            out.setdefault(tuple(int(col[t]) for col in columns), []).append((int(t), r))
+        for t in tids[active].tolist():
+            out.setdefault(tuple(columns[t].tolist()), []).append((t, r))
     return out
 
 

@@ -1,0 +1,148 @@
+"""Layout inference on the emulated device: broadcast reads (x[i], x[j], x[0] inside T.Parallel), fragments with
+fewer elements than threads, and row vectors of a T.gemm accumulator, against torch on gfx942 and gfx950."""
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.errors import CompileError
+
+ARCHES = ["gfx942", "gfx950"]
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _emulator(monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+
+
+@tilegcn.jit
+def scale_rows_shift_cols(X, RowScale, ColShift, Y, *, block_M=32, block_N=64):
+    """Y = X * RowScale[:, None] + ColShift[None, :] with both vectors held in fragments."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        x = T.alloc_fragment((block_M, block_N), X.dtype)
+        rows = T.alloc_fragment((block_M,), RowScale.dtype)  # 32 elements for 128 threads
+        cols = T.alloc_fragment((block_N,), ColShift.dtype)
+        T.copy(X[by * block_M, bx * block_N], x)
+        T.copy(RowScale[by * block_M], rows)
+        T.copy(ColShift[bx * block_N], cols)
+        for i, j in T.Parallel(block_M, block_N):
+            x[i, j] = x[i, j] * rows[i] + cols[j]
+        T.copy(x, Y[by * block_M, bx * block_N])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_and_column_broadcasts_equal_torch(arch, dtype):
+    torch.manual_seed(0)
+    x, s, c = torch.randn(64, 128).to(dtype), torch.randn(64).to(dtype), torch.randn(128).to(dtype)
+    y = torch.full_like(x, float("nan"))
+    scale_rows_shift_cols(x, s, c, y, arch=arch)
+    # one fp32 multiply-add per element, rounded once to the output dtype (v_mul then v_add: no fusion)
+    want = ((x.float() * s.float()[:, None]).to(torch.float32) + c.float()[None, :]).to(dtype)
+    assert torch.equal(y, want)
+
+
+@tilegcn.jit
+def row_vector_out(X, Scale, Y, *, block_M=16, threads=64):
+    """Y[i] = exp2(X[i]) * Scale[0]: a 16-element fragment over 64 threads and a 1-element one read at [0]."""
+    (M,) = X.shape
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+        x = T.alloc_fragment((block_M,), "float32")
+        c = T.alloc_fragment((1,), "float32")
+        T.copy(X[bx * block_M], x)
+        T.copy(Scale[0], c)
+        for i in T.Parallel(block_M):
+            x[i] = T.exp2(x[i]) * c[0]
+        T.copy(x, Y[bx * block_M])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fragments_smaller_than_the_workgroup_write_each_element_once(arch, dtype):
+    torch.manual_seed(1)
+    x, scale = torch.randn(40).to(dtype), torch.tensor([1.5]).to(dtype)
+    base = torch.full((48,), 7.0, dtype=dtype)
+    y = base[:40]  # elements 40..47 are outside the tensor the kernel writes: they must stay 7
+    row_vector_out(x, scale, y, arch=arch)
+    assert torch.equal(y, (torch.exp2(x.float()) * scale.float()).to(dtype))
+    assert (base[40:] == 7).all()
+
+
+@tilegcn.jit
+def scaled_gemm(A, B, RowScale, C, *, block_M=64, block_N=64, block_K=32):
+    """C = (A @ B) * RowScale[:, None]: a row vector broadcast over the MFMA accumulator."""
+    M, K = A.shape
+    _, N = B.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        scale = T.alloc_fragment((block_M,), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            T.copy(B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(RowScale[by * block_M], scale)
+        for i, j in T.Parallel(block_M, block_N):
+            acc[i, j] = acc[i, j] * scale[i]
+        T.copy(acc, C[by * block_M, bx * block_N])
+        T.copy(scale, RowScale[by * block_M])  # stored from the accumulator's row slice: each row once
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_row_vector_of_a_gemm_accumulator(arch):
+    torch.manual_seed(2)
+    a, b = torch.randn(64, 64).to(torch.bfloat16), torch.randn(64, 128).to(torch.bfloat16)
+    s = torch.randn(64)
+    c = torch.zeros(64, 128)
+    k = scaled_gemm.compile(a, b, s, c, arch=arch)
+    assert "scale: float32[64] layout=slice(mfma_acc(" in k.ir  # kernel.ir shows the inferred layouts
+    scaled_gemm(a, b, s, c, arch=arch)
+    want = (a.float() @ b.float()) * s[:, None]
+    torch.testing.assert_close(c, want, rtol=1e-5, atol=1e-4)
+
+
+@tilegcn.jit
+def two_layouts(A, B, X, C, *, block=64):
+    with T.Kernel(1, threads=256) as bx:
+        A_s = T.alloc_shared((block, 32), A.dtype)
+        B_s = T.alloc_shared((32, block), B.dtype)
+        acc = T.alloc_fragment((block, block), "float32")
+        x = T.alloc_fragment((block, block), "float32")
+        v = T.alloc_fragment((block,), "float32")
+        T.clear(acc)
+        T.copy(A[0, 0], A_s)
+        T.copy(B[0, 0], B_s)
+        T.gemm(A_s, B_s, acc)
+        T.copy(X[0, 0], x)
+        T.copy(X[0, 0], v)
+        for i, j in T.Parallel(block, block):
+            acc[i, j] = acc[i, j] * v[i]
+        for i, j in T.Parallel(block, block):
+            x[i, j] = x[i, j] * v[j]
+        T.copy(acc, C[0, 0])
+
+
+def test_a_fragment_used_with_two_layouts_is_refused_naming_both_lines():
+    a, b, x = torch.zeros(64, 32).bfloat16(), torch.zeros(32, 64).bfloat16(), torch.zeros(64, 64)
+    with pytest.raises(CompileError, match="fragment v is used with two layouts") as e:
+        two_layouts.compile(a, b, x, torch.zeros(64, 64), arch="gfx942")
+    assert str(e.value).count("test_broadcast.py:") >= 2
+
+
+@tilegcn.jit
+def transposed_read(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((8, 8), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(8, 8):
+            x[i, j] = x[j, i]
+        T.copy(x, Y[0, 0])
+
+
+def test_a_read_at_permuted_indices_is_still_refused():
+    with pytest.raises(CompileError, match="at some of them in order"):
+        transposed_read.compile(torch.zeros(8, 8), torch.zeros(8, 8), arch="gfx942")
