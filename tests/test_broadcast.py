@@ -106,31 +106,42 @@ def test_row_vector_of_a_gemm_accumulator(arch):
 
 
 @tilegcn.jit
-def two_layouts(A, B, X, C, *, block=64):
+def two_layouts(A, B, X, V, C, Y, *, block=64):
+    """One row vector broadcast over an MFMA accumulator and over a narrower tile: the two uses want different
+    layouts of v (the rows as the accumulator holds them, as the blocked tile does), so layout inference
+    converts v (through LDS) for the second."""
     with T.Kernel(1, threads=256) as bx:
         A_s = T.alloc_shared((block, 32), A.dtype)
         B_s = T.alloc_shared((32, block), B.dtype)
         acc = T.alloc_fragment((block, block), "float32")
-        x = T.alloc_fragment((block, block), "float32")
-        v = T.alloc_fragment((block,), "float32")
+        x = T.alloc_fragment((block, 32), X.dtype)
+        v = T.alloc_fragment((block,), V.dtype)
         T.clear(acc)
         T.copy(A[0, 0], A_s)
         T.copy(B[0, 0], B_s)
         T.gemm(A_s, B_s, acc)
         T.copy(X[0, 0], x)
-        T.copy(X[0, 0], v)
+        T.copy(V[0], v)
         for i, j in T.Parallel(block, block):
             acc[i, j] = acc[i, j] * v[i]
-        for i, j in T.Parallel(block, block):
-            x[i, j] = x[i, j] * v[j]
+        for i, j in T.Parallel(block, 32):
+            x[i, j] = x[i, j] + v[i]
         T.copy(acc, C[0, 0])
+        T.copy(x, Y[0, 0])
 
 
-def test_a_fragment_used_with_two_layouts_is_refused_naming_both_lines():
-    a, b, x = torch.zeros(64, 32).bfloat16(), torch.zeros(32, 64).bfloat16(), torch.zeros(64, 64)
-    with pytest.raises(CompileError, match="fragment v is used with two layouts") as e:
-        two_layouts.compile(a, b, x, torch.zeros(64, 64), arch="gfx942")
-    assert str(e.value).count("test_broadcast.py:") >= 2
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_uses_that_disagree_get_a_layout_conversion(arch, dtype):
+    torch.manual_seed(3)
+    a, b = torch.randn(64, 32).bfloat16(), torch.randn(32, 64).bfloat16()
+    x, v = torch.randn(64, 32).to(dtype), torch.randn(64).to(dtype)
+    c, y = torch.zeros(64, 64), torch.zeros(64, 32, dtype=dtype)
+    k = two_layouts.compile(a, b, x, v, c, y, arch=arch)
+    assert "convert_layout v -> v_as0" in k.ir and "v_as0: " in k.ir
+    two_layouts(a, b, x, v, c, y, arch=arch)
+    torch.testing.assert_close(c, (a.float() @ b.float()) * v.float()[:, None], rtol=1e-5, atol=1e-4)
+    assert torch.equal(y, (x.float() + v.float()[:, None]).to(dtype))
 
 
 @tilegcn.jit

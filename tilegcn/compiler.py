@@ -1,6 +1,7 @@
 """The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
 
-  verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> LDS allocation -> fragment layouts -> ABI prologue -> workgroup remap
+  verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> layout inference (may add layout conversions)
+  -> LDS allocation -> fragment registers -> ABI prologue -> workgroup remap
   -> statement lowering (copy, elementwise, gemm, loops; virtual registers) -> instruction scheduling
   -> register allocation -> wait counts -> hazard nops -> render
 """
@@ -28,7 +29,9 @@ from .passes.copy import lower_copy
 from .passes.elementwise import lower_fill, lower_parallel
 from .passes.gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
+from .passes.convert import lower_layout_convert
 from .passes.layout import TID, assign_layouts
+from .passes.layout_inference import infer_layouts
 from .passes.pipeline import lower_loop
 from .passes.pipelining import pipeline_loops
 from .passes.xcd import lower_swizzle
@@ -93,6 +96,8 @@ def _dispatch(ctx: Context, s: N.Stmt):
         lower_fill(ctx, s)
     elif isinstance(s, N.Gemm):
         lower_gemm(ctx, s)
+    elif isinstance(s, N.LayoutConvert):
+        lower_layout_convert(ctx, s)
     elif isinstance(s, N.Loop):
         lower_loop(ctx, s, lower_statements)
     elif not isinstance(s, N.Swizzle):  # the swizzle is applied in the prologue
@@ -156,6 +161,7 @@ class Resources:
     stage_bytes: dict  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int
+    layouts: dict  # fragment Buffer -> ir.layout.Layout (passes/layout_inference.py)
 
 
 def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources:
@@ -171,13 +177,14 @@ def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources
     by_dma = functools.partial(may_use_lds_dma, arch, copy_mode, operands)
     kernel = pipeline_loops(kernel, arch, by_dma)
     plans, operands = plan_gemms(kernel, arch)
+    kernel, layouts = infer_layouts(kernel, plans)  # may add layout conversions and their LDS scratch
     try:
         shared, stage_bytes, lds_buffers, lds_bytes = allocate_shared(
             kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
     except ResourceError:
         _raise_lds_error_unsplit(traced, arch, copy_mode, by_dma)
         raise
-    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes)
+    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes, layouts)
 
 
 @_gc_paused
@@ -192,7 +199,7 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     ctx.gemm_plans, ctx.gemm_operands = planned.gemm_plans, planned.gemm_operands
     ctx.shared, ctx.stage_bytes, ctx.lds_buffers = planned.shared, planned.stage_bytes, planned.lds_buffers
     lds_bytes = planned.lds_bytes
-    ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans)
+    ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans, planned.layouts)
     lower_swizzle(ctx)
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")

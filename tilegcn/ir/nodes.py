@@ -277,6 +277,17 @@ class WaitGroup(Stmt):
 
 
 @dataclass(eq=False)
+class LayoutConvert(Stmt):
+    """dst = src, two fragments of one shape whose inferred layouts differ (inserted by layout inference where two
+    uses of src disagree): through the LDS scratch buffer `scratch`, which each element enters once (from its
+    writer thread) and leaves, after a barrier, into every thread holding it in dst's layout."""
+
+    src: Buffer
+    dst: Buffer
+    scratch: Buffer
+
+
+@dataclass(eq=False)
 class Loop(Stmt):
     var: sympy.Symbol
     extent: int

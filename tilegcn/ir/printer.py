@@ -66,6 +66,8 @@ def _stmt(s: N.Stmt, indent: str, out: list, texts: dict):
         idx = ", ".join(str(i) for i in s.indices)
         ext = ", ".join(str(e) for e in s.extents)
         out.append(f"{indent}parallel ({idx}) in ({ext}): {s.buffer.name}[{idx}] = {print_expr(s.value)}")
+    elif isinstance(s, N.LayoutConvert):
+        out.append(f"{indent}convert_layout {s.src.name} -> {s.dst.name} via {s.scratch.name}")
     elif isinstance(s, N.Gemm):
         out.append(f"{indent}gemm {s.A.name}{'^T' if s.transpose_A else ''} @ {s.B.name}"
                    f"{'^T' if s.transpose_B else ''} += {s.C.name}"

@@ -72,12 +72,14 @@ def _allocation_order(kernel: N.Kernel, gemm_plans: dict) -> list:
     return [b for group in groups.values() for b in group]
 
 
-def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict) -> dict:
+def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None = None) -> dict:
     """FragmentLayout per fragment buffer; reserves their registers in builder `b`.
 
-    `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass).
+    `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass); `inferred` the layouts from
+    passes/layout_inference.py (inferred here when not given: then `kernel` must need no layout conversion).
     """
-    inferred = infer_layouts(kernel, gemm_plans)
+    if inferred is None:
+        kernel, inferred = infer_layouts(kernel, gemm_plans)
     layouts = {}
     for buf in _allocation_order(kernel, gemm_plans):
         lay = FragmentLayout(buf, inferred[buf])
