@@ -157,3 +157,34 @@ def transposed_read(X, Y):
 def test_a_read_at_permuted_indices_is_still_refused():
     with pytest.raises(CompileError, match="at some of them in order"):
         transposed_read.compile(torch.zeros(8, 8), torch.zeros(8, 8), arch="gfx942")
+
+
+@tilegcn.jit
+def row_statistics(X, Rows, Y, RowsOut, *, block_M=16, block_N=64):
+    """A per-row vector (16 elements for 128 threads) updated by its own 1-D T.Parallel, broadcast over the tile,
+    and stored: the row-statistics shape of softmax and RMSNorm."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+        x = T.alloc_fragment((block_M, block_N), X.dtype)
+        r = T.alloc_fragment((block_M,), "float32")
+        T.copy(X[bx * block_M, 0], x)
+        T.copy(Rows[bx * block_M], r)
+        for i in T.Parallel(block_M):
+            r[i] = T.exp2(r[i] * 0.5)
+        for i, j in T.Parallel(block_M, block_N):
+            x[i, j] = x[i, j] / r[i]
+        T.copy(x, Y[bx * block_M, 0])
+        T.copy(r, RowsOut[bx * block_M])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_row_vector_updated_broadcast_and_stored(arch, dtype):
+    torch.manual_seed(4)
+    x, rows = torch.randn(48, 64).to(dtype), torch.randn(48)
+    y, out = torch.zeros_like(x), torch.full((48,), float("nan"))
+    k = row_statistics.compile(x, rows, y, out, arch=arch)
+    assert "r: float32[16] layout=slice(blocked(" in k.ir
+    row_statistics(x, rows, y, out, arch=arch)
+    torch.testing.assert_close(out, torch.exp2(rows * 0.5), rtol=4e-7, atol=0)  # v_exp_f32: within 1 ulp
+    assert torch.equal(y, (x.float() / out[:, None]).to(dtype))  # IEEE division by the stored row value
