@@ -10,7 +10,7 @@ import pytest
 from tilegcn.amdgcn import mfma_layout
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.ir.layout import (Blocked, MfmaAccumulator, MfmaOperand, Replicated, Slice, holders, register_of,
-                               writers)
+                               replicated_bits, writers)
 from tilegcn.passes.gemm_plan import plan_gemm
 from tilegcn.passes.layout_inference import accumulator_layout
 
@@ -118,3 +118,15 @@ def test_slice_of_a_row_spread_over_several_slots_keeps_one_register_per_row():
     layout = Slice(Blocked((4, 4096), 256, 4), (1,))  # each thread holds 4 runs of every row
     assert layout.elems == 4
     assert register_of(layout, (2,)) == 2
+
+
+def test_slice_keeping_the_reduced_dim_indexes_it_at_zero():
+    layout = Slice(Blocked((32, 64), 128, 4), (1,), keepdims=True)
+    assert layout.shape == (32, 1)
+    _check_complete(layout)
+
+
+def test_replicated_bits_are_the_thread_bits_holding_copies():
+    assert replicated_bits(Blocked((64, 64), 256, 4)) == 0
+    assert replicated_bits(Blocked((16,), 64, 1)) == 0b110000  # thread t holds element t % 16
+    assert replicated_bits(Slice(Blocked((32, 64), 128, 4), (1,))) == 0b1111  # 16 threads share a row

@@ -301,9 +301,12 @@ class Slice(Layout):
 
     parent: Layout
     dims: tuple  # reduced dims of the parent, ascending
+    keepdims: bool = False  # the reduced dims stay, with extent 1 (index 0)
 
     @property
     def shape(self) -> tuple:
+        if self.keepdims:
+            return tuple(1 if d in self.dims else e for d, e in enumerate(self.parent.shape))
         return tuple(e for d, e in enumerate(self.parent.shape) if d not in self.dims)
 
     @property
@@ -330,6 +333,9 @@ class Slice(Layout):
         return best
 
     def coords(self, r: int) -> tuple:
+        kept = iter(self._groups[0][r])
+        if self.keepdims:
+            return tuple(sympy.Integer(0) if d in self.dims else next(kept) for d in range(len(self.parent.shape)))
         return self._groups[0][r]
 
     def slice_register(self, parent_r: int) -> int:
@@ -357,7 +363,7 @@ class Slice(Layout):
         return any(self.writer(r) is not None for r in range(self.elems))
 
     def describe(self) -> str:
-        dims = ", ".join(map(str, self.dims))
+        dims = ", ".join(map(str, self.dims)) + (", keepdims" if self.keepdims else "")
         return f"slice({self.parent.describe()}, dim={dims}; {self.elems}/thread)"
 
 
@@ -401,6 +407,22 @@ def _values(expr, threads: int):
     out = np.broadcast_to(_eval_int(sympy.sympify(expr), np.arange(threads)), (threads,)).copy()
     out.flags.writeable = False
     return out
+
+
+def replicated_bits(layout: Layout) -> int:
+    """The thread-id bits whose flip leaves every register of a thread holding the same element: the threads that
+    differ only in those bits hold copies of one another (a row vector's copies, for cross-lane reductions)."""
+    import numpy as np
+
+    tids = np.arange(layout.threads)
+    columns = [_values(c, layout.threads) for r in range(layout.elems) for c in layout.coords(r)]
+    bits = 0
+    for k in range(max(layout.threads - 1, 0).bit_length()):
+        partner = tids ^ (1 << k)
+        inside = partner < layout.threads
+        if all((col[inside] == col[partner[inside]]).all() for col in columns):
+            bits |= 1 << k
+    return bits
 
 
 def holders(layout: Layout) -> dict:
