@@ -21,6 +21,7 @@ import tilegcn
 from conftest import release_emulator_programs
 from test_gemm import DTYPES, TILES, assert_close, inputs, launch, outside_tolerance, reference
 from tilegcn.errors import ArgumentError, CompileError, ResourceError
+from tilegcn import ops
 from tilegcn.ir import nodes as N
 from tilegcn.ir.printer import print_kernel
 from tilegcn.ir.types import as_dtype
@@ -47,13 +48,13 @@ def k_loop_kernel(n: int, stages: int, tile: int = 128, K: int | None = None) ->
     B_s = N.Buffer("B_s", N.SHARED, bf16, (BK, tile))
     acc = N.Buffer("acc", N.FRAGMENT, as_dtype("float32"), (tile, tile))
     k = sympy.Symbol("k", integer=True, nonnegative=True)
-    body = [N.Copy(N.Region(A, (0, BK * k), (tile, BK)), N.Region(A_s, (0, 0), (tile, BK))),
-            N.Copy(N.Region(B, (BK * k, 0), (BK, tile)), N.Region(B_s, (0, 0), (BK, tile))),
-            N.Gemm(A_s, B_s, acc)]
-    return N.Kernel("k", [], [A, B, A_s, B_s, acc], (1, 1, 1), (256, 1, 1), (), [N.Loop(k, n, stages, body)])
+    body = [ops.Copy(N.Region(A, (0, BK * k), (tile, BK)), N.Region(A_s, (0, 0), (tile, BK))),
+            ops.Copy(N.Region(B, (BK * k, 0), (BK, tile)), N.Region(B_s, (0, 0), (BK, tile))),
+            ops.Gemm(A_s, B_s, acc)]
+    return N.Kernel("k", [], [A, B, A_s, B_s, acc], (1, 1, 1), (256, 1, 1), (), [ops.Loop(k, n, stages, body)])
 
 
-def _tile_k(copy: N.AsyncCopy, env) -> int:
+def _tile_k(copy: ops.AsyncCopy, env) -> int:
     """Which K tile (or K phase) a copy fetches: its K start / its K extent (A's dim 1, B's dim 0)."""
     dim = 1 if copy.src.buffer.name == "A" else 0
     return int(sympy.sympify(copy.src.starts[dim]).subs(env)) // copy.src.extents[dim]
@@ -64,27 +65,27 @@ def execute(stmts, env=None, state=None):
     state = state if state is not None else dict(lds={}, current=[], groups=[], computed=[])
     env = env or {}
     for s in stmts:
-        if isinstance(s, N.Loop):
+        if isinstance(s, ops.Loop):
             assert s.num_stages == 1, "a loop left with num_stages > 1 after the transform"
             for t in range(s.extent):
                 execute(s.body, {**env, s.var: t}, state)
-        elif isinstance(s, N.AsyncCopy):
+        elif isinstance(s, ops.AsyncCopy):
             key = (s.dst.buffer.name, s.stage)
             state["lds"][key] = None  # being overwritten: unreadable until its group is waited for
             masked = s.live is not None and int(sympy.sympify(s.live[0]).subs(env)) >= s.live[1]
             state["current"].append((key, "nothing in range" if masked else _tile_k(s, env)))
             state.setdefault("loaded", []).append(None if masked else _tile_k(s, env))
-        elif isinstance(s, N.CommitGroup):
+        elif isinstance(s, ops.CommitGroup):
             state["groups"].append(state["current"])
             state["current"] = []
-        elif isinstance(s, N.WaitGroup):
+        elif isinstance(s, ops.WaitGroup):
             done = state["groups"][:max(0, len(state["groups"]) - s.pending)]
             state["groups"] = state["groups"][len(done):]
             for group in done:
                 for key, k in group:
                     state["lds"][key] = k
                     state.setdefault("retired", []).append(k)
-        elif isinstance(s, N.Gemm):
+        elif isinstance(s, ops.Gemm):
             k = len(state["computed"])
             for buf in (s.A, s.B):
                 got = state["lds"].get((buf.name, s.stage))
@@ -100,10 +101,10 @@ def execute(stmts, env=None, state=None):
 def test_pipelined_ir_computes_every_k_once_in_order_from_landed_tiles(n, stages):
     out = pipeline_loops(k_loop_kernel(n, stages))
     if stages == 1:
-        assert isinstance(out.body[0], N.Loop) and out.body[0].num_stages == 1  # today's serial loop
+        assert isinstance(out.body[0], ops.Loop) and out.body[0].num_stages == 1  # today's serial loop
         return
     assert execute(out.body) == list(range(n))
-    copies = [s for s in N.walk(out.body) if isinstance(s, N.AsyncCopy)]
+    copies = [s for s in N.walk(out.body) if isinstance(s, ops.AsyncCopy)]
     assert {s.stage for s in copies} == set(range(min(stages, n)))  # S rotating buffers (fewer when n < S)
     text = print_kernel(out)
     assert "async_copy" in text and "commit_group" in text and "wait_group" in text
@@ -115,14 +116,14 @@ def test_steady_step_waits_before_it_issues_so_one_barrier_serves_both(stages):
     steps ahead, then computes: the wait's barrier both publishes the stage and ends every wave's reads of the
     stage the copy overwrites, so a K step has one s_barrier, not two (one before the copies, one after)."""
     out = pipeline_loops(k_loop_kernel(9, stages))
-    (loop,) = [s for s in out.body if isinstance(s, N.Loop)]
-    kinds = [type(s).__name__ for s in loop.body if not isinstance(s, N.AsyncCopy)]
+    (loop,) = [s for s in out.body if isinstance(s, ops.Loop)]
+    kinds = [type(s).__name__ for s in loop.body if not isinstance(s, ops.AsyncCopy)]
     assert kinds == ["WaitGroup", "CommitGroup", "Gemm"] * stages  # unrolled by S: constant stage indices
-    assert [s.pending for s in loop.body if isinstance(s, N.WaitGroup)] == [stages - 2] * stages
+    assert [s.pending for s in loop.body if isinstance(s, ops.WaitGroup)] == [stages - 2] * stages
 
 
-def _steady_loop(kernel: N.Kernel) -> N.Loop:
-    (loop,) = [s for s in kernel.body if isinstance(s, N.Loop)]
+def _steady_loop(kernel: N.Kernel) -> ops.Loop:
+    (loop,) = [s for s in kernel.body if isinstance(s, ops.Loop)]
     return loop
 
 
@@ -144,8 +145,8 @@ def test_the_last_steps_run_in_the_loop_and_nothing_past_k_is_loaded(n, stages, 
     if n < stages:  # prologue and drain, no loop
         assert not masked
         return
-    (steady,) = [s for s in out if isinstance(s, N.Loop)]
-    peeled = [s for s in out[out.index(steady) + 1:] if isinstance(s, N.Gemm)]
+    (steady,) = [s for s in out if isinstance(s, ops.Loop)]
+    peeled = [s for s in out[out.index(steady) + 1:] if isinstance(s, ops.Gemm)]
     assert len(peeled) == n % stages
     assert len(masked) == 2 * max(0, stages - 1 - n % stages)  # A and B of each last-trip step past the last tile
 
@@ -160,10 +161,10 @@ def test_a_two_stage_lds_dma_loop_runs_k_phases_and_never_waits_for_everything(n
     shared = {b.name: b.shape for b in out.buffers if b.scope == N.SHARED}
     assert shared == {"A_s": (256, BK // 2), "B_s": (BK // 2, 256)}
     assert execute(out.body) == list(range(2 * n))
-    copies = [s for s in N.walk(out.body) if isinstance(s, N.AsyncCopy)]
+    copies = [s for s in N.walk(out.body) if isinstance(s, ops.AsyncCopy)]
     assert {s.stage for s in copies} == set(range(min(4, 2 * n)))
     if 2 * n - 3 >= 4:  # steady phases (2n - 4 + 1) fill an unrolled trip of 4: there is a loop
-        assert [w.pending for w in _steady_loop(out).body if isinstance(w, N.WaitGroup)] == [2] * 4
+        assert [w.pending for w in _steady_loop(out).body if isinstance(w, ops.WaitGroup)] == [2] * 4
 
 
 def test_a_ragged_k_phase_wholly_past_k_is_not_run():
@@ -179,7 +180,7 @@ def test_register_staged_copies_wait_first_unsplit():
     for loads issued a whole K step earlier (the pass's docstring gives the timing model's figures)."""
     out = pipeline_loops(k_loop_kernel(9, 2, tile=256), get_arch("gfx942"), by_dma=lambda buf: False)
     assert {b.shape for b in out.buffers if b.scope == N.SHARED} == {(256, BK), (BK, 256)}
-    kinds = [type(s).__name__ for s in _steady_loop(out).body if not isinstance(s, N.AsyncCopy)]
+    kinds = [type(s).__name__ for s in _steady_loop(out).body if not isinstance(s, ops.AsyncCopy)]
     assert kinds == ["WaitGroup", "CommitGroup", "Gemm"] * 2
     assert execute(out.body) == list(range(9))
 
@@ -217,13 +218,13 @@ def test_the_prologue_copies_reuse_the_loops_voffsets(layout):
     assert before and before <= voffsets(loop)
 
 
-def _tile_loop(tile: int, stages: int) -> N.Loop:
+def _tile_loop(tile: int, stages: int) -> ops.Loop:
     """The K loop of a tile x tile x BK bf16 GEMM (only its gemm matters to `covers_round_trip`)."""
     bf16 = as_dtype("bfloat16")
     A_s = N.Buffer("A_s", N.SHARED, bf16, (tile, BK))
     B_s = N.Buffer("B_s", N.SHARED, bf16, (BK, tile))
     acc = N.Buffer("acc", N.FRAGMENT, as_dtype("float32"), (tile, tile))
-    return N.Loop(sympy.Symbol("k", integer=True, nonnegative=True), 4, stages, [N.Gemm(A_s, B_s, acc)])
+    return ops.Loop(sympy.Symbol("k", integer=True, nonnegative=True), 4, stages, [ops.Gemm(A_s, B_s, acc)])
 
 
 @pytest.mark.parametrize("tile, stages, arch, waits_first", [

@@ -25,16 +25,11 @@ from .ir import nodes as N
 from .ir.printer import print_kernel
 from .ir.verify import verify
 from .passes.context import Context
-from .passes.copy import lower_copy
-from .passes.elementwise import lower_fill, lower_parallel
-from .passes.gemm import lower_async_copy, lower_commit_group, lower_gemm, lower_wait_group, may_use_lds_dma, plan_gemms
+from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
-from .passes.convert import lower_layout_convert
 from .passes.layout import TID, assign_layouts
 from .passes.layout_inference import infer_layouts
-from .passes.pipeline import lower_loop
 from .passes.pipelining import pipeline_loops
-from .passes.xcd import lower_swizzle
 
 
 @dataclass
@@ -64,44 +59,21 @@ def lower_statements(ctx: Context, body: list):
                 lower_statement(ctx, s)
 
 
-def _pipelined(ctx: Context, s: N.Stmt) -> bool:
+def _pipelined(ctx: Context, s) -> bool:
     """A statement of a pipelined K loop (passes/pipelining.py): its prologue, steady loop and epilogue share
     their address registers (copy offsets, LDS read bases), so they are not freed statement by statement."""
-    return isinstance(s, (N.AsyncCopy, N.CommitGroup, N.WaitGroup)) or (isinstance(s, N.Gemm) and ctx.pipe is not None) or \
-        (isinstance(s, N.Loop) and any(isinstance(x, N.AsyncCopy) for x in s.body))
+    return s.in_pipeline(ctx)
 
 
-def lower_statement(ctx: Context, s: N.Stmt):
-    """Lower one statement; a CompileError raised anywhere below points at the statement's line."""
+def lower_statement(ctx: Context, s):
+    """Lower one statement (its op's `lower`, tilegcn/ops/); a CompileError raised anywhere below points at the
+    statement's line, unless it came from a statement nested in this one's bodies (a loop's), which has its own."""
     try:
-        _dispatch(ctx, s)
+        s.lower(ctx, lower_statements)
     except CompileError as e:
-        if e.location == s.loc or isinstance(s, N.Loop):
+        if e.location == s.loc or s.bodies():
             raise
         raise type(e)(e.raw_message, location=s.loc) from None
-
-
-def _dispatch(ctx: Context, s: N.Stmt):
-    if isinstance(s, N.AsyncCopy):
-        lower_async_copy(ctx, s)
-    elif isinstance(s, N.Copy):
-        lower_copy(ctx, s)
-    elif isinstance(s, N.CommitGroup):
-        lower_commit_group(ctx, s)
-    elif isinstance(s, N.WaitGroup):
-        lower_wait_group(ctx, s)
-    elif isinstance(s, N.ParallelStore):
-        lower_parallel(ctx, s)
-    elif isinstance(s, N.Fill):
-        lower_fill(ctx, s)
-    elif isinstance(s, N.Gemm):
-        lower_gemm(ctx, s)
-    elif isinstance(s, N.LayoutConvert):
-        lower_layout_convert(ctx, s)
-    elif isinstance(s, N.Loop):
-        lower_loop(ctx, s, lower_statements)
-    elif not isinstance(s, N.Swizzle):  # the swizzle is applied in the prologue
-        raise TypeError(f"no lowering for {type(s).__name__}")
 
 
 def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str, threads: int):
@@ -200,7 +172,8 @@ def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: st
     ctx.shared, ctx.stage_bytes, ctx.lds_buffers = planned.shared, planned.stage_bytes, planned.lds_buffers
     lds_bytes = planned.lds_bytes
     ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans, planned.layouts)
-    lower_swizzle(ctx)
+    for s in kernel.body:
+        s.lower_prologue(ctx)  # the workgroup-id remap of T.use_swizzle
     lower_statements(ctx, kernel.body)
     b.emit("s_endpgm")
     insts, counts = _schedule_and_allocate(b, arch, schedule_mode, kernel.threads)

@@ -262,8 +262,7 @@ def _written_params(kernel) -> tuple:
     """Names of the tensor parameters a traced kernel writes (the destinations of copies into global memory)."""
     from .ir import nodes as N
 
-    written = {s.dst.buffer.name for s in N.walk(kernel.body)
-               if isinstance(s, N.Copy) and s.dst.buffer.scope == N.GLOBAL}
+    written = {r.buffer.name for s in N.walk(kernel.body) for r in s.writes() if r.buffer.scope == N.GLOBAL}
     return tuple(p.name for p in kernel.params if p.name in written)
 
 

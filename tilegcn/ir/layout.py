@@ -367,6 +367,60 @@ class Slice(Layout):
         return f"slice({self.parent.describe()}, dim={dims}; {self.elems}/thread)"
 
 
+# ---- what tile ops say about the layouts of the fragments they touch (TileOp.layout_constraints) ------------
+# Layout inference (passes/layout_inference.py) solves them. `stmt` is the op that states it (its line is named
+# when two uses disagree); `read` is the index a T.Parallel reads the fragment at, where a layout conversion of
+# that read can settle a disagreement (None: the op itself must be given the layouts).
+
+@dataclass(frozen=True)
+class Force:
+    """`buffer` must have layout `layout` (a T.gemm accumulator: the plan's MFMA accumulator layout)."""
+
+    buffer: object
+    layout: Layout
+    stmt: object
+
+
+@dataclass(frozen=True)
+class Same:
+    """`a` and `b` have one layout (a fragment copy; a T.Parallel reading `a` at its own indices into `b`)."""
+
+    a: object
+    b: object
+    stmt: object
+    read: tuple | None = None
+
+
+@dataclass(frozen=True)
+class SliceOf:
+    """`buffer` has `parent`'s layout with `dims` reduced away (a broadcast read x[i] in T.Parallel(M, N) over
+    `parent`; a reduction of `parent` into `buffer`, keepdims where it keeps the dims with extent 1)."""
+
+    buffer: object
+    parent: object
+    dims: tuple
+    stmt: object
+    read: tuple | None = None
+    keepdims: bool = False
+
+
+@dataclass(frozen=True)
+class Whole:
+    """Every thread holds all of `buffer` (a read at constant indices, x[0])."""
+
+    buffer: object
+    stmt: object
+    read: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Vector:
+    """`buffer` is moved to or from memory of elements `element_bytes` wide (bounds the blocked run length)."""
+
+    buffer: object
+    element_bytes: int
+
+
 def _is_next(a: tuple, b: tuple, threads: int) -> bool:
     """b is a with its last index one higher, on every thread."""
     return all((_values(x, threads) == _values(y, threads)).all() for x, y in zip(a[:-1], b[:-1])) and \

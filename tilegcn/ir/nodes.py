@@ -6,7 +6,7 @@ expressions over integer symbols. Element expressions (what T.Parallel computes)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import sympy
 
@@ -213,95 +213,7 @@ class Cast(Expr):
     x: Expr
 
 
-# ---- statements --------------------------------------------------------------------------------
-
-@dataclass(eq=False)
-class Stmt:
-    loc: str | None = field(default=None, kw_only=True)
-
-
-@dataclass(eq=False)
-class Copy(Stmt):
-    src: Region
-    dst: Region
-
-
-@dataclass(eq=False)
-class Fill(Stmt):
-    buffer: Buffer
-    value: float
-
-
-@dataclass(eq=False)
-class ParallelStore(Stmt):
-    """for idx in Parallel(extents): buffer[idx] = value."""
-
-    extents: tuple
-    indices: tuple  # SymPy symbols, one per extent
-    buffer: Buffer
-    value: Expr
-
-
-@dataclass(eq=False)
-class Gemm(Stmt):
-    A: Buffer
-    B: Buffer
-    C: Buffer
-    transpose_A: bool = False
-    transpose_B: bool = False
-    stage: int = 0  # pipeline stage of A and B read (passes/pipeline.py)
-
-
-@dataclass(eq=False)
-class AsyncCopy(Copy):
-    """A global -> shared copy into pipeline stage `stage` of its shared buffer; in flight until a WaitGroup
-    retires its group (passes/pipeline.py). `live` = (expr, n): where expr >= n (a K tile past the end, in a loop's
-    last trip) the copy is issued with nothing in range: it reads no memory and lands zeros in a stage nothing
-    reads, so the loop keeps one body and exact wait counts (passes/pipelining.py, masked tail)."""
-
-    stage: int = 0
-    live: tuple | None = None
-
-
-@dataclass(eq=False)
-class CommitGroup(Stmt):
-    """Close the group of async copies issued since the previous commit."""
-
-
-@dataclass(eq=False)
-class WaitGroup(Stmt):
-    """Wait until at most `pending` committed groups (the newest) are in flight; the copies of the older groups
-    are then visible to every thread of the workgroup."""
-
-    pending: int
-
-
-@dataclass(eq=False)
-class LayoutConvert(Stmt):
-    """dst = src, two fragments of one shape whose inferred layouts differ (inserted by layout inference where two
-    uses of src disagree): through the LDS scratch buffer `scratch`, which each element enters once (from its
-    writer thread) and leaves, after a barrier, into every thread holding it in dst's layout."""
-
-    src: Buffer
-    dst: Buffer
-    scratch: Buffer
-
-
-@dataclass(eq=False)
-class Loop(Stmt):
-    var: sympy.Symbol
-    extent: int
-    num_stages: int
-    body: list
-
-
-@dataclass(eq=False)
-class Swizzle(Stmt):
-    """Remap workgroup ids: chunk workgroups per XCD, then rasterise in panels of `panel_size`."""
-
-    panel_size: int
-    num_xcds: int
-
+# ---- statements are tile ops: ir/ops.py (protocol, registry), tilegcn/ops/ (one file per op) ---------------
 
 @dataclass(eq=False)
 class Kernel:
@@ -311,7 +223,7 @@ class Kernel:
     grid: tuple  # (gx, gy, gz) workgroups
     block: tuple  # (threads, 1, 1)
     block_ids: tuple  # SymPy symbols (bx, by, bz)
-    body: list
+    body: list  # tile ops (ir/ops.py)
     loc: str | None = None
 
     @property
@@ -320,11 +232,11 @@ class Kernel:
 
 
 def walk(stmts):
-    """Every statement, loops' bodies included, in program order."""
+    """Every statement, nested bodies (a loop's) included, in program order."""
     for s in stmts:
         yield s
-        if isinstance(s, Loop):
-            yield from walk(s.body)
+        for body in s.bodies():
+            yield from walk(body)
 
 
 def expr_children(e: Expr):

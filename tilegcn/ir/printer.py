@@ -50,36 +50,35 @@ def print_expr(e: N.Expr) -> str:
     raise TypeError(f"unknown expression {e!r}")
 
 
-def _stmt(s: N.Stmt, indent: str, out: list, texts: dict):
-    if isinstance(s, N.AsyncCopy):
-        live = f" while {_start_text(s.live[0])} < {s.live[1]}" if s.live else ""
-        out.append(f"{indent}async_copy {_region(s.src, texts)} -> {_region(s.dst, texts)} stage={s.stage}{live}")
-    elif isinstance(s, N.Copy):
-        out.append(f"{indent}copy {_region(s.src, texts)} -> {_region(s.dst, texts)}")
-    elif isinstance(s, N.CommitGroup):
-        out.append(f"{indent}commit_group")
-    elif isinstance(s, N.WaitGroup):
-        out.append(f"{indent}wait_group {s.pending}")
-    elif isinstance(s, N.Fill):
-        out.append(f"{indent}fill {s.buffer.name} = {float(s.value)!r}")
-    elif isinstance(s, N.ParallelStore):
-        idx = ", ".join(str(i) for i in s.indices)
-        ext = ", ".join(str(e) for e in s.extents)
-        out.append(f"{indent}parallel ({idx}) in ({ext}): {s.buffer.name}[{idx}] = {print_expr(s.value)}")
-    elif isinstance(s, N.LayoutConvert):
-        out.append(f"{indent}convert_layout {s.src.name} -> {s.dst.name} via {s.scratch.name}")
-    elif isinstance(s, N.Gemm):
-        out.append(f"{indent}gemm {s.A.name}{'^T' if s.transpose_A else ''} @ {s.B.name}"
-                   f"{'^T' if s.transpose_B else ''} += {s.C.name}"
-                   + (f" stage={s.stage}" if s.stage else ""))
-    elif isinstance(s, N.Loop):
-        out.append(f"{indent}for {s.var} in pipelined({s.extent}, num_stages={s.num_stages}):")
-        for b in s.body:
-            _stmt(b, indent + "  ", out, texts)
-    elif isinstance(s, N.Swizzle):
-        out.append(f"{indent}swizzle panel_size={s.panel_size} num_xcds={s.num_xcds}")
-    else:
-        raise TypeError(f"unknown statement {s!r}")
+class IRPrinter:
+    """Where tile ops print themselves (`TileOp.print_to`): lines at the current indent, with the text helpers
+    every op shares (regions, index expressions, element expressions)."""
+
+    def __init__(self, indent: str = "  "):
+        self.lines: list = []
+        self.indent = indent
+        self._texts: dict = {}  # SymPy start -> its text (a pipelined loop repeats a few starts in every copy)
+
+    def line(self, text: str):
+        self.lines.append(self.indent + text)
+
+    def body(self, stmts):
+        """`stmts` (a nested body) one level deeper."""
+        outer, self.indent = self.indent, self.indent + "  "
+        try:
+            for s in stmts:
+                s.print_to(self)
+        finally:
+            self.indent = outer
+
+    def region(self, r: N.Region) -> str:
+        return _region(r, self._texts)
+
+    def index(self, start) -> str:
+        return _start_text(start)
+
+    def expr(self, e: N.Expr) -> str:
+        return print_expr(e)
 
 
 def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
@@ -96,7 +95,7 @@ def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
         if b.scope != N.GLOBAL:
             layout = f" layout={layouts[b].describe()}" if layouts and b in layouts else ""
             out.append(f"  alloc {b.scope} {b.name}: {b.dtype.name}{list(b.shape)}{layout}")
-    texts: dict = {}
+    printer = IRPrinter()
     for s in k.body:
-        _stmt(s, "  ", out, texts)
-    return "\n".join(out) + "\n"
+        s.print_to(printer)
+    return "\n".join(out + printer.lines) + "\n"

@@ -1,10 +1,31 @@
-"""Verifier: structural rules of tile IR that later passes rely on, each failing with the user's line."""
+"""Verifier: structural rules of tile IR that later passes rely on, each failing with the user's line.
+
+The rules of each statement are its op's `verify` (tilegcn/ops/); this module walks the kernel and gives them
+their scope."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import sympy
 
 from ..errors import CompileError
 from . import nodes as N
+
+
+@dataclass
+class VerifyScope:
+    """What an op's `verify` may need beyond itself: how deep in nested bodies it is (0: the kernel body), and
+    facts recorded once per kernel (`seen`: e.g. the T.use_swizzle already met), shared by every scope."""
+
+    depth: int = 0
+    seen: dict = field(default_factory=dict)
+
+    def nested(self) -> VerifyScope:
+        return VerifyScope(self.depth + 1, self.seen)
+
+    def check_region_bounds(self, r: N.Region, loc):
+        """A shared or fragment region is indexed with constants inside the buffer; a fragment is copied whole."""
+        _check_region_bounds(r, loc)
 
 
 def _check_region_bounds(r: N.Region, loc):
@@ -23,35 +44,15 @@ def _check_region_bounds(r: N.Region, loc):
                            f"region at {list(r.starts)} of extent {list(r.extents)}", location=loc)
 
 
-def _check_statement(s: N.Stmt, depth: int, seen_swizzle: list):
-    if isinstance(s, N.Copy):
-        _check_region_bounds(s.src, s.loc)
-        _check_region_bounds(s.dst, s.loc)
-        scopes = (s.src.buffer.scope, s.dst.buffer.scope)
-        if scopes in ((N.SHARED, N.GLOBAL), (N.FRAGMENT, N.SHARED), (N.SHARED, N.SHARED)):
-            raise CompileError(f"T.copy from {scopes[0]} to {scopes[1]} is not supported yet", location=s.loc)
-    elif isinstance(s, N.Fill) and s.buffer.scope != N.FRAGMENT:
-        raise CompileError(f"T.fill/T.clear of {s.buffer.scope} buffer {s.buffer.name} is not supported; "
-                           "fill a fragment", location=s.loc)
-    elif isinstance(s, N.ParallelStore):
-        for e in N.walk_expr(s.value):
-            if isinstance(e, N.ElemRef) and e.buffer.scope == N.SHARED:
-                raise CompileError(f"reading shared buffer {e.buffer.name} inside T.Parallel is not "
-                                   "supported; copy it to a fragment first", location=s.loc)
-    elif isinstance(s, N.Swizzle):
-        if depth:
-            raise CompileError("T.use_swizzle must be at the top of the kernel body", location=s.loc)
-        if seen_swizzle:
-            raise CompileError("T.use_swizzle given twice", location=s.loc)
-        if s.panel_size < 1 or s.num_xcds < 1:
-            raise CompileError("T.use_swizzle panel_size and num_xcds must be positive", location=s.loc)
-        seen_swizzle.append(s)
-    elif isinstance(s, N.Loop):
-        for inner in s.body:
-            _check_statement(inner, depth + 1, seen_swizzle)
+def _check_statement(s, scope: VerifyScope):
+    s.verify(scope)
+    for body in s.bodies():
+        inner = scope.nested()
+        for stmt in body:
+            _check_statement(stmt, inner)
 
 
 def verify(kernel: N.Kernel):
-    seen_swizzle: list = []
+    scope = VerifyScope()
     for s in kernel.body:
-        _check_statement(s, 0, seen_swizzle)
+        _check_statement(s, scope)

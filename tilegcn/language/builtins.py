@@ -9,6 +9,7 @@ import numbers
 
 import sympy
 
+from .. import ops
 from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
 from ..errors import ArgumentError, CompileError, user_location
 from ..ir import nodes as N
@@ -218,7 +219,7 @@ def copy(src, dst):
         raise CompileError(e.raw_message, location=loc) from None
     if _squeeze(src_r.extents) != _squeeze(dst_r.extents):
         raise CompileError(f"T.copy extents differ: {src_r.extents} vs {dst_r.extents}", location=loc)
-    tracer.record(N.Copy(src_r, dst_r, loc=loc))
+    tracer.record(ops.Copy(src_r, dst_r, loc=loc))
 
 
 def _buffer_of(x, what: str) -> N.Buffer:
@@ -249,7 +250,7 @@ def fill(buf, value):
                            f"{value.param.name})")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise CompileError(f"T.fill value must be a number, got {value!r} ({type(value).__name__})")
-    tracer.record(N.Fill(b, float(value), loc=user_location()))
+    tracer.record(ops.Fill(b, float(value), loc=user_location()))
 
 
 def clear(buf):
@@ -297,7 +298,7 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
     if K != Kb or tuple(c.shape) != (M, Nb):
         raise CompileError(f"T.gemm shapes do not agree: A {a.shape}{'^T' if transpose_A else ''} @ "
                            f"B {b.shape}{'^T' if transpose_B else ''} -> C {c.shape}", location=loc)
-    tracer.record(N.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
+    tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
 
 
 def Parallel(*extents):
@@ -368,7 +369,7 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
         yield IndexProxy.of(var + first, "the T.Pipelined loop variable")
     finally:
         tracer.bodies.pop()
-    tracer.record(N.Loop(var, n, int(num_stages), body, loc=loc))
+    tracer.record(ops.Loop(var, n, int(num_stages), body, loc=loc))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +429,7 @@ def print(obj, msg: str = ""):  # noqa: A001 - the T. namespace mirrors TileLang
     site, out = _hidden_print_output(tracer, tile, msg, loc)
     ids = tuple(block_id for _, block_id in reversed(tracer.grid_ids))
     slot = N.Region(out, ids + _whole(tile).starts, (1,) * len(ids) + tuple(tile.shape))
-    tracer.record(N.Copy(_whole(tile), slot, loc=loc))
+    tracer.record(ops.Copy(_whole(tile), slot, loc=loc))
     tracer.prints.append(site)
 
 
@@ -459,7 +460,7 @@ def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
     ```
     """
     sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
-    current().record(N.Swizzle(*sizes, loc=user_location()))
+    current().record(ops.Swizzle(*sizes, loc=user_location()))
 
 
 def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang

@@ -18,9 +18,11 @@ import traceback
 
 import sympy
 
+from .. import ops
 from ..amdgcn.arch import get_arch
 from ..errors import _PACKAGE_DIR, ArgumentError, CompileError, ResourceError, TilegcnError, user_location
 from ..ir import nodes as N
+from ..ir.ops import MFMA_ACCUMULATOR, TileOp
 from ..ir.types import TensorSpec, as_dtype, float32, int32
 from .proxies import BufferProxy, ScalarProxy
 
@@ -107,8 +109,8 @@ class Tracer:
             raise CompileError("tile statements must be inside `with T.Kernel(...)`")
         return self.bodies[-1]
 
-    def record(self, stmt: N.Stmt):
-        if self.parallel is not None and not isinstance(stmt, N.ParallelStore):
+    def record(self, stmt: TileOp):
+        if self.parallel is not None and not stmt.allowed_in_parallel:
             raise CompileError(f"{type(stmt).__name__.lower()} is not allowed inside T.Parallel")
         self.body().append(stmt)
 
@@ -122,7 +124,7 @@ class Tracer:
         if tuple(buffer.shape) != tuple(extents):
             raise CompileError(f"T.Parallel{tuple(extents)} does not match the shape {buffer.shape} "
                                f"of fragment {buffer.name}")
-        self.body().append(N.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
+        self.body().append(ops.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
 
     def alloc(self, scope: str, shape, dtype, fallback: str) -> BufferProxy:
         from .builtins import _concrete, program_dtype
@@ -165,9 +167,9 @@ def _as_program_error(e: Exception) -> CompileError:
 def _check_written_tensors(kernel: N.Kernel) -> None:
     """A tensor the kernel writes must not overlap itself (a broadcast view from expand(), a stride-0 dim,
     or rows that share memory): its elements would be written by several threads in no defined order."""
-    for s in N.walk(kernel.body):
-        if isinstance(s, N.Copy) and s.dst.buffer.scope == N.GLOBAL:
-            spec, name = s.dst.buffer.spec, s.dst.buffer.name
+    for s, dst in ((s, r.buffer) for s in N.walk(kernel.body) for r in s.writes()):
+        if dst.scope == N.GLOBAL:
+            spec, name = dst.spec, dst.name
             reach = 0  # the furthest element offset the inner dims reach
             for size, stride in sorted(((n, st) for n, st in zip(spec.shape, spec.strides) if n > 1),
                                        key=lambda d: d[1]):
@@ -190,7 +192,7 @@ def _check_fragment_budgets(kernel: N.Kernel, arch) -> None:
     line."""
     arch, threads = get_arch(arch), kernel.threads
     budget = min(arch.arch_vgprs, arch.workgroup_register_budget(threads))
-    accumulators = {s.C for s in N.walk(kernel.body) if isinstance(s, N.Gemm)}
+    accumulators = {buf for s in N.walk(kernel.body) for buf, kind in s.forced_layouts() if kind == MFMA_ACCUMULATOR}
     for buf in kernel.buffers:
         if buf.scope != N.FRAGMENT or buf in accumulators:
             continue

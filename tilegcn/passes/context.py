@@ -9,6 +9,7 @@ from ..amdgcn.builder import KernelBuilder
 from ..amdgcn.isa import Reg
 from ..amdgcn.memory import GlobalAccess, pack_f32_pair, unpack_16bit_to_f32
 from ..ir import nodes as N
+from ..ir.ops import TileOp
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Context:
     shared: dict = field(default_factory=dict)  # shared Buffer -> LDS byte offset
     gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
     gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
-    current_parallel: N.ParallelStore | None = None  # the T.Parallel statement being lowered
+    current_parallel: TileOp | None = None  # the T.Parallel statement (a ParallelStore op) being lowered
     lds_state: str = "idle"  # last LDS access kind: "idle", "written" or "read" (for barrier placement)
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over

@@ -1,6 +1,6 @@
-"""Layout conversion: dst = src between fragments of one shape whose layouts differ (ir.nodes.LayoutConvert).
+"""Layout conversion: dst = src between fragments of one shape whose layouts differ (ops/convert_layout.py).
 
-Input: a LayoutConvert inserted by layout inference, its scratch buffer's LDS offset. Output: every element of
+Input: a convert_layout op inserted by layout inference, its scratch buffer's LDS offset. Output: every element of
 src written to the scratch as fp32 at its row-major offset, once (by its writer thread: replicated layouts switch
 the other threads off), an s_barrier, then every thread reads the elements dst's layout gives it. An s_barrier
 before the writes orders them after earlier reads of the same scratch (a conversion inside a loop).
@@ -30,7 +30,8 @@ def _lds_address(ctx: Context, buf: N.Buffer, index: tuple, base: int):
     return ctx.lower.vgpr(rest), offset
 
 
-def lower_layout_convert(ctx: Context, s: N.LayoutConvert):
+def lower_layout_convert(ctx: Context, s):
+    """`s`: the convert_layout op (ops/convert_layout.py)."""
     b = ctx.b
     src, dst = ctx.layouts[s.src], ctx.layouts[s.dst]
     base = ctx.shared[s.scratch]

@@ -11,6 +11,7 @@ from ..amdgcn.isa import EXEC, SCC, VCC
 from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.ops import TileOp
 from .context import Context
 
 
@@ -65,7 +66,7 @@ def _load_mode(frag: N.Buffer, g: N.Buffer, lay, per: int) -> str:
     return "temp"
 
 
-def lower_copy_global_to_fragment(ctx: Context, s: N.Copy):
+def lower_copy_global_to_fragment(ctx: Context, s: TileOp):
     b, frag, region = ctx.b, s.dst.buffer, s.src
     g = region.buffer
     lay = ctx.layouts[frag]
@@ -152,7 +153,7 @@ def _store_element(ctx: Context, frag: N.Buffer, r: int, value):
         ctx.b.v.free(other)
 
 
-def lower_copy_fragment_to_global(ctx: Context, s: N.Copy):
+def lower_copy_fragment_to_global(ctx: Context, s: TileOp):
     """Each run is converted into temporaries and stored at once, so temporaries stay few. Where the fragment's
     layout replicates (a row statistic, a small vector), only the one writer thread of each element stores it
     (the other lanes are switched off by EXEC), so every element is written once."""
@@ -244,7 +245,7 @@ def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):
             b.v.free(lo)
 
 
-def lower_copy_fragment_to_fragment(ctx: Context, s: N.Copy):
+def lower_copy_fragment_to_fragment(ctx: Context, s: TileOp):
     src, dst = s.src.buffer, s.dst.buffer
     for r in range(ctx.layouts[dst].elems):
         value, temp = ctx.read_f32(src, r)
@@ -253,7 +254,7 @@ def lower_copy_fragment_to_fragment(ctx: Context, s: N.Copy):
             ctx.b.v.free(value)
 
 
-def lower_copy(ctx: Context, s: N.Copy):
+def lower_copy(ctx: Context, s: TileOp):
     scopes = (s.src.buffer.scope, s.dst.buffer.scope)
     if scopes == (N.GLOBAL, N.FRAGMENT):
         return lower_copy_global_to_fragment(ctx, s)

@@ -17,6 +17,7 @@ from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.layout import Slice, register_of
+from ..ir.ops import TileOp
 from .context import Context
 
 # llvm.exp.f32's expansion (llc -mcpu=gfx942): log2(e) as f32 plus its low part, and the inputs below
@@ -281,7 +282,7 @@ def _element_index(ctx: Context, e: N.ElemRef, r: int) -> tuple:
     return tuple(sympy.expand(sympy.sympify(i).xreplace(subs)) for i in e.index)
 
 
-def _broadcast_registers(ctx: Context, store: N.ParallelStore, e: N.ElemRef) -> list:
+def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
     """For each element r of the loop, the register of `e.buffer` holding e's element on the same thread."""
     loop, x = ctx.layouts[store.buffer].layout, ctx.layouts[e.buffer].layout
     kept = tuple(d for d, i in enumerate(store.indices) if i in e.index)
@@ -300,7 +301,7 @@ def _broadcast_registers(ctx: Context, store: N.ParallelStore, e: N.ElemRef) -> 
     return out
 
 
-def _prefetch_global_reads(ctx: Context, s: N.ParallelStore, elems: int) -> dict:
+def _prefetch_global_reads(ctx: Context, s: TileOp, elems: int) -> dict:
     out = {}
     refs = [e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.GLOBAL]
     for ref in refs:
@@ -320,7 +321,7 @@ def _prefetch_global_reads(ctx: Context, s: N.ParallelStore, elems: int) -> dict
     return out
 
 
-def lower_parallel(ctx: Context, s: N.ParallelStore):
+def lower_parallel(ctx: Context, s: TileOp):
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)
@@ -343,7 +344,7 @@ def lower_parallel(ctx: Context, s: N.ParallelStore):
     ctx.current_parallel = None
 
 
-def lower_fill(ctx: Context, s: N.Fill):
+def lower_fill(ctx: Context, s: TileOp):
     lay = ctx.layouts[s.buffer]
     value = _f32(s.value)
     if lay.regs.file == "a":

@@ -35,6 +35,7 @@ from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.layout import mfma_acc_offsets, mfma_acc_origin
+from ..ir.ops import TileOp, statements_of
 from .context import Context
 from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
 from .lds import stage_counts
@@ -44,7 +45,7 @@ DMA_LOAD = {4: "buffer_load_dword", 16: "buffer_load_dwordx4"}  # LDS DMA per la
 DS_WRITE_HALF = ("ds_write_b16", "ds_write_b16_d16_hi")  # low / high 16 bits of the data VGPR
 
 
-def _gemm_dims(s: N.Gemm):
+def _gemm_dims(s: TileOp):
     M, N_ = s.C.shape
     K = s.A.shape[0] if s.transpose_A else s.A.shape[1]
     return M, N_, K
@@ -59,9 +60,7 @@ def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, thread
 def plan_gemms(kernel: N.Kernel, arch):
     """({accumulator: plan}, {shared operand buffer: (plan, 'A'|'B')}) for every T.gemm."""
     acc_plans, operands = {}, {}
-    for s in N.walk(kernel.body):
-        if not isinstance(s, N.Gemm):
-            continue
+    for s in statements_of(kernel.body, "gemm"):
         M, N_, K = _gemm_dims(s)
         try:
             plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B)
@@ -199,7 +198,7 @@ def _misalignment(src: N.Buffer) -> str:
             "pass a copy (.contiguous() or .clone())")
 
 
-def _check_shared_copy(ctx: Context, s: N.Copy):
+def _check_shared_copy(ctx: Context, s: TileOp):
     """(plan, operand, masked dims, access width) of a global -> shared gemm operand copy, or CompileError."""
     src, dst = s.src.buffer, s.dst.buffer
     if (src.scope, dst.scope) != (N.GLOBAL, N.SHARED):
@@ -229,7 +228,7 @@ def _lds_base(ctx: Context, plan, operand: str, buf: N.Buffer, stage: int) -> in
     return ctx.shared[buf] - plan.operand_lds_offset(operand) + index * ctx.stage_bytes.get(buf, 0)
 
 
-def _load_to_registers(ctx: Context, s: N.Copy, cp, mask, width: int, regs: list):
+def _load_to_registers(ctx: Context, s: TileOp, cp, mask, width: int, regs: list):
     """buffer_load the copy's 16-byte runs, slot by slot, into regs[slot] (4 VGPRs each)."""
     src, region = s.src.buffer, s.src
     per = width // src.dtype.bytes
@@ -275,9 +274,8 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     b.v.free(pairs)
 
 
-def lower_shared_copy(ctx: Context, s: N.Copy):
-    if isinstance(s, N.AsyncCopy):
-        return lower_async_copy(ctx, s)
+def lower_shared_copy(ctx: Context, s):
+    """A T.copy into shared memory outside a pipelined loop (pipelined ones are AsyncCopy ops: lower_async_copy)."""
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     if ctx.copy_mode == "lds_dma":
         raise CompileError("copy='lds_dma' applies to the copies of a pipelined K loop (T.Pipelined with "
@@ -382,7 +380,7 @@ def _before_lds_write(ctx: Context, key):
         pipe.loop_writes.append(key)
 
 
-def lower_async_copy(ctx: Context, s: N.AsyncCopy):
+def lower_async_copy(ctx: Context, s: TileOp):
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     pipe = _pipe(ctx)
     dst = s.dst.buffer
@@ -412,7 +410,7 @@ def lower_async_copy(ctx: Context, s: N.AsyncCopy):
     pipe.current.writes.append(write)
 
 
-def _lds_dma(ctx: Context, s: N.Copy, cp, mask, lds_base: int, tag: Reg):
+def _lds_dma(ctx: Context, s: TileOp, cp, mask, lds_base: int, tag: Reg):
     """buffer_load_dwordx4 (or, 4 bytes a lane, buffer_load_dword: 4x the instructions) ... lds per slot: M0 = the
     wave's first LDS byte of the slot (the LDS address is M0 + inst_offset + lane_bytes * lane, so the global offset
     is kept in voffset and soffset, the K loop's advance, and inst_offset is 0); the swizzle is in the global
@@ -482,13 +480,13 @@ def _masked(ctx: Context, live: tuple, srd: Reg) -> Reg:
     return ctx.pipe.masked[key]
 
 
-def lower_commit_group(ctx: Context, s: N.CommitGroup):
+def lower_commit_group(ctx: Context, s: TileOp):
     pipe = _pipe(ctx)
     pipe.groups.append(pipe.current)
     pipe.current = _Group()
 
 
-def lower_wait_group(ctx: Context, s: N.WaitGroup):
+def lower_wait_group(ctx: Context, s: TileOp):
     """Groups older than the `pending` newest: their deferred ds_writes, then one s_barrier that publishes their LDS
     regions (the wait pass puts the exact vmcnt / lgkmcnt for exactly those regions before it)."""
     pipe = _pipe(ctx)
@@ -534,7 +532,7 @@ def _piece(reg: Reg, first: int, count: int) -> Reg:
     return reg[first:first + count]
 
 
-def lower_gemm(ctx: Context, s: N.Gemm):
+def lower_gemm(ctx: Context, s: TileOp):
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs

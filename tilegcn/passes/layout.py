@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..ir import nodes as N
 from ..ir.layout import MAX_ACCESS_BYTES, TID, Layout, MfmaAccumulator  # noqa: F401  (TID: the lowering's thread id)
-from .layout_inference import Same, constraints, infer_layouts
+from ..ir.layout import Same
+from .layout_inference import infer_layouts
 
 
 @dataclass(eq=False)
@@ -63,7 +64,7 @@ def _allocation_order(kernel: N.Kernel, gemm_plans: dict) -> list:
         return x
 
     for s in N.walk(kernel.body):
-        for c in constraints(s, kernel, gemm_plans):
+        for c in s.layout_constraints(gemm_plans, kernel.threads):
             if isinstance(c, Same) and c.a in root and c.b in root:
                 root[find(c.b)] = find(c.a)
     groups: dict = {}

@@ -2,8 +2,8 @@
 
 Input: a kernel after pipelining and its gemm plans. Output: {fragment Buffer: Layout}.
 
-Every statement states what it needs of the layouts of the fragments it touches (`constraints`, the one place
-that knows statement kinds):
+Every op states what it needs of the layouts of the fragments it touches (TileOp.layout_constraints, with the
+constraint objects of ir/layout.py):
   Force(x, L)        x must have layout L (a T.gemm accumulator: the plan's MFMA accumulator layout)
   Same(x, y)         x and y have one layout (a T.Parallel reading a fragment at its own indices, a fragment copy)
   SliceOf(x, y, d)   x is y's layout with dims d reduced away (a broadcast read x[i] in T.Parallel(M, N) over y,
@@ -13,55 +13,18 @@ that knows statement kinds):
 Forced layouts seed the map; Same and SliceOf propagate it both ways until nothing changes; then the largest
 fragment still free takes the blocked layout (runs of 16 bytes where its copies allow) and propagation resumes.
 Where two uses disagree (a row vector broadcast over an MFMA accumulator and over a blocked tile), the later use
-reads a converted copy: a LayoutConvert statement (through LDS) is inserted before it and inference starts over;
-kernel.ir shows it. Disagreeing forced layouts (one accumulator in two different gemms) are refused.
+reads a converted copy: the op's `converted` hook puts a convert_layout op (ops/convert_layout.py, through LDS)
+before it, and inference starts over; kernel.ir shows it. Disagreeing forced layouts are refused.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32 as FLOAT32
-from ..ir.layout import MAX_ACCESS_BYTES, Blocked, Layout, MfmaAccumulator, Replicated, Slice
-
-
-@dataclass(frozen=True)
-class Force:
-    buffer: N.Buffer
-    layout: Layout
-    stmt: N.Stmt
-
-
-@dataclass(frozen=True)
-class Same:
-    a: N.Buffer
-    b: N.Buffer
-    stmt: N.Stmt
-    read: tuple | None = None  # a T.Parallel's read of `a` at these indices (None: a fragment copy a -> b)
-
-
-@dataclass(frozen=True)
-class SliceOf:
-    buffer: N.Buffer  # the reduced / broadcast fragment
-    parent: N.Buffer
-    dims: tuple
-    stmt: N.Stmt
-    read: tuple | None = None  # the indices `buffer` is read at (None: a reduction's destination)
-
-
-@dataclass(frozen=True)
-class Whole:
-    buffer: N.Buffer
-    stmt: N.Stmt
-    read: tuple | None = None
-
-
-@dataclass(frozen=True)
-class Vector:
-    buffer: N.Buffer
-    element_bytes: int
+from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, Force, Layout, MfmaAccumulator, Replicated, Same, Slice,
+                         SliceOf, Vector, Whole)
 
 
 def accumulator_layout(plan, threads: int) -> MfmaAccumulator:
@@ -69,41 +32,9 @@ def accumulator_layout(plan, threads: int) -> MfmaAccumulator:
                            plan.repeats_M, plan.repeats_N)
 
 
-def constraints(s: N.Stmt, kernel: N.Kernel, gemm_plans: dict):
-    """What statement `s` needs of fragment layouts (the only per-statement-kind code of this pass)."""
-    if isinstance(s, N.Gemm) and s.C in gemm_plans:
-        yield Force(s.C, accumulator_layout(gemm_plans[s.C], kernel.threads), s)
-    elif isinstance(s, N.Copy):
-        src, dst = s.src.buffer, s.dst.buffer
-        if src.scope == dst.scope == N.FRAGMENT:
-            yield Same(src, dst, s)
-        elif N.FRAGMENT in (src.scope, dst.scope) and N.GLOBAL in (src.scope, dst.scope):
-            frag, other = (src, dst) if src.scope == N.FRAGMENT else (dst, src)
-            yield Vector(frag, other.dtype.bytes)
-    elif isinstance(s, N.ParallelStore):
-        yield from _parallel_constraints(s)
-
-
-def _parallel_constraints(s: N.ParallelStore):
-    for e in N.walk_expr(s.value):
-        if not isinstance(e, N.ElemRef) or e.buffer.scope != N.FRAGMENT:
-            continue
-        x, index = e.buffer, tuple(e.index)
-        if index == tuple(s.indices):
-            if tuple(x.shape) != tuple(s.buffer.shape):
-                raise CompileError(f"fragments {x.name}{list(x.shape)} and {s.buffer.name}{list(s.buffer.shape)} "
-                                   "in one T.Parallel must have the same shape", location=s.loc)
-            yield Same(x, s.buffer, s, index)
-        elif all(getattr(i, "is_Integer", False) for i in index):
-            yield Whole(x, s, index)
-        else:
-            kept = [s.indices.index(i) for i in index]  # the proxies let only loop indices, in order, through
-            dropped = tuple(d for d in range(len(s.indices)) if d not in kept)
-            if tuple(x.shape) != tuple(s.extents[d] for d in kept):
-                raise CompileError(f"{x.name}{list(x.shape)} read at [{', '.join(map(str, index))}] in "
-                                   f"T.Parallel{tuple(s.extents)}: its shape must be the extents of those indices",
-                                   location=s.loc)
-            yield SliceOf(x, s.buffer, dropped, s, index)
+def constraints(kernel: N.Kernel, gemm_plans: dict) -> list:
+    """Every op's layout constraints (TileOp.layout_constraints), in program order."""
+    return [c for s in N.walk(kernel.body) for c in s.layout_constraints(gemm_plans, kernel.threads)]
 
 
 def _where(stmt) -> str:
@@ -114,7 +45,7 @@ class _Inference:
     def __init__(self, kernel: N.Kernel, gemm_plans: dict):
         self.kernel, self.threads = kernel, kernel.threads
         self.fragments = [b for b in kernel.buffers if b.scope == N.FRAGMENT]
-        self.rules = [c for s in N.walk(kernel.body) for c in constraints(s, kernel, gemm_plans)]
+        self.rules = constraints(kernel, gemm_plans)
         self.layouts: dict = {}
         self.why: dict = {}  # Buffer -> the statement that gave its layout
 
@@ -167,9 +98,10 @@ class _Inference:
                 return self._set(rule.a, lay[rule.b], rule.stmt)
         elif isinstance(rule, SliceOf):
             if rule.parent in lay:
-                return self._set(rule.buffer, Slice(lay[rule.parent], rule.dims), rule.stmt)
+                return self._set(rule.buffer, Slice(lay[rule.parent], rule.dims, rule.keepdims), rule.stmt)
             known = lay.get(rule.buffer)
-            if isinstance(known, Slice) and known.dims == rule.dims and known.parent.shape == rule.parent.shape:
+            if isinstance(known, Slice) and (known.dims, known.keepdims) == (rule.dims, rule.keepdims) \
+                    and known.parent.shape == tuple(rule.parent.shape):
                 return self._set(rule.parent, known.parent, rule.stmt)
         elif isinstance(rule, Whole):
             return self._set(rule.buffer, Replicated(tuple(rule.buffer.shape), self.threads), rule.stmt)
@@ -221,58 +153,43 @@ MAX_CONVERSIONS = 64  # a kernel needing more has uses that disagree everywhere;
 
 
 def _insert_conversion(kernel: N.Kernel, conflict: _Conflict) -> N.Kernel:
-    """`kernel` with the use in `conflict.rule` reading a converted copy of its fragment (a LayoutConvert
-    statement right before it), or a fragment copy turned into the conversion itself."""
-    rule, n = conflict.rule, sum(1 for b in kernel.buffers if b.scope == N.SHARED and b.name.endswith("_lds"))
-    stmt = rule.stmt
-    if isinstance(stmt, N.Copy) and isinstance(rule, Same) and rule.read is None:
-        scratch = _scratch(stmt.src.buffer, n)
-        return _rewrite(kernel, stmt, [N.LayoutConvert(stmt.src.buffer, stmt.dst.buffer, scratch, loc=stmt.loc)],
-                        [scratch])
-    if isinstance(stmt, N.ParallelStore) and getattr(rule, "read", None) is not None:
-        x = rule.a if isinstance(rule, Same) else rule.buffer
-        if x is not stmt.buffer:
-            converted = N.Buffer(f"{x.name}_as{n}", N.FRAGMENT, x.dtype, tuple(x.shape), loc=x.loc)
-            scratch = _scratch(x, n)
-            value = _replace_reads(stmt.value, x, rule.read, converted)
-            store = N.ParallelStore(stmt.extents, stmt.indices, stmt.buffer, value, loc=stmt.loc)
-            return _rewrite(kernel, stmt, [N.LayoutConvert(x, converted, scratch, loc=stmt.loc), store],
-                            [converted, scratch])
-    raise conflict.disagree.error()
+    """`kernel` with the op whose constraint disagrees replaced by what its `converted` hook gives (a layout
+    conversion, then the op on the converted fragment); the disagreement's error where it gives nothing."""
+    new_buffers: list = []
+    taken = {b.name for b in kernel.buffers}
+
+    def fresh(x: N.Buffer) -> tuple:
+        n = 0
+        while f"{x.name}_as{n}" in taken:
+            n += 1
+        name = f"{x.name}_as{n}"
+        copy = N.Buffer(name, N.FRAGMENT, x.dtype, tuple(x.shape), loc=x.loc)
+        scratch = N.Buffer(f"{name}_lds", N.SHARED, FLOAT32, tuple(x.shape), loc=x.loc)  # fp32 values
+        taken.update((copy.name, scratch.name))
+        new_buffers.extend((copy, scratch))
+        return copy, scratch
+
+    stmt = conflict.rule.stmt
+    replacement = stmt.converted(conflict.rule, fresh) if stmt is not None else None
+    if replacement is None:
+        raise conflict.disagree.error()
+    used = {b for s in replacement for r in (*s.reads(), *s.writes()) for b in (r.buffer,)}
+    new_buffers = [b for b in new_buffers if b in used]
+    return dataclasses.replace(kernel, body=_replace(kernel.body, stmt, replacement),
+                               buffers=list(kernel.buffers) + new_buffers)
 
 
-def _scratch(x: N.Buffer, n: int) -> N.Buffer:
-    """LDS for converting x: its elements as fp32."""
-    return N.Buffer(f"{x.name}_as{n}_lds", N.SHARED, FLOAT32, tuple(x.shape), loc=x.loc)
-
-
-def _replace_reads(e: N.Expr, x: N.Buffer, index: tuple, by: N.Buffer) -> N.Expr:
-    if isinstance(e, N.ElemRef):
-        return N.ElemRef(by, e.index) if e.buffer is x and tuple(e.index) == index else e
-    if isinstance(e, N.BinOp):
-        return N.BinOp(e.op, _replace_reads(e.a, x, index, by), _replace_reads(e.b, x, index, by))
-    if isinstance(e, N.Call):
-        return N.Call(e.fn, tuple(_replace_reads(a, x, index, by) for a in e.args))
-    if isinstance(e, N.Cast):
-        return N.Cast(e.dtype, _replace_reads(e.x, x, index, by))
-    return e
-
-
-def _rewrite(kernel: N.Kernel, old: N.Stmt, new: list, buffers: list) -> N.Kernel:
-    """A new kernel (the traced one is never changed) with statement `old` replaced by `new` wherever it is."""
-
-    def body(stmts):
-        out = []
-        for s in stmts:
-            if s is old:
-                out.extend(new)
-            elif isinstance(s, N.Loop):
-                out.append(dataclasses.replace(s, body=body(s.body)))
-            else:
-                out.append(s)
-        return out
-
-    return dataclasses.replace(kernel, body=body(kernel.body), buffers=list(kernel.buffers) + buffers)
+def _replace(stmts: list, old, new: list) -> list:
+    """`stmts` (a new list; nested bodies rebuilt) with statement `old` replaced by `new` wherever it is."""
+    out = []
+    for s in stmts:
+        if s is old:
+            out.extend(new)
+        elif s.bodies():
+            out.append(s.with_bodies(tuple(_replace(body, old, new) for body in s.bodies())))
+        else:
+            out.append(s)
+    return out
 
 
 def blocked_layout(buffer: N.Buffer, run: int, threads: int) -> Blocked:

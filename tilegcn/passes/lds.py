@@ -19,8 +19,8 @@ def stage_counts(kernel: N.Kernel) -> dict:
     """{shared Buffer: pipeline stages} (1 for a buffer never written by an AsyncCopy)."""
     stages: dict = {}
     for s in N.walk(kernel.body):
-        if isinstance(s, N.AsyncCopy):
-            stages[s.dst.buffer] = max(stages.get(s.dst.buffer, 1), s.stage + 1)
+        for buf, stage in s.stage_writes():  # async copies into a pipeline stage (tilegcn/ops/async_copy.py)
+            stages[buf] = max(stages.get(buf, 1), stage + 1)
     return stages
 
 

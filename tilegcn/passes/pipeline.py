@@ -16,13 +16,13 @@ from ..ir import nodes as N
 from .context import Context
 
 
-def lower_loop(ctx: Context, s: N.Loop, lower_body):
+def lower_loop(ctx: Context, s, lower_body):
+    """`s`: a Loop op (tilegcn/ops/loop.py); `lower_body(ctx, stmts)` lowers its body."""
     b = ctx.b
     counter = b.s.alloc(what=f"loop counter {s.var}")
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
-    if any(isinstance(x, N.Gemm) or (isinstance(x, N.Copy) and x.dst.buffer.scope == N.SHARED)
-           for x in N.walk(s.body)):
+    if any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.reads() + x.writes()):
         ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
     pipe = ctx.pipe
     outer_writes = None

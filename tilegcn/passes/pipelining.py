@@ -54,6 +54,7 @@ import sympy
 
 from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
+from ..ir.ops import COMPUTE, LOAD, op_class
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
@@ -73,30 +74,42 @@ def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases:
     return dataclasses.replace(kernel, body=body, buffers=buffers)
 
 
-def step_order(loop: N.Loop, arch, by_dma) -> str:
+def step_order(loop, arch, by_dma) -> str:
     """ISSUE_FIRST, WAIT_FIRST or PHASES for a pipelinable loop (the module docstring says why)."""
     if arch is None:
         return WAIT_FIRST
     if not covers_round_trip(loop, arch):
         return ISSUE_FIRST
-    dma = any(by_dma(c.dst.buffer) for c in loop.body if isinstance(c, N.Copy))
+    dma = any(by_dma(c.dst.buffer) for c in _loads(loop))
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
-def pipelinable(loop: N.Loop) -> bool:
-    copies = [s for s in loop.body if isinstance(s, N.Copy)]
-    return (loop.num_stages > 1 and bool(copies) and any(isinstance(s, N.Gemm) for s in loop.body)
-            and all(isinstance(s, (N.Copy, N.Gemm)) for s in loop.body)
-            and all((c.src.buffer.scope, c.dst.buffer.scope) == (N.GLOBAL, N.SHARED) for c in copies))
+def pipelinable(s) -> bool:
+    """A loop asked for num_stages > 1 whose body is global -> shared tile loads and gemms, at least one of each
+    (the ops' `k_loop_role`; any other statement keeps the loop serial)."""
+    if s.pipeline_stages() <= 1:
+        return False
+    roles = [x.k_loop_role() for body in s.bodies() for x in body]
+    return LOAD in roles and COMPUTE in roles and all(r in (LOAD, COMPUTE) for r in roles)
 
 
-def covers_round_trip(loop: N.Loop, arch) -> bool:
+def _loads(loop) -> list:
+    """The global -> shared copies of a pipelinable loop's body."""
+    return [s for s in loop.body if s.k_loop_role() == LOAD]
+
+
+def _gemms(loop) -> list:
+    """The gemms of a pipelinable loop's body (the work that reads the loaded tiles)."""
+    return [s for s in loop.body if s.k_loop_role() == COMPUTE]
+
+
+def covers_round_trip(loop, arch) -> bool:
     """S18's latency test (S18, docs/timing-sources.md): (S - 1) x the MFMA clk of one K step of a
     workgroup on its CU (its gemms' FLOPs over the arch's best MFMA rate on all SIMDs) >= the loaded round trip
     of a load (`Timing.l2_hit_latency_clk`)."""
     t = TIMING[arch.name]
     flops, rate = 0, None
-    for g in (s for s in loop.body if isinstance(s, N.Gemm)):
+    for g in _gemms(loop):
         m, n = g.C.shape
         flops += 2 * m * n * math.prod(g.A.shape) // m
         shapes = arch.mfma_shapes.get(g.A.dtype.short) or [x for v in arch.mfma_shapes.values() for x in v]
@@ -109,7 +122,7 @@ def covers_round_trip(loop: N.Loop, arch) -> bool:
 def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool) -> list:
     out = []
     for s in stmts:
-        if isinstance(s, N.Loop) and pipelinable(s):
+        if pipelinable(s):
             order = step_order(s, arch, by_dma)
             if order == PHASES and not phases:
                 order = WAIT_FIRST
@@ -120,15 +133,15 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 out.extend(_pipeline(loop, wait_first=True))
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
-        elif isinstance(s, N.Loop):
-            body = _rewrite(s.body, arch, by_dma, split, program, phases)
-            out.append(s if body == s.body else dataclasses.replace(s, body=body))
+        elif s.bodies():
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases) for body in s.bodies())
+            out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
             out.append(s)
     return out
 
 
-def split_k_phases(loop: N.Loop, program: list):
+def split_k_phases(loop, program: list):
     """(the loop over K phases, {shared buffer: its phase buffer}), or None where the loop cannot be split.
 
     Each shared tile of block_K along K becomes a tile of block_K / PHASES_PER_TILE; the loop runs over phases
@@ -138,8 +151,7 @@ def split_k_phases(loop: N.Loop, program: list):
     kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
     by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it)."""
     p, k = PHASES_PER_TILE, loop.var
-    copies = [s for s in loop.body if isinstance(s, N.Copy)]
-    gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
+    copies, gemms = _loads(loop), _gemms(loop)
     k_dims = {}  # shared buffer -> its K dim
     for g in gemms:
         k_dims[g.A], k_dims[g.B] = (0 if g.transpose_A else 1), (1 if g.transpose_B else 0)
@@ -165,11 +177,11 @@ def split_k_phases(loop: N.Loop, program: list):
     while extent > 1 and all(_starts_past(start.subs(phase, extent - 1), end) for start, end in ends):
         extent -= 1  # a trailing phase wholly past K (ragged K): nothing to load or compute
     new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B]) for g in gemms]
-    body = [new_copies.pop(0) if isinstance(s, N.Copy) else new_gemms.pop(0) for s in loop.body]
-    return N.Loop(phase, extent, loop.num_stages * p, body, loc=loop.loc), buffers
+    body = [new_copies.pop(0) if s.k_loop_role() == LOAD else new_gemms.pop(0) for s in loop.body]
+    return dataclasses.replace(loop, var=phase, extent=extent, num_stages=loop.num_stages * p, body=body), buffers
 
 
-def _src_dim(c: N.Copy, dst_dim: int) -> int:
+def _src_dim(c, dst_dim: int) -> int:
     """The dim of the copy's global region that maps to dim `dst_dim` of its shared tile (missing leading dims of
     the region have extent 1)."""
     return len(c.src.extents) - len(c.dst.buffer.shape) + dst_dim
@@ -187,33 +199,31 @@ def _whole(region: N.Region) -> bool:
     return all(s == 0 for s in region.starts) and tuple(region.extents) == tuple(region.buffer.shape)
 
 
-def _used_outside(buffers: set, loop: N.Loop, program: list) -> bool:
+def _used_outside(buffers: set, loop, program: list) -> bool:
     """Whether a statement of `program` other than `loop`'s own copies and gemms touches one of `buffers`."""
     own = {id(s) for s in loop.body}
     for s in N.walk(program):
         if id(s) in own or s is loop:
             continue
-        touched = {getattr(s, f, None) for f in ("A", "B", "C", "buffer")}
-        touched |= {r.buffer for r in (getattr(s, "src", None), getattr(s, "dst", None)) if r is not None}
-        if isinstance(s, N.ParallelStore):
-            touched |= {e.buffer for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef)}
+        touched = {r.buffer for r in s.reads() + s.writes()}  # the op's access regions
         if touched & buffers:
             return True
     return False
 
 
-def _pipeline(loop: N.Loop, wait_first: bool) -> list:
+def _pipeline(loop, wait_first: bool) -> list:
     """The prologue, steady loop and drain of the module docstring, with the masked tail: every step but the last
     n % S is a steady step of the loop, the copies of tiles past the end issued with nothing in range
     (AsyncCopy.live) in the last trip, so the drain is no peeled copy of the loop body (n < S: no loop, the
     prologue issues n tiles and the drain computes them)."""
     n, S, k = loop.extent, loop.num_stages, loop.var
-    copies = [s for s in loop.body if isinstance(s, N.Copy)]
-    gemms = [s for s in loop.body if isinstance(s, N.Gemm)]
+    copies, gemms = _loads(loop), _gemms(loop)
+    # (passes/ cannot import tilegcn.ops, whose lowerings import passes/: the classes come from the registry)
+    AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
 
     def issue(kk, stage: int, live=None) -> list:
-        return [N.AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
-            [N.CommitGroup(loc=loop.loc)]
+        return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
+            [CommitGroup(loc=loop.loc)]
 
     def compute(stage: int) -> list:
         return [dataclasses.replace(g, stage=stage) for g in gemms]
@@ -221,8 +231,8 @@ def _pipeline(loop: N.Loop, wait_first: bool) -> list:
     def steady(kk, j: int, live) -> list:  # iteration kk, with kk % S == j
         copies = issue(kk + S - 1, (j + S - 1) % S, live)
         if wait_first:
-            return [N.WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
-        return copies + [N.WaitGroup(S - 1, loc=loop.loc)] + compute(j)
+            return [WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
+        return copies + [WaitGroup(S - 1, loc=loop.loc)] + compute(j)
 
     out = []
     for kk in range(min(S - 1, n)):
@@ -234,10 +244,10 @@ def _pipeline(loop: N.Loop, wait_first: bool) -> list:
         for j in range(S):
             tile = S * var + j + S - 1  # the tile this step's copies load; past the end in the last trip?
             body += steady(S * var + j, j, (tile, n) if S * (trips - 1) + j + S - 1 >= n else None)
-        out.append(N.Loop(var, trips, 1, body, loc=loop.loc))
+        out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
     newest = S * trips + S - 2 if trips else n - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):
-        out += [N.WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
+        out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
     return out
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sympy
 
 from ..errors import CompileError
-from ..ir import nodes as N
 from .context import Context
 
 
@@ -42,11 +41,9 @@ def _select(b, cond_lhs, limit: int, if_less, otherwise):
     return out
 
 
-def lower_swizzle(ctx: Context):
-    swizzles = [s for s in ctx.kernel.body if isinstance(s, N.Swizzle)]
-    if not swizzles:
-        return
-    s = swizzles[0]
+def lower_swizzle(ctx: Context, s):
+    """The prologue code of `s`, the kernel's one Swizzle op (tilegcn/ops/swizzle.py; the verifier allows one, at
+    the top of the body)."""
     b, lower = ctx.b, ctx.lower
     gx, gy, _ = ctx.kernel.grid
     if gx * gy >= 1 << 16:

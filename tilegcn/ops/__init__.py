@@ -1,0 +1,16 @@
+"""The tile ops: one module per statement kind, each its TileOp class (tilegcn/ir/ops.py) and its registration.
+
+Importing this package registers every op; `tilegcn.ir.ops.REGISTRY` then maps op names to these classes.
+Adding an op: docs/internals.md, "Adding a tile op".
+"""
+from .async_copy import AsyncCopy
+from .convert_layout import ConvertLayout
+from .copy import Copy
+from .fill import Fill
+from .gemm import Gemm
+from .groups import CommitGroup, WaitGroup
+from .loop import Loop
+from .parallel import ParallelStore
+from .swizzle import Swizzle
+
+__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Swizzle", "WaitGroup"]

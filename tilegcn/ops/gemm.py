@@ -1,0 +1,54 @@
+"""`T.gemm(A, B, C)`: C += A @ B on matrix cores, A and B shared tiles, C a float32 fragment that takes the MFMA
+accumulator layout (passes/gemm_plan.py plans it, passes/gemm.py lowers it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..ir.nodes import Buffer
+from ..ir.ops import COMPUTE, MFMA_ACCUMULATOR, TileOp, register, whole
+from ..ir.layout import Force
+from ..passes.gemm import lower_gemm
+from ..passes.layout_inference import accumulator_layout
+
+
+@register
+@dataclass(eq=False)
+class Gemm(TileOp):
+    """C += A @ B (A, B transposed in their shared tiles where `transpose_A` / `transpose_B`)."""
+
+    opname: ClassVar[str] = "gemm"
+    A: Buffer
+    B: Buffer
+    C: Buffer
+    transpose_A: bool = False
+    transpose_B: bool = False
+    stage: int = 0  # pipeline stage of A and B read (passes/pipelining.py)
+
+    def print_to(self, out):
+        out.line(f"gemm {self.A.name}{'^T' if self.transpose_A else ''} @ {self.B.name}"
+                 f"{'^T' if self.transpose_B else ''} += {self.C.name}"
+                 + (f" stage={self.stage}" if self.stage else ""))
+
+    def reads(self):
+        return (whole(self.A), whole(self.B), whole(self.C))
+
+    def writes(self):
+        return (whole(self.C),)
+
+    def forced_layouts(self):
+        return ((self.C, MFMA_ACCUMULATOR),)
+
+    def layout_constraints(self, gemm_plans, threads):
+        """The accumulator takes the MFMA accumulator layout of this gemm's plan."""
+        plan = gemm_plans.get(self.C)
+        return (Force(self.C, accumulator_layout(plan, threads), self),) if plan is not None else ()
+
+    def k_loop_role(self):
+        return COMPUTE
+
+    def in_pipeline(self, ctx):
+        return ctx.pipe is not None  # a gemm reading a stage while pipelined copies are in flight
+
+    def lower(self, ctx, lower_body):
+        lower_gemm(ctx, self)

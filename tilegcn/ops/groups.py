@@ -1,0 +1,45 @@
+"""Async-copy groups of a pipelined K loop (passes/pipelining.py): `commit_group` closes a group, `wait_group n`
+waits until at most n groups are in flight. Lowered by passes/gemm.py to exact `s_waitcnt` + `s_barrier`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..ir.ops import TileOp, register
+from ..passes.gemm import lower_commit_group, lower_wait_group
+
+
+@register
+@dataclass(eq=False)
+class CommitGroup(TileOp):
+    """Close the group of async copies issued since the previous commit."""
+
+    opname: ClassVar[str] = "commit_group"
+
+    def print_to(self, out):
+        out.line("commit_group")
+
+    def in_pipeline(self, ctx):
+        return True
+
+    def lower(self, ctx, lower_body):
+        lower_commit_group(ctx, self)
+
+
+@register
+@dataclass(eq=False)
+class WaitGroup(TileOp):
+    """Wait until at most `pending` committed groups (the newest) are in flight; the copies of the older groups
+    are then visible to every thread of the workgroup."""
+
+    opname: ClassVar[str] = "wait_group"
+    pending: int
+
+    def print_to(self, out):
+        out.line(f"wait_group {self.pending}")
+
+    def in_pipeline(self, ctx):
+        return True
+
+    def lower(self, ctx, lower_body):
+        lower_wait_group(ctx, self)
