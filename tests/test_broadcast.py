@@ -188,3 +188,20 @@ def test_a_row_vector_updated_broadcast_and_stored(arch, dtype):
     row_statistics(x, rows, y, out, arch=arch)
     torch.testing.assert_close(out, torch.exp2(rows * 0.5), rtol=4e-7, atol=0)  # v_exp_f32: within 1 ulp
     assert torch.equal(y, (x.float() / out[:, None]).to(dtype))  # IEEE division by the stored row value
+
+
+@tilegcn.jit
+def short_broadcast(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((8, 8), "float32")
+        v = T.alloc_fragment((4,), "float32")
+        T.copy(X[0, 0], x)
+        T.fill(v, 1.0)
+        for i, j in T.Parallel(8, 8):
+            x[i, j] = x[i, j] + v[i]
+        T.copy(x, Y[0, 0])
+
+
+def test_a_broadcast_of_a_vector_shorter_than_the_loop_is_refused():
+    with pytest.raises(CompileError, match=r"v\[4\] read at \[i\] in T.Parallel\(8, 8\): its shape must be"):
+        short_broadcast.compile(torch.zeros(8, 8), torch.zeros(8, 8), arch="gfx942")

@@ -67,7 +67,8 @@ class ParallelStore(TileOp):
             else:
                 kept = [self.indices.index(i) for i in index]  # the tracer lets only loop indices, in order, through
                 if tuple(x.shape) != tuple(self.extents[d] for d in kept):
-                    raise CompileError(f"{x.name}{list(x.shape)} read at [{', '.join(map(str, index))}] in "
+                    named = ", ".join(str(i)[1:] for i in index)  # p_i -> i, as the user wrote it
+                    raise CompileError(f"{x.name}{list(x.shape)} read at [{named}] in "
                                        f"T.Parallel{tuple(self.extents)}: its shape must be the extents of those "
                                        "indices", location=self.loc)
                 dropped = tuple(d for d in range(len(self.indices)) if d not in kept)

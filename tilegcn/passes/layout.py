@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..ir import nodes as N
 from ..ir.layout import MAX_ACCESS_BYTES, TID, Layout, MfmaAccumulator  # noqa: F401  (TID: the lowering's thread id)
-from ..ir.layout import Same
+from ..ir.layout import Same, replicated_bits
 from .layout_inference import infer_layouts
 
 
@@ -45,6 +45,13 @@ class FragmentLayout:
         if self.acc_coords is not None:
             return self.acc_coords(r)
         return self.layout.coords(r)
+
+    @property
+    def replicated(self) -> int:
+        """The thread-id bits over which threads hold copies of the same elements (ir/layout.replicated_bits)."""
+        if "_replicated" not in self.__dict__:
+            self.__dict__["_replicated"] = replicated_bits(self.layout) if self.layout.replicated else 0
+        return self.__dict__["_replicated"]
 
     def writer(self, r: int):
         """None, or the expressions in TID one of which is 0 on the one thread that stores element r (ir/layout.py)."""
