@@ -356,6 +356,8 @@ class Slice(Layout):
                     continue
                 seen.add(values.tobytes())
                 terms.append(dropped + w)
+        if not terms:  # every holder of these elements writes them from another of its registers
+            return (sympy.Integer(1),)
         return None if all(t == 0 for t in terms) else tuple(terms)
 
     @property

@@ -287,7 +287,7 @@ def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
     loop, x = ctx.layouts[store.buffer].layout, ctx.layouts[e.buffer].layout
     kept = tuple(d for d, i in enumerate(store.indices) if i in e.index)
     dropped = tuple(d for d in range(len(store.indices)) if d not in kept)
-    if isinstance(x, Slice) and x.parent == loop and x.dims == dropped:
+    if isinstance(x, Slice) and not x.keepdims and x.parent == loop and x.dims == dropped:
         return [x.slice_register(r) for r in range(loop.elems)]
     out = []
     for r in range(loop.elems):
