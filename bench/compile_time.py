@@ -162,7 +162,7 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
                 (regalloc, "_rewrite", "allocate: rewrite"),
                 (regalloc, "_physical_operands", "allocate: rewrite: physical operands"),
                 (waitcnt, "_block_effects", "waits: effects"), (hazards, "_events", "hazards: events"),
-                (passes, "print_kernel", "other: IR text")]
+                (compiler, "print_kernel", "other: IR text")]
     signature, trace_args = fn._signature(args)
     kernel = trace(fn.fn, trace_args, fn._constants(dict(constants)), arch)
     spent: dict = {}
@@ -185,9 +185,9 @@ def lowering_breakdown(fn, args, constants, arch, repeat) -> dict:
         setattr(owner, name, wrapper)
         return owner, name, inner
 
-    saved = [timed(passes, "lower_statements", "statements"), timed(passes, "schedule", "schedule"),
-             timed(passes, "allocate", "allocate"), timed(passes, "insert_waits", "waits"),
-             timed(passes, "insert_hazard_nops", "hazards"), timed(passes, "render", "render")]
+    saved = [timed(compiler, "lower_statements", "statements"), timed(compiler, "schedule", "schedule"),
+             timed(compiler, "allocate", "allocate"), timed(compiler, "insert_waits", "waits"),
+             timed(compiler, "insert_hazard_nops", "hazards"), timed(compiler, "render", "render")]
     saved += [timed(ExprLowering, m, "address arithmetic") for m in ("vgpr", "vgpr_plus", "sgpr", "sgpr64")
               if hasattr(ExprLowering, m)]
     # (a function an older checkout lacks is left out: the script also times the code before a change)

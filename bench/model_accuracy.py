@@ -11,7 +11,7 @@ held out (no parameter was set from it). The error summary is the median |error|
   the published difference in bank conflicts.
 - C10 L2 misses across grid orders (S19v9, 4096x4096x8192 fp16, 256x256x64 tiles, 256 workgroups): the
   Gluon tutorial's pid -> tile orders (row-major; XCD remap with GROUP_SIZE_M 1/4/6/8) written here, their
-  tiles' A and B lines fed to the model's L2 (tilegcn/runtime/emulator/timing/l2.py) as the workgroups'
+  tiles' A and B lines fed to the model's L2 (tilegcn/perfmodel/l2.py) as the workgroups'
   footprints. Misses = per-K-step misses x K steps x 8 XCDs. The L2 refetch parameters (arch.py) are
   fitted to the row-major and GM1 orders (`--fit-l2` prints the fit): those two rows are fits, GM4/6/8 checks.
 - C1 (ranking only, --quick skips it): tilegcn's own GEMM (not the Gluon kernel: num_stages=1, no LDS DMA,
@@ -64,7 +64,8 @@ sys.path.insert(0, ROOT)
 
 from emukit import module  # noqa: E402
 from tilegcn.amdgcn.arch import TIMING  # noqa: E402
-from tilegcn.runtime.emulator.timing.l2 import hit_rate  # noqa: E402
+from tilegcn.perfmodel import estimate  # noqa: E402
+from tilegcn.perfmodel.l2 import hit_rate  # noqa: E402
 
 
 # ---- C12: LDS ---------------------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def lds_reads(arch, mnemonic, dst, stride, n, threads):
     body += [f"{mnemonic} {dst}, v1" for _ in range(n)]
     body += ["s_waitcnt lgkmcnt(0)", "s_endpgm"]
     mod = module("\n".join(body), arch=arch, vgprs=16, lds=64 * stride + 64, max_threads=threads)
-    est = mod.estimate("k", (1, 1, 1), (threads, 1, 1), [torch.zeros(16, dtype=torch.int32)],
+    est = estimate(mod, "k", (1, 1, 1), (threads, 1, 1), [torch.zeros(16, dtype=torch.int32)],
                        device=TIMING[arch].device)
     return est.cycles
 
@@ -284,7 +285,7 @@ def c4_gluon(folder):
     for kernel, threads in GLUON_C4.items():
         with open(os.path.join(folder, f"{kernel}.gfx942.hsaco"), "rb") as f:
             mod = emulator.load(f.read(), arch="gfx942")
-        est = mod.estimate(next(iter(mod.kernels)), (M // 256 * (N // 256), 1, 1), (threads, 1, 1), args,
+        est = estimate(mod, next(iter(mod.kernels)), (M // 256 * (N // 256), 1, 1), (threads, 1, 1), args,
                            device="MI300X", shared_mem=TIMING["gfx942"].lds_bytes_per_cu)
         rows.append((f"C4 gfx942 Gluon {kernel}, {threads // 64} waves: cycles per dispatch (S19g)",
                      C4_PUBLISHED[threads], est.cycles, CHECK))

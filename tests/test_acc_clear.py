@@ -19,6 +19,7 @@ import tilegcn
 from tilegcn import language as T
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.passes.elementwise import _is_inline_f32
+from tilegcn.perfmodel import estimate
 from tilegcn.toolchain import find_llvm
 
 sys.path.insert(0, str(Path(__file__).parent / "asm"))
@@ -123,5 +124,5 @@ def test_timing_model_counts_no_flops_for_a_fill():
                       f"{name} v[16:31], v[64:65], v[66:67], 0",     # first K step, C = 0
                       f"{name} v[0:15], v[64:65], v[66:67], v[0:15]",  # accumulate
                       "s_endpgm"])
-    est = module(body, arch="gfx950", vgprs=72).estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64)])
+    est = estimate(module(body, arch="gfx950", vgprs=72), "k", (1, 1, 1), (64, 1, 1), [torch.zeros(64)])
     assert est.flops == 2 * (2 * 32 * 32 * 8)

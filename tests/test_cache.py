@@ -9,9 +9,11 @@ import textwrap
 import pytest
 
 from tilegcn import cache as C
+from tilegcn.amdgcn.arch import get_arch
 from tilegcn.cache import Cache, CacheWarning, make_key
+from tilegcn.options import CompileOptions
 
-KEY_ARGS = dict(ir="kernel k grid=(1, 1, 1)\n", arch="gfx950", options={}, llvm_version="22.1.8")
+KEY_ARGS = dict(ir="kernel k grid=(1, 1, 1)\n", options=CompileOptions("gfx950"), llvm_version="22.1.8")
 
 
 def writer(ir="ir\n", asm="s_endpgm\n", hsaco=b"\x7fELF-bytes", meta=None, calls=None):
@@ -31,14 +33,16 @@ def test_key_is_deterministic_and_sensitive_to_every_input():
     assert key == make_key(**KEY_ARGS) and len(key) == 64
     changed = [
         dict(KEY_ARGS, ir=KEY_ARGS["ir"] + " "),
-        dict(KEY_ARGS, arch="gfx942"),
-        dict(KEY_ARGS, options={"debug": True}),
+        dict(KEY_ARGS, options=CompileOptions("gfx942")),
+        dict(KEY_ARGS, options=CompileOptions("gfx950", schedule="plain")),
+        dict(KEY_ARGS, options=CompileOptions("gfx950", copy="registers")),
         dict(KEY_ARGS, llvm_version="21.1.0"),
     ]
     keys = {make_key(**c) for c in changed}
     assert key not in keys and len(keys) == len(changed)
-    # option order does not matter
-    assert make_key(**dict(KEY_ARGS, options={"a": 1, "b": 2})) == make_key(**dict(KEY_ARGS, options={"b": 2, "a": 1}))
+    # the same options however they are spelled: an arch table or its name, defaults given or not
+    spelled = CompileOptions(get_arch("gfx950"), schedule="interleave", copy="auto")
+    assert make_key(**dict(KEY_ARGS, options=spelled)) == key
 
 
 def test_key_is_the_same_in_another_process(run_python):
@@ -47,7 +51,8 @@ def test_key_is_the_same_in_another_process(run_python):
         return make_key(**KEY_ARGS)
 
     before = key_here()
-    child = run_python(f"from tilegcn.cache import make_key; print(make_key(**{KEY_ARGS!r}))").stdout.strip()
+    child = run_python("from tilegcn.cache import make_key; from tilegcn.options import CompileOptions; "
+                       f"print(make_key(**{KEY_ARGS!r}))").stdout.strip()
     assert child in (before, key_here())  # (either, should someone edit tilegcn's sources meanwhile)
 
 
@@ -208,7 +213,7 @@ def test_bad_entry_is_rebuilt_with_a_warning(cache_dir, damage):
 
 def test_find_by_prefix_and_clear(cache_dir):
     k1 = make_key(**KEY_ARGS)
-    k2 = make_key(**dict(KEY_ARGS, arch="gfx942"))
+    k2 = make_key(**dict(KEY_ARGS, options=CompileOptions("gfx942")))
     Cache().get_or_build(k1, writer())
     Cache().get_or_build(k2, writer())
     assert Cache().find(k1[:10]).key == k1

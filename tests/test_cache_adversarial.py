@@ -22,8 +22,9 @@ import tilegcn
 from tilegcn import cache as C
 from tilegcn.cache import Cache, CacheWarning, make_key
 from tilegcn.errors import CacheError
+from tilegcn.options import CompileOptions
 
-KEY = make_key(ir="kernel k\n", arch="gfx950", options={}, llvm_version="22")
+KEY = make_key(ir="kernel k\n", options=CompileOptions("gfx950"), llvm_version="22")
 
 
 @pytest.fixture(autouse=True)
@@ -385,7 +386,7 @@ def _cli(args, env):
 
 
 def test_cli_reports_bad_entries_and_goes_on(cache_dir, subprocess_env):
-    keys = [make_key(ir=f"kernel k{i}\n", arch="gfx950", options={}, llvm_version="22") for i in range(4)]
+    keys = [make_key(ir=f"kernel k{i}\n", options=CompileOptions("gfx950"), llvm_version="22") for i in range(4)]
     entries = [Cache().get_or_build(k, writer())[0] for k in keys]
     edit_meta(entries[0].path, lambda m: "a JSON string")
     edit_meta(entries[1].path, lambda m: m.update(created="yesterday"), keep_digest=True)  # still sound
@@ -428,7 +429,8 @@ def _planted_root(tmp_path, monkeypatch, key):
 
 @pytest.mark.parametrize("how", ["world_writable", "group_writable", "other_owner"])
 def test_a_root_another_user_can_write_is_not_loaded_from(tmp_path, monkeypatch, how):
-    key = make_key(ir=f"kernel {how}\n", arch="gfx950", options={}, llvm_version="22")  # the fallback is per process
+    # the fallback is per process
+    key = make_key(ir=f"kernel {how}\n", options=CompileOptions("gfx950"), llvm_version="22")
     root = _planted_root(tmp_path, monkeypatch, key)
     if how == "other_owner":
         if os.geteuid() != 0:

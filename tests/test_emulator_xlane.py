@@ -2,7 +2,9 @@
 
 References are written lane by lane in plain Python from the CDNA3/CDNA4 guides' definitions (source lane
 of each DPP control, row/bank masks, bound_ctrl), independent of the emulator's vectorised code.
-Kernels run with 64-thread blocks so each wave's lanes are the inputs' consecutive elements.
+Kernels run with 64-thread blocks so each wave's lanes are the inputs' consecutive elements. A DPP instruction or a
+permlane swap reading a VGPR a VALU just wrote needs two wait states (docs/hazards.md): the bodies carry the
+`s_nop 1` the compiler's hazard pass would place there.
 """
 import sys
 from pathlib import Path
@@ -82,10 +84,13 @@ CTRLS = [("quad_perm", (3, 2, 1, 0)), ("quad_perm", (1, 1, 0, 2)), ("row_shl", 1
 def test_dpp_controls_with_bound_ctrl_and_masks(ctrl):
     text = ctrl_text(ctrl)
     body = f"""v_mov_b32 v20, v11
+               s_nop 1
                v_mov_b32_dpp v20, v10 {text} row_mask:0xf bank_mask:0xf
                v_mov_b32 v21, v11
+               s_nop 1
                v_mov_b32_dpp v21, v10 {text} row_mask:0xf bank_mask:0xf bound_ctrl:1
                v_mov_b32 v22, v11
+               s_nop 1
                v_mov_b32_dpp v22, v10 {text} row_mask:0xa bank_mask:0x5"""
     outs = run_lanes(body, [A, OLD], n_out=3, block=64)
     assert torch.equal(outs[0], dpp_reference(ctrl, A, OLD))
@@ -114,8 +119,10 @@ def test_dpp_on_arithmetic_combines_the_moved_src0_with_src1():
     """A row reduction step as LLVM writes it: v_add_f32_dpp with row_shr and src1 from the lane itself."""
     x, y = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
     body = """v_mov_b32 v20, v11
+              s_nop 1
               v_add_f32_dpp v20, v10, v11 row_shr:2 row_mask:0xf bank_mask:0xf bound_ctrl:1
               v_mov_b32 v21, v11
+              s_nop 1
               v_add_u32_dpp v21, v10, v11 quad_perm:[2,3,0,1] row_mask:0xf bank_mask:0xf"""
     outs = run_lanes(body, [x, y], n_out=2, block=64)
     moved = dpp_reference(("row_shr", 2), x.view(torch.int32), torch.zeros(N, dtype=torch.int32), bound_ctrl=True)
@@ -174,6 +181,7 @@ def test_permlane_swap_trades_odd_rows_of_vdst_with_even_rows_of_vsrc(row):
     B = torch.randint(-2**31, 2**31 - 1, (N,), dtype=torch.int32, generator=gen)
     body = f"""v_mov_b32 v20, v10
                v_mov_b32 v21, v11
+               s_nop 1
                v_permlane{row}_swap_b32 v20, v21"""
     outs = run_lanes(body, [A, B], n_out=2, block=64, arch="gfx950")
     ra, rb = A.clone(), B.clone()

@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from asm.emukit import module, srd  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
-from tilegcn.amdgcn.arch import TRANS_OPS, get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import PERMLANE_SWAP_OPS, TRANS_OPS, get_arch  # noqa: E402
 from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
-from tilegcn.amdgcn.isa import M0, VCC, Inst, Reg  # noqa: E402
+from tilegcn.amdgcn.isa import EXEC, M0, VCC, Inst, Reg  # noqa: E402
 from tilegcn.errors import HazardError  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -209,7 +209,8 @@ def run_on_emulator(arch: str, first: str, second: str, states: int):
     pre = ["s_load_dwordx2 s[4:5], s[0:1], 0x0", "v_and_b32 v1, 0x3ff, v0", "v_lshlrev_b32 v40, 2, v1",
            "s_waitcnt lgkmcnt(0)", *srd(8, 4, 4096).splitlines()]
     pre += [f"v_mov_b32 v{i}, 0x3f803f80" for i in range(0, 24)]  # bf16/f16 pairs and accumulators
-    pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_nop 7", "s_nop 7"]
+    pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_mov_b32 m0, 0", "s_nop 7",
+                                                                   "s_nop 7"]
     body = "\n".join(pre + [first, nops(states), second, "s_endpgm"])
     mod = module(body, arch=arch, args=("ptr",), vgprs=96, accum=48, lds=4096, sgprs=24)
     mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(1024, dtype=torch.int32)])
@@ -521,11 +522,11 @@ def test_transcendental_ops_are_those_llvm_forwards_late(arch):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(arch):
-    """The VALU-side pairs with k independent instructions (and comments) between: the pass adds table - k wait
-    states. And a producer at the end of a loop body meets the consumer at the loop head through the back edge
-    (the branch is one wait state), as LLVM's search through predecessors does."""
+    """The VALU-side and cross-lane pairs with k independent instructions (and comments) between: the pass adds
+    table - k wait states. And a producer at the end of a loop body meets the consumer at the loop head through the
+    back edge (the branch is one wait state), as LLVM's search through predecessors does."""
     a = get_arch(arch)
-    for what, table, first, second in valu_cases(arch):
+    for what, table, first, second in valu_cases(arch) + cross_lane_cases(arch):
         for k in range(table + 2):
             between = [Inst("", kind=isa.COMMENT, comment="apart")]
             for j in range(k):
@@ -539,3 +540,309 @@ def test_valu_side_rules_count_issued_instructions_and_see_the_loop_back_edge(ar
         out = insert_hazard_nops([head, second.inst, first.inst, branch, Inst("s_endpgm", kind=isa.SOPP)], a)
         states = sum(int(i.operands[0]) + 1 for i in out[out.index(head):out.index(second.inst)] if i.op == "s_nop")
         assert states == max(table - 1, 0), f"{arch} {what} across the back edge"
+
+
+# ---- the cross-lane rules (DPP, v_readlane / v_writelane / v_readfirstlane, v_permlane*_swap on gfx950): the
+# instructions reductions emit (docs/hazards.md). A DPP `Inst` is built as passes/xlane.py emits one (the destination
+# in defs only); the pass counts the destination among the registers it reads (the lanes it does not write keep the
+# old value; LLVM's MIR has that old value as a tied use and its rule counts it), and the "destination" case checks.
+DPP_QUAD_SWAP = "quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf"  # MIR dpp_ctrl 177 (0xb1)
+
+
+def mov_dpp(dst: R, src: R) -> Op:
+    return Op(f"v_mov_b32_dpp {dst.asm}, {src.asm} {DPP_QUAD_SWAP}",
+              f"{dst.mir} = V_MOV_B32_dpp {dst.mir}, {src.mir}, 177, 15, 15, -1, implicit $exec",
+              Inst("v_mov_b32_dpp", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.VALU, suffix=DPP_QUAD_SWAP))
+
+
+DPP_ROW_HALF_MIRROR = "row_half_mirror row_mask:0xf bank_mask:0xf"  # MIR dpp_ctrl 321 (0x141)
+
+
+def add_dpp(dst: R, a: R, b: R, control: str = DPP_QUAD_SWAP) -> Op:
+    """dst = a (from another lane of the DPP control) + b (this lane's)."""
+    code = {DPP_QUAD_SWAP: 177, DPP_ROW_HALF_MIRROR: 321}[control]
+    return Op(f"v_add_f32_dpp {dst.asm}, {a.asm}, {b.asm} {control}",
+              f"{dst.mir} = V_ADD_F32_dpp {dst.mir}, 0, {a.mir}, 0, {b.mir}, {code}, 15, 15, -1, implicit $mode, "
+              "implicit $exec",
+              Inst("v_add_f32_dpp", (dst.reg, a.reg, b.reg), (dst.reg,), (a.reg, b.reg), isa.VALU, suffix=control))
+
+
+def readlane(sdst: int, src: R, lane: Reg, lane_asm: str, lane_mir: str) -> Op:
+    return Op(f"v_readlane_b32 {s_asm(sdst)}, {src.asm}, {lane_asm}",
+              f"{s_mir(sdst)} = V_READLANE_B32 {src.mir}, {lane_mir}",
+              Inst("v_readlane_b32", (s_(sdst), src.reg, lane), (s_(sdst),), (src.reg, lane), isa.VALU))
+
+
+def writelane(dst: R, value: int, lane: int) -> Op:
+    """Lane s`lane` of dst = the constant `value` (an SGPR value would take the constant bus twice)."""
+    return Op(f"v_writelane_b32 {dst.asm}, {value}, {s_asm(lane)}",
+              f"{dst.mir} = V_WRITELANE_B32 {value}, {s_mir(lane)}, {dst.mir}",
+              Inst("v_writelane_b32", (dst.reg, value, s_(lane)), (dst.reg,), (s_(lane), dst.reg), isa.VALU))
+
+
+def writelane_value(dst: R, sgpr: int) -> Op:
+    """Lane M0 of dst = SGPR `sgpr` (the value operand, not the lane select)."""
+    return Op(f"v_writelane_b32 {dst.asm}, {s_asm(sgpr)}, m0",
+              f"{dst.mir} = V_WRITELANE_B32 {s_mir(sgpr)}, $m0, {dst.mir}",
+              Inst("v_writelane_b32", (dst.reg, s_(sgpr), M0), (dst.reg,), (s_(sgpr), M0, dst.reg), isa.VALU))
+
+
+def cmp_e64_vcc(a: R, b: R) -> Op:
+    return Op(f"v_cmp_eq_u32_e64 vcc, {a.asm}, {b.asm}", f"$vcc = V_CMP_EQ_U32_e64 {a.mir}, {b.mir}, implicit $exec",
+              Inst("v_cmp_eq_u32_e64", (VCC, a.reg, b.reg), (VCC,), (a.reg, b.reg), isa.VALU))
+
+
+def cmpx(a: R) -> Op:
+    """v_cmpx of a with itself (true in every lane: EXEC stays all ones), a VALU write of EXEC (and VCC)."""
+    return Op(f"v_cmpx_eq_u32 vcc, {a.asm}, {a.asm}",
+              f"V_CMPX_EQ_U32_e32 {a.mir}, {a.mir}, implicit-def $exec, implicit-def $vcc, implicit $exec",
+              Inst("v_cmpx_eq_u32", (VCC, a.reg, a.reg), (VCC, EXEC), (a.reg,), isa.VALU))
+
+
+def salu_exec() -> Op:
+    return Op("s_mov_b64 exec, -1", "$exec = S_MOV_B64 -1", Inst("s_mov_b64", (EXEC, -1), (EXEC,), (), isa.SALU))
+
+
+def salu_m0() -> Op:
+    return Op("s_mov_b32 m0, s4", "$m0 = S_MOV_B32 $sgpr4", Inst("s_mov_b32", (M0, s_(4)), (M0,), (s_(4),), isa.SALU))
+
+
+def permlane_swap(op: str, x: R, y: R) -> Op:
+    return Op(f"{op} {x.asm}, {y.asm}",
+              f"{x.mir}, {y.mir} = {op.upper()}_e32 {x.mir}, {y.mir}, implicit $exec",
+              Inst(op, (x.reg, y.reg), (x.reg, y.reg), (x.reg, y.reg), isa.VALU))
+
+
+def ds_swizzle(dst: R, src: R) -> Op:
+    return Op(f"ds_swizzle_b32 {dst.asm}, {src.asm} offset:swizzle(SWAP,1)",
+              f"{dst.mir} = DS_SWIZZLE_B32 {src.mir}, 1055, 0, implicit $exec",
+              Inst("ds_swizzle_b32", (dst.reg, src.reg), (dst.reg,), (src.reg,), isa.DS_READ,
+                   suffix="offset:swizzle(SWAP,1)"))
+
+
+def ds_bpermute(dst: R, addr: R, data: R) -> Op:
+    return Op(f"ds_bpermute_b32 {dst.asm}, {addr.asm}, {data.asm}",
+              f"{dst.mir} = DS_BPERMUTE_B32 {addr.mir}, {data.mir}, 0, implicit $exec",
+              Inst("ds_bpermute_b32", (dst.reg, addr.reg, data.reg), (dst.reg,), (addr.reg, data.reg), isa.DS_READ))
+
+
+def cross_lane_cases(arch):
+    vh = get_arch(arch).valu_hazards
+    x, y, d = v(1), v(2), v(3)
+    lane = (s_(16), "s16", "$sgpr16")
+    vcc_lo = (Reg("vcc", 0, 1), "vcc_lo", "$vcc_lo")
+    cases = [
+        ("VALU -> v_mov_b32_dpp source", vh.vgpr_write_to_dpp_read, valu_mov(x, v(30)), mov_dpp(d, x)),
+        ("VALU -> v_add_f32_dpp second source", vh.vgpr_write_to_dpp_read, valu_mov(y, v(30)), add_dpp(d, x, y)),
+        ("VALU -> v_mov_b32_dpp destination (old value)", vh.vgpr_write_to_dpp_read, valu_mov(d, v(30)),
+         mov_dpp(d, x)),
+        ("v_exp_f32 -> v_mov_b32_dpp (DPP outlasts TRANS)", vh.vgpr_write_to_dpp_read, vop1("v_exp_f32", x, v(30)),
+         mov_dpp(d, x)),
+        ("VALU VCC write -> DPP", 0, cmp_e64_vcc(x, y), mov_dpp(d, v(4))),
+        ("v_cmpx (EXEC) -> DPP", vh.valu_exec_to_dpp, cmpx(v(30)), mov_dpp(d, x)),
+        ("SALU EXEC write -> DPP", 0, salu_exec(), mov_dpp(d, x)),
+        ("v_readfirstlane -> v_readlane lane select", vh.valu_sgpr_to_lane_select, readfirstlane(16, ADDR),
+         readlane(17, v(4), *lane)),
+        ("v_readfirstlane -> v_writelane lane select", vh.valu_sgpr_to_lane_select, readfirstlane(16, ADDR),
+         writelane(v(4), 7, 16)),
+        ("v_cmp_e64 VCC -> v_readlane lane select vcc_lo", vh.valu_sgpr_to_lane_select, cmp_e64_vcc(x, y),
+         readlane(17, v(4), *vcc_lo)),
+        ("v_readfirstlane -> v_writelane value", vh.valu_sgpr_to_valu_read, readfirstlane(16, ADDR),
+         writelane_value(v(4), 16)),
+        ("SALU -> v_readlane lane select", 0, salu_add(16, 4), readlane(17, v(4), *lane)),
+        ("VALU -> v_readlane lane source", vh.valu_to_readlane_src, valu_mov(x, v(30)), readlane(17, x, *lane)),
+        ("VALU -> v_writelane destination", 0, valu_mov(v(4), v(30)), writelane(v(4), 7, 16)),
+        ("v_cmpx (EXEC) -> v_readfirstlane", vh.valu_exec_to_lane_op, cmpx(v(30)), readfirstlane(16, ADDR)),
+        ("v_cmpx (EXEC) -> v_readlane", vh.valu_exec_to_lane_op, cmpx(v(30)), readlane(17, v(4), *lane)),
+        ("v_cmpx (EXEC) -> v_writelane", vh.valu_exec_to_lane_op, cmpx(v(30)), writelane(v(4), 7, 16)),
+        ("v_readlane SGPR -> VALU reading it", vh.valu_sgpr_to_valu_read, readlane(16, v(4), s_(18), "s18", "$sgpr18"),
+         add_sgpr(d, 16, x)),
+        ("v_writelane -> DPP reading its result", vh.vgpr_write_to_dpp_read, writelane(v(4), 7, 16),
+         mov_dpp(d, v(4))),
+        ("v_add_f32_dpp -> v_add_f32_dpp of its result (a butterfly's next step)", vh.vgpr_write_to_dpp_read,
+         add_dpp(x, x, x), add_dpp(x, x, x, DPP_ROW_HALF_MIRROR)),
+        ("v_mov_b32_dpp -> VALU reading its result", 0, mov_dpp(d, x), valu_add(v(4), d)),
+        ("VALU -> ds_swizzle source", 0, valu_mov(x, v(30)), ds_swizzle(v(5), x)),
+        ("VALU -> ds_bpermute address and data", 0, valu_mov(x, v(30)), ds_bpermute(v(5), x, x)),
+        ("SALU write of M0 -> v_readlane lane select m0", 0, salu_m0(), readlane(17, v(4), M0, "m0", "$m0")),
+        ("SALU write of M0 -> ds_bpermute (reads no M0 on gfx9)", 0, salu_m0(), ds_bpermute(v(5), x, x)),
+    ]
+    name, shape = _shapes(arch)[0]
+    acc = R("a", 0, shape.d_regs)
+    cases.append(("v_cmpx (EXEC) -> MFMA", vh.valu_exec_to_mfma, cmpx(v(30)),
+                  mfma(name, acc, R("v", 0, shape.a_regs), R("v", 4, shape.a_regs), acc)))
+    if arch == "gfx950":  # gfx942 has no permlane swaps
+        for op in sorted(PERMLANE_SWAP_OPS):
+            cases += [
+                (f"VALU -> {op} first operand", vh.valu_to_permlane_swap, valu_mov(x, v(30)), permlane_swap(op, x, y)),
+                (f"VALU -> {op} second operand", vh.valu_to_permlane_swap, valu_mov(y, v(30)),
+                 permlane_swap(op, x, y)),
+                (f"v_cmpx (EXEC) -> {op}", vh.valu_exec_to_permlane_swap, cmpx(v(30)), permlane_swap(op, x, y)),
+                (f"{op} -> VALU reading its result", 0, permlane_swap(op, x, y), valu_add(d, y)),
+                (f"{op} -> DPP reading its result", vh.vgpr_write_to_dpp_read, permlane_swap(op, x, y),
+                 mov_dpp(d, x)),
+            ]
+    return cases
+
+
+CROSS_LANE_CASES = [(arch, *case) for arch in ARCHES for case in cross_lane_cases(arch)]
+
+
+@pytest.mark.parametrize("arch,what,table,first,second", CROSS_LANE_CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CROSS_LANE_CASES])
+def test_cross_lane_hazard_matches_llvm(arch, what, table, first, second):
+    want = assert_pass_and_emulator_agree_with_llvm(arch, first, second, what)
+    assert table == want, f"{arch} {what}: the arch table says {table} wait states, LLVM places {want}"
+
+
+def buffer_load(dst: R) -> Op:
+    return Op(f"buffer_load_dword {dst.asm}, {ADDR.asm}, s[8:11], 0 offen",
+              f"{dst.mir} = BUFFER_LOAD_DWORD_OFFEN {ADDR.mir}, $sgpr8_sgpr9_sgpr10_sgpr11, 0, 0, 0, 0, implicit $exec",
+              Inst("buffer_load_dword", (dst.reg, ADDR.reg, Reg("s", 8, 4), 0), (dst.reg,), (ADDR.reg, Reg("s", 8, 4)),
+                   isa.VMEM_LOAD, suffix="offen"))
+
+
+WAITS = {"lgkmcnt(0)": 49279, "vmcnt(0)": 3952}  # gfx9 s_waitcnt immediates (the other counters at their maximum)
+
+
+def load_then_cross_lane_cases(arch):
+    """A load's (or ds_swizzle's) result read by a DPP instruction after the s_waitcnt that waits for it: LLVM's DPP
+    rule counts from the load's issue, whatever the instruction, so the waitcnt's one wait state leaves one to
+    place; a permlane swap's rule is for VALU writes only."""
+    vh, x, d = get_arch(arch).valu_hazards, v(5), v(3)
+    cases = [("ds_swizzle -> DPP", vh.vgpr_write_to_dpp_read - 1, ds_swizzle(x, v(2)), "lgkmcnt(0)", mov_dpp(d, x)),
+             ("buffer_load -> DPP", vh.vgpr_write_to_dpp_read - 1, buffer_load(x), "vmcnt(0)", mov_dpp(d, x))]
+    if arch == "gfx950":
+        cases.append(("ds_swizzle -> v_permlane32_swap", 0, ds_swizzle(x, v(2)), "lgkmcnt(0)",
+                      permlane_swap("v_permlane32_swap_b32", x, d)))
+    return cases
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_load_then_waitcnt_then_cross_lane_matches_llvm(arch):
+    a = get_arch(arch)
+    for what, table, load, wait, reader in load_then_cross_lane_cases(arch):
+        want = llvm_wait_states_between(arch, (load.mir, f"S_WAITCNT {WAITS[wait]}", reader.mir))[2]
+        assert table == want, f"{arch} {what}: the arch table gives {table} after the waitcnt, LLVM places {want}"
+        waitcnt = Inst("s_waitcnt", (wait,), kind=isa.WAIT)
+        out = insert_hazard_nops([load.inst, waitcnt, reader.inst], a)
+        between = out[out.index(waitcnt) + 1:out.index(reader.inst)]
+        assert sum(int(i.operands[0]) + 1 for i in between) == want, f"{arch} {what}: LLVM places {want}"
+        load_and_wait = f"{load.asm}\ns_waitcnt {wait}"
+        if want:
+            with pytest.raises(HazardError, match="through DPP"):
+                run_on_emulator(arch, load_and_wait, reader.asm, want - 1)
+        run_on_emulator(arch, load_and_wait, reader.asm, want)
+
+
+# ---- compiled kernels: each transcendental's first reader, as the compiler emitted the pair, asked of llc --------
+import tilegcn  # noqa: E402
+from tilegcn import language as T  # noqa: E402
+
+
+@tilegcn.jit
+def exp2_times_3(X, Y, *, block=16):
+    """The issue's case: `T.exp2(x) * 3` is v_exp_f32 then a v_mul_f32 reading its result."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = T.exp2(x[i, j]) * 3
+        T.copy(x, Y[by * block, bx * block])
+
+
+@tilegcn.jit
+def divide(X, Y, Z, *, block=16):
+    """a / b: v_rcp_f32 of the scaled divisor, then the FMAs refining it."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        x = T.alloc_fragment((block, block), "float32")
+        y = T.alloc_fragment((block, block), "float32")
+        T.copy(X[by * block, bx * block], x)
+        T.copy(Y[by * block, bx * block], y)
+        for i, j in T.Parallel(block, block):
+            x[i, j] = x[i, j] / y[i, j]
+        T.copy(x, Z[by * block, bx * block])
+
+
+_MIR_INLINE = {"1.0": 0x3F800000, "-1.0": 0xBF800000, "0.5": 0x3F000000, "2.0": 0x40000000, "0": 0}
+
+
+def _mir_source(text: str) -> str:
+    if re.fullmatch(r"v\d+", text):
+        return f"$vgpr{text[1:]}"
+    if text.startswith("0x"):
+        return str(int(text, 16))
+    return str(_MIR_INLINE[text])
+
+
+def asm_to_mir(line: str) -> str:
+    """The MIR of one VALU line of a compiled kernel, in the two forms a transcendental and its reader take here:
+    VOP1 / VOP2 (`v_exp_f32 v1, v2`, `v_mul_f32 v2, 0x40400000, v1`) and VOP3 with negated sources
+    (`v_fma_f32 v12, -v1, v11, 1.0`)."""
+    op, _, rest = line.partition(" ")
+    dst, *srcs = [o.strip() for o in rest.split(",")]
+    implicit = "implicit $mode, implicit $exec"
+    if op in ("v_fma_f32", "v_div_fixup_f32", "v_div_fmas_f32"):
+        mods = ", ".join(f"{int(s.startswith('-'))}, {_mir_source(s.lstrip('-'))}" for s in srcs)
+        return f"$vgpr{dst[1:]} = {op.upper()}_e64 {mods}, 0, 0, {implicit}"
+    return f"$vgpr{dst[1:]} = {op.upper()}_e32 {', '.join(map(_mir_source, srcs))}, {implicit}"
+
+
+def transcendental_pairs(asm: str) -> list:
+    """(producer line, lines issued between, first reader line) for each TRANS_OPS instruction of `asm`."""
+    lines = [ln.split("//")[0].strip() for ln in asm.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith((".", ";")) and not ln.endswith(":")]
+    out = []
+    for k, ln in enumerate(lines):
+        if ln.split()[0] not in TRANS_OPS:
+            continue
+        dst = ln.split()[1].rstrip(",")
+        for end in range(k + 1, len(lines)):
+            if dst in [o.strip().lstrip("-") for o in lines[end].partition(" ")[2].split(",")[1:]]:
+                out.append((ln, lines[k + 1:end], lines[end]))
+                break
+    return out
+
+
+def issued_wait_states(lines: list) -> int:
+    return sum(int(ln.split()[1]) + 1 if ln.startswith("s_nop") else 1 for ln in lines)
+
+
+COMPILED = [(arch, kernel) for arch in ARCHES for kernel in ("exp2_times_3", "divide")]
+
+
+@pytest.mark.parametrize("arch,kernel", COMPILED, ids=[f"{a}-{k}" for a, k in COMPILED])
+def test_compiled_transcendental_reader_gets_llcs_wait_states(arch, kernel):
+    """In the compiled kernel, between each transcendental and its first reader (a non-TRANS VALU), exactly the wait
+    states llc places between that pair (no fewer: the hazard; no more: the lowering emits them back to back and
+    the pass pads), and they are the pass's s_nop: a lowering that hid the pair behind other work would fail here."""
+    x, y = torch.linspace(-4, 4, 256).reshape(16, 16), torch.linspace(1, 3, 256).reshape(16, 16)
+    args = (x, torch.empty_like(x)) if kernel == "exp2_times_3" else (x, y, torch.empty_like(x))
+    k = globals()[kernel].compile(*args, arch=arch)
+    pairs = transcendental_pairs(k.asm)
+    assert pairs, f"no transcendental in {kernel}"
+    for producer, between, reader in pairs:
+        want = llvm_wait_states(arch, asm_to_mir(producer), asm_to_mir(reader))
+        assert want == get_arch(arch).valu_hazards.trans_to_valu_read
+        assert issued_wait_states(between) == want and [ln.split()[0] for ln in between] == ["s_nop"], \
+            f"{arch} {kernel}: {producer} -> {between} -> {reader}; llc places {want}"
+
+
+@pytest.mark.parametrize("kernel", ["exp2_times_3", "divide"])
+def test_emulator_refuses_the_compiled_kernel_one_wait_state_short(kernel, tmp_path, monkeypatch):
+    """The issue's case on gfx942 (and a division's v_rcp_f32): the compiled kernel runs on the emulated device and
+    matches torch; with the s_nop after one transcendental removed (one wait state fewer than llc's) it is refused."""
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+    x, y = torch.linspace(-4, 4, 256).reshape(16, 16), torch.linspace(1, 3, 256).reshape(16, 16)
+    args = (x, torch.empty_like(x)) if kernel == "exp2_times_3" else (x, y, torch.empty_like(x))
+    k = globals()[kernel].compile(*args, arch="gfx942")
+    k(*args)
+    torch.testing.assert_close(args[-1], torch.exp2(x) * 3 if kernel == "exp2_times_3" else x / y, rtol=2e-6, atol=0)
+    edited, n = re.subn(r"(v_(?:exp|rcp)_f32 v\d+, v\d+\n)\s*s_nop 0\n", r"\1", k.asm, count=1)
+    assert n == 1, "no s_nop after a transcendental to remove"
+    path = tmp_path / "edited.s"
+    path.write_text(edited)
+    with pytest.raises(HazardError, match=r"the result of the transcendental .* 0 wait states before; gfx942 needs 1"):
+        k.with_asm(path)(*args)

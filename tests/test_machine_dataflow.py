@@ -16,9 +16,9 @@ import emukit  # noqa: E402
 from tilegcn.amdgcn import cfg, isa  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.amdgcn.builder import KernelBuilder  # noqa: E402
-from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
 from tilegcn.amdgcn.isa import Reg  # noqa: E402
 from tilegcn.amdgcn.waitcnt import insert_waits, lds_tag  # noqa: E402
+from tilegcn.compiler import run_machine_passes  # noqa: E402
 from tilegcn.errors import HazardError  # noqa: E402
 
 N_ITER = 3
@@ -157,7 +157,7 @@ def mfma_loop(arch):
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_mfma_hazard_across_the_back_edge(arch):
     arch_t = get_arch(arch)
-    out = insert_hazard_nops(insert_waits(mfma_loop(arch), arch_t), arch_t)
+    out = run_machine_passes(mfma_loop(arch), arch)
     start, _ = loop_span(out)
     read = next(i for i in range(start, len(out)) if out[i].op == "v_accvgpr_read_b32")
     states = sum(int(i.operands[0]) + 1 for i in out[start:read] if i.op == "s_nop")

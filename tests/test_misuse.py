@@ -461,7 +461,8 @@ def op_torch_sigmoid(): run_ew(lambda v: torch.sigmoid(v))
 def op_torch_exp(): run_ew(lambda v: torch.exp(v))
 @misuse(CompileError, r"numpy.*T\.")
 def op_numpy_exp(): run_ew(lambda v: np.exp(v))
-@misuse(CompileError, r"comparison `>`.*T.max")
+@misuse(CompileError, r"truth test \(if/and/or/not\) on an element expression \(x\[pi, pj\] > 0\.0\).*no trace-time "
+                      r"truth value.*T\.if_then_else\(cond, a, b\)")
 def op_if_greater():
     def f(v):
         if v > 0:
@@ -470,12 +471,32 @@ def op_if_greater():
     run_ew(f)
 
 
-@misuse(CompileError, r"comparison `<`")
+@misuse(CompileError, r"x\[\.\.\.\] = x\[pi, pj\] < 1\.0: a comparison is a condition, not an element value.*"
+                      r"T\.if_then_else\(cond, 1\.0, 0\.0\)")
 def op_less(): run_ew(lambda v: v < 1.0)
-@misuse(CompileError, r"comparison `>=`")
+@misuse(CompileError, r"x\[pi, pj\] >= 1\.0: a comparison is a condition")
 def op_greater_equal(): run_ew(lambda v: v >= 1.0)
-@misuse(CompileError, r"comparison `<=`")
+@misuse(CompileError, r"x\[pi, pj\] <= 1\.0: a comparison is a condition")
 def op_less_equal_reflected(): run_ew(lambda v: 1.0 >= v)
+@misuse(CompileError, r"the comparison x\[pi, pj\] > 0\.0 is a condition, not a value, and cannot be an operand of "
+                      r"mul.*T\.if_then_else")
+def op_comparison_as_value(): run_ew(lambda v: (v > 0.0) * 2.0)
+@misuse(CompileError, r"cannot be an operand of exp")
+def op_comparison_in_math(): run_ew(lambda v: T.exp(v > 0.0))
+@misuse(CompileError, r"T\.if_then_else takes a comparison as its condition.*got the value x\[pi, pj\]; compare it")
+def op_if_then_else_value_condition(): run_ew(lambda v: T.if_then_else(v, 1.0, 0.0))
+@misuse(CompileError, r"cannot use 'a' \(str\) in an element expression")
+def op_if_then_else_str(): run_ew(lambda v: T.if_then_else(v > 0.0, "a", 0.0))
+@misuse(CompileError, r"T\.float32\('1'\): expected a number or an element expression, got str")
+def op_dtype_call_str(): run_ew(lambda v: v * T.float32("1"))
+@misuse(CompileError, r"unsupported dtype 'int4'")
+def op_infinity_bad_dtype(): run_ew(lambda v: T.max(v, -T.infinity("int4")))
+@misuse(CompileError, r"comparison `>` on the runtime scalar s would be decided once")
+def op_scalar_compared_in_python_if(): ew_scalar(*xy(), 2.0, f=lambda v, s: v if s > 0.0 else 0.0)
+@misuse(CompileError, r"the T.Parallel index j is not an integer \(index arithmetic with a float: 0\.5\*pj\).*"
+                      r"T\.cast\(i, \"float32\"\) \* 0\.5")
+def op_float_index_arithmetic_as_value():
+    run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), x[i, j] + j * 0.5)))
 @misuse(CompileError, r"int\(\)")
 def op_int(): run_ew(lambda v: int(v))
 @misuse(CompileError, r"float\(\)")
@@ -925,7 +946,7 @@ def test_argument_error_points_at_the_call():
 def test_an_exception_inside_lowering_is_reported_as_a_tilegcn_bug(monkeypatch):
     import tilegcn.compiler
 
-    def broken_pass(kernel, arch, *options):
+    def broken_pass(kernel, options):
         raise RuntimeError("a pass failed")
 
     monkeypatch.setattr(tilegcn.compiler, "lower", broken_pass)
@@ -1153,8 +1174,10 @@ def with_asm_given_a_device_file():
     ew.compile(x, y, f=abs_free_identity).with_asm("/dev/null")
 # -- issue 18, trace --
 # Device values (block indices, loop variables, T.Parallel indices, runtime scalars and index arithmetic on them)
-# have no value while the program is traced: a Python comparison or truth test on one was decided once, for every
-# block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's line.
+# have no value while the program is traced: a Python decision on one (`if`, `bool()`, `and`, `in`, the builtin max)
+# would be taken once, for every block (SymPy answers `bx == 0` structurally: False), so it is refused at the user's
+# line. Inside T.Parallel a comparison itself is a per-element condition for T.if_then_else (tests/test_elemfn.py);
+# deciding on it is refused with the same message; outside T.Parallel the comparison is refused at once.
 @tilegcn.jit
 def _decide(X, Y, n, *, on=None):
     """Y = X, 32 rows a block; `on(v)` runs the case's Python decision on the device values `v`."""
@@ -1189,15 +1212,23 @@ def device_if_block_index_eq(): decide(_if_bx_is_0)
 @misuse(CompileError, r"comparison `!=` on the block index bx")
 def device_block_index_ne(): decide(lambda v: 1 if v["bx"] != 1 else 2)
 @misuse(CompileError, r"comparison `<` on the T.Pipelined loop variable")
-def device_loop_var_lt(): decide(lambda v: v["k"] < 2)
+def device_loop_var_lt(): decide(lambda v: bool(v["k"] < 2))
 @misuse(CompileError, r"comparison `<=` on the T.Pipelined loop variable")
-def device_loop_var_le(): decide(lambda v: v["k"] <= 1)
+def device_loop_var_le(): decide(lambda v: bool(v["k"] <= 1))
 @misuse(CompileError, r"comparison `>` on the T.Parallel index i")
-def device_parallel_index_gt(): decide(lambda v: v["i"] > 3)
+def device_parallel_index_gt(): decide(lambda v: bool(v["i"] > 3))
 @misuse(CompileError, r"comparison `>=` on the runtime scalar n.*" + _NO_DEVICE_BRANCH)
-def device_scalar_ge(): decide(lambda v: v["n"] >= 1)
+def device_scalar_ge(): decide(lambda v: bool(v["n"] >= 1))
 @misuse(CompileError, r"comparison `==` on the runtime scalar n")
-def device_scalar_eq(): decide(lambda v: v["n"] == 3)
+def device_scalar_eq(): decide(lambda v: bool(v["n"] == 3))
+@misuse(CompileError, r"comparison `<` on the block index bx would be decided once")
+def device_comparison_outside_parallel():
+    def body(X, Y):
+        with T.Kernel(2, threads=64) as bx:
+            bx < 1
+    run_body(body)
+
+
 @misuse(CompileError, r"comparison `>=` on the block index bx")  # 0 <= bx is asked as bx >= 0
 def device_chained_comparison(): decide(lambda v: 0 <= v["bx"] < 2)
 @misuse(CompileError, r"truth test .* on the block index bx")
@@ -1211,9 +1242,9 @@ def device_and(): decide(lambda v: v["bx"] and 1)
 @misuse(CompileError, r"truth test .* on the runtime scalar n")
 def device_or(): decide(lambda v: v["n"] or 1)
 @misuse(CompileError, r"comparison `==` on `32\*bx \+ 1`, which depends on the block index bx")
-def device_index_arithmetic_eq(): decide(lambda v: v["bx"] * 32 + 1 == 33)
+def device_index_arithmetic_eq(): decide(lambda v: bool(v["bx"] * 32 + 1 == 33))
 @misuse(CompileError, r"comparison `>` on .*which depends on the runtime scalar n")
-def device_ceildiv_of_scalar_gt(): decide(lambda v: T.ceildiv(v["n"], 2) > 1)
+def device_ceildiv_of_scalar_gt(): decide(lambda v: bool(T.ceildiv(v["n"], 2) > 1))
 @misuse(CompileError, r"comparison `==` on the block index bx")  # `in` compares each item with ==
 def device_membership(): decide(lambda v: v["bx"] in (0, 1))
 @misuse(CompileError, r"comparison `[<>]` on the T.Pipelined loop variable")  # the builtin max compares

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tilegcn.cache import Cache, make_key
+from tilegcn.options import CompileOptions
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -36,7 +37,7 @@ def _plant_users_entry(root):
             (tmp / name).write_text(f"the reader's own {name}\n")
         return {"name": "demo"}
 
-    key = make_key("the reader's demo kernel", "gfx950", {}, "22")
+    key = make_key("the reader's demo kernel", CompileOptions("gfx950"), "22")
     Cache(root).get_or_build(key, build)
     return key
 

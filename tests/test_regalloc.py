@@ -21,10 +21,9 @@ import emukit  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 from tilegcn.amdgcn.builder import KernelBuilder  # noqa: E402
-from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
 from tilegcn.amdgcn.isa import Reg  # noqa: E402
 from tilegcn.amdgcn.regalloc import allocate  # noqa: E402
-from tilegcn.amdgcn.waitcnt import insert_waits  # noqa: E402
+from tilegcn.compiler import run_machine_passes  # noqa: E402
 from tilegcn.errors import ResourceError  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -90,8 +89,7 @@ def physical(insts: list, b, virtual: Reg) -> Reg:
 
 
 def run(insts, counts, arch, x):
-    arch_t = get_arch(arch)
-    body = "\n".join(i.text() for i in insert_hazard_nops(insert_waits(insts, arch_t), arch_t))
+    body = "\n".join(i.text() for i in run_machine_passes(insts, arch))  # waits, then hazard nops
     mod = emukit.module(body, arch=arch, args=("ptr", "ptr"), vgprs=counts["next_free_vgpr"], sgprs=counts["sgprs"],
                          accum=counts["accum_offset"])
     y = torch.zeros(64)
@@ -133,7 +131,7 @@ def test_a_value_born_where_another_dies_does_not_take_its_register():
     b.emit("v_mov_b32", a[0], 0)
     b.emit("v_mov_b32", a[1], 0)
     v = b.v.alloc(4, align=4)
-    b.emit("v_mfma_f32_4x4x4_16b_bf16", v, a, a, 0, defs=(v,), uses=(a,))  # noqa: E501  (a's last use)
+    b.emit("v_mfma_f32_16x16x16_bf16", v, a, a, 0, defs=(v,), uses=(a,))  # noqa: E501  (a's last use)
     b.emit("v_accvgpr_write_b32", c[0], v[0])
     b.emit("s_endpgm")
     insts, _ = allocate(b.insts, b)
@@ -143,7 +141,7 @@ def test_a_value_born_where_another_dies_does_not_take_its_register():
 
 ALIGN_PROGRAM = ("s_load_dwordx4 {s4}, s[0:1], 0", "s_load_dwordx2 {s2}, s[0:1], 16",
                  "buffer_load_dword {v1}, v0, {s4}, 0 offen", "ds_read_b128 {v4}, {v1}", "ds_read_b64 {v2}, {v1}",
-                 "v_lshlrev_b64 {v2}, 1, {v2}", "v_mfma_f32_4x4x4_16b_bf16 {a4}, {v2}, {v2}, {a4}",
+                 "v_lshlrev_b64 {v2}, 1, {v2}", "v_mfma_f32_16x16x16_bf16 {a4}, {v2}, {v2}, {a4}",
                  "s_and_saveexec_b64 {s2}, vcc")
 FIXED = {"vcc": isa.VCC, "v0": TID, "s[0:1]": KERNARG}
 

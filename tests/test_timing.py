@@ -1,7 +1,7 @@
 """The timing model's cycle accounting on hand-written kernels, and its API (estimate, str, trace, CLI).
 
 Every figure here is relative: differences between two kernels that differ in one thing, against the
-rule the model states (tilegcn/runtime/emulator/timing) and the arch table's parameters."""
+rule the model states (tilegcn/perfmodel) and the arch table's parameters."""
 import json
 import os
 import sys
@@ -11,6 +11,7 @@ import torch
 
 from tilegcn import ArgumentError
 from tilegcn.amdgcn.arch import TIMING, get_arch
+from tilegcn.perfmodel import estimate
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "asm"))
 from emukit import module, srd  # noqa: E402
@@ -22,7 +23,7 @@ PASSES = 8
 
 def _estimate(body, arch, **kw):
     mod = module(body, arch=arch, **kw)
-    return mod, mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device=DEVICE[arch])
+    return mod, estimate(mod, "k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device=DEVICE[arch])
 
 
 def _independent(n):
@@ -106,7 +107,7 @@ def test_one_global_load_takes_the_configured_latency(arch):
 def test_estimate_reports_and_traces(tmp_path):
     path = tmp_path / "trace.json"
     mod = module(_independent(4), arch="gfx950", vgprs=72)
-    est = mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X",
+    est = estimate(mod, "k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X",
                        trace=str(path))
     assert est.seconds == pytest.approx(est.cycles / est.clock_hz)
     assert est.flops == 4 * 2 * 32 * 32 * 8 and est.tflops > 0
@@ -121,9 +122,9 @@ def test_estimate_reports_and_traces(tmp_path):
 def test_estimate_rejects_a_device_of_another_arch():
     mod = module(_independent(1), arch="gfx942", vgprs=72)
     with pytest.raises(ArgumentError, match="gfx942"):
-        mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X")
+        estimate(mod, "k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="MI355X")
     with pytest.raises(ArgumentError, match="unknown device"):
-        mod.estimate("k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="H100")
+        estimate(mod, "k", (1, 1, 1), (64, 1, 1), [torch.zeros(64, dtype=torch.int32)], device="H100")
 
 
 def test_cli_estimate_prints_a_cache_entry(capsys):
@@ -166,8 +167,8 @@ def test_fast_forwarded_loop_trips_add_the_steady_trip_time():
     simulating every trip."""
     mod = module(_loop_kernel(40), arch="gfx950", vgprs=72, sgprs=16)
     args = [torch.zeros(64, dtype=torch.int32)]
-    fast = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=4)
-    full = mod.estimate("k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=10_000)
+    fast = estimate(mod, "k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=4)
+    full = estimate(mod, "k", (1, 1, 1), (64, 1, 1), args, device="MI355X", detail_iterations=10_000)
     # simulated: 4 trips, the trip during which the counter is moved, and the last trip
     assert fast.breakdown["skipped_trips"] == 40 - 6 and full.breakdown["skipped_trips"] == 0
     assert fast.cycles == full.cycles
@@ -180,7 +181,7 @@ def test_l2_sharers_far_apart_in_dispatch_order_miss_more():
     other in dispatch order (B sharers 1 apart, A sharers 2 apart: 16 in all over 10 sharer pairs);
     row-first order puts a row's four together (A sharers 1 apart, B sharers 4 apart: 22). Same lines, so
     the same lockstep miss count; the row-first order's sharers are further apart, so it refetches more."""
-    from tilegcn.runtime.emulator.timing.l2 import hit_rate
+    from tilegcn.perfmodel.l2 import hit_rate
 
     t = TIMING["gfx950"]
 

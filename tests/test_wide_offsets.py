@@ -15,15 +15,13 @@ from tilegcn.amdgcn.abi import WORKITEM_ID, KernelAbi
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.emit import render
-from tilegcn.amdgcn.hazards import insert_hazard_nops
 from tilegcn.amdgcn.isa import Inst
 from tilegcn.amdgcn.memory import GlobalAccess
 from tilegcn.amdgcn.regalloc import allocate
-from tilegcn.amdgcn.waitcnt import insert_waits
 from tilegcn.errors import CompileError
 from tilegcn.ir import TensorSpec
 from tilegcn.ir import types as ty
-from tilegcn.compiler import lower
+from tilegcn.compiler import lower, run_machine_passes
 from tilegcn.passes.layout import TID
 from tilegcn.runtime import emulator
 from tilegcn.toolchain import assemble
@@ -54,7 +52,7 @@ def _descriptor_probe(offset_of, arch, spec):
     b.emit("buffer_store_dwordx4", words, b.vgpr_constant(0), dest, 0, suffix="offen offset:0")
     b.emit("s_endpgm")
     insts, counts = allocate(b.insts, b)
-    insts = insert_hazard_nops(insert_waits(insts, b.arch), b.arch)
+    insts = run_machine_passes(insts, b.arch)
     return kernel, assemble(render(kernel, b.arch, abi, insts, 0, counts), arch)
 
 
@@ -157,7 +155,7 @@ def _loop_probe(arch, spec, index_of, mask_dims):
     b.frames[-1].insts.extend(frame.insts)
     b.emit("s_endpgm")
     insts, counts = allocate(b.insts, b)
-    insts = insert_hazard_nops(insert_waits(insts, b.arch), b.arch)
+    insts = run_machine_passes(insts, b.arch)
     return kernel, assemble(render(kernel, b.arch, abi, insts, 0, counts), arch)
 
 

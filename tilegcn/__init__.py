@@ -17,6 +17,7 @@ from .errors import (  # noqa: E402
     UnsupportedArchError,
 )
 from .cache import CacheWarning  # noqa: E402
+from .options import CompileOptions  # noqa: E402
 from .jit import CompiledKernel, JITFunction, jit  # noqa: E402
 from .autotune import Autotuner, Space, TuneError, autotune  # noqa: E402
 from . import aot  # noqa: E402
@@ -32,7 +33,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "__version__", "jit", "JITFunction", "CompiledKernel", "autotune", "Autotuner", "Space", "TuneError",
+    "__version__", "jit", "JITFunction", "CompiledKernel", "CompileOptions", "autotune", "Autotuner", "Space", "TuneError",
     "language", "errors", "CacheWarning", "aot", "load",
     "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError", "ExportError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",

@@ -100,7 +100,7 @@ def _asm(cache: Cache, key: str) -> int:
 
 
 def _estimate(cache: Cache, args) -> int:
-    from .runtime.emulator.timing.entry import estimate_entry
+    from .perfmodel.entry import estimate_entry
 
     entry = cache.find(args.key)
     try:

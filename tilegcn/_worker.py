@@ -73,11 +73,11 @@ def _exit_with_parent(parent: int) -> None:
 
 def _compile(build_traced, blob: bytes):
     try:
-        kernel, arch, options, described = pickle.loads(blob)
+        kernel, options, described = pickle.loads(blob)
     except Exception as e:  # noqa: BLE001 - e.g. an object of the user's in the IR: the parent compiles it
         return "load", error_text(e)
     try:
-        build_traced(kernel, arch, options, described)
+        build_traced(kernel, options, described)
     except Exception as e:  # noqa: BLE001 - any failure is the config's, reported in the sweep's table
         return "compile", error_text(e)
     return None

@@ -9,10 +9,11 @@
     gemm.export_table("gemm.json"); other.load_table("gemm.json")   # ship the winners, never tune again
 
 A sweep, per key value (default key: every tensor argument's shape; the dtypes always belong to it):
-1. prune: the `Space` prune hook, then the compiler's own resource checks on a trace of each config
-   (`feasibility`: `compiler.plan_resources`, which `compiler.lower` starts with: pipelining, the MFMA plan of
-   every T.gemm, the LDS allocation), so a config that cannot fit is skipped, with the compiler's reason,
-   before anything is compiled;
+1. prune: the `Space` prune hook, then the compiler's own resource checks made before lowering on a trace of
+   each config (`compiler.plan_resources`, the prefix of the compiler's pass list that `compiler.lower` starts
+   with: pipelining, the MFMA plan of every T.gemm, the LDS allocation), so a config that cannot fit is skipped,
+   with the compiler's reason, before anything is compiled (the register budget needs the lowered code: a config
+   that exceeds it is skipped when its compile says so; `feasibility` runs every check up front);
 2. compile the rest in `workers` processes (tilegcn/_worker.py: they get the traced tile IR, never import the
    user's script, and share the disk cache, whose per-key locks make that safe); a candidate that fails, or
    whose worker dies, is recorded with its error and the sweep goes on. With a Dask cluster configured
@@ -51,6 +52,7 @@ from ._worker import error_text, run_jobs
 from .errors import ArgumentError, CompileError, TilegcnError
 from .remote_cache import fetch_tuning_record, publish_tuning_record
 from .testing import L2Flush, measure
+from .testing import copies as _copies  # (a kernel run must leave the caller's tensors as they are)
 
 ENV_WORKERS = "TILEGCN_TUNE_WORKERS"
 TABLE_FORMAT = "tilegcn-dispatch-table/1"
@@ -187,30 +189,39 @@ def _device_arch(device: str) -> str:
 
 # -- feasibility ------------------------------------------------------------------------------------------------
 def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
-    """None when `config` passes the compiler's resource checks on a trace of it, else the compiler's reason."""
+    """None when `config` passes every resource check of the compiler on a trace of it (`compiler.check_resources`:
+    the passes `compile` starts with, through register allocation), else the compiler's reason: a config is
+    feasible exactly when it compiles."""
     try:
         _, trace_args = jitfn._signature(args)
     except ArgumentError as e:
         return _reason(e)
-    _, why = _traced_if_feasible(jitfn, trace_args, config, arch)
+    _, why = _traced_if_feasible(jitfn, trace_args, config, arch, every_check=True)
     return why
 
 
-def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str):
+def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str, every_check: bool = False):
     """(the traced kernel, None), or (None, the compiler's reason) when it refuses `config`.
 
-    Cheap (a trace and `compiler.plan_resources`, no lowering): the very checks `compiler.lower` starts with, so a
-    config skipped here is one `compile` refuses with the same error. (Registers are known only after the
-    whole lowering: a config that needs too many fails in the compile phase instead.)"""
+    By default cheap (a trace and `compiler.plan_resources`, no statement lowered: the sweep's first step): the
+    checks `compiler.lower` starts with, so a config skipped here is one `compile` refuses with the same error;
+    the register budget, known only once the code is lowered, is checked by the compile itself (a ResourceError
+    there skips the config too). `every_check`: `compiler.check_resources`, every check."""
     from .language import trace
-    from .compiler import plan_resources
+    from .compiler import check_resources, plan_resources
 
     try:
         kernel = trace(jitfn.fn, trace_args, jitfn._constants(config), arch)
-        plan_resources(kernel, arch, jitfn.options["copy"])
+        (check_resources if every_check else plan_resources)(kernel, jitfn.options.with_arch(arch))
     except (CompileError, ArgumentError) as e:
         return None, _reason(e)
     return kernel, None
+
+
+def _refused_for_resources(reason: str) -> bool:
+    """A compile failure that is the compiler's resource check (the register budget): the config is infeasible,
+    as `feasibility` says, not a failure of the sweep's."""
+    return reason.startswith("ResourceError:")
 
 
 _reason = error_text
@@ -618,7 +629,8 @@ class Autotuner:
             try:
                 row.kernel = self.fn.compile(*args, arch=arch, **self._merge(row.config, extra))
             except Exception as e:
-                row.status, row.reason = "failed", _reason(e)
+                why = _reason(e)
+                row.status, row.reason = "skipped" if _refused_for_resources(why) else "failed", why
                 progress.update()
 
     def _compile_in_workers(self, rows, extra, arch, workers, progress):
@@ -629,7 +641,7 @@ class Autotuner:
         for row in rows:
             described = self.fn._described(self.fn._constants(self._merge(row.config, extra)))
             try:
-                jobs.append(pickle.dumps((row.traced, arch, self.fn.options, described)))
+                jobs.append(pickle.dumps((row.traced, self.fn.options.with_arch(arch), described)))
             except Exception:  # noqa: BLE001 - an IR the pickle cannot take: this process compiles it
                 continue
             sent.append(row)
@@ -638,7 +650,7 @@ class Autotuner:
                 continue
             row = sent[index]
             stage, error = reply
-            row.status, row.reason = "failed", error
+            row.status, row.reason = "skipped" if _refused_for_resources(error) else "failed", error
             progress.update()
             if stage == "died":
                 warnings.warn(f"tilegcn.autotune({self.name}): config {_config_text(row.config)}: {error}; the sweep "
@@ -753,12 +765,6 @@ def _compare(kernel, reference, args):
             if diff > bound:
                 return f"max |{name} - reference| = {diff:.4g} > {bound:.3g}"
     return None
-
-
-def _copies(args) -> list:
-    import torch
-
-    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def _rounding(dtype) -> float:

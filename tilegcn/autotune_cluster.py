@@ -107,7 +107,8 @@ def run_on_cluster(tuner, spec, rows, args, extra, arch, progress) -> str | None
 
 
 def _run(client, tuner, rows, args, extra, arch, progress) -> str:
-    from .autotune import EstimateRanker, _copies
+    from .autotune import EstimateRanker
+    from .testing import copies as _copies
 
     ranker = tuner._ranker(arch)
     remote_rank = isinstance(ranker, EstimateRanker)
@@ -121,7 +122,7 @@ def _run(client, tuner, rows, args, extra, arch, progress) -> str:
         first = group[0]
         described = tuner.fn._described(tuner.fn._constants(tuner._merge(first.config, extra)))
         try:
-            blob = pickle.dumps((first.traced, arch, tuner.fn.options, described))
+            blob = pickle.dumps((first.traced, tuner.fn.options.with_arch(arch), described))
         except Exception:  # noqa: BLE001 - an IR the pickle cannot take: this process compiles it
             continue
         future = client.submit(_build_and_rank, blob, ranker if remote_rank else None, tuple(tuner.fn.arg_names),
@@ -177,14 +178,15 @@ def _task_lost(tuner, group, error, distributed, progress) -> None:
 
 def _take(tuner, group, result, arch, progress) -> str | None:
     """Apply one task's result to its rows; None when done, else why the rows are left to this process."""
-    from .autotune import Score
+    from .autotune import Score, _refused_for_resources
 
     status = result["status"]
     if status == "load":  # e.g. an object of the user's script in the IR: the worker cannot unpickle it
         return f"{result['worker']} cannot load the IR: {result['error']}"
     if status == "compile":
+        refused = _refused_for_resources(result["error"])  # the register budget: infeasible, as feasibility says
         for row in group:
-            row.status, row.reason = "failed", result["error"]
+            row.status, row.reason = "skipped" if refused else "failed", result["error"]
             progress.update()
         return None
     why = _import_entry(tuner, group[0].traced, arch, result)
@@ -209,7 +211,7 @@ def _import_entry(tuner, kernel, arch, result) -> str | None:
     from .jit import _entry_problem
 
     ir = print_kernel(kernel)
-    key = make_key(ir, arch, tuner.fn.options, toolchain.find_llvm(arch).version)
+    key = make_key(ir, tuner.fn.options.with_arch(arch), toolchain.find_llvm(arch).version)
     if result["key"] != key:
         return (f"{result['worker']} built another key (its tilegcn, compiler sources or LLVM "
                 f"{result['meta'].get('llvm_version')} differ from this process's)")
@@ -260,26 +262,26 @@ def _build_and_rank(blob: bytes, ranker, arg_names: tuple, args) -> dict:
     start = time.perf_counter()
     result = {"worker": distributed.get_worker().address}
     try:
-        kernel, arch, options, described = pickle.loads(blob)
+        kernel, options, described = pickle.loads(blob)
     except Exception as e:  # noqa: BLE001 - e.g. an object of the user's in the IR: the parent compiles it
         result.update(status="load", error=error_text(e))
     else:
-        result.update(_build_then_rank(build_traced, kernel, arch, options, described, ranker, arg_names, args))
+        result.update(_build_then_rank(build_traced, kernel, options, described, ranker, arg_names, args))
     result["seconds"] = time.perf_counter() - start
     return result
 
 
-def _build_then_rank(build_traced, kernel, arch, options, described, ranker, arg_names, args) -> dict:
-    from .autotune import _copies
+def _build_then_rank(build_traced, kernel, options, described, ranker, arg_names, args) -> dict:
+    from .testing import copies as _copies
 
     try:
-        entry, _, _ = build_traced(kernel, arch, options, described)
+        entry, _, _ = build_traced(kernel, options, described)
     except Exception as e:  # noqa: BLE001 - the config's own failure, reported in the sweep's table
         return {"status": "compile", "error": error_text(e)}
     result = {"status": "ok", "key": entry.key, "meta": entry.meta, "files": dict(entry.data), "score": None}
     if ranker is not None:
         try:
-            result["score"] = vars(ranker(_built_kernel(entry, arch, arg_names), _copies(args.value())))
+            result["score"] = vars(ranker(_built_kernel(entry, options.arch, arg_names), _copies(args.value())))
         except Exception as e:  # noqa: BLE001 - a candidate that cannot run is recorded, not fatal
             result["rank_error"] = error_text(e)
     return result

@@ -56,6 +56,7 @@ from filelock import FileLock, Timeout
 
 from . import __version__, remote_cache
 from .errors import CacheError
+from .options import CompileOptions
 
 ENV_CACHE_DIR = "TILEGCN_CACHE_DIR"
 ENV_LOCK_TIMEOUT = "TILEGCN_CACHE_LOCK_TIMEOUT"
@@ -333,15 +334,15 @@ def compiler_hash() -> str:
     return h.hexdigest()
 
 
-def make_key(ir: str, arch: str, options: dict, llvm_version: str) -> str:
-    """The cache key of one compile. `options` must be JSON-able (it is serialised with sorted keys)."""
+def make_key(ir: str, options: CompileOptions, llvm_version: str) -> str:
+    """The cache key of one compile: tilegcn's version and sources, the IR, every field of the CompileOptions
+    (arch, schedule, copy, ...) and the LLVM that assembles it."""
     blob = json.dumps(
         {
             "tilegcn": __version__,
             "compiler": compiler_hash(),
             "ir": ir,
-            "arch": arch,
-            "options": options,
+            "options": options.key_fields(),
             "llvm": llvm_version,
         },
         sort_keys=True,
@@ -938,3 +939,59 @@ def _created(meta: dict) -> float:
 
 def _warn_bad(path: Path, problem: str) -> None:
     warnings.warn(f"tilegcn: cache entry {path} is bad ({problem}); rebuilding it", CacheWarning, stacklevel=4)
+
+
+# -- hand-edited assembly in place of an entry's ($TILEGCN_ASM_OVERRIDE; see tilegcn/asm_override.py) -------------
+# Which code runs for a key is the cache's concern: jit asks here, so that it never imports the override module.
+ENV_ASM_OVERRIDE = "TILEGCN_ASM_OVERRIDE"
+
+
+class AsmOverrideWarning(UserWarning):
+    """A kernel runs a hand-edited assembly file from $TILEGCN_ASM_OVERRIDE, or such a file is unsafe and
+    is not used."""
+
+
+_warned: set = set()  # (key, path, why): each notice once per process
+
+
+def announce_override(ident: tuple, message: str, stacklevel: int = 4) -> None:
+    """Warn (AsmOverrideWarning) once per process per `ident`."""
+    if ident not in _warned:
+        _warned.add(ident)
+        warnings.warn(message, AsmOverrideWarning, stacklevel=stacklevel)
+
+
+def override_file(key: str) -> Path | None:
+    """The real path of $TILEGCN_ASM_OVERRIDE/<cache key>.s when the variable is set, the file exists and
+    it is safe (see tilegcn/asm_override.py); an unsafe one is not used, with an AsmOverrideWarning naming why."""
+    folder = os.environ.get(ENV_ASM_OVERRIDE)
+    if not folder:
+        return None
+    path = Path(folder) / f"{key}.s"
+    if not os.path.lexists(path):
+        return None
+    problem = _override_problem(Path(folder), path)
+    if problem:
+        announce_override((key, str(path), problem),
+                          f"tilegcn: {ENV_ASM_OVERRIDE}: not using {path}: {problem}, so another user could choose "
+                          f"the code your kernel runs; the generated code runs. Fix: chmod go-w (and chown to you) "
+                          f"the folder and the file, and keep the file itself in the folder")
+        return None
+    return Path(os.path.realpath(path))
+
+
+def _override_problem(folder: Path, path: Path) -> str | None:
+    """Why the override file `path` in `folder` is unsafe, or None (the cache root's rules)."""
+    try:
+        real_folder = os.path.realpath(folder)
+        problems = [f"the folder {folder}: {p}" for p in unsafe_problems(os.stat(real_folder))]
+        real = os.path.realpath(path)
+        if os.path.dirname(real) != real_folder:
+            problems.append(f"it is a symbolic link leading out of the folder (to {real})")
+        st = os.stat(real)
+    except OSError as e:
+        return f"cannot check it ({e})"
+    if not stat.S_ISREG(st.st_mode):
+        problems.append("it is not a regular file")
+    problems += [f"the file: {p}" for p in unsafe_problems(st)]
+    return "; ".join(problems) or None

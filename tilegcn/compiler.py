@@ -1,16 +1,26 @@
-"""The lowering pipeline: verified tile IR -> AMDGCN assembly text plus metadata.
+"""The compiler: verified tile IR -> AMDGCN assembly text plus metadata, as ONE ordered pass list (`PASSES`).
 
-  verify -> software pipelining (tile IR -> tile IR) -> gemm planning -> layout inference (may add layout conversions)
-  -> LDS allocation -> fragment registers -> ABI prologue -> workgroup remap
-  -> statement lowering (copy, elementwise, gemm, loops; virtual registers) -> instruction scheduling
-  -> register allocation -> wait counts -> hazard nops -> render
+  tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> layout_inference (may add layout
+            conversions) -> reduction_scratch -> lds_allocation
+  lowering: abi_prologue -> layouts -> workgroup_remap -> statements (copy, elementwise, gemm, loops; virtual registers)
+  machine:  schedule -> regalloc -> waits -> hazards -> render
+
+Everything that compiles runs this list: `lower` (tilegcn.jit, the compile workers, the CLI's export, the
+benches) runs all of it; tilegcn.autotune's feasibility check runs its prefix up to `FEASIBILITY_LAST`
+(`check_resources`; its sweep first runs the cheaper prefix up to `PLAN_LAST`, `plan_resources`), so the two
+cannot drift; tests that start from hand-built instructions run the machine passes through `run_machine_passes`.
+The machine passes (amdgcn/schedule.py, regalloc.py, waitcnt.py, hazards.py) are one file each and run from here
+only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/options.py) decide everything else.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 from .amdgcn.abi import KernelAbi
 from .amdgcn.arch import get_arch
@@ -20,16 +30,21 @@ from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
-from .errors import CompileError, ResourceError
+from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
 from .ir.verify import verify
+from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
-from .passes.layout import TID, assign_layouts
+from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.pipelining import pipeline_loops
+from .passes.reduce import reductions, scratch_buffers
+
+__all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
+           "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
 
 
 @dataclass
@@ -76,23 +91,233 @@ def lower_statement(ctx: Context, s):
         raise type(e)(e.raw_message, location=s.loc) from None
 
 
-def _schedule_and_allocate(b: KernelBuilder, arch, schedule_mode: str, threads: int):
-    """List scheduling (amdgcn/schedule.py), then register allocation (virtual -> physical, counts), checked
-    against what a workgroup of `threads` leaves each wave of the unified register file.
+# -- the pass list ----------------------------------------------------------------------------------------------
+@dataclass
+class Compilation:
+    """One compile's state, which the passes read and write in order (`seconds` records each pass's time, for
+    bench/compile_time.py and the like)."""
+
+    options: CompileOptions
+    traced: N.Kernel | None  # the kernel as traced (None for `run_machine_passes`)
+    kernel: N.Kernel | None = None  # after the tile-IR passes (a pipelined K loop rewritten)
+    gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
+    gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
+    layouts: dict = field(default_factory=dict)  # fragment Buffer -> ir.layout.Layout (passes/layout_inference.py)
+    by_dma: Callable | None = None  # shared Buffer -> copied by LDS DMA? (the traced kernel's gemm operands)
+    shared: dict = field(default_factory=dict)  # shared Buffer -> LDS byte offset
+    stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
+    lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
+    lds_bytes: int = 0
+    reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
+    builder: KernelBuilder | None = None
+    abi: KernelAbi | None = None
+    ctx: Context | None = None
+    insts: list = field(default_factory=list)  # the machine instructions, as the last machine pass left them
+    counts: dict = field(default_factory=dict)  # register counts (regalloc)
+    lowered: Lowered | None = None  # render's result
+    seconds: dict = field(default_factory=dict)  # pass name -> wall seconds it took
+
+    @property
+    def arch(self):
+        return get_arch(self.options.arch)
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Compilation], None]
+    doc: str
+
+
+def _verify(c: Compilation):
+    c.kernel = c.traced
+    verify(c.kernel)
+
+
+def _pipeline(c: Compilation):
+    _, operands = plan_gemms(c.kernel, c.arch)  # the pipeliner's step order depends on which copies go by LDS DMA
+    c.by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, operands)
+    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma)
+
+
+def _plan_gemms(c: Compilation):
+    c.gemm_plans, c.gemm_operands = plan_gemms(c.kernel, c.arch)
+
+
+def _infer_layouts(c: Compilation):
+    c.kernel, c.layouts = infer_layouts(c.kernel, c.gemm_plans)
+
+
+def _reduction_scratch(c: Compilation):
+    """The LDS scratch of cross-wave reductions becomes shared buffers of the kernel, so that the LDS allocation
+    counts them against the budget and kernel.ir shows them."""
+    if not reductions(c.kernel):
+        return
+    c.reduce_scratch = scratch_buffers(c.kernel, fragment_layouts(c.kernel, c.gemm_plans, c.layouts), c.arch)
+    if c.reduce_scratch:
+        c.kernel = dataclasses.replace(c.kernel, buffers=[*c.kernel.buffers, *c.reduce_scratch.values()])
+
+
+def _allocate_lds(c: Compilation):
+    by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, c.gemm_operands)
+    try:
+        c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = allocate_shared(c.kernel, c.arch, c.gemm_plans,
+                                                                              by_dma=by_dma)
+    except ResourceError:
+        _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma)
+        raise
+
+
+def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
+    """Raise the LDS budget error of `traced` pipelined without K phases (the same bytes), so that it names the
+    user's block_K and num_stages; returns if that one fits (then the caller's error stands)."""
+    kernel = pipeline_loops(traced, arch, by_dma, phases=False)
+    plans, operands = plan_gemms(kernel, arch)
+    allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
+
+
+def _abi_prologue(c: Compilation):
+    c.builder = KernelBuilder(c.arch, c.kernel.name)
+    c.abi = KernelAbi(c.builder, c.kernel, TID)
+    c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy)
+    c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
+    c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
+    c.ctx.reduce_scratch = c.reduce_scratch
+
+
+def _layouts(c: Compilation):
+    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts)
+
+
+def _workgroup_remap(c: Compilation):
+    for s in c.kernel.body:
+        s.lower_prologue(c.ctx)  # the workgroup-id remap of T.use_swizzle
+
+
+def _statements(c: Compilation):
+    lower_statements(c.ctx, c.kernel.body)
+    c.builder.emit("s_endpgm")
+    c.insts = c.builder.insts
+
+
+def _schedule(c: Compilation):
+    if c.options.schedule == INTERLEAVE:
+        c.insts = schedule(c.builder.insts, c.arch, interleave=True)
+
+
+def _allocate_registers(c: Compilation):
+    """Register allocation (virtual -> physical, counts), checked against what a workgroup of the kernel's
+    threads leaves each wave of the unified register file.
 
     The scheduler has no register-pressure limit: moving reads and loads up lengthens their values' lives. When its
     order needs more registers than the file has, the emitted order is allocated instead (it is what
     schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError."""
-    if schedule_mode == INTERLEAVE:
+    threads = c.kernel.threads
+    if c.insts is not c.builder.insts:
         try:
-            return _allocate_to_fit(schedule(b.insts, arch, interleave=True), b, threads)
+            c.insts, c.counts = allocate(c.insts, c.builder, threads)
+            return
         except ResourceError:
             pass
-    return _allocate_to_fit(b.insts, b, threads)
+    c.insts, c.counts = allocate(c.builder.insts, c.builder, threads)  # (checks the workgroup fits first)
 
 
-def _allocate_to_fit(insts, b: KernelBuilder, threads: int):
-    return allocate(insts, b, threads)  # (checks the workgroup fits before rewriting the operands)
+def _insert_waits(c: Compilation):
+    c.insts = insert_waits(c.insts, c.arch)
+
+
+def _insert_hazard_nops(c: Compilation):
+    c.insts = insert_hazard_nops(c.insts, c.arch)
+
+
+def _render(c: Compilation):
+    kernel, abi, counts, insts = c.kernel, c.abi, c.counts, c.insts
+    asm = render(kernel, c.arch, abi, insts, c.lds_bytes, counts)
+    meta = dict(name=kernel.name, arch=c.arch.name, grid=list(kernel.grid), block=list(kernel.block),
+                lds_bytes=c.lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
+                kernarg_size=abi.kernarg_size,
+                args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
+                           dtype=a.param.dtype.name) for a in abi.args],
+                source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
+    c.lowered = Lowered(asm, meta, print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None)
+
+
+PASSES = (
+    Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
+    Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
+    Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
+    Pass("layout_inference", _infer_layouts, "a layout for every fragment from the ops' constraints; layout "
+         "conversions where two uses disagree (passes/layout_inference.py)"),
+    Pass("reduction_scratch", _reduction_scratch, "LDS scratch of cross-wave reductions (passes/reduce.py)"),
+    Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
+    Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
+    Pass("layouts", _layouts, "the registers of every fragment's layout (passes/layout.py)"),
+    Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
+    Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
+    Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
+    Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
+    Pass("waits", _insert_waits, "s_waitcnt for memory counters (amdgcn/waitcnt.py)"),
+    Pass("hazards", _insert_hazard_nops, "wait states the hardware does not enforce (amdgcn/hazards.py)"),
+    Pass("render", _render, "assembly text, kernel descriptor and metadata (amdgcn/emit.py)"),
+)
+PASS_NAMES = tuple(p.name for p in PASSES)
+# The compiler's resource checks are the passes up to FEASIBILITY_LAST (tilegcn.autotune.feasibility runs exactly
+# those): what does not fit fails there, so a kernel that passes them compiles. The ones made before any statement
+# is lowered (IR verification, pipelining, the gemm plans, the LDS budget) end at PLAN_LAST and are cheap; the
+# register budget needs the lowered code, scheduled and allocated.
+PLAN_LAST = "lds_allocation"
+FEASIBILITY_LAST = "regalloc"
+
+
+def _pass_range(first: str, last: str) -> tuple:
+    for name in (first, last):
+        if name not in PASS_NAMES:
+            raise ArgumentError(f"tilegcn.compiler: no pass {name!r}; the passes are {', '.join(PASS_NAMES)}")
+    return PASSES[PASS_NAMES.index(first):PASS_NAMES.index(last) + 1]
+
+
+def _run(c: Compilation, first: str, last: str) -> Compilation:
+    for p in _pass_range(first, last):
+        t0 = time.perf_counter()
+        p.run(c)
+        c.seconds[p.name] = time.perf_counter() - t0
+    return c
+
+
+def run_passes(kernel: N.Kernel, options, *, last: str = "render") -> Compilation:
+    """Run `PASSES` on a traced kernel from the first up to `last` (inclusive); `options`: CompileOptions, or
+    an arch name for the default options."""
+    options = CompileOptions.of(options)
+    if options.arch is None:
+        raise ArgumentError("tilegcn.compiler: CompileOptions.arch is None; name the target (options.with_arch)")
+    return _run(Compilation(options, kernel), PASS_NAMES[0], last)
+
+
+def run_machine_passes(insts: list, options, *, first: str = "waits", last: str = "hazards") -> list:
+    """The machine passes `first`..`last` of `PASSES` over hand-built instructions whose registers are already
+    physical (the default: wait counts, then hazard nops), as `lower` runs them; returns the instructions."""
+    _pass_range(first, last)  # (names them all when `first` or `last` is no pass)
+    if PASS_NAMES.index(first) < PASS_NAMES.index("waits"):
+        raise ArgumentError(f"tilegcn.compiler.run_machine_passes starts at 'waits' or later (got {first!r}): "
+                            "schedule and regalloc need the kernel's builder, run them through run_passes")
+    c = Compilation(CompileOptions.of(options), None, insts=list(insts))
+    return _run(c, first, last).insts
+
+
+def plan_resources(kernel: N.Kernel, options) -> Compilation:
+    """The compiler's resource checks made before any statement is lowered: `PASSES` up to `PLAN_LAST` (IR
+    verification, software pipelining, the MFMA plan of every T.gemm and the LDS allocation of every pipeline
+    stage); a CompileError (ResourceError) names what does not fit. Cheap: tilegcn.autotune's sweep runs it on
+    every config before compiling any."""
+    return run_passes(kernel, options, last=PLAN_LAST)
+
+
+def check_resources(kernel: N.Kernel, options) -> Compilation:
+    """Every resource check of the compiler: `PASSES` up to `FEASIBILITY_LAST` (`plan_resources`, then the
+    statement lowering, scheduling and register allocation, whose register budget is the last check). `lower`
+    runs these very passes first, so a kernel this accepts compiles and one it refuses fails `lower` with the
+    same error: tilegcn.autotune.feasibility is this."""
+    return run_passes(kernel, options, last=FEASIBILITY_LAST)
 
 
 def _gc_paused(fn):
@@ -114,76 +339,8 @@ def _gc_paused(fn):
     return wrapper
 
 
-def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
-    """Raise the LDS budget error of `traced` pipelined without K phases (the same bytes), so that it names the
-    user's block_K and num_stages; returns if that one fits (then the caller's error stands)."""
-    kernel = pipeline_loops(traced, arch, by_dma, phases=False)
-    plans, operands = plan_gemms(kernel, arch)
-    allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
-
-
-@dataclass
-class Resources:
-    """What `plan_resources` decided: the kernel after the tile-IR passes, its gemm plans and LDS allocation."""
-
-    kernel: N.Kernel
-    gemm_plans: dict  # accumulator Buffer -> GemmPlan
-    gemm_operands: dict  # shared Buffer -> (GemmPlan, "A" | "B")
-    shared: dict  # shared Buffer -> LDS byte offset
-    stage_bytes: dict  # shared Buffer -> LDS bytes between its LDS buffers
-    lds_buffers: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
-    lds_bytes: int
-    layouts: dict  # fragment Buffer -> ir.layout.Layout (passes/layout_inference.py)
-
-
-def plan_resources(kernel: N.Kernel, arch, copy_mode: str = "auto") -> Resources:
-    """The compiler's resource checks made before any statement is lowered: IR verification, software pipelining,
-    the MFMA plan of every T.gemm (shape, accumulators, a VGPR floor) and the LDS allocation of every pipeline
-    stage; a CompileError (ResourceError) names what does not fit. `lower` starts with exactly this, and
-    tilegcn.autotune's feasibility check runs it alone, so the two cannot disagree. (Register allocation, the
-    one later check, needs the whole lowering.)"""
-    arch = get_arch(arch)
-    verify(kernel)
-    traced = kernel
-    _, operands = plan_gemms(kernel, arch)  # the pipeliner's step order depends on which copies go by LDS DMA
-    by_dma = functools.partial(may_use_lds_dma, arch, copy_mode, operands)
-    kernel = pipeline_loops(kernel, arch, by_dma)
-    plans, operands = plan_gemms(kernel, arch)
-    kernel, layouts = infer_layouts(kernel, plans)  # may add layout conversions and their LDS scratch
-    try:
-        shared, stage_bytes, lds_buffers, lds_bytes = allocate_shared(
-            kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
-    except ResourceError:
-        _raise_lds_error_unsplit(traced, arch, copy_mode, by_dma)
-        raise
-    return Resources(kernel, plans, operands, shared, stage_bytes, lds_buffers, lds_bytes, layouts)
-
-
 @_gc_paused
-def lower(kernel: N.Kernel, arch, schedule_mode: str = INTERLEAVE, copy_mode: str = "auto") -> Lowered:
-    arch = get_arch(arch)
-    traced = kernel
-    planned = plan_resources(kernel, arch, copy_mode)
-    kernel = planned.kernel
-    b = KernelBuilder(arch, kernel.name)
-    abi = KernelAbi(b, kernel, TID)
-    ctx = Context(kernel, b, abi, copy_mode=copy_mode)
-    ctx.gemm_plans, ctx.gemm_operands = planned.gemm_plans, planned.gemm_operands
-    ctx.shared, ctx.stage_bytes, ctx.lds_buffers = planned.shared, planned.stage_bytes, planned.lds_buffers
-    lds_bytes = planned.lds_bytes
-    ctx.layouts = assign_layouts(kernel, b, ctx.gemm_plans, planned.layouts)
-    for s in kernel.body:
-        s.lower_prologue(ctx)  # the workgroup-id remap of T.use_swizzle
-    lower_statements(ctx, kernel.body)
-    b.emit("s_endpgm")
-    insts, counts = _schedule_and_allocate(b, arch, schedule_mode, kernel.threads)
-    insts = insert_hazard_nops(insert_waits(insts, arch), arch)
-    asm = render(kernel, arch, abi, insts, lds_bytes, counts)
-    meta = dict(name=kernel.name, arch=arch.name, grid=list(kernel.grid), block=list(kernel.block),
-                lds_bytes=lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
-                kernarg_size=abi.kernarg_size,
-                args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
-                           dtype=a.param.dtype.name) for a in abi.args],
-                source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    layouts = {buf: lay.layout for buf, lay in ctx.layouts.items()}
-    return Lowered(asm, meta, print_kernel(kernel, layouts) if layouts or kernel is not traced else None)
+def lower(kernel: N.Kernel, options) -> Lowered:
+    """Compile a traced kernel with every pass of `PASSES`; `options`: CompileOptions, or an arch name for the
+    default options (`lower(kernel, "gfx942")`)."""
+    return run_passes(kernel, options).lowered

@@ -20,6 +20,11 @@ class ToolchainError(TilegcnError):
     """LLVM is missing, too old, lacks the AMDGPU target, or rejected our assembly."""
 
 
+class InternalError(TilegcnError):
+    """tilegcn itself went wrong (a bug to report, not a mistake in the user's program): e.g. the compiler emitted an
+    instruction its instruction table does not know."""
+
+
 class UnsupportedArchError(TilegcnError):
     """An arch other than the supported ones was requested."""
 

@@ -25,6 +25,7 @@ each scalar's Python type, the keyword constants and the target arch. Three leve
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import numbers
 import os
@@ -33,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .asm_override import apply_override as apply_asm_override
-from .amdgcn.arch import COPY_MODES, DEFAULT_ARCH, get_arch
-from .amdgcn.schedule import INTERLEAVE, SCHEDULES
-from .cache import Cache, make_key
+from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.schedule import INTERLEAVE
+from .cache import ENV_ASM_OVERRIDE, Cache, announce_override, make_key, override_file
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
+from .options import CompileOptions
 
 # torch and the IR are imported on first use, so that `import tilegcn` (and `python -m tilegcn cache ...`)
 # stays fast; every decorated function imports torch when it is created.
@@ -445,20 +446,64 @@ class CompiledKernel:
 
     def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
         """This launch running the hand-edited assembly in `path`; `verify=True` runs both on the emulated
-        device on `args` (see tilegcn.asm_override). The edit is taken to write the tensors this kernel writes."""
-        from .asm_override import with_asm
+        device on `args` (see tilegcn.asm_override). The edit is taken to write the tensors this kernel writes.
+        The edited file is assembled and linked like generated code and stored in the disk cache under a key of
+        its own text (the generated entry is untouched)."""
+        from .cache import ENTRY_FILE_LIMIT, read_limited
+        from .testing import AsmVerifyError, compare
 
-        edited = with_asm(self, path, verify=verify, args=args, tolerance=tolerance)
-        edited.written = self.written
+        path = Path(path)
+        if verify and args is None:
+            raise ArgumentError("tilegcn: with_asm(verify=True) needs args=(...), the inputs to run both kernels on")
+        try:  # limited: a path to /dev/zero or a huge file is refused, not read until memory runs out
+            asm = read_limited(path, ENTRY_FILE_LIMIT, follow_symlinks=True).decode()
+        except (OSError, ValueError) as e:
+            raise ArgumentError(f"tilegcn: cannot read the overriding assembly {path}: {e}") from None
+        llvm = toolchain.find_llvm(self.arch)
+        ident = "\0".join(["asm-override", asm, self.arch, llvm.version, __version__, repr(self.metadata["args"])])
+        key = hashlib.sha256(ident.encode()).hexdigest()
+
+        def build(tmp: Path) -> dict:
+            t0 = time.perf_counter()
+            hsaco = toolchain.assemble(asm, self.arch)  # ToolchainError names the bad line
+            (tmp / "kernel.ir").write_text(self.ir)
+            (tmp / "kernel.s").write_text(asm)
+            (tmp / "kernel.hsaco").write_bytes(hsaco)
+            meta = {k: v for k, v in self.metadata.items() if k not in ("key", "hsaco_sha256")}
+            meta.update(asm_override=str(path.resolve()), overrides=self.key, created=time.time(),
+                        compile_time={"assemble": time.perf_counter() - t0})
+            return meta
+
+        entry, _ = Cache().get_or_build(key, build)
+        edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
+                                prints=self.prints)
+        if verify:
+            report = compare(self, edited, args)
+            edited.verification = report
+            if not report.ok(tolerance):
+                raise AsmVerifyError(report)
         return edited
+
+    def _overridden(self) -> "CompiledKernel":
+        """This kernel, or, when $TILEGCN_ASM_OVERRIDE holds a safe <cache key>.s for it, a kernel running that
+        file, announced once per process (AsmOverrideWarning): code that is not the generated one never runs
+        unsaid."""
+        path = override_file(self.key)
+        if path is None:
+            return self
+        announce_override((self.key, str(path), None),
+                          f"tilegcn: {ENV_ASM_OVERRIDE}: kernel {self.name} (cache key {self.key[:16]}, "
+                          f"{self.fn.source_location}) runs the hand-edited {path}, not the generated code")
+        return self.with_asm(path)
 
     def estimate(self, device=None, args=None, **options):
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
-        default: this kernel's arch): see `tilegcn.runtime.emulator.timing`. `args` default to zero tensors
+        default: this kernel's arch): see `tilegcn.perfmodel`. `args` default to zero tensors
         of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
         import torch
 
         from .amdgcn.arch import TIMING
+        from .perfmodel import estimate
         from .runtime.emulator import load
 
         if args is None:
@@ -468,8 +513,8 @@ class CompiledKernel:
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
-        return module.estimate(self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
-                               **options)
+        return estimate(module, self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+                        **options)
 
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
@@ -513,7 +558,7 @@ def _placeholder(spec):
     if not isinstance(spec, TensorSpec):
         return spec(1)
     size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
-    return torch.zeros(size, dtype=spec.dtype.torch).as_strided(spec.shape, spec.strides)
+    return torch.zeros(size, dtype=getattr(torch, spec.dtype.name)).as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:
@@ -588,9 +633,8 @@ class JITFunction:
         self.fn = fn
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
-        # compile options beyond IR and arch (cache key)
-        self.options = {"schedule": _check_option("schedule", schedule, SCHEDULES),
-                        "copy": _check_option("copy", copy, COPY_MODES)}
+        # the compile options (cache key); the arch is resolved per call (`_compiled`)
+        self.options = _jit_options(self.arch, schedule=schedule, copy=copy)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         positional, defaults = [], {}
         for p in inspect.signature(fn).parameters.values():
@@ -671,7 +715,7 @@ class JITFunction:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
                 how = " (it is positional: pass it by position)" if k in self.arg_names else ""
-                if k in self.options:
+                if k in CompileOptions.jit_options():
                     how = f" ({k} is a decorator option: tilegcn.jit({self.name}, {k}=...))"
                 raise ArgumentError(
                     f"tilegcn: {self.name}() got an unknown keyword argument {k!r}{how}; "
@@ -709,7 +753,7 @@ class JITFunction:
         t0 = time.perf_counter()
         kernel = trace(self.fn, trace_args, constants, arch)
         self.cache_stats.traces += 1
-        entry, built, timings = build_traced(kernel, arch, self.options, self._described(constants),
+        entry, built, timings = build_traced(kernel, self.options.with_arch(arch), self._described(constants),
                                              time.perf_counter() - t0)
         if built:
             self.cache_stats.compiles += 1
@@ -719,7 +763,7 @@ class JITFunction:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
                                 prints=getattr(kernel, "prints", ()))
-        return apply_asm_override(kernel)  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
+        return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
         """The fields of meta.json that describe where a kernel came from (see build_traced)."""
@@ -730,18 +774,19 @@ class JITFunction:
         return f"<tilegcn.jit {self.name} at {self.source_location}>"
 
 
-def build_traced(kernel, arch: str, options: dict, described: dict, trace_seconds: float = 0.0):
+def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds: float = 0.0):
     """Lower and assemble a traced kernel into the disk cache, or find its verified entry there:
-    (entry, built, timings). `described`: meta.json's source, function and constants (JSON values), so that a
-    process without the Python function (tilegcn.autotune's compile workers) builds the very entry a call
-    would."""
+    (entry, built, timings); `options` name the arch. `described`: meta.json's source, function and constants
+    (JSON values), so that a process without the Python function (tilegcn.autotune's compile workers) builds the
+    very entry a call would."""
     from .ir import print_kernel
 
+    arch = options.arch
     timings = {"trace": trace_seconds}
     t1 = time.perf_counter()
     ir = print_kernel(kernel)
     llvm = toolchain.find_llvm(arch)
-    key = make_key(ir, arch, options, llvm.version)
+    key = make_key(ir, options, llvm.version)
     t2 = time.perf_counter()
     timings["key"] = t2 - t1
 
@@ -749,7 +794,7 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
         from .compiler import lower  # only on a miss: a cache hit never imports the lowering passes
 
         tb0 = time.perf_counter()
-        lowered = _lower_or_report(lower, kernel, arch, options)
+        lowered = _lower_or_report(lower, kernel, options)
         passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
         (tmp / "kernel.ir").write_text(ir + passes)
         (tmp / "kernel.s").write_text(lowered.asm)
@@ -765,6 +810,7 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
         meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
         meta.update(
             arch=arch,
+            options=options.key_fields(),  # what the key hashed besides the IR (`tilegcn cache show KEY`)
             **described,
             compile_time={"trace": trace_seconds, "lower": tb1 - tb0, "assemble": tb2 - tb1,
                           "total": trace_seconds + tb2 - t1},
@@ -781,11 +827,12 @@ def build_traced(kernel, arch: str, options: dict, described: dict, trace_second
     return entry, built, timings
 
 
-def _lower_or_report(lower, kernel, arch, options: dict):
+def _lower_or_report(lower, kernel, options: CompileOptions):
     """Run the lowering passes; a Python exception from inside them is a tilegcn bug, reported as a
     CompileError at the kernel's line (the original traceback stays chained) rather than a raw exception."""
+    arch = options.arch
     try:
-        return lower(kernel, arch, options["schedule"], options["copy"])
+        return lower(kernel, options)
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - every escape is turned into a tilegcn error, chained
@@ -826,11 +873,11 @@ def _jsonable(v):
     return repr(v)
 
 
-def _check_option(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ArgumentError(f"tilegcn.jit: unknown {name}={value!r}; choose one of "
-                            + ", ".join(repr(c) for c in choices))
-    return value
+def _jit_options(arch, **options) -> CompileOptions:
+    try:
+        return CompileOptions(arch, **options)
+    except ArgumentError as e:
+        raise ArgumentError(str(e).replace("tilegcn:", "tilegcn.jit:", 1)) from None
 
 
 def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):

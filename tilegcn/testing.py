@@ -8,13 +8,17 @@ On a HIP device `do_bench` times `fn` as `triton.testing.do_bench` does: warm-up
 flushed before each repeat, HIP events on torch's current stream. On the emulated device there is nothing to
 time: the kernels `fn` launches are recorded (not run) and the timing model estimates each one for a named
 device (docs/testing-api.md says what that estimate promises).
+
+`compare(generated, edited, args)` runs two builds of one launch on the emulated device with every check on and
+reports how their outputs differ (`CompiledKernel.with_asm(verify=True)`, tilegcn/asm_override.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import warnings
 
-from .errors import ArgumentError, MismatchError
+from .errors import ArgumentError, EmulatorError, MismatchError, TilegcnError
 
 __all__ = ["do_bench", "assert_close", "BenchResult", "EstimateWarning", "MismatchError", "measure"]
 
@@ -118,18 +122,19 @@ def _estimate_launch(module, name, launch, device):
     import torch
 
     from .amdgcn.arch import TIMING
+    from .perfmodel import estimate
 
-    copies = {}
+    cloned = {}
 
     def copied(value):
         if isinstance(value, torch.Tensor):
-            return copies.setdefault(id(value), value.clone())
+            return cloned.setdefault(id(value), value.clone())
         return value
 
     options = dict(launch, args=[copied(a) for a in launch["args"]],
                    buffers=[copied(b) for b in launch["buffers"]])
     grid, block = options.pop("grid"), options.pop("block")
-    return module.estimate(name, grid, block, device=device or TIMING[module.arch.name].device, **options)
+    return estimate(module, name, grid, block, device=device or TIMING[module.arch.name].device, **options)
 
 
 # -- do_bench ---------------------------------------------------------------------------------------------------
@@ -266,3 +271,86 @@ def _mismatch_text(a, e, bad, rtol, atol, actual_dtype, expected_dtype) -> str:
     lines.append("  (pass rtol= and atol= to loosen it; a kernel's rows or columns past a multiple of its block "
                  "size differing alone point at masking of the ragged edge)")
     return "\n".join(lines)
+
+
+def copies(args) -> list:
+    """`args` with every tensor cloned (a kernel run on them leaves the caller's as they are)."""
+    import torch
+
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+# -- an edited kernel against the generated one (CompiledKernel.with_asm(verify=True); tilegcn/asm_override.py) --
+class AsmVerifyError(TilegcnError):
+    """An overriding assembly file changed the results or introduced a hazard. `.report` says how."""
+
+    def __init__(self, report: "AsmReport"):
+        self.report = report
+        super().__init__(str(report))
+
+
+@dataclasses.dataclass
+class AsmReport:
+    """The generated kernel vs the edited one on the same inputs (emulated device, checks on)."""
+
+    name: str
+    edited_path: str
+    max_diff: dict  # tensor argument -> max |edited - generated| (inf where a NaN appears on one side only)
+    hazard: str | None  # the emulator's HazardError / RaceError for the edited kernel
+    estimates: tuple  # (generated, edited): str() of the timing model's estimate, or why there is none
+
+    def ok(self, tolerance: float = 0.0) -> bool:
+        return self.hazard is None and all(d <= tolerance for d in self.max_diff.values())
+
+    def __str__(self):
+        diffs = ", ".join(f"{k} {v:.4g}" for k, v in self.max_diff.items()) or "not compared"
+        lines = [f"asm override of {self.name} with {self.edited_path}:",
+                 f"  max |edited - generated|: {diffs}",
+                 f"  hazards: {self.hazard or 'none'}",
+                 f"  estimate, generated: {self.estimates[0]}",
+                 f"  estimate, edited:    {self.estimates[1]}"]
+        return "\n".join(lines)
+
+
+def compare(generated, edited, args) -> AsmReport:
+    """Run both kernels on copies of `args` on the emulated device and report (see AsmReport)."""
+    import torch
+
+    outputs, hazard = [], None
+    for k in (generated, edited):
+        run_on = copies(args)
+        try:
+            _run_emulated(k, run_on, check=True)
+        except EmulatorError as e:
+            if k is generated:
+                raise
+            hazard = f"{type(e).__name__}: {e}"
+            try:
+                _run_emulated(k, run_on, check=False)  # still compare what it computes
+            except EmulatorError as after:  # unchecked, it runs into what the hazard causes (a memory fault)
+                hazard += f"\n    without the checks it then fails: {type(after).__name__}: {after}"
+                run_on = None  # nothing to compare
+        outputs.append(run_on)
+    diffs = {}
+    for name, a, b in zip(generated.fn.arg_names, *outputs) if outputs[1] is not None else ():
+        if isinstance(a, torch.Tensor) and a.numel():
+            d = (b.double() - a.double()).abs()
+            d[a.isnan() & b.isnan()] = 0.0
+            diffs[name] = d.nan_to_num(float("inf")).max().item()
+    return AsmReport(generated.name, edited.metadata.get("asm_override", "?"), diffs, hazard,
+                     (_estimate(generated, args), _estimate(edited, args)))
+
+
+def _run_emulated(kernel, args, check: bool):
+    from .runtime.emulator import load
+
+    names = [a["name"] for a in kernel.metadata["args"]]  # the kernel's parameters among the positional args
+    args = [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
+    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, args, check=check)
+
+
+def _estimate(kernel, args) -> str:
+    try:
+        return str(kernel.estimate(args=copies(args)))  # for the kernel's arch's device
+    except TilegcnError as e:
+        return f"unavailable ({e})"

@@ -8,12 +8,15 @@ order of the function's parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..ir import nodes as N
 from .addr import MASK32, ExprLowering
 from .builder import KernelBuilder
 from .isa import Reg
 from .symcache import sym
+
+if TYPE_CHECKING:  # the machine layer reads IR objects by duck typing; it never imports the IR
+    from ..ir import nodes as N
 
 KERNARG_PTR = Reg("s", 0, 2)
 WORKGROUP_IDS = (Reg("s", 2), Reg("s", 3), Reg("s", 4))

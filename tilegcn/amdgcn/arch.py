@@ -5,9 +5,10 @@ and AMD's matrix instruction calculator. Nothing outside this file should hard-c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import UnsupportedArchError
+from . import isa_table
 
 
 # hsa_kernel_dispatch_packet_t.grid_size_{x,y,z} count work-items in 32 bits (HSA runtime spec, AMDGPUUsage).
@@ -68,11 +69,15 @@ class MfmaHazards:
 # VALU instructions of the transcendental unit (LLVM's SIInstrInfo::isTRANS): on gfx940+ their result reaches a
 # non-TRANS VALU reader one wait state late (ValuHazards.trans_to_valu_read). tests/test_hazards_llvm.py checks
 # each against llc, and that the other VALU instructions tilegcn emits are not TRANS.
-TRANS_OPS = frozenset({
-    "v_exp_f32", "v_log_f32", "v_rcp_f32", "v_rcp_iflag_f32", "v_rsq_f32", "v_sqrt_f32", "v_sin_f32", "v_cos_f32",
-    "v_exp_f16", "v_log_f16", "v_rcp_f16", "v_rsq_f16", "v_sqrt_f16", "v_sin_f16", "v_cos_f16",
-    "v_rcp_f64", "v_rsq_f64", "v_sqrt_f64",
-})
+TRANS_OPS = isa_table.trans_ops()  # the instruction table's latency class trans
+
+# The cross-lane VALU instructions the hazard rules single out (LLVM's isRWLane, the V_READLANE / V_READFIRSTLANE
+# cases of checkVALUHazards, checkPermlaneHazards); a DPP instruction is any VALU opcode with the `_dpp` suffix.
+# Each rule's wait states are ValuHazards'; tests/test_hazards_llvm.py checks them against llc.
+LANE_SELECT_OPS = frozenset({"v_readlane_b32", "v_writelane_b32"})  # src1 (an SGPR or M0) picks the lane
+LANE_READ_OPS = frozenset({"v_readlane_b32", "v_readfirstlane_b32"})  # read one lane of a VGPR into an SGPR
+PERMLANE_SWAP_OPS = frozenset({"v_permlane16_swap_b32", "v_permlane32_swap_b32"})  # gfx950: both operands r/w
+DPP_SUFFIX = "_dpp"
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,16 @@ class ValuHazards:
     valu_to_readlane_src: int  # VALU write of a VGPR -> v_readfirstlane / v_readlane reading it (VDecCoExecHazard)
     wide_store_to_valu_write: int  # store of > 8 bytes (a MUBUF one with soffset not an SGPR) -> VALU overwriting
     # its data registers (12DWordStoreHazard, 2 on gfx940+)
+    vgpr_write_to_dpp_read: int  # any instruction's VGPR write (a load's too) -> a DPP instruction reading it, its
+    # old value (the destination) included (checkDPPHazards)
+    valu_exec_to_dpp: int  # VALU write of EXEC (v_cmpx) -> a DPP instruction (checkDPPHazards)
+    valu_sgpr_to_lane_select: int  # VALU write of an SGPR / VCC -> v_readlane / v_writelane lane select
+    # (checkRWLaneHazards)
+    valu_exec_to_lane_op: int  # VALU write of EXEC -> v_readlane / v_readfirstlane / v_writelane (VDecCoExecHazard)
+    valu_to_permlane_swap: int  # VALU write of a VGPR -> a v_permlane*_swap reading it (checkPermlaneHazards;
+    # 0 where the arch has no permlane swaps)
+    valu_exec_to_permlane_swap: int  # VALU write of EXEC (v_cmpx) -> a v_permlane*_swap (checkPermlaneHazards)
+    valu_exec_to_mfma: int  # VALU write of EXEC (v_cmpx) -> an MFMA (checkMAIHazards90A)
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,8 @@ class Arch:
     peak_bf16_tflops: float
     hbm_tbps: float
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
+    # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
+    has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
     # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
     simds_per_cu: int = 4
@@ -205,7 +222,10 @@ _COMMON = dict(
     m0_write_to_lds_dma_nops=0,
     max_nop=7,
     valu_hazards=ValuHazards(trans_to_valu_read=1, valu_sgpr_to_valu_read=2, valu_sgpr_to_vmem_read=5,
-                             valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2),
+                             valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2,
+                             vgpr_write_to_dpp_read=2, valu_exec_to_dpp=5, valu_sgpr_to_lane_select=4,
+                             valu_exec_to_lane_op=4, valu_to_permlane_swap=0, valu_exec_to_permlane_swap=0,
+                             valu_exec_to_mfma=4),
     raw_buffer_word3=0x00020000,
     num_xcds=8,
 )
@@ -253,10 +273,13 @@ GFX950 = Arch(
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
     has_ieee_maximum3=True,
+    has_permlane_swap=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
     has_ds_read_tr_b16=True,
-    **{**_COMMON, "lds_banks": 64},
+    # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
+    **{**_COMMON, "lds_banks": 64,
+       "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},
 )
 
 ARCHES = {a.name: a for a in (GFX942, GFX950)}
@@ -280,7 +303,7 @@ def get_arch(name) -> Arch:
 
 
 # ---- timing model parameters ----------------------------------------------------------------------------
-# Used only by the emulated device's timing model (tilegcn/runtime/emulator/timing). Sources are the tags of
+# Used only by the emulated device's timing model (tilegcn/perfmodel). Sources are the tags of
 # docs/timing-sources.md (its S tags); "chosen" marks a value no source gives.
 @dataclass(frozen=True)
 class Timing:

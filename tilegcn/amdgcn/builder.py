@@ -9,72 +9,14 @@ instruction list is final, from the lives it reads off the instructions (values 
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass, field
 
 import sympy
 
-from . import isa
+from . import isa, isa_table
 from .isa import Inst, Reg
 from .regalloc import VirtualFile
 from .symcache import free_symbols
-
-_KIND_BY_PREFIX = (
-    ("s_load", isa.SMEM), ("s_buffer_load", isa.SMEM), ("s_waitcnt", isa.WAIT), ("s_barrier", isa.BARRIER),
-    ("s_cbranch", isa.BRANCH), ("s_branch", isa.BRANCH), ("s_nop", isa.SOPP), ("s_setprio", isa.SOPP),
-    ("s_endpgm", isa.SOPP), ("s_", isa.SALU), ("v_mfma", isa.MFMA), ("buffer_store", isa.VMEM_STORE),
-    ("global_store", isa.VMEM_STORE), ("buffer_load", isa.VMEM_LOAD), ("global_load", isa.VMEM_LOAD),
-    ("ds_read", isa.DS_READ), ("ds_write", isa.DS_WRITE), ("v_", isa.VALU),
-)
-_NO_DEF_KINDS = frozenset((isa.VMEM_STORE, isa.DS_WRITE, isa.LDS_DMA, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP))
-_SCC_ONLY = ("s_cmp_", "s_bitcmp")  # scalar compares write SCC only and read all their register operands
-_SCC = (isa.SCC,)
-
-
-@functools.lru_cache(maxsize=None)
-def kind_of(op: str, suffix: str = "") -> str:
-    if op.startswith("buffer_load") and suffix.split()[-1:] == ["lds"]:
-        return isa.LDS_DMA
-    for prefix, kind in _KIND_BY_PREFIX:
-        if op.startswith(prefix):
-            return kind
-    raise ValueError(f"unknown instruction {op}")
-
-
-@functools.lru_cache(maxsize=None)
-def _facts(op: str, suffix: str) -> tuple:
-    """(kind, whether it writes SCC only) of an instruction: one lookup per emit."""
-    return kind_of(op, suffix), op.startswith(_SCC_ONLY)
-
-
-def _implied_defs_uses(operands: tuple, defs, uses, kind: str, scc_only: bool) -> tuple:
-    """(defs, uses) of an instruction where emit() was not given them: the first register operand is written (none
-    for stores, waits and branches; SCC for scalar compares), the other register operands are read. Plain loops and
-    tuples: emit() runs this for most of a kernel's instructions, and a comprehension costs a call on Python 3.11."""
-    regs = []
-    for o in operands:
-        if type(o) is Reg:
-            regs.append(o)
-    if defs is None:
-        if scc_only:
-            defs = _SCC
-        elif kind in _NO_DEF_KINDS:
-            defs = ()
-            if uses is None:
-                return defs, tuple(regs)
-        elif regs:
-            defs = (regs[0],)
-            if uses is None:
-                return defs, tuple(regs[1:])
-        else:
-            return (), ()
-    if uses is None:
-        uses = []
-        for r in regs:
-            if r not in defs:
-                uses.append(r)
-    return defs, uses
-
 
 @dataclass
 class Frame:
@@ -98,23 +40,36 @@ class KernelBuilder:
         self.lds_bytes = 0
         self.constant_sgprs: dict = {}
         self.constant_vgprs: dict = {}
+        self._plain_valu: set = set()  # opcodes valu() has checked against the instruction table for this arch
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, op, *operands, defs=None, uses=None, kind=None, suffix="", comment="", frame=None):
-        if kind:
-            scc_only = op.startswith(_SCC_ONLY)
-        else:
-            kind, scc_only = _facts(op, suffix)
+        """Append instruction `op` with `operands` (assembler order) to the current frame (or `frame`). Its kind and,
+        where not given, the registers it writes (`defs`) and reads (`uses`) come from its row of the instruction
+        table (isa_table): the registers in its written / read operand slots, then its implicit ones (SCC, VCC, M0,
+        EXEC). An opcode the table lacks, one `self.arch` lacks, or operands other than the row's count are an
+        InternalError."""
+        row = isa_table.lookup(op, suffix)
+        if self.arch.name not in row.arches:
+            isa_table.refuse_on_arch(row, self.arch.name)
+        if len(operands) != len(row.operands):
+            isa_table.refuse_operands(row, operands)
         if defs is None or uses is None:
-            defs, uses = _implied_defs_uses(operands, defs, uses, kind, scc_only)
-        inst = Inst(op, operands, tuple(defs), tuple(uses), kind, suffix, comment)
+            implied_defs, implied_uses = isa_table.implied_defs_uses(row, operands)
+            defs = implied_defs if defs is None else tuple(defs)
+            uses = implied_uses if uses is None else tuple(uses)
+        inst = Inst(op, operands, tuple(defs), tuple(uses), kind or row.kind, suffix, comment)
         self.frames[-1 if frame is None else frame].insts.append(inst)
         return inst
 
     def valu(self, op: str, dst: Reg, *srcs, frame: int | None = None) -> Inst:
-        """emit() of a VALU instruction (a `v_` op other than v_mfma) that writes `dst` and reads `srcs`, the
-        instruction emit() would make, without its general case analysis: the epilogue's conversions and the
-        address arithmetic emit over a thousand of these per GEMM."""
+        """emit() of a VALU instruction whose first operand is the one it writes and whose others it reads (a VOP1,
+        VOP2 or VOP3 row of the table without implicit operands), the instruction emit() would make, without its
+        general case analysis: the epilogue's conversions and the address arithmetic emit over a thousand of these
+        per GEMM."""
+        if op not in self._plain_valu:
+            isa_table.check_plain_valu(op, self.arch.name)
+            self._plain_valu.add(op)
         uses = []  # a plain loop: a comprehension costs a function call on Python 3.11
         for s in srcs:
             if type(s) is Reg:

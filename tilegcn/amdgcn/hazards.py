@@ -15,18 +15,22 @@ instructions of the next.
 
 A second pass of the same shape (`_insert_valu_nops`, after the first: the nops it counts include those) places
 the rules of `arch.valu_hazards` and the MFMA write-after-write / write-after-read rows: a transcendental's result
-read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM or
-v_div_fmas, a VALU write of a VGPR read by v_readfirstlane, a store of more than 8 bytes whose data a VALU
-overwrites, and a VALU overwriting an MFMA's result or srcC. docs/hazards.md is the sweep of LLVM's hazard
-recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where it is handled.
+read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or VCC read by a VALU, a VMEM,
+v_div_fmas or a v_readlane / v_writelane lane select, a VALU write of a VGPR read by v_readfirstlane / v_readlane
+or a v_permlane*_swap (gfx950), any instruction's write of a VGPR (a load's too) read by a DPP instruction, a VALU
+write of EXEC (v_cmpx) before a DPP, lane read / write, permlane swap or MFMA, a store of more than 8 bytes whose data a
+VALU overwrites, and a VALU overwriting an MFMA's result or srcC. The cross-lane instructions are named by the arch
+table's opcode sets (LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, DPP_SUFFIX). docs/hazards.md is the sweep
+of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where
+it is handled. No lowering places instructions to meet a hazard: this pass places every wait state.
 """
 from __future__ import annotations
 
 import functools
 
 from . import cfg, isa
-from .arch import TRANS_OPS
-from .isa import M0, VCC, Inst, Reg
+from .arch import DPP_SUFFIX, LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, TRANS_OPS
+from .isa import EXEC, M0, VCC, Inst, Reg
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -285,11 +289,11 @@ def insert_hazard_nops(insts: list, arch) -> list:
 
 # ---- the VALU-side rules (arch.valu_hazards, MfmaHazards' write-after-write / write-after-read rows) -------------
 # What an instruction leaves behind, keyed (class, unit) -> its issue time: the result of a transcendental, an SGPR
-# or VCC a VALU wrote, a VGPR a VALU wrote (only those a v_readfirstlane reads), the data of a wide store, and
-# ("dst" / "srcc", passes) an MFMA's result and srcC.
-_TRANS, _SGPR, _VGPR, _STORE = "trans", "sgpr", "vgpr", "store"
+# or VCC a VALU wrote, a VGPR a VALU wrote (only those a lane read, a permlane swap or a DPP reads), a VGPR any
+# instruction wrote (a load's too: only those a DPP reads; an MFMA's VGPR result is the first pass's longer MFMA read
+# row), EXEC a VALU wrote (v_cmpx), the data of a wide store, and ("dst" / "srcc", passes) an MFMA's result and srcC.
+_TRANS, _SGPR, _VGPR, _VDEF, _EXEC, _STORE = "trans", "sgpr", "vgpr", "vdef", "exec", "store"
 _SGPR_FILES = ("s", "vcc")
-_READLANE = ("v_readfirstlane_b32", "v_readlane_b32")
 _WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
 
 
@@ -320,10 +324,14 @@ class Written:
 def _valu_windows(arch) -> dict:
     """Class -> the most wait states a rule of it needs (a state entry is forgotten after that many)."""
     vh, mh = arch.valu_hazards, arch.mfma_hazards
-    return {_TRANS: vh.trans_to_valu_read, _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read,
-                                                          vh.valu_vcc_to_div_fmas),
-               _VGPR: vh.valu_to_readlane_src, _STORE: vh.wide_store_to_valu_write,
-               "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
+    return {_TRANS: vh.trans_to_valu_read,
+            _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read, vh.valu_vcc_to_div_fmas,
+                       vh.valu_sgpr_to_lane_select),
+            _VGPR: max(vh.valu_to_readlane_src, vh.valu_to_permlane_swap), _VDEF: vh.vgpr_write_to_dpp_read,
+            _EXEC: max(vh.valu_exec_to_dpp, vh.valu_exec_to_lane_op, vh.valu_exec_to_permlane_swap,
+                       vh.valu_exec_to_mfma),
+            _STORE: vh.wide_store_to_valu_write,
+            "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
 
 
 def _wide_store_data(inst: Inst):
@@ -336,33 +344,70 @@ def _wide_store_data(inst: Inst):
     return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
 
 
-def _is_trans(op: str) -> bool:
-    return op.removesuffix("_e32").removesuffix("_e64") in TRANS_OPS
+@functools.lru_cache(maxsize=None)
+def _roles(op: str) -> tuple:
+    """What the VALU-side rules ask of an opcode, once per opcode name: (is TRANS, reads a lane (v_readlane,
+    v_readfirstlane), has a lane select (v_readlane, v_writelane), is a permlane swap, is DPP, is v_div_fmas)."""
+    base = op.removesuffix("_e32").removesuffix("_e64")
+    return (base in TRANS_OPS, base in LANE_READ_OPS, base in LANE_SELECT_OPS, base in PERMLANE_SWAP_OPS,
+            op.endswith(DPP_SUFFIX), base.startswith("v_div_fmas"))
+
+
+def _reads_exec_late(op: str) -> bool:
+    """Whether a VALU write of EXEC shortly before this VALU op is a hazard (DPP, lane reads / writes, permlane
+    swaps): EXEC is none of its listed uses, so the pass looks at these by name."""
+    _, lane_read, lane_select, permlane, dpp, _ = _roles(op)
+    return lane_read or lane_select or permlane or dpp
+
+
+def _vector_units(inst: Inst) -> set:
+    """The VGPR units an instruction names, sources and destinations: a DPP reads its destination's old value (the
+    lanes it does not write keep it; LLVM's rule counts it), a permlane swap reads both operands."""
+    return {u for r in (*inst.uses, *inst.defs) if r.file == "v" for u in r.unit_ids}
+
+
+def _lane_select(inst: Inst) -> tuple:
+    """The units of v_readlane / v_writelane's lane select (operand 2: an SGPR, M0 or a constant)."""
+    sel = inst.operands[2] if len(inst.operands) > 2 else None
+    return sel.unit_ids if isinstance(sel, Reg) else ()
 
 
 def _produced(insts: list, arch) -> dict:
     """Key prefix -> the units some instruction of the program leaves behind under it and another could pair
-    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, v_readfirstlane's
-    sources, MFMA registers a VALU also writes), so most instructions meet none of them (one set test each)."""
-    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_STORE,): set()}
-    valu_defs, mfmas = set(), []
+    with: the rules' producers are rare (transcendentals, VALU writes of SGPRs, wide stores, VGPRs a lane read, a
+    permlane swap or a DPP reads, MFMA registers a VALU also writes), so most instructions meet none of them (one
+    set test each)."""
+    made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_VDEF,): set(), (_EXEC,): set(),
+                  (_STORE,): set()}
+    valu_defs, mfmas, exec_readers = set(), [], False
     for inst in insts:
         kind = inst.kind
         if kind == isa.VALU:
             valu_defs.update(inst.def_units)
-            if _is_trans(inst.op):
+            trans, lane_read, lane_select, permlane, dpp, _ = _roles(inst.op)
+            if trans:
                 made[(_TRANS,)].update(inst.def_units)
             for r in inst.defs:
                 if r.file in _SGPR_FILES:
                     made[(_SGPR,)].update(r.unit_ids)
-            if inst.op in _READLANE:
-                made[(_VGPR,)].update(inst.uses[0].unit_ids)
+                elif r.file == "exec":
+                    made[(_EXEC,)].update(r.unit_ids)
+            if lane_read:
+                made[(_VGPR,)].update(inst.operands[1].unit_ids)
+            if permlane:
+                made[(_VGPR,)].update(_vector_units(inst))
+            if dpp:
+                made[(_VDEF,)].update(_vector_units(inst))
+            exec_readers = exec_readers or lane_read or lane_select or permlane or dpp
         elif kind == isa.MFMA:
             mfmas.append(inst)
+            exec_readers = True
         elif kind == isa.VMEM_STORE:
             data = _wide_store_data(inst)
             if data is not None:
                 made[(_STORE,)].update(data.unit_ids)
+    if not exec_readers:
+        made[(_EXEC,)] = set()
     for inst in mfmas:
         p = _mfma_passes(inst.op, arch)
         made.setdefault(("dst", p), set()).update(valu_defs.intersection(inst.defs[0].unit_ids))
@@ -381,13 +426,15 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
     makes, needs = [], []
     if kind == isa.VALU:
         vh, mh = arch.valu_hazards, arch.mfma_hazards
-        op, uses, defs = inst.op, inst.use_units, inst.def_units
+        uses, defs = inst.use_units, inst.def_units
+        roles = _roles(inst.op)
+        trans = roles[0]
         for key, units in made.items():
             cls = key[0]
-            if not units.isdisjoint(defs) and (cls != _TRANS or _is_trans(op)):
-                if cls in (_TRANS, _SGPR, _VGPR):
+            if not units.isdisjoint(defs):
+                if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans):
                     makes.append((key, units.intersection(defs)))
-                if cls == _STORE:
+                elif cls == _STORE:
                     needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
                 elif cls == "dst":
                     needs.append((key, units.intersection(defs), mh.vdst_to_valu_write[key[1]]))
@@ -395,29 +442,60 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
                     needs.append((key, units.intersection(defs), mh.srcc_to_valu_write[key[1]]))
             if units.isdisjoint(uses):
                 continue
-            if cls == _TRANS and not _is_trans(op):
+            if cls == _TRANS and not trans:
                 needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
             elif cls == _SGPR:
                 needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
-                if op.startswith("v_div_fmas"):
-                    needs.append((key, units.intersection(VCC.unit_ids), vh.valu_vcc_to_div_fmas))
-            elif cls == _VGPR and op in _READLANE:
-                needs.append((key, units.intersection(inst.uses[0].unit_ids), vh.valu_to_readlane_src))
+        if any(roles[1:]):  # (rare: v_div_fmas and the cross-lane instructions)
+            needs += _named_op_needs(inst, roles, vh, made)
     elif kind == isa.MFMA:
         p = _mfma_passes(inst.op, arch)
         for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
                                                                     len(inst.uses) > 2 else ())):
             if key in made and not made[key].isdisjoint(units):
                 makes.append((key, made[key].intersection(units)))
-    elif kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
-        sgprs = made.get((_SGPR,))
-        if sgprs and not sgprs.isdisjoint(inst.use_units):
-            needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
-        stored = made.get((_STORE,))
-        data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
-        if data is not None:
-            makes.append(((_STORE,), stored.intersection(data.unit_ids)))
+        if (_EXEC,) in made:
+            needs.append(((_EXEC,), made[(_EXEC,)], arch.valu_hazards.valu_exec_to_mfma))
+    else:
+        vdef = made.get((_VDEF,))
+        if vdef and not vdef.isdisjoint(inst.def_units):  # a load's VGPRs: a DPP reading them counts from its issue
+            makes.append(((_VDEF,), vdef.intersection(inst.def_units)))
+        if kind in (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA):
+            sgprs = made.get((_SGPR,))
+            if sgprs and not sgprs.isdisjoint(inst.use_units):
+                needs.append(((_SGPR,), sgprs.intersection(inst.use_units), arch.valu_hazards.valu_sgpr_to_vmem_read))
+            stored = made.get((_STORE,))
+            data = _wide_store_data(inst) if stored and kind == isa.VMEM_STORE else None
+            if data is not None:
+                makes.append(((_STORE,), stored.intersection(data.unit_ids)))
     return states, makes, [n for n in needs if n[1] and n[2] > 0]
+
+
+def _named_op_needs(inst: Inst, roles: tuple, vh, made: dict) -> list:
+    """The needs of the VALU ops the rules name (_roles): v_div_fmas reads VCC late; a lane read its lane source,
+    v_readlane / v_writelane their lane select; DPP every VGPR it names, a permlane swap both operands; all of these
+    but v_div_fmas EXEC."""
+    _, lane_read, lane_select, permlane, dpp, div_fmas = roles
+    wanted = []
+    if div_fmas:
+        wanted.append((_SGPR, VCC.unit_ids, vh.valu_vcc_to_div_fmas))
+    if lane_read:
+        wanted.append((_VGPR, inst.operands[1].unit_ids, vh.valu_to_readlane_src))
+    if lane_select:
+        wanted.append((_SGPR, _lane_select(inst), vh.valu_sgpr_to_lane_select))
+    if lane_read or lane_select:
+        wanted.append((_EXEC, EXEC.unit_ids, vh.valu_exec_to_lane_op))
+    if dpp:
+        wanted += [(_VDEF, _vector_units(inst), vh.vgpr_write_to_dpp_read), (_EXEC, EXEC.unit_ids, vh.valu_exec_to_dpp)]
+    if permlane:
+        wanted += [(_VGPR, _vector_units(inst), vh.valu_to_permlane_swap),
+                   (_EXEC, EXEC.unit_ids, vh.valu_exec_to_permlane_swap)]
+    needs = []
+    for cls, units, ws in wanted:
+        produced = made.get((cls,))
+        if produced and ws > 0 and not produced.isdisjoint(units):
+            needs.append(((cls,), produced.intersection(units), ws))
+    return needs
 
 
 def _valu_events(blks: list, arch) -> dict:
@@ -426,6 +504,7 @@ def _valu_events(blks: list, arch) -> dict:
     and is counted by position (as _events does)."""
     made = _produced([inst for blk in blks for inst in blk.insts], arch)
     any_made = set().union(*made.values())
+    exec_written = (_EXEC,) in made
     silent = (isa.LABEL, isa.COMMENT)
     events = {}
     for blk in blks:
@@ -433,7 +512,8 @@ def _valu_events(blks: list, arch) -> dict:
         for pos, inst in enumerate(blk.insts):
             kind = inst.kind
             if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
-                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units))):
+                    any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units)
+                    and not (exec_written and (kind == isa.MFMA or (kind == isa.VALU and _reads_exec_late(inst.op)))))):
                 continue  # one wait state, nothing a rule looks at
             states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:

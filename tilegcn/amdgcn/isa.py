@@ -14,6 +14,7 @@ SALU, VALU, SMEM, VMEM_LOAD, VMEM_STORE, LDS_DMA, DS_READ, DS_WRITE, MFMA, SOPP,
     "salu", "valu", "smem", "vmem_load", "vmem_store", "lds_dma", "ds_read", "ds_write", "mfma", "sopp",
     "branch", "label", "barrier", "wait")
 COMMENT = "comment"
+DS_LANE = "ds_lane"  # a lane exchange through the LDS unit that touches no LDS memory (ds_swizzle, ds_bpermute)
 
 
 class _cached:

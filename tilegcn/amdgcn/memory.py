@@ -16,17 +16,19 @@ with a ragged end is added to voffset instead (one VALU op per access).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import sympy
 
-from ..ir import nodes as N
 from ..errors import CompileError
 from .abi import BUFFER_REACH, OUT_OF_RANGE_OFFSET, KernelAbi
 from .addr import ExprLowering, Xor, add_constant, linear_form, split_floor_div, split_linear, split_uniform, value_range
 from .isa import VALU, VCC, Inst, Reg, is_inline_int
 from .symcache import free_symbols, memo, sym
+
+if TYPE_CHECKING:  # the machine layer reads IR objects by duck typing; it never imports the IR
+    from ..ir import nodes as N
 
 LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
             12: "buffer_load_dwordx3", 16: "buffer_load_dwordx4"}

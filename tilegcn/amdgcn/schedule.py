@@ -12,9 +12,9 @@ Dependencies (an edge keeps two instructions in source order), computed per 32-b
 so that physical and virtual registers work alike (the units of a register no other register of the block overlaps
 count as one: isa.unit_keys): read after write, write after read, write after write; plus
 implicit state the operand lists do not name, each modelled as a pseudo-unit that instructions read or write:
-  - SCC: every SALU op but `s_mov*` / `s_mul*` reads and writes it (`s_add_u32` ... `s_cmp_*`, `s_cselect_*`),
-    so scalar arithmetic keeps its order and the compare stays last before its `s_cbranch_scc*`;
-  - VCC: `v_cmp*`, `v_cndmask*`, `v_div_*` and carry ops (`_co_`) read and write it;
+  - SCC, VCC, M0 where the instruction table (isa_table.py) says an instruction reads or writes them without naming
+    them (`s_add_u32` writes SCC, `s_addc_u32` and `s_cselect_*` read it, `s_cbranch_scc*` reads it, `v_div_fmas`
+    reads VCC), so a compare stays last before its `s_cbranch_scc*` and a carry chain keeps its order;
   - EXEC: every vector instruction reads it, so nothing vector crosses `s_and_saveexec_b64` / `s_mov_b64 exec`;
   - LDS: `ds_read` reads it, `ds_write` and untagged LDS DMA write it (so reads move among reads only),
     `s_barrier` writes it: no LDS access crosses a barrier in either direction. An LDS DMA that names the pipeline
@@ -40,7 +40,7 @@ cycle per pass while other instructions issue under it. 8 independent 8-pass MFM
 take 64.1 cycles an iteration (the MFMA bound: 64), each followed by 9 take 80.1; the 8 reads of a group placed after
 the 8 MFMAs instead of between them cost 65.1. So order matters exactly where more than `passes - 1` non-MFMA
 instructions sit between two MFMAs (a run of copy issues, a group of reads), or where a read is consumed before its
-latency has passed. The timing model (runtime/emulator/timing/cu.py) is the same in issue slots: one instruction per
+latency has passed. The timing model (perfmodel/cu.py) is the same in issue slots: one instruction per
 4-clk slot, an MFMA holds the pipe `passes x 4` clk. So this is a list scheduler on a clock of issue slots: an
 instruction is ready when its predecessors have issued and their results are due (`ds_read` -> user: the arch's
 LDS latency; buffer / scalar load -> user: L2-hit / SMEM latency; MFMA -> user: its passes; SALU write of M0 ->
@@ -68,7 +68,7 @@ import functools
 import heapq
 import math
 
-from . import cfg, isa
+from . import cfg, isa, isa_table
 from .arch import TIMING
 from .hazards import _mfma_passes
 from .waitcnt import LDS_FILE
@@ -76,11 +76,10 @@ from .waitcnt import LDS_FILE
 INTERLEAVE, PLAIN = "interleave", "plain"
 SCHEDULES = (INTERLEAVE, PLAIN)
 
-_VECTOR = (isa.VALU, isa.MFMA, isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA, isa.DS_READ, isa.DS_WRITE)
+_VECTOR = isa_table.vector_kinds()  # the kinds that read EXEC as their lane mask
 _KNOWN = _VECTOR + (isa.SALU, isa.SMEM, isa.BARRIER)
 _LDS, _GLOBAL, _FENCE = -1, -2, -3  # pseudo-units (negative); register units are numbered from 0
-_SCC_FREE = ("s_mov", "s_mul")
-_VCC_USERS = ("v_cmp", "v_cndmask", "v_div_")
+_M0 = isa.M0.unit_ids[0]  # (a single unit: its own key in isa.unit_keys)
 
 
 def schedule(insts: list, arch, interleave: bool = True) -> list:
@@ -103,9 +102,6 @@ def schedule(insts: list, arch, interleave: bool = True) -> list:
     return out
 
 
-_SCC, _M0 = isa.SCC.unit_ids[0], isa.M0.unit_ids[0]  # (single units: their own keys in isa.unit_keys)
-
-
 def _effects(inst, keys: dict) -> tuple:
     """(units read, units written) of one instruction, as `keys` (isa.unit_keys) of its registers, plus the
     implicit state it touches, but for the reads of EXEC and of the fence every vector / every instruction makes
@@ -115,12 +111,13 @@ def _effects(inst, keys: dict) -> tuple:
     kind = inst.kind
     if kind == isa.MFMA:  # (most nodes: no implicit state)
         return reads, writes
-    implicit_reads, implicit_writes, vcc = _implicit(kind, inst.op)
+    implicit_reads, implicit_writes, implicit_uses, implicit_defs = _implicit(kind, inst.op)
     if kind == isa.LDS_DMA and _names_lds_region(inst):  # a pipeline stage's DMA: see the module docstring (LDS)
         implicit_reads, implicit_writes = implicit_reads + (_LDS,), ()
-    if vcc:
-        reads += keys[isa.VCC]
-        writes += keys[isa.VCC]
+    for r in implicit_uses:  # (VCC and EXEC are keys of every program: program_unit_keys; SCC and M0 one unit)
+        reads += keys.get(r, r.unit_ids)
+    for r in implicit_defs:
+        writes += keys.get(r, r.unit_ids)
     reads += implicit_reads
     writes += implicit_writes
     return reads, writes
@@ -128,14 +125,12 @@ def _effects(inst, keys: dict) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def _implicit(kind: str, op: str) -> tuple:
-    """(pseudo-units read, pseudo-units written, reads and writes VCC) of an instruction of `kind` and `op` (an LDS
-    DMA as untagged: _effects turns a tagged one's LDS write into a read), per kind and op once per process."""
+    """(pseudo-units read, pseudo-units written, implicit registers read, implicit registers written: the
+    instruction table's) of an instruction of `kind` and `op` (an LDS DMA as untagged: _effects turns a tagged one's
+    LDS write into a read), per kind and op once per process."""
     if kind not in _KNOWN:
-        return (), (_FENCE,), False
+        return (), (_FENCE,), (), ()
     reads, writes = [], []
-    if kind == isa.SALU and not op.startswith(_SCC_FREE):
-        reads.append(_SCC)
-        writes.append(_SCC)
     if kind == isa.DS_READ:
         reads.append(_LDS)
     elif kind in (isa.DS_WRITE, isa.LDS_DMA):
@@ -146,7 +141,8 @@ def _implicit(kind: str, op: str) -> tuple:
         writes.append(_GLOBAL)
     if kind == isa.BARRIER:
         writes += [_LDS, _GLOBAL, _FENCE]
-    return tuple(reads), tuple(writes), kind == isa.VALU and (op.startswith(_VCC_USERS) or "_co_" in op)
+    row = isa_table.lookup(op, "lds" if kind == isa.LDS_DMA else "")
+    return tuple(reads), tuple(writes), row.implicit_uses, row.implicit_defs
 
 
 def _names_lds_region(inst) -> bool:
@@ -176,7 +172,8 @@ class _Latency:
     def __init__(self, arch):
         t = TIMING[arch.name]
         slots = lambda clk: math.ceil(clk / t.issue_slot_clk)  # noqa: E731
-        self.after = {isa.DS_READ: slots(t.lds_latency_clk), isa.SMEM: slots(t.smem_latency_clk),
+        self.after = {isa.DS_READ: slots(t.lds_latency_clk), isa.DS_LANE: slots(t.lds_latency_clk),
+                      isa.SMEM: slots(t.smem_latency_clk),
                       isa.VMEM_LOAD: slots(t.l2_hit_latency_clk)}
         self.m0_to_dma = arch.m0_write_to_lds_dma_nops + 2  # N + 1 wait states between them
         # slots between a wave's global loads: its share of the CU's TCP when every SIMD's wave loads (16 clk a

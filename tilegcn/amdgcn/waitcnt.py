@@ -19,11 +19,12 @@ in flight across the barrier. Writing the same LDS region twice needs no wait (t
 """
 from __future__ import annotations
 
-from . import cfg, isa
+from . import cfg, isa, isa_table
 from .isa import Inst, Reg, unit_id
 
-_VM_KINDS = (isa.VMEM_LOAD, isa.VMEM_STORE, isa.LDS_DMA)
-_LGKM_KINDS = (isa.DS_READ, isa.DS_WRITE, isa.SMEM)
+_VM_KINDS = isa_table.kinds_counting("vm")  # vector memory and LDS DMA
+_LGKM_KINDS = isa_table.kinds_counting("lgkm")  # LDS ops, lane exchanges through the LDS unit, scalar loads
+_OUT_OF_ORDER = tuple(k.name for k in isa_table.KINDS.values() if k.counter and not k.in_order)  # scalar loads
 _LDS_WRITES = (isa.DS_WRITE, isa.LDS_DMA)
 LDS_FILE = "lds"
 # Units are Reg.unit_ids (ints); these two pseudo-units take ids of LDS "registers" no lds_tag names.
@@ -142,7 +143,7 @@ def _effects(inst: Inst) -> tuple:
         defs += (UNTAGGED_LDS,)
     elif kind == isa.DS_READ:
         defs += (LDS_READS,)
-    return needed, counter, defs, kind == isa.SMEM
+    return needed, counter, defs, kind in _OUT_OF_ORDER
 
 
 _REGISTER_ONLY = (isa.SALU, isa.VALU, isa.MFMA, isa.SOPP)  # kinds that issue no counted op and touch no LDS

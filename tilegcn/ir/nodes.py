@@ -6,10 +6,13 @@ expressions over integer symbols. Element expressions (what T.Parallel computes)
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import sympy
 
+from ..errors import CompileError
+from . import elemfn
 from .types import DType, TensorSpec
 
 GLOBAL, SHARED, FRAGMENT = "global", "shared", "fragment"
@@ -66,25 +69,23 @@ class Region:
 
 # ---- element expressions ---------------------------------------------------------------------
 
-_ELEMENT_OPS = "+ - * /, T.max, T.min, T.exp, T.exp2, T.abs, T.cast"
+_ELEMENT_OPS = "+ - * /, comparisons with T.if_then_else, and the T. math functions (docs/reference.md)"
 _INSTEAD = {
     "**": "multiply (x * x) for small integer powers; T.exp2 / T.exp for exponentials",
     "%": f"the tile language has {_ELEMENT_OPS}",
     "//": "divide with `/` (element math is floating point)",
     "abs()": "write T.abs(x)",
-    "comparison": "elements have no value while the program is traced, so Python cannot branch on them; "
-                  "write relu/clamp as T.max(x, 0.0) / T.min(x, hi)",
-    "truth value": "elements have no value while the program is traced; use T.max / T.min instead of "
-                   "`if`, `and`, `or`",
+    "comparison": "compare elements inside `for i, j in T.Parallel(...)` (x[i, j] > 0.0) and pick with "
+                  "T.if_then_else(cond, a, b)",
+    "truth value": "an element comparison has no value while the program is traced (each element decides on the "
+                   "device); pick per element with T.if_then_else(cond, a, b), or T.max / T.min",
     "conversion": "elements have no value while the program is traced (math.* functions call float() on "
-                  "their argument); use T.exp, T.exp2, T.abs, T.max, T.min",
+                  "their argument); use T.exp, T.log, T.sqrt, T.tanh, ... (docs/reference.md)",
     "bitwise": f"element math is floating point: {_ELEMENT_OPS}",
 }
 
 
 def _refuse(subject: str, what: str, kind: str):
-    from ..errors import CompileError
-
     raise CompileError(f"{what} of {subject} is not in the tile language: {_INSTEAD[kind]}")
 
 
@@ -130,50 +131,98 @@ class RefusesPythonOperators:
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        from ..errors import CompileError
-
         name = getattr(func, "__name__", str(func))
         raise CompileError(f"torch.{name} cannot run on tile elements while the program is traced: write it "
-                           f"with {_ELEMENT_OPS} (e.g. sigmoid(x) = 1 / (1 + T.exp(-x)))")
+                           f"with {_ELEMENT_OPS} (e.g. torch.sigmoid(x) is T.sigmoid(x), torch.exp(x) is T.exp(x))")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from ..errors import CompileError
+        raise CompileError(f"numpy.{ufunc.__name__} cannot run on tile elements: write it with {_ELEMENT_OPS} "
+                           "(e.g. numpy.exp(x) is T.exp(x))")
 
-        raise CompileError(f"numpy.{ufunc.__name__} cannot run on tile elements: write it with {_ELEMENT_OPS}")
+
+def lift(x) -> "Expr":
+    """An element expression from an expression, a Python number or an object that converts itself (the tracer's
+    proxies define `__element_expr__`: a runtime scalar becomes a ScalarRef, an index an IndexValue inside
+    T.Parallel), so that the IR needs nothing from the language layer."""
+    if isinstance(x, Expr):
+        return x
+    convert = getattr(type(x), "__element_expr__", None)
+    if convert is not None:
+        return convert(x)
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
+    return Const(float(x))
+
+
+def apply(name: str, *args) -> "Call":
+    """The element function `name` (a row of ir/elemfn.py) applied to `args` (lifted): a CompileError names a
+    condition where a value belongs and the other way round."""
+    row = elemfn.fn(name)
+    operands = tuple(lift(a) for a in args)
+    if len(operands) != row.arity:
+        raise CompileError(f"{name} takes {row.arity} operand(s), got {len(operands)}")
+    for operand, kind in zip(operands, row.operand_kinds):
+        wants_condition = kind == elemfn.CONDITION
+        if is_condition(operand) != wants_condition:
+            raise CompileError(_misplaced(operand, name, wants_condition))
+    return Call(name, operands)
+
+
+def is_condition(e: "Expr") -> bool:
+    return isinstance(e, Call) and elemfn.fn(e.fn).result == elemfn.CONDITION
+
+
+def _misplaced(operand: "Expr", name: str, wants_condition: bool) -> str:
+    if wants_condition:
+        return (f"T.{name} takes a comparison as its condition (e.g. x[i, j] > 0.0), got the value "
+                f"{_describe(operand)}; compare it: T.{name}({_describe(operand)} != 0.0, a, b)")
+    return (f"the comparison {_describe(operand)} is a condition, not a value, and cannot be an operand of {name}: "
+            "pick a value with T.if_then_else(cond, a, b)")
+
+
+def _describe(e: "Expr") -> str:
+    from .printer import print_expr
+
+    return print_condition(e) if is_condition(e) else print_expr(e)
+
+
+def print_condition(e: "Call") -> str:
+    """A comparison as the user wrote it (`x[pi, pj] > 0.0`), for messages."""
+    from .printer import print_expr
+
+    a, b = (print_expr(x) for x in e.args)
+    return f"{a} {elemfn.fn(e.fn).operator} {b}"
 
 
 class Expr(RefusesPythonOperators):
-    """Base of element expressions; operators build the tree (the tracer's proxies forward here)."""
+    """Base of element expressions; operators build the tree (the tracer's proxies forward here). A comparison
+    builds a condition (an Expr too) for T.if_then_else; its truth value is refused (decided on the device)."""
 
-    def _wrap(self, other):
-        from ..language.proxies import as_expr
+    def __add__(self, o): return apply("add", self, o)
+    def __radd__(self, o): return apply("add", o, self)
+    def __sub__(self, o): return apply("sub", self, o)
+    def __rsub__(self, o): return apply("sub", o, self)
+    def __mul__(self, o): return apply("mul", self, o)
+    def __rmul__(self, o): return apply("mul", o, self)
+    def __truediv__(self, o): return apply("div", self, o)
+    def __rtruediv__(self, o): return apply("div", o, self)
+    def __neg__(self): return apply("neg", self)  # a sign flip: -(+0.0) is -0.0, as in torch
+    def __pos__(self): return self
+    def __lt__(self, o): return apply("lt", self, o)
+    def __le__(self, o): return apply("le", self, o)
+    def __gt__(self, o): return apply("gt", self, o)
+    def __ge__(self, o): return apply("ge", self, o)
+    def __eq__(self, o): return apply("eq", self, o)
+    def __ne__(self, o): return apply("ne", self, o)
 
-        return as_expr(other)
+    __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 
-    def __add__(self, o): return BinOp("add", self, self._wrap(o))
-    def __radd__(self, o): return BinOp("add", self._wrap(o), self)
-    def __sub__(self, o): return BinOp("sub", self, self._wrap(o))
-    def __rsub__(self, o): return BinOp("sub", self._wrap(o), self)
-    def __mul__(self, o): return BinOp("mul", self, self._wrap(o))
-    def __rmul__(self, o): return BinOp("mul", self._wrap(o), self)
-    def __truediv__(self, o): return BinOp("div", self, self._wrap(o))
-    def __rtruediv__(self, o): return BinOp("div", self._wrap(o), self)
-    def __neg__(self): return Call("neg", (self,))  # a sign flip: -(+0.0) is -0.0, as in torch
-
-    # Python would answer these at trace time (identity, truthiness), silently: refuse instead.
-    __hash__ = object.__hash__
-
-    def __eq__(self, o): _refuse_python_logic("==")
-    def __ne__(self, o): _refuse_python_logic("!=")
-    def __bool__(self): _refuse_python_logic("a truth test (if/and/or/not)")
-
-
-def _refuse_python_logic(what: str):
-    from ..errors import CompileError
-
-    raise CompileError(f"{what} on an element expression would be decided once, while tracing, not per "
-                       "element: the tile language has no comparisons; write the arithmetic (T.max, T.min, "
-                       "T.abs) that gives the value you want")
+    def __bool__(self):
+        if getattr(self, "refusal", None):
+            raise CompileError(self.refusal)
+        raise CompileError(f"a truth test (if/and/or/not) on an element expression ({_describe(self)}) would be "
+                           "decided once, while tracing, not per element: a comparison has no trace-time truth "
+                           "value; pick per element with T.if_then_else(cond, a, b)")
 
 
 @dataclass(eq=False)
@@ -195,20 +244,27 @@ class ElemRef(Expr):
 
 
 @dataclass(eq=False)
-class BinOp(Expr):
-    op: str  # add sub mul div max min
-    a: Expr
-    b: Expr
+class IndexValue(Expr):
+    """An integer index expression (SymPy: T.Parallel indices, block ids, loop variables, runtime int scalars) as an
+    element value: fp32, exact below 2^24."""
+
+    expr: object
 
 
 @dataclass(eq=False)
 class Call(Expr):
-    fn: str  # exp2 exp abs neg
+    """An element function of ir/elemfn.py (`fn` names its row) applied to `args`. `refusal`: the message for a truth
+    test of this condition, where its operands have a more specific one (a comparison of indices)."""
+
+    fn: str
     args: tuple
+    refusal: str | None = None
 
 
 @dataclass(eq=False)
 class Cast(Expr):
+    """x rounded to `dtype` (and read back as fp32)."""
+
     dtype: DType
     x: Expr
 
@@ -240,8 +296,6 @@ def walk(stmts):
 
 
 def expr_children(e: Expr):
-    if isinstance(e, BinOp):
-        return (e.a, e.b)
     if isinstance(e, Call):
         return tuple(e.args)
     if isinstance(e, Cast):

@@ -39,11 +39,11 @@ def print_expr(e: N.Expr) -> str:
         return repr(float(e.value))
     if isinstance(e, N.ScalarRef):
         return e.param.name
+    if isinstance(e, N.IndexValue):
+        return f"index({e.expr})"
     if isinstance(e, N.ElemRef):
         return f"{e.buffer.name}[{', '.join(str(i) for i in e.index)}]"
-    if isinstance(e, N.BinOp):
-        return f"{e.op}({print_expr(e.a)}, {print_expr(e.b)})"
-    if isinstance(e, N.Call):
+    if isinstance(e, N.Call):  # every element function (ir/elemfn.py) prints as its row name applied to its args
         return f"{e.fn}({', '.join(print_expr(a) for a in e.args)})"
     if isinstance(e, N.Cast):
         return f"cast<{e.dtype.name}>({print_expr(e.x)})"

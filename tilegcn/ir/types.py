@@ -1,19 +1,22 @@
-"""Scalar dtypes and the specialisation description of a tensor argument."""
+"""Scalar dtypes and the specialisation description of a tensor argument.
+
+The IR imports no torch (tilegcn/ir is the compiler's data, usable without it): a DType's `name` is also the
+name of its torch dtype (`getattr(torch, dtype.name)` where a torch dtype is needed), and torch dtypes and
+tensors are read by duck typing here.
+"""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
-
-import torch
 
 from ..errors import ArgumentError
 
 
 @dataclass(frozen=True)
 class DType:
-    name: str  # "float32", "float16", "bfloat16"
+    name: str  # "float32", "float16", "bfloat16": torch's name for it too
     short: str  # "f32", "f16", "bf16" (MFMA / asm suffix)
     bytes: int
-    torch: torch.dtype
 
     def __repr__(self):
         return self.name
@@ -22,24 +25,45 @@ class DType:
     def is_16bit(self) -> bool:
         return self.bytes == 2
 
+    def __call__(self, value):
+        """`T.float32(1.0)`, `T.float16(x[i, j])`, as TileLang writes constants and casts: a number rounded to this
+        dtype (a number known while tracing), or an element expression cast to it (T.cast)."""
+        from . import elemfn, nodes
 
-float32 = DType("float32", "f32", 4, torch.float32)
-float16 = DType("float16", "f16", 2, torch.float16)
-bfloat16 = DType("bfloat16", "bf16", 2, torch.bfloat16)
-int32 = DType("int32", "i32", 4, torch.int32)  # runtime int scalars only, not tensors
+        if isinstance(value, nodes.Expr) or getattr(type(value), "__element_expr__", None) is not None:
+            return nodes.Cast(self, nodes.lift(value))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            from ..errors import CompileError
+
+            raise CompileError(f"T.{self.name}({value!r}): expected a number or an element expression, got "
+                               f"{type(value).__name__}")
+        return elemfn.round_to(self.name, float(value))
+
+
+float32 = DType("float32", "f32", 4)
+float16 = DType("float16", "f16", 2)
+bfloat16 = DType("bfloat16", "bf16", 2)
+int32 = DType("int32", "i32", 4)  # runtime int scalars only, not tensors
 DTYPES = {d.name: d for d in (float32, float16, bfloat16)}
 _ALIASES = {"float": float32, "fp32": float32, "f32": float32, "half": float16, "fp16": float16, "f16": float16,
             "bf16": bfloat16}
-_BY_TORCH = {d.torch: d for d in DTYPES.values()}
+
+
+def _torch_dtype_name(x) -> str | None:
+    """"bfloat16" for torch.bfloat16 (whose str is "torch.bfloat16"), None for anything not a torch dtype."""
+    if type(x).__module__ == "torch" and type(x).__name__ == "dtype":
+        return str(x).removeprefix("torch.")
+    return None
 
 
 def as_dtype(x) -> DType:
     """A DType from a DType, a name ("bfloat16", "bf16", ...) or a torch dtype."""
     if isinstance(x, DType):
         return x
-    if isinstance(x, torch.dtype):
-        if x in _BY_TORCH:
-            return _BY_TORCH[x]
+    torch_name = _torch_dtype_name(x)
+    if torch_name is not None:
+        if torch_name in DTYPES:
+            return DTYPES[torch_name]
     elif isinstance(x, str):
         key = x.lower()
         if key in DTYPES:
@@ -66,7 +90,8 @@ class TensorSpec:
         return (1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))) * self.dtype.bytes
 
     @classmethod
-    def of(cls, t: torch.Tensor, name: str = "argument") -> "TensorSpec":
+    def of(cls, t, name: str = "argument") -> "TensorSpec":
+        """The spec of torch tensor `t`."""
         try:
             dtype = as_dtype(t.dtype)
         except ArgumentError:

@@ -1,9 +1,15 @@
 """The tile language, imported as `from tilegcn import language as T`."""
 from ..ir.types import bfloat16, float16, float32
-from .builtins import (Kernel, Parallel, Pipelined, Tensor, abs, alloc_fragment, alloc_shared, cast, ceildiv,
-                       clear, copy, exp, exp2, fill, gemm, max, min, print, use_swizzle)
+from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy, fill,
+                       gemm, print, use_swizzle)
+from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
+                          min, min_value, rsqrt, sigmoid, sqrt, tanh)
+from .reduce import reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
 from .tracer import trace
 
-__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "abs", "alloc_fragment", "alloc_shared", "cast", "ceildiv",
-           "clear", "copy", "exp", "exp2", "fill", "gemm", "max", "min", "print", "use_swizzle", "trace",
+__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc_shared", "ceildiv", "clear", "copy",
+           "fill", "gemm", "print", "use_swizzle", "trace",
+           "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+           "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
+           "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum",
            "float32", "float16", "bfloat16"]

@@ -11,10 +11,10 @@ import sympy
 
 from .. import ops
 from ..amdgcn.arch import HSA_MAX_GRID_WORKITEMS, get_arch
-from ..errors import ArgumentError, CompileError, user_location
+from ..errors import CompileError, user_location
 from ..ir import nodes as N
-from ..ir.types import TensorSpec, as_dtype, float32
-from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy, as_expr
+from ..ir.types import TensorSpec, float32
+from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy
 from .tracer import TensorAnnotation, current
 
 Tensor = TensorAnnotation
@@ -304,8 +304,9 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
 def Parallel(*extents):
     """`for i, j in T.Parallel(M, N):` elementwise statements over a fragment's elements.
 
-    The body may use `+ - * /`, `T.max`, `T.min`, `T.exp`, `T.exp2`, `T.abs`, `T.cast` and read global
-    elements; it is computed in fp32 and rounded to the destination's dtype on store. Not nestable.
+    The body may use `+ - * /`, the math functions (`T.exp`, `T.log`, `T.sqrt`, `T.tanh`, `T.max`, ...), comparisons
+    with `T.if_then_else`, `T.cast` and read global elements; it is computed in fp32 and rounded to the
+    destination's dtype on store. Not nestable.
 
     Example:
 
@@ -461,86 +462,6 @@ def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
     """
     sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
     current().record(ops.Swizzle(*sizes, loc=user_location()))
-
-
-def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
-    """The larger of two values, elementwise inside `T.Parallel` (ReLU: `T.max(x, 0.0)`).
-
-    Example:
-
-    ```python
-    x[i, j] = T.max(x[i, j], 0.0)
-    ```
-    """
-    return N.BinOp("max", as_expr(a), as_expr(b))
-
-
-def min(a, b):  # noqa: A001
-    """The smaller of two values, elementwise inside `T.Parallel` (a clamp: `T.min(x, hi)`).
-
-    Example:
-
-    ```python
-    x[i, j] = T.min(x[i, j], 6.0)
-    ```
-    """
-    return N.BinOp("min", as_expr(a), as_expr(b))
-
-
-def exp2(x):
-    """2 ** x, elementwise inside `T.Parallel` (one hardware instruction).
-
-    Example:
-
-    ```python
-    x[i, j] = T.exp2(x[i, j] * 1.4426950408889634)
-    ```
-    """
-    return N.Call("exp2", (as_expr(x),))
-
-
-def exp(x):
-    """e ** x, elementwise inside `T.Parallel`.
-
-    Example:
-
-    ```python
-    x[i, j] = T.exp(x[i, j] - 1.0)
-    ```
-    """
-    return N.Call("exp", (as_expr(x),))
-
-
-def abs(x):  # noqa: A001
-    """|x|, elementwise inside `T.Parallel`.
-
-    Example:
-
-    ```python
-    x[i, j] = T.abs(x[i, j])
-    ```
-    """
-    return N.Call("abs", (as_expr(x),))
-
-
-def cast(x, dtype):
-    """`x` converted to `dtype` (`"float32"`, `"float16"`, `"bfloat16"`), elementwise inside `T.Parallel`.
-
-    Example:
-
-    ```python
-    x[i, j] = T.cast(x[i, j], "bfloat16")  # round to bf16
-    ```
-    """
-    return N.Cast(program_dtype(dtype), as_expr(x))
-
-
-def program_dtype(dtype):
-    """as_dtype for a dtype written in the tile program: a bad one is a CompileError at the user's line."""
-    try:
-        return as_dtype(dtype)
-    except ArgumentError as e:
-        raise CompileError(e.raw_message) from None
 
 
 del _py

@@ -11,17 +11,9 @@ from ..ir.types import DType
 
 
 def as_expr(x) -> N.Expr:
-    """Lift a Python number, a scalar proxy or an expression into an element expression."""
-    if isinstance(x, N.Expr):
-        return x
-    if isinstance(x, ScalarProxy):
-        return N.ScalarRef(x.param)
-    if isinstance(x, IndexProxy):
-        raise CompileError(f"cannot use {x.describe()} in an element expression: indices address elements, "
-                           "they are not element values")
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
-    return N.Const(float(x))
+    """Lift a Python number, a scalar proxy or an expression into an element expression (ir.nodes.lift; the
+    proxies below say how they convert through `__element_expr__`)."""
+    return N.lift(x)
 
 
 def as_index(x, what: str):
@@ -155,7 +147,11 @@ class BufferProxy(N.RefusesPythonOperators):
         if tracer.parallel is None:
             raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel")
         index = self._parallel_index(key)
-        tracer.record_parallel_store(self.buffer, index, as_expr(value))
+        value = as_expr(value)
+        if N.is_condition(value):
+            raise CompileError(f"{self.buffer.name}[...] = {N.print_condition(value)}: a comparison is a condition, "
+                               "not an element value; store the value it picks with T.if_then_else(cond, 1.0, 0.0)")
+        tracer.record_parallel_store(self.buffer, index, value)
 
     def __repr__(self):
         return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
@@ -167,30 +163,53 @@ def _in_order(index, indices: list) -> bool:
     return bool(positions) and -1 not in positions and positions == sorted(set(positions))
 
 
-def _refuse_decision(what: str):
-    def refuse(self, *_):
-        raise CompileError(
-            f"{what} on {self.describe()} would be decided once, while the program is traced, not on the device "
+def _decision_refusal(what: str, value) -> str:
+    return (f"{what} on {value.describe()} would be decided once, while the program is traced, not on the device "
             "for each block, thread or trip: tilegcn has no device control flow (if/while on device values) yet. "
             "Compute with index arithmetic instead (e.g. a tile start `by * block_M`), pick elements with "
-            "T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+            "T.if_then_else / T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+
+
+def _refuse_decision(what: str):
+    def refuse(self, *_):
+        raise CompileError(_decision_refusal(what, self))
     return refuse
 
 
+def _in_parallel() -> bool:
+    from .tracer import current
+
+    return current().parallel is not None
+
+
+def _compare(name: str, what: str):
+    """Inside T.Parallel a comparison of a device value (an index, a runtime scalar) with another or with a number is
+    a per-element condition for T.if_then_else (`T.if_then_else(by * block_M + i < M, x[i, j], 0.0)`); its truth
+    value is refused with the message a comparison outside gets at once (no element there to decide for)."""
+    def compare(self, o):
+        if _in_parallel() and (isinstance(o, (N.Expr, _DeviceValue)) or
+                               isinstance(o, numbers.Real) and not isinstance(o, bool)):
+            condition = N.apply(name, self, o)
+            condition.refusal = _decision_refusal(what, self)
+            return condition
+        raise CompileError(_decision_refusal(what, self))
+    return compare
+
+
 class _DeviceValue(N.RefusesPythonOperators):
-    """A value only the device knows: every comparison and truth test is refused (see _refuse_decision). Hashed by
-    identity, so such values may still sit in sets and dicts."""
+    """A value only the device knows: every truth test is refused, every comparison too except a per-element condition
+    inside T.Parallel (see _compare). Hashed by identity, so such values may still sit in sets and dicts."""
 
     def describe(self) -> str:
         raise NotImplementedError
 
     __hash__ = object.__hash__
-    __eq__ = _refuse_decision("comparison `==`")
-    __ne__ = _refuse_decision("comparison `!=`")
-    __lt__ = _refuse_decision("comparison `<`")
-    __le__ = _refuse_decision("comparison `<=`")
-    __gt__ = _refuse_decision("comparison `>`")
-    __ge__ = _refuse_decision("comparison `>=`")
+    __eq__ = _compare("eq", "comparison `==`")
+    __ne__ = _compare("ne", "comparison `!=`")
+    __lt__ = _compare("lt", "comparison `<`")
+    __le__ = _compare("le", "comparison `<=`")
+    __gt__ = _compare("gt", "comparison `>`")
+    __ge__ = _compare("ge", "comparison `>=`")
     __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
 
@@ -208,6 +227,8 @@ class ScalarProxy(_DeviceValue):
 
     def _e(self):
         return N.ScalarRef(self.param)
+
+    __element_expr__ = _e
 
     def __add__(self, o): return self._e() + o
     def __radd__(self, o): return as_expr(o) + self._e()
@@ -277,6 +298,15 @@ class IndexProxy(_DeviceValue):
     __rmod__ = _index_op(lambda a, b: b % a)
     __pow__ = _index_op(lambda a, b: a ** b)
     __rpow__ = _index_op(lambda a, b: b ** a)
+
+    def __element_expr__(self):
+        """Inside T.Parallel an index is an element value too (an int, fp32 in element math: exact below 2^24)."""
+        if not _in_parallel():
+            raise CompileError(f"cannot use {self.describe()} in an element expression outside T.Parallel")
+        if not self.expr.is_integer:
+            raise CompileError(f"{self.describe()} is not an integer (index arithmetic with a float: {self.expr}); "
+                               "to compute with an index as a number, convert it first: T.cast(i, \"float32\") * 0.5")
+        return N.IndexValue(self.expr)
 
     def __neg__(self): return IndexProxy(-self.expr, self.roles)
     def __pos__(self): return self

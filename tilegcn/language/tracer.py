@@ -127,7 +127,8 @@ class Tracer:
         self.body().append(ops.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
 
     def alloc(self, scope: str, shape, dtype, fallback: str) -> BufferProxy:
-        from .builtins import _concrete, program_dtype
+        from .builtins import _concrete
+        from .elementwise import program_dtype
 
         loc = user_location()
         dims = shape if isinstance(shape, (tuple, list)) else (shape,)

@@ -11,6 +11,8 @@ from .gemm import Gemm
 from .groups import CommitGroup, WaitGroup
 from .loop import Loop
 from .parallel import ParallelStore
+from .reduce import Reduce
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Swizzle", "WaitGroup"]
+__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
+           "Swizzle", "WaitGroup"]

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ..errors import CompileError
 from ..ir.layout import Same, SliceOf, Whole
-from ..ir.nodes import FRAGMENT, SHARED, BinOp, Buffer, Call, Cast, ElemRef, Expr, walk_expr
+from ..ir.nodes import FRAGMENT, SHARED, Buffer, Call, Cast, ElemRef, Expr, walk_expr
 from ..ir.ops import TileOp, register, whole
 from ..passes.elementwise import lower_parallel
 from .convert_layout import ConvertLayout
@@ -92,10 +92,8 @@ def _replace_reads(e: Expr, x: Buffer, index: tuple, by: Buffer) -> Expr:
     """`e` with its reads of `x` at `index` reading `by` instead."""
     if isinstance(e, ElemRef):
         return ElemRef(by, e.index) if e.buffer is x and tuple(e.index) == index else e
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _replace_reads(e.a, x, index, by), _replace_reads(e.b, x, index, by))
     if isinstance(e, Call):
-        return Call(e.fn, tuple(_replace_reads(a, x, index, by) for a in e.args))
+        return dataclasses.replace(e, args=tuple(_replace_reads(a, x, index, by) for a in e.args))
     if isinstance(e, Cast):
-        return Cast(e.dtype, _replace_reads(e.x, x, index, by))
+        return dataclasses.replace(e, x=_replace_reads(e.x, x, index, by))
     return e

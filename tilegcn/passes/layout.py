@@ -80,14 +80,9 @@ def _allocation_order(kernel: N.Kernel, gemm_plans: dict) -> list:
     return [b for group in groups.values() for b in group]
 
 
-def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None = None) -> dict:
-    """FragmentLayout per fragment buffer; reserves their registers in builder `b`.
-
-    `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass); `inferred` the layouts from
-    passes/layout_inference.py (inferred here when not given: then `kernel` must need no layout conversion).
-    """
-    if inferred is None:
-        kernel, inferred = infer_layouts(kernel, gemm_plans)
+def fragment_layouts(kernel: N.Kernel, gemm_plans: dict, inferred: dict) -> dict:
+    """{fragment Buffer: FragmentLayout} (no registers yet) for the layouts `inferred` by layout inference, in the
+    order registers are reserved."""
     layouts = {}
     for buf in _allocation_order(kernel, gemm_plans):
         lay = FragmentLayout(buf, inferred[buf])
@@ -98,6 +93,18 @@ def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None 
             lay.acc_coords = accumulator_coords(plan)
             lay.acc_split = accumulator_origin_and_offsets(plan)
         layouts[buf] = lay
+    return layouts
+
+
+def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None = None) -> dict:
+    """FragmentLayout per fragment buffer; reserves their registers in builder `b`.
+
+    `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass); `inferred` the layouts from
+    passes/layout_inference.py (inferred here when not given: then `kernel` must need no layout conversion).
+    """
+    if inferred is None:
+        kernel, inferred = infer_layouts(kernel, gemm_plans)
+    layouts = fragment_layouts(kernel, gemm_plans, inferred)
     for buf, lay in layouts.items():
         if buf in gemm_plans:
             lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")

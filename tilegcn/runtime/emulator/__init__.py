@@ -195,16 +195,6 @@ class Module:
         self.last_stats = stats
         return stats
 
-    def estimate(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI355X", flops=None,
-                 shared_mem=0, kernarg=None, buffers=(), **options):
-        """The timing model's estimate of this launch (see `tilegcn.runtime.emulator.timing`): an Estimate
-        with .cycles, .seconds, .tflops, .breakdown. Options: clock_hz, trace (Chrome trace JSON path),
-        detail_iterations."""
-        from .timing import estimate
-
-        return estimate(self, kernel_name, grid, block, args, device, flops, shared_mem, kernarg, buffers,
-                        **options)
-
     def prepare(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_mem=0, kernarg=None,
                 buffers=()) -> "Launch":
         """Everything `launch` checks and builds before running (program, dispatch, mapped tensors)."""

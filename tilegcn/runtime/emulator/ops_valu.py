@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .decode import EXEC_LO, Const, Reg
-from .fpmath import (f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
+from .fpmath import (FLT_MIN, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
 from .ops_vext import build_vext, src16
 from .ops_xlane import build_dpp, build_sdwa
@@ -113,6 +113,27 @@ def _ldexp(x, e):
     return (x.double() * torch.pow(2.0, e.to(torch.float64).clamp(-400, 400))).float()
 
 
+def _faithful(fn, a):
+    """fn(a) as the transcendental unit returns it, within 1 ulp (the ISA guide's bound): computed in f64, then
+    truncated toward zero to f32, so it differs from the correctly rounded value about half the time and code that
+    must tolerate the hardware's error (LLVM's sqrt correction, T.log's split product) is exercised."""
+    d = fn(a.double())
+    r = d.float()
+    away = (r.double().abs() > d.abs()) & torch.isfinite(r)  # rounded up in magnitude: step back (overflow stays inf)
+    return torch.where(away, (r.view(torch.int32) - 1).view(torch.float32), r)
+
+
+def _flush_input(a):
+    """A denormal input reads as a zero of its sign (the reason LLVM scales them up before v_log/v_sqrt/v_rsq)."""
+    return torch.where(a.abs() < FLT_MIN, a * 0.0, a)
+
+
+def _flush_result(r):
+    """A result below 2^-126 is a zero of its sign (v_exp_f32 and v_rcp_f32 give no denormal: LLVM scales around
+    them for llvm.exp2.f32 and a 2.5-ulp 1/x)."""
+    return torch.where(r.abs() < FLT_MIN, r * 0.0, r)
+
+
 # ---- op tables -------------------------------------------------------------------------------------------
 # integer ops: (sources, fn on int32 bits)
 INT_OPS = {
@@ -190,13 +211,14 @@ F32_OPS = {
     "v_min3_f32": (3, lambda a, b, c: torch.fmin(torch.fmin(a, b), c)),
     "v_med3_f32": (3, _med3),
     "v_fma_f32": (3, fma_f32),
-    "v_exp_f32": (1, torch.exp2),
-    "v_log_f32": (1, torch.log2),
-    # correctly rounded; the hardware's reciprocal is within 1 ulp (see ops_vext.py)
-    "v_rcp_f32": (1, torch.reciprocal),
+    # the transcendental unit: within 1 ulp, no denormals (docs/isa-notes.md, "Transcendental instructions")
+    "v_exp_f32": (1, lambda a: _flush_result(_faithful(torch.exp2, a))),
+    "v_log_f32": (1, lambda a: _faithful(torch.log2, _flush_input(a))),
+    "v_rcp_f32": (1, lambda a: _flush_result(_faithful(torch.reciprocal, _flush_input(a)))),
+    # correctly rounded (LLVM's integer division sequences are built on it; see ops_vext.py)
     "v_rcp_iflag_f32": (1, torch.reciprocal),
-    "v_rsq_f32": (1, torch.rsqrt),
-    "v_sqrt_f32": (1, torch.sqrt),
+    "v_rsq_f32": (1, lambda a: _faithful(torch.rsqrt, _flush_input(a))),
+    "v_sqrt_f32": (1, lambda a: _faithful(torch.sqrt, _flush_input(a))),
     "v_floor_f32": (1, torch.floor),
     "v_ceil_f32": (1, torch.ceil),
     "v_trunc_f32": (1, torch.trunc),
@@ -558,8 +580,10 @@ def _lane_access(ins, b, index):
             lane = (lane_sel(g).to(torch.int64) & 63).expand(g.n, 1)
             g.ws(dst, u32(g.rv(src).gather(1, lane).squeeze(1)))
         return Handler(ins, index, run, "valu", b)
-    # v_writelane_b32 vdst, ssrc, lane: writes one lane regardless of EXEC
+    # v_writelane_b32 vdst, ssrc, lane: writes one lane regardless of EXEC; the other lanes keep their value, so it
+    # reads vdst too (LLVM ties vdst_in to it)
     dst = b.vdst(ops[0], 1)
+    b.vsrc_index(ops[0], 1)
     val = b.src(ops[1], float_mods=False)
     lane_sel = b.src(ops[2], float_mods=False)
     lanes = torch.arange(64, dtype=torch.int64)

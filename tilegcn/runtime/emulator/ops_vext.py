@@ -8,8 +8,9 @@ Semantics follow the CDNA3 / CDNA4 ISA guides' pseudo-code. Choices where they l
     set, which writes [31:16] and keeps [15:0] (LLVM's model of GFX9: `zeroesHigh16BitsOfDest`).
   * f16 arithmetic keeps f16 denormals (FLOAT_DENORM_MODE_16_64 = 3, LLVM's default); a descriptor that
     flushes them is refused at bind time rather than run with the wrong rounding.
-  * v_rcp_f32 / v_rcp_iflag_f32 return the correctly rounded reciprocal; the hardware's is within 1 ulp,
-    which every LLVM division sequence (fp32 Newton-Raphson, integer udiv/urem) is built to tolerate.
+  * v_rcp_iflag_f32 returns the correctly rounded reciprocal; the hardware's is within 1 ulp, which every LLVM
+    division sequence (integer udiv/urem) is built to tolerate. v_rcp_f32 is modelled within 1 ulp, without
+    denormals, as the other transcendentals (ops_valu.py, docs/isa-notes.md).
   * Which lanes a v_permlane*_swap writes: a lane is written when it is active in EXEC (the guide does
     not say; LLVM only emits them under full EXEC).
 """

@@ -3,11 +3,14 @@
 tests/test_hazards_llvm.py).
 
 What an instruction leaves behind, by kind: "trans" the registers a transcendental (TRANS_OPS) wrote, "vgpr" those
-any VALU wrote, "sgpr" the SGPRs (VCC too) a VALU wrote, "store" the data registers of a store of more than 8
-bytes (a MUBUF one only when soffset is not an SGPR). What a later instruction must not touch too soon: a
-non-transcendental VALU reading a "trans" register, a VALU reading an "sgpr" one (v_div_fmas: VCC, longer), a
-VMEM reading an "sgpr" one, v_readfirstlane / v_readlane reading a "vgpr" one, a VALU overwriting a "store" one,
-and a VALU overwriting an MFMA's result or its srcC.
+any VALU wrote, "vdef" the VGPRs any VALU, DS or VMEM instruction wrote (a load's destination counts from its
+issue), "sgpr" the SGPRs (VCC too) a VALU wrote, "exec" EXEC when a VALU (v_cmpx) wrote it, "store" the data
+registers of a store of more than 8 bytes (a MUBUF one only when soffset is not an SGPR). What a later instruction
+must not touch too soon: a non-transcendental VALU reading a "trans" register, a VALU reading an "sgpr" one
+(v_div_fmas: VCC, longer; v_readlane / v_writelane's lane select, longer), a VMEM reading an "sgpr" one,
+v_readfirstlane / v_readlane reading a "vgpr" one as the lane source, a v_permlane*_swap reading a "vgpr" one, a DPP
+instruction reading a "vdef" one (its destination's old value too), a DPP, lane read / write, permlane swap or
+MFMA after an "exec" write, a VALU overwriting a "store" one, and a VALU overwriting an MFMA's result or its srcC.
 
 The facts are derived here from the decoded instructions, not from the compiler's hazard pass, so the two are
 checked against llc separately. Producers ride in the group's `valu_recs` ([t_end, vgprs written, pc, waves]),
@@ -16,18 +19,19 @@ kept per program.
 """
 from __future__ import annotations
 
-from ...amdgcn.arch import TRANS_OPS
+from ...amdgcn.arch import LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, TRANS_OPS
 from .decode import EXEC_HI, EXEC_LO, VCC_HI, VCC_LO, Reg
 from .state import Fault
 
 _VCC = frozenset((VCC_LO, VCC_HI))
 _EXEC = frozenset((EXEC_LO, EXEC_HI))
-_READLANE = ("v_readfirstlane_b32", "v_readlane_b32")
 _WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
 _WHAT = {
     "trans": "reads {reg}, the result of the transcendental",
     "sgpr": "reads {reg}, written by the VALU instruction",
-    "vgpr": "reads {reg} as its lane source, written by",
+    "vgpr": "reads {reg}, written by the VALU instruction",
+    "vdef": "reads {reg} through DPP, written by",
+    "exec": "reads EXEC, written by the VALU instruction",
     "store": "overwrites {reg}, the data of the wide store",
 }
 
@@ -79,25 +83,56 @@ def _facts(h, ins, vh, accum_offset) -> tuple:
         else:
             needs.append(("trans", h.vr, vh.trans_to_valu_read))
         if h.vw:
-            made["vgpr"] = h.vw
+            made["vgpr"] = made["vdef"] = h.vw
             needs.append(("store", h.vw, vh.wide_store_to_valu_write))
         if h.sw:
             made["sgpr"] = h.sw
+            if not h.sw.isdisjoint(_EXEC):
+                made["exec"] = _EXEC
         reads = h.sr - _EXEC
         if reads:
             needs.append(("sgpr", reads, vh.valu_sgpr_to_valu_read))
+        needs += _cross_lane_needs(h, ins, vh, accum_offset)
         if base.startswith("v_div_fmas"):
             needs.append(("sgpr", _VCC, vh.valu_vcc_to_div_fmas))
-        if base in _READLANE:
-            lane_source = _vector_regs(ins.operands[1], accum_offset)
-            needs.append(("vgpr", lane_source, vh.valu_to_readlane_src))
-    elif h.cls == "vmem":
-        if h.sr:
+    elif h.mfma is not None:
+        needs.append(("exec", _EXEC, vh.valu_exec_to_mfma))
+    elif h.cls in ("vmem", "ds"):
+        if h.cls == "vmem" and h.sr:
             needs.append(("sgpr", h.sr, vh.valu_sgpr_to_vmem_read))
-        data = _wide_store_data(ins)
+        if h.vdef | h.vw:
+            made["vdef"] = h.vdef | h.vw
+        data = _wide_store_data(ins) if h.cls == "vmem" else None
         if data is not None:
             made["store"] = _vector_regs(data, accum_offset)
     return made, [n for n in needs if n[1] and n[2] > 0]
+
+
+def _cross_lane_needs(h, ins, vh, accum_offset) -> list:
+    """The rules of the cross-lane VALU instructions: lane reads / writes (their lane source and lane select), DPP
+    (every VGPR it names: the destination's old value stays in the lanes it does not write) and permlane swaps
+    (both operands), each also after a VALU write of EXEC."""
+    base, needs = ins.base, []
+    if base in LANE_READ_OPS:
+        needs.append(("vgpr", _vector_regs(ins.operands[1], accum_offset), vh.valu_to_readlane_src))
+    if base in LANE_SELECT_OPS and len(ins.operands) > 2:
+        needs.append(("sgpr", _scalar_regs(ins.operands[2]), vh.valu_sgpr_to_lane_select))
+    if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
+        needs.append(("exec", _EXEC, vh.valu_exec_to_lane_op))
+    dpp, permlane = ins.suffix == "dpp", base in PERMLANE_SWAP_OPS
+    if dpp or permlane:
+        named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
+        if dpp:
+            needs += [("vdef", named, vh.vgpr_write_to_dpp_read), ("exec", _EXEC, vh.valu_exec_to_dpp)]
+        else:
+            needs += [("vgpr", named, vh.valu_to_permlane_swap), ("exec", _EXEC, vh.valu_exec_to_permlane_swap)]
+    return needs
+
+
+def _scalar_regs(op) -> frozenset:
+    if not isinstance(op, Reg) or op.kind != "s":
+        return frozenset()
+    return frozenset(range(op.index, op.index + op.count))
 
 
 def _wide_store_data(ins):
@@ -147,6 +182,8 @@ def check(m, g, h, pc):
 
 def _name(m, kind, regs) -> str:
     reg = min(regs)
+    if kind == "exec":
+        return "exec"
     return m.prog.sreg_name(reg) if kind == "sgpr" else m.prog.reg_name(reg)
 
 

@@ -6,9 +6,10 @@ import re
 
 import torch
 
-from ....amdgcn.arch import TIMING
-from ....ir.types import DTYPES
-from .. import load
+from ..amdgcn.arch import TIMING
+from ..ir.types import DTYPES
+from ..runtime.emulator import load
+from .grid import estimate
 
 _PARAM = re.compile(r"^\s*param (\w+): (?:tensor<(\w+)> shape=\(([^)]*)\) strides=\(([^)]*)\)|scalar<(\w+)>)", re.M)
 
@@ -24,7 +25,7 @@ def entry_args(entry) -> list:
         if dtype:
             shape, strides = _ints(shape), _ints(strides)
             size = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
-            params[name] = torch.zeros(size, dtype=DTYPES[dtype].torch).as_strided(shape, strides)
+            params[name] = torch.zeros(size, dtype=getattr(torch, DTYPES[dtype].name)).as_strided(shape, strides)
         else:
             params[name] = 1.0 if scalar.startswith("f") else 1
     return [params[a["name"]] for a in entry.meta.get("args", [])]
@@ -33,5 +34,5 @@ def entry_args(entry) -> list:
 def estimate_entry(entry, device=None, **options):
     meta = entry.meta
     module = load(entry.hsaco_path, arch=meta["arch"])
-    return module.estimate(meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
-                           device=device or TIMING[meta["arch"]].device, **options)
+    return estimate(module, meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
+                    device=device or TIMING[meta["arch"]].device, **options)

@@ -14,8 +14,9 @@ import math
 
 import torch
 
-from ....amdgcn.arch import DEVICES, TIMING
-from ....errors import ArgumentError
+from ..amdgcn.arch import DEVICES, TIMING
+from ..errors import ArgumentError
+from ..runtime.emulator.tracing import dim3
 from .cu import simulate
 from .l2 import hit_rate
 from .ops import classify
@@ -96,15 +97,13 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     2*M*N*K). `trace`: a path to write the simulated schedule as Chrome/Perfetto trace events.
     `detail_iterations`: loop trips simulated before a loop is fast-forwarded; default 4 per workgroup
     resident on a CU (co-resident workgroups take a few trips each to settle into their steady stagger)."""
-    from .. import _dim3
-
     dev_name, t = timing_of(device)
     arch = module.arch
     if TIMING[arch.name] is not t:
         other = next(d for d, a in DEVICES.items() if a == arch.name)
         raise ArgumentError(f"tilegcn: the code object is for {arch.name} ({other}); {dev_name} runs "
                             f"{DEVICES[dev_name]} code objects: compile for that arch to estimate it there")
-    grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+    grid, block = dim3(grid, "grid"), dim3(block, "block")
     clock = float(clock_hz or t.clock_hz)
     info = module.kernels.get(name)
     if info is None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..decode import Const
-from ..mfma import shape_of
+from ..runtime.emulator.tracing import Const
+from ..runtime.emulator.tracing import mfma_shape as shape_of
 
 _WIDTH = [
     (re.compile(r"dwordx(\d)"), lambda m: 4 * int(m.group(1))),

@@ -1,8 +1,12 @@
 """A timing model of MI300X (gfx942) / MI355X (gfx950), driven by the emulated device.
 
-    est = module.estimate("gemm", grid, block, args, device="MI355X")    # any loaded code object
-    est = kernel.estimate(device="MI355X")                              # a tilegcn CompiledKernel
+    from tilegcn import perfmodel
+    est = perfmodel.estimate(module, "gemm", grid, block, args, device="MI355X")   # any loaded code object
+    est = kernel.estimate(device="MI355X")                                       # a tilegcn CompiledKernel
     est.cycles, est.seconds, est.tflops, est.breakdown; print(est)
+
+It is a package of its own, above the emulated device: it observes runs through the emulator's public trace
+API (tilegcn/runtime/emulator/tracing.py) and the emulator never imports it.
 
 Architecture (why this shape): the functional emulator already decodes every instruction, computes every
 address and the LDS bank-conflict phases of every DS access; a separate static model would have to

@@ -2,7 +2,7 @@
 
 `record(module, name, grid, block, args, ...)` runs the kernel on the emulated device for the workgroups
 that share one XCD in the first dispatch round (workgroup i goes to XCD i % 8) and observes it through
-the machine's trace hook:
+the emulator's public trace API (tilegcn/runtime/emulator/tracing.py):
 - the *stream* of each wave of the first of those workgroups: its pc sequence, with the extra LDS cycles
   of every DS instruction (the emulator's bank-conflict phases), and markers where a loop was skipped;
 - the *footprint* of every recorded workgroup: the 128-byte lines its global loads touch in each loop
@@ -26,9 +26,7 @@ import copy
 import numpy as np
 import torch
 
-from ....errors import EmulatorError
-from ..decode import Const, Reg
-from ..machine import Machine
+from ..runtime.emulator.tracing import Const, Reg, StopRun, run_traced, traced_machine
 
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
@@ -125,7 +123,7 @@ class Tracer:
             self.segment[w] = self.segment.get(w, 0) + 1
         if self.stop_after is not None and len(self.segment) == self.m.W and \
                 min(self.segment.values()) > self.stop_after:
-            raise _Done()
+            raise StopRun()
         n = self.trips.get(pc, 0) + 1
         self.trips[pc] = n
         m = self.m
@@ -194,34 +192,7 @@ def _as_int(v, signed):
     return v - (1 << 32) if signed and v & 0x80000000 else v
 
 
-class _Done(Exception):
-    """Raised by the footprint run's tracer once every wave is past the iterations it records."""
-
-
-def _machine(module, name, launch_args, wgs, handlers=None):
-    launch = module.prepare(name, **launch_args)
-    prog = launch.program
-    if handlers is not None:
-        prog = copy.copy(prog)
-        prog.handlers = handlers(prog.handlers)
-    machine = Machine(prog, launch.grid, launch.block, launch.dispatch, launch.tensors, False, launch.device)
-    machine.wg_subset = list(wgs)
-    return machine
-
-
-def _run(machine):
-    from .. import _launch_threads
-
-    threads, want = torch.get_num_threads(), _launch_threads()
-    torch.set_num_threads(want)
-    try:
-        machine.run()
-    except _Done:
-        machine.mem.finish()
-    except EmulatorError as e:
-        raise EmulatorError(f"tilegcn timing: the functional run that feeds the timing model failed: {e}") from None
-    finally:
-        torch.set_num_threads(threads)
+_WHAT = "tilegcn timing: the functional run that feeds the timing model"
 
 
 def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
@@ -231,15 +202,15 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
       LDS accesses (their values cannot change the addresses of GEMM-like kernels) and stops once every
       wave is past the iterations it records, so it costs a few loop trips of address arithmetic.
     """
-    machine = _machine(module, name, launch_args, wgs[:1])
-    tracer = machine.tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
-    _run(machine)
+    machine = traced_machine(module, name, launch_args, wgs[:1])
+    tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
+    run_traced(machine, tracer, _WHAT)
     program = machine.prog
-    machine = _machine(module, name, launch_args, wgs, _addresses_only)
-    foot = machine.tracer = Tracer(machine, module.instrs, 0, line_bytes)
+    machine = traced_machine(module, name, launch_args, wgs, _addresses_only)
+    foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
-    _run(machine)
+    run_traced(machine, foot, _WHAT)
     return Trace(program, tracer.streams, foot.footprints)
 
 

@@ -1,0 +1,137 @@
+"""The element-function table: every function an element expression may apply, one row each.
+
+A row holds what is true of the function whatever the target: its name (the IR's and the printed text's), arity,
+whether it gives a value or a condition, its fp32 semantics on Python floats (constant folding), the torch
+reference the tests compare against and the precision the device reaches against that reference (the docstring of
+its `T.` spelling states it; a test checks they agree). The surface (language/elementwise.py) builds a `Call` of the
+row's name, the printer prints `name(args)`, the lowering (passes/elementwise.py, LOWERINGS) keeps one instruction
+sequence per row name, and tests/test_elemfn.py checks every row against torch on the emulated device for each arch.
+Adding a function: docs/internals.md, "Adding an element function".
+
+Nothing here imports torch: `reference` receives the torch module as its first argument.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+VALUE, CONDITION = "value", "condition"
+
+# Largest finite value of each element dtype (T.max_value; T.min_value is its negation).
+MAX_FINITE = {"float32": float(np.finfo(np.float32).max), "float16": 65504.0,
+              "bfloat16": struct.unpack("<f", struct.pack("<I", 0x7F7F0000))[0]}
+
+
+@dataclass(frozen=True)
+class ElemFn:
+    name: str  # IR name, printed as name(args); also the T.<name> spelling where `operator` is None
+    arity: int
+    fold: Callable  # fp32 semantics on Python floats: the folded value (rounded to fp32 after) or a bool
+    reference: Callable  # (torch, *tensors) -> tensor: what tests compare the device's result with
+    precision: str  # against `reference`, over the sweep of tests/test_elemfn.py (edge values included)
+    max_ulp: int  # the bound the precision states, in fp32 ulps from the correctly rounded result (tests check it)
+    result: str = VALUE  # VALUE, or CONDITION (a comparison: only T.if_then_else consumes it)
+    operator: str | None = None  # the Python operator that builds it (`a + b`), or None for a T. function
+    operands: tuple = ()  # what each operand must be (VALUE / CONDITION); () means all values
+
+    @property
+    def operand_kinds(self) -> tuple:
+        return self.operands or (VALUE,) * self.arity
+
+    @functools.cached_property
+    def evaluation_order(self) -> tuple:
+        """Operand positions in the order the lowering evaluates them: values first, then a condition, which lives
+        in VCC, a register that value sequences (T.exp, T.max) overwrite."""
+        return tuple(sorted(range(self.arity), key=lambda k: self.operand_kinds[k] == CONDITION))
+
+
+def _f64(fn):
+    """fn on numpy float64 with IEEE results for every input (inf, NaN) instead of exceptions or warnings."""
+    def folded(*args):
+        with np.errstate(all="ignore"):
+            return float(fn(*(np.float64(a) for a in args)))
+    return folded
+
+
+def _nan_or(pick):
+    """T.max / T.min folded: NaN when either operand is NaN, as torch.maximum / torch.minimum."""
+    return lambda a, b: math.nan if math.isnan(a) or math.isnan(b) else pick(a, b)
+
+
+def _f32_divide(a: float, b: float) -> float:
+    with np.errstate(all="ignore"):
+        return float(np.float32(a) / np.float32(b))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _rsqrt(x):
+    return np.copysign(np.inf, x) if x == 0 else 1.0 / np.sqrt(x)
+
+
+EXACT = "exact (correctly rounded fp32, as torch)"
+# Transcendentals: measured on the emulated device over tests/test_elemfn.py's sweep (0, -0, denormals, +-inf, NaN,
+# 1e-45 .. 3e38 of both signs), where the hardware instructions are modelled within their 1 ulp (docs/isa-notes.md).
+ROWS = (
+    # -- arithmetic: Python operators on element expressions
+    ElemFn("add", 2, lambda a, b: a + b, lambda t, a, b: a + b, EXACT, 0, operator="+"),
+    ElemFn("sub", 2, lambda a, b: a - b, lambda t, a, b: a - b, EXACT, 0, operator="-"),
+    ElemFn("mul", 2, lambda a, b: a * b, lambda t, a, b: a * b, EXACT, 0, operator="*"),
+    ElemFn("div", 2, _f32_divide, lambda t, a, b: a / b, EXACT + "; IEEE x/0", 0, operator="/"),
+    ElemFn("neg", 1, lambda a: -a, lambda t, a: -a, "exact (a sign flip: -(0.0) is -0.0)", 0, operator="-x"),
+    # -- selection
+    ElemFn("max", 2, _nan_or(max), lambda t, a, b: t.maximum(a, b), "exact; NaN if either operand is NaN", 0),
+    ElemFn("min", 2, _nan_or(min), lambda t, a, b: t.minimum(a, b), "exact; NaN if either operand is NaN", 0),
+    ElemFn("abs", 1, abs, lambda t, a: t.abs(a), "exact (clears the sign bit)", 0),
+    # -- transcendental: the hardware instructions with LLVM's range reduction (passes/elementwise.py)
+    ElemFn("exp", 1, _f64(np.exp), lambda t, a: t.exp(a), "max 1 ulp (denormal results included)", 1),
+    ElemFn("exp2", 1, _f64(np.exp2), lambda t, a: t.exp2(a), "max 1 ulp where x >= -126; below, 0 (no denormal "
+           "results: T.exp keeps them)", 1),
+    ElemFn("log", 1, _f64(np.log), lambda t, a: t.log(a), "max 2 ulp (denormal inputs included); log(0) = -inf, "
+           "log(x < 0) = NaN", 2),
+    ElemFn("log2", 1, _f64(np.log2), lambda t, a: t.log2(a), "max 1 ulp (denormal inputs included); log2(0) = "
+           "-inf, log2(x < 0) = NaN", 1),
+    ElemFn("sqrt", 1, _f64(np.sqrt), lambda t, a: t.sqrt(a), EXACT + ", denormals included; sqrt(x < 0) = NaN", 0),
+    ElemFn("rsqrt", 1, _f64(_rsqrt), lambda t, a: t.rsqrt(a), "max 1 ulp (denormal inputs included); "
+           "rsqrt(+-0) = +-inf", 1),
+    ElemFn("tanh", 1, _f64(np.tanh), lambda t, a: t.tanh(a), "max 2 ulp", 2),
+    ElemFn("sigmoid", 1, _f64(_sigmoid), lambda t, a: t.sigmoid(a), "max 3 ulp (denormal results included)", 3),
+    ElemFn("erf", 1, math.erf, lambda t, a: t.erf(a), "max 2 ulp; max abs error 1e-7", 2),
+    # -- comparisons: conditions for T.if_then_else (IEEE: false when either is NaN, except !=)
+    ElemFn("lt", 2, lambda a, b: a < b, lambda t, a, b: a < b, "exact", 0, CONDITION, operator="<"),
+    ElemFn("le", 2, lambda a, b: a <= b, lambda t, a, b: a <= b, "exact", 0, CONDITION, operator="<="),
+    ElemFn("gt", 2, lambda a, b: a > b, lambda t, a, b: a > b, "exact", 0, CONDITION, operator=">"),
+    ElemFn("ge", 2, lambda a, b: a >= b, lambda t, a, b: a >= b, "exact", 0, CONDITION, operator=">="),
+    ElemFn("eq", 2, lambda a, b: a == b, lambda t, a, b: a == b, "exact", 0, CONDITION, operator="=="),
+    ElemFn("ne", 2, lambda a, b: a != b, lambda t, a, b: a != b, "exact (true when either is NaN)", 0, CONDITION,
+           operator="!="),
+    ElemFn("if_then_else", 3, lambda c, a, b: a if c else b, lambda t, c, a, b: t.where(c, a, b), "exact", 0,
+           operands=(CONDITION, VALUE, VALUE)),
+)
+
+ELEMENT_FUNCTIONS = {row.name: row for row in ROWS}
+
+
+def fn(name: str) -> ElemFn:
+    return ELEMENT_FUNCTIONS[name]
+
+
+def round_to(dtype_name: str, x: float) -> float:
+    """x rounded to nearest even in `dtype_name` (float32, float16, bfloat16), as a Python float; past the range
+    +-inf (IEEE overflow), never an exception."""
+    with np.errstate(all="ignore"):
+        if dtype_name == "float16":
+            return float(np.float16(np.float32(x)))
+        f32 = np.float32(x)
+        if dtype_name != "bfloat16" or math.isnan(f32):
+            return float(f32)
+    bits = struct.unpack("<I", struct.pack("<f", f32))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on the upper 16 bits
+    return struct.unpack("<f", struct.pack("<I", bits))[0]

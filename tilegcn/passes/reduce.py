@@ -1,0 +1,208 @@
+"""Reduction lowering: T.reduce_sum / max / min / absmax / abssum of a fragment along one dimension.
+
+Input: a Reduce statement whose source and destination have layouts. The reduction is planned from the two
+layouts' coords (`plan_reduction`): the source registers of a thread are grouped by the destination register
+(a *slot*) of the output element they belong to, and the threads that hold parts of one output element must be
+exactly the threads that differ in some thread-id bits. Output code:
+per slot, the thread's own elements combined in element order (in-thread), then across the lanes of those bits
+(passes/xlane.py: DPP, ds_swizzle, ds_bpermute, v_permlane*_swap), then across waves through LDS scratch that
+`scratch_buffers` reserves before the LDS allocation (so the LDS budget counts it).
+
+The destination's layout is the *slice* of the source's (ir/layout.py Slice, given by layout inference from
+the op's constraint): every thread keeps the output elements of the rows it held, replicated over the thread-id
+bits that were reduced, so a destination may have fewer elements than the workgroup has threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..amdgcn.isa import Reg
+from ..amdgcn.memory import _lane_values
+from ..errors import CompileError
+from ..ir import nodes as N
+from ..ir.ops import statements_of
+from ..ir.types import float32
+from .context import Context
+from .gemm import lds_barrier
+from .layout import TID
+from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
+
+
+@dataclass
+class ReductionPlan:
+    slots: list  # per destination register slot: the source elements r (of every thread) reduced into it, in order
+    reduce_bits: int  # thread-id bits whose threads hold different partials of one output element
+
+    def lane_bits(self, wave_size: int) -> int:
+        return self.reduce_bits & (wave_size - 1)
+
+    def wave_bits(self, wave_size: int) -> int:
+        return self.reduce_bits >> (wave_size.bit_length() - 1)
+
+
+def _per_thread(expr, threads: int) -> np.ndarray:
+    """Integer `expr` (SymPy in TID) at every thread id (exactly, in integers where memory._lane_values knows the
+    form, else through sympy.lambdify)."""
+    expr = sympy.sympify(expr)
+    values = _lane_values(expr, TID, threads)
+    if values is None:
+        values = sympy.lambdify(TID, expr, modules="numpy")(np.arange(threads, dtype=np.int64))
+    return np.broadcast_to(np.asarray(values, dtype=np.int64), (threads,))
+
+
+def _flat(coords, shape, skip: int | None, threads: int) -> np.ndarray:
+    """Per thread, the row-major flat index of `coords` in `shape` without dim `skip`."""
+    flat = np.zeros(threads, dtype=np.int64)
+    for d, extent in enumerate(shape):
+        if d != skip:
+            flat = flat * extent + _per_thread(coords[d], threads)
+    return flat
+
+
+def _refuse(s, why: str):
+    raise CompileError(f"T.reduce_{s.op} of {s.src.name}{list(s.src.shape)} along dim {s.dim}: {why}; "
+                       "this layout is not supported yet (reduce a fragment that T.copy loads or a T.gemm "
+                       "accumulator)", location=s.loc)
+
+
+def _invariant_bits(arrays, threads: int) -> int:
+    """The thread-id bits whose flip changes none of `arrays` (per-thread values) for any thread."""
+    tids = np.arange(threads)
+    bits = 0
+    for k in range(max(threads - 1, 0).bit_length()):
+        if all(np.array_equal(a, a[tids ^ (1 << k)]) for a in arrays):
+            bits |= 1 << k
+    return bits
+
+
+def _by_output(src_lay, s, threads: int) -> tuple:
+    """({output flat index per thread, as bytes: [source elements r]}, {same key: the array}), in element order."""
+    classes: dict = {}
+    arrays: dict = {}
+    for r in range(src_lay.elems):
+        flat = _flat(src_lay.coords(r, threads), s.src.shape, s.dim, threads)
+        classes.setdefault(flat.tobytes(), []).append(r)
+        arrays[flat.tobytes()] = flat
+    return classes, arrays
+
+
+def _output_bits(s, arrays: dict, threads: int) -> int:
+    """The thread-id bits over which the threads holding parts of one output element differ; refuses layouts where
+    those threads are not exactly the group of some bits (the butterfly's precondition)."""
+    bits = _invariant_bits(arrays.values(), threads)
+    held = [set(a.tolist()) for a in arrays.values()]
+    out_numel = s.src.numel // s.src.shape[s.dim]
+    groups = threads >> bin(bits).count("1")
+    if any(len(h) != groups for h in held) or len(set().union(*held)) != out_numel or \
+            sum(len(h) for h in held) != out_numel:
+        _refuse(s, "the threads holding parts of one output element are not the threads that differ in some "
+                   "thread-id bits")
+    return bits
+
+
+def plan_reduction(src_lay, dst_lay, s, threads: int) -> ReductionPlan:
+    """Which source elements reduce into which destination register, and over which thread-id bits. Works from the
+    two layouts' coords alone (evaluated for every thread), so any pair of layouts where each thread holds the
+    outputs of the source elements it holds will do."""
+    classes, arrays = _by_output(src_lay, s, threads)
+    out_bits = _output_bits(s, arrays, threads)
+    by_key = {}
+    for slot in range(dst_lay.elems):
+        coords = dst_lay.coords(slot, threads)
+        skip = s.dim if len(s.dst.shape) == len(s.src.shape) else None
+        by_key[_flat(coords, s.dst.shape, skip, threads).tobytes()] = slot
+    if sorted(by_key) != sorted(classes) or len(by_key) != dst_lay.elems:
+        _refuse(s, f"the layout of {s.dst.name} does not keep each output element on the threads that hold its parts")
+    slots = [classes[key] for key, _ in sorted(by_key.items(), key=lambda kv: kv[1])]
+    source_copies = _invariant_bits([_per_thread(c, threads) for r in range(src_lay.elems)
+                                     for c in src_lay.coords(r, threads)], threads)
+    return ReductionPlan(slots, out_bits & ~source_copies)
+
+
+def reductions(kernel: N.Kernel) -> list:
+    return statements_of(kernel.body, "reduce")
+
+
+def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
+    """{Reduce: shared Buffer} for the reductions that cross waves: LDS scratch of one fp32 per output slot and
+    lane group (xlane.scratch_bytes)."""
+    out = {}
+    for s in reductions(kernel):
+        plan = plan_reduction(layouts[s.src], layouts[s.dst], s, kernel.threads)
+        if plan.wave_bits(arch.wave_size):
+            words = scratch_bytes(kernel.threads, len(plan.slots), plan.lane_bits(arch.wave_size)) // 4
+            out[s] = N.Buffer(f"{s.dst.name}_partials", N.SHARED, float32, (words,), loc=s.loc)
+    return out
+
+
+# ---- lowering ----------------------------------------------------------------------------------------------
+
+def _read(ctx: Context, s, r: int, temps: list):
+    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`."""
+    value, temp = ctx.read_f32(s.src, r)
+    if temp:
+        temps.append(value)
+    return Abs(value) if s.op.startswith("abs") else value
+
+
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg) -> Reg:
+    """acc = op over this thread's source elements `rs`, in element order."""
+    b = ctx.b
+    temps: list = []
+    first = _read(ctx, s, rs[0], temps)
+    if len(rs) == 1:
+        if isinstance(first, Abs):
+            b.valu("v_and_b32", acc, ABS_MASK, first.reg)
+        else:
+            b.valu("v_mov_b32", acc, first)
+    else:
+        red.combine(acc, first, _read(ctx, s, rs[1], temps))
+        for r in rs[2:]:
+            red.combine(acc, acc, _read(ctx, s, r, temps))
+            for t in temps:
+                b.v.free(t)
+            temps = []
+    for t in temps:
+        b.v.free(t)
+    return acc
+
+
+def lower_reduce(ctx: Context, s):
+    """In-thread, across lanes, across waves; the results land in the destination's registers (fp32 ones directly,
+    where the old values are not needed), combined with the old values for clear=False."""
+    b = ctx.b
+    plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
+    dst_lay = ctx.layouts[s.dst]
+    direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
+    red = Reducer(b, s.op)
+    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else b.v.alloc(what=f"{s.dst.name} partial"))
+              for slot, rs in enumerate(plan.slots)]
+    lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
+    red.across_lanes(values, lane_bits)
+    red.free()
+    if wave_bits:
+        red.across_waves(values, lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
+                         lambda access: lds_barrier(ctx, access))
+    if direct:
+        return
+    if not s.clear:
+        for slot, x in enumerate(values):
+            old, temp = ctx.read_f32(s.dst, slot)
+            red.combine(x, x, old)
+            if temp:
+                b.v.free(old)
+    _store(ctx, s.dst, values)
+    for x in values:
+        b.v.free(x)
+
+
+def _store(ctx: Context, dst: N.Buffer, values: list):
+    if not ctx.layouts[dst].packed:
+        for slot, x in enumerate(values):
+            ctx.write_f32(dst, slot, x)
+        return
+    for slot in range(0, len(values), 2):
+        ctx.write_f32(dst, slot, values[slot], values[slot + 1] if slot + 1 < len(values) else None)
