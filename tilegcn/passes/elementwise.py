@@ -14,8 +14,10 @@ import sympy
 
 from ..amdgcn.isa import VCC, Reg, float_literal
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..errors import CompileError
 from ..ir import elemfn
 from ..ir import nodes as N
+from ..ir.layout import Slice, register_of
 from ..ir.ops import TileOp
 from .context import Context
 
@@ -67,6 +69,19 @@ class ElementEvaluator:
     def __init__(self, ctx: Context, prefetched: dict):
         self.ctx, self.b, self.prefetched = ctx, ctx.b, prefetched
         self.temps: list = []
+        self._registers: dict = {}  # (fragment, index) -> its register for each element of the loop
+
+    def register_of(self, e: N.ElemRef, r: int) -> int:
+        """The register of fragment `e.buffer` holding the element `e` reads at loop element r: r itself at the
+        loop's own indices; for a broadcast read (x[i] in T.Parallel(M, N), x[0]) the register layout
+        inference placed that element in, on this same thread."""
+        store = self.ctx.current_parallel
+        if tuple(e.index) == tuple(store.indices):
+            return r
+        key = (e.buffer, tuple(e.index))
+        if key not in self._registers:
+            self._registers[key] = _broadcast_registers(self.ctx, store, e)
+        return self._registers[key][r]
 
     def temp(self) -> Reg:
         reg = self.b.v.alloc()
@@ -100,7 +115,7 @@ class ElementEvaluator:
         if isinstance(e, N.ElemRef):
             if e.buffer.scope == N.GLOBAL:
                 return self.prefetched[(e.buffer, _element_index(self.ctx, e, r))]
-            value, is_temp = self.ctx.read_f32(e.buffer, r)
+            value, is_temp = self.ctx.read_f32(e.buffer, self.register_of(e, r))
             if is_temp:
                 self.temps.append(value)
             return value
@@ -130,8 +145,11 @@ class ElementEvaluator:
         value sequences of exp, max, ... overwrite), folded where all are known, else its LOWERINGS row."""
         row = elemfn.ELEMENT_FUNCTIONS[e.fn]
         operands = [None] * row.arity
-        for k in row.evaluation_order:
+        for n, k in enumerate(row.evaluation_order):
             operands[k] = self.eval(e.args[k], r)
+            if operands[k] is VCC and n + 1 < row.arity:  # another condition comes: keep this one in an SGPR pair
+                operands[k] = self.b.s.alloc(2, align=2, what="a condition")
+                self.b.emit("s_mov_b64", operands[k], VCC, defs=(operands[k],), uses=(VCC,))
         if all(type(x) is float or type(x) is bool for x in operands):
             folded = row.fold(*operands)
             return folded if row.result == elemfn.CONDITION else _f32(folded)
@@ -492,9 +510,27 @@ def _compare(op: str):
 def _if_then_else(ev, out, cond, a, b):
     if isinstance(cond, bool):
         return a if cond else b
-    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # VCC takes the one constant bus
-    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), VCC)
+    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # the mask takes the one constant bus
+    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), cond)
     return out
+
+
+def _logic(op: str):
+    """`&` / `|` of two conditions (lane masks: VCC or a saved SGPR pair, or a bool where one folded), into VCC."""
+    def lower(ev, out, a, b):
+        if isinstance(a, bool) or isinstance(b, bool):
+            known, mask = (a, b) if isinstance(a, bool) else (b, a)
+            if known == (op == "and"):  # True & m, False | m: m
+                return mask
+            return known
+        ev.b.emit(f"s_{op}_b64", VCC, a, b, defs=(VCC,), uses=(a, b))
+        return VCC
+    return lower
+
+
+def _not(ev, out, mask):
+    ev.b.emit("s_not_b64", VCC, mask, defs=(VCC,), uses=(mask,), comment="(inactive lanes are never selected)")
+    return VCC
 
 
 LOWERINGS = {
@@ -516,6 +552,9 @@ LOWERINGS = {
     "sigmoid": _sigmoid,
     "erf": _erf,
     **{op: _compare(op) for op in _COMPARE},
+    "and": _logic("and"),
+    "or": _logic("or"),
+    "not": _not,
     "if_then_else": _if_then_else,
 }
 
@@ -526,6 +565,25 @@ def _element_index(ctx: Context, e: N.ElemRef, r: int) -> tuple:
     coords = ctx.layouts[store.buffer].coords(r, ctx.threads)
     subs = dict(zip(store.indices, coords))
     return tuple(sympy.expand(sympy.sympify(i).xreplace(subs)) for i in e.index)
+
+
+def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
+    """For each element r of the loop, the register of `e.buffer` holding e's element on the same thread."""
+    loop, x = ctx.layouts[store.buffer].layout, ctx.layouts[e.buffer].layout
+    kept = tuple(d for d, i in enumerate(store.indices) if i in e.index)
+    dropped = tuple(d for d in range(len(store.indices)) if d not in kept)
+    if isinstance(x, Slice) and not x.keepdims and x.parent == loop and x.dims == dropped:
+        return [x.slice_register(r) for r in range(loop.elems)]
+    out = []
+    for r in range(loop.elems):
+        subs = dict(zip(store.indices, loop.coords(r)))
+        found = register_of(x, tuple(sympy.sympify(i).xreplace(subs) for i in e.index))
+        if found is None:
+            raise CompileError(f"internal: {e.buffer.name} ({x.describe()}) does not hold the element "
+                               f"T.Parallel reads for element {r} of {store.buffer.name} ({loop.describe()})",
+                               location=store.loc)
+        out.append(found)
+    return out
 
 
 def _prefetch_global_reads(ctx: Context, s: TileOp, elems: int) -> dict:
