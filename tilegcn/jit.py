@@ -901,6 +901,10 @@ def _jit_options(arch, **options) -> CompileOptions:
 def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
 
+    TileLang's two styles are read as TileLang reads them (docs/language.md): a function whose body defines and
+    returns a `@T.prim_func` is a kernel factory (`factory(N, D)` gives the jitted kernel), and one whose body
+    annotates its tensor parameters (`A: T.Tensor((M, N), dtype)`) takes every other parameter as a constant.
+
     `schedule`: "interleave" (default) list-schedules the code around MFMAs (the GEMM's K loop) so that LDS
     reads, copies and address math issue between back-to-back MFMAs; "plain" keeps the order the passes emit (to measure what scheduling buys).
     `copy`: how a pipelined K loop copies GEMM operands into LDS: "auto" (default: the per-arch choice, LDS DMA on

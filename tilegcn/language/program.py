@@ -186,7 +186,7 @@ def _body_tensors(fn) -> tuple:
         if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
                 and stmt.target.id in params:
             annotation = _tensor_annotation(stmt.annotation)
-            if annotation is not None:
+            if annotation is not None and stmt.target.id not in {t[0] for t in found}:  # the first one counts
                 found.append((stmt.target.id, *annotation))
     return tuple(found)
 
