@@ -283,3 +283,22 @@ def test_finalize_reducer_takes_a_reducer_once():
 
     with pytest.raises(CompileError, match=r"takes a buffer from T.alloc_reducer"):
         not_a_reducer.compile(torch.empty(64))
+
+
+def test_a_cross_wave_reduction_in_every_trip_of_a_serial_loop():
+    """Trip k + 1 writes the reduction's LDS partials that trip k's waves read: the loop head needs a barrier
+    (the emulator reported a write-after-read race before the loop lowering counted the reduction's scratch)."""
+    @tilegcn.jit
+    def row_sums_by_trip(X, Y, *, rows=2):
+        M, N = X.shape
+        with T.Kernel(T.ceildiv(M, rows), threads=128) as bx:  # two waves: the sum crosses waves through LDS
+            x = T.alloc_fragment((1, N), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            for k in T.serial(rows):
+                T.copy(X[bx * rows + k, 0], x)
+                T.reduce_sum(x, s, dim=1)
+                T.copy(s, Y[bx * rows + k])
+
+    x, y = torch.randn(4, 256), torch.empty(4)
+    row_sums_by_trip(x, y)
+    torch.testing.assert_close(y, x.sum(dim=1), rtol=1e-5, atol=1e-5)

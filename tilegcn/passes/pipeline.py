@@ -22,7 +22,9 @@ def lower_loop(ctx: Context, s, lower_body):
     counter = b.s.alloc(what=f"loop counter {s.var}")
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
-    if any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.reads() + x.writes()):
+    body = list(N.walk(s.body))
+    if any(r.buffer.scope == N.SHARED for x in body for r in x.reads() + x.writes()) \
+            or any(x in ctx.reduce_scratch for x in body):  # a reduction's cross-wave partials are LDS too
         ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
     pipe = ctx.pipe
     outer_writes = None
