@@ -39,7 +39,8 @@ def _public(module, skip):
     return [(f"{module.__name__}.{name}", getattr(module, name)) for name in module.__all__ if name not in skip]
 
 
-LANGUAGE = _public(T, skip={"float", "float32", "float16", "bfloat16"})  # dtype values, documented on the language page
+# dtype values (T.float is TileLang's name of float32), documented on the language page
+LANGUAGE = _public(T, skip={"float", "float32", "float16", "bfloat16"})
 API = _public(tilegcn, skip={"__version__", "language", "errors"})  # the two modules are documented as pages
 ERRORS = {name for name, obj in API if inspect.isclass(obj) and issubclass(obj, (Exception, Warning))}
 
