@@ -37,6 +37,7 @@ from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
+from .passes.memspace import stage_memory_accesses
 from .passes.layout import TID, assign_layouts, plan_layouts
 from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
@@ -129,6 +130,10 @@ class Pass:
 def _verify(c: Compilation):
     c.kernel = c.traced
     verify(c.kernel)
+
+
+def _stage_memory(c: Compilation):
+    c.kernel = stage_memory_accesses(c.kernel)
 
 
 def _pipeline(c: Compilation):
@@ -237,6 +242,8 @@ def _render(c: Compilation):
 
 PASSES = (
     Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
+    Pass("memory_staging", _stage_memory, "shared / global element access and shared copies through fragments "
+         "(passes/memspace.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("reduction_scratch", _reduction_scratch, "LDS scratch of cross-wave reductions (passes/reduce.py)"),

@@ -9,8 +9,9 @@ from ..errors import CompileError
 from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Region
 from ..ir.ops import LOAD, TileOp, register
 from ..passes.copy import lower_copy
+from ..passes.memspace import stage_copy
 
-_UNSUPPORTED = ((SHARED, GLOBAL), (FRAGMENT, SHARED), (SHARED, SHARED))
+_UNSUPPORTED = ((SHARED, SHARED),)
 
 
 @register
@@ -46,6 +47,10 @@ class Copy(TileOp):
 
     def copy_pairs(self):
         return ((self.src.buffer, self.dst.buffer),)
+
+    def staged(self, stager):
+        """Global <-> shared (not a T.gemm operand): through a staging fragment (passes/memspace.py)."""
+        return stage_copy(self, stager)
 
     def k_loop_role(self):
         return LOAD if (self.src.buffer.scope, self.dst.buffer.scope) == (GLOBAL, SHARED) else None

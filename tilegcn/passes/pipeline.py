@@ -24,6 +24,8 @@ def lower_loop(ctx: Context, s, lower_body):
     head = b.label("loop")
     if any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.reads() + x.writes()):
         ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
+        if ctx.pipe is None and any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.writes()):
+            ctx.lds_state = "any"  # ... and its writes precede this iteration's reads (element access, memspace.py)
     pipe = ctx.pipe
     outer_writes = None
     if pipe is not None:
