@@ -48,6 +48,28 @@ def test_shared_tile_updated_in_place_and_copied_out_with_ragged_rows(arch, dtyp
 
 
 @tilegcn.jit
+def fragment_through_shared(X, Y, *, block_M=16, block_N=32):
+    """Y = X via T.copy fragment -> shared -> fragment (of another dtype) -> global."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=64) as (bx, by):
+        x = T.alloc_fragment((block_M, block_N), X.dtype)
+        y = T.alloc_fragment((block_M, block_N), "float32")
+        S = T.alloc_shared((block_M, block_N), X.dtype)
+        T.copy(X[by * block_M, bx * block_N], x)
+        T.copy(x, S)
+        T.copy(S, y)
+        T.copy(y, Y[by * block_M, bx * block_N])
+
+
+@pytest.mark.parametrize("arch,dtype", CASES)
+def test_fragment_to_shared_and_back(arch, dtype):
+    x = _randn(32, 64, dtype=dtype)
+    y = torch.full_like(x, float("nan"))
+    fragment_through_shared(x, y, arch=arch)
+    assert torch.equal(y, x)
+
+
+@tilegcn.jit
 def scale_by_shared_vector(X, Gamma, Y, *, block_M=4):
     """Y[r, j] = X[r, j] * (Gamma[j] * 2): a 1-D T.copy into shared, a shared vector written by one T.Parallel and
     read as a broadcast (G[j]) by another, whose threads hold other elements; the result stored to global inside
