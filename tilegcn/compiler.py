@@ -1,6 +1,7 @@
 """The compiler: verified tile IR -> AMDGCN assembly text plus metadata, as ONE ordered pass list (`PASSES`).
 
-  tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> reduction_scratch -> lds_allocation
+  tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> layout_inference (may add layout
+            conversions) -> reduction_scratch -> lds_allocation
   lowering: abi_prologue -> layouts -> workgroup_remap -> statements (copy, elementwise, gemm, loops; virtual registers)
   machine:  schedule -> regalloc -> waits -> hazards -> render
 
@@ -37,8 +38,9 @@ from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
+from .passes.layout import TID, assign_layouts, fragment_layouts
+from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
-from .passes.layout import TID, assign_layouts, plan_layouts
 from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
 
@@ -50,7 +52,7 @@ __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "F
 class Lowered:
     asm: str
     meta: dict
-    ir: str | None = None  # the tile IR after the tile-IR passes, when they changed it
+    ir: str | None = None  # the tile IR after the tile-IR passes (pipelining, layout inference)
 
 
 def lower_statements(ctx: Context, body: list):
@@ -101,6 +103,7 @@ class Compilation:
     kernel: N.Kernel | None = None  # after the tile-IR passes (a pipelined K loop rewritten)
     gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
     gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
+    layouts: dict = field(default_factory=dict)  # fragment Buffer -> ir.layout.Layout (passes/layout_inference.py)
     by_dma: Callable | None = None  # shared Buffer -> copied by LDS DMA? (the traced kernel's gemm operands)
     shared: dict = field(default_factory=dict)  # shared Buffer -> LDS byte offset
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
@@ -146,12 +149,16 @@ def _plan_gemms(c: Compilation):
     c.gemm_plans, c.gemm_operands = plan_gemms(c.kernel, c.arch)
 
 
+def _infer_layouts(c: Compilation):
+    c.kernel, c.layouts = infer_layouts(c.kernel, c.gemm_plans)
+
+
 def _reduction_scratch(c: Compilation):
     """The LDS scratch of cross-wave reductions becomes shared buffers of the kernel, so that the LDS allocation
     counts them against the budget and kernel.ir shows them."""
     if not reductions(c.kernel):
         return
-    c.reduce_scratch = scratch_buffers(c.kernel, plan_layouts(c.kernel, c.gemm_plans), c.arch)
+    c.reduce_scratch = scratch_buffers(c.kernel, fragment_layouts(c.kernel, c.gemm_plans, c.layouts), c.arch)
     if c.reduce_scratch:
         c.kernel = dataclasses.replace(c.kernel, buffers=[*c.kernel.buffers, *c.reduce_scratch.values()])
 
@@ -184,7 +191,7 @@ def _abi_prologue(c: Compilation):
 
 
 def _layouts(c: Compilation):
-    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans)
+    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts)
 
 
 def _workgroup_remap(c: Compilation):
@@ -237,7 +244,7 @@ def _render(c: Compilation):
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
                            dtype=a.param.dtype.name) for a in abi.args],
                 source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    c.lowered = Lowered(asm, meta, None if kernel is c.traced else print_kernel(kernel))
+    c.lowered = Lowered(asm, meta, print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None)
 
 
 PASSES = (
@@ -246,10 +253,12 @@ PASSES = (
          "(passes/memspace.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
+    Pass("layout_inference", _infer_layouts, "a layout for every fragment from the ops' constraints; layout "
+         "conversions where two uses disagree (passes/layout_inference.py)"),
     Pass("reduction_scratch", _reduction_scratch, "LDS scratch of cross-wave reductions (passes/reduce.py)"),
     Pass("lds_allocation", _allocate_lds, "LDS offsets of every shared buffer and pipeline stage; the LDS budget"),
     Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
-    Pass("layouts", _layouts, "the register layout of every fragment (passes/layout.py)"),
+    Pass("layouts", _layouts, "the registers of every fragment's layout (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
     Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),

@@ -859,8 +859,8 @@ def _lower_or_report(lower, kernel, options: CompileOptions):
 
 
 # kernel.ir holds the traced IR (what the key hashes), then, when a tile-IR pass rewrote it, this marker and
-# the rewritten IR (e.g. the software-pipelined loop)
-_PASSES_MARKER = "\n// after the tile-IR passes (software pipelining):\n"
+# the rewritten IR (e.g. the software-pipelined loop) with every fragment's inferred layout
+_PASSES_MARKER = "\n// after the tile-IR passes (software pipelining, layout inference):\n"
 
 
 def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:

@@ -8,9 +8,11 @@ each under `tilegcn/ops/`, registered with `@register`) owns everything the comp
 - access regions, `reads()` / `writes()`: the `Region`s of buffers the statement itself touches (a loop's body
   statements report their own);
 - `bodies()` / `with_bodies()`: the statement lists it holds (a loop's body), for every walk over a kernel;
-- layout facts: `layout_links()` (pairs of fragments that must share one layout), `forced_layouts()` (a layout
-  the op imposes on a buffer, e.g. the MFMA accumulator of a gemm), `copy_pairs()` (buffers moved as vectors,
-  whose element sizes bound a fragment's run length);
+- layout facts: `layout_constraints(gemm_plans, threads)` (what the op needs of its fragments' layouts, as the
+  constraint objects of ir/layout.py that layout inference solves: one layout shared, a slice of another, a
+  forced layout, whole vectors), `converted(rule, fresh)` (the statements replacing it when one of its
+  constraints disagrees with the other uses: a layout conversion, then the op on the converted fragment), and
+  `forced_layouts()` (the kind of layout it imposes on a buffer, e.g. the MFMA accumulator of a gemm);
 - software-pipelining facts: `k_loop_role()` (LOAD: a global -> shared tile load; COMPUTE: work that reads
   shared tiles), `pipeline_stages()` (the stages a loop asks for), `stage_writes()` (the pipeline stage an async
   copy lands in), `in_pipeline(ctx)` (whether its lowering shares the registers of a pipelined K loop);
@@ -85,16 +87,19 @@ class TileOp:
         return None
 
     # ---- layout facts ----
-    def layout_links(self) -> tuple:
-        """Pairs (a, b) of fragment buffers that must share one layout (they are processed element by element)."""
+    def layout_constraints(self, gemm_plans: dict, threads: int) -> tuple:
+        """What the op needs of the layouts of the fragments it touches: ir/layout.py's Force, Same, SliceOf,
+        Whole and Vector (`gemm_plans`: accumulator Buffer -> GemmPlan)."""
         return ()
+
+    def converted(self, rule, fresh) -> list | None:
+        """The statements that replace this op when its constraint `rule` disagrees with the layouts the other
+        uses gave (a layout conversion into a new fragment, then this op reading that one), or None where no
+        conversion can settle it. `fresh(buffer)` makes (a fragment like `buffer`, its LDS scratch)."""
+        return None
 
     def forced_layouts(self) -> tuple:
         """Pairs (buffer, layout kind) the op imposes, e.g. (C, MFMA_ACCUMULATOR) for a gemm."""
-        return ()
-
-    def copy_pairs(self) -> tuple:
-        """Pairs (src buffer, dst buffer) moved by whole vectors: their element sizes bound a fragment's run."""
         return ()
 
     # ---- software pipelining facts ----

@@ -81,7 +81,8 @@ class IRPrinter:
         return print_expr(e)
 
 
-def print_kernel(k: N.Kernel) -> str:
+def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
+    """`layouts` ({fragment Buffer: ir.layout.Layout}, after layout inference) adds each fragment's layout."""
     out = [f"kernel {k.name} grid={k.grid} block={k.block}"]
     for p in k.params:
         if p.kind == "tensor":
@@ -92,7 +93,8 @@ def print_kernel(k: N.Kernel) -> str:
             out.append(f"  param {p.name}: scalar<{p.dtype.name}>")
     for b in k.buffers:
         if b.scope != N.GLOBAL:
-            out.append(f"  alloc {b.scope} {b.name}: {b.dtype.name}{list(b.shape)}")
+            layout = f" layout={layouts[b].describe()}" if layouts and b in layouts else ""
+            out.append(f"  alloc {b.scope} {b.name}: {b.dtype.name}{list(b.shape)}{layout}")
     printer = IRPrinter()
     for s in k.body:
         s.print_to(printer)

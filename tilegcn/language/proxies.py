@@ -117,21 +117,28 @@ class BufferProxy(N.RefusesPythonOperators):
         return RegionRef(self.buffer, starts, extents)
 
     def _check_own_element(self, index):
-        """Inside T.Parallel a thread holds only the fragment elements of its own T.Parallel indices;
-        any other index (`x[j, i]`, `x[i, 0]`, `x[63 - i]`) names another thread's registers, which
-        tilegcn does not fetch: refused rather than read wrongly."""
+        """Inside T.Parallel a thread reads the fragment elements it holds: those at the T.Parallel indices in
+        order (`x[i, j]`), a broadcast of some of them in order (`x[i]` or `x[j]` in T.Parallel(M, N): layout
+        inference gives x the layout of the loop with the other dims reduced), or constants (`x[0]`: x held
+        whole by every thread). Any other index (`x[j, i]`, `x[63 - i]`, `x[i + 1]`) names another thread's
+        registers, which tilegcn does not fetch: refused rather than read wrongly."""
         from .tracer import current
 
-        indices = current().parallel[1]
-        if tuple(index) != tuple(indices):
-            names = {s: sympy.Symbol(str(s)[1:]) for s in indices}  # p_i -> i, as the user wrote it
-            want = ", ".join(str(names[s]) for s in indices)
-            got = ", ".join(str(sympy.sympify(k).xreplace(names)) for k in index)
-            raise CompileError(
-                f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
-                f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, "
-                f"[{want}] (other elements live in other threads); to permute or broadcast, copy "
-                "through a global tensor")
+        indices = list(current().parallel[1])
+        if _in_order(index, indices) or all(sympy.sympify(k).is_Integer for k in index):
+            for axis, (k, size) in enumerate(zip(index, self.buffer.shape)):
+                if sympy.sympify(k).is_Integer and not 0 <= int(k) < size:
+                    raise CompileError(f"{self.buffer.name}[{', '.join(map(str, index))}]: index {k} on dim {axis}"
+                                       f" is outside its shape {list(self.buffer.shape)}")
+            return
+        names = {s: sympy.Symbol(str(s)[1:]) for s in indices}  # p_i -> i, as the user wrote it
+        want = ", ".join(str(names[s]) for s in indices)
+        got = ", ".join(str(sympy.sympify(k).xreplace(names)) for k in index)
+        raise CompileError(
+            f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
+            f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, [{want}], at some of "
+            "them in order (a broadcast such as x[i]), or at constants (x[0]); other elements live in other "
+            "threads. To permute, copy through a global tensor")
 
     def __setitem__(self, key, value):
         from .tracer import current
@@ -148,6 +155,12 @@ class BufferProxy(N.RefusesPythonOperators):
 
     def __repr__(self):
         return f"<{self.buffer.scope} {self.buffer.name}: {self.buffer.dtype.name}{list(self.buffer.shape)}>"
+
+
+def _in_order(index, indices: list) -> bool:
+    """index is one or more distinct T.Parallel indices, in the loop's order."""
+    positions = [indices.index(k) if k in indices else -1 for k in index]
+    return bool(positions) and -1 not in positions and positions == sorted(set(positions))
 
 
 def _decision_refusal(what: str, value) -> str:

@@ -4,6 +4,7 @@ Importing this package registers every op; `tilegcn.ir.ops.REGISTRY` then maps o
 Adding an op: docs/internals.md, "Adding a tile op".
 """
 from .async_copy import AsyncCopy
+from .convert_layout import ConvertLayout
 from .copy import Copy
 from .fill import Fill
 from .gemm import Gemm
@@ -13,5 +14,5 @@ from .parallel import ParallelStore
 from .reduce import Reduce
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "CommitGroup", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce", "Swizzle",
-           "WaitGroup"]
+__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
+           "Swizzle", "WaitGroup"]

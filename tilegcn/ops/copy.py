@@ -7,9 +7,11 @@ from typing import ClassVar
 
 from ..errors import CompileError
 from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Region
+from ..ir.layout import Same, Vector
 from ..ir.ops import LOAD, TileOp, register
 from ..passes.copy import lower_copy
 from ..passes.memspace import stage_copy
+from .convert_layout import ConvertLayout
 
 _UNSUPPORTED = ((SHARED, SHARED),)
 
@@ -40,13 +42,23 @@ class Copy(TileOp):
     def writes(self):
         return (self.dst,)
 
-    def layout_links(self):
-        if self.src.buffer.scope == self.dst.buffer.scope == FRAGMENT:
-            return ((self.src.buffer, self.dst.buffer),)
+    def layout_constraints(self, gemm_plans, threads):
+        """Fragment to fragment: one layout (element r to element r); to or from global memory: the fragment is
+        moved in vectors of the global tensor's elements."""
+        src, dst = self.src.buffer, self.dst.buffer
+        if src.scope == dst.scope == FRAGMENT:
+            return (Same(src, dst, self),)
+        if GLOBAL in (src.scope, dst.scope) and FRAGMENT in (src.scope, dst.scope):
+            frag, other = (src, dst) if src.scope == FRAGMENT else (dst, src)
+            return (Vector(frag, other.dtype.bytes),)
         return ()
 
-    def copy_pairs(self):
-        return ((self.src.buffer, self.dst.buffer),)
+    def converted(self, rule, fresh):
+        """A fragment copy between two layouts is a layout conversion."""
+        if self.src.buffer.scope == self.dst.buffer.scope == FRAGMENT:
+            _, scratch = fresh(self.src.buffer)
+            return [ConvertLayout(self.src.buffer, self.dst.buffer, scratch, loc=self.loc)]
+        return None
 
     def staged(self, stager):
         """Global <-> shared (not a T.gemm operand): through a staging fragment (passes/memspace.py)."""

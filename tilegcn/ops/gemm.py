@@ -7,7 +7,9 @@ from typing import ClassVar
 
 from ..ir.nodes import Buffer
 from ..ir.ops import COMPUTE, MFMA_ACCUMULATOR, TileOp, register, whole
+from ..ir.layout import Force
 from ..passes.gemm import lower_gemm
+from ..passes.layout_inference import accumulator_layout
 
 
 @register
@@ -36,6 +38,11 @@ class Gemm(TileOp):
 
     def forced_layouts(self):
         return ((self.C, MFMA_ACCUMULATOR),)
+
+    def layout_constraints(self, gemm_plans, threads):
+        """The accumulator takes the MFMA accumulator layout of this gemm's plan."""
+        plan = gemm_plans.get(self.C)
+        return (Force(self.C, accumulator_layout(plan, threads), self),) if plan is not None else ()
 
     def k_loop_role(self):
         return COMPUTE

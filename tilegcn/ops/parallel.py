@@ -2,14 +2,17 @@
 (passes/elementwise.py lowers it, element by element of the fragment's layout)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import CompileError
-from ..ir.nodes import FRAGMENT, Buffer, ElemRef, Expr, walk_expr
+from ..ir.layout import Same, SliceOf, Whole
+from ..ir.nodes import FRAGMENT, Buffer, Call, Cast, ElemRef, Expr, walk_expr
 from ..ir.ops import TileOp, register, whole
 from ..passes.elementwise import lower_parallel
 from ..passes.memspace import stage_parallel
+from .convert_layout import ConvertLayout
 
 
 @register
@@ -45,19 +48,53 @@ class ParallelStore(TileOp):
     def writes(self):
         return (whole(self.buffer),)
 
-    def layout_links(self):
-        """Each fragment read shares the stored fragment's layout: element k of every one is in one thread's
-        registers. (Reads at other indices than the loop's, broadcasts, need layouts other than one shared one.)"""
-        links = []
+    def layout_constraints(self, gemm_plans, threads):
+        """Each fragment read at the loop's indices shares the stored fragment's layout (element r of both is in
+        one thread's registers); one read at some of them in order (x[i] in T.Parallel(M, N)) has the slice of
+        that layout along the others; one read at constants (x[0]) is held whole by every thread."""
+        rules = []
         for ref in self._element_refs():
-            if ref.buffer.scope != FRAGMENT:
+            x, index = ref.buffer, tuple(ref.index)
+            if x.scope != FRAGMENT:
                 continue
-            if tuple(ref.buffer.shape) != tuple(self.buffer.shape):
-                raise CompileError(f"fragments {ref.buffer.name}{list(ref.buffer.shape)} and "
-                                   f"{self.buffer.name}{list(self.buffer.shape)} in one T.Parallel "
-                                   "must have the same shape", location=self.loc)
-            links.append((ref.buffer, self.buffer))
-        return tuple(links)
+            if index == tuple(self.indices):
+                if tuple(x.shape) != tuple(self.buffer.shape):
+                    raise CompileError(f"fragments {x.name}{list(x.shape)} and {self.buffer.name}"
+                                       f"{list(self.buffer.shape)} in one T.Parallel must have the same shape",
+                                       location=self.loc)
+                rules.append(Same(x, self.buffer, self, index))
+            elif all(getattr(i, "is_Integer", False) for i in index):
+                rules.append(Whole(x, self, index))
+            else:
+                kept = [self.indices.index(i) for i in index]  # the tracer lets only loop indices, in order, through
+                if tuple(x.shape) != tuple(self.extents[d] for d in kept):
+                    named = ", ".join(str(i)[1:] for i in index)  # p_i -> i, as the user wrote it
+                    raise CompileError(f"{x.name}{list(x.shape)} read at [{named}] in "
+                                       f"T.Parallel{tuple(self.extents)}: its shape must be the extents of those "
+                                       "indices", location=self.loc)
+                dropped = tuple(d for d in range(len(self.indices)) if d not in kept)
+                rules.append(SliceOf(x, self.buffer, dropped, self, index))
+        return tuple(rules)
+
+    def converted(self, rule, fresh):
+        """Read a converted copy of the fragment whose layout disagrees (a ConvertLayout right before)."""
+        x = getattr(rule, "a", None) if isinstance(rule, Same) else rule.buffer
+        if rule.read is None or x is None or x is self.buffer:
+            return None
+        copy, scratch = fresh(x)
+        value = _replace_reads(self.value, x, rule.read, copy)
+        return [ConvertLayout(x, copy, scratch, loc=self.loc), dataclasses.replace(self, value=value)]
 
     def lower(self, ctx, lower_body):
         lower_parallel(ctx, self)
+
+
+def _replace_reads(e: Expr, x: Buffer, index: tuple, by: Buffer) -> Expr:
+    """`e` with its reads of `x` at `index` reading `by` instead."""
+    if isinstance(e, ElemRef):
+        return ElemRef(by, e.index) if e.buffer is x and tuple(e.index) == index else e
+    if isinstance(e, Call):
+        return dataclasses.replace(e, args=tuple(_replace_reads(a, x, index, by) for a in e.args))
+    if isinstance(e, Cast):
+        return dataclasses.replace(e, x=_replace_reads(e.x, x, index, by))
+    return e

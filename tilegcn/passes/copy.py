@@ -7,10 +7,7 @@ Invariant kept: fragments hold fp32 values one per VGPR, 16-bit values two per V
 """
 from __future__ import annotations
 
-import contextlib
-
-from ..amdgcn.abi import WORKITEM_ID
-from ..amdgcn.isa import EXEC, VCC, is_inline_int
+from ..amdgcn.isa import EXEC, SCC, VCC
 from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -156,58 +153,79 @@ def _store_element(ctx: Context, frag: N.Buffer, r: int, value):
         ctx.b.v.free(other)
 
 
-@contextlib.contextmanager
-def _one_copy_writes(ctx: Context, lay):
-    """A fragment held in copies by the threads differing in the thread-id bits `lay.replicated` (a reduction's
-    output) is stored by one of them, the one with those bits 0: the others are switched off in EXEC, so each
-    element is written once."""
-    if not lay.replicated:
-        yield
-        return
-    b = ctx.b
-    bits, saved = b.v.alloc(what="replica bits"), b.s.alloc(2, align=2, what="saved exec")
-    b.valu("v_and_b32", bits, lay.replicated if is_inline_int(lay.replicated) else b.sgpr_constant(lay.replicated),
-           WORKITEM_ID)
-    b.emit("v_cmp_eq_u32", VCC, 0, bits, defs=(VCC,), uses=(bits,), comment="the first copy of the element?")
-    b.v.free(bits)
-    b.emit("s_and_saveexec_b64", saved, VCC, defs=(saved, EXEC), uses=(VCC, EXEC))
-    with b.lanes_masked():
-        yield
-    b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
-    b.s.free(saved)
-
-
 def lower_copy_fragment_to_global(ctx: Context, s: TileOp):
-    with _one_copy_writes(ctx, ctx.layouts[s.src.buffer]):
-        _copy_fragment_to_global(ctx, s)
-
-
-def _copy_fragment_to_global(ctx: Context, s: TileOp):
-    """Each run is converted into temporaries and stored at once, so temporaries stay few."""
+    """Each run is converted into temporaries and stored at once, so temporaries stay few. Where the fragment's
+    layout replicates (a row statistic, a small vector), only the one writer thread of each element stores it
+    (the other lanes are switched off by EXEC), so every element is written once."""
     b, frag, region = ctx.b, s.src.buffer, s.dst
     g = region.buffer
     lay = ctx.layouts[frag]
     pieces, mask = _pieces(ctx, region, frag)
     direct = frag.dtype == g.dtype and lay.regs.file == "v" and (not lay.packed or pieces[0][1] % 2 == 0)
     indices: dict = {}  # fragment origin -> its global index (accumulator runs share one origin)
-    for r, per, width in pieces:
-        dwords = max(width // 4, 1)
-        if direct:
-            first = r // 2 if lay.packed else r
-            src = lay.regs[first:first + dwords]
+    for writer, group in _by_writer(lay, pieces):
+        with WriterMask(ctx, writer):
+            for r, per, width in group:
+                dwords = max(width // 4, 1)
+                if direct:
+                    first = r // 2 if lay.packed else r
+                    src = lay.regs[first:first + dwords]
+                else:
+                    src = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
+                    _convert_run(ctx, frag, r, per, src, g.dtype)
+                if lay.acc_split is None:
+                    index, shift = global_index(region, frag.shape, lay.coords(r, ctx.threads)), None
+                else:
+                    origin, offsets = lay.acc_split(r)
+                    if origin not in indices:
+                        indices[origin] = global_index(region, frag.shape, origin)
+                    index, shift = indices[origin], global_shift(region, frag.shape, offsets)
+                ctx.access.store(src, width, g, index, mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}",
+                                 shift=shift)
+                if not direct:
+                    b.v.free(src)
+
+
+def _by_writer(lay, pieces) -> list:
+    """Consecutive pieces grouped by the writer condition of their elements (None: every thread writes)."""
+    groups: list = []
+    for piece in pieces:
+        writer = lay.writer(piece[0])
+        if groups and groups[-1][0] == writer:
+            groups[-1][1].append(piece)
         else:
-            src = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
-            _convert_run(ctx, frag, r, per, src, g.dtype)
-        if lay.acc_split is None:
-            index, shift = global_index(region, frag.shape, lay.coords(r, ctx.threads)), None
-        else:
-            origin, offsets = lay.acc_split(r)
-            if origin not in indices:
-                indices[origin] = global_index(region, frag.shape, origin)
-            index, shift = indices[origin], global_shift(region, frag.shape, offsets)
-        ctx.access.store(src, width, g, index, mask, comment=f"{frag.name}[{r}:{r + per}] -> {g.name}", shift=shift)
-        if not direct:
-            b.v.free(src)
+            groups.append((writer, [piece]))
+    return groups
+
+
+class WriterMask:
+    """EXEC limited to the threads where one of `terms` (SymPy in TID, ir/layout.py's Layout.writer) is 0."""
+
+    def __init__(self, ctx: Context, terms):
+        self.ctx, self.terms = ctx, terms
+        self.saved = self.scope = None
+
+    def __enter__(self):
+        if not self.terms:
+            return self
+        b = self.ctx.b
+        for k, term in enumerate(self.terms):
+            dst = VCC if k == 0 else b.s.alloc(2, align=2)
+            b.emit("v_cmp_eq_u32", dst, 0, self.ctx.lower.vgpr(term), defs=(dst,), comment="the writer thread?")
+            if k:
+                b.emit("s_or_b64", VCC, VCC, dst, defs=(VCC, SCC), uses=(VCC, dst))
+                b.s.free(dst)
+        self.saved = b.s.alloc(2, align=2, what="saved exec")
+        b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
+        self.scope = b.lanes_masked()  # lane values computed from here on are garbage in the switched-off lanes
+        self.scope.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.scope.__exit__(*exc)
+            self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
+            self.ctx.b.s.free(self.saved)
 
 
 def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):

@@ -14,8 +14,10 @@ import sympy
 
 from ..amdgcn.isa import VCC, Reg, float_literal
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..errors import CompileError
 from ..ir import elemfn
 from ..ir import nodes as N
+from ..ir.layout import Slice, register_of
 from ..ir.ops import TileOp
 from .context import Context
 
@@ -67,6 +69,19 @@ class ElementEvaluator:
     def __init__(self, ctx: Context, prefetched: dict):
         self.ctx, self.b, self.prefetched = ctx, ctx.b, prefetched
         self.temps: list = []
+        self._registers: dict = {}  # (fragment, index) -> its register for each element of the loop
+
+    def register_of(self, e: N.ElemRef, r: int) -> int:
+        """The register of fragment `e.buffer` holding the element `e` reads at loop element r: r itself at the
+        loop's own indices; for a broadcast read (x[i] in T.Parallel(M, N), x[0]) the register layout
+        inference placed that element in, on this same thread."""
+        store = self.ctx.current_parallel
+        if tuple(e.index) == tuple(store.indices):
+            return r
+        key = (e.buffer, tuple(e.index))
+        if key not in self._registers:
+            self._registers[key] = _broadcast_registers(self.ctx, store, e)
+        return self._registers[key][r]
 
     def temp(self) -> Reg:
         reg = self.b.v.alloc()
@@ -100,7 +115,7 @@ class ElementEvaluator:
         if isinstance(e, N.ElemRef):
             if e.buffer.scope == N.GLOBAL:
                 return self.prefetched[(e.buffer, _element_index(self.ctx, e, r))]
-            value, is_temp = self.ctx.read_f32(e.buffer, r)
+            value, is_temp = self.ctx.read_f32(e.buffer, self.register_of(e, r))
             if is_temp:
                 self.temps.append(value)
             return value
@@ -526,6 +541,25 @@ def _element_index(ctx: Context, e: N.ElemRef, r: int) -> tuple:
     coords = ctx.layouts[store.buffer].coords(r, ctx.threads)
     subs = dict(zip(store.indices, coords))
     return tuple(sympy.expand(sympy.sympify(i).xreplace(subs)) for i in e.index)
+
+
+def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
+    """For each element r of the loop, the register of `e.buffer` holding e's element on the same thread."""
+    loop, x = ctx.layouts[store.buffer].layout, ctx.layouts[e.buffer].layout
+    kept = tuple(d for d, i in enumerate(store.indices) if i in e.index)
+    dropped = tuple(d for d in range(len(store.indices)) if d not in kept)
+    if isinstance(x, Slice) and not x.keepdims and x.parent == loop and x.dims == dropped:
+        return [x.slice_register(r) for r in range(loop.elems)]
+    out = []
+    for r in range(loop.elems):
+        subs = dict(zip(store.indices, loop.coords(r)))
+        found = register_of(x, tuple(sympy.sympify(i).xreplace(subs) for i in e.index))
+        if found is None:
+            raise CompileError(f"internal: {e.buffer.name} ({x.describe()}) does not hold the element "
+                               f"T.Parallel reads for element {r} of {store.buffer.name} ({loop.describe()})",
+                               location=store.loc)
+        out.append(found)
+    return out
 
 
 def _prefetch_global_reads(ctx: Context, s: TileOp, elems: int) -> dict:

@@ -34,6 +34,7 @@ from ..amdgcn.memory import access_width, masked_dims
 from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.layout import mfma_acc_offsets, mfma_acc_origin
 from ..ir.ops import TileOp, statements_of
 from .context import Context
 from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
@@ -91,10 +92,7 @@ def _acc_coords(d_regs: int, repeats_N: int, waves_N: int, dim: int, wave_tile_M
 
 def _acc_offsets(d_regs: int, repeats_N: int, dim: int, r: int) -> tuple:
     """(i, j) of accumulator register r minus those of register 0: integers, the same on every thread."""
-    rep, reg = divmod(r, d_regs)
-    rm, rn = divmod(rep, repeats_N)
-    groups = WAVE // dim
-    return rm * dim, rn * dim + 4 * groups * (reg // 4) + reg % 4
+    return mfma_acc_offsets(d_regs, repeats_N, dim, r)
 
 
 def acc_origin_and_offsets(plan, r: int) -> tuple:
@@ -106,10 +104,8 @@ def acc_origin_and_offsets(plan, r: int) -> tuple:
 
 @memo
 def _acc_origin(waves_N: int, dim: int, wave_tile_M: int, wave_tile_N: int):
-    """The thread-dependent part of _acc_coords, shared by all registers."""
-    wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
-    wm, wn = sympy.floor(wave / waves_N), sympy.Mod(wave, waves_N)
-    return wm * wave_tile_M + sympy.Mod(lane, dim), wn * wave_tile_N + 4 * sympy.floor(lane / dim)
+    """The thread-dependent part of _acc_coords, shared by all registers (ir/layout.py has the formula)."""
+    return mfma_acc_origin(waves_N, dim, wave_tile_M, wave_tile_N)
 
 
 def accumulator_coords(plan):

@@ -8,10 +8,9 @@ per slot, the thread's own elements combined in element order (in-thread), then 
 (passes/xlane.py: DPP, ds_swizzle, ds_bpermute, v_permlane*_swap), then across waves through LDS scratch that
 `scratch_buffers` reserves before the LDS allocation (so the LDS budget counts it).
 
-The destination's layout (`reduced_layout`) is the *slice* of the source's: every thread keeps the output
-elements of the rows it held, replicated over the thread-id bits that were reduced (FragmentLayout.replicated),
-so a destination may have fewer elements than the workgroup has threads. (The layout-inference work will turn
-this into a Slice layout object; this file is the one place that builds it.)
+The destination's layout is the *slice* of the source's (ir/layout.py Slice, given by layout inference from
+the op's constraint): every thread keeps the output elements of the rows it held, replicated over the thread-id
+bits that were reduced, so a destination may have fewer elements than the workgroup has threads.
 """
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
 from .gemm import lds_barrier
-from .layout import TID, FragmentLayout
+from .layout import TID
 from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
 
 
@@ -121,33 +120,6 @@ def plan_reduction(src_lay, dst_lay, s, threads: int) -> ReductionPlan:
     source_copies = _invariant_bits([_per_thread(c, threads) for r in range(src_lay.elems)
                                      for c in src_lay.coords(r, threads)], threads)
     return ReductionPlan(slots, out_bits & ~source_copies)
-
-
-def reduced_layout(buf: N.Buffer, src_lay, s, threads: int) -> FragmentLayout:
-    """The destination layout of reduction `s` (for `buf`, its destination or a fragment sharing its layout): each
-    thread keeps the output elements of the source elements it held, in element order, replicated over the threads
-    that held parts of the same output element. (The layout-inference work replaces this with its Slice layout.)"""
-    classes, arrays = _by_output(src_lay, s, threads)
-    coords = tuple(_dst_coords(src_lay, s, threads, rs[0]) for rs in classes.values())
-    return FragmentLayout(buf, len(coords), 1, acc_coords=coords.__getitem__,
-                          replicated=_output_bits(s, arrays, threads))
-
-
-def _dst_coords(src_lay, s, threads: int, r: int) -> tuple:
-    """The destination index of source element r: its source index without `dim` (or with 0 there, for a
-    destination that keeps the dimension with extent 1)."""
-    coords = src_lay.coords(r, threads)
-    if len(s.dst.shape) == len(s.src.shape):
-        return tuple(sympy.Integer(0) if d == s.dim else c for d, c in enumerate(coords))
-    kept = tuple(c for d, c in enumerate(coords) if d != s.dim)
-    return kept or (sympy.Integer(0),)
-
-
-def same_layout(a: FragmentLayout, b: FragmentLayout, threads: int) -> bool:
-    if a.elems != b.elems or a.replicated != b.replicated:
-        return False
-    return all(sympy.simplify(x - y) == 0 for r in range(a.elems)
-               for x, y in zip(a.coords(r, threads), b.coords(r, threads)))
 
 
 def reductions(kernel: N.Kernel) -> list:
