@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from tilegcn.errors import CompileError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -59,14 +58,7 @@ def test_every_example_has_a_command():
                                     f"{sorted(set(COMMANDS) - files)}")
 
 
-# ports whose kernels read and write shared or global elements inside T.Parallel (the memory-space issue after
-# issue 19); strict, so the mark goes when they run
-WAITING = {"tilelang/layernorm.py", "tilelang/rms_norm.py"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=True, raises=CompileError, reason="shared/global element access inside T.Parallel")) if name in WAITING
-    else name for name in sorted(COMMANDS)])
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_example_runs(name, monkeypatch):
     out = _run_example(name, COMMANDS[name], monkeypatch)
     if name in TUTORIALS:

@@ -18,7 +18,6 @@ import reduce  # noqa: E402
 import rms_norm  # noqa: E402
 
 from tilegcn import language as T  # noqa: E402
-from tilegcn.errors import CompileError  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -48,14 +47,6 @@ def test_rms_norm(arch, dtype):
     torch.testing.assert_close(B, rms_norm.ref_program(A.float()).to(dtype), **TOLERANCE[dtype])
 
 
-# Both read and write shared buffers element by element inside T.Parallel (`A_shared[i, j] *= ...`, `X_smem[i, j]`)
-# and copy shared -> global; the layernorm also stores to global tensors inside T.Parallel (`Mean[bx * blk_m + i]
-# = ...`): the memory-space issue that follows issue 19 builds those. Strict: a pass is reported, to drop the mark.
-MEMORY_SPACES = pytest.mark.xfail(strict=True, raises=CompileError,
-                                  reason="shared/global element access inside T.Parallel (the memory-space issue)")
-
-
-@MEMORY_SPACES
 @pytest.mark.parametrize("arch,dtype", CASES)
 def test_rms_norm_splitk(arch, dtype):
     A = _randn(4, 256, dtype=dtype)
@@ -64,7 +55,6 @@ def test_rms_norm_splitk(arch, dtype):
     torch.testing.assert_close(B, rms_norm.ref_program(A.float()).to(dtype), **TOLERANCE[dtype])
 
 
-@MEMORY_SPACES
 @pytest.mark.parametrize("arch,dtype", CASES)
 def test_layernorm_forward(arch, dtype):
     x, g, b = (_randn(*shape, dtype=dtype, seed=seed) for seed, shape in enumerate([(4, 512), (512,), (512,)]))
