@@ -188,7 +188,6 @@ def test_serial_bounds_must_be_known_at_compile_time():
 
 
 # waits for layout's fragments smaller than the thread count (issue 19, item 2)
-@pytest.mark.xfail(strict=True, raises=CompileError, reason="a 1-element fragment needs layout's replicated layout")
 def test_alloc_var_is_a_one_element_buffer_filled_with_init():
     @tilegcn.jit
     def var_kernel(Y):
