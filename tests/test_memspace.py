@@ -97,6 +97,30 @@ def test_broadcast_of_a_shared_vector_and_global_stores_in_parallel(arch, dtype)
     assert (base[10:] == 7).all()
 
 
+@tilegcn.jit
+def scale_in_a_serial_loop(X, Gamma, Y, *, trips=2):
+    """Y = X * Gamma^trips: G written before a T.serial loop whose body only reads it (a broadcast G[j], held by
+    other threads than those that wrote it), so the first trip's reads must wait at a barrier."""
+    M, N = X.shape
+    with T.Kernel(1, threads=128):  # two waves: a wave's own LDS accesses are ordered, other waves' are not
+        G = T.alloc_shared((N,), "float32")
+        x = T.alloc_fragment((M, N), "float32")
+        T.copy(Gamma, G)
+        T.copy(X[0, 0], x)
+        for _ in T.serial(trips):
+            for i, j in T.Parallel(M, N):
+                x[i, j] = x[i, j] * G[j]
+        T.copy(x, Y[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_loop_reading_shared_written_before_it(arch):
+    x, g = _randn(4, 64, dtype=torch.float32), _randn(64, dtype=torch.float32, seed=1)
+    y = torch.empty_like(x)
+    scale_in_a_serial_loop(x, g, y, arch=arch)
+    assert torch.equal(y, x * g * g)
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_a_missing_barrier_between_shared_writes_and_reads_is_a_race(arch, monkeypatch):
     """Without the s_barrier lds_elements places, threads read G[j] that other threads have just written: the
