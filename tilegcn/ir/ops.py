@@ -21,7 +21,7 @@ each under `tilegcn/ops/`, registered with `@register`) owns everything the comp
 - lowering: `lower_prologue(ctx)` (code before any statement, e.g. the workgroup remap) and `lower(ctx,
   lower_body)` (its instructions; `lower_body(ctx, stmts)` lowers nested statements).
 
-The printer, the verifier, the pipeliner, the layout pass and the lowering driver call these methods and never
+The printer, the verifier, the pipeliner, layout inference and the lowering driver call these methods and never
 branch on an op's class, so adding an op is one file (docs/internals.md, "Adding a tile op"). The shape follows
 TileLang's TileOperatorNode (src/op/operator.h: Lower, InferLayout, GetAccessRegions).
 
