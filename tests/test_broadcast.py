@@ -296,3 +296,27 @@ def test_a_reduction_into_a_fragment_laid_out_by_a_gemm(arch):
     assert "reduce_sum x dim=1 -> s_as0" in k.ir and "convert_layout s_as0 -> s" in k.ir
     gemm_scaled_by_row_sums(a, b, x, c, arch=arch)
     torch.testing.assert_close(c, (a.float() @ b.float()) * x.sum(dim=1, keepdim=True), rtol=1e-5, atol=1e-4)
+
+
+@tilegcn.jit
+def whole_and_sliced(X, V, Y):
+    """v read whole (v[0]) and broadcast (v[i]) in one loop: replicated for the first, the loop's row slice for the
+    second; every thread holds all of v, so the conversion is register moves (no LDS)."""
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((8, 64), "float32")
+        v = T.alloc_fragment((8,), "float32")
+        T.copy(X[0, 0], x)
+        T.copy(V[0], v)
+        for i, j in T.Parallel(8, 64):
+            x[i, j] = x[i, j] * v[i] + v[0]
+        T.copy(x, Y[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_conversion_from_a_replicated_fragment_is_register_moves(arch):
+    torch.manual_seed(8)
+    x, v, y = torch.randn(8, 64), torch.randn(8), torch.zeros(8, 64)
+    k = whole_and_sliced.compile(x, v, y, arch=arch)
+    assert "convert_layout v -> v_as0 via registers" in k.ir and "_lds" not in k.ir
+    whole_and_sliced(x, v, y, arch=arch)
+    assert torch.equal(y, x * v[:, None] + v[0])

@@ -455,6 +455,33 @@ def register_of(layout: Layout, index: tuple):
     return None
 
 
+MAX_SELECT = 8  # source registers a thread picks among per destination register before LDS is the better route
+
+
+def in_thread_sources(src: Layout, dst: Layout) -> tuple | None:
+    """For each register r of `dst`: (flat index of its element as SymPy in TID, {flat index: register of `src`
+    holding that element}), where every thread holds its `dst` elements in `src` too, at registers that depend on
+    the thread through the element's index only, among at most MAX_SELECT of them (a Replicated source, or a
+    source whose registers map to the destination's alike on every thread); else None (a conversion then needs
+    other threads' data, through LDS)."""
+    static = [register_of(src, dst.coords(r)) for r in range(dst.elems)]
+    if all(x is not None for x in static):
+        return tuple((sympy.Integer(0), {0: x}) for x in static)
+    if not isinstance(src, Replicated):
+        return None
+    out = []
+    for r in range(dst.elems):
+        flat = sympy.Integer(0)
+        for c, extent in zip(dst.coords(r), src.shape):
+            flat = flat * extent + c
+        flat = sympy.expand(flat)
+        options = sorted(set(_values(flat, dst.threads).tolist()))
+        if len(options) > MAX_SELECT:
+            return None
+        out.append((flat, {f: f for f in options}))  # a Replicated layout holds element f in register f
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=4096)
 def _values(expr, threads: int):
     """The integer value of an index expression on threads 0 .. threads-1 (a read-only numpy array)."""

@@ -3,7 +3,8 @@
 Input: a convert_layout op inserted by layout inference, its scratch buffer's LDS offset. Output: every element of
 src written to the scratch as fp32 at its row-major offset, once (by its writer thread: replicated layouts switch
 the other threads off), an s_barrier, then every thread reads the elements dst's layout gives it. An s_barrier
-before the writes orders them after earlier reads of the same scratch (a conversion inside a loop).
+before the writes orders them after earlier reads of the same scratch (a conversion inside a loop). Without a
+scratch (every thread already holds its dst elements in src: layout inference decided) it is register moves.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sympy
 
 from ..amdgcn.addr import split_const
 from ..ir import nodes as N
+from ..amdgcn.isa import VCC
+from ..ir.layout import in_thread_sources
 from .context import Context
 from .copy import WriterMask, _by_writer, _store_elements
 
@@ -34,6 +37,9 @@ def lower_layout_convert(ctx: Context, s):
     """`s`: the convert_layout op (ops/convert_layout.py)."""
     b = ctx.b
     src, dst = ctx.layouts[s.src], ctx.layouts[s.dst]
+    if s.scratch is None:
+        _in_registers(ctx, s, in_thread_sources(src.layout, dst.layout))
+        return
     base = ctx.shared[s.scratch]
     b.emit("s_barrier", comment=f"{s.scratch.name}: earlier reads of the conversion scratch are done")
     pieces = [(r, 1, BYTES) for r in range(src.elems)]
@@ -60,3 +66,42 @@ def lower_layout_convert(ctx: Context, s):
         for v in values:
             b.v.free(v)
     ctx.lds_state = "read"
+
+
+def _in_registers(ctx: Context, s, sources: tuple):
+    """Each register of dst takes the src register holding its element on this thread: one move, or, where that
+    register depends on the thread (a replicated src), a v_cndmask chain over the few it can be, selected by the
+    element's index."""
+    dst = ctx.layouts[s.dst]
+    step = 2 if dst.packed else 1
+    for r in range(0, dst.elems, step):
+        values, temps = [], []
+        for e in range(r, min(r + step, dst.elems)):
+            value, owned = _pick(ctx, s.src, *sources[e])
+            values.append(value)
+            temps += owned
+        _store_elements(ctx, s.dst, r, values)
+        for v in temps:
+            ctx.b.v.free(v)
+
+
+def _pick(ctx: Context, src: N.Buffer, flat, registers: dict) -> tuple:
+    """(fp32 VGPR with src's register registers[flat(tid)], the temporaries to free)."""
+    b, owned = ctx.b, []
+
+    def read(reg):
+        value, temp = ctx.read_f32(src, reg)
+        if temp:
+            owned.append(value)
+        return value
+
+    options = sorted(registers)
+    if len(options) == 1:
+        return read(registers[options[0]]), owned
+    index = ctx.lower.vgpr(flat)
+    out = b.v.alloc(what="selected element")
+    b.emit("v_mov_b32", out, read(registers[options[0]]))
+    for f in options[1:]:
+        b.emit("v_cmp_eq_u32", VCC, f, index, defs=(VCC,), comment=f"element {f} on this thread?")
+        b.emit("v_cndmask_b32", out, out, read(registers[f]), VCC)
+    return out, owned + [out]

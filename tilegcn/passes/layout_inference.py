@@ -14,7 +14,8 @@ Forced layouts seed the map; Same and SliceOf propagate it both ways until nothi
 fragment still free takes the blocked layout (runs of 16 bytes where its copies allow) and propagation resumes.
 Where two uses disagree (a row vector broadcast over an MFMA accumulator and over a blocked tile), the later use
 reads a converted copy: the op's `converted` hook puts a convert_layout op (ops/convert_layout.py, through LDS)
-before it, and inference starts over; kernel.ir shows it. Disagreeing forced layouts are refused.
+before it, and inference starts over; kernel.ir shows it. A conversion where every thread already holds its
+destination elements is register moves (no LDS). Disagreeing forced layouts are refused.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32 as FLOAT32
 from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, Force, Layout, MfmaAccumulator, Replicated, Same, Slice,
-                         SliceOf, Vector, Whole)
+                         SliceOf, Vector, Whole, in_thread_sources)
+from ..ir.ops import statements_of
 
 
 def accumulator_layout(plan, threads: int) -> MfmaAccumulator:
@@ -179,6 +181,16 @@ def _insert_conversion(kernel: N.Kernel, conflict: _Conflict) -> N.Kernel:
                                buffers=list(kernel.buffers) + new_buffers)
 
 
+def _in_registers_where_possible(kernel: N.Kernel, layouts: dict) -> N.Kernel:
+    """The layout conversions whose every thread already holds its destination elements (from a replicated
+    layout, or into a slice of the source's) become register moves: their LDS scratch is dropped."""
+    for op in statements_of(kernel.body, "convert_layout"):
+        if op.scratch is not None and in_thread_sources(layouts[op.src], layouts[op.dst]) is not None:
+            kernel = dataclasses.replace(kernel, body=_replace(kernel.body, op, [dataclasses.replace(op, scratch=None)]),
+                                         buffers=[b for b in kernel.buffers if b is not op.scratch])
+    return kernel
+
+
 def _replace(stmts: list, old, new: list) -> list:
     """`stmts` (a new list; nested bodies rebuilt) with statement `old` replaced by `new` wherever it is."""
     out = []
@@ -212,7 +224,9 @@ def infer_layouts(kernel: N.Kernel, gemm_plans: dict) -> tuple:
     (which then reads a converted fragment), and a shared scratch buffer for it."""
     for _ in range(MAX_CONVERSIONS):
         try:
-            return kernel, _Inference(kernel, gemm_plans).run()
+            layouts = _Inference(kernel, gemm_plans).run()
         except _Conflict as conflict:
             kernel = _insert_conversion(kernel, conflict)
+            continue
+        return _in_registers_where_possible(kernel, layouts), layouts
     raise CompileError(f"layout inference gave up after {MAX_CONVERSIONS} layout conversions", location=kernel.loc)
