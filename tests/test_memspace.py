@@ -121,6 +121,25 @@ def test_a_loop_reading_shared_written_before_it(arch):
     assert torch.equal(y, x * g * g)
 
 
+@tilegcn.jit
+def global_only(X, Y, *, block_M=8, block_N=32):
+    """Y = 2 * X + 1 with no fragment and no shared buffer: the loop takes the default blocked layout."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=64) as (bx, by):
+        for i, j in T.Parallel(block_M, block_N):
+            Y[by * block_M + i, bx * block_N + j] = X[by * block_M + i, bx * block_N + j] * 2.0 + 1.0
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_global_to_global_inside_parallel_with_ragged_rows(arch):
+    x = _randn(13, 64, dtype=torch.bfloat16)
+    base = torch.full((16, 64), 7.0, dtype=torch.bfloat16)
+    y = base[:13]
+    global_only(x, y, arch=arch)
+    assert torch.equal(y, (x.float() * 2 + 1).to(torch.bfloat16))
+    assert (base[13:] == 7).all()
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_a_missing_barrier_between_shared_writes_and_reads_is_a_race(arch, monkeypatch):
     """Without the s_barrier lds_elements places, threads read G[j] that other threads have just written: the
