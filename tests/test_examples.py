@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
