@@ -207,3 +207,21 @@ def test_a_global_store_at_a_sum_of_loop_indices_is_refused_with_the_users_index
     with pytest.raises(CompileError, match=r"Y\[i \+ j\].*a start plus one T.Parallel index") as e:
         diagonal_sums.compile(torch.randn(8, 8), torch.empty(16), arch="gfx942")
     assert "test_memspace.py" in str(e.value)
+
+
+def test_a_shared_vector_read_at_an_index_of_another_extent_is_refused_with_its_name():
+    @tilegcn.jit
+    def short_vector(X, Y):
+        with T.Kernel(1, threads=64):
+            G = T.alloc_shared((16,), "float32")
+            x = T.alloc_fragment((8, 32), "float32")
+            T.copy(X[0, 0], x)
+            T.copy(X[0, 0:16], G)
+            for i, j in T.Parallel(8, 32):
+                x[i, j] = x[i, j] * G[j]
+            T.copy(x, Y[0, 0])
+
+    with pytest.raises(CompileError, match=r"shared G\[16\] read at \[j\] in T.Parallel\(8, 32\): its shape must be "
+                                           r"the extents of those indices \[32\]") as e:
+        short_vector.compile(torch.randn(8, 32), torch.empty(8, 32), arch="gfx942")
+    assert "test_memspace.py" in str(e.value)

@@ -91,7 +91,8 @@ def lower_shared_to_fragment(ctx: Context, s) -> None:
             dwords = max(width // 4, 1)
             dst = lay.regs[r:r + dwords] if direct else b.v.alloc(dwords, align=2 if dwords > 1 else 1)
             vaddr, offset = _address(ctx, address)
-            b.emit(DS_READ[width], dst, vaddr, suffix=offset, comment=f"{region.buffer.name} -> {frag.name}[{r}:{r + per}]")
+            b.emit(DS_READ[width], dst, vaddr, suffix=offset,
+                   comment=f"{region.buffer.name} -> {frag.name}[{r}:{r + per}]")
             loaded.append((r, per, dst))
         for r, per, dst in ([] if direct else loaded):
             for e in range(per):

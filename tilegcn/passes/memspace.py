@@ -83,6 +83,7 @@ def stage_parallel(s, stager: Stager) -> list | None:
     for ref in (e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.SHARED):
         if ref.buffer not in reads:
             stager.check_element_access(ref.buffer, "T.Parallel reads", s.loc)
+            _check_read_shape(ref, s)
             reads[ref.buffer] = stager.fragment(ref.buffer, ref.buffer.shape, s.loc)
     if not reads and s.buffer.scope == N.FRAGMENT:
         return None
@@ -98,6 +99,18 @@ def stage_parallel(s, stager: Stager) -> list | None:
     target = stager.fragment(s.buffer, s.extents, s.loc)
     store = dataclasses.replace(s, buffer=target, value=value, index=None)
     return out + [store, stager.copy(whole(target), dst, s.loc)]
+
+
+def _check_read_shape(ref: N.ElemRef, s) -> None:
+    """A shared buffer read at loop indices (all, or some in order: a broadcast) has the extents of those indices as
+    its shape, as a fragment must (checked here so that the error names the user's buffer, not its staging copy)."""
+    if all(sympy.sympify(k).is_Integer for k in ref.index):
+        return
+    expected = tuple(s.extents[list(s.indices).index(k)] for k in ref.index if k in s.indices)
+    if tuple(ref.buffer.shape) != expected or len(expected) != len(ref.index):
+        where = f"[{_user_index(ref.index, s.indices)}] in T.Parallel{tuple(s.extents)}"
+        raise CompileError(f"shared {ref.buffer.name}{list(ref.buffer.shape)} read at {where}: its shape must be the "
+                           f"extents of those indices {list(expected)}", location=s.loc)
 
 
 def _reading(e: N.Expr, by: dict) -> N.Expr:
