@@ -1,10 +1,11 @@
-"""Copies between a shared buffer (not a T.gemm operand) and a fragment, element by element.
+"""Copies between a shared buffer (not a T.gemm operand) and a fragment, run by run of the fragment's layout.
 
 Input: a Copy shared -> fragment or fragment -> shared (passes/memspace.py stages T.Parallel's shared reads and
-writes and the shared <-> global copies through these). Output: for each element r of the fragment's layout, one
-ds_read / ds_write at the element's LDS byte address, `shared offset + row-major index * element bytes` (a non-gemm
-shared buffer is stored row-major, unswizzled); 16-bit elements are read with ds_read_u16 and written with
-ds_write_b16, converted from / to the fragment's fp32 values as passes/copy.py converts global ones.
+writes and the shared <-> global copies through these). Output: ds_read / ds_write at the LDS byte address of each
+element, `shared offset + row-major index * element bytes` (a non-gemm shared buffer is stored row-major,
+unswizzled): 16, 8 or 4 bytes at once where consecutive elements of the layout lie at consecutive addresses aligned
+to that width on every thread, else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are
+converted from / to the fragment's fp32 values, two a register, as passes/copy.py converts global ones.
 Barriers: each copy calls passes/gemm.py's lds_barrier, so a read of LDS other threads wrote (and a write over LDS
 other threads may still read) waits at an s_barrier first; the wait pass puts the counters before it.
 Where the fragment's layout replicates an element (a row vector held by every lane of the row), only its writer
