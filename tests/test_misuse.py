@@ -477,6 +477,11 @@ def op_less_equal_reflected(): run_ew(lambda v: 1.0 >= v)
 @misuse(CompileError, r"the comparison x\[pi, pj\] > 0\.0 is a condition, not a value, and cannot be an operand of "
                       r"mul.*T\.if_then_else")
 def op_comparison_as_value(): run_ew(lambda v: (v > 0.0) * 2.0)
+@misuse(CompileError, r"`&` combines comparisons \(conditions\), got the value x\[pi, pj\]: compare it first")
+def op_condition_and_value(): run_ew(lambda v: T.if_then_else((v > 0.0) & v, v, 0.0))
+@misuse(CompileError, r"truth test \(if/and/or/not\) on an element expression \(\(x\[pi, pj\] > 0\.0\) & "
+                      r"\(x\[pi, pj\] < 1\.0\)\)")
+def op_if_on_combined_condition(): run_ew(lambda v: v if (v > 0.0) & (v < 1.0) else 0.0)
 @misuse(CompileError, r"cannot be an operand of exp")
 def op_comparison_in_math(): run_ew(lambda v: T.exp(v > 0.0))
 @misuse(CompileError, r"T\.if_then_else takes a comparison as its condition.*got the value x\[pi, pj\]; compare it")

@@ -63,6 +63,7 @@ s_add_i32                                  salu     D.s U.si U.si            D.s
 s_{addc,subb}_u32                          salu     D.s U.si U.si            U.scc,D.scc       salu     *
 s_{and,or,xor}_b32                         salu     D.s U.si U.si            D.scc             salu     *
 s_{and,or,xor}_b64                         salu     D.s2 U.si2 U.si2         D.scc             salu     *
+s_not_b64                                  salu     D.s2 U.si2               D.scc             salu     *
 s_{lshl,lshr}_b32                          salu     D.s U.si U.si            D.scc             salu     *
 s_ashr_i32                                 salu     D.s U.si U.si            D.scc             salu     *
 s_{lshl,lshr}_b64                          salu     D.s2 U.si2 U.si          D.scc             salu     *

@@ -112,6 +112,12 @@ ROWS = (
     ElemFn("eq", 2, lambda a, b: a == b, lambda t, a, b: a == b, "exact", 0, CONDITION, operator="=="),
     ElemFn("ne", 2, lambda a, b: a != b, lambda t, a, b: a != b, "exact (true when either is NaN)", 0, CONDITION,
            operator="!="),
+    ElemFn("and", 2, lambda a, b: a and b, lambda t, a, b: a & b, "exact", 0, CONDITION, operator="&",
+           operands=(CONDITION, CONDITION)),
+    ElemFn("or", 2, lambda a, b: a or b, lambda t, a, b: a | b, "exact", 0, CONDITION, operator="|",
+           operands=(CONDITION, CONDITION)),
+    ElemFn("not", 1, lambda a: not a, lambda t, a: ~a, "exact", 0, CONDITION, operator="~",
+           operands=(CONDITION,)),
     ElemFn("if_then_else", 3, lambda c, a, b: a if c else b, lambda t, c, a, b: t.where(c, a, b), "exact", 0,
            operands=(CONDITION, VALUE, VALUE)),
 )

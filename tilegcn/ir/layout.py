@@ -6,7 +6,7 @@ registers 0 .. elems-1 in order. A layout may *replicate*: several threads then 
 statistic after a reduction, a small vector every thread needs); `writer(r)` says which one of them writes
 the element back to memory, so a global store writes every element once.
 
-The kinds (docs/layouts.md shows pictures):
+The kinds (docs/layouts.md describes them for users):
   Blocked         runs of `run` consecutive elements along the last dim, run q of the tile held by thread
                   q % threads (register slot q // threads); fewer runs than threads replicate (run q held by
                   the threads with tid % runs == q).

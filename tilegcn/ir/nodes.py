@@ -173,6 +173,10 @@ def is_condition(e: "Expr") -> bool:
 
 
 def _misplaced(operand: "Expr", name: str, wants_condition: bool) -> str:
+    operator = elemfn.fn(name).operator
+    if wants_condition and operator:
+        return (f"`{operator}` combines comparisons (conditions), got the value {_describe(operand)}: compare it "
+                f"first ({_describe(operand)} != 0.0); on numbers, `{operator}` is not in the tile language")
     if wants_condition:
         return (f"T.{name} takes a comparison as its condition (e.g. x[i, j] > 0.0), got the value "
                 f"{_describe(operand)}; compare it: T.{name}({_describe(operand)} != 0.0, a, b)")
@@ -187,11 +191,12 @@ def _describe(e: "Expr") -> str:
 
 
 def print_condition(e: "Call") -> str:
-    """A comparison as the user wrote it (`x[pi, pj] > 0.0`), for messages."""
+    """A condition as the user wrote it (`x[pi, pj] > 0.0`, `(a) & (b)`), for messages."""
     from .printer import print_expr
 
-    a, b = (print_expr(x) for x in e.args)
-    return f"{a} {elemfn.fn(e.fn).operator} {b}"
+    operator = elemfn.fn(e.fn).operator
+    texts = [f"({print_condition(x)})" if is_condition(x) else print_expr(x) for x in e.args]
+    return f"{operator}{texts[0]}" if len(texts) == 1 else f" {operator} ".join(texts)
 
 
 class Expr(RefusesPythonOperators):
@@ -214,6 +219,13 @@ class Expr(RefusesPythonOperators):
     def __ge__(self, o): return apply("ge", self, o)
     def __eq__(self, o): return apply("eq", self, o)
     def __ne__(self, o): return apply("ne", self, o)
+
+    # conditions combine with & | ~ (Python's `and` / `or` / `not` would ask for a truth value: refused)
+    def __and__(self, o): return apply("and", self, o) if is_condition(self) else super().__and__(o)
+    def __rand__(self, o): return apply("and", o, self) if is_condition(self) else super().__rand__(o)
+    def __or__(self, o): return apply("or", self, o) if is_condition(self) else super().__or__(o)
+    def __ror__(self, o): return apply("or", o, self) if is_condition(self) else super().__ror__(o)
+    def __invert__(self): return apply("not", self) if is_condition(self) else super().__invert__()
 
     __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 

@@ -204,8 +204,9 @@ def erf(x):
 def if_then_else(cond, t, f):
     """`t` where `cond` holds, else `f`, elementwise inside `T.Parallel`. `cond` compares element values, indices,
     block ids, loop variables or runtime scalars (`<`, `<=`, `>`, `>=`, `==`, `!=`; IEEE: false when an operand is
-    NaN, except `!=`; indices compare exactly below 2^24). Both values are computed, then one is picked per element
-    (v_cmp + v_cndmask): no branch.
+    NaN, except `!=`; indices compare exactly below 2^24); conditions combine with `&`, `|` and `~` (Python's `and`,
+    `or`, `not` would ask for a truth value while tracing: refused). Both values are computed, then one is picked
+    per element (v_cmp + v_cndmask): no branch.
 
     Precision against torch: exact (as torch.where).
 

@@ -145,8 +145,11 @@ class ElementEvaluator:
         value sequences of exp, max, ... overwrite), folded where all are known, else its LOWERINGS row."""
         row = elemfn.ELEMENT_FUNCTIONS[e.fn]
         operands = [None] * row.arity
-        for k in row.evaluation_order:
+        for n, k in enumerate(row.evaluation_order):
             operands[k] = self.eval(e.args[k], r)
+            if operands[k] is VCC and n + 1 < row.arity:  # another condition comes: keep this one in an SGPR pair
+                operands[k] = self.b.s.alloc(2, align=2, what="a condition")
+                self.b.emit("s_mov_b64", operands[k], VCC, defs=(operands[k],), uses=(VCC,))
         if all(type(x) is float or type(x) is bool for x in operands):
             folded = row.fold(*operands)
             return folded if row.result == elemfn.CONDITION else _f32(folded)
@@ -507,9 +510,27 @@ def _compare(op: str):
 def _if_then_else(ev, out, cond, a, b):
     if isinstance(cond, bool):
         return a if cond else b
-    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # VCC takes the one constant bus
-    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), VCC)
+    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # the mask takes the one constant bus
+    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), cond)
     return out
+
+
+def _logic(op: str):
+    """`&` / `|` of two conditions (lane masks: VCC or a saved SGPR pair, or a bool where one folded), into VCC."""
+    def lower(ev, out, a, b):
+        if isinstance(a, bool) or isinstance(b, bool):
+            known, mask = (a, b) if isinstance(a, bool) else (b, a)
+            if known == (op == "and"):  # True & m, False | m: m
+                return mask
+            return known
+        ev.b.emit(f"s_{op}_b64", VCC, a, b, defs=(VCC,), uses=(a, b))
+        return VCC
+    return lower
+
+
+def _not(ev, out, mask):
+    ev.b.emit("s_not_b64", VCC, mask, defs=(VCC,), uses=(mask,), comment="(inactive lanes are never selected)")
+    return VCC
 
 
 LOWERINGS = {
@@ -531,6 +552,9 @@ LOWERINGS = {
     "sigmoid": _sigmoid,
     "erf": _erf,
     **{op: _compare(op) for op in _COMPARE},
+    "and": _logic("and"),
+    "or": _logic("or"),
+    "not": _not,
     "if_then_else": _if_then_else,
 }
 
