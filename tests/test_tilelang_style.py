@@ -187,7 +187,6 @@ def test_serial_bounds_must_be_known_at_compile_time():
         runtime_bound.compile(torch.randn(64), 3)
 
 
-# a 1-element fragment over 64 threads: layout's replicated layout (issue 19, item 2)
 def test_alloc_var_is_a_one_element_buffer_filled_with_init():
     @tilegcn.jit
     def var_kernel(Y):
