@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from tilegcn.errors import CompileError
-
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
@@ -59,17 +57,7 @@ def test_every_example_has_a_command():
                                     f"{sorted(set(COMMANDS) - files)}")
 
 
-# ports whose kernels use shared memory beyond T.gemm operands or store global elements inside T.Parallel (the
-# memory-space issue after issue 19; tests/test_tilelang_ports.py says which); strict, so the mark goes when they run
-WAITING = {"tilelang/layernorm.py", "tilelang/rms_norm.py", "tilelang/gemv.py"}
-
-
-_WAITS = pytest.mark.xfail(strict=True, raises=CompileError,
-                           reason="shared memory beyond T.gemm operands (the memory-space issue)")
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=_WAITS) if name in WAITING else name
-                                  for name in sorted(COMMANDS)])
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_example_runs(name, monkeypatch):
     out = _run_example(name, COMMANDS[name], monkeypatch)
     if name in TUTORIALS:

@@ -234,10 +234,9 @@ def copy_tile_more_dims_than_tensor():
     run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0], T.alloc_fragment((2, 32, 64), "float32"))))
 @misuse(CompileError, r"slices with a step")
 def copy_slice_step(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0:64:2, 0], x)))
-@misuse(CompileError, r"T.copy from shared to global is not supported")
-def copy_shared_to_global(): run_body(copy_body(lambda X, Y, x, s: T.copy(s, Y[0, 0])))
-@misuse(CompileError, r"T.copy from fragment to shared is not supported")
-def copy_fragment_to_shared(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, s)))
+@misuse(CompileError, r"T.copy from shared to shared is not supported")
+def copy_shared_to_shared():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(s, T.alloc_shared((64, 64), "bfloat16"))))
 @misuse(CompileError, r"expected a tensor region, shared buffer or fragment, got 3")
 def copy_from_int(): run_body(copy_body(lambda X, Y, x, s: T.copy(3, x)))
 @misuse(CompileError, r"a bool is not an index")
@@ -250,11 +249,6 @@ def copy_too_many_indices(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0
 def copy_slice_extent_mismatch(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0:32, 0:64], x)))
 @misuse(CompileError, r"expected a tensor region, shared buffer or fragment, got 'Y'")
 def copy_to_string(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, "Y")))
-@misuse(CompileError, r"not a T.gemm operand")
-def copy_into_unused_shared():
-    def make(X, Y, x, s):
-        T.copy(X[0, 0], s)
-    run_body(copy_body(make), *xy(dtype=torch.bfloat16))
 
 
 @misuse(CompileError, r"outside its shape")
@@ -408,16 +402,18 @@ def _set(buf, idx, value):
     buf[idx] = value
 
 
-@misuse(CompileError, r"T.Parallel can only assign fragments; s is shared")
-def parallel_assign_shared(): run_body(parallel_store(lambda X, x, s, i, j: _set(s, (i, j), x[i, j])))
-@misuse(CompileError, r"T.Parallel can only assign fragments; X is global")
-def parallel_assign_global(): run_body(parallel_store(lambda X, x, s, i, j: _set(X, (i, j), x[i, j])))
+@misuse(CompileError, r"assign s\[pi, pj\] with the T.Parallel indices in order")
+def parallel_assign_shared_transposed(): run_body(parallel_store(lambda X, x, s, i, j: _set(s, (j, i), x[i, j])))
+@misuse(CompileError, r"X\[i, 0\] in T.Parallel\(64, 64\): T.Parallel index j is not used")
+def parallel_assign_global_dropping_an_index(): run_body(parallel_store(lambda X, x, s, i, j: _set(X, (i, 0), x[i, j])))
+@misuse(CompileError, r"X\[i \+ j, 0\] in T.Parallel\(64, 64\): each index of a global store must be a start plus one")
+def parallel_assign_global_at_a_sum(): run_body(parallel_store(lambda X, x, s, i, j: _set(X, (i + j, 0), x[i, j])))
 @misuse(CompileError, r"with the T.Parallel indices in order")
 def parallel_assign_transposed(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (j, i), 1.0)))
 @misuse(CompileError, r"x has 2 dims, indexed with 1")
 def parallel_wrong_index_count(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), x[i])))
-@misuse(CompileError, r"reading shared buffer s inside T.Parallel")
-def parallel_read_shared(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), s[i, j])))
+@misuse(CompileError, r"shared s read at \[j, i\] inside T.Parallel")
+def parallel_read_shared_transposed(): run_body(parallel_store(lambda X, x, s, i, j: _set(x, (i, j), s[j, i])))
 @misuse(CompileError, r"T.copy is not allowed inside T.Parallel")
 def parallel_contains_copy(): run_body(parallel_store(lambda X, x, s, i, j: T.copy(X[0, 0], x)))
 @misuse(CompileError, r"T.Parallel\(32, 64\) does not match the shape \(64, 64\)")

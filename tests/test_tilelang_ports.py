@@ -18,7 +18,6 @@ import reduce  # noqa: E402
 import rms_norm  # noqa: E402
 
 from tilegcn import language as T  # noqa: E402
-from tilegcn.errors import CompileError  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -48,17 +47,6 @@ def test_rms_norm(arch, dtype):
     torch.testing.assert_close(B, rms_norm.ref_program(A.float()).to(dtype), **TOLERANCE[dtype])
 
 
-# The split-k RMSNorm and the LayerNorm read and write shared buffers element by element inside T.Parallel
-# (`A_shared[i, j] *= ...`, `X_smem[i, j]`) and copy shared -> global; the LayerNorm also stores to global tensors
-# inside T.Parallel (`Mean[bx * blk_m + i] = ...`); the GEMV stages its operand through shared memory into a fragment
-# (`T.copy(a_smem, a_frag)`, shared memory that is no T.gemm operand): the memory-space issue that follows issue 19
-# builds those. Strict: a pass is reported, so the mark goes when they run.
-MEMORY_SPACES = pytest.mark.xfail(strict=True, raises=CompileError,
-                                  reason="shared memory beyond T.gemm operands, global stores in T.Parallel "
-                                         "(the memory-space issue)")
-
-
-@MEMORY_SPACES
 @pytest.mark.parametrize("arch,dtype", CASES)
 def test_rms_norm_splitk(arch, dtype):
     A = _randn(4, 256, dtype=dtype)
@@ -67,7 +55,6 @@ def test_rms_norm_splitk(arch, dtype):
     torch.testing.assert_close(B, rms_norm.ref_program(A.float()).to(dtype), **TOLERANCE[dtype])
 
 
-@MEMORY_SPACES
 @pytest.mark.parametrize("arch,dtype", CASES)
 def test_layernorm_forward(arch, dtype):
     x, g, b = (_randn(*shape, dtype=dtype, seed=seed) for seed, shape in enumerate([(4, 512), (512,), (512,)]))
@@ -104,7 +91,6 @@ def test_column_reduce(arch, reduce_fn):
     torch.testing.assert_close(B, reduce.REFERENCES[reduce_fn[7:]](A, 0), rtol=1e-5, atol=1e-5)
 
 
-@MEMORY_SPACES
 @pytest.mark.parametrize("arch,dtype", CASES)
 def test_gemv_alloc_reducer(arch, dtype):
     a, x = _randn(256, 256, dtype=dtype), _randn(256, dtype=dtype, seed=1)

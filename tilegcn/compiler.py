@@ -40,6 +40,7 @@ from .passes.gemm import may_use_lds_dma, plan_gemms
 from .passes.lds import allocate_shared
 from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
+from .passes.memspace import stage_memory_accesses
 from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
 
@@ -132,6 +133,10 @@ class Pass:
 def _verify(c: Compilation):
     c.kernel = c.traced
     verify(c.kernel)
+
+
+def _stage_memory(c: Compilation):
+    c.kernel = stage_memory_accesses(c.kernel)
 
 
 def _pipeline(c: Compilation):
@@ -244,6 +249,8 @@ def _render(c: Compilation):
 
 PASSES = (
     Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
+    Pass("memory_staging", _stage_memory, "shared / global element access and shared copies through fragments "
+         "(passes/memspace.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("layout_inference", _infer_layouts, "a layout for every fragment from the ops' constraints; layout "

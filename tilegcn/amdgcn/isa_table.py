@@ -161,7 +161,7 @@ global_store_{short,dword}                 vmem_store U.v U.v U.s2           -  
 global_store_dwordx2                       vmem_store U.v U.v2 U.s2          -                 vmem     *
 global_store_dwordx3                       vmem_store U.v U.v3 U.s2          -                 vmem     *
 global_store_dwordx4                       vmem_store U.v U.v4 U.s2          -                 vmem     *
-ds_read_b32                                ds_read    D.v U.v                -                 lds      *
+ds_read_{b32,u16}                          ds_read    D.v U.v                -                 lds      *
 ds_read_b64                                ds_read    D.v2 U.v               -                 lds      *
 ds_read_b128                               ds_read    D.v4 U.v               -                 lds      *
 ds_read_b64_tr_b16                         ds_read    D.v2 U.v               -                 lds      gfx950

@@ -266,6 +266,10 @@ class GlobalAccess:
         advance = add_constant(origin.moves, step_const)
         steps = origin.steps and (origin.steps[0] + step_const, origin.steps[1] + step_const)
         uniform, lane, const, span = origin.uniform, origin.lane, sum(in_lane), origin.span
+        if steps is not None and span is not None and steps[0] < 0 <= span[0] + const + steps[0] and limit != 1:
+            # an advance that decreases (a reversed loop: `(n - 1 - k) * block`): the part of the constant that
+            # keeps it >= 0 on every trip joins it, so neither the advance nor any lane's offset is negative
+            advance, const, steps = add_constant(advance, -steps[0]), const + steps[0], (0, steps[1] - steps[0])
         if steps is None or span is None or steps[0] < 0 or span[0] + const < 0:
             return None
         if span[1] + const + steps[1] + width > BUFFER_REACH:

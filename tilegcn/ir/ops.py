@@ -16,6 +16,8 @@ each under `tilegcn/ops/`, registered with `@register`) owns everything the comp
 - software-pipelining facts: `k_loop_role()` (LOAD: a global -> shared tile load; COMPUTE: work that reads
   shared tiles), `pipeline_stages()` (the stages a loop asks for), `stage_writes()` (the pipeline stage an async
   copy lands in), `in_pipeline(ctx)` (whether its lowering shares the registers of a pipelined K loop);
+- memory spaces: `staged(stager)` (the statements replacing it where its shared / global accesses go through
+  staging fragments, passes/memspace.py);
 - lowering: `lower_prologue(ctx)` (code before any statement, e.g. the workgroup remap) and `lower(ctx,
   lower_body)` (its instructions; `lower_body(ctx, stmts)` lowers nested statements).
 
@@ -76,6 +78,13 @@ class TileOp:
     def with_bodies(self, bodies: tuple) -> TileOp:
         """A copy of this op holding `bodies` instead (one list per `bodies()` list)."""
         return self
+
+    # ---- memory spaces ----
+    def staged(self, stager) -> list | None:
+        """The statements replacing this op before layout inference where it touches shared or global memory in a
+        way only fragments can (passes/memspace.py: element access inside T.Parallel, shared <-> global copies),
+        through the staging fragments `stager.fragment(...)` makes; None keeps the op."""
+        return None
 
     # ---- layout facts ----
     def layout_constraints(self, gemm_plans: dict, threads: int) -> tuple:

@@ -115,15 +115,19 @@ class Tracer:
         self.body().append(stmt)
 
     def record_parallel_store(self, buffer: N.Buffer, index, value: N.Expr):
+        """A fragment or shared buffer is stored at the T.Parallel indices in order (its own element); a global
+        tensor at index expressions of them (`Mean[bx * blk_m + i]`), which passes/memspace.py checks."""
         extents, indices = self.parallel
-        if buffer.scope != N.FRAGMENT:
-            raise CompileError(f"T.Parallel can only assign fragments; {buffer.name} is {buffer.scope}")
+        if buffer.scope == N.GLOBAL:
+            self.body().append(ops.ParallelStore(tuple(extents), tuple(indices), buffer, value, index=tuple(index),
+                                                 loc=user_location()))
+            return
         if tuple(index) != tuple(indices):
             raise CompileError(f"assign {buffer.name}[{', '.join(map(str, indices))}] with the T.Parallel "
                                f"indices in order; got [{', '.join(map(str, index))}]")
         if tuple(buffer.shape) != tuple(extents):
             raise CompileError(f"T.Parallel{tuple(extents)} does not match the shape {buffer.shape} "
-                               f"of fragment {buffer.name}")
+                               f"of {buffer.scope} buffer {buffer.name}")
         self.body().append(ops.ParallelStore(tuple(extents), tuple(indices), buffer, value, loc=user_location()))
 
     def alloc(self, scope: str, shape, dtype, fallback: str) -> BufferProxy:

@@ -10,9 +10,10 @@ from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Region
 from ..ir.layout import Same, Vector
 from ..ir.ops import LOAD, TileOp, register
 from ..passes.copy import lower_copy
+from ..passes.memspace import stage_copy
 from .convert_layout import ConvertLayout
 
-_UNSUPPORTED = ((SHARED, GLOBAL), (FRAGMENT, SHARED), (SHARED, SHARED))
+_UNSUPPORTED = ((SHARED, SHARED),)
 
 
 @register
@@ -58,6 +59,10 @@ class Copy(TileOp):
             _, scratch = fresh(self.src.buffer)
             return [ConvertLayout(self.src.buffer, self.dst.buffer, scratch, loc=self.loc)]
         return None
+
+    def staged(self, stager):
+        """Global <-> shared (not a T.gemm operand): through a staging fragment (passes/memspace.py)."""
+        return stage_copy(self, stager)
 
     def k_loop_role(self):
         return LOAD if (self.src.buffer.scope, self.dst.buffer.scope) == (GLOBAL, SHARED) else None

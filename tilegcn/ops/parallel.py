@@ -8,9 +8,10 @@ from typing import ClassVar
 
 from ..errors import CompileError
 from ..ir.layout import Same, SliceOf, Whole
-from ..ir.nodes import FRAGMENT, SHARED, Buffer, Call, Cast, ElemRef, Expr, walk_expr
+from ..ir.nodes import FRAGMENT, Buffer, Call, Cast, ElemRef, Expr, walk_expr
 from ..ir.ops import TileOp, register, whole
 from ..passes.elementwise import lower_parallel
+from ..passes.memspace import stage_parallel
 from .convert_layout import ConvertLayout
 
 
@@ -25,17 +26,17 @@ class ParallelStore(TileOp):
     indices: tuple  # SymPy symbols, one per extent
     buffer: Buffer
     value: Expr
+    index: tuple | None = None  # a global tensor's store index (SymPy); None: the loop indices (passes/memspace.py)
 
     def print_to(self, out):
         idx = ", ".join(str(i) for i in self.indices)
         ext = ", ".join(str(e) for e in self.extents)
-        out.line(f"parallel ({idx}) in ({ext}): {self.buffer.name}[{idx}] = {out.expr(self.value)}")
+        at = idx if self.index is None else ", ".join(out.index(k) for k in self.index)
+        out.line(f"parallel ({idx}) in ({ext}): {self.buffer.name}[{at}] = {out.expr(self.value)}")
 
-    def verify(self, scope):
-        for ref in self._element_refs():
-            if ref.buffer.scope == SHARED:
-                raise CompileError(f"reading shared buffer {ref.buffer.name} inside T.Parallel is not "
-                                   "supported; copy it to a fragment first", location=self.loc)
+    def staged(self, stager):
+        """Shared reads and shared / global stores go through staging fragments (passes/memspace.py)."""
+        return stage_parallel(self, stager)
 
     def _element_refs(self) -> list:
         return [e for e in walk_expr(self.value) if isinstance(e, ElemRef)]

@@ -22,7 +22,7 @@ class Context:
     gemm_plans: dict = field(default_factory=dict)  # accumulator Buffer -> GemmPlan
     gemm_operands: dict = field(default_factory=dict)  # shared Buffer -> (GemmPlan, "A" | "B")
     current_parallel: TileOp | None = None  # the T.Parallel statement (a ParallelStore op) being lowered
-    lds_state: str = "idle"  # last LDS access kind: "idle", "written" or "read" (for barrier placement)
+    lds_state: str = "idle"  # last LDS access kind: "idle", "written", "read" or "any" (for barrier placement)
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight

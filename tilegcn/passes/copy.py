@@ -262,6 +262,10 @@ def lower_copy(ctx: Context, s: TileOp):
         return lower_copy_fragment_to_global(ctx, s)
     if scopes == (N.FRAGMENT, N.FRAGMENT):
         return lower_copy_fragment_to_fragment(ctx, s)
+    if scopes in ((N.SHARED, N.FRAGMENT), (N.FRAGMENT, N.SHARED)):
+        from .lds_elements import lower_fragment_to_shared, lower_shared_to_fragment
+
+        return (lower_shared_to_fragment if scopes[0] == N.SHARED else lower_fragment_to_shared)(ctx, s)
     from .gemm import lower_shared_copy
 
     return lower_shared_copy(ctx, s)

@@ -119,8 +119,9 @@ def accumulator_origin_and_offsets(plan):
 # ---- LDS synchronisation ----------------------------------------------------------------------------------
 
 def lds_barrier(ctx: Context, access: str):
-    """Emit s_barrier when `access` ('write' or 'read') follows the other kind of LDS access."""
-    if (access, ctx.lds_state) in (("write", "read"), ("read", "written")):
+    """Emit s_barrier when `access` ('write' or 'read') follows the other kind of LDS access (state "any": a loop's
+    head, after either kind in the previous trip)."""
+    if ctx.lds_state == "any" or (access, ctx.lds_state) in (("write", "read"), ("read", "written")):
         ctx.b.emit("s_barrier", comment=f"LDS {access} after {'reads' if access == 'write' else 'writes'}")
     ctx.lds_state = "written" if access == "write" else "read"
 

@@ -16,16 +16,28 @@ from ..ir import nodes as N
 from .context import Context
 
 
+def _enter_loop_lds_state(ctx: Context, body: list):
+    """The LDS state (passes/gemm.py lds_barrier) at the loop head, which every trip's first LDS access sees: in a
+    pipelined loop the previous trip's reads precede this trip's stage writes; a serial loop writing shared memory
+    may follow the previous trip's reads or writes ("any": element access, passes/memspace.py); one only reading it
+    keeps the state from before the loop (reads of what was written there wait at a barrier)."""
+    kinds = {kind for x in N.walk(body) for kind, regions in (("read", x.reads()), ("write", x.writes()))
+             for r in regions if r.buffer.scope == N.SHARED}
+    if any(x in ctx.reduce_scratch for x in N.walk(body)):  # a reduction writes, then reads, its cross-wave partials
+        kinds |= {"read", "write"}
+    if kinds and ctx.pipe is not None:
+        ctx.lds_state = "read"
+    elif "write" in kinds:
+        ctx.lds_state = "any"
+
+
 def lower_loop(ctx: Context, s, lower_body):
     """`s`: a Loop op (tilegcn/ops/loop.py); `lower_body(ctx, stmts)` lowers its body."""
     b = ctx.b
     counter = b.s.alloc(what=f"loop counter {s.var}")
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
-    body = list(N.walk(s.body))
-    if any(r.buffer.scope == N.SHARED for x in body for r in x.reads() + x.writes()) \
-            or any(x in ctx.reduce_scratch for x in body):  # a reduction's cross-wave partials are LDS too
-        ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
+    _enter_loop_lds_state(ctx, s.body)
     pipe = ctx.pipe
     outer_writes = None
     if pipe is not None:

@@ -1,0 +1,151 @@
+"""Copies between a shared buffer (not a T.gemm operand) and a fragment, run by run of the fragment's layout.
+
+Input: a Copy shared -> fragment or fragment -> shared (passes/memspace.py stages T.Parallel's shared reads and
+writes and the shared <-> global copies through these). Output: ds_read / ds_write at the LDS byte address of each
+element, `shared offset + row-major index * element bytes` (a non-gemm shared buffer is stored row-major,
+unswizzled): 16, 8 or 4 bytes at once where consecutive elements of the layout lie at consecutive addresses aligned
+to that width on every thread, else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are
+converted from / to the fragment's fp32 values, two a register, as passes/copy.py converts global ones.
+Barriers: each copy calls passes/gemm.py's lds_barrier, so a read of LDS other threads wrote (and a write over LDS
+other threads may still read) waits at an s_barrier first; the wait pass puts the counters before it.
+Where the fragment's layout replicates an element (a row vector held by every lane of the row), only its writer
+thread stores it (passes/copy.py's WriterMask), so each LDS element is written once.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from ..amdgcn.addr import linear_form, split_const
+from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..ir import nodes as N
+from .context import Context
+from .copy import WriterMask, _by_writer, _store_element, global_index
+from .gemm import lds_barrier
+
+READ_BATCH = 16  # elements whose ds_reads are in flight before their values are converted
+DS_READ = {2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}  # by access bytes
+DS_WRITE = {2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64", 16: "ds_write_b128"}
+
+
+def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
+    """The LDS byte address (SymPy) of the shared element that fragment element r maps to: the buffer's offset plus
+    its row-major index times the element bytes."""
+    shared = region.buffer
+    index = global_index(region, frag.shape, ctx.layouts[frag].coords(r, ctx.threads))
+    strides = [math.prod(shared.shape[d + 1:]) for d in range(len(shared.shape))]
+    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, strides))
+                        * shared.dtype.bytes)
+
+
+def _address(ctx: Context, address) -> tuple:
+    """(VGPR, offset:) of LDS byte address `address`, its constant in the instruction's offset field."""
+    const, rest = split_const(address)
+    limit = ctx.b.arch.ds_max_imm_offset + 1
+    high, imm = divmod(const, limit)
+    return ctx.lower.vgpr(rest + high * limit), f"offset:{imm}"
+
+
+def _runs(ctx: Context, region: N.Region, frag: N.Buffer) -> list:
+    """(first element r, elements, access bytes, address) of each LDS access of this thread: the widest of 16, 8, 4
+    bytes where consecutive elements of the layout lie at consecutive addresses aligned to that width (on every
+    thread: each term of the address is a multiple of it), else one element."""
+    lay, es = ctx.layouts[frag], region.buffer.dtype.bytes
+    address = [_address_expr(ctx, region, frag, r) for r in range(lay.elems)]
+    runs, r = [], 0
+    while r < lay.elems:
+        per = next((w // es for w in (16, 8, 4) if w > es and _contiguous(address, r, w // es, es, w)), 1)
+        runs.append((r, per, per * es, address[r]))
+        r += per
+    return runs
+
+
+def _contiguous(address: list, r: int, per: int, es: int, width: int) -> bool:
+    if r % per or r + per > len(address):
+        return False
+    if any(c % width for c in linear_form(address[r]).values()):
+        return False
+    return all(sympy.expand(address[r + k] - address[r]) == k * es for k in range(1, per))
+
+
+def _batches(runs: list) -> list:
+    batches: list = []
+    for run in runs:
+        if batches and sum(x[1] for x in batches[-1]) + run[1] <= READ_BATCH:
+            batches[-1].append(run)
+        else:
+            batches.append([run])
+    return batches
+
+
+def lower_shared_to_fragment(ctx: Context, s) -> None:
+    """Copy shared region `s.src` into fragment `s.dst`: reads issued in batches, then converted (fp32 elements
+    into an fp32 fragment land in its registers directly)."""
+    region, frag = s.src, s.dst.buffer
+    lay, b, dtype = ctx.layouts[frag], ctx.b, region.buffer.dtype
+    lds_barrier(ctx, "read")
+    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4
+    for batch in _batches(_runs(ctx, region, frag)):
+        loaded = []
+        for r, per, width, address in batch:
+            dwords = max(width // 4, 1)
+            dst = lay.regs[r:r + dwords] if direct else b.v.alloc(dwords, align=2 if dwords > 1 else 1)
+            vaddr, offset = _address(ctx, address)
+            b.emit(DS_READ[width], dst, vaddr, suffix=offset,
+                   comment=f"{region.buffer.name} -> {frag.name}[{r}:{r + per}]")
+            loaded.append((r, per, dst))
+        for r, per, dst in ([] if direct else loaded):
+            for e in range(per):
+                word = dst[e * dtype.bytes // 4]
+                if dtype.is_16bit:
+                    value = b.v.alloc()
+                    unpack_16bit_to_f32(b, value, word, e % 2 == 1, dtype)
+                    _store_element(ctx, frag, r + e, value)
+                    b.v.free(value)
+                else:
+                    _store_element(ctx, frag, r + e, word)
+            b.v.free(dst)
+
+
+def lower_fragment_to_shared(ctx: Context, s) -> None:
+    """Copy fragment `s.src` into shared region `s.dst`, each element by its writer thread (16-bit values packed
+    in pairs, as passes/copy.py stores them to global memory)."""
+    frag, region = s.src.buffer, s.dst
+    lay, b, dtype = ctx.layouts[frag], ctx.b, region.buffer.dtype
+    lds_barrier(ctx, "write")
+    runs = _runs(ctx, region, frag)
+    addresses = {r: address for r, _, _, address in runs}
+    pieces = [(r, per, width) for r, per, width, _ in runs]
+    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4
+    for writer, group in _by_writer(lay, pieces):
+        with WriterMask(ctx, writer):
+            for r, per, width in group:
+                dwords = max(width // 4, 1)
+                if direct:
+                    data = lay.regs[r:r + dwords]
+                else:
+                    data = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
+                    _pack(ctx, frag, r, per, data, dtype)
+                vaddr, offset = _address(ctx, addresses[r])
+                b.emit(DS_WRITE[width], vaddr, data, suffix=offset, comment=f"{frag.name}[{r}:{r + per}] -> "
+                       f"{region.buffer.name}")
+                if not direct:
+                    b.v.free(data)
+
+
+def _pack(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype) -> None:
+    """Elements r..r+per of fragment `frag` as `dtype` in the registers `dst` (16-bit: two a register, low first)."""
+    b = ctx.b
+    step = 2 if dtype.is_16bit else 1
+    for e in range(0, per, step):
+        lo, lo_temp = ctx.read_f32(frag, r + e)
+        if dtype.is_16bit:
+            hi, hi_temp = ctx.read_f32(frag, r + e + 1) if e + 1 < per else (None, False)
+            pack_f32_pair(b, dst[e // 2], lo, hi, dtype)
+            if hi_temp:
+                b.v.free(hi)
+        else:
+            b.emit("v_mov_b32", dst[e], lo)
+        if lo_temp:
+            b.v.free(lo)
