@@ -10,23 +10,24 @@ from tilegcn import language as T
 
 
 @tilegcn.jit
-def rms_norm(X, W, Y, *, eps=1e-6, block_M=1, threads=256):
+def rms_norm(X, W, Y, *, eps=1e-6, block_M=8, threads=256):
     M, N = X.shape
-    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
-        x = T.alloc_fragment((block_M, N), "float32")
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:  # block_M rows per workgroup
+        x = T.alloc_fragment((1, N), "float32")  # one whole row, spread over the threads
         w = T.alloc_fragment((N,), "float32")
-        squares = T.alloc_fragment((block_M, N), "float32")
-        rms = T.alloc_fragment((block_M,), "float32")
-        T.copy(X[bx * block_M, 0], x)
-        T.copy(W[0], w)
-        for i, j in T.Parallel(block_M, N):
-            squares[i, j] = x[i, j] * x[i, j]
-        T.reduce_sum(squares, rms, dim=1)  # the sum of squares of each row
-        for i in T.Parallel(block_M):
-            rms[i] = T.rsqrt(rms[i] / N + eps)  # a T.Parallel over the row vector itself
-        for i, j in T.Parallel(block_M, N):
-            x[i, j] = x[i, j] * rms[i] * w[j]  # rms[i] broadcast along the row, w[j] down the columns
-        T.copy(x, Y[bx * block_M, 0])
+        squares = T.alloc_fragment((1, N), "float32")
+        rms = T.alloc_fragment((1,), "float32")
+        T.copy(W[0], w)  # once per workgroup: the registers keep W for all its rows
+        for r in T.serial(block_M):  # the rows one after another, as in the fused softmax
+            T.copy(X[bx * block_M + r, 0], x)
+            for i, j in T.Parallel(1, N):
+                squares[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(squares, rms, dim=1)  # the sum of squares of the row
+            for i in T.Parallel(1):
+                rms[i] = T.rsqrt(rms[i] / N + eps)  # a T.Parallel over the row vector itself
+            for i, j in T.Parallel(1, N):
+                x[i, j] = x[i, j] * rms[i] * w[j]  # rms[i] broadcast along the row, w[j] down the columns
+            T.copy(x, Y[bx * block_M + r, 0])
 
 
 def main():

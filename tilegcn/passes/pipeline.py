@@ -22,8 +22,11 @@ def lower_loop(ctx: Context, s, lower_body):
     counter = b.s.alloc(what=f"loop counter {s.var}")
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
-    if any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.reads() + x.writes()):
-        ctx.lds_state = "read"  # the previous iteration's reads precede this iteration's writes
+    shared = any(r.buffer.scope == N.SHARED for x in N.walk(s.body) for r in x.reads() + x.writes())
+    if shared or any(x in ctx.reduce_scratch for x in N.walk(s.body)):
+        # the previous iteration's reads precede this iteration's writes (a cross-wave reduction's LDS scratch
+        # included: a reduction in a T.serial loop rewrites its partials while slower waves may still read them)
+        ctx.lds_state = "read"
     pipe = ctx.pipe
     outer_writes = None
     if pipe is not None:
