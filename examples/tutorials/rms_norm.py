@@ -10,12 +10,12 @@ from tilegcn import language as T
 
 
 @tilegcn.jit
-def rms_norm(X, W, Y, *, eps=1e-6, block_M=8, threads=256):
+def rms_norm(X, W, Y, *, eps=1e-6, block_M=4, threads=256):
     M, N = X.shape
     with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:  # block_M rows per workgroup
         x = T.alloc_fragment((1, N), "float32")  # one whole row, spread over the threads
-        w = T.alloc_fragment((N,), "float32")
-        squares = T.alloc_fragment((1, N), "float32")
+        w = T.alloc_fragment((N,), W.dtype)  # kept as W's type: bf16 takes half the registers of fp32
+        squares = T.alloc_fragment((1, N), "float32")  # read only by the reduction: computed as it sums
         rms = T.alloc_fragment((1,), "float32")
         T.copy(W[0], w)  # once per workgroup: the registers keep W for all its rows
         for r in T.serial(block_M):  # the rows one after another, as in the fused softmax

@@ -26,6 +26,7 @@ from ..ir import nodes as N
 from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
+from .elementwise import ElementEvaluator, fused_producers
 from .gemm import lds_barrier
 from .layout import TID
 from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
@@ -141,10 +142,20 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
 # ---- lowering ----------------------------------------------------------------------------------------------
 
 def _read(ctx: Context, s, r: int, temps: list):
-    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`."""
-    value, temp = ctx.read_f32(s.src, r)
-    if temp:
-        temps.append(value)
+    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`. For a
+    fused T.Parallel (fused_producers), element r is computed here, into its own register."""
+    producer = fused_producers(ctx).get(s)
+    if producer is not None:
+        ev = ElementEvaluator(ctx, {})
+        ctx.current_parallel = producer
+        value = ev.eval(producer.value, r)  # into a temporary: the fragment itself is never written
+        value = ev.vgpr(value)
+        ctx.current_parallel = None
+        temps.extend(t for t in ev.temps)
+    else:
+        value, temp = ctx.read_f32(s.src, r)
+        if temp:
+            temps.append(value)
     return Abs(value) if s.op.startswith("abs") else value
 
 
