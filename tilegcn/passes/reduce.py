@@ -141,17 +141,14 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
 
 # ---- lowering ----------------------------------------------------------------------------------------------
 
-def _read(ctx: Context, s, r: int, temps: list):
-    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`. For a
-    fused T.Parallel (fused_producers), element r is computed here, into its own register."""
-    producer = fused_producers(ctx).get(s)
+def _read(ctx: Context, s, r: int, temps: list, producer):
+    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`. With a
+    fused T.Parallel (an ElementEvaluator of it, see fused_producers) element r is computed into a temporary: the
+    fragment itself is never written."""
     if producer is not None:
-        ev = ElementEvaluator(ctx, {})
-        ctx.current_parallel = producer
-        value = ev.eval(producer.value, r)  # into a temporary: the fragment itself is never written
-        value = ev.vgpr(value)
-        ctx.current_parallel = None
-        temps.extend(t for t in ev.temps)
+        value = producer.vgpr(producer.eval(ctx.current_parallel.value, r))
+        temps.extend(producer.temps)
+        producer.temps = []
     else:
         value, temp = ctx.read_f32(s.src, r)
         if temp:
@@ -159,26 +156,39 @@ def _read(ctx: Context, s, r: int, temps: list):
     return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg) -> Reg:
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> Reg:
     """acc = op over this thread's source elements `rs`, in element order."""
     b = ctx.b
     temps: list = []
-    first = _read(ctx, s, rs[0], temps)
+    first = _read(ctx, s, rs[0], temps, producer)
     if len(rs) == 1:
         if isinstance(first, Abs):
             b.valu("v_and_b32", acc, ABS_MASK, first.reg)
         else:
             b.valu("v_mov_b32", acc, first)
     else:
-        red.combine(acc, first, _read(ctx, s, rs[1], temps))
+        red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
-            red.combine(acc, acc, _read(ctx, s, r, temps))
+            red.combine(acc, acc, _read(ctx, s, r, temps, producer))
             for t in temps:
                 b.v.free(t)
             temps = []
     for t in temps:
         b.v.free(t)
     return acc
+
+
+def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool) -> list:
+    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`)."""
+    dst_lay = ctx.layouts[s.dst]
+    fused = fused_producers(ctx).get(s)
+    ctx.current_parallel = fused
+    producer = ElementEvaluator(ctx, {}) if fused is not None else None
+    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial"),
+                         producer)
+              for slot, rs in enumerate(plan.slots)]
+    ctx.current_parallel = None
+    return values
 
 
 def lower_reduce(ctx: Context, s):
@@ -189,8 +199,7 @@ def lower_reduce(ctx: Context, s):
     dst_lay = ctx.layouts[s.dst]
     direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op)
-    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else b.v.alloc(what=f"{s.dst.name} partial"))
-              for slot, rs in enumerate(plan.slots)]
+    values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
     red.across_lanes(values, lane_bits)
     red.free()
