@@ -11,6 +11,9 @@ per slot, the thread's own elements combined in element order (in-thread), then 
 The destination's layout is the *slice* of the source's (ir/layout.py Slice, given by layout inference from
 the op's constraint): every thread keeps the output elements of the rows it held, replicated over the thread-id
 bits that were reduced, so a destination may have fewer elements than the workgroup has threads.
+
+A T.Parallel whose fragment only the reduction right after it reads (`elementwise.fused_producers`) is evaluated
+here, element by element as the in-thread step combines them, so that fragment never holds registers.
 """
 from __future__ import annotations
 
@@ -184,9 +187,10 @@ def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool
     fused = fused_producers(ctx).get(s)
     ctx.current_parallel = fused
     producer = ElementEvaluator(ctx, {}) if fused is not None else None
-    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial"),
-                         producer)
-              for slot, rs in enumerate(plan.slots)]
+    values = []
+    for slot, rs in enumerate(plan.slots):
+        acc = dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial")
+        values.append(_in_thread(ctx, s, red, rs, acc, producer))
     ctx.current_parallel = None
     return values
 
