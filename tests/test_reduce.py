@@ -1,6 +1,6 @@
 """T.reduce_sum / max / min / absmax / abssum on the emulated device, against torch: rows (dim=1) and columns (dim=0)
 held by one thread, by several lanes, by several waves; fp32, fp16 and bf16 sources and 16-bit destinations;
-clear=False, in a loop over tiles too; NaN and inf as torch; gemm accumulators, a reduction's output, a 3-d
+clear=False, in a loop over tiles too; one reduction a trip of a T.serial loop; a fragment only a reduction reads computed as it sums; NaN and inf as torch; gemm accumulators, a reduction's output, a 3-d
 fragment; each output element written once; the cross-lane route each arch takes; bad calls refused with the user's
 line."""
 import pytest
@@ -296,6 +296,64 @@ def test_reductions_in_a_loop_accumulate_over_tiles(arch):
     row_stats_by_tiles(x, row_max, row_sum, arch=arch)
     assert torch.equal(row_max, x.amax(1))
     assert ((row_sum - x.sum(1)).abs() <= 2 * 1024 * 2.0 ** -24 * x.abs().sum(1)).all()
+
+
+@tilegcn.jit
+def row_sums_one_row_a_trip(X, S, *, rows=4, threads=256):
+    """One cross-wave reduction per trip of a T.serial loop: each trip rewrites the LDS partials the previous
+    trip's slower waves may still be reading."""
+    N = X.shape[1]
+    with T.Kernel(T.ceildiv(X.shape[0], rows), threads=threads) as b:
+        x = T.alloc_fragment((1, N), "float32")
+        s = T.alloc_fragment((1,), "float32")
+        for r in T.serial(rows):
+            T.copy(X[b * rows + r, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            T.copy(s, S[b * rows + r])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_cross_wave_reduction_in_a_serial_loop_waits_for_the_previous_trips_reads(arch):
+    torch.manual_seed(8)
+    x = torch.randn(8, 512)
+    s = torch.zeros(8)
+    row_sums_one_row_a_trip(x, s, arch=arch)  # the emulator rejects the write-after-read race without the barrier
+    assert ((s - x.sum(1)).abs() <= 2 * 512 * 2.0 ** -24 * x.abs().sum(1)).all()
+
+
+@tilegcn.jit
+def sum_of_squares(X, S, Y, *, reuse=False, threads=64):
+    """squares = x * x, then reduced: with reuse=False only the reduction reads squares (it computes each square as
+    it sums, holding no squares fragment); with reuse=True Y = squares is stored too, so the fragment must exist."""
+    N = X.shape[1]
+    with T.Kernel(X.shape[0], threads=threads) as b:
+        x = T.alloc_fragment((1, N), "float32")
+        squares = T.alloc_fragment((1, N), "float32")
+        s = T.alloc_fragment((1,), "float32")
+        T.copy(X[b, 0], x)
+        for i, j in T.Parallel(1, N):
+            squares[i, j] = x[i, j] * x[i, j]
+        T.reduce_sum(squares, s, dim=1)
+        T.copy(s, S[b])
+        if reuse:
+            T.copy(squares, Y[b, 0])
+        else:
+            T.copy(x, Y[b, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_fragment_only_a_reduction_reads_takes_no_registers(arch):
+    torch.manual_seed(9)
+    x = torch.randn(2, 2048)  # 32 elements a thread
+    s, y = torch.zeros(2), torch.zeros(2, 2048)
+    sum_of_squares(x, s, y, arch=arch)
+    assert ((s - (x * x).sum(1)).abs() <= 2 * 2048 * 2.0 ** -24 * (x * x).sum(1)).all()
+    assert torch.equal(y, x)
+    # x's 32 registers a thread and a few more; holding the 32 squares as well would take over 64
+    assert sum_of_squares.compile(x, s, y, arch=arch).metadata["vgprs"] < 48
+    s2, y2 = torch.zeros(2), torch.zeros(2, 2048)
+    sum_of_squares(x, s2, y2, reuse=True, arch=arch)  # squares read again after the reduction: kept
+    assert torch.equal(s2, s) and torch.equal(y2, x * x)
 
 
 @tilegcn.jit

@@ -1,5 +1,5 @@
 """Tutorial 3: RMSNorm. Y = X / sqrt(mean(X ** 2) + eps) * W along each row: a reduction, a per-row statistic
-broadcast back over the row, a second input (the weight W) read once per workgroup, and a device loop over rows.
+broadcast back over the row, and a second input (the weight W) read once per workgroup.
 
     python examples/tutorials/rms_norm.py
 """
@@ -10,28 +10,28 @@ from tilegcn import language as T
 
 
 @tilegcn.jit
-def rms_norm(X, W, Y, *, eps=1e-6, rows=8, threads=256):
+def rms_norm(X, W, Y, *, eps=1e-6, block_M=4, threads=256):
     M, N = X.shape
-    with T.Kernel(T.ceildiv(M, rows), threads=threads) as bx:  # each workgroup normalises `rows` rows
-        x = T.alloc_fragment((1, N), "float32")
-        squares = T.alloc_fragment((1, N), "float32")
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:  # block_M rows per workgroup
+        x = T.alloc_fragment((1, N), "float32")  # one whole row, spread over the threads
+        w = T.alloc_fragment((N,), W.dtype)  # kept as W's type: bf16 takes half the registers of fp32
+        squares = T.alloc_fragment((1, N), "float32")  # read only by the reduction: computed as it sums
         rms = T.alloc_fragment((1,), "float32")
-        w = T.alloc_fragment((N,), "float32")
-        T.copy(W[0], w)  # once per workgroup, not once per row
-        for k in T.serial(rows):  # a loop on the device: one row after the other
-            T.copy(X[bx * rows + k, 0], x)  # rows past the end of X read 0 and are never written
+        T.copy(W[0], w)  # once per workgroup: the registers keep W for all its rows
+        for r in T.serial(block_M):  # the rows one after another, as in the fused softmax
+            T.copy(X[bx * block_M + r, 0], x)
             for i, j in T.Parallel(1, N):
                 squares[i, j] = x[i, j] * x[i, j]
-            T.reduce_sum(squares, rms, dim=1)  # the row's sum of squares
+            T.reduce_sum(squares, rms, dim=1)  # the sum of squares of the row
             for i in T.Parallel(1):
-                rms[i] = T.rsqrt(rms[i] / N + eps)  # a T.Parallel over the row statistic itself
+                rms[i] = T.rsqrt(rms[i] / N + eps)  # a T.Parallel over the row vector itself
             for i, j in T.Parallel(1, N):
                 x[i, j] = x[i, j] * rms[i] * w[j]  # rms[i] broadcast along the row, w[j] down the columns
-            T.copy(x, Y[bx * rows + k, 0])
+            T.copy(x, Y[bx * block_M + r, 0])
 
 
 def main():
-    x = torch.randn(10, 1024, dtype=torch.bfloat16)  # 10 rows: the second workgroup's last 6 rows are past the end
+    x = torch.randn(10, 1024, dtype=torch.bfloat16)
     w = torch.randn(1024, dtype=torch.bfloat16)
     y = torch.empty_like(x)
     rms_norm(x, w, y)

@@ -28,6 +28,7 @@ class Context:
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> shared Buffer of its cross-wave partials
     copy_mode: str = "auto"  # pipelined global -> LDS copies: one of arch.COPY_MODES (tilegcn.jit(copy=...))
+    fused: dict | None = None  # Reduce -> the T.Parallel it evaluates element by element (elementwise.fused_producers)
 
     @property
     def lower(self) -> ExprLowering:

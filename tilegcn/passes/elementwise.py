@@ -19,6 +19,7 @@ from ..ir import elemfn
 from ..ir import nodes as N
 from ..ir.layout import Slice, register_of
 from ..ir.ops import TileOp
+from ..ir.types import float32
 from .context import Context
 
 # llvm.exp.f32's expansion (llc -mcpu=gfx942): log2(e) as f32 plus its low part, and the inputs below
@@ -606,7 +607,56 @@ def _prefetch_global_reads(ctx: Context, s: TileOp, elems: int) -> dict:
     return out
 
 
+# ---- a T.Parallel that only feeds the next reduction ------------------------------------------------------
+
+def _bodies(stmts):
+    """Every statement list of `stmts`, nested loop bodies included."""
+    yield stmts
+    for s in stmts:
+        for body in s.bodies():
+            yield from _bodies(body)
+
+
+def _fusable(ctx: Context, p, r, readers: dict) -> bool:
+    """`p` (T.Parallel) writes all of an unpacked fp32 fragment from other buffers only, and `r`, the reduction right
+    after it, is the one statement that reads it: each element can be computed where the reduction uses it."""
+    buf = p.buffer
+    lay = ctx.layouts.get(buf)
+    refs = [e for e in N.walk_expr(p.value) if isinstance(e, N.ElemRef)]
+    return (r.src is buf and buf.dtype == float32 and lay is not None and not lay.packed and lay.regs.file == "v"
+            and tuple(p.extents) == tuple(buf.shape) and readers.get(buf) == [r]
+            and all(e.buffer is not buf and e.buffer.scope != N.GLOBAL for e in refs))
+
+
+def fused_producers(ctx: Context) -> dict:
+    """{Reduce: T.Parallel} for each T.Parallel whose fragment only the reduction right after it reads (RMSNorm's
+    `squares[i, j] = x[i, j] * x[i, j]; T.reduce_sum(squares, ...)`). The reduction computes each element as it
+    combines it, so the fragment's registers live one element at a time instead of all at once (32 registers a
+    thread for a row of 8192 over 256 threads); the values and their order are those of the unfused code."""
+    if ctx.fused is None:
+        readers: dict = {}
+        for body in _bodies(ctx.kernel.body):
+            for s in body:
+                if s.bodies():
+                    continue  # a loop's reads are its body's, counted there
+                for region in s.reads():
+                    readers.setdefault(region.buffer, []).append(s)
+        ctx.fused = {}
+        for body in _bodies(ctx.kernel.body):
+            for p, r in zip(body, body[1:]):
+                if p.opname == "parallel" and r.opname == "reduce" and _fusable(ctx, p, r, readers):
+                    ctx.fused[r] = p
+    return ctx.fused
+
+
+def is_fused_producer(ctx: Context, p) -> bool:
+    """True for a T.Parallel that its reduction evaluates (its own lowering emits nothing)."""
+    return any(q is p for q in fused_producers(ctx).values())
+
+
 def lower_parallel(ctx: Context, s: TileOp):
+    if is_fused_producer(ctx, s):
+        return  # the reduction right after computes each element where it uses it (passes/reduce.py)
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)

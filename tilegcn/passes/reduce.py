@@ -11,6 +11,9 @@ per slot, the thread's own elements combined in element order (in-thread), then 
 The destination's layout is the *slice* of the source's (ir/layout.py Slice, given by layout inference from
 the op's constraint): every thread keeps the output elements of the rows it held, replicated over the thread-id
 bits that were reduced, so a destination may have fewer elements than the workgroup has threads.
+
+A T.Parallel whose fragment only the reduction right after it reads (`elementwise.fused_producers`) is evaluated
+here, element by element as the in-thread step combines them, so that fragment never holds registers.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ..ir import nodes as N
 from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
+from .elementwise import ElementEvaluator, fused_producers
 from .gemm import lds_barrier
 from .layout import TID
 from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
@@ -140,34 +144,55 @@ def scratch_buffers(kernel: N.Kernel, layouts: dict, arch) -> dict:
 
 # ---- lowering ----------------------------------------------------------------------------------------------
 
-def _read(ctx: Context, s, r: int, temps: list):
-    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`."""
-    value, temp = ctx.read_f32(s.src, r)
-    if temp:
-        temps.append(value)
+def _read(ctx: Context, s, r: int, temps: list, producer):
+    """Source element r as an fp32 VGPR (as Abs(VGPR) for absmax / abssum); temporaries go into `temps`. With a
+    fused T.Parallel (an ElementEvaluator of it, see fused_producers) element r is computed into a temporary: the
+    fragment itself is never written."""
+    if producer is not None:
+        value = producer.vgpr(producer.eval(ctx.current_parallel.value, r))
+        temps.extend(producer.temps)
+        producer.temps = []
+    else:
+        value, temp = ctx.read_f32(s.src, r)
+        if temp:
+            temps.append(value)
     return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg) -> Reg:
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> Reg:
     """acc = op over this thread's source elements `rs`, in element order."""
     b = ctx.b
     temps: list = []
-    first = _read(ctx, s, rs[0], temps)
+    first = _read(ctx, s, rs[0], temps, producer)
     if len(rs) == 1:
         if isinstance(first, Abs):
             b.valu("v_and_b32", acc, ABS_MASK, first.reg)
         else:
             b.valu("v_mov_b32", acc, first)
     else:
-        red.combine(acc, first, _read(ctx, s, rs[1], temps))
+        red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
-            red.combine(acc, acc, _read(ctx, s, r, temps))
+            red.combine(acc, acc, _read(ctx, s, r, temps, producer))
             for t in temps:
                 b.v.free(t)
             temps = []
     for t in temps:
         b.v.free(t)
     return acc
+
+
+def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool) -> list:
+    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`)."""
+    dst_lay = ctx.layouts[s.dst]
+    fused = fused_producers(ctx).get(s)
+    ctx.current_parallel = fused
+    producer = ElementEvaluator(ctx, {}) if fused is not None else None
+    values = []
+    for slot, rs in enumerate(plan.slots):
+        acc = dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial")
+        values.append(_in_thread(ctx, s, red, rs, acc, producer))
+    ctx.current_parallel = None
+    return values
 
 
 def lower_reduce(ctx: Context, s):
@@ -178,8 +203,7 @@ def lower_reduce(ctx: Context, s):
     dst_lay = ctx.layouts[s.dst]
     direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op)
-    values = [_in_thread(ctx, s, red, rs, dst_lay.regs[slot] if direct else b.v.alloc(what=f"{s.dst.name} partial"))
-              for slot, rs in enumerate(plan.slots)]
+    values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
     red.across_lanes(values, lane_bits)
     red.free()
