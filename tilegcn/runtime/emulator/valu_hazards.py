@@ -80,18 +80,18 @@ def _union(groups) -> dict:
     return {kind: frozenset(regs) for kind, regs in out.items()}
 
 
-def _roles(ins) -> HazardRoles:
-    """The instruction table's hazard roles of a decoded instruction. One the table lacks (hand-written assembly
-    the emulator also runs: asm overrides, its own tests) plays no part a rule singles out, but DPP, which its
-    encoding says."""
-    dpp = ins.suffix == "dpp"
-    row = TABLE.get(ins.base + "_dpp" if dpp else ins.base)
+def table_roles(base: str, suffix: str) -> HazardRoles:
+    """The instruction table's hazard roles of a decoded instruction (its base name and encoding suffix, as
+    decode.Instr has them). One the table lacks (hand-written assembly the emulator also runs: asm overrides, its
+    own tests) plays no part a rule singles out, but DPP, which its encoding says."""
+    dpp = suffix == "dpp"
+    row = TABLE.get(base + "_dpp" if dpp else base)
     return row.hazard if row is not None else dataclasses.replace(_NO_ROLES, dpp=dpp)
 
 
 def _facts(h, ins, vh, accum_offset) -> tuple:
     made, needs = {}, []
-    roles = _roles(ins)
+    roles = table_roles(ins.base, ins.suffix)
     if h.cls == "valu":
         if roles.trans:
             made["trans"] = h.vw
