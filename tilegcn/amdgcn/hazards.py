@@ -21,9 +21,10 @@ or a v_permlane*_swap (gfx950), any instruction's write of a VGPR (a load's too)
 write of EXEC (v_cmpx) before a DPP, lane read / write, permlane swap or MFMA, a store of more than 8 bytes whose data a
 VALU overwrites, and a VALU overwriting an MFMA's result or srcC. Which opcode plays which part (transcendental,
 DPP, lane read / select and their operands, permlane swap, v_div_fmas, a wide store's data) is the instruction
-table's (isa_table.HazardRoles), never the opcode's name; an opcode the table lacks is an InternalError. docs/hazards.md is the sweep
-of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where
-it is handled. No lowering places instructions to meet a hazard: this pass places every wait state.
+table's (isa_table.HazardRoles), never the opcode's name; an opcode the table lacks is an InternalError.
+docs/hazards.md is the sweep of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether
+tilegcn can reach it, and where it is handled. No lowering places instructions to meet a hazard: this pass places
+every wait state.
 """
 from __future__ import annotations
 
@@ -345,6 +346,12 @@ def _wide_store_data(inst: Inst):
     return inst.operands[roles.wide_store_data]
 
 
+def _reads_exec_late(inst: Inst) -> bool:
+    """Whether a VALU write of EXEC shortly before `inst` is a hazard: an MFMA, or a VALU the table says reads EXEC
+    late (DPP, lane reads / writes, permlane swaps; EXEC is none of its listed uses)."""
+    return inst.kind == isa.MFMA or (inst.kind == isa.VALU and roles_of(inst.op).reads_exec_late)
+
+
 def _vector_units(inst: Inst) -> set:
     """The VGPR units an instruction names, sources and destinations: a DPP reads its destination's old value (the
     lanes it does not write keep it; LLVM's rule counts it), a permlane swap reads both operands."""
@@ -503,7 +510,7 @@ def _valu_events(blks: list, arch) -> dict:
             kind = inst.kind
             if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
                     any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units)
-                    and not (exec_written and (kind == isa.MFMA or (kind == isa.VALU and roles_of(inst.op).reads_exec_late))))):
+                    and not (exec_written and _reads_exec_late(inst)))):
                 continue  # one wait state, nothing a rule looks at
             states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:
