@@ -241,7 +241,7 @@ class OpInfo:
     implicit_uses: tuple  # isa.Reg it reads without naming it (SCC, VCC, M0, EXEC as data)
     latency: str
     arches: tuple
-    hazard: HazardRoles = None  # filled in by _parse (hazard_roles)
+    hazard: HazardRoles | None = None  # filled in by _parse (hazard_roles)
 
     @property
     def counter(self) -> str:

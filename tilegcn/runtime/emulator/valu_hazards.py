@@ -22,16 +22,15 @@ kept per program.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ...amdgcn.isa_table import TABLE, HazardRoles
 from .decode import EXEC_HI, EXEC_LO, VCC_HI, VCC_LO, Reg
 from .state import Fault
 
 _VCC = frozenset((VCC_LO, VCC_HI))
 _EXEC = frozenset((EXEC_LO, EXEC_HI))
-_NO_ROLES = HazardRoles(trans=False, dpp=False, permlane_swap=False, reads_vcc_late=False, lane_source=None,
-                        lane_select=None, wide_store_data=None, store_soffset=None)
+# the roles of an instruction the table lacks, by whether its encoding is DPP (table_roles)
+_UNLISTED = {dpp: HazardRoles(trans=False, dpp=dpp, permlane_swap=False, reads_vcc_late=False, lane_source=None,
+                              lane_select=None, wide_store_data=None, store_soffset=None) for dpp in (False, True)}
 _WHAT = {
     "trans": "reads {reg}, the result of the transcendental",
     "sgpr": "reads {reg}, written by the VALU instruction",
@@ -86,7 +85,7 @@ def table_roles(base: str, suffix: str) -> HazardRoles:
     own tests) plays no part a rule singles out, but DPP, which its encoding says."""
     dpp = suffix == "dpp"
     row = TABLE.get(base + "_dpp" if dpp else base)
-    return row.hazard if row is not None else dataclasses.replace(_NO_ROLES, dpp=dpp)
+    return row.hazard if row is not None else _UNLISTED[dpp]
 
 
 def _facts(h, ins, vh, accum_offset) -> tuple:
