@@ -24,7 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from asm.emukit import module, srd  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
-from tilegcn.amdgcn.arch import PERMLANE_SWAP_OPS, TRANS_OPS, get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import TRANS_OPS, get_arch  # noqa: E402
+from tilegcn.amdgcn.isa_table import ops_with_role  # noqa: E402
 from tilegcn.amdgcn.hazards import insert_hazard_nops  # noqa: E402
 from tilegcn.amdgcn.isa import EXEC, M0, VCC, Inst, Reg  # noqa: E402
 from tilegcn.errors import HazardError  # noqa: E402
@@ -672,7 +673,7 @@ def cross_lane_cases(arch):
     cases.append(("v_cmpx (EXEC) -> MFMA", vh.valu_exec_to_mfma, cmpx(v(30)),
                   mfma(name, acc, R("v", 0, shape.a_regs), R("v", 4, shape.a_regs), acc)))
     if arch == "gfx950":  # gfx942 has no permlane swaps
-        for op in sorted(PERMLANE_SWAP_OPS):
+        for op in sorted(ops_with_role("permlane_swap")):
             cases += [
                 (f"VALU -> {op} first operand", vh.valu_to_permlane_swap, valu_mov(x, v(30)), permlane_swap(op, x, y)),
                 (f"VALU -> {op} second operand", vh.valu_to_permlane_swap, valu_mov(y, v(30)),

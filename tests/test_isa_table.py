@@ -4,6 +4,7 @@ must read and write exactly the registers the row's operand roles and implicit o
 row's wait counter retires it."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tilegcn.amdgcn.builder import KernelBuilder
 from tilegcn.amdgcn.arch import get_arch
 from tilegcn.errors import InternalError
 from tilegcn.runtime import emulator
+from tilegcn.runtime.emulator import valu_hazards
 from tilegcn.toolchain import assemble
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -110,6 +112,9 @@ def test_every_row_assembles_and_the_emulator_binds_the_same_registers(arch):
                 wrong.append(f"{sample.text}: table reads/writes {space} {sorted(sample.reads[space])} / "
                              f"{sorted(sample.writes[space])}, emulator {sorted(got[space][0])} / "
                              f"{sorted(got[space][1])}")
+        base, _, suffix = re.fullmatch(r"(.*?)(_(e32|e64|sdwa|dpp))?", h.mnemonic).group(1, 2, 3)
+        if valu_hazards.table_roles(base, suffix or "") != sample.row.hazard:  # (an LDS DMA: the load's, the same)
+            wrong.append(f"{sample.text}: the emulator's hazard check does not find its row ({h.mnemonic})")
         counted = isa_table.KINDS[sample.row.kind].counter
         if counted != QUEUE_COUNTER[h.queue]:
             wrong.append(f"{sample.text}: the table counts it in {counted or 'no counter'}, the emulator queues it in "
@@ -125,6 +130,18 @@ def test_an_opcode_the_table_lacks_is_an_internal_error_naming_it():
     b = KernelBuilder(get_arch("gfx942"), "k")
     with pytest.raises(InternalError, match="v_frobnicate_b32.*isa_table.py"):
         b.emit("v_frobnicate_b32", b.v.alloc(1), b.v.alloc(1))
+
+
+def test_the_hazard_pass_refuses_an_opcode_the_table_lacks():
+    """The hazard pass reads which part an opcode plays (transcendental, DPP, lane operands...) from its row: an
+    opcode with no row is an InternalError naming it, not an instruction silently given no hazard."""
+    from tilegcn.amdgcn.hazards import insert_hazard_nops
+
+    d, a = isa.Reg("v", 0, 1), isa.Reg("v", 1, 1)
+    for kind in (isa.VALU, isa.VMEM_STORE):
+        with pytest.raises(InternalError, match="v_exp_legacy_f32.*isa_table.py"):
+            insert_hazard_nops([isa.Inst("v_exp_legacy_f32", (d, a), (d,), (a,), kind),
+                                isa.Inst("s_endpgm", (), kind=isa.SOPP)], get_arch("gfx942"))
 
 
 def test_an_opcode_missing_on_the_arch_is_refused_there():

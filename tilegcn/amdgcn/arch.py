@@ -71,13 +71,8 @@ class MfmaHazards:
 # each against llc, and that the other VALU instructions tilegcn emits are not TRANS.
 TRANS_OPS = isa_table.trans_ops()  # the instruction table's latency class trans
 
-# The cross-lane VALU instructions the hazard rules single out (LLVM's isRWLane, the V_READLANE / V_READFIRSTLANE
-# cases of checkVALUHazards, checkPermlaneHazards); a DPP instruction is any VALU opcode with the `_dpp` suffix.
-# Each rule's wait states are ValuHazards'; tests/test_hazards_llvm.py checks them against llc.
-LANE_SELECT_OPS = frozenset({"v_readlane_b32", "v_writelane_b32"})  # src1 (an SGPR or M0) picks the lane
-LANE_READ_OPS = frozenset({"v_readlane_b32", "v_readfirstlane_b32"})  # read one lane of a VGPR into an SGPR
-PERMLANE_SWAP_OPS = frozenset({"v_permlane16_swap_b32", "v_permlane32_swap_b32"})  # gfx950: both operands r/w
-DPP_SUFFIX = "_dpp"
+# Which opcodes the other VALU-side rules single out (DPP, lane reads / selects, permlane swaps, v_div_fmas, wide
+# stores) is the instruction table's too: isa_table.HazardRoles.
 
 
 @dataclass(frozen=True)

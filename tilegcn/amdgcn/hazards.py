@@ -19,18 +19,20 @@ read by a non-transcendental VALU (`T.exp2(x) * 3`), a VALU write of an SGPR or 
 v_div_fmas or a v_readlane / v_writelane lane select, a VALU write of a VGPR read by v_readfirstlane / v_readlane
 or a v_permlane*_swap (gfx950), any instruction's write of a VGPR (a load's too) read by a DPP instruction, a VALU
 write of EXEC (v_cmpx) before a DPP, lane read / write, permlane swap or MFMA, a store of more than 8 bytes whose data a
-VALU overwrites, and a VALU overwriting an MFMA's result or srcC. The cross-lane instructions are named by the arch
-table's opcode sets (LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, DPP_SUFFIX). docs/hazards.md is the sweep
-of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether tilegcn can reach it, and where
-it is handled. No lowering places instructions to meet a hazard: this pass places every wait state.
+VALU overwrites, and a VALU overwriting an MFMA's result or srcC. Which opcode plays which part (transcendental,
+DPP, lane read / select and their operands, permlane swap, v_div_fmas, a wide store's data) is the instruction
+table's (isa_table.HazardRoles), never the opcode's name; an opcode the table lacks is an InternalError.
+docs/hazards.md is the sweep of LLVM's hazard recognizer these come from: every class for gfx942/gfx950, whether
+tilegcn can reach it, and where it is handled. No lowering places instructions to meet a hazard: this pass places
+every wait state.
 """
 from __future__ import annotations
 
 import functools
 
 from . import cfg, isa
-from .arch import DPP_SUFFIX, LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, TRANS_OPS
 from .isa import EXEC, M0, VCC, Inst, Reg
+from .isa_table import roles_of
 
 _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
@@ -294,7 +296,6 @@ def insert_hazard_nops(insts: list, arch) -> list:
 # row), EXEC a VALU wrote (v_cmpx), the data of a wide store, and ("dst" / "srcc", passes) an MFMA's result and srcC.
 _TRANS, _SGPR, _VGPR, _VDEF, _EXEC, _STORE = "trans", "sgpr", "vgpr", "vdef", "exec", "store"
 _SGPR_FILES = ("s", "vcc")
-_WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
 
 
 class Written:
@@ -335,29 +336,20 @@ def _valu_windows(arch) -> dict:
 
 
 def _wide_store_data(inst: Inst):
-    """The data register of a store the 12-dword-store rule covers, else None: more than 8 bytes, and for MUBUF an
-    soffset that is not an SGPR (tilegcn's literal 0); a FLAT/global store always."""
-    if not inst.op.startswith(_WIDE_STORES):
+    """The data register of a store the 12-dword-store rule covers, else None: more than 8 bytes (the table's
+    wide_store_data), and for MUBUF an soffset that is not an SGPR (tilegcn's literal 0)."""
+    roles = roles_of(inst.op)
+    if roles.wide_store_data is None:
         return None
-    if inst.op.startswith("global"):
-        return inst.operands[1]
-    return None if isinstance(inst.operands[3], Reg) else inst.operands[0]
+    if roles.store_soffset is not None and isinstance(inst.operands[roles.store_soffset], Reg):
+        return None
+    return inst.operands[roles.wide_store_data]
 
 
-@functools.lru_cache(maxsize=None)
-def _roles(op: str) -> tuple:
-    """What the VALU-side rules ask of an opcode, once per opcode name: (is TRANS, reads a lane (v_readlane,
-    v_readfirstlane), has a lane select (v_readlane, v_writelane), is a permlane swap, is DPP, is v_div_fmas)."""
-    base = op.removesuffix("_e32").removesuffix("_e64")
-    return (base in TRANS_OPS, base in LANE_READ_OPS, base in LANE_SELECT_OPS, base in PERMLANE_SWAP_OPS,
-            op.endswith(DPP_SUFFIX), base.startswith("v_div_fmas"))
-
-
-def _reads_exec_late(op: str) -> bool:
-    """Whether a VALU write of EXEC shortly before this VALU op is a hazard (DPP, lane reads / writes, permlane
-    swaps): EXEC is none of its listed uses, so the pass looks at these by name."""
-    _, lane_read, lane_select, permlane, dpp, _ = _roles(op)
-    return lane_read or lane_select or permlane or dpp
+def _reads_exec_late(inst: Inst) -> bool:
+    """Whether a VALU write of EXEC shortly before `inst` is a hazard: an MFMA, or a VALU the table says reads EXEC
+    late (DPP, lane reads / writes, permlane swaps; EXEC is none of its listed uses)."""
+    return inst.kind == isa.MFMA or (inst.kind == isa.VALU and roles_of(inst.op).reads_exec_late)
 
 
 def _vector_units(inst: Inst) -> set:
@@ -366,10 +358,15 @@ def _vector_units(inst: Inst) -> set:
     return {u for r in (*inst.uses, *inst.defs) if r.file == "v" for u in r.unit_ids}
 
 
-def _lane_select(inst: Inst) -> tuple:
-    """The units of v_readlane / v_writelane's lane select (operand 2: an SGPR, M0 or a constant)."""
-    sel = inst.operands[2] if len(inst.operands) > 2 else None
+def _lane_select(inst: Inst, roles) -> tuple:
+    """The units of v_readlane / v_writelane's lane select (an SGPR, M0 or a constant: none)."""
+    sel = inst.operands[roles.lane_select] if len(inst.operands) > roles.lane_select else None
     return sel.unit_ids if isinstance(sel, Reg) else ()
+
+
+def _lane_source(inst: Inst, roles) -> tuple:
+    """The units of the VGPR v_readlane / v_readfirstlane reads one lane of."""
+    return inst.operands[roles.lane_source].unit_ids
 
 
 def _produced(insts: list, arch) -> dict:
@@ -384,21 +381,21 @@ def _produced(insts: list, arch) -> dict:
         kind = inst.kind
         if kind == isa.VALU:
             valu_defs.update(inst.def_units)
-            trans, lane_read, lane_select, permlane, dpp, _ = _roles(inst.op)
-            if trans:
+            roles = roles_of(inst.op)
+            if roles.trans:
                 made[(_TRANS,)].update(inst.def_units)
             for r in inst.defs:
                 if r.file in _SGPR_FILES:
                     made[(_SGPR,)].update(r.unit_ids)
                 elif r.file == "exec":
                     made[(_EXEC,)].update(r.unit_ids)
-            if lane_read:
-                made[(_VGPR,)].update(inst.operands[1].unit_ids)
-            if permlane:
+            if roles.lane_source is not None:
+                made[(_VGPR,)].update(_lane_source(inst, roles))
+            if roles.permlane_swap:
                 made[(_VGPR,)].update(_vector_units(inst))
-            if dpp:
+            if roles.dpp:
                 made[(_VDEF,)].update(_vector_units(inst))
-            exec_readers = exec_readers or lane_read or lane_select or permlane or dpp
+            exec_readers = exec_readers or roles.reads_exec_late
         elif kind == isa.MFMA:
             mfmas.append(inst)
             exec_readers = True
@@ -427,8 +424,8 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
     if kind == isa.VALU:
         vh, mh = arch.valu_hazards, arch.mfma_hazards
         uses, defs = inst.use_units, inst.def_units
-        roles = _roles(inst.op)
-        trans = roles[0]
+        roles = roles_of(inst.op)
+        trans = roles.trans
         for key, units in made.items():
             cls = key[0]
             if not units.isdisjoint(defs):
@@ -446,8 +443,8 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
                 needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
             elif cls == _SGPR:
                 needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
-        if any(roles[1:]):  # (rare: v_div_fmas and the cross-lane instructions)
-            needs += _named_op_needs(inst, roles, vh, made)
+        if roles.reads_vcc_late or roles.reads_exec_late:  # (rare: v_div_fmas and the cross-lane instructions)
+            needs += _cross_lane_needs(inst, roles, vh, made)
     elif kind == isa.MFMA:
         p = _mfma_passes(inst.op, arch)
         for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
@@ -471,23 +468,23 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
     return states, makes, [n for n in needs if n[1] and n[2] > 0]
 
 
-def _named_op_needs(inst: Inst, roles: tuple, vh, made: dict) -> list:
-    """The needs of the VALU ops the rules name (_roles): v_div_fmas reads VCC late; a lane read its lane source,
-    v_readlane / v_writelane their lane select; DPP every VGPR it names, a permlane swap both operands; all of these
-    but v_div_fmas EXEC."""
-    _, lane_read, lane_select, permlane, dpp, div_fmas = roles
+def _cross_lane_needs(inst: Inst, roles, vh, made: dict) -> list:
+    """The needs of the VALU ops the rules single out (isa_table.HazardRoles): v_div_fmas reads VCC late; a lane
+    read its lane source, v_readlane / v_writelane their lane select; DPP every VGPR it names, a permlane swap both
+    operands; all of these but v_div_fmas EXEC."""
+    lane_op = roles.lane_source is not None or roles.lane_select is not None
     wanted = []
-    if div_fmas:
+    if roles.reads_vcc_late:
         wanted.append((_SGPR, VCC.unit_ids, vh.valu_vcc_to_div_fmas))
-    if lane_read:
-        wanted.append((_VGPR, inst.operands[1].unit_ids, vh.valu_to_readlane_src))
-    if lane_select:
-        wanted.append((_SGPR, _lane_select(inst), vh.valu_sgpr_to_lane_select))
-    if lane_read or lane_select:
+    if roles.lane_source is not None:
+        wanted.append((_VGPR, _lane_source(inst, roles), vh.valu_to_readlane_src))
+    if roles.lane_select is not None:
+        wanted.append((_SGPR, _lane_select(inst, roles), vh.valu_sgpr_to_lane_select))
+    if lane_op:
         wanted.append((_EXEC, EXEC.unit_ids, vh.valu_exec_to_lane_op))
-    if dpp:
+    if roles.dpp:
         wanted += [(_VDEF, _vector_units(inst), vh.vgpr_write_to_dpp_read), (_EXEC, EXEC.unit_ids, vh.valu_exec_to_dpp)]
-    if permlane:
+    if roles.permlane_swap:
         wanted += [(_VGPR, _vector_units(inst), vh.valu_to_permlane_swap),
                    (_EXEC, EXEC.unit_ids, vh.valu_exec_to_permlane_swap)]
     needs = []
@@ -513,7 +510,7 @@ def _valu_events(blks: list, arch) -> dict:
             kind = inst.kind
             if kind not in silent and inst.op != "s_nop" and (kind in _NO_VECTOR_READ or (
                     any_made.isdisjoint(inst.use_units) and any_made.isdisjoint(inst.def_units)
-                    and not (exec_written and (kind == isa.MFMA or (kind == isa.VALU and _reads_exec_late(inst.op)))))):
+                    and not (exec_written and _reads_exec_late(inst)))):
                 continue  # one wait state, nothing a rule looks at
             states, makes, needs = _valu_facts(inst, arch, made)
             if makes or needs or states != 1:

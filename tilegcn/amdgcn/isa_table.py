@@ -25,6 +25,7 @@ registers the row says.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -172,6 +173,17 @@ ds_swizzle_b32                             ds_lane    D.v U.v                -  
 ds_{bpermute,permute}_b32                  ds_lane    D.v U.v U.v            -                 lds      *
 """
 
+# The lane operands of the cross-lane VALU instructions the hazard rules single out (LLVM's isRWLane and the
+# V_READLANE / V_READFIRSTLANE cases of GCNHazardRecognizer::checkVALUHazards): which operand (assembler order, 0 =
+# the first) is the VGPR one lane of which is read, and which picks the lane (an SGPR, M0 or a constant). Nothing
+# else of a row says this, so it is data of its own.
+_LANE_OPS = """
+# opcode                 lane_source  lane_select
+v_readfirstlane_b32      1            -
+v_readlane_b32           1            2
+v_writelane_b32          -            2
+"""
+
 _ACCESS = {"D": (True, False), "U": (False, True), "X": (True, True)}
 _IMPLICIT = {"scc": isa.SCC, "vcc": isa.VCC, "exec": isa.EXEC, "m0": isa.M0}
 ARCHES = ("gfx942", "gfx950")
@@ -187,6 +199,29 @@ class Operand:
     reads: bool
     files: str
     dwords: int
+
+
+@dataclass(frozen=True)
+class HazardRoles:
+    """What the hazard rules (tilegcn/amdgcn/hazards.py and the emulator's independent check) ask of an opcode,
+    derived from its row (hazard_roles says how) so that no rule looks at an opcode's name. Operand positions are in
+    assembler order; None: the opcode has no such operand."""
+
+    trans: bool  # issues to the transcendental unit: latency class trans
+    dpp: bool  # the DPP form (a `_dpp` row): reads every VGPR it names, its destination's old value too
+    permlane_swap: bool  # a VALU whose operands are all read and written (v_permlane*_swap: both outputs)
+    reads_vcc_late: bool  # a VALU reading VCC without naming it (v_div_fmas: checkDivFMasHazards)
+    lane_source: int | None  # the VGPR one lane of which it reads (v_readlane, v_readfirstlane: _LANE_OPS)
+    lane_select: int | None  # the operand that picks the lane (v_readlane, v_writelane: _LANE_OPS)
+    wide_store_data: int | None  # a store's data operand when wider than 8 bytes (12DWordStoreHazard)
+    store_soffset: int | None  # that store's SGPR-or-constant offset (MUBUF soffset): the rule holds without a
+    # register there
+
+    @property
+    def reads_exec_late(self) -> bool:
+        """Whether a VALU write of EXEC shortly before it is a hazard (DPP, lane reads / writes, permlane swaps):
+        EXEC is none of its listed uses."""
+        return self.dpp or self.permlane_swap or self.lane_source is not None or self.lane_select is not None
 
 
 @dataclass(frozen=True)
@@ -206,6 +241,7 @@ class OpInfo:
     implicit_uses: tuple  # isa.Reg it reads without naming it (SCC, VCC, M0, EXEC as data)
     latency: str
     arches: tuple
+    hazard: HazardRoles | None = None  # filled in by _parse (hazard_roles)
 
     @property
     def counter(self) -> str:
@@ -255,7 +291,7 @@ def _parse_kinds(text: str) -> dict:
 
 
 def _parse(*texts) -> dict:
-    table = {}
+    table, lanes = {}, _parse_lane_ops(_LANE_OPS)
     for text in texts:
         for name, kind, operands, implicit, latency, arches in _rows(text):
             assert kind in KINDS and latency in LATENCIES, name
@@ -264,8 +300,37 @@ def _parse(*texts) -> dict:
             which = ARCHES if arches == "*" else tuple(arches.split(","))
             for full in _expand(name):
                 assert full not in table, f"two rows for {full}"
-                table[full] = OpInfo(full, kind, ops, defs, uses, latency, which)
+                row = OpInfo(full, kind, ops, defs, uses, latency, which)
+                table[full] = dataclasses.replace(row, hazard=hazard_roles(row, lanes.get(full, (None, None))))
+    assert set(lanes) <= set(table), set(lanes) - set(table)
     return table
+
+
+def _parse_lane_ops(text: str) -> dict:
+    """opcode -> (lane_source, lane_select) operand positions (None where '-')."""
+    out = {}
+    for line in text.strip().splitlines():
+        if not line.startswith("#"):
+            name, source, select = line.split()
+            out[name] = tuple(None if c == "-" else int(c) for c in (source, select))
+    return out
+
+
+def hazard_roles(row: OpInfo, lanes: tuple) -> HazardRoles:
+    """The hazard roles of `row` from what the row already says (its latency class, its `_dpp` form, its operand
+    roles and implicit operands), and `lanes` (its _LANE_OPS entry: (lane_source, lane_select))."""
+    valu, ops = row.kind == isa.VALU, row.operands
+    data = soffset = None
+    if row.kind == isa.VMEM_STORE:
+        data = next((i for i, o in enumerate(ops) if o.files == "v" and o.dwords > 2), None)
+        if data is not None:  # (a buffer store's soffset is the one slot that takes an SGPR or a constant)
+            soffset = next((i for i, o in enumerate(ops) if o.files == "si"), None)
+    return HazardRoles(
+        trans=row.latency == "trans",
+        dpp=valu and row.name.endswith("_dpp"),
+        permlane_swap=valu and len(ops) >= 2 and all(o.writes and o.reads and o.files == "v" for o in ops),
+        reads_vcc_late=valu and isa.VCC in row.implicit_uses,
+        lane_source=lanes[0], lane_select=lanes[1], wide_store_data=data, store_soffset=soffset)
 
 
 KINDS = _parse_kinds(_KINDS)
@@ -350,3 +415,16 @@ def is_trans(op: str) -> bool:
 def trans_ops() -> frozenset:
     """Every opcode of the latency class trans."""
     return frozenset(name for name, row in TABLE.items() if row.latency == "trans")
+
+
+def ops_with_role(role: str) -> frozenset:
+    """Every opcode whose HazardRoles field `role` is set (true, or an operand position)."""
+    return frozenset(name for name, row in TABLE.items()
+                     if getattr(row.hazard, role) is not None and getattr(row.hazard, role) is not False)
+
+
+@functools.lru_cache(maxsize=None)
+def roles_of(op: str) -> HazardRoles:
+    """The hazard roles of opcode `op` (as printed: `_e32` / `_e64` forms too); an InternalError if the table lacks
+    it. Memoised: the hazard passes ask it per instruction."""
+    return lookup(op).hazard

@@ -2,7 +2,7 @@
 `valu_hazards` and MFMA write-after-write / write-after-read rows, each checked against llc by
 tests/test_hazards_llvm.py).
 
-What an instruction leaves behind, by kind: "trans" the registers a transcendental (TRANS_OPS) wrote, "vgpr" those
+What an instruction leaves behind, by kind: "trans" the registers a transcendental wrote, "vgpr" those
 any VALU wrote, "vdef" the VGPRs any VALU, DS or VMEM instruction wrote (a load's destination counts from its
 issue), "sgpr" the SGPRs (VCC too) a VALU wrote, "exec" EXEC when a VALU (v_cmpx) wrote it, "store" the data
 registers of a store of more than 8 bytes (a MUBUF one only when soffset is not an SGPR). What a later instruction
@@ -13,19 +13,24 @@ instruction reading a "vdef" one (its destination's old value too), a DPP, lane 
 MFMA after an "exec" write, a VALU overwriting a "store" one, and a VALU overwriting an MFMA's result or its srcC.
 
 The facts are derived here from the decoded instructions, not from the compiler's hazard pass, so the two are
-checked against llc separately. Producers ride in the group's `valu_recs` ([t_end, vgprs written, pc, waves]),
+checked against llc separately. Which part an opcode plays (transcendental, DPP, lane source / select, permlane
+swap, v_div_fmas, a wide store's data and soffset) is the instruction table's HazardRoles (tilegcn/amdgcn/
+isa_table.py, itself checked against llvm-mc and this emulator's decoder); the rules that use them are this
+module's own. Producers ride in the group's `valu_recs` ([t_end, vgprs written, pc, waves]),
 which the MFMA source check reads too (`RecentWrites.tracked` says which instructions go there); the facts are
 kept per program.
 """
 from __future__ import annotations
 
-from ...amdgcn.arch import LANE_READ_OPS, LANE_SELECT_OPS, PERMLANE_SWAP_OPS, TRANS_OPS
+from ...amdgcn.isa_table import TABLE, HazardRoles
 from .decode import EXEC_HI, EXEC_LO, VCC_HI, VCC_LO, Reg
 from .state import Fault
 
 _VCC = frozenset((VCC_LO, VCC_HI))
 _EXEC = frozenset((EXEC_LO, EXEC_HI))
-_WIDE_STORES = ("buffer_store_dwordx3", "buffer_store_dwordx4", "global_store_dwordx3", "global_store_dwordx4")
+# the roles of an instruction the table lacks, by whether its encoding is DPP (table_roles)
+_UNLISTED = {dpp: HazardRoles(trans=False, dpp=dpp, permlane_swap=False, reads_vcc_late=False, lane_source=None,
+                              lane_select=None, wide_store_data=None, store_soffset=None) for dpp in (False, True)}
 _WHAT = {
     "trans": "reads {reg}, the result of the transcendental",
     "sgpr": "reads {reg}, written by the VALU instruction",
@@ -74,11 +79,20 @@ def _union(groups) -> dict:
     return {kind: frozenset(regs) for kind, regs in out.items()}
 
 
+def table_roles(base: str, suffix: str) -> HazardRoles:
+    """The instruction table's hazard roles of a decoded instruction (its base name and encoding suffix, as
+    decode.Instr has them). One the table lacks (hand-written assembly the emulator also runs: asm overrides, its
+    own tests) plays no part a rule singles out, but DPP, which its encoding says."""
+    dpp = suffix == "dpp"
+    row = TABLE.get(base + "_dpp" if dpp else base)
+    return row.hazard if row is not None else _UNLISTED[dpp]
+
+
 def _facts(h, ins, vh, accum_offset) -> tuple:
     made, needs = {}, []
-    base = ins.base
+    roles = table_roles(ins.base, ins.suffix)
     if h.cls == "valu":
-        if base in TRANS_OPS:
+        if roles.trans:
             made["trans"] = h.vw
         else:
             needs.append(("trans", h.vr, vh.trans_to_valu_read))
@@ -92,8 +106,8 @@ def _facts(h, ins, vh, accum_offset) -> tuple:
         reads = h.sr - _EXEC
         if reads:
             needs.append(("sgpr", reads, vh.valu_sgpr_to_valu_read))
-        needs += _cross_lane_needs(h, ins, vh, accum_offset)
-        if base.startswith("v_div_fmas"):
+        needs += _cross_lane_needs(h, ins, roles, vh, accum_offset)
+        if roles.reads_vcc_late:
             needs.append(("sgpr", _VCC, vh.valu_vcc_to_div_fmas))
     elif h.mfma is not None:
         needs.append(("exec", _EXEC, vh.valu_exec_to_mfma))
@@ -102,24 +116,24 @@ def _facts(h, ins, vh, accum_offset) -> tuple:
             needs.append(("sgpr", h.sr, vh.valu_sgpr_to_vmem_read))
         if h.vdef | h.vw:
             made["vdef"] = h.vdef | h.vw
-        data = _wide_store_data(ins) if h.cls == "vmem" else None
+        data = _wide_store_data(ins, roles) if h.cls == "vmem" else None
         if data is not None:
             made["store"] = _vector_regs(data, accum_offset)
     return made, [n for n in needs if n[1] and n[2] > 0]
 
 
-def _cross_lane_needs(h, ins, vh, accum_offset) -> list:
+def _cross_lane_needs(h, ins, roles, vh, accum_offset) -> list:
     """The rules of the cross-lane VALU instructions: lane reads / writes (their lane source and lane select), DPP
     (every VGPR it names: the destination's old value stays in the lanes it does not write) and permlane swaps
     (both operands), each also after a VALU write of EXEC."""
-    base, needs = ins.base, []
-    if base in LANE_READ_OPS:
-        needs.append(("vgpr", _vector_regs(ins.operands[1], accum_offset), vh.valu_to_readlane_src))
-    if base in LANE_SELECT_OPS and len(ins.operands) > 2:
-        needs.append(("sgpr", _scalar_regs(ins.operands[2]), vh.valu_sgpr_to_lane_select))
-    if base in LANE_READ_OPS or base in LANE_SELECT_OPS:
+    needs, source, select = [], roles.lane_source, roles.lane_select
+    if source is not None:
+        needs.append(("vgpr", _vector_regs(ins.operands[source], accum_offset), vh.valu_to_readlane_src))
+    if select is not None and len(ins.operands) > select:
+        needs.append(("sgpr", _scalar_regs(ins.operands[select]), vh.valu_sgpr_to_lane_select))
+    if source is not None or select is not None:
         needs.append(("exec", _EXEC, vh.valu_exec_to_lane_op))
-    dpp, permlane = ins.suffix == "dpp", base in PERMLANE_SWAP_OPS
+    dpp, permlane = roles.dpp, roles.permlane_swap
     if dpp or permlane:
         named = frozenset(r for r in h.vr | h.vw if r < accum_offset)  # VGPRs, not AGPRs
         if dpp:
@@ -135,16 +149,16 @@ def _scalar_regs(op) -> frozenset:
     return frozenset(range(op.index, op.index + op.count))
 
 
-def _wide_store_data(ins):
-    """The data operand of a store of more than 8 bytes that the 12-dword-store rule covers, else None."""
-    if not ins.base.startswith(_WIDE_STORES):
+def _wide_store_data(ins, roles):
+    """The data operand of a store of more than 8 bytes that the 12-dword-store rule covers (a MUBUF one only when
+    its soffset is not an SGPR), else None."""
+    if roles.wide_store_data is None:
         return None
-    if ins.base.startswith("global"):
-        return ins.operands[1]
-    soffset = ins.operands[3] if len(ins.operands) > 3 else None
+    offset = roles.store_soffset
+    soffset = ins.operands[offset] if offset is not None and len(ins.operands) > offset else None
     if isinstance(soffset, Reg) and soffset.kind == "s":
         return None
-    return ins.operands[0]
+    return ins.operands[roles.wide_store_data]
 
 
 def _vector_regs(op, accum_offset) -> frozenset:
