@@ -657,6 +657,7 @@ class JITFunction:
         self.options = _jit_options(self.arch, schedule=schedule, copy=copy)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         self._eager = EagerProgram.of(fn)  # tensors annotated in the body (TileLang's eager style), or None
+        self._positional_constants = []  # positional parameters with a default: constants passed by position
         if self._eager is not None:
             positional, defaults = list(self._eager.tensor_names), dict(self._eager.defaults)
         else:
@@ -723,19 +724,33 @@ class JITFunction:
                     raise ArgumentError(f"{where}: 'arch' is reserved for the target arch",
                                         location=self.source_location)
                 defaults[p.name] = p.default  # inspect.Parameter.empty when required
-            elif p.default is not p.empty:
-                raise ArgumentError(
-                    f"{where}: positional parameter {p.name} has a default; make it keyword-only (after *)",
-                    location=self.source_location,
-                )
+            elif p.default is not p.empty:  # a compile-time constant, by position or by keyword
+                defaults[p.name] = p.default
+                self._positional_constants.append(p.name)
             else:
                 positional.append(p.name)
         return positional, defaults
+
+    def _bind_constants(self, args: tuple, kwargs: dict) -> tuple:
+        """(runtime arguments, constants by name) of a call passing constants by position (after the runtime
+        arguments, as Python orders parameters with defaults)."""
+        n = len(self.arg_names)
+        extra = args[n:]
+        if len(extra) > len(self._positional_constants):
+            raise self._arity_error(args)
+        kwargs = dict(kwargs)
+        for name, value in zip(self._positional_constants, extra):
+            if name in kwargs:
+                raise ArgumentError(f"tilegcn: {self.name}() got constant {name} both by position and by keyword")
+            kwargs[name] = value
+        return args[:n], kwargs
 
     # The warm path: keep it lean (see the module docstring); measure with bench/compile_time.py.
     def __call__(self, *args, **kwargs):
         if self._eager is not None:
             args, kwargs = self._eager.split(args, kwargs)
+        elif len(args) > len(self.arg_names):
+            args, kwargs = self._bind_constants(args, kwargs)
         try:
             key = self._keyfn(*args)
         except Exception:  # wrong arity, or a tensor the key cannot describe (sparse: no data pointer)
@@ -763,6 +778,8 @@ class JITFunction:
         Keyword arguments: the function's keyword-only constants and `arch`."""
         if self._eager is not None:
             args, kwargs = self._eager.split(args, kwargs)
+        elif len(args) > len(self.arg_names):
+            args, kwargs = self._bind_constants(args, kwargs)
         return self._compiled(args, kwargs)
 
     def launchers(self) -> list:
@@ -788,7 +805,8 @@ class JITFunction:
         for k in kwargs:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
-                how = " (it is positional: pass it by position)" if k in self.arg_names else ""
+                how = (" (it is a tensor or runtime scalar: pass it by position; a compile-time constant has a "
+                       "default or is keyword-only)") if k in self.arg_names else ""
                 if k in CompileOptions.jit_options():
                     how = f" ({k} is a decorator option: tilegcn.jit({self.name}, {k}=...))"
                 raise ArgumentError(

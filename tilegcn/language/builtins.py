@@ -60,7 +60,24 @@ def _integer(value, what: str):
         return int(value) if value.is_Integer else value
     if isinstance(value, ScalarProxy) and value.param.symbol is not None:
         return value.param.symbol
-    raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+    raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__}){_runtime_scalar_hint(value)}")
+
+
+def _runtime_scalar_hint(value) -> str:
+    """When `value` depends on a runtime scalar: how to make that parameter a compile-time constant instead (an int
+    passed to a positional parameter without default is a runtime int32, as in TileLang's prim_func)."""
+    symbols = getattr(value, "free_symbols", set())
+    if isinstance(value, IndexProxy):
+        symbols = value.expr.free_symbols
+    if isinstance(value, ScalarProxy):
+        symbols = {value.param.symbol}
+    names = sorted(p.name for p in current().params if p.kind == "scalar" and p.symbol in symbols)
+    if not names:
+        return ""
+    name = names[0]
+    return (f"; {name} is a runtime scalar (a positional parameter without default receives an int as a runtime "
+            f"int32): to make it a compile-time constant give it a default (`{name}=64`) or make it keyword-only "
+            f"(after `*`)")
 
 
 def _concrete(value, what: str) -> int:
@@ -70,7 +87,8 @@ def _concrete(value, what: str) -> int:
         return value
     names = ", ".join(sorted(str(sym) for sym in value.free_symbols))
     raise CompileError(f"{what} must be known at compile time, got {value}, which depends on {names} "
-                       "(block ids, loop variables and runtime scalars are only known on the device)")
+                       "(block ids, loop variables and runtime scalars are only known on the device)"
+                       f"{_runtime_scalar_hint(value)}")
 
 
 def _grid_sizes(grid, threads: int) -> tuple:

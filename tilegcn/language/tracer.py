@@ -244,12 +244,12 @@ def assembler_symbol(name: str) -> str:
     return f"k_{escaped}_{digest}"
 
 
-def _bind_arguments(fn, args: list, out_idx: tuple = ()):
+def _bind_arguments(fn, args: list, out_idx: tuple = (), constants=()):
     """Proxies for the positional parameters, with annotation checks. The parameters at `out_idx` (indices into
     the positional parameters) are outputs the caller does not pass: each is made from its annotation."""
     sig = inspect.signature(fn)
-    positional = [p for p in sig.parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [p for p in sig.parameters.values()  # a positional parameter with a default is a constant
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in constants]
     if out_idx:
         args = list(args)
         for index in sorted(out_idx):
@@ -337,7 +337,7 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = ()) -> N.
     print(double.compile(x, y).ir)       # the tile IR that T.trace recorded (and the passes rewrote)
     ```
     """
-    params, buffers, proxies = _bind_arguments(fn, args, out_idx)
+    params, buffers, proxies = _bind_arguments(fn, args, out_idx, constants)
     tracer = Tracer(fn.__name__)
     tracer.params, tracer.buffers = params, list(buffers)
     tracer.arch = arch
