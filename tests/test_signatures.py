@@ -196,3 +196,17 @@ def test_use_swizzle_refuses_column_order():
 
     with pytest.raises(CompileError, match="row panels only"):
         k(torch.zeros(64))
+
+
+def test_kernel_takes_threads_as_dimensions():
+    @tilegcn.jit
+    def copy2d(X, Y):
+        with T.Kernel(T.ceildiv(X.shape[0], 4), 1, threads=(64, 2)) as (bx, by):
+            x = T.alloc_fragment((4, 64), "float32")
+            T.copy(X[bx * 4, by * 64], x)
+            T.copy(x, Y[bx * 4, by * 64])
+
+    x, y = torch.randn(8, 64), torch.empty(8, 64)
+    copy2d(x, y)
+    assert torch.equal(y, x)
+    assert copy2d.compile(x, y).block == (128, 1, 1)

@@ -104,12 +104,27 @@ def _grid_sizes(grid, threads: int) -> tuple:
     return tuple(sizes)
 
 
+def _thread_count(threads, loc) -> int:
+    """The workgroup's thread count from `threads=N` or TileLang's `threads=(x, y[, z])`."""
+    if isinstance(threads, (tuple, list)):
+        if not 1 <= len(threads) <= 3:
+            raise CompileError(f"T.Kernel(threads={tuple(threads)}): give 1 to 3 thread dimensions", location=loc)
+        dims = [_concrete(t, f"threads dimension {axis}") for axis, t in enumerate(threads)]
+        if any(d <= 0 for d in dims):
+            raise CompileError(f"T.Kernel(threads={tuple(dims)}): every thread dimension must be positive",
+                               location=loc)
+        return math.prod(dims)
+    return _concrete(threads, "threads")
+
+
 @contextlib.contextmanager
 def Kernel(*grid, threads: int = 128):
     """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
 
     Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid). `threads` is a
-    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once.
+    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once. TileLang's
+    `threads=(x, y)` / `(x, y, z)` gives a workgroup of x * y * z threads (tilegcn's tile ops spread work over the
+    workgroup's threads in one linear order, x fastest, so the split into dimensions changes nothing else).
 
     Example:
 
@@ -127,7 +142,7 @@ def Kernel(*grid, threads: int = 128):
     if not 1 <= len(grid) <= 3:
         raise CompileError(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", location=loc)
     arch = get_arch(tracer.arch)
-    threads = _concrete(threads, "threads")
+    threads = _thread_count(threads, loc)
     if threads <= 0 or threads % arch.wave_size or threads > arch.max_workgroup_threads:
         raise CompileError(f"threads={threads}: must be a multiple of {arch.wave_size} (the wave size) between "
                            f"{arch.wave_size} and {arch.max_workgroup_threads}", location=loc)
