@@ -210,3 +210,29 @@ def test_kernel_takes_threads_as_dimensions():
     copy2d(x, y)
     assert torch.equal(y, x)
     assert copy2d.compile(x, y).block == (128, 1, 1)
+
+
+def test_export_refuses_a_kernel_that_returns_its_outputs(tmp_path):
+    with pytest.raises(tilegcn.ExportError, match=r"returns outputs it allocates \(H, Y: out_idx or T.empty\).*"
+                                                  "make each output a parameter"):
+        tilegcn.aot.export(twice_and_half, [(torch.randn(64),)], ["gfx942"], tmp_path / "out")
+
+
+def test_autotune_checks_the_returned_outputs_of_its_configs(capsys):
+    @tilegcn.autotune(configs=[{"block": 64}, {"block": 128}])
+    @tilegcn.jit
+    def twice(X, *, block=64):
+        N = X.shape[0]
+        Y = T.empty((N,), "float32")
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            for i in T.Parallel(block):
+                x[i] = x[i] * (2.0 if block == 64 else 3.0)  # the configs disagree: the check must see it
+            T.copy(x, Y[bx * block])
+        return Y
+
+    x = torch.randn(256)
+    y = twice(x)
+    assert "block=64 " in capsys.readouterr().err.split("failed: output differs")[0].splitlines()[-1]
+    assert torch.equal(y, 3 * x)  # the config that disagreed with the reference was dropped

@@ -805,8 +805,7 @@ class JITFunction:
         for k in kwargs:
             if k not in self.defaults:
                 valid = ", ".join([*self.defaults, "arch"])
-                how = (" (it is a tensor or runtime scalar: pass it by position; a compile-time constant has a "
-                       "default or is keyword-only)") if k in self.arg_names else ""
+                how = " (it is positional: pass it by position)" if k in self.arg_names else ""
                 if k in CompileOptions.jit_options():
                     how = f" ({k} is a decorator option: tilegcn.jit({self.name}, {k}=...))"
                 raise ArgumentError(
