@@ -236,3 +236,12 @@ def test_autotune_checks_the_returned_outputs_of_its_configs(capsys):
     y = twice(x)
     assert "block=64 " in capsys.readouterr().err.split("failed: output differs")[0].splitlines()[-1]
     assert torch.equal(y, 3 * x)  # the config that disagreed with the reference was dropped
+
+
+def test_out_idx_on_an_eager_style_kernel_points_to_t_empty():
+    def eager(X, Y):
+        X: T.Tensor((64,), "float32")
+        Y: T.Tensor((64,), "float32")
+
+    with pytest.raises(ArgumentError, match=r"B = T.empty\(shape, dtype\)"):
+        tilegcn.jit(eager, out_idx=[-1])
