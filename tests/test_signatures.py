@@ -36,6 +36,7 @@ def test_out_idx_allocates_and_returns_the_output(arch):
     again = kernel(x, arch=arch)  # the warm path: a fresh tensor each call
     assert again is not y and torch.equal(again, 2 * x)
     assert kernel.cache_stats.traces == traces + 1
+    assert torch.equal(kernel.compile(x, arch=arch)(x), 2 * x)  # a CompiledKernel returns them too
 
 
 def test_out_idx_takes_an_int_and_several_outputs_come_back_in_order():
