@@ -239,10 +239,19 @@ def test_autotune_checks_the_returned_outputs_of_its_configs(capsys):
     assert torch.equal(y, 3 * x)  # the config that disagreed with the reference was dropped
 
 
-def test_out_idx_on_an_eager_style_kernel_points_to_t_empty():
-    def eager(X, Y):
-        X: T.Tensor((64,), "float32")
-        Y: T.Tensor((64,), "float32")
+def test_out_idx_on_an_eager_style_kernel():
+    @tilegcn.jit(out_idx=[1])
+    def shift(X, Y, block=64, by=1.0):
+        N = T.const("N")
+        X: T.Tensor((N,), "float32")
+        Y: T.Tensor((N,), "float16")
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            for i in T.Parallel(block):
+                x[i] = x[i] + by
+            T.copy(x, Y[bx * block])
 
-    with pytest.raises(ArgumentError, match=r"B = T.empty\(shape, dtype\)"):
-        tilegcn.jit(eager, out_idx=[-1])
+    x = torch.randn(100)
+    y = shift(x, 32, 2.0)  # the constants bind by position as if Y were not a parameter
+    assert y.dtype == torch.float16 and torch.equal(y, (x + 2.0).half())

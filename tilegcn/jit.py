@@ -665,6 +665,8 @@ class JITFunction:
         # TileLang's out_idx: parameters the caller does not pass; each call allocates and returns them
         self.out_idx = self._out_indices(out_idx, positional)
         self.arg_names = tuple(n for i, n in enumerate(positional) if i not in self.out_idx)
+        if self._eager is not None and self.out_idx:
+            self._eager = self._eager.without_arguments([positional[i] for i in self.out_idx])
         self.defaults = defaults
         self.cache_stats = CacheStats()
         self._keyfn = _make_keyfn(len(self.arg_names))
@@ -681,10 +683,6 @@ class JITFunction:
         if out_idx is None:
             return ()
         where = f"tilegcn.jit(out_idx={out_idx!r}) on {self.name}"
-        if self._eager is not None:
-            raise ArgumentError(f"{where}: the tensors of this kernel are annotated in its body (TileLang's eager "
-                                "style), where outputs are written `B = T.empty(shape, dtype)` ... `return B`; use "
-                                "that, and drop out_idx", location=self.source_location)
         indices = [out_idx] if isinstance(out_idx, int) and not isinstance(out_idx, bool) else out_idx
         if not isinstance(indices, (list, tuple)) or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in indices):
@@ -703,6 +701,8 @@ class JITFunction:
         parameters = inspect.signature(self.fn).parameters
         for i in resolved:
             name = positional[i]
+            if self._eager is not None:  # its positional parameters are the tensors annotated in the body
+                continue
             if not isinstance(parameters[name].annotation, TensorAnnotation):
                 raise ArgumentError(f"{where}: parameter {name} is not annotated as a tensor, so there is no shape "
                                     f"and dtype to allocate it with: annotate it `{name}: T.Tensor(shape, dtype)` "
