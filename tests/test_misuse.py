@@ -784,11 +784,15 @@ def jit_varkw():
         pass
 
 
-@misuse(ArgumentError, r"positional parameter N has a default; make it keyword-only")
-def jit_positional_default():
+@misuse(CompileError, r"buffer shape \(block \(runtime int32 scalar\),\).*block is a runtime scalar.*give it a "
+                      r"default \(`block=64`\) or make it keyword-only")
+def jit_runtime_scalar_as_size():
     @tilegcn.jit
-    def k(X, N=4):
-        pass
+    def k(X, block):
+        with T.Kernel(1, threads=64):
+            T.alloc_fragment((block,), "float32")
+
+    k(torch.zeros(64), 64)
 
 
 @misuse(ArgumentError, r"'arch' is reserved")

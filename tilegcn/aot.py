@@ -79,6 +79,10 @@ def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
             if kernel.prints:  # their hidden outputs and host-side printing are the jit's, not tilegcn.load's
                 raise ExportError(f"tilegcn export: {jitfn.name} calls T.print ({kernel.prints[0].loc}), a "
                                   "debugging aid that exported kernels do not support; remove the T.print calls")
+            if kernel.outputs:  # allocated and returned by the jit's call, which tilegcn.load's kernels do not have
+                raise ExportError(f"tilegcn export: {jitfn.name} returns outputs it allocates "
+                                  f"({', '.join(o[0] for o in kernel.outputs)}: out_idx or T.empty), which exported "
+                                  "kernels do not support yet; make each output a parameter the caller passes")
             key = _entry_key(kernel.signature, kernel.constants, arch)
             if key in seen:  # two examples of one specialisation
                 continue

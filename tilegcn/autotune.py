@@ -754,11 +754,14 @@ def _compare(kernel, reference, args):
     for k in (kernel, reference):
         copies = _copies(args)
         try:
-            k(*copies)
+            returned = k(*copies)
         except TilegcnError as e:
             return _reason(e)
-        outs.append(copies)
-    for name, a, b in zip(kernel.fn.arg_names, *outs):
+        # the outputs a kernel allocates and returns (out_idx, T.empty) are compared too, after the arguments
+        returned = returned if isinstance(returned, tuple) else () if returned is None else (returned,)
+        outs.append(list(copies) + list(returned))
+    names = list(kernel.fn.arg_names) + [name for name, _, _ in kernel.outputs]
+    for name, a, b in zip(names, *outs):
         if isinstance(a, torch.Tensor):
             diff = (a.double() - b.double()).abs().nan_to_num(float("inf")).max().item() if a.numel() else 0.0
             bound = _rounding(a.dtype) * max(1.0, b.double().abs().max().item() if b.numel() else 0.0)

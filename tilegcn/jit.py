@@ -202,19 +202,22 @@ class PrintedTile:
         return f"T.print: {self.msg + ' ' if self.msg else ''}{self.name} block {where}: {self.values}"
 
 
-class _PrintingModule:
-    """Module wrapper for a kernel with `T.print`s: each launch gets fresh hidden float32 outputs (one slot per
-    workgroup and call site), appended after the user's arguments in the kernel's parameter order; after the
-    launch the host prints them per workgroup in dispatch order (bx fastest) and keeps them in `.printed` of the
-    CompiledKernel and of its jit function."""
+class _HiddenArgsModule:
+    """Module wrapper for a kernel with parameters the caller does not pass. `T.print`s: each launch gets fresh
+    hidden float32 outputs (one slot per workgroup and call site); after the launch the host prints them per
+    workgroup in dispatch order (bx fastest) and keeps them in `.printed` of the CompiledKernel and of its jit
+    function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them."""
 
-    __slots__ = ("module", "kernel", "indices", "sites")
+    __slots__ = ("module", "kernel", "indices", "sites", "outputs")
 
     def __init__(self, module, kernel: "CompiledKernel", names: list):
+        import torch
+
         positional = kernel.fn.arg_names
         self.module, self.kernel = module, kernel
         self.sites = {site.param: site for site in kernel.prints}
         self.indices = [positional.index(n) if n in positional else n for n in names]
+        self.outputs = {n: (shape, getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
 
     def launch(self, name, grid, block, args):
         import torch
@@ -222,12 +225,16 @@ class _PrintingModule:
         from .runtime.emulator import _RECORDING  # set while do_bench records launches instead of running them
 
         devices = [a.device for a in args if isinstance(a, torch.Tensor)]
-        hidden = {param: torch.zeros(site.shape, dtype=torch.float32,
-                                     device=devices[0] if devices else "cpu")
+        device = devices[0] if devices else "cpu"
+        hidden = {param: torch.zeros(site.shape, dtype=torch.float32, device=device)
                   for param, site in self.sites.items()}
+        outputs = {n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.outputs.items()}
+        hidden.update(outputs)
         result = self.module.launch(name, grid, block,
                                     [hidden[i] if isinstance(i, str) else args[i] for i in self.indices])
-        if _RECORDING.get() is not None:  # nothing ran: nothing to print
+        if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
+            result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
+        if _RECORDING.get() is not None or not self.sites:  # nothing ran (do_bench) or nothing to print
             return result
         printed = [tile for param, site in self.sites.items() for tile in _printed_tiles(site, hidden[param])]
         self.kernel.printed = self.kernel.fn.printed = printed
@@ -265,6 +272,12 @@ def _written_params(kernel) -> tuple:
 
     written = {r.buffer.name for s in N.walk(kernel.body) for r in s.writes() if r.buffer.scope == N.GLOBAL}
     return tuple(p.name for p in kernel.params if p.name in written)
+
+
+def _outputs(kernel) -> tuple:
+    """(name, shape, torch dtype name) of each parameter a traced kernel returns (out_idx, T.empty), in order."""
+    params = {p.name: p for p in kernel.params}
+    return tuple((n, tuple(params[n].buffer.shape), params[n].dtype.name) for n in getattr(kernel, "outputs", ()))
 
 
 def _span(spec) -> int:
@@ -394,7 +407,7 @@ class CompiledKernel:
     """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
-                 written=None, prints=()):
+                 written=None, prints=(), outputs=()):
         self.fn = fn
         self.key = entry.key
         self.metadata = entry.meta
@@ -415,6 +428,8 @@ class CompiledKernel:
             n for n, s in zip(fn.arg_names, signature) if not isinstance(s, type))
         self.prints = tuple(prints)  # T.print sites (language.builtins.PrintSite): hidden outputs, shown per launch
         self.printed = []  # after a launch with T.print: one PrintedTile per site and workgroup
+        # (name, shape, torch dtype name) per parameter the call allocates and returns (out_idx, T.empty), in order
+        self.outputs = tuple(outputs)
         self._launchers = {}
 
     def _launcher(self) -> _Launcher:
@@ -427,8 +442,8 @@ class CompiledKernel:
             module = get_device(dev).load(self.hsaco)
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
-            if self.prints:
-                module = _PrintingModule(module, self, names)
+            if self.prints or self.outputs:
+                module = _HiddenArgsModule(module, self, names)
             elif names and names != list(positional):
                 module = _SelectArgs(module, tuple(positional.index(n) for n in names))
             launcher = self._launchers[dev] = _Launcher(module, self.name, self.grid, self.block, self)
@@ -476,7 +491,7 @@ class CompiledKernel:
 
         entry, _ = Cache().get_or_build(key, build)
         edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
-                                prints=self.prints)
+                                prints=self.prints, outputs=self.outputs)
         if verify:
             report = compare(self, edited, args)
             edited.verification = report
@@ -512,6 +527,7 @@ class CompiledKernel:
         names = [a["name"] for a in self.metadata["args"]]
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
+            hidden.update({n: torch.zeros(shape, dtype=getattr(torch, dtype)) for n, shape, dtype in self.outputs})
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
         return estimate(module, self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
                         **options)
@@ -626,7 +642,7 @@ class JITFunction:
     ```
     """
 
-    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto"):
+    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None):
         from .language.program import EagerProgram, PrimFunc
 
         if isinstance(fn, PrimFunc):
@@ -641,18 +657,60 @@ class JITFunction:
         self.options = _jit_options(self.arch, schedule=schedule, copy=copy)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         self._eager = EagerProgram.of(fn)  # tensors annotated in the body (TileLang's eager style), or None
+        self._positional_constants = []  # positional parameters with a default: constants passed by position
         if self._eager is not None:
             positional, defaults = list(self._eager.tensor_names), dict(self._eager.defaults)
         else:
             positional, defaults = self._parameters(fn)
-        self.arg_names = tuple(positional)
+        # TileLang's out_idx: parameters the caller does not pass; each call allocates and returns them
+        self.out_idx = self._out_indices(out_idx, positional)
+        self.arg_names = tuple(n for i, n in enumerate(positional) if i not in self.out_idx)
+        if self._eager is not None and self.out_idx:
+            self._eager = self._eager.without_arguments([positional[i] for i in self.out_idx])
         self.defaults = defaults
         self.cache_stats = CacheStats()
-        self._keyfn = _make_keyfn(len(positional))
+        self._keyfn = _make_keyfn(len(self.arg_names))
         self._memo = {}  # warm key -> _Launcher
         self.printed = []  # the PrintedTiles of the last launch of a kernel with T.print
         self._kernels = {}  # (signature, constants, arch) -> CompiledKernel
         functools.update_wrapper(self, fn)
+
+    def _out_indices(self, out_idx, positional: list) -> tuple:
+        """out_idx (an int or a list of ints, negative from the end, as TileLang takes it) as sorted indices into
+        the positional parameters; each must be a tensor annotated `T.Tensor(shape, dtype)`."""
+        from .language.tracer import TensorAnnotation
+
+        if out_idx is None:
+            return ()
+        where = f"tilegcn.jit(out_idx={out_idx!r}) on {self.name}"
+        indices = [out_idx] if isinstance(out_idx, int) and not isinstance(out_idx, bool) else out_idx
+        if not isinstance(indices, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in indices):
+            raise ArgumentError(f"{where}: out_idx is an int or a list of ints (parameter positions, negative from "
+                                "the end), e.g. out_idx=[-1]", location=self.source_location)
+        n = len(positional)
+        resolved = []
+        for i in indices:
+            if not -n <= i < n:
+                raise ArgumentError(f"{where}: index {i} is out of range for the {n} parameter(s) "
+                                    f"({', '.join(positional)})", location=self.source_location)
+            if i % n in resolved:
+                raise ArgumentError(f"{where}: parameter {positional[i % n]} is listed twice",
+                                    location=self.source_location)
+            resolved.append(i % n)
+        parameters = inspect.signature(self.fn).parameters
+        for i in resolved:
+            name = positional[i]
+            if self._eager is not None:  # its positional parameters are the tensors annotated in the body
+                continue
+            if not isinstance(parameters[name].annotation, TensorAnnotation):
+                raise ArgumentError(f"{where}: parameter {name} is not annotated as a tensor, so there is no shape "
+                                    f"and dtype to allocate it with: annotate it `{name}: T.Tensor(shape, dtype)` "
+                                    "(a scalar cannot be an output)", location=self.source_location)
+        if len(resolved) == n:
+            raise ArgumentError(f"{where}: every parameter is an output; the kernel needs an input tensor (its "
+                                "device is where the outputs are allocated)", location=self.source_location)
+        return tuple(resolved)
 
     def _parameters(self, fn) -> tuple:
         """(positional parameter names, {keyword-only constant: default}) of a tile program."""
@@ -666,19 +724,33 @@ class JITFunction:
                     raise ArgumentError(f"{where}: 'arch' is reserved for the target arch",
                                         location=self.source_location)
                 defaults[p.name] = p.default  # inspect.Parameter.empty when required
-            elif p.default is not p.empty:
-                raise ArgumentError(
-                    f"{where}: positional parameter {p.name} has a default; make it keyword-only (after *)",
-                    location=self.source_location,
-                )
+            elif p.default is not p.empty:  # a compile-time constant, by position or by keyword
+                defaults[p.name] = p.default
+                self._positional_constants.append(p.name)
             else:
                 positional.append(p.name)
         return positional, defaults
+
+    def _bind_constants(self, args: tuple, kwargs: dict) -> tuple:
+        """(runtime arguments, constants by name) of a call passing constants by position (after the runtime
+        arguments, as Python orders parameters with defaults)."""
+        n = len(self.arg_names)
+        extra = args[n:]
+        if len(extra) > len(self._positional_constants):
+            raise self._arity_error(args)
+        kwargs = dict(kwargs)
+        for name, value in zip(self._positional_constants, extra):
+            if name in kwargs:
+                raise ArgumentError(f"tilegcn: {self.name}() got constant {name} both by position and by keyword")
+            kwargs[name] = value
+        return args[:n], kwargs
 
     # The warm path: keep it lean (see the module docstring); measure with bench/compile_time.py.
     def __call__(self, *args, **kwargs):
         if self._eager is not None:
             args, kwargs = self._eager.split(args, kwargs)
+        elif len(args) > len(self.arg_names):
+            args, kwargs = self._bind_constants(args, kwargs)
         try:
             key = self._keyfn(*args)
         except Exception:  # wrong arity, or a tensor the key cannot describe (sparse: no data pointer)
@@ -706,6 +778,8 @@ class JITFunction:
         Keyword arguments: the function's keyword-only constants and `arch`."""
         if self._eager is not None:
             args, kwargs = self._eager.split(args, kwargs)
+        elif len(args) > len(self.arg_names):
+            args, kwargs = self._bind_constants(args, kwargs)
         return self._compiled(args, kwargs)
 
     def launchers(self) -> list:
@@ -769,7 +843,7 @@ class JITFunction:
 
         t0 = time.perf_counter()
         program = self.fn if self._eager is None else self._eager.traced(constants)
-        kernel = trace(program, trace_args, constants, arch)
+        kernel = trace(program, trace_args, constants, arch, self.out_idx)
         self.cache_stats.traces += 1
         entry, built, timings = build_traced(kernel, self.options.with_arch(arch), self._described(constants),
                                              time.perf_counter() - t0)
@@ -780,7 +854,7 @@ class JITFunction:
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
-                                prints=getattr(kernel, "prints", ()))
+                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel))
         return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
@@ -898,7 +972,8 @@ def _jit_options(arch, **options) -> CompileOptions:
         raise ArgumentError(str(e).replace("tilegcn:", "tilegcn.jit:", 1)) from None
 
 
-def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
+def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None,
+        pass_configs=None, target=None, execution_backend=None, verbose=None, compile_flags=None):
     """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
 
     TileLang's two styles are read as TileLang reads them (docs/language.md): a function whose body defines and
@@ -910,6 +985,11 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     `copy`: how a pipelined K loop copies GEMM operands into LDS: "auto" (default: the per-arch choice, LDS DMA on
     gfx950, register staging on gfx942), "lds_dma" (buffer_load_* ... lds, also gfx942's 4 bytes a lane; a
     CompileError where the arch or operand cannot) or "registers".
+    `out_idx`: TileLang's outputs, an int or a list of ints (positions of the kernel's tensor parameters, negative
+    from the end): the caller does not pass them; each call allocates them (torch.empty with the annotated shape
+    and dtype, on the inputs' device) and returns them, one tensor or a tuple in the listed order.
+    `pass_configs`, `target`, `execution_backend`, `verbose`, `compile_flags` (TileLang's) are accepted and ignored: they configure
+    TileLang's CUDA/HIP passes (TMA, warp specialisation), which tilegcn does not have.
 
     Example:
 
@@ -927,9 +1007,10 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto"):
     ```
     """
     if fn is None:
-        return lambda f: jit(f, arch=arch, schedule=schedule, copy=copy)
+        return lambda f: jit(f, arch=arch, schedule=schedule, copy=copy, out_idx=out_idx)
     from .language.program import KernelFactory, is_kernel_factory
 
+    options = dict(arch=arch, schedule=schedule, copy=copy, out_idx=out_idx)
     if inspect.isfunction(fn) and is_kernel_factory(fn):  # TileLang's closure style: returns a @T.prim_func
-        return KernelFactory(fn, lambda program: JITFunction(program, arch=arch, schedule=schedule, copy=copy))
-    return JITFunction(fn, arch=arch, schedule=schedule, copy=copy)
+        return KernelFactory(fn, lambda program: JITFunction(program, **options))
+    return JITFunction(fn, **options)

@@ -2,11 +2,9 @@
 tile-ai/tilelang commit a35008a42531c62b976ae4cec3855d4383db0f3c.
 
 Mechanical changes only:
-- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit` for
-  `@tl.jit(pass_configs={TL_DISABLE_TMA_LOWER: True, TL_DISABLE_WARP_SPECIALIZED: True})` (neither exists on AMD
-  GPUs);
-- the output is passed as an argument: `o = T.empty((M,), dtype)` became a parameter `o` annotated in the body
-  `o: T.Tensor((M,), dtype)`;
+- imports: `tilegcn` and `from tilegcn import language as T`; `tilegcn.jit(pass_configs=...)` accepts and ignores
+  TileLang's pass configs, here given by their string values (`"tl.disable_tma_lower"`,
+  `"tl.disable_warp_specialized"`: neither TMA nor warp specialisation exists on AMD GPUs);
 - `gemv_alloc_reducer.compile(M=N, N=K, ...)` and the profiler's `assert_allclose` became a call on torch tensors
   checked against `a @ x` in `main()` (CPU tensors, the emulated device, a smaller shape).
 
@@ -18,14 +16,14 @@ import tilegcn
 from tilegcn import language as T
 
 
-@tilegcn.jit
+@tilegcn.jit(pass_configs={"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True})
 def gemv_alloc_reducer(
-    a, x, o, block_M=128, block_N=128, num_stages=2, threads=256, dtype: T.dtype = T.float16, accum_dtype: T.dtype = T.float
+    a, x, block_M=128, block_N=128, num_stages=2, threads=256, dtype: T.dtype = T.float16, accum_dtype: T.dtype = T.float
 ):
     M, N = T.const("M, N")
     a: T.Tensor((M, N), dtype)
     x: T.Tensor((N,), dtype)
-    o: T.Tensor((M,), dtype)
+    o = T.empty((M,), dtype)
 
     with T.Kernel(T.ceildiv(M, block_M), threads=threads) as i0_m:
         o_reducer = T.alloc_reducer(block_M, accum_dtype, replication="all")
@@ -47,8 +45,7 @@ def gemv_alloc_reducer(
 
 def main(M=256, N=256, dtype=torch.float16):
     a, x = torch.randn(M, N, dtype=dtype), torch.randn(N, dtype=dtype)
-    o = torch.empty(M, dtype=dtype)
-    gemv_alloc_reducer(a, x, o, dtype=dtype)
+    o = gemv_alloc_reducer(a, x, dtype=dtype)
     torch.testing.assert_close(o, (a.float() @ x.float()).to(dtype), atol=1e-2, rtol=1e-2)
     print("Test passed!")
 

@@ -2,11 +2,9 @@
 commit a35008a42531c62b976ae4cec3855d4383db0f3c.
 
 Mechanical changes only:
-- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit` for
-  `@tilelang.jit(out_idx=[-3, -2, -1])`: the three outputs Y, Mean and Rstd are passed by the caller (they were
-  already parameters of the prim_func; out_idx made TileLang allocate them);
-- `layer_norm(x, gamma, beta, eps)` (the autograd Function's forward) allocates the outputs with torch and
-  passes them; the backward kernel and the benchmark are not ported (the forward is what issue 19 asks for).
+- imports: `tilegcn` and `from tilegcn import language as T`;
+- `layer_norm(x, gamma, beta, eps)` is the autograd Function's forward; the backward kernel and the benchmark are
+  not ported (the forward is what issue 19 asks for).
 
 The kernel body is TileLang's, line for line.
 """
@@ -16,7 +14,7 @@ import tilegcn
 from tilegcn import language as T
 
 
-@tilegcn.jit
+@tilegcn.jit(out_idx=[-3, -2, -1])
 def _layernorm_fwd(N, D, eps=1e-5, blk_m=1, threads=256, in_dtype="bfloat16", out_dtype="bfloat16"):
     accum_dtype = "float"
 
@@ -79,8 +77,7 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     N, D = x.shape
     in_dtype = _TORCH_DTYPE_TO_TL[x.dtype]
     kernel = _layernorm_fwd(N, D, eps=eps, in_dtype=in_dtype, out_dtype=in_dtype)
-    y, mean, rstd = torch.empty_like(x), torch.empty(N), torch.empty(N)
-    kernel(x, gamma, beta, y, mean, rstd)
+    y, mean, rstd = kernel(x, gamma, beta)
     return y, mean, rstd
 
 

@@ -4,8 +4,6 @@ a35008a42531c62b976ae4cec3855d4383db0f3c.
 Mechanical changes only:
 - imports: `tilegcn` and `from tilegcn import language as T` for `tilelang` / `tilelang.language as T`;
   `@tilegcn.jit` for `@tilelang.jit`;
-- the output is passed as an argument: `Y = T.empty([M, N], dtype)` became a parameter `Y` annotated in the body
-  `Y: T.Tensor([M, N], dtype)` (tilegcn has no `T.empty` yet);
 - the module-level check and benchmark moved into `main()` (CPU tensors, the emulated device, a smaller shape and
   BLOCK_N; `tilelang.profiler.do_bench` dropped: the emulator does not time kernels).
 
@@ -18,9 +16,9 @@ from tilegcn import language as T
 
 
 @tilegcn.jit
-def softmax_kernel(X, Y, BLOCK_M=1, BLOCK_N=8192, dtype: T.dtype = T.float16):
+def softmax_kernel(X, BLOCK_M=1, BLOCK_N=8192, dtype: T.dtype = T.float16):
     X: T.Tensor([M, N], dtype)
-    Y: T.Tensor([M, N], dtype)
+    Y = T.empty([M, N], dtype)
 
     accum_dtype = T.float32
 
@@ -60,8 +58,7 @@ def softmax_kernel(X, Y, BLOCK_M=1, BLOCK_N=8192, dtype: T.dtype = T.float16):
 
 def main(M=8, N=512, dtype=torch.float16, BLOCK_N=256):
     X = torch.randn(M, N, dtype=dtype)
-    Y = torch.empty_like(X)
-    softmax_kernel(X, Y, BLOCK_N=BLOCK_N, dtype=dtype)
+    Y = softmax_kernel(X, BLOCK_N=BLOCK_N, dtype=dtype)
     Y_ref = X.float().softmax(dim=1).to(dtype)
     torch.testing.assert_close(Y, Y_ref, rtol=1e-2, atol=1e-2)
     print("online softmax: matches torch")

@@ -8,9 +8,9 @@ TileLang's `examples/` has no stand-alone row or column reduction at that commit
 was removed), so the tests' kernels are the ports.
 
 Mechanical changes only:
-- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit` for `@tilelang.jit(out_idx=-1)` on
-  the row kernel's factory, and `tilegcn.jit(prim_func)` for `tilelang.compile(prim_func, out_idx=-1,
-  target="cuda")` on the column kernel: the output B is passed by the caller (it was already a parameter);
+- imports: `tilegcn` and `from tilegcn import language as T`; `tilegcn.jit(prim_func, out_idx=-1)` for
+  `tilelang.compile(prim_func, out_idx=-1, target="cuda")` on the column kernel (tilegcn compiles on the first
+  call);
 - `T.copy(A, src, disable_tma=src_scope == "shared")` became `T.copy(A, src)` (there is no TMA on AMD GPUs).
 
 The kernel bodies are TileLang's, line for line.
@@ -35,7 +35,7 @@ def _reduce_op(T, op, src, dst, dim, batch=1):
         T.reduce_absmax(src, dst, dim=dim, **kwargs)
 
 
-@tilegcn.jit
+@tilegcn.jit(out_idx=-1)
 def row_reduce(M, N, dtype, op, src_scope, dst_scope, threads, batch):
     @T.prim_func
     def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M,), dtype)):
@@ -73,7 +73,7 @@ def _make_allreduce_dim0_scale_kernel(reduce_fn, logical_width, scale):
 
 def column_reduce(reduce_fn, logical_width, scale):
     """The column kernel jitted (upstream compiled it with `tilelang.compile(..., out_idx=-1)`)."""
-    return tilegcn.jit(_make_allreduce_dim0_scale_kernel(reduce_fn, logical_width, scale))
+    return tilegcn.jit(_make_allreduce_dim0_scale_kernel(reduce_fn, logical_width, scale), out_idx=-1)
 
 
 REFERENCES = {"sum": lambda a, d: a.sum(dim=d), "max": lambda a, d: a.max(dim=d).values,
@@ -83,12 +83,10 @@ REFERENCES = {"sum": lambda a, d: a.sum(dim=d), "max": lambda a, d: a.max(dim=d)
 
 def main():
     A = torch.randn(64, 128)
-    B = torch.empty(64)
-    row_reduce(64, 128, T.float32, "sum", "fragment", "fragment", 128, 1)(A, B)
+    B = row_reduce(64, 128, T.float32, "sum", "fragment", "fragment", 128, 1)(A)
     torch.testing.assert_close(B, A.sum(dim=1), rtol=1e-4, atol=1e-4)
     A = torch.randn(64, 2)
-    B = torch.empty(2)
-    column_reduce(T.reduce_max, 64, 2)(A, B)
+    B = column_reduce(T.reduce_max, 64, 2)(A)
     torch.testing.assert_close(B, A.max(dim=0).values)
     print("row and column reductions match torch")
 

@@ -2,10 +2,8 @@
 a35008a42531c62b976ae4cec3855d4383db0f3c (both kernels: `rms_norm_splitk` and `rms_norm`).
 
 Mechanical changes only:
-- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit` for
-  `@tilelang.jit(pass_configs={"tl.disable_tma_lower": True})` (there is no TMA on AMD GPUs);
-- the output is passed as an argument: `B = T.empty((M, N), dtype)` became a parameter `B` annotated in the body
-  `B: T.Tensor((M, N), dtype)`;
+- imports: `tilegcn` and `from tilegcn import language as T` (`pass_configs` is accepted and ignored: there is no
+  TMA on AMD GPUs);
 - `kernel = rms_norm.compile(M=M, N=N, blk_m=blk_m)` plus `kernel.get_profiler().assert_allclose(ref_program)`
   became a call on torch tensors checked with `torch.testing.assert_close` in `main()` (CPU tensors, the emulated
   device, a smaller shape; the profiler's timings dropped).
@@ -18,13 +16,13 @@ import tilegcn
 from tilegcn import language as T
 
 
-@tilegcn.jit
-def rms_norm_splitk(A, B, blk_m, blk_k):
+@tilegcn.jit(pass_configs={"tl.disable_tma_lower": True})
+def rms_norm_splitk(A, blk_m, blk_k):
     M, N = T.const("M, N")
     dtype = T.float
 
     A: T.Tensor((M, N), dtype)
-    B: T.Tensor((M, N), dtype)
+    B = T.empty((M, N), dtype)
 
     with T.Kernel(T.ceildiv(M, blk_m), threads=128) as bx:
         A_shared = T.alloc_shared((blk_m, blk_k), dtype)
@@ -51,13 +49,13 @@ def rms_norm_splitk(A, B, blk_m, blk_k):
     return B
 
 
-@tilegcn.jit
-def rms_norm(A, B, blk_m):
+@tilegcn.jit(pass_configs={"tl.disable_tma_lower": True})
+def rms_norm(A, blk_m):
     M, N = T.const("M, N")
     dtype = T.float
 
     A: T.Tensor((M, N), dtype)
-    B: T.Tensor((M, N), dtype)
+    B = T.empty((M, N), dtype)
 
     with T.Kernel(T.ceildiv(M, blk_m), threads=128) as bx:
         A_local = T.alloc_fragment((blk_m, N), dtype)
@@ -83,10 +81,9 @@ def ref_program(x):
 
 def main(M=8, N=256, blk_m=1, blk_k=128):
     A = torch.randn(M, N)
-    B = torch.empty_like(A)
-    rms_norm(A, B, blk_m)
+    B = rms_norm(A, blk_m)
     torch.testing.assert_close(B, ref_program(A), rtol=0.01, atol=0.01)
-    rms_norm_splitk(A, B, blk_m, blk_k)
+    B = rms_norm_splitk(A, blk_m, blk_k)
     torch.testing.assert_close(B, ref_program(A), rtol=0.01, atol=0.01)
     print("All checks pass.")
 

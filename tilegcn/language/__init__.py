@@ -1,7 +1,7 @@
 """The tile language, imported as `from tilegcn import language as T`."""
 from ..ir.types import bfloat16, float16, float32
-from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy, fill,
-                       gemm, print, use_swizzle)
+from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
+                       empty, fill, gemm, print, use_swizzle)
 from .control import Serial, serial
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
                           min, min_value, rsqrt, sigmoid, sqrt, tanh)
@@ -14,7 +14,7 @@ from .tracer import trace
 float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
 
 __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc_shared", "ceildiv", "clear", "copy",
-           "fill", "gemm", "print", "use_swizzle", "trace",
+           "empty", "fill", "gemm", "print", "use_swizzle", "trace",
            "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
            "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum",

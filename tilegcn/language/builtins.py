@@ -60,7 +60,24 @@ def _integer(value, what: str):
         return int(value) if value.is_Integer else value
     if isinstance(value, ScalarProxy) and value.param.symbol is not None:
         return value.param.symbol
-    raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+    raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__}){_runtime_scalar_hint(value)}")
+
+
+def _runtime_scalar_hint(value) -> str:
+    """When `value` depends on a runtime scalar: how to make that parameter a compile-time constant instead (an int
+    passed to a positional parameter without default is a runtime int32, as in TileLang's prim_func)."""
+    symbols = getattr(value, "free_symbols", set())
+    if isinstance(value, IndexProxy):
+        symbols = value.expr.free_symbols
+    if isinstance(value, ScalarProxy):
+        symbols = {value.param.symbol}
+    names = sorted(p.name for p in current().params if p.kind == "scalar" and p.symbol in symbols)
+    if not names:
+        return ""
+    name = names[0]
+    return (f"; {name} is a runtime scalar (a positional parameter without default receives an int as a runtime "
+            f"int32): to make it a compile-time constant give it a default (`{name}=64`) or make it keyword-only "
+            f"(after `*`)")
 
 
 def _concrete(value, what: str) -> int:
@@ -70,7 +87,8 @@ def _concrete(value, what: str) -> int:
         return value
     names = ", ".join(sorted(str(sym) for sym in value.free_symbols))
     raise CompileError(f"{what} must be known at compile time, got {value}, which depends on {names} "
-                       "(block ids, loop variables and runtime scalars are only known on the device)")
+                       "(block ids, loop variables and runtime scalars are only known on the device)"
+                       f"{_runtime_scalar_hint(value)}")
 
 
 def _grid_sizes(grid, threads: int) -> tuple:
@@ -86,12 +104,27 @@ def _grid_sizes(grid, threads: int) -> tuple:
     return tuple(sizes)
 
 
+def _thread_count(threads, loc) -> int:
+    """The workgroup's thread count from `threads=N` or TileLang's `threads=(x, y[, z])`."""
+    if isinstance(threads, (tuple, list)):
+        if not 1 <= len(threads) <= 3:
+            raise CompileError(f"T.Kernel(threads={tuple(threads)}): give 1 to 3 thread dimensions", location=loc)
+        dims = [_concrete(t, f"threads dimension {axis}") for axis, t in enumerate(threads)]
+        if any(d <= 0 for d in dims):
+            raise CompileError(f"T.Kernel(threads={tuple(dims)}): every thread dimension must be positive",
+                               location=loc)
+        return math.prod(dims)
+    return _concrete(threads, "threads")
+
+
 @contextlib.contextmanager
 def Kernel(*grid, threads: int = 128):
     """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
 
     Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid). `threads` is a
-    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once.
+    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once. TileLang's
+    `threads=(x, y)` / `(x, y, z)` gives a workgroup of x * y * z threads (tilegcn's tile ops spread work over the
+    workgroup's threads in one linear order, x fastest, so the split into dimensions changes nothing else).
 
     Example:
 
@@ -109,7 +142,7 @@ def Kernel(*grid, threads: int = 128):
     if not 1 <= len(grid) <= 3:
         raise CompileError(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", location=loc)
     arch = get_arch(tracer.arch)
-    threads = _concrete(threads, "threads")
+    threads = _thread_count(threads, loc)
     if threads <= 0 or threads % arch.wave_size or threads > arch.max_workgroup_threads:
         raise CompileError(f"threads={threads}: must be a multiple of {arch.wave_size} (the wave size) between "
                            f"{arch.wave_size} and {arch.max_workgroup_threads}", location=loc)
@@ -125,6 +158,51 @@ def Kernel(*grid, threads: int = 128):
         tracer.bodies.pop()
         tracer.grid_ids = ()
     tracer.kernel_info = (sizes, (threads, 1, 1), ids, body, loc)
+
+
+def empty(shape, dtype):
+    """An output tensor the kernel allocates and returns (TileLang's eager style): `B = T.empty((M, N), dtype)` ...
+    `return B`. tilegcn allocates it (torch.empty, on the inputs' device) at each call and the call returns it;
+    several returned outputs come back as a tuple in the order of the `return`.
+
+    Example:
+
+    ```python
+    @tilegcn.jit
+    def twice(X, block=64):
+        N = T.const("N")
+        X: T.Tensor((N,), "float32")
+        Y = T.empty((N,), "float32")
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            for i in T.Parallel(block):
+                x[i] = x[i] * 2.0
+            T.copy(x, Y[bx * block])
+        return Y
+
+    x = torch.randn(100)
+    assert torch.equal(twice(x), 2 * x)
+    ```
+    """
+    from .elementwise import program_dtype
+    from .tracer import contiguous_spec
+
+    tracer = current()
+    loc = user_location()
+    if tracer.bodies:
+        raise CompileError("T.empty declares an output tensor: call it before `with T.Kernel(...)`", location=loc)
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(_concrete(s, f"T.empty shape {tuple(dims)}: dimension {axis}") for axis, s in enumerate(dims))
+    if any(s < 0 for s in shape):
+        raise CompileError(f"T.empty shape {shape} has a negative dimension", location=loc)
+    spec = contiguous_spec(shape, program_dtype(dtype))
+    name = tracer.name_from_source(loc, "out")
+    buf = N.Buffer(name, N.GLOBAL, spec.dtype, shape, spec=spec, param_index=len(tracer.params), loc=loc)
+    tracer.params.append(N.Param(name, "tensor", spec.dtype, buffer=buf))
+    tracer.buffers.append(buf)
+    tracer.empties.append(buf)
+    return BufferProxy(buf)
 
 
 def alloc_shared(shape, dtype):
@@ -191,8 +269,11 @@ def _squeeze(extents):
     return tuple(e for e in extents if e != 1) or (1,)
 
 
-def copy(src, dst):
+def copy(src, dst, coalesced_width=None):
     """Copy a tile: global <-> shared/fragment, shared -> fragment, fragment -> fragment.
+
+    `coalesced_width` (TileLang's vector-width hint) is accepted and ignored: tilegcn picks the widest access the
+    layout and alignment allow.
 
     A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
     the other side. Casts to the destination dtype. Rows and columns past a tensor's end read 0 and are not
@@ -265,8 +346,11 @@ def clear(buf):
     fill(buf, 0.0)
 
 
-def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False):
+def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
     """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment.
+
+    `k_pack` and `policy` (TileLang's MFMA packing and warp-partition hints) are accepted and ignored: tilegcn
+    plans the MFMA shape and the waves' split of C itself.
 
     `transpose_A` / `transpose_B`: the operand is stored transposed ((K, M) / (N, K)) in its shared tile.
 
@@ -450,8 +534,10 @@ def _hidden_print_output(tracer, buf: N.Buffer, msg: str, loc) -> tuple:
     return PrintSite(name, msg, buf.name, len(tracer.grid_ids), shape, loc), out
 
 
-def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
+def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True, num_xcds: int = 8):
     """Remap workgroup ids for L2 reuse: chunk per XCD, then rasterise panels of `panel_size` rows.
+
+    TileLang's spelling: `order="row"` (the only order tilegcn rasterises) and `enable=False` (no remapping).
 
     Example:
 
@@ -460,6 +546,11 @@ def use_swizzle(panel_size: int = 8, num_xcds: int = 8):
         T.use_swizzle(panel_size=8, num_xcds=8)   # before any use of bx, by
     ```
     """
+    if order != "row":
+        raise CompileError(f"T.use_swizzle(order={order!r}): tilegcn rasterises row panels only; pass order=\"row\" "
+                           "(or drop it), or swap the roles of bx and by", location=user_location())
+    if not enable:
+        return
     sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
     current().record(ops.Swizzle(*sizes, loc=user_location()))
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import textwrap
@@ -204,12 +205,23 @@ class EagerProgram:
         order = list(self.signature.parameters)
         self.tensors = sorted(tensors, key=lambda t: order.index(t[0]))
         self.tensor_names = tuple(t[0] for t in self.tensors)
+        # what a call passes and binds by (out_idx's outputs left out: without_arguments)
+        self.passed_names, self.call_signature = self.tensor_names, self.signature
         # every other parameter is a compile-time constant (its default, or inspect.Parameter.empty)
         self.defaults = {p.name: p.default for p in self.signature.parameters.values()
                          if p.name not in self.tensor_names}
         if "arch" in self.defaults:
             raise ArgumentError(f"tilegcn.jit {fn.__name__}: 'arch' is reserved for the target arch",
                                 location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+
+    def without_arguments(self, names: list) -> "EagerProgram":
+        """This program with the tensors `names` (out_idx's outputs) left out of what a call passes: the tracer makes
+        them from their annotations, and the call's remaining arguments bind as if they were not parameters."""
+        program = copy.copy(self)
+        program.call_signature = self.signature.replace(
+            parameters=[p for p in self.signature.parameters.values() if p.name not in names])
+        program.passed_names = tuple(n for n in self.tensor_names if n not in names)
+        return program
 
     @classmethod
     def of(cls, fn):
@@ -222,14 +234,14 @@ class EagerProgram:
         kwargs = dict(kwargs)
         arch = kwargs.pop("arch", None)
         try:
-            bound = self.signature.bind_partial(*args, **kwargs)
+            bound = self.call_signature.bind_partial(*args, **kwargs)
         except TypeError as e:
             raise ArgumentError(f"tilegcn: {self.fn.__name__}(): {e}") from None
-        missing = [n for n in self.tensor_names if n not in bound.arguments]
+        missing = [n for n in self.passed_names if n not in bound.arguments]
         if missing:
             raise ArgumentError(f"tilegcn: {self.fn.__name__}() is missing tensor argument(s) {', '.join(missing)} "
                                 f"(annotated in its body as T.Tensor)")
-        tensors = tuple(bound.arguments[n] for n in self.tensor_names)
+        tensors = tuple(bound.arguments[n] for n in self.passed_names)
         constants = {k: v for k, v in bound.arguments.items() if k not in self.tensor_names}
         if arch is not None:
             constants["arch"] = arch

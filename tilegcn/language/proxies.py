@@ -222,6 +222,9 @@ class ScalarProxy(_DeviceValue):
     def _subject(self) -> str:
         return f"runtime scalar {self.param.name}"
 
+    def __repr__(self):  # in messages: what the user named it, never the proxy object
+        return f"{self.param.name} (runtime {self.param.dtype.name} scalar)"
+
     def describe(self) -> str:
         return f"the runtime scalar {self.param.name}"
 

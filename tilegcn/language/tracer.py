@@ -86,6 +86,7 @@ class Tracer:
         self.parallel = None  # (extents, indices) inside T.Parallel
         self.grid_ids = ()  # (size, block-id symbol) per grid dimension given to T.Kernel, while it is open
         self.prints: list = []  # PrintSite per T.print call, in program order (hidden output tensors)
+        self.empties: list = []  # the global buffers T.empty declared (outputs if the program returns them)
         self._names: dict[str, int] = {}
 
     # -- naming ---------------------------------------------------------------------------------
@@ -169,6 +170,22 @@ def _as_program_error(e: Exception) -> CompileError:
     return CompileError(f"{type(e).__name__} while tracing the tile program: {message}", location=location)
 
 
+def _returned_empties(fn, tracer: Tracer, returned) -> tuple:
+    """The names of the T.empty buffers `fn` returns (one, or a tuple/list of them), in the order returned."""
+    if not tracer.empties:
+        return ()
+    values = returned if isinstance(returned, (tuple, list)) else (returned,)
+    empties = {id(buf): buf for buf in tracer.empties}
+    names = tuple(v.buffer.name for v in values if isinstance(v, BufferProxy) and id(v.buffer) in empties)
+    unreturned = [buf for buf in tracer.empties if buf.name not in names]
+    if unreturned:
+        buf = unreturned[0]
+        raise CompileError(f"T.empty buffer {buf.name} is never returned, so no caller could read it: "
+                           f"`return {buf.name}` (several outputs: `return {buf.name}, ...`), or drop it",
+                           location=buf.loc)
+    return names
+
+
 def _check_written_tensors(kernel: N.Kernel) -> None:
     """A tensor the kernel writes must not overlap itself (a broadcast view from expand(), a stride-0 dim,
     or rows that share memory): its elements would be written by several threads in no defined order."""
@@ -227,17 +244,25 @@ def assembler_symbol(name: str) -> str:
     return f"k_{escaped}_{digest}"
 
 
-def _bind_arguments(fn, args: list):
-    """Proxies for the positional parameters, with annotation checks."""
+def _bind_arguments(fn, args: list, out_idx: tuple = (), constants=()):
+    """Proxies for the positional parameters, with annotation checks. The parameters at `out_idx` (indices into
+    the positional parameters) are outputs the caller does not pass: each is made from its annotation."""
     sig = inspect.signature(fn)
-    positional = [p for p in sig.parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [p for p in sig.parameters.values()  # a positional parameter with a default is a constant
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in constants]
+    if out_idx:
+        args = list(args)
+        for index in sorted(out_idx):
+            args.insert(index, _OUTPUT)
     if len(args) != len(positional):
         raise ArgumentError(f"tilegcn: {fn.__name__} takes {len(positional)} positional arguments "
                             f"({', '.join(p.name for p in positional)}), got {len(args)}")
     sizes: dict = {}
     params, buffers, proxies = [], [], []
     for index, (p, value) in enumerate(zip(positional, args)):
+        if value is _OUTPUT:
+            proxies.append(None)  # after the inputs: its annotation's named sizes come from them
+            continue
         if isinstance(value, TensorSpec):
             if isinstance(p.annotation, TensorAnnotation):
                 p.annotation.check(p.name, value, sizes)
@@ -254,10 +279,54 @@ def _bind_arguments(fn, args: list):
         else:
             raise ArgumentError(f"tilegcn: argument {p.name} must be a tensor, int or float, "
                                 f"got {type(value).__name__}")
+    for index in sorted(out_idx):
+        p = positional[index]
+        spec = _output_spec(fn, p, sizes)
+        buf = N.Buffer(p.name, N.GLOBAL, spec.dtype, spec.shape, spec=spec, param_index=index)
+        params.insert(index, N.Param(p.name, "tensor", spec.dtype, buffer=buf))
+        buffers.append(buf)
+        proxies[index] = BufferProxy(buf)
     return params, buffers, proxies
 
 
-def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
+class _Output:
+    """Marks an out_idx parameter among a call's arguments: tilegcn allocates it."""
+
+    def __repr__(self):
+        return "<output>"
+
+
+_OUTPUT = _Output()
+
+
+def contiguous_spec(shape: tuple, dtype) -> TensorSpec:
+    """The TensorSpec of a fresh contiguous tensor (what torch.empty gives: row-major, 16-byte aligned)."""
+    strides = tuple(math.prod(shape[axis + 1:]) for axis in range(len(shape)))
+    return TensorSpec(dtype, tuple(shape), strides, True)
+
+
+def _output_spec(fn, p, sizes: dict) -> TensorSpec:
+    """An out_idx parameter's shape and dtype, from its `T.Tensor(shape, dtype)` annotation; a named size is the
+    one the inputs bound."""
+    where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
+    annotation = p.annotation
+    if not isinstance(annotation, TensorAnnotation) or annotation.dtype is None:
+        raise ArgumentError(f"tilegcn.jit(out_idx=...): output {p.name} of {fn.__name__} needs its shape and dtype "
+                            f"to be allocated: annotate it `{p.name}: T.Tensor(shape, dtype)`, or pass it as an "
+                            "argument (drop it from out_idx)", location=where)
+    shape = []
+    for axis, dim in enumerate(annotation.shape):
+        if isinstance(dim, str) and dim in sizes:
+            dim = sizes[dim][0]
+        if not isinstance(dim, int):
+            raise ArgumentError(f"tilegcn.jit(out_idx=...): dimension {axis} of output {p.name} ({dim!r}) is not "
+                                "known from the inputs: give it as an int, or as a size name that an input's "
+                                "annotation also uses", location=where)
+        shape.append(dim)
+    return contiguous_spec(tuple(shape), annotation.dtype)
+
+
+def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = ()) -> N.Kernel:
     """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`.
 
     The jit calls it for you; the traced tile IR is what a CompiledKernel's `.ir` shows, before lowering.
@@ -268,14 +337,14 @@ def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
     print(double.compile(x, y).ir)       # the tile IR that T.trace recorded (and the passes rewrote)
     ```
     """
-    params, buffers, proxies = _bind_arguments(fn, args)
+    params, buffers, proxies = _bind_arguments(fn, args, out_idx, constants)
     tracer = Tracer(fn.__name__)
     tracer.params, tracer.buffers = params, list(buffers)
     tracer.arch = arch
     previous = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:
-        fn(*proxies, **constants)
+        returned = fn(*proxies, **constants)
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's program failed in plain Python: say where and why
@@ -289,6 +358,8 @@ def trace(fn, args: list, constants: dict, arch: str) -> N.Kernel:
     kernel = N.Kernel(assembler_symbol(fn.__name__), tracer.params, tracer.buffers, grid, block, block_ids, body,
                       loc=loc)
     kernel.prints = tuple(tracer.prints)  # host side of T.print: what to show after a launch (not in the IR)
+    # what the call returns, in order: the out_idx parameters, then the T.empty buffers the program returns
+    kernel.outputs = tuple(params[i].name for i in out_idx) + _returned_empties(fn, tracer, returned)
     _check_fragment_budgets(kernel, arch)
     _check_written_tensors(kernel)
     return kernel
