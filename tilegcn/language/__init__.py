@@ -9,6 +9,7 @@ from .local import alloc_local, alloc_var
 from .program import const, dtype, prim_func
 from .reduce import reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
 from .reducer import alloc_reducer, finalize_reducer
+from .scan import cumsum
 from .tracer import trace
 
 float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
@@ -17,6 +18,6 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "empty", "fill", "gemm", "print", "use_swizzle", "trace",
            "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
-           "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum",
+           "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum", "cumsum",
            "serial", "Serial", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
            "dtype", "float", "float32", "float16", "bfloat16"]

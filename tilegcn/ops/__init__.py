@@ -12,7 +12,8 @@ from .groups import CommitGroup, WaitGroup
 from .loop import Loop
 from .parallel import ParallelStore
 from .reduce import Reduce
+from .scan import Cumsum
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
+__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
            "Swizzle", "WaitGroup"]
