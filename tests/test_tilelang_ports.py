@@ -11,12 +11,14 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
+import cumsum  # noqa: E402
 import gemv  # noqa: E402
 import layernorm  # noqa: E402
 import online_softmax  # noqa: E402
 import reduce  # noqa: E402
 import rms_norm  # noqa: E402
 
+import tilegcn  # noqa: E402
 from tilegcn import language as T  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
@@ -92,3 +94,27 @@ def test_gemv_alloc_reducer(arch, dtype):
     a, x = _randn(256, 256, dtype=dtype), _randn(256, dtype=dtype, seed=1)
     o = gemv.gemv_alloc_reducer(a, x, dtype=dtype, arch=arch)
     torch.testing.assert_close(o, (a.float() @ x.float()).to(dtype), **TOLERANCE[dtype])
+
+
+# upstream's test_cumsum_smem / test_cumsum_fragment cases on 128 x 128 (two 64-row tiles a side, not 256 x 256)
+CUMSUM_CASES = [pytest.param(arch, scope, dim, reverse, id=f"{arch}-{scope}-dim{dim}-{'rev' if reverse else 'fwd'}")
+                for arch in ARCHES for scope, dim, reverse in [("smem", 0, False), ("smem", 1, True),
+                                                               ("fragment", 0, True), ("fragment", 1, False)]]
+
+
+@pytest.mark.parametrize("arch,scope,dim,reverse", CUMSUM_CASES)
+def test_cumsum(arch, scope, dim, reverse):
+    make = cumsum.cumsum_smem_test if scope == "smem" else cumsum.cumsum_fragment_test
+    kernel = tilegcn.jit(make(128, 128, 64, 64, dim, reverse), out_idx=-1)
+    A = _randn(128, 128, dtype=torch.float32)
+    B = kernel(A, arch=arch)
+    torch.testing.assert_close(B, cumsum.ref_program(A, 128, 128, 64, 64, dim, reverse), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("scope", ["smem", "fragment"])
+def test_cumsum_1d(arch, scope):
+    make = cumsum.cumsum_smem_test_1d if scope == "smem" else cumsum.cumsum_fragment_test_1d
+    A = _randn(512, dtype=torch.float32)
+    B = tilegcn.jit(make(512, 64, reverse=True), out_idx=-1)(A, arch=arch)
+    torch.testing.assert_close(B, A.view(8, 64).flip(1).cumsum(1).flip(1).reshape(512), atol=1e-3, rtol=1e-3)
