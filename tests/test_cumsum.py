@@ -152,3 +152,25 @@ def test_bad_calls_are_refused_at_the_users_line(case, words):
     with pytest.raises(CompileError, match=words) as e:
         misuse(torch.zeros(4, 64), case=case, arch="gfx942")
     assert "test_cumsum.py" in str(e.value)
+
+
+@tilegcn.jit
+def read_then_scan(X, Y, Z):
+    """S is read into a fragment, then scanned in place: the scan's writes must wait until every wave has read S."""
+    with T.Kernel(1, threads=256):
+        s = T.alloc_shared((64, 64), "float32")
+        x = T.alloc_fragment((64, 64), "float32")
+        T.copy(X[0, 0], s)
+        T.copy(s, x)
+        T.cumsum(s, dim=1)
+        T.copy(s, Y[0, 0])
+        T.copy(x, Z[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_scan_in_place_after_other_waves_read(arch):
+    x = _randn(64, 64, dtype=torch.float32, seed=4)
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    read_then_scan(x, y, z, arch=arch)
+    assert torch.equal(y, running_sum(x, 1, False))
+    assert torch.equal(z, x)

@@ -46,7 +46,8 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None)
     `src` and `dst` are fragments (any float dtype: the sums run in fp32 and each is rounded once to dst's dtype)
     or float32 shared buffers (TileLang's `annotations=` is accepted and ignored). Each line along `dim` is summed in
     order by one thread, in LDS; a fragment goes there and back through a float32 shared buffer of its shape, as
-    TileLang stages it (the LDS budget counts it).
+    TileLang stages it (the LDS budget counts it; along the last dimension its rows are a word longer, so that the
+    threads scanning neighbouring rows read different LDS banks).
 
     Example:
 
@@ -71,7 +72,18 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False, annotations=None)
     if s.scope == N.SHARED:
         tracer.record(ops.Cumsum(s, d, dim, bool(reverse), loc=loc))
         return
-    staging = alloc_shared(tuple(s.shape), "float32")
-    copy(src, staging)
-    tracer.record(ops.Cumsum(staging.buffer, staging.buffer, dim, bool(reverse), loc=loc))
-    copy(staging, src if dst is None else dst)
+    _scan_fragment(src, src if dst is None else dst, s, dim, bool(reverse), loc)
+
+
+def _scan_fragment(src, dst, s: N.Buffer, dim: int, reverse: bool, loc):
+    """Through a float32 shared buffer, as TileLang's cumsum_fragment; along the last dimension of a 2-d or larger
+    tile its rows are padded by one word, so that the threads scanning neighbouring rows read different LDS banks
+    (passes/scan.py)."""
+    shape = tuple(s.shape)
+    padded = len(shape) > 1 and dim == len(shape) - 1
+    staging = alloc_shared(shape[:-1] + (shape[-1] + 1,) if padded else shape, "float32")
+    region = staging[tuple(slice(0, e) for e in shape)] if padded else staging
+    copy(src, region)
+    current().record(ops.Cumsum(staging.buffer, staging.buffer, dim, reverse, extent=shape if padded else None,
+                                loc=loc))
+    copy(region, dst)

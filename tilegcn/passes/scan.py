@@ -1,11 +1,13 @@
 """Scan lowering: T.cumsum of a float32 shared buffer along one dimension.
 
-The buffer is seen as lines: (outer, n, inner) with n the scanned dimension, element (o, j, i) at row-major index
-(o * n + j) * inner + i. Thread t scans lines t, t + threads, ... one after the other: it reads a line's n elements
+The buffer (or the region at its origin that the op names) is seen as lines along the scanned dimension, numbered
+row-major over the other dimensions. Thread t scans lines t, t + threads, ... one after the other: it reads a line's n elements
 (in batches of READ_BATCH ds_reads in flight), adds them in order in fp32 (backwards for reverse) and writes each
-running sum back. The elements of one line lie at constant strides from its first, so one address VGPR serves
-the whole line. No thread touches another's line, so the op needs one barrier before (the writes that filled
-the buffer) and leaves the LDS state 'any' (a barrier before whatever accesses it next).
+running sum back. Along the last dimension, the threads' lines lie a row apart: a row of a multiple of 32 words
+puts every thread's j-th element in one LDS bank, so language/scan.py pads its staging buffer by a word a row. The elements of one line lie at constant strides from its first, so one address VGPR serves
+the whole line. No thread touches another's line, so the op needs one barrier before (after writes that filled
+the buffer, or reads its writes must not overtake) and leaves the LDS state 'any' (a barrier before whatever
+accesses LDS next).
 Work: n adds on the critical path of a line; lines run in parallel over the threads (TileLang's shared-memory
 scan is serial per line as well when a line fits one thread's work).
 """
@@ -23,15 +25,20 @@ from .layout import TID
 READ_BATCH = 16  # ds_reads of one line in flight before their values are added
 
 
-def _lines(shape, dim: int) -> tuple:
-    """(outer, n, inner) of `shape` scanned along `dim`."""
-    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+def _strides(buf) -> list:
+    """Row-major element strides of `buf` (a padded staging buffer is wider than the scanned region)."""
+    return [math.prod(buf.shape[d + 1:]) for d in range(len(buf.shape))]
 
 
-def _line_address(ctx: Context, buf, line, n: int, inner: int):
-    """LDS byte address (SymPy in TID) of element 0 of line number `line` of `buf`."""
-    o, i = line // inner, line % inner
-    return ctx.shared[buf] + (o * n * inner + i) * 4
+def _line_address(ctx: Context, buf, line, shape, dim: int):
+    """LDS byte address (SymPy in TID) of element 0 of line number `line` of the region `shape` of `buf`: the
+    line's coordinates in the other dimensions, row-major over `shape`, times the buffer's own strides."""
+    strides, index = _strides(buf), 0
+    for d in reversed(range(len(shape))):
+        if d != dim:
+            index += (line % shape[d]) * strides[d]
+            line = line // shape[d]
+    return ctx.shared[buf] + index * 4
 
 
 def _address(ctx: Context, address) -> tuple:
@@ -40,18 +47,20 @@ def _address(ctx: Context, address) -> tuple:
     return split(ctx, sympy.expand(address))
 
 
-def _scan_line(ctx: Context, s, line, n: int, inner: int):
+def _scan_line(ctx: Context, s, line):
     """The running sum of one line, element by element in scan order."""
-    b = ctx.b
+    b, shape = ctx.b, s.shape()
+    n = shape[s.dim]
     order = list(range(n))[::-1] if s.reverse else list(range(n))
     acc = b.v.alloc(what="running sum")
-    src_base, dst_base = _line_address(ctx, s.src, line, n, inner), _line_address(ctx, s.dst, line, n, inner)
+    src_base, dst_base = _line_address(ctx, s.src, line, shape, s.dim), _line_address(ctx, s.dst, line, shape, s.dim)
+    src_step, dst_step = _strides(s.src)[s.dim] * 4, _strides(s.dst)[s.dim] * 4
     for start in range(0, n, READ_BATCH):
         batch = order[start:start + READ_BATCH]
         values = []
         for j in batch:
             v = b.v.alloc(what="line element")
-            vaddr, imm = _address(ctx, src_base + j * inner * 4)
+            vaddr, imm = _address(ctx, src_base + j * src_step)
             b.emit("ds_read_b32", v, vaddr, suffix=imm, defs=(v,), uses=(vaddr,))
             values.append(v)
         for k, (j, v) in enumerate(zip(batch, values)):
@@ -59,7 +68,7 @@ def _scan_line(ctx: Context, s, line, n: int, inner: int):
                 b.valu("v_mov_b32", acc, v)
             else:
                 b.valu("v_add_f32", acc, acc, v)
-            vaddr, imm = _address(ctx, dst_base + j * inner * 4)
+            vaddr, imm = _address(ctx, dst_base + j * dst_step)
             b.emit("ds_write_b32", vaddr, acc, suffix=imm, defs=(), uses=(vaddr, acc), comment=f"prefix {j}")
             b.v.free(v)
     b.v.free(acc)
@@ -91,11 +100,12 @@ class _ThreadsBelow:
 
 
 def lower_cumsum(ctx: Context, s):
-    outer, n, inner = _lines(s.src.shape, s.dim)
-    lines, threads = outer * inner, ctx.threads
-    lds_barrier(ctx, "read")
+    shape = s.shape()
+    lines, threads = math.prod(shape) // shape[s.dim], ctx.threads
+    # the scan both reads and writes: after earlier writes its reads wait, after earlier reads its writes do
+    lds_barrier(ctx, "write" if ctx.lds_state == "read" else "read")
     for first in range(0, lines, threads):
         count = lines - first
         with _ThreadsBelow(ctx, count if count < threads else None):
-            _scan_line(ctx, s, TID + first, n, inner)
+            _scan_line(ctx, s, TID + first)
     ctx.lds_state = "any"
