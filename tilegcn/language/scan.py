@@ -3,7 +3,7 @@
 
 A fragment is staged as TileLang stages it (`cumsum_fragment`): copied into a shared buffer, scanned there, copied
 into dst; tilegcn's staging buffer is float32, so the running sums are fp32 and rounded once to dst's dtype. A
-float32 shared buffer is scanned in place (ops/scan.py, lowered by passes/scan.py).
+float32 shared buffer is scanned in place or into another (ops/scan.py, lowered by passes/scan.py).
 """
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
 """Scan lowering: T.cumsum of a float32 shared buffer along one dimension.
 
 The buffer (or the region at its origin that the op names) is seen as lines along the scanned dimension, numbered
-row-major over the other dimensions. Thread t scans lines t, t + threads, ... one after the other: it reads a line's n elements
-(in batches of READ_BATCH ds_reads in flight), adds them in order in fp32 (backwards for reverse) and writes each
-running sum back. Along the last dimension, the threads' lines lie a row apart: a row of a multiple of 32 words
-puts every thread's j-th element in one LDS bank, so language/scan.py pads its staging buffer by a word a row. The elements of one line lie at constant strides from its first, so one address VGPR serves
-the whole line. No thread touches another's line, so the op needs one barrier before (after writes that filled
-the buffer, or reads its writes must not overtake) and leaves the LDS state 'any' (a barrier before whatever
-accesses LDS next).
-Work: n adds on the critical path of a line; lines run in parallel over the threads (TileLang's shared-memory
-scan is serial per line as well when a line fits one thread's work).
+row-major over the other dimensions. Thread t scans lines t, t + threads, ... one after the other: it reads a line's
+n elements (in batches of READ_BATCH ds_reads in flight), adds them in order in fp32 (backwards for reverse) and
+writes each running sum back. The elements of one line lie at constant strides from its first, so one address VGPR
+serves the whole line. Along the last dimension the threads' lines lie a row apart: rows of a multiple of 32 words
+would put every thread's j-th element in one LDS bank, so language/scan.py pads its staging buffer by a word a row.
+No thread touches another's line, so the op needs one barrier before (after writes that filled the buffer, or
+after reads its writes must not overtake) and leaves the LDS state 'any' (a barrier before whatever accesses LDS
+next). Work: n dependent adds for a line of n elements; the lines run in parallel over the threads.
 """
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from ..amdgcn.isa import EXEC, VCC
 from .context import Context
 from .gemm import lds_barrier
 from .layout import TID
+from .lds_elements import _address as lds_address
 
 READ_BATCH = 16  # ds_reads of one line in flight before their values are added
 
@@ -42,9 +42,8 @@ def _line_address(ctx: Context, buf, line, shape, dim: int):
 
 
 def _address(ctx: Context, address) -> tuple:
-    """(VGPR, offset:) of byte address `address` (SymPy), as lds_elements splits it."""
-    from .lds_elements import _address as split
-    return split(ctx, sympy.expand(address))
+    """(VGPR, offset:) of byte address `address` (SymPy), its constant in the offset field as lds_elements puts it."""
+    return lds_address(ctx, sympy.expand(address))
 
 
 def _scan_line(ctx: Context, s, line):
