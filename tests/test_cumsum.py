@@ -174,3 +174,12 @@ def test_scan_in_place_after_other_waves_read(arch):
     read_then_scan(x, y, z, arch=arch)
     assert torch.equal(y, running_sum(x, 1, False))
     assert torch.equal(z, x)
+
+
+def test_staging_shows_in_the_ir_and_counts_in_lds():
+    """A fragment scanned along its last dimension goes through a float32 shared buffer a word wider a row."""
+    k = cumsum_tiles.compile(torch.zeros(4, 64, dtype=torch.float16), torch.zeros(4, 64, dtype=torch.float16),
+                             arch="gfx942")
+    assert "alloc shared x_scan: float32[4, 65]" in k.ir
+    assert "cumsum x_scan[0:4, 0:64] dim=1 -> x_scan[0:4, 0:64]" in k.ir
+    assert k.metadata["lds_bytes"] >= 4 * 4 * 65

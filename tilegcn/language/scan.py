@@ -11,7 +11,7 @@ from .. import ops
 from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import float32
-from .builtins import alloc_shared, copy
+from .builtins import copy
 from .proxies import BufferProxy
 from .tracer import current
 
@@ -81,7 +81,8 @@ def _scan_fragment(src, dst, s: N.Buffer, dim: int, reverse: bool, loc):
     (passes/scan.py)."""
     shape = tuple(s.shape)
     padded = len(shape) > 1 and dim == len(shape) - 1
-    staging = alloc_shared(shape[:-1] + (shape[-1] + 1,) if padded else shape, "float32")
+    staging = current().alloc(N.SHARED, shape[:-1] + (shape[-1] + 1,) if padded else shape, "float32",
+                              f"{s.name}_scan")
     region = staging[tuple(slice(0, e) for e in shape)] if padded else staging
     copy(src, region)
     current().record(ops.Cumsum(staging.buffer, staging.buffer, dim, reverse, extent=shape if padded else None,
