@@ -139,6 +139,8 @@ def misuse(X, *, case="dim"):
             T.cumsum(X, dim=1)
         elif case == "mixed":
             T.cumsum(x, T.alloc_shared((4, 64), "float32"))
+        elif case == "region":
+            T.cumsum(x[0:2, 0:64], dim=1)
         elif case == "parallel":
             for i, j in T.Parallel(4, 64):
                 T.cumsum(x)
@@ -146,7 +148,8 @@ def misuse(X, *, case="dim"):
 
 @pytest.mark.parametrize("case,words", [
     ("dim", "dim=2 is not a dimension"), ("shape", "must have the shape"), ("shared16", "float32 ones"),
-    ("global", "fragment or a shared buffer"), ("mixed", "one memory space"), ("parallel", "inside T.Parallel"),
+    ("global", "is a global tensor; T.copy its tile"),
+    ("region", "a region of x is not supported yet"), ("mixed", "one memory space"), ("parallel", "inside T.Parallel"),
 ])
 def test_bad_calls_are_refused_at_the_users_line(case, words):
     with pytest.raises(CompileError, match=words) as e:

@@ -12,14 +12,19 @@ from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import float32
 from .builtins import copy
-from .proxies import BufferProxy
+from .proxies import BufferProxy, RegionRef
 from .tracer import current
 
 
 def _buffer(x, what: str) -> N.Buffer:
-    if not isinstance(x, BufferProxy) or x.buffer.scope not in (N.FRAGMENT, N.SHARED):
-        raise CompileError(f"T.cumsum {what} must be a fragment or a shared buffer, got {x!r}; T.copy a global "
-                           "tile into a fragment (T.alloc_fragment) first")
+    if isinstance(x, RegionRef):
+        raise CompileError(f"T.cumsum {what}: a region of {x.buffer.name} is not supported yet; allocate a buffer of "
+                           "the region's shape, T.copy the region into it and scan that")
+    if not isinstance(x, BufferProxy):
+        raise CompileError(f"T.cumsum {what} must be a fragment or a shared buffer, got {type(x).__name__} {x!r}")
+    if x.buffer.scope not in (N.FRAGMENT, N.SHARED):
+        raise CompileError(f"T.cumsum {what} must be a fragment or a shared buffer, {x.buffer.name} is a "
+                           f"{x.buffer.scope} tensor; T.copy its tile into a fragment (T.alloc_fragment) first")
     return x.buffer
 
 
