@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ..amdgcn.abi import KernelAbi
 from ..amdgcn.addr import ExprLowering
 from ..amdgcn.builder import KernelBuilder
-from ..amdgcn.isa import Reg
+from ..amdgcn.isa import EXEC, VCC, Reg
 from ..amdgcn.memory import GlobalAccess, pack_f32_pair, unpack_16bit_to_f32
 from ..ir import nodes as N
 from ..ir.ops import TileOp
@@ -79,3 +79,43 @@ class Context:
                 self.b.valu("v_mov_b32", reg, value)
         else:
             pack_f32_pair(self.b, reg, value, pair_value, buf.dtype)
+
+
+class LaneMask:
+    """A `with` block whose instructions run only in the lanes where the condition `set_vcc` writes to VCC holds:
+    EXEC is saved and ANDed with VCC on entry and restored on exit; lane values computed inside are garbage in the
+    switched-off lanes (the builder's lanes_masked scope). A subclass says when a mask is needed at all (`needed`)
+    and how to compute the condition (`set_vcc`); `save_first` allocates the saved-EXEC pair before the condition's
+    registers (the order the GEMM's copy masks have always used, so its code stays byte-identical)."""
+
+    save_first = False
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.saved = self.scope = None
+
+    def needed(self) -> bool:
+        return True
+
+    def set_vcc(self, b: KernelBuilder):
+        raise NotImplementedError
+
+    def __enter__(self):
+        if not self.needed():
+            return self
+        b = self.ctx.b
+        if self.save_first:
+            self.saved = b.s.alloc(2, align=2, what="saved exec")
+        self.set_vcc(b)
+        if not self.save_first:
+            self.saved = b.s.alloc(2, align=2, what="saved exec")
+        b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
+        self.scope = b.lanes_masked()
+        self.scope.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.scope.__exit__(*exc)
+            self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
+            self.ctx.b.s.free(self.saved)

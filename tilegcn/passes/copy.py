@@ -7,12 +7,12 @@ Invariant kept: fragments hold fp32 values one per VGPR, 16-bit values two per V
 """
 from __future__ import annotations
 
-from ..amdgcn.isa import EXEC, SCC, VCC
+from ..amdgcn.isa import SCC, VCC
 from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.ops import TileOp
-from .context import Context
+from .context import Context, LaneMask
 
 
 def _nontrivial(extents):
@@ -67,7 +67,7 @@ def _load_mode(frag: N.Buffer, g: N.Buffer, lay, per: int) -> str:
 
 
 def lower_copy_global_to_fragment(ctx: Context, s: TileOp):
-    b, frag, region = ctx.b, s.dst.buffer, s.src
+    frag, region = s.dst.buffer, s.src
     g = region.buffer
     lay = ctx.layouts[frag]
     pieces, mask = _pieces(ctx, region, frag)
@@ -198,34 +198,23 @@ def _by_writer(lay, pieces) -> list:
     return groups
 
 
-class WriterMask:
+class WriterMask(LaneMask):
     """EXEC limited to the threads where one of `terms` (SymPy in TID, ir/layout.py's Layout.writer) is 0."""
 
     def __init__(self, ctx: Context, terms):
-        self.ctx, self.terms = ctx, terms
-        self.saved = self.scope = None
+        super().__init__(ctx)
+        self.terms = terms
 
-    def __enter__(self):
-        if not self.terms:
-            return self
-        b = self.ctx.b
+    def needed(self) -> bool:
+        return bool(self.terms)
+
+    def set_vcc(self, b):
         for k, term in enumerate(self.terms):
             dst = VCC if k == 0 else b.s.alloc(2, align=2)
             b.emit("v_cmp_eq_u32", dst, 0, self.ctx.lower.vgpr(term), defs=(dst,), comment="the writer thread?")
             if k:
                 b.emit("s_or_b64", VCC, VCC, dst, defs=(VCC, SCC), uses=(VCC, dst))
                 b.s.free(dst)
-        self.saved = b.s.alloc(2, align=2, what="saved exec")
-        b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
-        self.scope = b.lanes_masked()  # lane values computed from here on are garbage in the switched-off lanes
-        self.scope.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            self.scope.__exit__(*exc)
-            self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
-            self.ctx.b.s.free(self.saved)
 
 
 def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):

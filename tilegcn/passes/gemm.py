@@ -28,7 +28,7 @@ import sympy
 from ..amdgcn import isa
 from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.addr import linear_form, split_const
-from ..amdgcn.isa import EXEC, M0, VCC, Inst, Reg
+from ..amdgcn.isa import M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
 from ..amdgcn.memory import access_width, masked_dims
 from ..amdgcn.symcache import memo
@@ -36,7 +36,7 @@ from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.layout import mfma_acc_offsets, mfma_acc_origin
 from ..ir.ops import TileOp, statements_of
-from .context import Context
+from .context import Context, LaneMask
 from .gemm_plan import CHUNK, TID, WAVE, plan_gemm
 from .lds import stage_counts
 
@@ -158,31 +158,21 @@ def _offset_suffix(imm: int) -> str:
     return f"offset:{imm}"
 
 
-class _ExecMask:
+class _ExecMask(LaneMask):
     """Runs of a copy beyond its last run: lanes with slot*threads + tid >= runs are switched off."""
 
-    def __init__(self, ctx: Context, active_lanes: int):
-        self.ctx, self.active = ctx, active_lanes
-        self.saved = None
-        self.scope = None
+    save_first = True
 
-    def __enter__(self):
-        if self.active >= self.ctx.threads:
-            return self
-        b = self.ctx.b
-        self.saved = b.s.alloc(2, align=2, what="saved exec")
+    def __init__(self, ctx: Context, active_lanes: int):
+        super().__init__(ctx)
+        self.active = active_lanes
+
+    def needed(self) -> bool:
+        return self.active < self.ctx.threads
+
+    def set_vcc(self, b):
         b.emit("v_cmp_gt_u32", VCC, b.sgpr_constant(self.active) if self.active > 64 else self.active,
                WORKITEM_ID, defs=(VCC,))
-        b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
-        self.scope = b.lanes_masked()  # lane values computed from here on are garbage in the switched-off lanes
-        self.scope.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            self.scope.__exit__(*exc)
-            self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
-            self.ctx.b.s.free(self.saved)
 
 
 # ---- global -> shared ---------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import math
 
 import sympy
 
-from ..amdgcn.isa import EXEC, VCC
-from .context import Context
+from ..amdgcn.isa import VCC
+from .context import Context, LaneMask
 from .gemm import lds_barrier
 from .layout import TID
 from .lds_elements import _address as lds_address
@@ -73,29 +73,19 @@ def _scan_line(ctx: Context, s, line):
     b.v.free(acc)
 
 
-class _ThreadsBelow:
+class _ThreadsBelow(LaneMask):
     """EXEC limited to the threads with id < `count` (the last round of lines, when lines % threads != 0)."""
 
     def __init__(self, ctx: Context, count: int | None):
-        self.ctx, self.count, self.saved = ctx, count, None
+        super().__init__(ctx)
+        self.count = count
 
-    def __enter__(self):
-        if self.count is None:
-            return self
-        b = self.ctx.b
+    def needed(self) -> bool:
+        return self.count is not None
+
+    def set_vcc(self, b):
         b.emit("v_cmp_gt_u32", VCC, b.sgpr_constant(self.count), self.ctx.lower.vgpr(TID), defs=(VCC,),
                comment="a thread with a line this round?")
-        self.saved = b.s.alloc(2, align=2, what="saved exec")
-        b.emit("s_and_saveexec_b64", self.saved, VCC, defs=(self.saved, EXEC), uses=(VCC, EXEC))
-        self.scope = b.lanes_masked()
-        self.scope.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.saved is not None:
-            self.scope.__exit__(*exc)
-            self.ctx.b.emit("s_mov_b64", EXEC, self.saved, defs=(EXEC,), uses=(self.saved,))
-            self.ctx.b.s.free(self.saved)
 
 
 def lower_cumsum(ctx: Context, s):
