@@ -18,7 +18,6 @@ from .context import Context
 from .copy import WriterMask, _by_writer, _store_elements
 
 BYTES = 4  # the scratch holds fp32 values
-MAX_DS_OFFSET = 0xFFFF  # ds_read/ds_write immediate offset
 
 
 def _lds_address(ctx: Context, buf: N.Buffer, index: tuple, base: int):
@@ -28,7 +27,7 @@ def _lds_address(ctx: Context, buf: N.Buffer, index: tuple, base: int):
         flat += sympy.sympify(i) * stride
     const, rest = split_const(sympy.expand(flat * BYTES))
     offset = base + const
-    if rest == 0 or offset > MAX_DS_OFFSET:
+    if rest == 0 or offset > ctx.b.arch.ds_max_imm_offset:
         return ctx.lower.vgpr(rest + offset), 0
     return ctx.lower.vgpr(rest), offset
 

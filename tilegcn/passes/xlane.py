@@ -31,7 +31,6 @@ from ..amdgcn.isa import DS_READ, VALU, VCC, Reg
 
 QUIET_NAN = 0x7FC00000
 ABS_MASK = 0x7FFFFFFF
-DS_OFFSET_LIMIT = 1 << 16  # ds_read / ds_write offset: field of 16 bits
 ALL_ROWS = "row_mask:0xf bank_mask:0xf"
 _DPP_QUAD = {0: "quad_perm:[1,0,3,2]", 1: "quad_perm:[2,3,0,1]"}
 _DPP_MIRROR = {2: "row_half_mirror", 3: "row_mirror"}  # valid once the bits below k are reduced
@@ -214,7 +213,8 @@ class Reducer:
         else:
             b.valu("v_lshlrev_b32", own, 2, WORKITEM_ID)
         b.valu("v_and_b32", group, _u32(~(wave_bits * wave_entries * 4)), own)
-        if lds_base + 4 * entries * len(values) > DS_OFFSET_LIMIT:  # scratch behind large buffers (gfx950's LDS)
+        # scratch behind large buffers (gfx950's LDS): its offsets would not fit the DS offset field
+        if lds_base + 4 * entries * len(values) > self.arch.ds_max_imm_offset + 1:
             base = b.sgpr_constant(lds_base)
             b.valu("v_add_u32", own, base, own)
             b.valu("v_add_u32", group, base, group)
@@ -245,7 +245,7 @@ class Reducer:
     def _ds_address(self, base: Reg, offset: int) -> tuple:
         """(VGPR, 'offset:N') for LDS byte address base + offset; an offset past the 16-bit field is added into a
         temporary VGPR (freed by _free_address)."""
-        if offset < DS_OFFSET_LIMIT:
+        if offset <= self.arch.ds_max_imm_offset:
             return base, f"offset:{offset}"
         t = self.b.v.alloc(what="LDS address")
         self.b.emit("v_add_u32", t, self.b.sgpr_constant(offset), base)
