@@ -22,7 +22,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from asm.emukit import module, srd  # noqa: E402
+from asm.emukit import build, kernels_asm, srd  # noqa: E402
 from tilegcn.amdgcn import isa  # noqa: E402
 from tilegcn.amdgcn.arch import TRANS_OPS, get_arch  # noqa: E402
 from tilegcn.amdgcn.isa_table import ops_with_role  # noqa: E402
@@ -162,11 +162,9 @@ LIVEINS = ", ".join([f"$vgpr{i}" for i in range(128)] + [f"$agpr{i}" for i in ra
                     [f"$sgpr{i}" for i in range(24)] + ["$m0"])
 
 
-@functools.lru_cache(maxsize=None)
-def llvm_wait_states(arch: str, first_mir: str, second_mir: str) -> int:
-    """Wait states LLVM's hazard recognizer puts between the two instructions (s_nop N counts N + 1)."""
-    mir = f"""---
-name: hazard
+def _mir_function(name: str, first_mir: str, second_mir: str) -> str:
+    return f"""---
+name: {name}
 tracksRegLiveness: true
 body: |
   bb.0:
@@ -176,17 +174,53 @@ body: |
     S_ENDPGM 0
 ...
 """
-    out = subprocess.run([_llc(), "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-run-pass=post-RA-hazard-rec",
-                          "-x", "mir", "-o", "-", "-"], input=mir, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    body = out.stdout.split("bb.0:", 1)[1]
-    lines = [ln.strip().removeprefix("early-clobber ") for ln in body.splitlines()
+
+
+def _wait_states_in(body: str, first_mir: str, second_mir: str) -> int:
+    """The wait states of the S_NOPs between the pair in one function of llc's output (s_nop N counts N + 1)."""
+    lines = [ln.strip().removeprefix("early-clobber ") for ln in body.split("bb.0:", 1)[1].splitlines()
              if ln.strip() and not ln.strip().startswith("liveins")]
     start = lines.index(first_mir.strip())
     end = lines.index(second_mir.strip(), start + 1)
     nops = [re.fullmatch(r"S_NOP (\d+)", ln) for ln in lines[start + 1:end]]
     assert all(nops), f"LLVM put something other than S_NOP between the two: {lines[start + 1:end]}"
     return sum(int(m.group(1)) + 1 for m in nops)
+
+
+def llc_wait_states(arch: str, pairs: list) -> dict:
+    """LLVM's hazard recognizer on each (first_mir, second_mir) pair, one machine function each, in one llc run."""
+    mir = "".join(_mir_function(f"hazard{k}", f, s) for k, (f, s) in enumerate(pairs))
+    out = subprocess.run([_llc(), "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-run-pass=post-RA-hazard-rec",
+                          "-x", "mir", "-o", "-", "-"], input=mir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    bodies = {m.group(1): doc for doc in out.stdout.split("\n---\n")
+              if (m := re.search(r"^name:\s+(hazard\d+)$", doc, re.M))}
+    return {(f, s): _wait_states_in(bodies[f"hazard{k}"], f, s) for k, (f, s) in enumerate(pairs)}
+
+
+def parametrized_pairs(arch: str) -> list:
+    """Every (first, second) Op pair of this file's parametrized cases for `arch` (each case holds exactly two)."""
+    pairs = {}
+    for case in CASES + FILL_CASES + VALU_CASES + CROSS_LANE_CASES:
+        ops = [x for x in case if isinstance(x, Op)]
+        if case[0] == arch and len(ops) == 2:
+            pairs[(ops[0].mir, ops[1].mir)] = tuple(ops)
+    return list(pairs.values())
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_llc(arch: str) -> dict:
+    """llc's answer for every parametrized pair of `arch`, asked once (one llc process instead of one a pair)."""
+    return llc_wait_states(arch, [(f.mir, s.mir) for f, s in parametrized_pairs(arch)])
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_wait_states(arch: str, first_mir: str, second_mir: str) -> int:
+    """Wait states LLVM's hazard recognizer puts between the two instructions (s_nop N counts N + 1)."""
+    batched = _batched_llc(arch)
+    if (first_mir, second_mir) in batched:
+        return batched[(first_mir, second_mir)]
+    return llc_wait_states(arch, [(first_mir, second_mir)])[(first_mir, second_mir)]
 
 
 def tilegcn_wait_states(arch: str, first: Inst, second: Inst) -> int:
@@ -205,16 +239,33 @@ def nops(states: int) -> str:
     return "\n".join(lines)
 
 
-def run_on_emulator(arch: str, first: str, second: str, states: int):
+EMULATOR_SETUP = dict(args=("ptr",), vgprs=96, accum=48, lds=4096, sgprs=24)
+
+
+def emulator_body(first: str, second: str, states: int) -> str:
     """One wave runs `first`, `states` wait states of s_nop, then `second`, all operands set up beforehand."""
     pre = ["s_load_dwordx2 s[4:5], s[0:1], 0x0", "v_and_b32 v1, 0x3ff, v0", "v_lshlrev_b32 v40, 2, v1",
            "s_waitcnt lgkmcnt(0)", *srd(8, 4, 4096).splitlines()]
     pre += [f"v_mov_b32 v{i}, 0x3f803f80" for i in range(0, 24)]  # bf16/f16 pairs and accumulators
     pre += [f"v_accvgpr_write_b32 a{i}, 0" for i in range(24)] + ["v_mov_b32 v30, 1.0", "s_mov_b32 m0, 0", "s_nop 7",
                                                                    "s_nop 7"]
-    body = "\n".join(pre + [first, nops(states), second, "s_endpgm"])
-    mod = module(body, arch=arch, args=("ptr",), vgprs=96, accum=48, lds=4096, sgprs=24)
-    mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(1024, dtype=torch.int32)])
+    return "\n".join(pre + [first, nops(states), second, "s_endpgm"])
+
+
+def snippet_module(arch: str, first: str, second: str, counts: tuple):
+    """A code object with a kernel `k<n>` for each wait-state count n of `counts` (one wave runs `first`, n wait
+    states of s_nop, then `second`): one assembly and one decode for the counts a case runs."""
+    bodies = {f"k{n}": emulator_body(first, second, n) for n in counts}
+    return build(kernels_asm(bodies, arch=arch, **EMULATOR_SETUP), arch)
+
+
+def launch_one_wave(mod, name: str):
+    mod.launch(name, (1, 1, 1), (64, 1, 1), [torch.zeros(1024, dtype=torch.int32)])
+
+
+def run_on_emulator(arch: str, first: str, second: str, states: int):
+    """One wave runs `first`, `states` wait states of s_nop, then `second`, all operands set up beforehand."""
+    launch_one_wave(snippet_module(arch, first, second, (states,)), f"k{states}")
 
 
 def assert_pass_and_emulator_agree_with_llvm(arch, first, second, what: str) -> int:
@@ -222,10 +273,11 @@ def assert_pass_and_emulator_agree_with_llvm(arch, first, second, what: str) -> 
     emulated device rejects the pair with one fewer and runs it with that many. Returns LLVM's count."""
     want = llvm_wait_states(arch, first.mir, second.mir)
     assert tilegcn_wait_states(arch, first.inst, second.inst) == want, f"{arch} {what}: LLVM places {want}"
+    mod = snippet_module(arch, first.asm, second.asm, (want - 1, want) if want else (want,))
     if want:
         with pytest.raises(HazardError):
-            run_on_emulator(arch, first.asm, second.asm, want - 1)
-    run_on_emulator(arch, first.asm, second.asm, want)
+            launch_one_wave(mod, f"k{want - 1}")
+    launch_one_wave(mod, f"k{want}")
     return want
 
 

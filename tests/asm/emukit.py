@@ -66,6 +66,18 @@ amdhsa.kernels:
 """
 
 
+def kernels_asm(bodies: dict, arch: str = "gfx942", **kw) -> str:
+    """One code object holding a kernel per `name: body` of `bodies`, all with the same descriptor settings `kw`
+    (see kernel_asm): tests that check many small snippets assemble and load once instead of once per snippet."""
+    texts = [kernel_asm(body, arch=arch, name=name, **kw) for name, body in bodies.items()]
+    target = texts[0].split("\n", 1)[0]
+    code = [t.split("\n", 1)[1].split(".amdgpu_metadata", 1)[0] for t in texts]
+    entries = [t.split("amdhsa.kernels:\n", 1)[1].split("...\n.end_amdgpu_metadata", 1)[0] for t in texts]
+    header = texts[0].split(".amdgpu_metadata", 1)[1].split("amdhsa.kernels:\n", 1)[0]
+    return (target + "\n" + "".join(code) + ".amdgpu_metadata" + header + "amdhsa.kernels:\n" + "".join(entries)
+            + "...\n.end_amdgpu_metadata\n")
+
+
 @functools.lru_cache(maxsize=None)
 def build(asm: str, arch: str = "gfx942", run_as: str | None = None):
     """Assemble `asm` for `arch` and load it on the emulator (optionally decoded as another arch)."""
