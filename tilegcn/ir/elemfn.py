@@ -28,7 +28,10 @@ ANY, FLOAT, INT = "any", "float", "int"
 
 # Largest finite value of each element dtype (T.max_value; T.min_value is its negation).
 MAX_FINITE = {"float32": float(np.finfo(np.float32).max), "float16": 65504.0,
-              "bfloat16": struct.unpack("<f", struct.pack("<I", 0x7F7F0000))[0]}
+              "bfloat16": struct.unpack("<f", struct.pack("<I", 0x7F7F0000))[0],
+              "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "float8_e4m3fnuz": 240.0, "float8_e5m2fnuz": 57344.0,
+              "int8": 127, "uint8": 255, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1}
+MIN_INT = {"int8": -128, "uint8": 0, "int16": -32768, "int32": -2**31, "int64": -2**63}  # (T.min_value of ints)
 
 
 @dataclass(frozen=True)
