@@ -165,6 +165,29 @@ def test_casts_loads_int_math_and_int_reductions_match_torch(arch):
     assert torch.equal(r[2], tiles.sum(1).to(torch.int32))
 
 
+@tilegcn.jit
+def _ragged(X, B, Y, *, bm=16, bn=32):
+    """Tiles past the tensor's edges (masked), a global vector read per element, an index as an int value."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=64) as (bx, by):
+        x = T.alloc_fragment((bm, bn), X.dtype)
+        T.copy(X[by * bm, bx * bn], x)
+        for i, j in T.Parallel(bm, bn):
+            x[i, j] = x[i, j] * 2 + B[bx * bn + j] - j
+        T.copy(x, Y[by * bm, bx * bn])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_int8_tiles_at_ragged_edges_wrap_as_torch(arch):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randint(-128, 128, (37, 45), dtype=torch.int8, generator=gen)
+    b = torch.randint(-128, 128, (45,), dtype=torch.int8, generator=gen)
+    y = torch.zeros_like(x)
+    _ragged(x, b, y, arch=arch)
+    j = torch.arange(45) % 32
+    assert torch.equal(y, (x.to(torch.int64) * 2 + b - j).to(torch.int8))
+
+
 def test_constants_convert_as_torch():
     """Numbers known while tracing: T.<dtype>(v) folds with torch's rules (fp8 over the sweep, every format)."""
     assert T.int8(300) == 44 and T.uint8(-1) == 255 and T.int16(-2.9) == -2 and T.int32(2 ** 31) == -2 ** 31
