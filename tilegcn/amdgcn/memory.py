@@ -381,7 +381,8 @@ class GlobalAccess:
         `op`: the load instruction where not the plain one of `width` (a sign-extending byte or short load)."""
         a = self.address(buffer, index, mask_dims, width, shift=shift)
         srd = a.srd if resource is None else resource(a.srd)
-        self.b.emit(op or LOAD_OPS[width], dst, a.voffset, srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
+        self.b.emit(op or LOAD_OPS[width], dst, a.voffset, srd, a.soffset, suffix=f"offen offset:{a.imm}",
+                    comment=comment)
         if a.temp:
             self.b.v.free(a.voffset)  # the address is read at issue
 

@@ -124,11 +124,13 @@ ROWS = (
            "log(x < 0) = NaN", 2, domain=FLOAT),
     ElemFn("log2", 1, _f64(np.log2), lambda t, a: t.log2(a), "max 1 ulp (denormal inputs included); log2(0) = "
            "-inf, log2(x < 0) = NaN", 1, domain=FLOAT),
-    ElemFn("sqrt", 1, _f64(np.sqrt), lambda t, a: t.sqrt(a), EXACT + ", denormals included; sqrt(x < 0) = NaN", 0, domain=FLOAT),
+    ElemFn("sqrt", 1, _f64(np.sqrt), lambda t, a: t.sqrt(a), EXACT + ", denormals included; sqrt(x < 0) = NaN", 0,
+           domain=FLOAT),
     ElemFn("rsqrt", 1, _f64(_rsqrt), lambda t, a: t.rsqrt(a), "max 1 ulp (denormal inputs included); "
            "rsqrt(+-0) = +-inf", 1, domain=FLOAT),
     ElemFn("tanh", 1, _f64(np.tanh), lambda t, a: t.tanh(a), "max 2 ulp", 2, domain=FLOAT),
-    ElemFn("sigmoid", 1, _f64(_sigmoid), lambda t, a: t.sigmoid(a), "max 3 ulp (denormal results included)", 3, domain=FLOAT),
+    ElemFn("sigmoid", 1, _f64(_sigmoid), lambda t, a: t.sigmoid(a), "max 3 ulp (denormal results included)", 3,
+           domain=FLOAT),
     ElemFn("erf", 1, math.erf, lambda t, a: t.erf(a), "max 2 ulp; max abs error 1e-7", 2, domain=FLOAT),
     # -- integer operations (ints only; C's wrap-around at 32 bits; `//` and `%` round toward -inf as TVM's
     #    floordiv/floormod, which TileLang's `//` and `%` are, and as torch's and Python's)

@@ -96,10 +96,11 @@ def saturate_e4m3fn(b, alloc, x):
 def pack_fp8(b, alloc, word, lo, hi, dtype, high: bool, saturated: bool = False):
     """Two fp32 values converted to `dtype` (fp8) into bytes [1:0] (or [3:2] with `high`) of `word`, the other half
     of `word` kept. `saturated`: the values are `dtype`'s already (no E4M3FN clamp needed)."""
-    if dtype.name == "float8_e4m3fn" and not saturated:
-        lo = saturate_e4m3fn(b, alloc, lo)
-        hi = lo if hi is lo or hi is None else saturate_e4m3fn(b, alloc, hi)
     hi = lo if hi is None else hi
+    if dtype.name == "float8_e4m3fn" and not saturated:
+        same = hi is lo
+        lo = saturate_e4m3fn(b, alloc, lo)
+        hi = lo if same else saturate_e4m3fn(b, alloc, hi)
     b.emit(f"v_cvt_pk_{fp8_mnemonic(dtype)}_f32", word, lo, hi, suffix="op_sel:[0,0,1]" if high else "")
 
 
