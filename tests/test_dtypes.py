@@ -16,7 +16,7 @@ from tilegcn.errors import CompileError
 from tilegcn.ir import elemfn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from asm.emukit import run_lanes  # noqa: E402
+from asm.emukit import lane_ir, llc_module, run_lanes  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
 FP8 = {"gfx942": ("float8_e4m3fnuz", "float8_e5m2fnuz"), "gfx950": ("float8_e4m3fn", "float8_e5m2")}
@@ -74,6 +74,43 @@ def test_emulated_fp8_conversions_match_torch_on_every_code_and_a_sweep(arch):
         if dt == torch.float8_e4m3fn:  # the instruction does not saturate: past 448 (464 rounds to it) it gives NaN
             want = torch.where(x.abs() > 464, torch.full_like(x, float("nan")), want.float()).to(dt)
         assert _same(got.to(torch.uint8).view(dt).float(), want.float()).all(), dt
+
+
+FP8_INTRINSICS = """
+%fa = bitcast i32 %x0 to float
+%fb = bitcast i32 %x1 to float
+%y0 = call i32 @llvm.amdgcn.cvt.pk.fp8.f32(float %fa, float %fb, i32 %x2, i1 true)
+%f1 = call float @llvm.amdgcn.cvt.f32.fp8(i32 %x3, i32 2)
+%y1 = bitcast float %f1 to i32
+%v = call <2 x float> @llvm.amdgcn.cvt.pk.f32.bf8(i32 %x3, i1 true)
+%e = extractelement <2 x float> %v, i32 1
+%y2 = bitcast float %e to i32
+"""
+FP8_DECLARATIONS = """declare i32 @llvm.amdgcn.cvt.pk.fp8.f32(float, float, i32, i1)
+declare float @llvm.amdgcn.cvt.f32.fp8(i32, i32)
+declare <2 x float> @llvm.amdgcn.cvt.pk.f32.bf8(i32, i1)
+"""
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_llc_byte_selection_of_the_fp8_intrinsics_runs_as_they_define_it(arch):
+    """LLVM's intrinsics name the word / byte they convert (word_sel = true: bits [31:16]; byte 2; the high word):
+    llc encodes that as op_sel / SDWA selects, which the emulator must read the same way."""
+    e4m3, e5m2 = (getattr(torch, n) for n in FP8[arch])
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(256, generator=gen) * 50, torch.randn(256, generator=gen)
+    old = torch.randint(-2**31, 2**31 - 1, (256,), dtype=torch.int32, generator=gen)
+    word = torch.randint(-2**31, 2**31 - 1, (256,), dtype=torch.int32, generator=gen)
+    mod = llc_module(lane_ir(FP8_INTRINSICS, 4, 3) + FP8_DECLARATIONS, arch)
+    assert {"v_cvt_pk_fp8_f32", "v_cvt_f32_fp8", "v_cvt_pk_f32_bf8"} <= {i.base for i in mod.instrs}
+    out = [torch.zeros(256, dtype=torch.int32) for _ in range(3)]
+    mod.launch("k", grid=(1, 1, 1), block=(256, 1, 1), args=[a.view(torch.int32), b.view(torch.int32), old, word, *out])
+    code = lambda v: v.to(e4m3).view(torch.uint8).long()  # noqa: E731 - |a| < 448 on this seed: no overflow
+    pair = code(a) | code(b) << 8
+    assert torch.equal(out[0].long() & 0xFFFFFFFF, (old.long() & 0xFFFF) | pair << 16)
+    byte = lambda k, dt: ((word.long() >> 8 * k) & 0xFF).to(torch.uint8).view(dt).float()  # noqa: E731
+    assert _same(out[1].view(torch.float32), byte(2, e4m3)).all()
+    assert _same(out[2].view(torch.float32), byte(3, e5m2)).all()
 
 
 @tilegcn.jit

@@ -118,9 +118,9 @@ v_cvt_pk_bf16_f32                          valu     D.v U.vsi U.vsi          -  
 v_cvt_{f32_f16,f16_f32,f32_i32,i32_f32,f32_u32,u32_f32} valu D.v U.vsi  -                 valu     *
 v_{rndne,floor,ceil,trunc,fract}_f32       valu     D.v U.vsi                -                 valu     *
 v_cvt_f32_{fp8,bf8}                        valu     D.v U.vsi                -                 valu     *
-v_cvt_f32_{fp8,bf8}_sdwa                   valu     D.v U.v                  -                 valu     *
+v_cvt_f32_{fp8,bf8}_sdwa                   valu     D.v U.vs                 -                 valu     *
 v_cvt_pk_f32_{fp8,bf8}                     valu     D.v2 U.vsi               -                 valu     *
-v_cvt_pk_f32_{fp8,bf8}_sdwa                valu     D.v2 U.v                 -                 valu     *
+v_cvt_pk_f32_{fp8,bf8}_sdwa                valu     D.v2 U.vs                -                 valu     *
 v_cvt_pk_{fp8,bf8}_f32                     valu     X.v U.vsi U.vsi          -                 valu     *
 v_{exp,log,rcp,rcp_iflag,rsq,sqrt,sin,cos}_f32 valu D.v U.vsi                -                 trans    *
 v_{exp,log,rcp,rsq,sqrt,sin,cos}_f16       valu     D.v U.vsi                -                 trans    *
