@@ -144,8 +144,10 @@ def test_per_token_cast_to_fp8_names_the_fnuz_format_on_gfx942():
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_topk(arch):
+    """The kernel at one config per arch (`.fn`: the jit function under the autotuner; tests/test_examples.py runs
+    the example's main(), which tunes)."""
     logits = torch.rand((64, 128), generator=torch.Generator().manual_seed(0))
-    gates, indices = topk.tl_topk(logits, 6, blk_m=32, arch=arch)
+    gates, indices = topk.tl_topk.fn(logits, 6, blk_m=32, arch=arch)
     want_gates, want_indices = topk.ref_program(logits, 6)
     torch.testing.assert_close(gates, want_gates)
     torch.testing.assert_close(indices, want_indices)

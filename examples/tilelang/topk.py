@@ -2,11 +2,9 @@
 a35008a42531c62b976ae4cec3855d4383db0f3c.
 
 Mechanical changes only:
-- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit` for `@tilelang.jit`;
-- `@tilelang.autotune(configs=get_configs())` is dropped: `tilegcn.autotune` cannot tune this kernel yet (it does not
-  bind constants passed by position, `tl_topk(logits, topk, ...)`, and its compile workers do not trace TileLang's
-  eager style, `T.const` with body annotations); `get_configs()` stays, and the kernel runs the config the call
-  passes (`blk_m=`) with the default `threads=128`;
+- imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.autotune(configs=get_configs())` and
+  `@tilegcn.jit` for TileLang's decorators of the same names (tilegcn's autotuner ranks the configs with its timing
+  model; as TileLang's, the tuned `blk_m` and `threads` replace the values a call passes);
 - `main()` runs on CPU tensors (the emulated device) with a smaller M and a fixed seed, and takes the arch; the
   profiler (`do_bench`) and `run_regression_perf` are left out.
 
@@ -29,6 +27,7 @@ def get_configs():
     return [dict(zip(iter_params, values)) for values in itertools.product(*iter_params.values())]
 
 
+@tilegcn.autotune(configs=get_configs())
 @tilegcn.jit
 def tl_topk(logits, topk, blk_m, threads=128):
     M, N = T.const("M, N")
