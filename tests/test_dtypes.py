@@ -203,14 +203,15 @@ def test_casts_loads_int_math_and_int_reductions_match_torch(arch):
 
 
 @tilegcn.jit
-def _ragged(X, B, Y, *, bm=16, bn=32):
-    """Tiles past the tensor's edges (masked), a global vector read per element, an index as an int value."""
+def _ragged(X, B, Y, s, *, bm=16, bn=32):
+    """Tiles past the tensor's edges (masked), a global vector read per element, an index as an int value, int
+    operations on a runtime int scalar."""
     M, N = X.shape
     with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=64) as (bx, by):
         x = T.alloc_fragment((bm, bn), X.dtype)
         T.copy(X[by * bm, bx * bn], x)
         for i, j in T.Parallel(bm, bn):
-            x[i, j] = x[i, j] * 2 + B[bx * bn + j] - j
+            x[i, j] = x[i, j] * 2 + B[bx * bn + j] - j + (s % 3) * (s >> 1)
         T.copy(x, Y[by * bm, bx * bn])
 
 
@@ -220,9 +221,9 @@ def test_int8_tiles_at_ragged_edges_wrap_as_torch(arch):
     x = torch.randint(-128, 128, (37, 45), dtype=torch.int8, generator=gen)
     b = torch.randint(-128, 128, (45,), dtype=torch.int8, generator=gen)
     y = torch.zeros_like(x)
-    _ragged(x, b, y, arch=arch)
+    _ragged(x, b, y, -7, arch=arch)
     j = torch.arange(45) % 32
-    assert torch.equal(y, (x.to(torch.int64) * 2 + b - j).to(torch.int8))
+    assert torch.equal(y, (x.to(torch.int64) * 2 + b - j + (-7 % 3) * (-7 >> 1)).to(torch.int8))
 
 
 def test_constants_convert_as_torch():
