@@ -116,8 +116,9 @@ def test_llc_byte_selection_of_the_fp8_intrinsics_runs_as_they_define_it(arch):
 @tilegcn.jit
 def dtype_tour(X, Y0, Y1, Y2, Y3, Y4, Y5, Y6, I0, I1, I2, I3, I4, I5, I6, Z, A, B, W, A4, R):
     """Per dtype d (Yd, Id of dtype d): Yd = T.cast(X, d) stored as d through a shared buffer; Z[d] = Id loaded into a
-    d fragment, copied to an fp32 one, Z[7 + d] the same through a shared buffer. W = int math on int32 A, B (and an
-    int8 wrap-around); R = reduce_max / min / sum of A4's rows."""
+    d fragment, copied to an fp32 one, Z[7 + d] the same through a shared buffer, Z[14 + d] Id loaded into the fp32
+    fragment directly. W = int math on int32 A, B (and an int8 wrap-around); R = reduce_max / min / sum of A4's
+    rows."""
     with T.Kernel(X.shape[0] // 64, threads=64) as bx:
         x = T.alloc_fragment((64,), "float32")
         z = T.alloc_fragment((64,), "float32")
@@ -138,6 +139,8 @@ def dtype_tour(X, Y0, Y1, Y2, Y3, Y4, Y5, Y6, I0, I1, I2, I3, I4, I5, I6, Z, A, 
             T.copy(staged, v)
             T.copy(v, z)
             T.copy(z, Z[len(Ys) + k, bx * 64])
+            T.copy(In[bx * 64], z)  # global d -> fp32 fragment, converted on the way
+            T.copy(z, Z[2 * len(Ys) + k, bx * 64])
         a = T.alloc_fragment((64,), "int32")
         b = T.alloc_fragment((64,), "int32")
         w = T.alloc_fragment((64,), "int32")
@@ -180,16 +183,16 @@ def test_casts_loads_int_math_and_int_reductions_match_torch(arch):
     a = torch.randint(-100000, 100000, (n,), dtype=torch.int32, generator=gen)
     b = torch.randint(-60, 60, (n,), dtype=torch.int32, generator=gen)
     b[b == 0] = 9
-    z, w, r = torch.empty(2 * len(dtypes), n), torch.empty(4, n, dtype=torch.int32), torch.empty(3, n // 4,
+    z, w, r = torch.empty(3 * len(dtypes), n), torch.empty(4, n, dtype=torch.int32), torch.empty(3, n // 4,
                                                                                              dtype=torch.int32)
     dtype_tour(x, *ys, *ins, z, a, b, w, a.view(-1, 4), r, arch=arch)
-    for dt, y, v, zk, zs in zip(dtypes, ys, ins, z, z[len(dtypes):]):
+    for dt, y, v, zk, zs, zc in zip(dtypes, ys, ins, z, z[len(dtypes):], z[2 * len(dtypes):]):
         # torch narrows a float to int8 / uint8 / int16 through int64 (truncation, then wrap-around): so does T.cast,
         # for values within int32's range (past it the device saturates where the host's result is undefined)
         want = in_range.to(torch.int64).to(dt) if not dt.is_floating_point else x.to(dt)
         defined = (x == in_range) | dt.is_floating_point
         assert _same(y.double(), want.double())[defined].all(), f"{arch} T.cast to {dt}"
-        assert _same(zk, v.float()).all() and _same(zs, v.float()).all(), f"{arch} load of {dt}"
+        assert all(_same(got, v.float()).all() for got in (zk, zs, zc)), f"{arch} load of {dt}"
     i = torch.arange(n) % 64
     floor = torch.div(a, b, rounding_mode="floor")
     assert torch.equal(w[0], (a + b) * 3 - (a ^ b) + floor + torch.remainder(a, b) + (a >> 2) + (b << 3))

@@ -103,7 +103,7 @@ def _load_pieces(ctx, region, frag, lay, pieces, mask, mode):
         if mode == "inplace":
             _widen_in_place(b, lay.regs, r, per, g.dtype)
             continue
-        if frag.dtype == float32 or frag.dtype.is_16bit and g.dtype.is_float and g.dtype.bytes > 1:
+        if _is_wide_float(g.dtype) and _is_wide_float(frag.dtype):
             values = []  # (as it always was: fp32 values of 32- and 16-bit floats)
             for e in range(per):
                 word = dst[e * g.dtype.bytes // 4]
@@ -123,6 +123,11 @@ def _load_pieces(ctx, region, frag, lay, pieces, mask, mode):
                           for e in range(per)]
                 _store_elements(ctx, frag, r, values)
         b.v.free(dst)
+
+
+def _is_wide_float(dtype) -> bool:
+    """float32, float16 or bfloat16: the dtypes this file converted before the int and fp8 ones came."""
+    return dtype == float32 or dtype.is_16bit
 
 
 class _Temps:
@@ -254,7 +259,7 @@ class WriterMask(LaneMask):
 def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):
     """Elements r..r+per of a fragment, as `dtype`, packed into the registers `dst`."""
     b = ctx.b
-    if not (dtype.is_16bit or dtype == float32) or frag.dtype.is_int or frag.dtype.is_fp8:
+    if not (_is_wide_float(dtype) and _is_wide_float(frag.dtype)):
         with _Temps(b) as alloc:
             values = []
             for e in range(per):
