@@ -14,6 +14,7 @@ import pytest
 
 import tilegcn
 from tilegcn import language as T
+from tilegcn.ir.types import DType
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SOURCES = [*sorted((REPO / "tilegcn").rglob("*.py")), *sorted((REPO / "bench").rglob("*.py")),
@@ -40,7 +41,7 @@ def _public(module, skip):
 
 
 # dtype values (T.float is TileLang's name of float32), documented on the language page
-LANGUAGE = _public(T, skip={"float", "float32", "float16", "bfloat16"})
+LANGUAGE = _public(T, skip={name for name in T.__all__ if isinstance(getattr(T, name), DType)})
 API = _public(tilegcn, skip={"__version__", "language", "errors"})  # the two modules are documented as pages
 ERRORS = {name for name, obj in API if inspect.isclass(obj) and issubclass(obj, (Exception, Warning))}
 

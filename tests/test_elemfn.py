@@ -240,7 +240,7 @@ def test_constants_fold_as_the_device_computes():
     assert T.min_value("float32") == -torch.finfo(torch.float32).max and T.infinity("bfloat16") == float("inf")
     assert T.if_then_else(1.0 < 2.0, 3.0, 4.0).value == 3.0  # a Python comparison of numbers picks at once
     for row in elemfn.ROWS:
-        if row.arity == 1 and row.result == elemfn.VALUE:
+        if row.arity == 1 and row.result == elemfn.VALUE and row.domain != elemfn.INT:  # (int rows: test_dtypes.py)
             for v in (0.5, -3.0, 0.0, 1e-40):
                 folded, torch_value = row.fold(v), row.reference(torch, torch.tensor(v, dtype=torch.float64))
                 assert folded == pytest.approx(torch_value.item(), rel=1e-12, nan_ok=True), (row.name, v)

@@ -43,6 +43,8 @@ def _modifiers(row) -> str:
         return " offen"
     if row.name == "ds_swizzle_b32":
         return " offset:swizzle(SWAP,1)"
+    if row.name.endswith("_sdwa"):
+        return " src0_sel:BYTE_1"
     if row.name.endswith("_dpp"):
         return " row_shr:1 bound_ctrl:0"  # invalid source lanes read 0: every lane is written (the row says D)
     return ""

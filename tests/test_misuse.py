@@ -194,18 +194,18 @@ def _alloc_scalar(X, n):
         T.alloc_fragment((n, 64), "float32")
 
 
-@misuse(CompileError, r"unsupported dtype 'int8'")
-def alloc_dtype_int8(): run_body(alloc_with((64, 64), "int8"))
-@misuse(CompileError, r"unsupported dtype torch.int32")
-def alloc_dtype_torch_int32(): run_body(alloc_with((64, 64), torch.int32))
+@misuse(CompileError, r"unsupported dtype 'float64'")
+def alloc_dtype_float64(): run_body(alloc_with((64, 64), "float64"))
+@misuse(CompileError, r"unsupported dtype torch.complex64")
+def alloc_dtype_torch_complex64(): run_body(alloc_with((64, 64), torch.complex64))
 @misuse(CompileError, r"unsupported dtype None")
 def alloc_dtype_none(): run_body(alloc_with((64, 64), None))
 @misuse(CompileError, r"buffer shape .*dimension 0 must be an integer, got \[64\] \(list\)")
 def alloc_nested_shape(): run_body(alloc_with(([64], 64)))
 @misuse(CompileError, r"buffer shape None: dimension 0 must be an integer, got None")
 def alloc_shape_none(): run_body(alloc_with(None))
-@misuse(CompileError, r"unsupported dtype 'int8'")
-def alloc_shared_dtype(): run_body(alloc_with((64, 64), "int8", T.alloc_shared))
+@misuse(CompileError, r"unsupported dtype 'uint16'")
+def alloc_shared_dtype(): run_body(alloc_with((64, 64), "uint16", T.alloc_shared))
 @misuse(ResourceError, r"(?i)vgpr|register")
 def fragment_past_register_file():
     ew(*xy(128, 256), f=lambda v: v, block_M=128, block_N=256, threads=64)
@@ -439,11 +439,11 @@ def assign_outside_parallel():
 def op_pow(): run_ew(lambda v: v ** 2)
 @misuse(CompileError, r"`\*\*`")
 def op_rpow(): run_ew(lambda v: 2 ** v)
-@misuse(CompileError, r"`%`")
+@misuse(CompileError, r"`%` takes integer operands.*got the float.*T.cast\(")
 def op_mod(): run_ew(lambda v: v % 2)
-@misuse(CompileError, r"`%`")
+@misuse(CompileError, r"`%` takes integer operands")
 def op_rmod(): run_ew(lambda v: 2 % v)
-@misuse(CompileError, r"`//`")
+@misuse(CompileError, r"`//` takes integer operands")
 def op_floordiv(): run_ew(lambda v: v // 2)
 @misuse(CompileError, r"abs\(\).*T.abs")
 def op_builtin_abs(): run_ew(lambda v: abs(v))
@@ -524,8 +524,8 @@ def op_invert(): run_ew(lambda v: ~v)
 def op_t_max_str(): run_ew(lambda v: T.max(v, "x"))
 @misuse(CompileError, r"cannot use \[1\.0\] \(list\)")
 def op_t_exp_list(): run_ew(lambda v: T.exp([1.0]))
-@misuse(CompileError, r"unsupported dtype 'int8'")
-def op_cast_int8(): run_ew(lambda v: T.cast(v, "int8"))
+@misuse(CompileError, r"unsupported dtype 'int4'")
+def op_cast_int4(): run_ew(lambda v: T.cast(v, "int4"))
 @misuse(CompileError, r"cannot use True \(bool\)")
 def op_bool_value(): run_ew(lambda v: v * True)
 @misuse(CompileError, r"a truth test \(if/and/or/not\) on an element expression")
@@ -533,7 +533,7 @@ def op_truth_value(): run_ew(lambda v: v if v else 0.0)
 @misuse(CompileError, r"`\*\*`")
 def op_scalar_pow(): ew_scalar(*xy(), 2.0, f=lambda v, s: v * s ** 2)
 @misuse(CompileError, r"`%`")
-def op_scalar_mod(): ew_scalar(*xy(), 3, f=lambda v, s: v + s % 2)
+def op_scalar_mod(): ew_scalar(*xy(), 3.0, f=lambda v, s: v + s % 2)
 @misuse(CompileError, r"whole fragment tile x: element math goes inside .*T.Parallel")
 def whole_tile_arithmetic():
     def body(X, Y):
@@ -705,16 +705,16 @@ def annotation_fixed_dim(): annotated(*xy(64, 32, torch.bfloat16))
 @misuse(ArgumentError, r"mismatched shapes: Y.shape\[0\] = 32 but M = 64")
 def annotation_named_size():
     annotated(torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(32, 64, dtype=torch.bfloat16))
-@misuse(ArgumentError, r"unsupported dtype 'int8'")
+@misuse(ArgumentError, r"unsupported dtype 'float64'")
 def annotation_bad_dtype():
     @tilegcn.jit
-    def k(X: T.Tensor((64,), "int8")):
+    def k(X: T.Tensor((64,), "float64")):
         pass
 
 
 # == arguments ===================================================================================================
-@misuse(ArgumentError, r"tensor X has dtype torch.int64")
-def arg_int64(): ew(torch.zeros(64, 64, dtype=torch.int64), xy()[1], f=None)
+@misuse(ArgumentError, r"tensor X has dtype torch.float64")
+def arg_float64(): ew(torch.zeros(64, 64, dtype=torch.float64), xy()[1], f=None)
 @misuse(ArgumentError, r"tensor X has dtype torch.bool")
 def arg_bool_tensor(): ew(torch.zeros(64, 64, dtype=torch.bool), xy()[1], f=None)
 @misuse(ArgumentError, r"tensor X has dtype torch.complex64")

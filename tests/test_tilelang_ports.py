@@ -15,8 +15,10 @@ import cumsum  # noqa: E402
 import gemv  # noqa: E402
 import layernorm  # noqa: E402
 import online_softmax  # noqa: E402
+import per_token_cast_to_fp8  # noqa: E402
 import reduce  # noqa: E402
 import rms_norm  # noqa: E402
+import topk  # noqa: E402
 
 import tilegcn  # noqa: E402
 from tilegcn import language as T  # noqa: E402
@@ -118,3 +120,34 @@ def test_cumsum_1d(arch, scope):
     A = _randn(512, dtype=torch.float32)
     B = tilegcn.jit(make(512, 64, reverse=True), out_idx=-1)(A, arch=arch)
     torch.testing.assert_close(B, A.view(8, 64).flip(1).cumsum(1).flip(1).reshape(512), atol=1e-3, rtol=1e-3)
+
+
+def test_per_token_cast_to_fp8_on_gfx950():
+    """Upstream's checks (its main()) on a ragged-free smaller shape, and the fp8 bytes equal torch's where the
+    scale is the reference's (the tolerance only covers scales rounded differently)."""
+    x = _randn(16, 256, dtype=torch.float32)
+    x_fp8, x_amax = per_token_cast_to_fp8.per_token_cast_to_fp8(x, 8, arch="gfx950")
+    want_fp8, want_amax = per_token_cast_to_fp8.ref_program(x)
+    assert x_fp8.dtype == torch.float8_e4m3fn and x_amax.shape == (16, 2)
+    torch.testing.assert_close(x_fp8.float(), want_fp8.float(), rtol=0.01, atol=0.01)
+    torch.testing.assert_close(x_amax, want_amax, rtol=0.01, atol=0.01)
+    same_scale = (x_amax == want_amax).repeat_interleave(128, dim=1)
+    assert torch.equal(x_fp8.view(torch.uint8)[same_scale], want_fp8.view(torch.uint8)[same_scale])
+
+
+def test_per_token_cast_to_fp8_names_the_fnuz_format_on_gfx942():
+    """gfx942 has the FNUZ fp8 formats only: the kernel's T.float8_e4m3fn is refused, naming the one to use."""
+    with pytest.raises(tilegcn.errors.CompileError, match=r"X_fp8 is float8_e4m3fn, an fp8 format gfx942 does not "
+                                                          r"have.*use T.float8_e4m3fnuz"):
+        per_token_cast_to_fp8.per_token_cast_to_fp8(_randn(16, 256, dtype=torch.float32), 8, arch="gfx942")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_topk(arch):
+    """The kernel at one config per arch (`.fn`: the jit function under the autotuner; tests/test_examples.py runs
+    the example's main(), which tunes)."""
+    logits = torch.rand((64, 128), generator=torch.Generator().manual_seed(0))
+    gates, indices = topk.tl_topk.fn(logits, 6, blk_m=32, arch=arch)
+    want_gates, want_indices = topk.ref_program(logits, 6)
+    torch.testing.assert_close(gates, want_gates)
+    torch.testing.assert_close(indices, want_indices)

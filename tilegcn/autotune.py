@@ -211,7 +211,9 @@ def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str, every_check:
     from .compiler import check_resources, plan_resources
 
     try:
-        kernel = trace(jitfn.fn, trace_args, jitfn._constants(config), arch)
+        constants = jitfn._constants(config)
+        program = jitfn.fn if jitfn._eager is None else jitfn._eager.traced(constants)  # TileLang's eager style
+        kernel = trace(program, trace_args, constants, arch, jitfn.out_idx)
         (check_resources if every_check else plan_resources)(kernel, jitfn.options.with_arch(arch))
     except (CompileError, ArgumentError) as e:
         return None, _reason(e)
@@ -449,18 +451,29 @@ class Autotuner:
 
     # -- calls --------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        args, kwargs = self._split(args, kwargs)
         config = self.tune(*args, **kwargs)
         return self.fn(*args, **self._merge(config, kwargs))
 
+    def _split(self, args, kwargs):
+        """(runtime arguments, keyword arguments) of a call that passes compile-time constants by position (TileLang's
+        `tl_topk(logits, topk, ...)`: an eager program's constants, or constants after the runtime arguments), as the
+        jit function binds them."""
+        if self.fn._eager is not None:
+            return self.fn._eager.split(args, kwargs)
+        if len(args) > len(self.fn.arg_names):
+            return self.fn._bind_constants(args, kwargs)
+        return args, kwargs
+
     def _merge(self, config, kwargs):
-        clash = sorted(set(config) & set(kwargs))
-        if clash:
-            raise ArgumentError(f"tilegcn.autotune({self.name}): {clash} are tuned; don't pass them")
-        return {**config, **kwargs}
+        """The call's keyword arguments with the config's: a tuned parameter the call passes too takes the config's
+        value, as TileLang's autotuner merges them (its top-k example passes `blk_m=` to the tuned function)."""
+        return {**kwargs, **config}
 
     def tune(self, *args, **kwargs) -> dict:
         """The config for these arguments: remembered, from a dispatch table, from the disk cache, or a sweep
         (which compiles and ranks but does not launch the winner on these arguments' outputs)."""
+        args, kwargs = self._split(args, kwargs)
         key = self.key_of(args, kwargs)
         config = self.results.get(key)
         if config is not None:

@@ -34,6 +34,7 @@ from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
 from .ir.verify import verify
+from .passes.dtype_convert import check_arch_dtypes
 from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
@@ -133,6 +134,7 @@ class Pass:
 def _verify(c: Compilation):
     c.kernel = c.traced
     verify(c.kernel)
+    check_arch_dtypes(c.kernel, c.arch)
 
 
 def _stage_memory(c: Compilation):

@@ -142,6 +142,9 @@ class Arch:
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
     # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
     simds_per_cu: int = 4
+    # the fp8 / bf8 encodings of v_cvt_pk_fp8_f32, v_cvt_f32_fp8, ... (and the fp8 MFMAs): gfx942 reads the bytes as
+    # the "fnuz" formats (CDNA3 ISA guide: no inf, no -0, NaN 0x80), gfx950 as the OCP ones (CDNA4 ISA guide)
+    fp8_dtypes: tuple = ("float8_e4m3fnuz", "float8_e5m2fnuz")
     extra: dict = field(default_factory=dict)
 
     def acc_fill_mfmas(self) -> tuple:
@@ -272,6 +275,7 @@ GFX950 = Arch(
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
     has_ds_read_tr_b16=True,
+    fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,
        "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},

@@ -105,6 +105,7 @@ v_mbcnt_{lo,hi}_u32_b32                    valu     D.v U.vsi U.vsi          -  
 v_cndmask_b32                              valu     D.v U.vsi U.vsi U.s2     -                 valu     *
 v_{fma,max3,min3,med3}_f32                 valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_{add3,bfe,lshl_add,add_lshl}_u32         valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
+v_bfe_i32                                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_perm_b32                                 valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_bfi_b32                                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_fmaak_f32                                valu     D.v U.vsi U.v U.k        -                 valu     *
@@ -116,6 +117,11 @@ v_{maximum3,minimum3}_f32                  valu     D.v U.vsi U.vsi U.vsi    -  
 v_cvt_pk_bf16_f32                          valu     D.v U.vsi U.vsi          -                 valu     gfx950
 v_cvt_{f32_f16,f16_f32,f32_i32,i32_f32,f32_u32,u32_f32} valu D.v U.vsi  -                 valu     *
 v_{rndne,floor,ceil,trunc,fract}_f32       valu     D.v U.vsi                -                 valu     *
+v_cvt_f32_{fp8,bf8}                        valu     D.v U.vsi                -                 valu     *
+v_cvt_f32_{fp8,bf8}_sdwa                   valu     D.v U.vs                 -                 valu     *
+v_cvt_pk_f32_{fp8,bf8}                     valu     D.v2 U.vsi               -                 valu     *
+v_cvt_pk_f32_{fp8,bf8}_sdwa                valu     D.v2 U.vs                -                 valu     *
+v_cvt_pk_{fp8,bf8}_f32                     valu     X.v U.vsi U.vsi          -                 valu     *
 v_{exp,log,rcp,rcp_iflag,rsq,sqrt,sin,cos}_f32 valu D.v U.vsi                -                 trans    *
 v_{exp,log,rcp,rsq,sqrt,sin,cos}_f16       valu     D.v U.vsi                -                 trans    *
 v_{rcp,rsq,sqrt}_f64                       valu     D.v2 U.vsi2              -                 trans    *
@@ -142,14 +148,14 @@ v_mfma_f32_16x16x32_{bf16,f16}             mfma     D.av4 U.v4 U.v4 U.avi4   -  
 
 _MEMORY = """
 # opcode                                   kind       operands               implicit          latency  arches
-buffer_load_ushort                         vmem_load  D.v U.v U.s4 U.si      -                 vmem     *
+buffer_load_{ubyte,sbyte,ushort,sshort}    vmem_load  D.v U.v U.s4 U.si      -                 vmem     *
 buffer_load_dword                          vmem_load  D.v U.v U.s4 U.si      -                 vmem     *
 buffer_load_dwordx2                        vmem_load  D.v2 U.v U.s4 U.si     -                 vmem     *
 buffer_load_dwordx3                        vmem_load  D.v3 U.v U.s4 U.si     -                 vmem     *
 buffer_load_dwordx4                        vmem_load  D.v4 U.v U.s4 U.si     -                 vmem     *
 buffer_load_dword+lds                      lds_dma    U.v U.s4 U.si          U.m0              vmem     *
 buffer_load_dwordx4+lds                    lds_dma    U.v U.s4 U.si          U.m0              vmem     gfx950
-buffer_store_short                         vmem_store U.v U.v U.s4 U.si      -                 vmem     *
+buffer_store_{byte,short}                  vmem_store U.v U.v U.s4 U.si      -                 vmem     *
 buffer_store_dword                         vmem_store U.v U.v U.s4 U.si      -                 vmem     *
 buffer_store_dwordx2                       vmem_store U.v2 U.v U.s4 U.si     -                 vmem     *
 buffer_store_dwordx3                       vmem_store U.v3 U.v U.s4 U.si     -                 vmem     *
@@ -162,11 +168,11 @@ global_store_{short,dword}                 vmem_store U.v U.v U.s2           -  
 global_store_dwordx2                       vmem_store U.v U.v2 U.s2          -                 vmem     *
 global_store_dwordx3                       vmem_store U.v U.v3 U.s2          -                 vmem     *
 global_store_dwordx4                       vmem_store U.v U.v4 U.s2          -                 vmem     *
-ds_read_{b32,u16}                          ds_read    D.v U.v                -                 lds      *
+ds_read_{b32,u16,u8}                       ds_read    D.v U.v                -                 lds      *
 ds_read_b64                                ds_read    D.v2 U.v               -                 lds      *
 ds_read_b128                               ds_read    D.v4 U.v               -                 lds      *
 ds_read_b64_tr_b16                         ds_read    D.v2 U.v               -                 lds      gfx950
-ds_write_{b16,b16_d16_hi,b32}              ds_write   U.v U.v                -                 lds      *
+ds_write_{b8,b16,b16_d16_hi,b32}           ds_write   U.v U.v                -                 lds      *
 ds_write_b64                               ds_write   U.v U.v2               -                 lds      *
 ds_write_b128                              ds_write   U.v U.v4               -                 lds      *
 ds_swizzle_b32                             ds_lane    D.v U.v                -                 lds      *

@@ -30,9 +30,9 @@ from .symcache import free_symbols, memo, sym
 if TYPE_CHECKING:  # the machine layer reads IR objects by duck typing; it never imports the IR
     from ..ir import nodes as N
 
-LOAD_OPS = {2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
+LOAD_OPS = {1: "buffer_load_ubyte", 2: "buffer_load_ushort", 4: "buffer_load_dword", 8: "buffer_load_dwordx2",
             12: "buffer_load_dwordx3", 16: "buffer_load_dwordx4"}
-STORE_OPS = {2: "buffer_store_short", 4: "buffer_store_dword", 8: "buffer_store_dwordx2",
+STORE_OPS = {1: "buffer_store_byte", 2: "buffer_store_short", 4: "buffer_store_dword", 8: "buffer_store_dwordx2",
              12: "buffer_store_dwordx3", 16: "buffer_store_dwordx4"}
 BF16_ROUND_BIAS = 0x7FFF
 BF16_QUIET_BIT = 0x400000
@@ -375,11 +375,14 @@ class GlobalAccess:
                comment="outside: an offset past NUM_RECORDS")
         return out
 
-    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None, resource=None):
-        """`resource`: a function of the access's V# giving the V# to load with (a pipelined copy past the end)."""
+    def load(self, dst: Reg, width: int, buffer: N.Buffer, index, mask_dims, comment="", shift=None, resource=None,
+             op=None):
+        """`resource`: a function of the access's V# giving the V# to load with (a pipelined copy past the end);
+        `op`: the load instruction where not the plain one of `width` (a sign-extending byte or short load)."""
         a = self.address(buffer, index, mask_dims, width, shift=shift)
         srd = a.srd if resource is None else resource(a.srd)
-        self.b.emit(LOAD_OPS[width], dst, a.voffset, srd, a.soffset, suffix=f"offen offset:{a.imm}", comment=comment)
+        self.b.emit(op or LOAD_OPS[width], dst, a.voffset, srd, a.soffset, suffix=f"offen offset:{a.imm}",
+                    comment=comment)
         if a.temp:
             self.b.v.free(a.voffset)  # the address is read at issue
 

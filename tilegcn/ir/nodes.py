@@ -2,7 +2,8 @@
 
 Index expressions (region starts, loop variables, block ids, parallel indices) are SymPy
 expressions over integer symbols. Element expressions (what T.Parallel computes) are the small
-`Expr` tree below; they are evaluated in fp32 and rounded to the destination's dtype on store.
+`Expr` tree below; they are evaluated in fp32, or in 32-bit ints where every operand is an integer (value_kind),
+and converted to the destination's dtype on store (T.cast's rules: docs/dtypes.md).
 """
 from __future__ import annotations
 
@@ -151,7 +152,38 @@ def lift(x) -> "Expr":
         return convert(x)
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise CompileError(f"cannot use {x!r} ({type(x).__name__}) in an element expression")
+    if isinstance(x, numbers.Integral):
+        return Const(int(x))  # an int literal takes the other operand's domain (value_kind: WEAK)
     return Const(float(x))
+
+
+# The domain an element expression is evaluated in (value_kind): FLOAT (fp32), INT (32-bit ints: every integer
+# dtype, indices, int scalars) or WEAK (only int literals: it takes the domain of what it meets, a float operand or
+# the destination, as Triton's and C's literals do).
+FLOAT, INT, WEAK = "float", "int", "weak"
+
+
+def value_kind(e: "Expr") -> str:
+    """FLOAT, INT or WEAK for a value expression (C's usual arithmetic conversions: a float operand makes it FLOAT)."""
+    if isinstance(e, Const):
+        return WEAK if isinstance(e.value, int) else FLOAT
+    if isinstance(e, ScalarRef):
+        return INT if e.param.dtype.is_int else FLOAT
+    if isinstance(e, ElemRef):
+        return INT if e.buffer.dtype.is_int else FLOAT
+    if isinstance(e, IndexValue):
+        return INT
+    if isinstance(e, Cast):
+        return INT if e.dtype.is_int else FLOAT
+    row = elemfn.fn(e.fn)
+    if row.domain == elemfn.FLOAT:
+        return FLOAT
+    return join_kinds(value_kind(a) for a, k in zip(e.args, row.operand_kinds) if k == elemfn.VALUE)
+
+
+def join_kinds(kinds) -> str:
+    kinds = set(kinds)
+    return FLOAT if FLOAT in kinds else INT if INT in kinds else WEAK
 
 
 def apply(name: str, *args) -> "Call":
@@ -165,7 +197,18 @@ def apply(name: str, *args) -> "Call":
         wants_condition = kind == elemfn.CONDITION
         if is_condition(operand) != wants_condition:
             raise CompileError(_misplaced(operand, name, wants_condition))
+    if row.domain == elemfn.INT:
+        for operand in operands:
+            if value_kind(operand) == FLOAT:
+                raise CompileError(_not_integer(operand, row))
     return Call(name, operands)
+
+
+def _not_integer(operand: "Expr", row) -> str:
+    what = f"`{row.operator.rstrip('x')}`" if row.operator else f"T.{row.name}"
+    return (f"{what} takes integer operands (int8 .. int64 elements, indices, int literals), got the float "
+            f"{_describe(operand)}: convert it first with T.cast({_describe(operand)}, \"int32\") (which truncates "
+            "toward zero), or write float math with + - * / and the T. functions")
 
 
 def is_condition(e: "Expr") -> bool:
@@ -220,12 +263,23 @@ class Expr(RefusesPythonOperators):
     def __eq__(self, o): return apply("eq", self, o)
     def __ne__(self, o): return apply("ne", self, o)
 
-    # conditions combine with & | ~ (Python's `and` / `or` / `not` would ask for a truth value: refused)
-    def __and__(self, o): return apply("and", self, o) if is_condition(self) else super().__and__(o)
-    def __rand__(self, o): return apply("and", o, self) if is_condition(self) else super().__rand__(o)
-    def __or__(self, o): return apply("or", self, o) if is_condition(self) else super().__or__(o)
-    def __ror__(self, o): return apply("or", o, self) if is_condition(self) else super().__ror__(o)
-    def __invert__(self): return apply("not", self) if is_condition(self) else super().__invert__()
+    # conditions combine with & | ~ (Python's `and` / `or` / `not` would ask for a truth value: refused); on
+    # integer values & | ^ ~ << >> // % are the integer operations (ir/elemfn.py's INT rows)
+    def __and__(self, o): return apply("and" if is_condition(self) else "bitand", self, o)
+    def __rand__(self, o): return apply("and" if is_condition(self) else "bitand", o, self)
+    def __or__(self, o): return apply("or" if is_condition(self) else "bitor", self, o)
+    def __ror__(self, o): return apply("or" if is_condition(self) else "bitor", o, self)
+    def __invert__(self): return apply("not" if is_condition(self) else "bitnot", self)
+    def __xor__(self, o): return apply("bitxor", self, o)
+    def __rxor__(self, o): return apply("bitxor", o, self)
+    def __lshift__(self, o): return apply("shl", self, o)
+    def __rlshift__(self, o): return apply("shl", o, self)
+    def __rshift__(self, o): return apply("shr", self, o)
+    def __rrshift__(self, o): return apply("shr", o, self)
+    def __floordiv__(self, o): return apply("floordiv", self, o)
+    def __rfloordiv__(self, o): return apply("floordiv", o, self)
+    def __mod__(self, o): return apply("mod", self, o)
+    def __rmod__(self, o): return apply("mod", o, self)
 
     __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 
@@ -239,7 +293,7 @@ class Expr(RefusesPythonOperators):
 
 @dataclass(eq=False)
 class Const(Expr):
-    value: float
+    value: float  # or an int (an int literal: value_kind WEAK)
 
 
 @dataclass(eq=False)
@@ -258,7 +312,7 @@ class ElemRef(Expr):
 @dataclass(eq=False)
 class IndexValue(Expr):
     """An integer index expression (SymPy: T.Parallel indices, block ids, loop variables, runtime int scalars) as an
-    element value: fp32, exact below 2^24."""
+    element value: a 32-bit int (converted to fp32 where it meets a float)."""
 
     expr: object
 

@@ -12,18 +12,36 @@ from dataclasses import dataclass
 from ..errors import ArgumentError
 
 
+FLOAT, INT, UINT = "float", "int", "uint"
+
+
 @dataclass(frozen=True)
 class DType:
-    name: str  # "float32", "float16", "bfloat16": torch's name for it too
-    short: str  # "f32", "f16", "bf16" (MFMA / asm suffix)
+    name: str  # "float32", "float16", "bfloat16", "int8", "float8_e4m3fn", ...: torch's name for it too
+    short: str  # "f32", "f16", "bf16", "i8" (MFMA / asm suffix)
     bytes: int
+    kind: str = FLOAT  # FLOAT, INT (signed) or UINT
 
     def __repr__(self):
         return self.name
 
     @property
     def is_16bit(self) -> bool:
-        return self.bytes == 2
+        """A 16-bit float (float16, bfloat16): fragments hold two per register (int16 elements take one each)."""
+        return self.bytes == 2 and self.kind == FLOAT
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == FLOAT
+
+    @property
+    def is_int(self) -> bool:
+        """A signed or unsigned integer: its element values are evaluated as 32-bit integers (the C promotion)."""
+        return self.kind != FLOAT
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.kind == FLOAT and self.bytes == 1
 
     def __call__(self, value):
         """`T.float32(1.0)`, `T.float16(x[i, j])`, as TileLang writes constants and casts: a number rounded to this
@@ -37,16 +55,27 @@ class DType:
 
             raise CompileError(f"T.{self.name}({value!r}): expected a number or an element expression, got "
                                f"{type(value).__name__}")
-        return elemfn.round_to(self.name, float(value))
+        return elemfn.convert_constant(self.name, value if isinstance(value, numbers.Integral) else float(value))
 
 
 float32 = DType("float32", "f32", 4)
 float16 = DType("float16", "f16", 2)
 bfloat16 = DType("bfloat16", "bf16", 2)
-int32 = DType("int32", "i32", 4)  # runtime int scalars only, not tensors
-DTYPES = {d.name: d for d in (float32, float16, bfloat16)}
+int8 = DType("int8", "i8", 1, INT)
+uint8 = DType("uint8", "u8", 1, UINT)
+int16 = DType("int16", "i16", 2, INT)
+int32 = DType("int32", "i32", 4, INT)
+int64 = DType("int64", "i64", 8, INT)  # values within int32's range: docs/dtypes.md
+# fp8: gfx950 has the OCP encodings (e4m3fn: no inf, NaN 0x7F/0xFF; e5m2: IEEE-like), gfx942 the "fnuz" ones (no
+# inf, no -0, one NaN 0x80): arch.Arch.fp8_dtypes. Each is a torch dtype of the same name.
+float8_e4m3fn = DType("float8_e4m3fn", "fp8", 1)
+float8_e5m2 = DType("float8_e5m2", "bf8", 1)
+float8_e4m3fnuz = DType("float8_e4m3fnuz", "fp8", 1)
+float8_e5m2fnuz = DType("float8_e5m2fnuz", "bf8", 1)
+DTYPES = {d.name: d for d in (float32, float16, bfloat16, int8, uint8, int16, int32, int64, float8_e4m3fn,
+                              float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz)}
 _ALIASES = {"float": float32, "fp32": float32, "f32": float32, "half": float16, "fp16": float16, "f16": float16,
-            "bf16": bfloat16}
+            "bf16": bfloat16, "int": int32, "long": int64, "char": int8, "short": int16, "uchar": uint8}
 
 
 def _torch_dtype_name(x) -> str | None:

@@ -223,8 +223,11 @@ def if_then_else(cond, t, f):
 
 
 def cast(x, dtype):
-    """`x` rounded to `dtype` (`"float32"`, `"float16"`, `"bfloat16"` or T.float16, ...; round to nearest even) and
-    computed on in fp32, elementwise inside `T.Parallel`; on a number known while tracing, the rounded number.
+    """`x` converted to `dtype` (`"float32"`, `"bfloat16"`, `"int8"`, `"float8_e4m3fn"` or T.float16, ...) as torch's
+    `.to(dtype)` converts, elementwise inside `T.Parallel`: a float rounds to nearest even (fp8 overflow as torch:
+    docs/dtypes.md), a float to an int truncates toward zero and wraps to the width, an int to a narrower int wraps.
+    The result is computed on in fp32 for float dtypes, in 32-bit ints for int dtypes. On a number known while
+    tracing, the converted number.
 
     Precision against torch (x.to(dtype)): exact.
 
@@ -232,11 +235,14 @@ def cast(x, dtype):
 
     ```python
     x[i, j] = T.cast(x[i, j], "bfloat16")  # round to bf16
+    idx[i, j] = T.cast(x[i, j] * 16.0, "int32")  # truncates toward zero
     ```
     """
     dtype = program_dtype(dtype)
     if not isinstance(x, N.Expr) and getattr(type(x), "__element_expr__", None) is None:
-        return elemfn.round_to(dtype.name, _number(x, f"T.cast(x, {dtype.name})"))
+        value = x if isinstance(x, numbers.Integral) and not isinstance(x, bool) else \
+            _number(x, f"T.cast(x, {dtype.name})")
+        return elemfn.convert_constant(dtype.name, value)
     return N.Cast(dtype, N.lift(x))
 
 
@@ -261,13 +267,15 @@ def infinity(dtype):
     T.fill(row_max, -T.infinity("float32"))
     ```
     """
-    program_dtype(dtype)
+    if program_dtype(dtype).is_int:
+        raise CompileError(f"T.infinity({program_dtype(dtype).name}): an int dtype has no infinity; use "
+                           f"T.max_value({program_dtype(dtype).name!r}) / T.min_value(...)")
     return float("inf")
 
 
 def max_value(dtype):
-    """The largest finite value of `dtype` (3.4028235e38 for float32, 65504 for float16), a number known while
-    tracing.
+    """The largest finite value of `dtype` (3.4028235e38 for float32, 65504 for float16, 448 for float8_e4m3fn, 127
+    for int8), a number known while tracing.
 
     Example:
 
@@ -279,7 +287,8 @@ def max_value(dtype):
 
 
 def min_value(dtype):
-    """The lowest finite value of `dtype` (`-T.max_value(dtype)`), a number known while tracing.
+    """The lowest finite value of `dtype` (`-T.max_value(dtype)` for floats; -128 for int8, 0 for uint8), a number
+    known while tracing.
 
     Example:
 
@@ -287,7 +296,8 @@ def min_value(dtype):
     T.fill(row_max, T.min_value("float32"))
     ```
     """
-    return -elemfn.MAX_FINITE[program_dtype(dtype).name]
+    dt = program_dtype(dtype)
+    return elemfn.MIN_INT[dt.name] if dt.is_int else -elemfn.MAX_FINITE[dt.name]
 
 
 def program_dtype(dtype):

@@ -242,6 +242,22 @@ class ScalarProxy(_DeviceValue):
     def __truediv__(self, o): return self._e() / o
     def __rtruediv__(self, o): return as_expr(o) / self._e()
     def __neg__(self): return -self._e()
+    # the int operations (ir/elemfn.py's INT rows; a float scalar is refused there, naming T.cast)
+    def __floordiv__(self, o): return self._e() // o
+    def __rfloordiv__(self, o): return as_expr(o) // self._e()
+    def __mod__(self, o): return self._e() % o
+    def __rmod__(self, o): return as_expr(o) % self._e()
+    def __and__(self, o): return self._e() & o
+    def __rand__(self, o): return as_expr(o) & self._e()
+    def __or__(self, o): return self._e() | o
+    def __ror__(self, o): return as_expr(o) | self._e()
+    def __xor__(self, o): return self._e() ^ o
+    def __rxor__(self, o): return as_expr(o) ^ self._e()
+    def __lshift__(self, o): return self._e() << o
+    def __rlshift__(self, o): return as_expr(o) << self._e()
+    def __rshift__(self, o): return self._e() >> o
+    def __rrshift__(self, o): return as_expr(o) >> self._e()
+    def __invert__(self): return ~self._e()
 
 
 

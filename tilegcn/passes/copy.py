@@ -12,6 +12,8 @@ from ..amdgcn.memory import access_width, masked_dims, pack_f32_pair, unpack_16b
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.ops import TileOp
+from ..ir.types import float32
+from . import dtype_convert
 from .context import Context, LaneMask
 
 
@@ -59,9 +61,9 @@ def _load_mode(frag: N.Buffer, g: N.Buffer, lay, per: int) -> str:
     half of an fp32 run and widen them downwards; temp: load into temporaries and convert."""
     if lay.regs.file != "v":
         return "temp"
-    if frag.dtype == g.dtype and (not lay.packed or per % 2 == 0):
+    if frag.dtype == g.dtype and (g.dtype.bytes == 4 or lay.packed and per % 2 == 0):
         return "direct"
-    if not lay.packed and g.dtype.is_16bit and per % 2 == 0:
+    if frag.dtype == float32 and g.dtype.is_16bit and per % 2 == 0:
         return "inplace"
     return "temp"
 
@@ -92,7 +94,8 @@ def _load_pieces(ctx, region, frag, lay, pieces, mask, mode):
             dst = lay.regs[r + per - dwords:r + per]
         else:
             dst = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
-        ctx.access.load(dst, width, g, index, mask, comment=f"{g.name} -> {frag.name}[{r}:{r + per}]")
+        ctx.access.load(dst, width, g, index, mask, comment=f"{g.name} -> {frag.name}[{r}:{r + per}]",
+                        op=dtype_convert.load_opcode(g.dtype, width))
         loaded.append((r, per, dst))
     if mode == "direct":
         return
@@ -100,20 +103,55 @@ def _load_pieces(ctx, region, frag, lay, pieces, mask, mode):
         if mode == "inplace":
             _widen_in_place(b, lay.regs, r, per, g.dtype)
             continue
-        values = []
-        for e in range(per):
-            word = dst[e * g.dtype.bytes // 4]
-            if g.dtype.is_16bit:
-                tmp = b.v.alloc()
-                unpack_16bit_to_f32(b, tmp, word, e % 2 == 1, g.dtype)
-                values.append(tmp)
-            else:
-                values.append(word)
-        _store_elements(ctx, frag, r, values)
-        for v in values:
-            if v.index < dst.index or v.index >= dst.index + dst.count:
-                b.v.free(v)
+        if _is_wide_float(g.dtype) and _is_wide_float(frag.dtype):
+            values = []  # (as it always was: fp32 values of 32- and 16-bit floats)
+            for e in range(per):
+                word = dst[e * g.dtype.bytes // 4]
+                if g.dtype.is_16bit:
+                    tmp = b.v.alloc()
+                    unpack_16bit_to_f32(b, tmp, word, e % 2 == 1, g.dtype)
+                    values.append(tmp)
+                else:
+                    values.append(word)
+            _store_elements(ctx, frag, r, values)
+            for v in values:
+                if v.index < dst.index or v.index >= dst.index + dst.count:
+                    b.v.free(v)
+        else:
+            with _Temps(b) as alloc:
+                values = [_converted(b, alloc, dtype_convert.extract(b, alloc, dst, e, g.dtype), g.dtype, frag.dtype)
+                          for e in range(per)]
+                _store_elements(ctx, frag, r, values)
         b.v.free(dst)
+
+
+def _is_wide_float(dtype) -> bool:
+    """float32, float16 or bfloat16: the dtypes this file converted before the int and fp8 ones came."""
+    return dtype == float32 or dtype.is_16bit
+
+
+class _Temps:
+    """VGPR temporaries for a conversion, freed together at the end of the `with` block."""
+
+    def __init__(self, b):
+        self.b, self.regs = b, []
+
+    def __enter__(self):
+        return self
+
+    def __call__(self):
+        reg = self.b.v.alloc()
+        self.regs.append(reg)
+        return reg
+
+    def __exit__(self, *exc):
+        for reg in self.regs:
+            self.b.v.free(reg)
+
+
+def _converted(b, alloc, value, src, dst):
+    """The held value of `src` converted to `dst` (T.cast's rules; 16-bit floats are rounded where packed)."""
+    return dtype_convert.convert(b, alloc, value, dtype_convert.kind_of(src), dst, pack16=False, src_dtype=src)
 
 
 def _widen_in_place(b, regs, r: int, per: int, dtype):
@@ -161,7 +199,8 @@ def lower_copy_fragment_to_global(ctx: Context, s: TileOp):
     g = region.buffer
     lay = ctx.layouts[frag]
     pieces, mask = _pieces(ctx, region, frag)
-    direct = frag.dtype == g.dtype and lay.regs.file == "v" and (not lay.packed or pieces[0][1] % 2 == 0)
+    direct = frag.dtype == g.dtype and lay.regs.file == "v" and (g.dtype.bytes == 4 or lay.packed
+                                                                and pieces[0][1] % 2 == 0)
     indices: dict = {}  # fragment origin -> its global index (accumulator runs share one origin)
     for writer, group in _by_writer(lay, pieces):
         with WriterMask(ctx, writer):
@@ -220,6 +259,16 @@ class WriterMask(LaneMask):
 def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):
     """Elements r..r+per of a fragment, as `dtype`, packed into the registers `dst`."""
     b = ctx.b
+    if not (_is_wide_float(dtype) and _is_wide_float(frag.dtype)):
+        with _Temps(b) as alloc:
+            values = []
+            for e in range(per):
+                value, temp = ctx.read_f32(frag, r + e)
+                if temp:
+                    alloc.regs.append(value)
+                values.append(_converted(b, alloc, value, frag.dtype, dtype))
+            dtype_convert.pack(b, alloc, dst, values, dtype, src_dtype=frag.dtype)
+        return
     step = 2 if dtype.is_16bit else 1
     for e in range(0, per, step):
         lo, lo_tmp = ctx.read_f32(frag, r + e)
@@ -235,10 +284,16 @@ def _convert_run(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype):
 
 
 def lower_copy_fragment_to_fragment(ctx: Context, s: TileOp):
+    """Element by element; between dtypes, each converted as T.cast converts it (`T.copy(frag_f32, frag_fp8)`)."""
     src, dst = s.src.buffer, s.dst.buffer
+    same_domain = src.dtype.is_float and dst.dtype.is_float and not dst.dtype.is_fp8
     for r in range(ctx.layouts[dst].elems):
         value, temp = ctx.read_f32(src, r)
-        _store_element(ctx, dst, r, value)
+        if same_domain or src.dtype == dst.dtype:
+            _store_element(ctx, dst, r, value)
+        else:
+            with _Temps(ctx.b) as alloc:
+                _store_element(ctx, dst, r, _converted(ctx.b, alloc, value, src.dtype, dst.dtype))
         if temp:
             ctx.b.v.free(value)
 

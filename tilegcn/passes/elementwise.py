@@ -20,6 +20,7 @@ from ..ir import nodes as N
 from ..ir.layout import Slice, register_of
 from ..ir.ops import TileOp
 from ..ir.types import float32
+from . import dtype_convert
 from .context import Context
 
 # llvm.exp.f32's expansion (llc -mcpu=gfx942): log2(e) as f32 plus its low part, and the inputs below
@@ -103,58 +104,81 @@ class ElementEvaluator:
         return t
 
     def eval(self, e: N.Expr, r: int, dst: Reg | None = None):
-        """fp32 value of `e` at element r: a float constant, an SGPR or a VGPR."""
-        if isinstance(e, N.Const):
-            return _f32(e.value)
-        if isinstance(e, N.ScalarRef):
-            reg = self.ctx.abi.scalars[e.param]
-            if e.param.dtype.name == "float32":
-                return reg
-            t = dst or self.temp()
-            self.b.emit("v_cvt_f32_i32", t, reg)
-            return t
-        if isinstance(e, N.ElemRef):
-            if e.buffer.scope == N.GLOBAL:
-                return self.prefetched[(e.buffer, _element_index(self.ctx, e, r))]
-            value, is_temp = self.ctx.read_f32(e.buffer, self.register_of(e, r))
-            if is_temp:
-                self.temps.append(value)
-            return value
-        if isinstance(e, N.IndexValue):
-            return self._index_value(e, r, dst)
-        if isinstance(e, N.Call):
-            return self._apply(e, r, dst)
-        if isinstance(e, N.Cast):
-            return self._cast(e, r, dst)
-        raise TypeError(f"unknown expression {e!r}")
+        """fp32 value of `e` at element r: a float constant, an SGPR or a VGPR (an int expression converted)."""
+        return self.eval_as(e, r, N.FLOAT, dst)
 
-    def _index_value(self, e: N.IndexValue, r: int, dst):
-        """An index at element r (its T.Parallel indices replaced by the layout's coordinates) as fp32: a constant, or
-        the int in an SGPR or VGPR converted."""
-        store = self.ctx.current_parallel
-        coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
-        index = sympy.expand(sympy.sympify(e.expr).xreplace(dict(zip(store.indices, coords))))
-        value = self.ctx.lower.operand(index)
+    def eval_as(self, e: N.Expr, r: int, kind: str, dst: Reg | None = None):
+        """The value of `e` at element r in domain `kind` (N.FLOAT / N.INT): an int expression meeting a float one
+        is converted (C's usual arithmetic conversions); a float never becomes an int without T.cast."""
+        value, own = self.eval_value(e, r, dst, want=kind)
+        if own == kind or isinstance(value, bool):
+            return value
+        assert own == N.INT and kind == N.FLOAT, f"internal: a {own} value where an {kind} one belongs"
         if isinstance(value, int):
             return float(value)
         out = dst or self.temp()
         self.b.emit("v_cvt_f32_i32", out, value)
         return out
 
-    def _apply(self, e: N.Call, r: int, dst):
+    def eval_value(self, e: N.Expr, r: int, dst: Reg | None = None, want: str = N.FLOAT) -> tuple:
+        """(value of `e` at element r, its domain): a float or int constant, an SGPR or a VGPR; an expression of int
+        literals only (N.WEAK) is evaluated in `want`'s domain."""
+        kind = N.value_kind(e) if not N.is_condition(e) else None
+        if kind == N.WEAK:
+            kind = want
+        if isinstance(e, N.Const):
+            return (_f32(e.value) if kind == N.FLOAT else elemfn.wrap32(e.value)), kind
+        if isinstance(e, N.ScalarRef):
+            return self.ctx.abi.scalars[e.param], kind
+        if isinstance(e, N.ElemRef):
+            if e.buffer.scope == N.GLOBAL:
+                return self.prefetched[(e.buffer, _element_index(self.ctx, e, r))], kind
+            value, is_temp = self.ctx.read_f32(e.buffer, self.register_of(e, r))
+            if is_temp:
+                self.temps.append(value)
+            return value, kind
+        if isinstance(e, N.IndexValue):
+            return self._index_value(e, r), kind
+        if isinstance(e, N.Call):
+            return self._apply(e, r, dst, kind), kind
+        if isinstance(e, N.Cast):
+            return self._cast(e, r, dst), kind
+        raise TypeError(f"unknown expression {e!r}")
+
+    def _index_value(self, e: N.IndexValue, r: int):
+        """An index at element r (its T.Parallel indices replaced by the layout's coordinates) as a 32-bit int: a
+        constant, or the int in an SGPR or VGPR."""
+        store = self.ctx.current_parallel
+        coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
+        index = sympy.expand(sympy.sympify(e.expr).xreplace(dict(zip(store.indices, coords))))
+        value = self.ctx.lower.operand(index)
+        return int(value) if isinstance(value, int) else value
+
+    def _apply(self, e: N.Call, r: int, dst, kind):
         """An element function: its operands (values first, then a condition: a condition lives in VCC, which the
-        value sequences of exp, max, ... overwrite), folded where all are known, else its LOWERINGS row."""
+        value sequences of exp, max, ... overwrite) in the row's domain, folded where all are known, else its
+        LOWERINGS row (INT_LOWERINGS for an int computation)."""
         row = elemfn.ELEMENT_FUNCTIONS[e.fn]
+        if kind is None:  # a condition: its values compare in their joint domain (float if either is)
+            kind = N.join_kinds(N.value_kind(a) for a, k in zip(e.args, row.operand_kinds) if k == elemfn.VALUE)
+            kind = N.FLOAT if kind == N.WEAK else kind
         operands = [None] * row.arity
         for n, k in enumerate(row.evaluation_order):
-            operands[k] = self.eval(e.args[k], r)
+            if row.operand_kinds[k] == elemfn.CONDITION:
+                operands[k] = self.eval_value(e.args[k], r)[0]
+            else:
+                operands[k] = self.eval_as(e.args[k], r, kind)
             if operands[k] is VCC and n + 1 < row.arity:  # another condition comes: keep this one in an SGPR pair
                 operands[k] = self.b.s.alloc(2, align=2, what="a condition")
                 self.b.emit("s_mov_b64", operands[k], VCC, defs=(operands[k],), uses=(VCC,))
-        if all(type(x) is float or type(x) is bool for x in operands):
+        if all(type(x) in (float, int, bool) for x in operands):
             folded = row.fold(*operands)
-            return folded if row.result == elemfn.CONDITION else _f32(folded)
+            if row.result == elemfn.CONDITION:
+                return folded
+            return elemfn.wrap32(folded) if kind == N.INT else _f32(folded)
         out = None if row.result == elemfn.CONDITION else dst or self.temp()
+        if kind == N.INT and e.fn in INT_LOWERINGS:
+            return INT_LOWERINGS[e.fn](self, out, *operands)
         return LOWERINGS[e.fn](self, out, *operands)
 
     def _exp(self, x: Reg, out: Reg):
@@ -255,16 +279,17 @@ class ElementEvaluator:
         return out
 
     def _cast(self, e: N.Cast, r: int, dst):
-        x = self.eval(e.x, r)
-        if e.dtype.name == "float32":
-            return x
-        if isinstance(x, float):
-            return elemfn.round_to(e.dtype.name, x)
-        out = dst or self.temp()
-        packed = self.temp()
-        pack_f32_pair(self.b, packed, self.vgpr(x), None, e.dtype)
-        unpack_16bit_to_f32(self.b, out, packed, False, e.dtype)
-        return out
+        """T.cast: the value of e.x converted to e.dtype as torch's .to() (passes/dtype_convert.py), held as that
+        dtype's domain (fp32 for float dtypes, a 32-bit int for int dtypes)."""
+        x, kind = self.eval_value(e.x, r, want=N.INT if e.dtype.is_int else N.FLOAT)
+        if e.dtype.is_16bit and kind == N.FLOAT and not isinstance(x, float):
+            out = dst or self.temp()
+            packed = self.temp()
+            pack_f32_pair(self.b, packed, self.vgpr(x), None, e.dtype)
+            unpack_16bit_to_f32(self.b, out, packed, False, e.dtype)
+            return out
+        source = e.x.buffer.dtype if isinstance(e.x, N.ElemRef) else None
+        return dtype_convert.convert(self.b, self.temp, x, kind, e.dtype, src_dtype=source)
 
 
 # ---- lowering rows: one per row of ir/elemfn.py, (evaluator, out, *operands) -> the value --------------------------
@@ -534,7 +559,193 @@ def _not(ev, out, mask):
     return VCC
 
 
+# ---- 32-bit int lowerings: the rows of the ANY domain computed on ints (INT_LOWERINGS) and the INT rows --------------
+# Operands are ints (constants), SGPRs or VGPRs. Literals outside -16..64 fit VOP2's src0 only: VOP3 (v_mul_lo_u32,
+# v_bfe) takes none on gfx9, so they go through a VGPR there.
+
+def _int_vop2(op: str, commutative: bool, reverse: str | None = None):
+    """A VOP2 int op: src1 must be a VGPR (swap commutative operands, or use the reversed form)."""
+    def lower(ev, out, a, b):
+        if not _is_vgpr(b):
+            if _is_vgpr(a) and commutative:
+                a, b = b, a
+            elif _is_vgpr(a) and reverse:
+                ev.b.emit(reverse, out, b, a)
+                return out
+            else:
+                b = ev.vgpr(b)
+        ev.b.emit(op, out, a, b)
+        return out
+    return lower
+
+
+def _vop3_int(ev, x):
+    """An int operand of a VOP3 instruction: an inline constant or a register (a literal goes through a VGPR)."""
+    return ev.vgpr(x) if isinstance(x, int) and not -16 <= x <= 64 else x
+
+
+def _int_mul(ev, out, a, b):
+    a, b = _vop3_int(ev, a), _vop3_int(ev, b)
+    if not _is_vgpr(a) and not _is_vgpr(b):
+        b = ev.vgpr(b)  # one SGPR or constant per VOP3 on the constant bus
+    ev.b.emit("v_mul_lo_u32", out, a, b)
+    return out
+
+
+def _int_neg(ev, out, x):
+    ev.b.emit("v_sub_u32", out, 0, ev.vgpr(x))
+    return out
+
+
+def _int_abs(ev, out, x):
+    """|x| as torch (INT_MIN stays INT_MIN): max(x, -x)."""
+    x = ev.vgpr(x)
+    t = ev.temp()
+    ev.b.emit("v_sub_u32", t, 0, x)
+    ev.b.emit("v_max_i32", out, x, t)
+    return out
+
+
+_INT_COMPARE = {"lt": ("lt", "gt"), "le": ("le", "ge"), "gt": ("gt", "lt"), "ge": ("ge", "le"), "eq": ("eq", "eq"),
+                "ne": ("ne", "ne")}
+
+
+def _int_compare(op: str):
+    def lower(ev, out, a, b):
+        direct, swapped = _INT_COMPARE[op]
+        if not _is_vgpr(b):
+            if _is_vgpr(a):
+                a, b, direct = b, a, swapped
+            else:
+                b = ev.vgpr(b)
+        ev.b.emit(f"v_cmp_{direct}_i32", VCC, a, b, defs=(VCC,))
+        return VCC
+    return lower
+
+
+def _int_if_then_else(ev, out, cond, a, b):
+    if isinstance(cond, bool):
+        return a if cond else b
+    false = b if isinstance(b, int) and -16 <= b <= 64 else ev.vgpr(b)  # the mask takes the one constant bus
+    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), cond)
+    return out
+
+
+def _shift(op: str):
+    """x << n, x >> n (arithmetic): the reversed VOP2 forms take the count first, the value (a VGPR) second."""
+    def lower(ev, out, x, n):
+        ev.b.emit(op, out, n, ev.vgpr(x))
+        return out
+    return lower
+
+
+def _bitnot(ev, out, x):
+    ev.b.emit("v_xor_b32", out, -1, ev.vgpr(x))
+    return out
+
+
+def _power_of_two(x) -> int | None:
+    return x.bit_length() - 1 if isinstance(x, int) and x > 0 and x & (x - 1) == 0 else None
+
+
+def _floordiv(ev, out, a, b):
+    k = _power_of_two(b)
+    if k is not None:  # floor(a / 2^k) is the arithmetic shift, negative a included
+        ev.b.emit("v_ashrrev_i32", out, k, ev.vgpr(a))
+        return out
+    q, _ = _divmod_floor(ev, a, b)
+    ev.b.emit("v_mov_b32", out, q)
+    return out
+
+
+def _mod(ev, out, a, b):
+    k = _power_of_two(b)
+    if k is not None:  # a mod 2^k rounding toward -inf: the low k bits (two's complement)
+        ev.b.emit("v_and_b32", out, b - 1, ev.vgpr(a))
+        return out
+    _, rem = _divmod_floor(ev, a, b)
+    ev.b.emit("v_mov_b32", out, rem)
+    return out
+
+
+# 2^32 - 512 as f32 (0x4F7FFFFE): LLVM's scale of the reciprocal estimate in its 32-bit udiv expansion
+# (AMDGPUCodeGenPrepare expandDivRem32), chosen so that the estimate of 2^32 / y never exceeds the true quotient
+RCP_SCALE_BITS = 0x4F7FFFFE
+
+
+def _divmod_floor(ev, a, b) -> tuple:
+    """(floor(a / b), a - b * floor(a / b)) of 32-bit ints as TVM's floordiv / floormod (Python's // and %): the
+    magnitudes divided as LLVM expands a 32-bit udiv (an f32 reciprocal estimate, one Newton step in integers, two
+    corrections), the signs applied (a truncated quotient), then one step toward -inf where the remainder's sign
+    differs from the divisor's. Division by 0 gives an unspecified value (torch raises; C and TVM leave it
+    undefined)."""
+    emit = ev.b.emit
+    a, b = ev.vgpr(a), ev.vgpr(b)
+    t = [ev.temp() for _ in range(9)]
+    sa, sb, ua, ub, z, q, rem, u, w = t
+    emit("v_ashrrev_i32", sa, 31, a, comment="sign of a (0 or -1)")
+    emit("v_ashrrev_i32", sb, 31, b)
+    emit("v_add_u32", ua, a, sa)
+    emit("v_xor_b32", ua, ua, sa, comment="|a|")
+    emit("v_add_u32", ub, b, sb)
+    emit("v_xor_b32", ub, ub, sb, comment="|b|")
+    emit("v_cvt_f32_u32", z, ub)
+    emit("v_rcp_iflag_f32", z, z)
+    emit("v_mul_f32", z, _bits_f32(RCP_SCALE_BITS), z)
+    emit("v_cvt_u32_f32", z, z, comment="~2^32 / |b|, never above")
+    emit("v_sub_u32", u, 0, ub)
+    emit("v_mul_lo_u32", u, u, z)
+    emit("v_mul_hi_u32", u, z, u)
+    emit("v_add_u32", z, z, u, comment="refined")
+    emit("v_mul_hi_u32", q, ua, z, comment="quotient estimate")
+    emit("v_mul_lo_u32", u, q, ub)
+    emit("v_sub_u32", rem, ua, u)
+    for _ in range(2):  # the estimate is low by at most 2
+        emit("v_cmp_ge_u32", VCC, rem, ub, defs=(VCC,))
+        emit("v_sub_u32", u, rem, ub)
+        emit("v_cndmask_b32", rem, rem, u, VCC)
+        emit("v_add_u32", u, 1, q)
+        emit("v_cndmask_b32", q, q, u, VCC)
+    emit("v_xor_b32", w, sa, sb, comment="the quotient's sign")
+    emit("v_xor_b32", q, q, w)
+    emit("v_sub_u32", q, q, w, comment="truncated quotient")
+    emit("v_xor_b32", rem, rem, sa)
+    emit("v_sub_u32", rem, rem, sa, comment="its remainder (the sign of a)")
+    emit("v_xor_b32", w, rem, b)
+    emit("v_cmp_gt_i32", VCC, 0, w, defs=(VCC,), comment="signs of remainder and b differ...")
+    flags = ev.b.s.alloc(2, align=2, what="a nonzero remainder")
+    emit("v_cmp_ne_u32", flags, 0, rem, defs=(flags,))
+    emit("s_and_b64", VCC, VCC, flags, defs=(VCC,), uses=(VCC, flags), comment="...and it is not 0")
+    ev.b.s.free(flags)
+    emit("v_add_u32", u, -1, q)
+    emit("v_cndmask_b32", q, q, u, VCC, comment="floor")
+    emit("v_add_u32", u, rem, b)
+    emit("v_cndmask_b32", rem, rem, u, VCC)
+    return q, rem
+
+
+INT_LOWERINGS = {
+    "add": _int_vop2("v_add_u32", True),
+    "sub": _int_vop2("v_sub_u32", False, reverse="v_subrev_u32"),
+    "mul": _int_mul,
+    "max": _int_vop2("v_max_i32", True),
+    "min": _int_vop2("v_min_i32", True),
+    "neg": _int_neg,
+    "abs": _int_abs,
+    **{op: _int_compare(op) for op in _INT_COMPARE},
+    "if_then_else": _int_if_then_else,
+}
+
+
 LOWERINGS = {
+    "floordiv": _floordiv,
+    "mod": _mod,
+    "bitand": _int_vop2("v_and_b32", True),
+    "bitor": _int_vop2("v_or_b32", True),
+    "bitxor": _int_vop2("v_xor_b32", True),
+    "shl": _shift("v_lshlrev_b32"),
+    "shr": _shift("v_ashrrev_i32"),
+    "bitnot": _bitnot,
     "add": lambda ev, out, a, b: ev._emit2("add", a, b, out),
     "sub": lambda ev, out, a, b: ev._emit2("sub", a, b, out),
     "mul": lambda ev, out, a, b: ev._emit2("mul", a, b, out),
@@ -588,22 +799,28 @@ def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
 
 
 def _prefetch_global_reads(ctx: Context, s: TileOp, elems: int) -> dict:
+    """{(global buffer, index): VGPR with the element's held value} for every global element the loop reads, all
+    loads issued before the first conversion (an int64 element: its low word)."""
     out = {}
     refs = [e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.GLOBAL]
     for ref in refs:
         g = ref.buffer
         mask = list(range(1, len(g.shape)))
+        width = min(g.dtype.bytes, 4)
         for r in range(elems):
             index = _element_index(ctx, ref, r)
             key = (g, index)
             if key in out:
                 continue
             reg = ctx.b.v.alloc()
-            ctx.access.load(reg, g.dtype.bytes, g, index, mask, comment=f"{g.name}[...] for element {r}")
+            ctx.access.load(reg, width, g, index, mask, comment=f"{g.name}[...] for element {r}",
+                            op=dtype_convert.load_opcode(g.dtype, width))
             out[key] = reg
     for (g, _), reg in out.items():
         if g.dtype.is_16bit:
             unpack_16bit_to_f32(ctx.b, reg, reg, False, g.dtype)
+        elif g.dtype.is_fp8:
+            ctx.b.emit(f"v_cvt_f32_{dtype_convert.fp8_mnemonic(g.dtype)}", reg, reg)
     return out
 
 
@@ -663,11 +880,17 @@ def lower_parallel(ctx: Context, s: TileOp):
     ev = ElementEvaluator(ctx, prefetched)
     direct = lay.regs.file == "v" and not lay.packed
     step = 2 if lay.packed else 1
+    dtype = s.buffer.dtype
+    kind = dtype_convert.kind_of(dtype)
+    source = s.value.buffer.dtype if isinstance(s.value, N.ElemRef) else None
     for r in range(0, lay.elems, step):
         values = []
         for e in range(step):
             dst = ctx.element_reg(s.buffer, r + e) if direct else None
-            values.append(ev.eval(s.value, r + e, dst))
+            value, own = ev.eval_value(s.value, r + e, dst, want=kind)
+            if own != kind or dtype.bytes != 4 and not dtype.is_16bit:  # a conversion T.cast's rules make
+                value = dtype_convert.convert(ctx.b, ev.temp, value, own, dtype, pack16=False, src_dtype=source)
+            values.append(value)
         values = [ev.vgpr(v) if not _is_vgpr(v) else v for v in values]
         if lay.packed:
             ctx.write_f32(s.buffer, r, values[0], values[1])
@@ -681,6 +904,11 @@ def lower_parallel(ctx: Context, s: TileOp):
 
 def lower_fill(ctx: Context, s: TileOp):
     lay = ctx.layouts[s.buffer]
+    if s.buffer.dtype.is_int or s.buffer.dtype.is_fp8:  # the value converted as T.cast converts it
+        value = elemfn.convert_constant(s.buffer.dtype.name, s.value)
+        for i in range(lay.nregs):
+            ctx.b.valu("v_mov_b32", lay.regs[i], value)
+        return
     value = _f32(s.value)
     if lay.regs.file == "a":
         _fill_accumulator(ctx, lay.regs, value)

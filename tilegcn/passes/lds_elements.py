@@ -21,12 +21,19 @@ from ..amdgcn.addr import linear_form, split_const
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..ir import nodes as N
 from .context import Context
-from .copy import WriterMask, _by_writer, _store_element, global_index
+from . import dtype_convert
+from .copy import WriterMask, _by_writer, _convert_run, _converted, _store_element, _Temps, global_index
 from .gemm import lds_barrier
 
 READ_BATCH = 16  # elements whose ds_reads are in flight before their values are converted
-DS_READ = {2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}  # by access bytes
-DS_WRITE = {2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64", 16: "ds_write_b128"}
+DS_READ = {1: "ds_read_u8", 2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}  # by bytes
+DS_WRITE = {1: "ds_write_b8", 2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64", 16: "ds_write_b128"}
+
+
+def _classic(frag: N.Buffer, dtype) -> bool:
+    """fp32 / 16-bit float elements into or out of a float fragment (converted as this file always did); the int and
+    fp8 dtypes go through passes/dtype_convert.py."""
+    return (dtype.is_16bit or dtype.name == "float32") and frag.dtype.is_float and not frag.dtype.is_fp8
 
 
 def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
@@ -85,7 +92,7 @@ def lower_shared_to_fragment(ctx: Context, s) -> None:
     region, frag = s.src, s.dst.buffer
     lay, b, dtype = ctx.layouts[frag], ctx.b, region.buffer.dtype
     lds_barrier(ctx, "read")
-    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4
+    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4 and frag.dtype == dtype
     for batch in _batches(_runs(ctx, region, frag)):
         loaded = []
         for r, per, width, address in batch:
@@ -96,6 +103,13 @@ def lower_shared_to_fragment(ctx: Context, s) -> None:
                    comment=f"{region.buffer.name} -> {frag.name}[{r}:{r + per}]")
             loaded.append((r, per, dst))
         for r, per, dst in ([] if direct else loaded):
+            if not _classic(frag, dtype):
+                with _Temps(b) as alloc:
+                    for e in range(per):
+                        value = dtype_convert.extract(b, alloc, dst, e, dtype)
+                        _store_element(ctx, frag, r + e, _converted(b, alloc, value, dtype, frag.dtype))
+                b.v.free(dst)
+                continue
             for e in range(per):
                 word = dst[e * dtype.bytes // 4]
                 if dtype.is_16bit:
@@ -117,7 +131,7 @@ def lower_fragment_to_shared(ctx: Context, s) -> None:
     runs = _runs(ctx, region, frag)
     addresses = {r: address for r, _, _, address in runs}
     pieces = [(r, per, width) for r, per, width, _ in runs]
-    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4
+    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4 and frag.dtype == dtype
     for writer, group in _by_writer(lay, pieces):
         with WriterMask(ctx, writer):
             for r, per, width in group:
@@ -137,6 +151,9 @@ def lower_fragment_to_shared(ctx: Context, s) -> None:
 def _pack(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype) -> None:
     """Elements r..r+per of fragment `frag` as `dtype` in the registers `dst` (16-bit: two a register, low first)."""
     b = ctx.b
+    if not _classic(frag, dtype):
+        _convert_run(ctx, frag, r, per, dst, dtype)
+        return
     step = 2 if dtype.is_16bit else 1
     for e in range(0, per, step):
         lo, lo_temp = ctx.read_f32(frag, r + e)

@@ -40,8 +40,10 @@ class Stager:
                               if r.buffer.scope == N.SHARED}
 
     def fragment(self, of: N.Buffer, shape, loc) -> N.Buffer:
-        """A fresh fp32 fragment of `shape` staging buffer `of` (named after it in kernel.ir and the asm)."""
-        buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, float32, tuple(shape), loc=loc)
+        """A fresh fragment of `shape` staging buffer `of` (named after it in kernel.ir and the asm): fp32 for float
+        buffers, `of`'s own dtype for int and fp8 ones (their values pass unchanged; a store converts once)."""
+        dtype = of.dtype if of.dtype.is_int or of.dtype.is_fp8 else float32
+        buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, dtype, tuple(shape), loc=loc)
         self.fragments.append(buf)
         return buf
 

@@ -202,7 +202,7 @@ def lower_reduce(ctx: Context, s):
     plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
     dst_lay = ctx.layouts[s.dst]
     direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
-    red = Reducer(b, s.op)
+    red = Reducer(b, s.op, integer=_integer_reduction(s))
     values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
     red.across_lanes(values, lane_bits)
@@ -221,6 +221,23 @@ def lower_reduce(ctx: Context, s):
     _store(ctx, s.dst, values)
     for x in values:
         b.v.free(x)
+
+
+def _integer_reduction(s) -> bool:
+    """Whether `s` combines 32-bit ints (an int source: sum, max, min into an int destination)."""
+    if not s.src.dtype.is_int and not s.dst.dtype.is_int:
+        return False
+    if s.src.dtype.is_int != s.dst.dtype.is_int:
+        raise CompileError(f"T.reduce_{s.op} of {s.src.name} ({s.src.dtype.name}) into {s.dst.name} "
+                           f"({s.dst.dtype.name}): an int fragment reduces into an int fragment; T.copy it into a "
+                           "fragment of the other dtype first (T.copy converts)", location=s.loc)
+    if s.op.startswith("abs"):
+        raise CompileError(f"T.reduce_{s.op} of the int fragment {s.src.name}: absmax / abssum reduce float "
+                           "fragments; T.copy it into a float32 fragment first", location=s.loc)
+    if s.src.dtype.bytes < 4 and s.op == "sum":
+        raise CompileError(f"T.reduce_sum of the {s.src.dtype.name} fragment {s.src.name}: its sum would not wrap "
+                           f"to {s.src.dtype.name}; T.copy it into an int32 fragment first", location=s.loc)
+    return True
 
 
 def _store(ctx: Context, dst: N.Buffer, values: list):

@@ -90,12 +90,17 @@ def _reg(x) -> Reg:
     return x.reg if isinstance(x, Abs) else x
 
 
-class Reducer:
-    """Emits the combining of fp32 VGPR values for one reduction op ('sum', 'max', 'min') into builder `b`."""
+_INT_VOP2 = {"sum": "v_add_u32", "max": "v_max_i32", "min": "v_min_i32"}
 
-    def __init__(self, b, op: str):
-        self.b, self.arch, self.op = b, b.arch, combine_op(op)
+
+class Reducer:
+    """Emits the combining of fp32 VGPR values (32-bit ints with `integer`: an int fragment's) for one reduction op
+    ('sum', 'max', 'min') into builder `b`."""
+
+    def __init__(self, b, op: str, integer: bool = False):
+        self.b, self.arch, self.op, self.integer = b, b.arch, combine_op(op), integer
         self._bpermute_address = None
+        self._add_dpp = "v_add_u32_dpp" if integer else "v_add_f32_dpp"
 
     # -- one pair -------------------------------------------------------------------------------
     def combine(self, dst: Reg, a, c):
@@ -103,6 +108,9 @@ class Reducer:
         op(a, c) == op(c, a)."""
         b = self.b
         ra, rc = _reg(a), _reg(c)
+        if self.integer:  # two's complement: wraps as torch's int32 sum, no NaN
+            b.emit(_INT_VOP2[self.op], dst, a, c, defs=(dst,), uses=(ra, rc))
+            return
         vop3 = "_e64" if isinstance(a, Abs) or isinstance(c, Abs) else ""  # |x| is a VOP3 source modifier
         if self.op == "sum":
             b.emit(f"v_add_f32{vop3}", dst, a, c, defs=(dst,), uses=(ra, rc))
@@ -135,7 +143,7 @@ class Reducer:
     def _dpp(self, x: Reg, k: int):
         control = f"{_DPP_QUAD.get(k) or _DPP_MIRROR[k]} {ALL_ROWS}"
         if self.op == "sum":  # the exchange rides on the add: x = x[partner] + x
-            self.b.emit("v_add_f32_dpp", x, x, x, suffix=control, defs=(x,), uses=(x,),
+            self.b.emit(self._add_dpp, x, x, x, suffix=control, defs=(x,), uses=(x,),
                         comment=f"+ lane ^ {1 << k}")
             return
         t = self.b.v.alloc(what="partner value")
@@ -152,7 +160,7 @@ class Reducer:
         b = self.b
         for control in ("row_bcast:15 row_mask:0xa bank_mask:0xf", "row_bcast:31 row_mask:0xc bank_mask:0xf"):
             if self.op == "sum":
-                b.emit("v_add_f32_dpp", x, x, x, suffix=control, defs=(x,), uses=(x,), comment="+ an earlier row")
+                b.emit(self._add_dpp, x, x, x, suffix=control, defs=(x,), uses=(x,), comment="+ an earlier row")
                 continue
             t = b.v.alloc(what="an earlier row's value")
             # the rows row_mask leaves out keep t's old bits: what they combine is never read (only lane 63 is)
