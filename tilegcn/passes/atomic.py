@@ -1,0 +1,301 @@
+"""Atomic lowering: T.atomic_add / atomic_max / atomic_min of a fragment's elements into global or shared memory.
+
+Input: an Atomic statement (ops/atomic.py) whose source fragment has a layout. Output: per element the thread holds
+(its writer thread only, where the layout replicates it: each element is applied once), one atomic instruction at
+the destination element's address, the value converted from the fragment's fp32:
+  - global (buffer instructions, addressed and masked at ragged edges as passes/copy.py's stores: a lane outside the
+    tensor gets an offset past NUM_RECORDS, and the hardware drops out-of-range atomics): fp32 add
+    `buffer_atomic_add_f32`; 16-bit add `buffer_atomic_pk_add_f16` / `_bf16` (gfx950 only) on two neighbouring
+    elements at once, or on one element with -0.0 in the other half (x + -0.0 == x for every x, -0.0 included);
+    int32 `buffer_atomic_add / smax / smin`;
+  - shared: `ds_add_f32`, `ds_pk_add_f16 / bf16`, `ds_add_u32`, `ds_max_i32`, `ds_min_i32` at the element's
+    row-major LDS address (passes/lds_elements.py's), after the barrier an LDS write needs.
+fp32 max / min: neither arch has a float max / min atomic on global memory (llvm-mc-22 rejects
+`buffer_atomic_max_f32` / `buffer_atomic_fmax` for gfx942 and gfx950; llc-22 lowers `atomicrmw fmax float` to a
+cmpswap loop), so the value goes through two integer atomics on its bit pattern, which order like floats within
+each sign: max is `smax` with the value where its sign bit is clear (INT_MIN, which changes nothing, otherwise) and
+`umin` with it where set (UINT_MAX otherwise); min is `smin` / `umax` the same way. No loop, and the same in LDS.
+`return_prev`: the returning forms (`sc0` on buffer atomics, `_rtn` on LDS ones) write the element's old value into
+the data register, waited for like a load's; it goes to the `prev` fragment's element.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from ..amdgcn.addr import linear_form
+from ..amdgcn.isa import VCC
+from ..amdgcn.memory import masked_dims, pack_f32_pair, unpack_16bit_to_f32
+from ..errors import CompileError
+from ..ir import nodes as N
+from .context import Context
+from .copy import WriterMask, _by_writer, _store_element
+from .gemm import lds_barrier
+from .lds_elements import _address as lds_address
+
+INT_MIN, UINT_MAX, INT_MAX = 0x80000000, 0xFFFFFFFF, 0x7FFFFFFF
+NEG_ZERO_F32 = 0x80000000  # -0.0: the other half of a lone 16-bit add (converted to the 16-bit -0.0)
+# float max / min as two integer atomics on the bit pattern: (op where the sign bit is clear, its identity),
+# (op where it is set, its identity)
+SIGNED_PAIR = {"max": (("smax", INT_MIN), ("umin", UINT_MAX)), "min": (("smin", INT_MAX), ("umax", 0))}
+INT_OPS = {"add": "add", "max": "smax", "min": "smin"}
+GLOBAL_NAMES = {"add_f32": "buffer_atomic_add_f32", "pk_add_f16": "buffer_atomic_pk_add_f16",
+                "pk_add_bf16": "buffer_atomic_pk_add_bf16", "add": "buffer_atomic_add", "smax": "buffer_atomic_smax",
+                "smin": "buffer_atomic_smin", "umax": "buffer_atomic_umax", "umin": "buffer_atomic_umin"}
+SHARED_NAMES = {"add_f32": "ds_add_f32", "pk_add_f16": "ds_pk_add_f16", "pk_add_bf16": "ds_pk_add_bf16",
+                "add": "ds_add_u32", "smax": "ds_max_i32", "smin": "ds_min_i32", "umax": "ds_max_u32",
+                "umin": "ds_min_u32"}
+
+
+class _Target:
+    """Where one element's atomics go: `issue(kind, data, returning)` emits atomic `kind` (a GLOBAL_NAMES key) with
+    `data` at the element's address; `free()` releases the address registers."""
+
+    def __init__(self, ctx: Context, s, index, shift, mask):
+        self.ctx, self.s = ctx, s
+        if s.dst.scope == N.GLOBAL:
+            self.addr = ctx.access.address(s.dst, index, mask, 4, shift=shift)
+        else:
+            self.vaddr, self.offset = lds_address(ctx, _lds_byte_address(ctx, s.dst, index, shift))
+
+    def moved(self, delta: int):
+        """The same element `delta` bytes further (a lone 16-bit element's dword below it)."""
+        if self.s.dst.scope != N.GLOBAL:
+            imm = int(self.offset.split(":")[1]) + delta
+            if imm < 0:
+                raise CompileError("T.atomic_*: a 16-bit shared element at LDS offset 0 cannot be updated alone",
+                                   location=self.s.loc)
+            self.offset = f"offset:{imm}"
+            return
+        a = self.addr
+        if a.imm + delta >= 0:
+            self.addr = a._replace(imm=a.imm + delta)
+            return
+        b = self.ctx.b
+        moved = b.v.alloc(what="voffset of the dword below")
+        b.emit("v_add_u32", moved, delta, a.voffset, comment="the dword holding the element")
+        if a.temp:
+            b.v.free(a.voffset)
+        self.addr = a._replace(voffset=moved, temp=True)
+
+    def issue(self, kind: str, data, returning: bool, comment: str):
+        """The register holding the old value where `returning` (`data` itself for a buffer atomic; a fresh one for
+        an LDS atomic, `data` then freed), else `data`."""
+        b = self.ctx.b
+        if self.s.dst.scope == N.GLOBAL:
+            a = self.addr
+            b.emit(GLOBAL_NAMES[kind], data, a.voffset, a.srd, a.soffset,
+                   suffix=f"offen offset:{a.imm}" + (" sc0" if returning else ""), comment=comment)
+            return data
+        name = SHARED_NAMES[kind]
+        if not returning:
+            b.emit(name, self.vaddr, data, suffix=self.offset, comment=comment)
+            return data
+        old = b.v.alloc()
+        b.emit("_rtn_".join(name.rsplit("_", 1)), old, self.vaddr, data, suffix=self.offset, comment=comment)
+        b.v.free(data)  # a returning atomic's data is always a temporary of the caller's
+        return old
+
+    def free(self):
+        if self.s.dst.scope == N.GLOBAL and self.addr.temp:
+            self.ctx.b.v.free(self.addr.voffset)
+
+
+def _lds_byte_address(ctx: Context, shared: N.Buffer, index, shift):
+    strides = [math.prod(shared.shape[d + 1:]) for d in range(len(shared.shape))]
+    shift = shift or (0,) * len(index)
+    return sympy.expand(ctx.shared[shared] + sum((sympy.sympify(i) + k) * st for i, k, st in zip(index, shift, strides))
+                        * shared.dtype.bytes)
+
+
+def _byte_offset(s, index):
+    """The element's byte offset from the buffer's start (SymPy): the pairing and parity questions are asked of it."""
+    dst = s.dst
+    strides = dst.strides
+    return sympy.expand(sum(sympy.sympify(i) * st for i, st in zip(index, strides)) * dst.dtype.bytes)
+
+
+def _multiple_of(expr, n: int) -> bool:
+    return all(int(c) % n == 0 for c in linear_form(expr).values())
+
+
+def _element_index(s, lay, threads: int, r: int) -> tuple:
+    """(index, shift) of the dst element that src element r updates: with an accumulator layout the index of its
+    run's origin plus integer shifts (memoised address analysis, as passes/copy.py does), else the index itself."""
+    starts, moving = s.dims()
+    if lay.acc_split is None:
+        coords = lay.coords(r, threads)
+        return tuple(st if d is None else st + coords[d] for st, d in zip(starts, moving)), None
+    origin, offsets = lay.acc_split(r)
+    return (tuple(st if d is None else st + origin[d] for st, d in zip(starts, moving)),
+            tuple(0 if d is None else offsets[d] for d in moving))
+
+
+def _plan(ctx: Context, s) -> str:
+    """How elements are applied: "f32", "signed_pair" (fp32 max / min), "int", "pk" (16-bit add)."""
+    dtype, op, arch = s.dst.dtype, s.op, ctx.b.arch.name
+    where = f"T.atomic_{op} into {s.dst.scope} {s.dst.name} ({dtype.name})"
+    if dtype.name == "float32":
+        return "f32" if op == "add" else "signed_pair"
+    if dtype.name == "int32":
+        return "int"
+    if dtype.is_16bit:
+        if op != "add":
+            raise CompileError(f"{where}: there is no 16-bit max / min atomic on {arch}; update a float32 tensor "
+                               "(and cast afterwards) instead", location=s.loc)
+        if dtype.name == "bfloat16" and s.dst.scope == N.GLOBAL and arch != "gfx950":
+            raise CompileError(f"{where}: {arch} has no bf16 atomic add on global memory (buffer_atomic_pk_add_bf16 "
+                               "is gfx950's); accumulate into a float32 tensor (or compile for gfx950)",
+                               location=s.loc)
+        if s.dst.scope == N.GLOBAL and not s.dst.spec.aligned16:
+            raise CompileError(f"{where}: 16-bit atomics update whole dwords and {s.dst.name} does not start at a "
+                               "16-byte aligned address; pass a tensor of its own (.clone())", location=s.loc)
+        return "pk"
+    raise CompileError(f"{where}: atomics take float32, float16, bfloat16 and int32 elements", location=s.loc)
+
+
+def _pieces(ctx: Context, s, lay, plan: str) -> list:
+    """(first element r, elements) of each update: 16-bit elements in pairs where r and r + 1 are neighbours in
+    memory at a 4-byte aligned offset on every thread (and a masked last dim cannot split the pair)."""
+    if plan != "pk":
+        return [(r, 1) for r in range(lay.elems)]
+    region = s.region()
+    even_rows = s.dst.scope != N.GLOBAL or (len(s.dst.shape) - 1) not in masked_dims(s.dst, region.starts,
+                                                                                      region.extents) \
+        or s.dst.shape[-1] % 2 == 0
+    pieces, r = [], 0
+    while r < lay.elems:
+        if r % 2 == 0 and r + 1 < lay.elems and even_rows:
+            a = _byte_offset(s, _full_index(s, lay, ctx.threads, r))
+            b = _byte_offset(s, _full_index(s, lay, ctx.threads, r + 1))
+            if sympy.expand(b - a) == 2 and _multiple_of(a, 4) and (s.dst.scope == N.GLOBAL or
+                                                                     ctx.shared[s.dst] % 4 == 0):
+                pieces.append((r, 2))
+                r += 2
+                continue
+        pieces.append((r, 1))
+        r += 1
+    return pieces
+
+
+def _full_index(s, lay, threads: int, r: int) -> tuple:
+    index, shift = _element_index(s, lay, threads, r)
+    return index if shift is None else tuple(sympy.sympify(i) + k for i, k in zip(index, shift))
+
+
+def lower_atomic(ctx: Context, s) -> None:
+    frag, lay, b = s.src, ctx.layouts[s.src], ctx.b
+    plan = _plan(ctx, s)
+    if s.prev is not None and lay.replicated:
+        raise CompileError(f"T.atomic_{s.op}(..., return_prev=True): the values' fragment {frag.name} is held by "
+                           "several threads (its layout replicates it), so only one of them updates each element and "
+                           "the others would get no old value; use a tile of at least one element per thread",
+                           location=s.loc)
+    if s.dst.scope == N.SHARED:
+        lds_barrier(ctx, "write")
+    region = s.region()
+    mask = masked_dims(s.dst, region.starts, region.extents) if s.dst.scope == N.GLOBAL else []
+    for writer, group in _by_writer(lay, [(r, per, 0) for r, per in _pieces(ctx, s, lay, plan)]):
+        with WriterMask(ctx, writer):
+            for r, per, _ in group:
+                index, shift = _element_index(s, lay, ctx.threads, r)
+                target = _Target(ctx, s, index, shift, mask)
+                _apply(ctx, s, plan, target, r, per)
+                target.free()
+    if s.dst.scope == N.SHARED:
+        ctx.lds_state = "written"
+
+
+def _apply(ctx: Context, s, plan: str, target: _Target, r: int, per: int) -> None:
+    b, frag, ret = ctx.b, s.src, s.prev is not None
+    what = f"{frag.name}[{r}:{r + per}] -> {s.dst.name}"
+    value, temp = ctx.read_f32(frag, r)
+    if plan == "f32":
+        data = b.v.alloc() if ret else value
+        if ret:
+            b.emit("v_mov_b32", data, value)
+        old = target.issue("add_f32", data, ret, f"atomic add {what}")
+        _returned(ctx, s, r, old)
+    elif plan == "int":
+        data = b.v.alloc()
+        b.valu("v_cvt_i32_f32", data, value)
+        old = target.issue(INT_OPS[s.op], data, ret, f"atomic {s.op} {what}")
+        if ret:
+            as_float = b.v.alloc()
+            b.valu("v_cvt_f32_i32", as_float, old)
+            _returned(ctx, s, r, as_float)
+        b.v.free(old)
+    elif plan == "signed_pair":
+        _signed_pair(ctx, s, target, r, value, what)
+    else:
+        _packed_add(ctx, s, target, r, per, value, what)
+    if temp:
+        b.v.free(value)
+
+
+def _returned(ctx: Context, s, r: int, old) -> None:
+    """The old fp32 value `old` of src element r into prev (then freed where it is a temporary)."""
+    if s.prev is None:
+        return
+    _store_element(ctx, s.prev, r, old)
+    ctx.b.v.free(old)
+
+
+def _signed_pair(ctx: Context, s, target: _Target, r: int, value, what: str) -> None:
+    """fp32 max / min as two integer atomics on the bit pattern (module docstring)."""
+    b, ret = ctx.b, s.prev is not None
+    (clear_op, clear_id), (set_op, set_id) = SIGNED_PAIR[s.op]
+    olds = []
+    for op, identity, sign_set in ((clear_op, clear_id, False), (set_op, set_id, True)):
+        b.emit("v_cmp_gt_i32", VCC, 0, value, defs=(VCC,), comment="sign bit set?")
+        data = b.v.alloc()
+        ident = b.vgpr_constant(identity)
+        # v_cndmask: VCC (sign set) picks the second source
+        b.emit("v_cndmask_b32", data, *((ident, value) if sign_set else (value, ident)), VCC)
+        olds.append(target.issue(op, data, ret, f"atomic {s.op} {what} ({'sign set' if sign_set else 'sign clear'})"))
+    if not ret:
+        for old in olds:
+            b.v.free(old)
+        return
+    b.emit("v_cmp_gt_i32", VCC, 0, value, defs=(VCC,), comment="the atomic that applied the value returned its old")
+    old = b.v.alloc()
+    b.emit("v_cndmask_b32", old, olds[0], olds[1], VCC)
+    for o in olds:
+        b.v.free(o)
+    _returned(ctx, s, r, old)
+
+
+def _packed_add(ctx: Context, s, target: _Target, r: int, per: int, value, what: str) -> None:
+    """16-bit add: a pair at once, or a lone element with -0.0 in the dword's other half."""
+    b, ret, dtype = ctx.b, s.prev is not None, s.dst.dtype
+    kind = "pk_add_f16" if dtype.name == "float16" else "pk_add_bf16"
+    data = b.v.alloc()
+    high = False
+    if per == 2:
+        hi, hi_temp = ctx.read_f32(s.src, r + 1)
+        pack_f32_pair(b, data, value, hi, dtype)
+        if hi_temp:
+            b.v.free(hi)
+    else:
+        offset = _byte_offset(s, _full_index(s, target.ctx.layouts[s.src], ctx.threads, r))
+        base = 0 if s.dst.scope == N.GLOBAL else ctx.shared[s.dst]
+        if _multiple_of(offset + base, 4):
+            high = False
+        elif _multiple_of(offset + base - 2, 4):
+            high = True
+            target.moved(-2)
+        else:
+            raise CompileError(f"T.atomic_add of a lone 16-bit element of {s.dst.name}: whether it is the low or high "
+                               "half of its dword differs between threads; use tiles whose rows hold an even number "
+                               "of elements", location=s.loc)
+        zero = b.vgpr_constant(NEG_ZERO_F32)
+        pack_f32_pair(b, data, zero if high else value, value if high else zero, dtype)
+    old = target.issue(kind, data, ret, f"atomic add {what}")
+    if ret:
+        halves = [(r, False), (r + 1, True)] if per == 2 else [(r, high)]
+        for e, upper in halves:
+            v = b.v.alloc()
+            unpack_16bit_to_f32(b, v, old, upper, dtype)
+            _returned(ctx, s, e, v)
+    b.v.free(old)
