@@ -17,7 +17,7 @@ from ..errors import CompileError, InternalError
 from ..ir.layout import Same
 from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Buffer, Region
 from ..ir.ops import TileOp, op_class, register, whole
-from ..passes.atomic import lower_atomic
+from ..passes.atomic import ANY, lower_atomic
 from ..passes.memspace import stage_parallel
 
 OPS = ("add", "max", "min")
@@ -57,28 +57,33 @@ class Atomic(TileOp):
         self.dims()
 
     def dims(self) -> tuple:
-        """(starts, the src dim each dst dim moves with or None): each dst index is a start plus at most one src
-        index, with coefficient 1."""
-        starts, moving = [], []
-        where = f"T.atomic_{self.op}({self.dst.name}[{_show_index(self.index, self.indices)}], ...)"
+        """(starts, what each dst dim moves with): a src dim (the index is the start plus that src index), None (the
+        start alone) or ANY (another expression of the src indices, `bins[i % 16]`: its start is 0, its extent the
+        whole dim, and its elements are bounds-checked one by one)."""
         if len(self.index) != len(self.dst.shape):
+            where = f"T.atomic_{self.op}({self.dst.name}[{_show_index(self.index, self.indices)}], ...)"
             raise CompileError(f"{where}: {self.dst.name} has {len(self.dst.shape)} dims, indexed with "
                                f"{len(self.index)}", location=self.loc)
+        starts, moving = [], []
         for k in (sympy.expand(sympy.sympify(k)) for k in self.index):
             used = [d for d, i in enumerate(self.indices) if k.has(i)]
             start = k.xreplace({i: 0 for i in self.indices})
-            if len(used) > 1 or (used and sympy.expand(k - self.indices[used[0]] - start) != 0):
-                raise CompileError(f"{where}: each index must be a start plus at most one T.Parallel index "
-                                   f"(`C[by * block_M + i, j]`); got {_show_index((k,), self.indices)}",
-                                   location=self.loc)
-            starts.append(start)
-            moving.append(used[0] if used else None)
+            if not used:
+                starts.append(start)
+                moving.append(None)
+            elif len(used) == 1 and sympy.expand(k - self.indices[used[0]] - start) == 0:
+                starts.append(start)
+                moving.append(used[0])
+            else:
+                starts.append(sympy.Integer(0))
+                moving.append(ANY)
         return tuple(starts), tuple(moving)
 
     def region(self) -> Region:
-        """The box of dst the update may touch (the extents of the src dims that move it)."""
+        """The box of dst the update may touch (the extents of the src dims that move it; a whole dim for ANY)."""
         starts, moving = self.dims()
-        return Region(self.dst, starts, tuple(1 if d is None else self.src.shape[d] for d in moving))
+        return Region(self.dst, starts, tuple(1 if d is None else self.dst.shape[k] if d is ANY else self.src.shape[d]
+                                              for k, d in enumerate(moving)))
 
     def reads(self):
         return (whole(self.src), self.region())

@@ -31,9 +31,9 @@ from ..errors import CompileError
 from ..ir import nodes as N
 from .context import Context
 from .copy import WriterMask, _by_writer, _store_element
-from .gemm import lds_barrier
 from .lds_elements import _address as lds_address
 
+ANY = "any"  # ops/atomic.py Atomic.dims: a dst dim indexed by an expression other than start + one src index
 INT_MIN, UINT_MAX, INT_MAX = 0x80000000, 0xFFFFFFFF, 0x7FFFFFFF
 NEG_ZERO_F32 = 0x80000000  # -0.0: the other half of a lone 16-bit add (converted to the 16-bit -0.0)
 # float max / min as two integer atomics on the bit pattern: (op where the sign bit is clear, its identity),
@@ -79,6 +79,29 @@ class _Target:
             b.v.free(a.voffset)
         self.addr = a._replace(voffset=moved, temp=True)
 
+    def align_to_dword(self):
+        """Point the address at the dword holding the (16-bit) element, whichever half it is: returns a VGPR that
+        is 2 where the element is the high half, else 0 (the thread's offset decides: the buffer's base is 16-byte
+        aligned and the LDS buffer's offset even)."""
+        b = self.ctx.b
+        full = b.v.alloc(what="the element's byte offset")
+        if self.s.dst.scope == N.GLOBAL:
+            a = self.addr
+            b.emit("v_add_u32", full, a.imm, a.voffset, comment="voffset + offset:")
+            if a.soffset != 0:
+                b.emit("v_add_u32", full, a.soffset, full, comment="+ soffset")
+        else:
+            b.emit("v_add_u32", full, int(self.offset.split(":")[1]), self.vaddr, comment="address + offset:")
+        half = b.v.alloc(what="2 where the element is the dword's high half")
+        b.valu("v_and_b32", half, 2, full)
+        b.valu("v_sub_u32", full, full, half)
+        if self.s.dst.scope == N.GLOBAL:
+            self.free()
+            self.addr = self.addr._replace(voffset=full, soffset=0, imm=0, temp=True)
+        else:
+            self.vaddr, self.offset, self.own_vaddr = full, "offset:0", True
+        return half
+
     def issue(self, kind: str, data, returning: bool, comment: str):
         """The register holding the old value where `returning` (`data` itself for a buffer atomic; a fresh one for
         an LDS atomic, `data` then freed), else `data`."""
@@ -100,6 +123,8 @@ class _Target:
     def free(self):
         if self.s.dst.scope == N.GLOBAL and self.addr.temp:
             self.ctx.b.v.free(self.addr.voffset)
+        if getattr(self, "own_vaddr", False):
+            self.ctx.b.v.free(self.vaddr)
 
 
 def _lds_byte_address(ctx: Context, shared: N.Buffer, index, shift):
@@ -122,14 +147,30 @@ def _multiple_of(expr, n: int) -> bool:
 
 def _element_index(s, lay, threads: int, r: int) -> tuple:
     """(index, shift) of the dst element that src element r updates: with an accumulator layout the index of its
-    run's origin plus integer shifts (memoised address analysis, as passes/copy.py does), else the index itself."""
+    run's origin plus integer shifts (memoised address analysis, as passes/copy.py does), else the index itself.
+    A dim indexed by another expression of the src indices (ANY) is that expression at the element's coordinates."""
     starts, moving = s.dims()
     if lay.acc_split is None:
-        coords = lay.coords(r, threads)
-        return tuple(st if d is None else st + coords[d] for st, d in zip(starts, moving)), None
-    origin, offsets = lay.acc_split(r)
-    return (tuple(st if d is None else st + origin[d] for st, d in zip(starts, moving)),
-            tuple(0 if d is None else offsets[d] for d in moving))
+        coords, offsets = lay.coords(r, threads), None
+    else:
+        coords, offsets = lay.acc_split(r)
+    at = dict(zip(s.indices, coords if offsets is None else [c + o for c, o in zip(coords, offsets)]))
+    index = tuple(st if d is None else sympy.sympify(k).xreplace(at) if d is ANY else st + coords[d]
+                  for st, d, k in zip(starts, moving, s.index))
+    if offsets is None:
+        return index, None
+    return index, tuple(0 if d is None or d is ANY else offsets[d] for d in moving)
+
+
+def _mask(s) -> list:
+    """The dims of a global dst whose elements may lie outside it: passes/copy.py's ragged tile edges, plus every
+    dim indexed by another expression (ANY), each element checked."""
+    if s.dst.scope != N.GLOBAL:
+        return []
+    region = s.region()
+    _, moving = s.dims()
+    dims = set(masked_dims(s.dst, region.starts, region.extents)) | {d for d, m in enumerate(moving) if m is ANY}
+    return sorted(dims)
 
 
 def _plan(ctx: Context, s) -> str:
@@ -160,10 +201,7 @@ def _pieces(ctx: Context, s, lay, plan: str) -> list:
     memory at a 4-byte aligned offset on every thread (and a masked last dim cannot split the pair)."""
     if plan != "pk":
         return [(r, 1) for r in range(lay.elems)]
-    region = s.region()
-    even_rows = s.dst.scope != N.GLOBAL or (len(s.dst.shape) - 1) not in masked_dims(s.dst, region.starts,
-                                                                                      region.extents) \
-        or s.dst.shape[-1] % 2 == 0
+    even_rows = s.dst.scope != N.GLOBAL or (len(s.dst.shape) - 1) not in _mask(s) or s.dst.shape[-1] % 2 == 0
     pieces, r = [], 0
     while r < lay.elems:
         if r % 2 == 0 and r + 1 < lay.elems and even_rows:
@@ -192,10 +230,10 @@ def lower_atomic(ctx: Context, s) -> None:
                            "several threads (its layout replicates it), so only one of them updates each element and "
                            "the others would get no old value; use a tile of at least one element per thread",
                            location=s.loc)
-    if s.dst.scope == N.SHARED:
-        lds_barrier(ctx, "write")
-    region = s.region()
-    mask = masked_dims(s.dst, region.starts, region.extents) if s.dst.scope == N.GLOBAL else []
+    if s.dst.scope == N.SHARED and ctx.lds_state != "idle":
+        # a read-modify-write: after other threads' reads (it overwrites) and writes (it reads) alike
+        ctx.b.emit("s_barrier", comment="LDS atomics after other LDS accesses")
+    mask = _mask(s)
     for writer, group in _by_writer(lay, [(r, per, 0) for r, per in _pieces(ctx, s, lay, plan)]):
         with WriterMask(ctx, writer):
             for r, per, _ in group:
@@ -286,16 +324,31 @@ def _packed_add(ctx: Context, s, target: _Target, r: int, per: int, value, what:
             high = True
             target.moved(-2)
         else:
-            raise CompileError(f"T.atomic_add of a lone 16-bit element of {s.dst.name}: whether it is the low or high "
-                               "half of its dword differs between threads; use tiles whose rows hold an even number "
-                               "of elements", location=s.loc)
+            high = target.align_to_dword()  # the thread's offset decides the half
         zero = b.vgpr_constant(NEG_ZERO_F32)
-        pack_f32_pair(b, data, zero if high else value, value if high else zero, dtype)
+        if isinstance(high, bool):
+            pack_f32_pair(b, data, zero if high else value, value if high else zero, dtype)
+        else:
+            in_high = b.v.alloc()
+            pack_f32_pair(b, data, value, zero, dtype)
+            pack_f32_pair(b, in_high, zero, value, dtype)
+            b.emit("v_cmp_ne_u32", VCC, 0, high, defs=(VCC,), comment="the high half?")
+            b.emit("v_cndmask_b32", data, data, in_high, VCC)
+            b.v.free(in_high)
     old = target.issue(kind, data, ret, f"atomic add {what}")
+    if ret and not isinstance(high, bool):  # the old value's half: shift the high one down first
+        b.emit("v_cmp_ne_u32", VCC, 0, high, defs=(VCC,), comment="the high half?")
+        shifted = b.v.alloc()
+        b.valu("v_lshrrev_b32", shifted, 16, old)
+        b.emit("v_cndmask_b32", old, old, shifted, VCC)
+        b.v.free(shifted)
+        high = False
     if ret:
         halves = [(r, False), (r + 1, True)] if per == 2 else [(r, high)]
         for e, upper in halves:
             v = b.v.alloc()
             unpack_16bit_to_f32(b, v, old, upper, dtype)
             _returned(ctx, s, e, v)
+    if not isinstance(high, bool):
+        b.v.free(high)
     b.v.free(old)

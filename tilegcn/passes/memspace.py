@@ -81,6 +81,8 @@ def stage_parallel(s, stager: Stager) -> list | None:
     """The statements replacing ParallelStore `s` where it reads shared buffers or stores to shared / global."""
     reads = {}  # shared buffer -> its staging fragment
     for ref in (e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.SHARED):
+        if getattr(ref, "refusal", None):  # an index only an atomic update may use (language/proxies.py)
+            raise CompileError(ref.refusal, location=s.loc)
         if ref.buffer not in reads:
             stager.check_element_access(ref.buffer, "T.Parallel reads", s.loc)
             _check_read_shape(ref, s)
