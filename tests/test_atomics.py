@@ -87,7 +87,8 @@ def fold_rows(X, Out, *, block=64):
             T.atomic_add(Out[i], x[i])
 
 
-CASES_16 = [("gfx942", torch.float16), ("gfx950", torch.float16), ("gfx950", torch.bfloat16)]
+# gfx942's bf16 add has no instruction: a compare-and-swap loop; the others are buffer_atomic_pk_add_*
+CASES_16 = [("gfx942", torch.float16), ("gfx942", torch.bfloat16), ("gfx950", torch.bfloat16)]
 
 
 @pytest.mark.parametrize("arch,dtype", CASES_16)
@@ -96,13 +97,23 @@ def test_16bit_add_in_pairs_and_alone(arch, dtype):
     X, out = torch.randn(64, 90, generator=gen), torch.randn(64, 32, generator=gen).to(dtype)
     want = out.float() + X[:, :32] + X[:, 32:64] + torch.nn.functional.pad(X[:, 64:], (0, 6))
     k = fold_columns.compile(X, out, arch=arch)
-    assert f"buffer_atomic_pk_add_{str(dtype)[6:].replace('float', 'f')}" in k.asm
+    native = f"buffer_atomic_pk_add_{str(dtype)[6:].replace('float', 'f')}"
+    assert (native in k.asm) != (arch == "gfx942" and dtype == torch.bfloat16)
     fold_columns(X, out, arch=arch)
     tol = 3 * 2.0 ** -7 if dtype == torch.bfloat16 else 3 * 2.0 ** -10  # a rounding per add, values up to ~8
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol * 8)
     X, out = torch.randn(256, generator=gen), torch.zeros(64, dtype=dtype)
     fold_rows(X, out, arch=arch)
     torch.testing.assert_close(out.float(), X.view(4, 64).sum(0), rtol=tol, atol=tol * 8)
+
+
+@pytest.mark.parametrize("arch,dtype", [("gfx942", torch.float16), ("gfx950", torch.bfloat16)])
+def test_16bit_max_min_by_compare_and_swap_equal_torch(arch, dtype):
+    X = torch.randn(128, 16, generator=torch.Generator().manual_seed(3))
+    for op in ["max", "min"]:
+        out = torch.full((16,), float("-inf") if op == "max" else float("inf"), dtype=dtype)
+        column_extreme(X, out, op=op, arch=arch)
+        assert torch.equal(out, (X.amax(0) if op == "max" else X.amin(0)).to(dtype))
 
 
 @tilegcn.jit
@@ -142,23 +153,20 @@ def misuse(X, Y, *, case=""):
         elif case == "fragment":
             for i in T.Parallel(64):
                 T.atomic_max(x[i], 1.0)
-        elif case == "16bit_max":
+        elif case == "16bit_shared_max":
+            s = T.alloc_shared((64,), Y.dtype)
             for i in T.Parallel(64):
-                T.atomic_max(Y[i], x[i])
+                T.atomic_max(s[i], x[i])
+            T.copy(s, Y[0])
 
 
 @pytest.mark.parametrize("case,dtype,message", [
     ("memory_order", torch.float32, "atomics are relaxed"),
     ("tile_return_prev", torch.float32, "returned by the element form only"),
     ("fragment", torch.float32, "belongs to one thread"),
-    ("16bit_max", torch.float16, "no 16-bit max / min atomic"),
+    ("16bit_shared_max", torch.float16, "no 16-bit max / min atomic in LDS"),
 ])
 def test_refusals_name_the_line_and_the_way_around(case, dtype, message):
     with pytest.raises(CompileError, match=message) as e:
         misuse(torch.zeros(64), torch.zeros(64, dtype=dtype), case=case, arch="gfx942")
     assert e.value.location.startswith(__file__)
-
-
-def test_bf16_global_add_is_refused_on_gfx942():
-    with pytest.raises(CompileError, match="gfx942 has no bf16 atomic add on global memory"):
-        fold_rows(torch.zeros(64), torch.zeros(64, dtype=torch.bfloat16), arch="gfx942")

@@ -66,7 +66,7 @@ s_{add,sub}_u32                            salu     D.s U.si U.si            D.s
 s_add_i32                                  salu     D.s U.si U.si            D.scc             salu     *
 s_{addc,subb}_u32                          salu     D.s U.si U.si            U.scc,D.scc       salu     *
 s_{and,or,xor}_b32                         salu     D.s U.si U.si            D.scc             salu     *
-s_{and,or,xor}_b64                         salu     D.s2 U.si2 U.si2         D.scc             salu     *
+s_{and,or,xor,andn2}_b64                   salu     D.s2 U.si2 U.si2         D.scc             salu     *
 s_not_b64                                  salu     D.s2 U.si2               D.scc             salu     *
 s_{lshl,lshr}_b32                          salu     D.s U.si U.si            D.scc             salu     *
 s_ashr_i32                                 salu     D.s U.si U.si            D.scc             salu     *
@@ -177,6 +177,8 @@ buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin} vmem_store U.v U.v U.
 buffer_atomic_pk_add_bf16                  vmem_store U.v U.v U.s4 U.si      -                 vmem     gfx950
 buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin}+rtn vmem_store X.v U.v U.s4 U.si -           vmem     *
 buffer_atomic_pk_add_bf16+rtn              vmem_store X.v U.v U.s4 U.si      -                 vmem     gfx950
+buffer_atomic_cmpswap                      vmem_store U.v2 U.v U.s4 U.si     -                 vmem     *
+buffer_atomic_cmpswap+rtn                  vmem_store X.v2 U.v U.s4 U.si     -                 vmem     *
 ds_{add_f32,pk_add_f16,pk_add_bf16,add_u32,max_i32,min_i32,max_u32,min_u32} ds_write U.v U.v       -                 lds      *
 ds_{add_rtn_f32,pk_add_rtn_f16,pk_add_rtn_bf16,add_rtn_u32,max_rtn_i32,min_rtn_i32,max_rtn_u32,min_rtn_u32} ds_write D.v U.v U.v - lds *
 ds_{bpermute,permute}_b32                  ds_lane    D.v U.v U.v            -                 lds      *

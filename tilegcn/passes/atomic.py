@@ -7,6 +7,7 @@ the destination element's address, the value converted from the fragment's fp32:
     tensor gets an offset past NUM_RECORDS, and the hardware drops out-of-range atomics): fp32 add
     `buffer_atomic_add_f32`; 16-bit add `buffer_atomic_pk_add_f16` / `_bf16` (gfx950 only) on two neighbouring
     elements at once, or on one element with -0.0 in the other half (x + -0.0 == x for every x, -0.0 included);
+    gfx942's bf16 add and 16-bit max / min, which have no instruction: a `buffer_atomic_cmpswap` loop (_cas_loop);
     int32 `buffer_atomic_add / smax / smin`;
   - shared: `ds_add_f32`, `ds_pk_add_f16 / bf16`, `ds_add_u32`, `ds_max_i32`, `ds_min_i32` at the element's
     row-major LDS address (passes/lds_elements.py's), after the barrier an LDS write needs.
@@ -25,7 +26,8 @@ import math
 import sympy
 
 from ..amdgcn.addr import linear_form
-from ..amdgcn.isa import VCC
+from ..amdgcn import isa
+from ..amdgcn.isa import EXEC, SCC, VCC, Inst
 from ..amdgcn.memory import masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -35,6 +37,7 @@ from .lds_elements import _address as lds_address
 
 ANY = "any"  # ops/atomic.py Atomic.dims: a dst dim indexed by an expression other than start + one src index
 INT_MIN, UINT_MAX, INT_MAX = 0x80000000, 0xFFFFFFFF, 0x7FFFFFFF
+QUIET_NAN = 0x7FC00000
 NEG_ZERO_F32 = 0x80000000  # -0.0: the other half of a lone 16-bit add (converted to the 16-bit -0.0)
 # float max / min as two integer atomics on the bit pattern: (op where the sign bit is clear, its identity),
 # (op where it is set, its identity)
@@ -182,24 +185,23 @@ def _plan(ctx: Context, s) -> str:
     if dtype.name == "int32":
         return "int"
     if dtype.is_16bit:
-        if op != "add":
-            raise CompileError(f"{where}: there is no 16-bit max / min atomic on {arch}; update a float32 tensor "
-                               "(and cast afterwards) instead", location=s.loc)
-        if dtype.name == "bfloat16" and s.dst.scope == N.GLOBAL and arch != "gfx950":
-            raise CompileError(f"{where}: {arch} has no bf16 atomic add on global memory (buffer_atomic_pk_add_bf16 "
-                               "is gfx950's); accumulate into a float32 tensor (or compile for gfx950)",
-                               location=s.loc)
         if s.dst.scope == N.GLOBAL and not s.dst.spec.aligned16:
             raise CompileError(f"{where}: 16-bit atomics update whole dwords and {s.dst.name} does not start at a "
                                "16-byte aligned address; pass a tensor of its own (.clone())", location=s.loc)
-        return "pk"
+        native = op == "add" and (dtype.name == "float16" or s.dst.scope == N.SHARED or arch == "gfx950")
+        if native:
+            return "pk"
+        if s.dst.scope == N.SHARED:
+            raise CompileError(f"{where}: there is no 16-bit max / min atomic in LDS; keep the shared buffer in "
+                               "float32 (and cast when copying it out) instead", location=s.loc)
+        return "cas"  # gfx942's bf16 add and every 16-bit max / min: a compare-and-swap loop on the dword
     raise CompileError(f"{where}: atomics take float32, float16, bfloat16 and int32 elements", location=s.loc)
 
 
 def _pieces(ctx: Context, s, lay, plan: str) -> list:
     """(first element r, elements) of each update: 16-bit elements in pairs where r and r + 1 are neighbours in
     memory at a 4-byte aligned offset on every thread (and a masked last dim cannot split the pair)."""
-    if plan != "pk":
+    if plan not in ("pk", "cas"):
         return [(r, 1) for r in range(lay.elems)]
     even_rows = s.dst.scope != N.GLOBAL or (len(s.dst.shape) - 1) not in _mask(s) or s.dst.shape[-1] % 2 == 0
     pieces, r = [], 0
@@ -266,6 +268,8 @@ def _apply(ctx: Context, s, plan: str, target: _Target, r: int, per: int) -> Non
         b.v.free(old)
     elif plan == "signed_pair":
         _signed_pair(ctx, s, target, r, value, what)
+    elif plan == "cas":
+        _cas_loop(ctx, s, target, r, per, value, what)
     else:
         _packed_add(ctx, s, target, r, per, value, what)
     if temp:
@@ -352,3 +356,104 @@ def _packed_add(ctx: Context, s, target: _Target, r: int, per: int, value, what:
     if not isinstance(high, bool):
         b.v.free(high)
     b.v.free(old)
+
+
+def _element_half(ctx: Context, s, target: _Target, r: int):
+    """Which half of its dword src element r's dst element is: False (low), True (high), or a VGPR that is 2 where
+    it is the high half (the thread's offset decides; the address then points at the dword either way)."""
+    offset = _byte_offset(s, _full_index(s, ctx.layouts[s.src], ctx.threads, r))
+    base = 0 if s.dst.scope == N.GLOBAL else ctx.shared[s.dst]
+    if _multiple_of(offset + base, 4):
+        return False
+    if _multiple_of(offset + base - 2, 4):
+        target.moved(-2)
+        return True
+    return target.align_to_dword()
+
+
+def _combine(ctx: Context, op: str, old, value, out, nan) -> None:
+    """out = op(old, value) in fp32: a sum, or torch.maximum / minimum (NaN when either is NaN: `nan` a VGPR
+    holding a quiet NaN)."""
+    b = ctx.b
+    if op == "add":
+        b.valu("v_add_f32", out, old, value)
+        return
+    b.emit("v_cmp_u_f32", VCC, old, value, defs=(VCC,), comment="either NaN?")
+    b.valu(f"v_{op}_f32", out, old, value)
+    b.emit("v_cndmask_b32", out, out, nan, VCC, comment="then NaN")
+
+
+def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: str) -> None:
+    """A 16-bit update without an atomic instruction: read the dword, compute the new one (the element's half
+    updated in fp32 and rounded to nearest even, the other half's bits kept), `buffer_atomic_cmpswap` it in where
+    the dword still holds what was read, and go round again in the lanes where it did not (another thread got
+    there first), with what the cmpswap returned. As llc-22 lowers `atomicrmw fadd bfloat` on gfx942 and any
+    16-bit `atomicrmw fmax`. Lanes outside the tensor read 0 and get 0 back, so they leave at once."""
+    b, dtype, ret = ctx.b, s.dst.dtype, s.prev is not None
+    high = False if per == 2 else _element_half(ctx, s, target, r)
+    values = [value]
+    if per == 2:
+        hi, hi_temp = ctx.read_f32(s.src, r + 1)
+        values.append(hi)
+    a = target.addr
+    old = b.v.alloc(what="the dword as last read")
+    b.emit("buffer_load_dword", old, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
+           comment=f"{what}: the dword to update")
+    # constants and the shift before the loop: a VGPR constant first made inside it would be missing in the lanes
+    # that left it earlier, yet reused from the builder's cache afterwards
+    nan = b.vgpr_constant(QUIET_NAN) if s.op != "add" else None
+    if per == 2:
+        field = shift = None
+    elif isinstance(high, bool):
+        field, shift = b.vgpr_constant(0xFFFF0000 if high else 0x0000FFFF), None
+    else:
+        shift, field = b.v.alloc(), b.v.alloc()
+        b.valu("v_lshlrev_b32", shift, 3, high)  # 0 or 16 bits
+        b.valu("v_lshlrev_b32", field, shift, b.vgpr_constant(0xFFFF))
+    saved = b.s.alloc(2, align=2, what="exec before the cmpswap loop")
+    b.emit("s_mov_b64", saved, EXEC, defs=(saved,), uses=(EXEC,))
+    head = b.label("cas")
+    b.frames[-1].insts.append(Inst(head, kind=isa.LABEL))
+    pair = b.v.alloc(2, align=2, what="{new dword, the dword read}")
+    current, updated = b.v.alloc(), b.v.alloc()
+    if per == 2:
+        halves = []
+        for upper, v in zip((False, True), values):
+            unpack_16bit_to_f32(b, current, old, upper, dtype)
+            h = b.v.alloc()
+            _combine(ctx, s.op, current, v, h, nan)
+            halves.append(h)
+        pack_f32_pair(b, pair[0], halves[0], halves[1], dtype)
+    else:
+        if isinstance(high, bool):
+            unpack_16bit_to_f32(b, current, old, high, dtype)
+        else:
+            b.valu("v_lshrrev_b32", current, shift, old)
+            unpack_16bit_to_f32(b, current, current, False, dtype)
+        _combine(ctx, s.op, current, value, updated, nan)
+        pack_f32_pair(b, updated, updated, None, dtype)  # the new element in the low 16 bits
+        b.valu("v_lshlrev_b32", updated, shift if shift is not None else 16 if high else 0, updated)
+        b.valu("v_bfi_b32", pair[0], field, updated, old)  # the element's bits from `updated`, the rest from `old`
+    b.emit("v_mov_b32", pair[1], old)
+    b.emit("buffer_atomic_cmpswap", pair, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm} sc0",
+           comment=f"{what}: store the new dword where it still holds the one read")
+    done = b.s.alloc(2, align=2, what="lanes whose cmpswap took")
+    b.emit("v_cmp_eq_u32_e64", done, pair[0], old, comment="it held what we read: done")
+    b.emit("v_mov_b32", old, pair[0])
+    b.emit("s_andn2_b64", EXEC, EXEC, done, defs=(EXEC, SCC), uses=(EXEC, done))
+    b.emit("s_cbranch_execnz", head)
+    b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
+    if ret:  # `old` holds, in every lane, the dword its successful cmpswap replaced
+        if per == 2:
+            for e, upper in ((r, False), (r + 1, True)):
+                v = b.v.alloc()
+                unpack_16bit_to_f32(b, v, old, upper, dtype)
+                _returned(ctx, s, e, v)
+        else:
+            if not isinstance(high, bool):
+                b.valu("v_lshrrev_b32", old, shift, old)
+            v = b.v.alloc()
+            unpack_16bit_to_f32(b, v, old, high is True, dtype)
+            _returned(ctx, s, r, v)
+    if per == 2 and hi_temp:
+        b.v.free(values[1])

@@ -208,8 +208,11 @@ def build_atomic(ins, b, index):
     data = b.vsrc_index(data_op, ndata, "vdata")
     dst = None
     if returning:
-        dst = b.vdst(dst_op, words, "vdst")
-        b.defer(dst, words)
+        # a buffer cmpswap names {data, compare} and returns into the first `words` of them; the whole tuple counts as
+        # written at retirement (the instruction table's X.v2: the compare half may not be reused before the wait)
+        named = ndata if family == "buffer" else words
+        dst = b.vdst(dst_op, named, "vdst")
+        b.defer(dst, named)
     elem = 4 * words
 
     def run(g):
