@@ -36,6 +36,7 @@ class Stager:
 
     def __init__(self, kernel: N.Kernel):
         self.fragments: list = []
+        self.replaced = False  # a statement was replaced (by others, or by one needing no staging fragment)
         self.gemm_operands = {r.buffer for s in statements_of(kernel.body, "gemm") for r in s.reads()
                               if r.buffer.scope == N.SHARED}
 
@@ -60,7 +61,7 @@ def stage_memory_accesses(kernel: N.Kernel) -> N.Kernel:
     `staged` hook says how), the staging fragments added to its buffers."""
     stager = Stager(kernel)
     body = _stage_body(kernel.body, stager)
-    if not stager.fragments:
+    if not stager.fragments and not stager.replaced:
         return kernel
     return dataclasses.replace(kernel, body=body, buffers=list(kernel.buffers) + stager.fragments)
 
@@ -72,6 +73,7 @@ def _stage_body(stmts: list, stager: Stager) -> list:
             s = s.with_bodies(tuple(_stage_body(b, stager) for b in s.bodies()))
         staged = s.staged(stager)
         out.extend([s] if staged is None else staged)
+        stager.replaced |= staged is not None
     return out
 
 
