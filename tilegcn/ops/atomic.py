@@ -15,7 +15,7 @@ import sympy
 
 from ..errors import CompileError, InternalError
 from ..ir.layout import Same
-from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Buffer, ElemRef, Region
+from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Buffer, ElemRef, Region, walk_expr
 from ..ir.ops import TileOp, op_class, register, whole
 from ..passes.atomic import ANY, lower_atomic
 from ..passes.memspace import stage_parallel
@@ -54,7 +54,7 @@ class Atomic(TileOp):
                                "tensors and shared buffers; a fragment element belongs to one thread, so update it "
                                f"with a plain store ({self.dst.name}[i] = T.max({self.dst.name}[i], v))",
                                location=self.loc)
-        self.dims()
+        scope.check_region_bounds(self.region(), self.loc)  # a shared element at a constant index past its end
 
     def dims(self) -> tuple:
         """(starts, what each dst dim moves with): a src dim (the index is the start plus that src index), None (the
@@ -128,6 +128,13 @@ class ParallelAtomic(TileOp):
 
     def verify(self, scope):
         self._atomic(None).verify(scope)
+
+    def reads(self):
+        return self._atomic(None).reads()[1:] + tuple(whole(e.buffer) for e in walk_expr(self.value)
+                                                      if isinstance(e, ElemRef))
+
+    def writes(self):
+        return self._atomic(None).writes()
 
     def _atomic(self, src: Buffer | None) -> Atomic:
         src = src or Buffer("value", FRAGMENT, self.buffer.dtype, tuple(self.extents))
