@@ -82,27 +82,22 @@ class _Target:
             b.v.free(a.voffset)
         self.addr = a._replace(voffset=moved, temp=True)
 
-    def align_to_dword(self):
-        """Point the address at the dword holding the (16-bit) element, whichever half it is: returns a VGPR that
-        is 2 where the element is the high half, else 0 (the thread's offset decides: the buffer's base is 16-byte
-        aligned and the LDS buffer's offset even)."""
+    def align_to_dword(self, offset):
+        """Point the address at the dword holding the (16-bit) element whose byte offset from the buffer's start is
+        `offset` (SymPy), whichever half it is: returns a VGPR that is 2 where the element is the high half, else 0.
+        The half is read off the offset itself (the tensor's base is 16-byte aligned, an LDS buffer's offset even),
+        never off the access's split into V# base, soffset, voffset and offset: field, whose parts need not be."""
         b = self.ctx.b
-        full = b.v.alloc(what="the element's byte offset")
-        if self.s.dst.scope == N.GLOBAL:
-            a = self.addr
-            b.emit("v_add_u32", full, a.imm, a.voffset, comment="voffset + offset:")
-            if a.soffset != 0:
-                b.emit("v_add_u32", full, a.soffset, full, comment="+ soffset")
-        else:
-            b.emit("v_add_u32", full, int(self.offset.split(":")[1]), self.vaddr, comment="address + offset:")
         half = b.v.alloc(what="2 where the element is the dword's high half")
-        b.valu("v_and_b32", half, 2, full)
-        b.valu("v_sub_u32", full, full, half)
+        b.valu("v_and_b32", half, 2, self.ctx.lower.vgpr(offset))
+        moved = b.v.alloc(what="the address of the element's dword")
         if self.s.dst.scope == N.GLOBAL:
+            b.valu("v_sub_u32", moved, self.addr.voffset, half)  # a lane steered out of range stays out of range
             self.free()
-            self.addr = self.addr._replace(voffset=full, soffset=0, imm=0, temp=True)
+            self.addr = self.addr._replace(voffset=moved, temp=True)
         else:
-            self.vaddr, self.offset, self.own_vaddr = full, "offset:0", True
+            b.valu("v_sub_u32", moved, self.vaddr, half)
+            self.vaddr, self.own_vaddr = moved, True
         return half
 
     def issue(self, kind: str, data, returning: bool, comment: str):
@@ -177,7 +172,8 @@ def _mask(s) -> list:
 
 
 def _plan(ctx: Context, s) -> str:
-    """How elements are applied: "f32", "signed_pair" (fp32 max / min), "int", "pk" (16-bit add)."""
+    """How elements are applied: "f32", "signed_pair" (fp32 max / min), "int", "pk" (16-bit add), "cas" (a 16-bit
+    update no instruction does: _cas_loop)."""
     dtype, op, arch = s.dst.dtype, s.op, ctx.b.arch.name
     where = f"T.atomic_{op} into {s.dst.scope} {s.dst.name} ({dtype.name})"
     if dtype.name == "float32":
@@ -320,15 +316,7 @@ def _packed_add(ctx: Context, s, target: _Target, r: int, per: int, value, what:
         if hi_temp:
             b.v.free(hi)
     else:
-        offset = _byte_offset(s, _full_index(s, target.ctx.layouts[s.src], ctx.threads, r))
-        base = 0 if s.dst.scope == N.GLOBAL else ctx.shared[s.dst]
-        if _multiple_of(offset + base, 4):
-            high = False
-        elif _multiple_of(offset + base - 2, 4):
-            high = True
-            target.moved(-2)
-        else:
-            high = target.align_to_dword()  # the thread's offset decides the half
+        high = _element_half(ctx, s, target, r)
         zero = b.vgpr_constant(NEG_ZERO_F32)
         if isinstance(high, bool):
             pack_f32_pair(b, data, zero if high else value, value if high else zero, dtype)
@@ -368,7 +356,7 @@ def _element_half(ctx: Context, s, target: _Target, r: int):
     if _multiple_of(offset + base - 2, 4):
         target.moved(-2)
         return True
-    return target.align_to_dword()
+    return target.align_to_dword(offset + base)
 
 
 def _combine(ctx: Context, op: str, old, value, out, nan) -> None:
