@@ -45,7 +45,8 @@ def atomic_max(dst, value, memory_order=None, return_prev: bool = False, annotat
     """Atomically set `dst` to the larger of itself and `value` (element form inside `T.Parallel`, or a tile).
 
     fp32 follows torch.maximum for numbers (-0.0 < +0.0); a NaN counts by its sign bit (a positive NaN wins, a
-    negative one loses). `return_prev=True` (element form) returns the element's value before this update.
+    negative one loses). float16 / bfloat16 (global memory only) follow torch.maximum, NaN included. int32 too.
+    `return_prev=True` (element form) returns the element's value before this update.
 
     Example:
 
@@ -60,7 +61,7 @@ def atomic_max(dst, value, memory_order=None, return_prev: bool = False, annotat
 def atomic_min(dst, value, memory_order=None, return_prev: bool = False, annotations=None):
     """Atomically set `dst` to the smaller of itself and `value` (element form inside `T.Parallel`, or a tile).
 
-    As T.atomic_max, mirrored: a negative NaN wins, a positive one loses.
+    As T.atomic_max, mirrored: an fp32 NaN with its sign bit set wins, one without loses.
 
     Example:
 
