@@ -24,8 +24,7 @@ def column_extreme(X, Out, *, op="max", block=64):
                 T.atomic_min(Out[j], x[i, j])
 
 
-@pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("arch,op", [("gfx942", "max"), ("gfx950", "min")])  # one code path: each op, each arch
 def test_fp32_max_min_of_colliding_updates_equal_torch(arch, op):
     X = torch.randn(128, 16, generator=torch.Generator().manual_seed(0))
     X[:, 3] = -X[:, 3].abs()  # a column of negatives only: max must come from the sign-set path
