@@ -129,8 +129,9 @@ def _element_form(tracer, op: str, dst, value, return_prev: bool, name: str, loc
                            location=loc)
     extents, indices = tracer.parallel
     prev = None
-    if return_prev:
-        prev = tracer.alloc(N.FRAGMENT, tuple(extents), "float32", f"{dst.buffer.name}_prev").buffer
+    if return_prev:  # the old values in the dst's own type where it is int32 (exact), else in fp32
+        dtype = dst.buffer.dtype if dst.buffer.dtype.name == "int32" else "float32"
+        prev = tracer.alloc(N.FRAGMENT, tuple(extents), dtype, f"{dst.buffer.name}_prev").buffer
     tracer.body().append(ops.ParallelAtomic(op, tuple(extents), tuple(indices), dst.buffer, tuple(dst.index), value,
                                             prev, loc=loc))
     return N.ElemRef(prev, tuple(indices)) if prev is not None else None

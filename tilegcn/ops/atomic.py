@@ -149,6 +149,8 @@ class ParallelAtomic(TileOp):
                 and tuple(v.buffer.shape) == tuple(self.extents):
             return [self._atomic(v.buffer)]
         values = stager.fragment(self.buffer, self.extents, self.loc)
+        if self.buffer.dtype.name == "int32":  # int values stay ints (exact past 2^24), as a store into an int tensor
+            values.dtype = self.buffer.dtype
         store = op_class("parallel")(tuple(self.extents), tuple(self.indices), values, self.value, loc=self.loc)
         atomic = self._atomic(values)
         return (stage_parallel(store, stager) or [store]) + (atomic.staged(stager) or [atomic])

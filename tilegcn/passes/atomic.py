@@ -180,6 +180,7 @@ def _plan(ctx: Context, s) -> str:
         return "f32" if op == "add" else "signed_pair"
     if dtype.name == "int32":
         return "int"
+
     if dtype.is_16bit:
         if s.dst.scope == N.GLOBAL and not s.dst.spec.aligned16:
             raise CompileError(f"{where}: 16-bit atomics update whole dwords and {s.dst.name} does not start at a "
@@ -247,6 +248,10 @@ def _apply(ctx: Context, s, plan: str, target: _Target, r: int, per: int) -> Non
     b, frag, ret = ctx.b, s.src, s.prev is not None
     what = f"{frag.name}[{r}:{r + per}] -> {s.dst.name}"
     value, temp = ctx.read_f32(frag, r)
+    if _holds_ints(frag) and plan != "int":  # int32 values into a float tensor: converted as a store converts them
+        as_float = b.v.alloc()
+        b.valu("v_cvt_f32_i32", as_float, value)
+        value, temp = as_float, True
     if plan == "f32":
         data = b.v.alloc() if ret else value
         if ret:
@@ -255,9 +260,14 @@ def _apply(ctx: Context, s, plan: str, target: _Target, r: int, per: int) -> Non
         _returned(ctx, s, r, old)
     elif plan == "int":
         data = b.v.alloc()
-        b.valu("v_cvt_i32_f32", data, value)
+        if _holds_ints(frag):  # an int32 fragment's element is the int itself
+            b.emit("v_mov_b32", data, value)
+        else:  # C's conversion, as a store of a float into an int tensor: toward zero
+            b.valu("v_cvt_i32_f32", data, value)
         old = target.issue(INT_OPS[s.op], data, ret, f"atomic {s.op} {what}")
-        if ret:
+        if ret and _holds_ints(s.prev):
+            _returned(ctx, s, r, old)
+        elif ret:
             as_float = b.v.alloc()
             b.valu("v_cvt_f32_i32", as_float, old)
             _returned(ctx, s, r, as_float)
@@ -270,6 +280,11 @@ def _apply(ctx: Context, s, plan: str, target: _Target, r: int, per: int) -> Non
         _packed_add(ctx, s, target, r, per, value, what)
     if temp:
         b.v.free(value)
+
+
+def _holds_ints(buf) -> bool:
+    """Whether fragment `buf` holds 32-bit ints in its registers (an int32 fragment), not fp32 values."""
+    return buf is not None and buf.dtype.name == "int32"
 
 
 def _returned(ctx: Context, s, r: int, old) -> None:
