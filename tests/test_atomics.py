@@ -170,3 +170,37 @@ def test_refusals_name_the_line_and_the_way_around(case, dtype, message):
     with pytest.raises(CompileError, match=message) as e:
         misuse(torch.zeros(64), torch.zeros(64, dtype=dtype), case=case, arch="gfx942")
     assert e.value.location.startswith(__file__)
+
+
+@tilegcn.jit
+def int_updates(W, Count, Out, Prev, *, op="add", block=128):
+    """Count[i % 10] += 1 by every thread (a counter per bin), Out[i % 10] op= W[t]; Prev[t]: the count before."""
+    with T.Kernel(W.shape[0] // block, threads=128) as bx:
+        w = T.alloc_fragment((block,), "int32")
+        p = T.alloc_fragment((block,), "int32")
+        T.copy(W[bx * block], w)
+        for i in T.Parallel(block):
+            p[i] = T.atomic_add(Count[i % 10], 1, return_prev=True)
+            if op == "add":
+                T.atomic_add(Out[i % 10], w[i])
+            elif op == "max":
+                T.atomic_max(Out[i % 10], w[i])
+            else:
+                T.atomic_min(Out[i % 10], w[i])
+        T.copy(p, Prev[bx * block])
+
+
+@pytest.mark.skipif("int32" not in T.__all__, reason="int32 tensors and fragments come with issue 20 item 3 (dtypes)")
+@pytest.mark.parametrize("arch,op", [("gfx942", "add"), ("gfx950", "max"), ("gfx942", "min")])
+def test_int32_counters_and_updates_equal_torch(arch, op):
+    w = torch.randint(-(1 << 30), 1 << 30, (256,), dtype=torch.int32, generator=torch.Generator().manual_seed(4))
+    count, prev = torch.zeros(10, dtype=torch.int32), torch.full((256,), -1, dtype=torch.int32)
+    out = torch.zeros(10, dtype=torch.int32)
+    int_updates(w, count, out, prev, op=op, arch=arch)
+    bins = torch.arange(256) % 128 % 10
+    assert torch.equal(count, torch.bincount(bins, minlength=10).int())
+    for b in range(10):  # each thread's ticket is distinct: 0 .. count - 1
+        assert sorted(prev[bins == b].tolist()) == list(range(int(count[b])))
+    reduce = {"add": "sum", "max": "amax", "min": "amin"}[op]  # values past fp32's 2^24: int math throughout
+    want = torch.zeros(10, dtype=torch.int64).scatter_reduce(0, bins, w.long(), reduce)
+    assert torch.equal(out.long(), (want + (1 << 31)) % (1 << 32) - (1 << 31))  # int32 adds wrap
