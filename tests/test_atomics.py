@@ -66,6 +66,20 @@ def test_return_prev_gives_each_thread_a_distinct_ticket(arch, scope):
 
 
 @tilegcn.jit
+def count_elements(Y):
+    """16 elements over 64 threads (each held by 4 of them): every workgroup adds 1 to each element once."""
+    with T.Kernel(3, threads=64):
+        for i in T.Parallel(16):
+            T.atomic_add(Y[i], 1.0)
+
+
+def test_a_tile_smaller_than_the_workgroup_is_applied_once_per_element():
+    y = torch.zeros(16)
+    count_elements(y, arch="gfx942")
+    assert torch.equal(y, torch.full((16,), 3.0))
+
+
+@tilegcn.jit
 def fold_columns(X, Out, *, block=32):
     """Out[i, j] += X[i, bx * W + j] for every column tile bx of X (W = Out's width): the tile form, several
     workgroups adding into each element, the last tile ragged (its columns past X's end add nothing)."""
