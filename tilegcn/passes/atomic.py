@@ -26,7 +26,7 @@ import math
 import sympy
 
 from ..amdgcn.addr import linear_form
-from ..amdgcn import isa
+from ..amdgcn import isa, isa_table
 from ..amdgcn.isa import EXEC, SCC, VCC, Inst
 from ..amdgcn.memory import masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
@@ -185,7 +185,8 @@ def _plan(ctx: Context, s) -> str:
         if s.dst.scope == N.GLOBAL and not s.dst.spec.aligned16:
             raise CompileError(f"{where}: 16-bit atomics update whole dwords and {s.dst.name} does not start at a "
                                "16-byte aligned address; pass a tensor of its own (.clone())", location=s.loc)
-        native = op == "add" and (dtype.name == "float16" or s.dst.scope == N.SHARED or arch == "gfx950")
+        instruction = (GLOBAL_NAMES if s.dst.scope == N.GLOBAL else SHARED_NAMES)[f"pk_add_{dtype.short}"]
+        native = op == "add" and arch in isa_table.lookup(instruction).arches  # gfx942 has no buffer bf16 add
         if native:
             return "pk"
         if s.dst.scope == N.SHARED:
