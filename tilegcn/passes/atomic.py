@@ -28,6 +28,7 @@ import sympy
 from ..amdgcn.addr import linear_form
 from ..amdgcn import isa, isa_table
 from ..amdgcn.isa import EXEC, SCC, VCC, Inst
+from ..amdgcn.abi import OUT_OF_RANGE_OFFSET
 from ..amdgcn.memory import masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -59,6 +60,7 @@ class _Target:
         self.ctx, self.s = ctx, s
         if s.dst.scope == N.GLOBAL:
             self.addr = ctx.access.address(s.dst, index, mask, 4, shift=shift)
+            self.range_voffset = self.addr.voffset  # before any move to the element's dword
         else:
             self.vaddr, self.offset = lds_address(ctx, _lds_byte_address(ctx, s.dst, index, shift))
 
@@ -233,7 +235,9 @@ def lower_atomic(ctx: Context, s) -> None:
     if s.dst.scope == N.SHARED and ctx.lds_state != "idle":
         # a read-modify-write: after other threads' reads (it overwrites) and writes (it reads) alike
         ctx.b.emit("s_barrier", comment="LDS atomics after other LDS accesses")
-    mask = _mask(s)
+    # a compare-and-swap loop runs in the lanes inside the tensor only (it must not depend on what an out-of-range
+    # atomic returns): every dim is then checked, so each lane outside has the out-of-range voffset exactly
+    mask = list(range(len(s.dst.shape))) if plan == "cas" else _mask(s)
     for writer, group in _by_writer(lay, [(r, per, 0) for r, per in _pieces(ctx, s, lay, plan)]):
         with WriterMask(ctx, writer):
             for r, per, _ in group:
@@ -392,7 +396,8 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
     updated in fp32 and rounded to nearest even, the other half's bits kept), `buffer_atomic_cmpswap` it in where
     the dword still holds what was read, and go round again in the lanes where it did not (another thread got
     there first), with what the cmpswap returned. As llc-22 lowers `atomicrmw fadd bfloat` on gfx942 and any
-    16-bit `atomicrmw fmax`. Lanes outside the tensor read 0 and get 0 back, so they leave at once."""
+    16-bit `atomicrmw fmax`. The loop runs in the lanes inside the tensor only (every dim masked: a lane outside has
+    the out-of-range voffset), so no lane waits on what an out-of-range atomic returns."""
     b, dtype, ret = ctx.b, s.dst.dtype, s.prev is not None
     high = False if per == 2 else _element_half(ctx, s, target, r)
     values = [value]
@@ -400,11 +405,8 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
         hi, hi_temp = ctx.read_f32(s.src, r + 1)
         values.append(hi)
     a = target.addr
-    old = b.v.alloc(what="the dword as last read")
-    b.emit("buffer_load_dword", old, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
-           comment=f"{what}: the dword to update")
-    # constants and the shift before the loop: a VGPR constant first made inside it would be missing in the lanes
-    # that left it earlier, yet reused from the builder's cache afterwards
+    # constants and the shift first, in every lane: a VGPR constant first made under the narrower EXEC below would
+    # be missing in the other lanes, yet reused from the builder's cache afterwards
     nan = b.vgpr_constant(QUIET_NAN) if s.op != "add" else None
     if per == 2:
         field = shift = None
@@ -416,6 +418,35 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
         b.valu("v_lshlrev_b32", field, shift, b.vgpr_constant(0xFFFF))
     saved = b.s.alloc(2, align=2, what="exec before the cmpswap loop")
     b.emit("s_mov_b64", saved, EXEC, defs=(saved,), uses=(EXEC,))
+    b.emit("v_cmp_ne_u32", VCC, OUT_OF_RANGE_OFFSET, target.range_voffset, defs=(VCC,),
+           comment="the lanes inside the tensor")
+    b.emit("s_and_b64", EXEC, EXEC, VCC, defs=(EXEC, SCC), uses=(EXEC, VCC))
+    with b.lanes_masked():
+        old = _cas_rounds(ctx, s, a, per, high, values, shift, field, nan, what)
+    b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
+    if ret:  # `old` holds, in every lane, the dword its successful cmpswap replaced
+        if per == 2:
+            for e, upper in ((r, False), (r + 1, True)):
+                v = b.v.alloc()
+                unpack_16bit_to_f32(b, v, old, upper, dtype)
+                _returned(ctx, s, e, v)
+        else:
+            if not isinstance(high, bool):
+                b.valu("v_lshrrev_b32", old, shift, old)
+            v = b.v.alloc()
+            unpack_16bit_to_f32(b, v, old, high is True, dtype)
+            _returned(ctx, s, r, v)
+    if per == 2 and hi_temp:
+        b.v.free(values[1])
+
+
+def _cas_rounds(ctx: Context, s, a, per: int, high, values: list, shift, field, nan, what: str):
+    """The load and the loop of _cas_loop, in the lanes it runs in; returns the register that ends up holding, in
+    each lane, the dword its successful cmpswap replaced."""
+    b, dtype = ctx.b, s.dst.dtype
+    old = b.v.alloc(what="the dword as last read")
+    b.emit("buffer_load_dword", old, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
+           comment=f"{what}: the dword to update")
     head = b.label("cas")
     b.frames[-1].insts.append(Inst(head, kind=isa.LABEL))
     pair = b.v.alloc(2, align=2, what="{new dword, the dword read}")
@@ -434,7 +465,7 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
         else:
             b.valu("v_lshrrev_b32", current, shift, old)
             unpack_16bit_to_f32(b, current, current, False, dtype)
-        _combine(ctx, s.op, current, value, updated, nan)
+        _combine(ctx, s.op, current, values[0], updated, nan)
         pack_f32_pair(b, updated, updated, None, dtype)  # the new element in the low 16 bits
         b.valu("v_lshlrev_b32", updated, shift if shift is not None else 16 if high else 0, updated)
         b.valu("v_bfi_b32", pair[0], field, updated, old)  # the element's bits from `updated`, the rest from `old`
@@ -446,18 +477,4 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
     b.emit("v_mov_b32", old, pair[0])
     b.emit("s_andn2_b64", EXEC, EXEC, done, defs=(EXEC, SCC), uses=(EXEC, done))
     b.emit("s_cbranch_execnz", head)
-    b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
-    if ret:  # `old` holds, in every lane, the dword its successful cmpswap replaced
-        if per == 2:
-            for e, upper in ((r, False), (r + 1, True)):
-                v = b.v.alloc()
-                unpack_16bit_to_f32(b, v, old, upper, dtype)
-                _returned(ctx, s, e, v)
-        else:
-            if not isinstance(high, bool):
-                b.valu("v_lshrrev_b32", old, shift, old)
-            v = b.v.alloc()
-            unpack_16bit_to_f32(b, v, old, high is True, dtype)
-            _returned(ctx, s, r, v)
-    if per == 2 and hi_temp:
-        b.v.free(values[1])
+    return old
