@@ -2,8 +2,9 @@
 workgroup may apply to one element (passes/atomic.py lowers them).
 
 Two statements: `ParallelAtomic`, the element form inside T.Parallel (`T.atomic_add(C[by * bm + i, j], c[i, j])`),
-which memory staging (passes/memspace.py) turns into a T.Parallel store of the value into a fresh fp32 fragment and
-an `Atomic` of that fragment; and `Atomic`, the tile form (`T.atomic_add(C[by * bm, bx * bn], c)`): each element of a
+which memory staging (passes/memspace.py) turns into a T.Parallel store of the value into a fresh fragment (fp32;
+int32 for an int32 destination) and an `Atomic` of that fragment (or an `Atomic` of the fragment whose own element
+the value is); and `Atomic`, the tile form (`T.atomic_add(C[by * bm, bx * bn], c)`): each element of a
 fragment applied to the element of the destination its `index` names.
 """
 from __future__ import annotations
@@ -19,9 +20,6 @@ from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Buffer, ElemRef, Region, walk_e
 from ..ir.ops import TileOp, op_class, register, whole
 from ..passes.atomic import ANY, lower_atomic
 from ..passes.memspace import stage_parallel
-
-OPS = ("add", "max", "min")
-
 
 def _show_index(index, symbols) -> str:
     names = {s: sympy.Symbol(str(s)[1:]) if str(s).startswith("p") else s for s in symbols}  # p_i -> i
@@ -39,7 +37,7 @@ class Atomic(TileOp):
     src: Buffer  # a fragment (shared and global values are staged into one)
     indices: tuple  # SymPy symbols, one per src dim
     dst: Buffer  # global or shared
-    index: tuple  # SymPy, one per dst dim: a start plus at most one of `indices` (coefficient 1)
+    index: tuple  # SymPy, one per dst dim, in `indices` (dims() says how each moves)
     prev: Buffer | None = None
 
     def print_to(self, out):
@@ -59,7 +57,8 @@ class Atomic(TileOp):
     def dims(self) -> tuple:
         """(starts, what each dst dim moves with): a src dim (the index is the start plus that src index), None (the
         start alone) or ANY (another expression of the src indices, `bins[i % 16]`: its start is 0, its extent the
-        whole dim, and its elements are bounds-checked one by one)."""
+        whole dim; in a global tensor each element is masked at the tensor's edge, in a shared buffer it must stay
+        inside the buffer, as any LDS index must)."""
         if len(self.index) != len(self.dst.shape):
             where = f"T.atomic_{self.op}({self.dst.name}[{_show_index(self.index, self.indices)}], ...)"
             raise CompileError(f"{where}: {self.dst.name} has {len(self.dst.shape)} dims, indexed with "
