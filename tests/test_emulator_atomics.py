@@ -212,3 +212,21 @@ def test_lds_atomics_apply_every_update_and_chain_returns(op, ty, mnemonic):
             assert int(slot[s]) == max(0, int(mine.max()))
         else:
             assert int(slot[s]) == min(0, int(mine.min()))
+
+
+def test_lds_cmpxchg_exactly_one_winner_per_slot():
+    """ds_cmpst_rtn_b32 as llc emits it for cmpxchg on LDS (data0 the compare value, data1 the new one)."""
+    ir = lds_atomic_ir("cmpxchg ptr addrspace(3) {p}, i32 0, i32 {v} monotonic monotonic\n"
+                       "  %old = extractvalue {{i32, i1}} %pair, 0", "i32").replace("%old = cmpxchg", "%pair = cmpxchg")
+    mod = llc_module(ir, "gfx942")
+    assert "ds_cmpst_rtn_b32" in {i.base for i in mod.instrs}
+    n = 256
+    idx = torch.randint(0, SLOTS, (n,), dtype=torch.int32, generator=gen)
+    vals = torch.arange(1, n + 1, dtype=torch.int32)
+    slot, ret = torch.zeros(SLOTS, dtype=torch.int32), torch.full((n,), -1, dtype=torch.int32)
+    mod.launch("k", (1, 1, 1), (n, 1, 1), [slot, idx, vals, ret])
+    for s in range(SLOTS):
+        mine = idx == s
+        winners = vals[mine & (ret == 0)]
+        assert winners.numel() == 1 and int(slot[s]) == int(winners[0])  # the others saw the winner's value
+        assert bool((ret[mine & (ret != 0)] == slot[s]).all())

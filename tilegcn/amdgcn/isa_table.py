@@ -181,6 +181,8 @@ buffer_atomic_cmpswap                      vmem_store U.v2 U.v U.s4 U.si     -  
 buffer_atomic_cmpswap+rtn                  vmem_store X.v2 U.v U.s4 U.si     -                 vmem     *
 ds_{add_f32,pk_add_f16,pk_add_bf16,add_u32,max_i32,min_i32,max_u32,min_u32} ds_write U.v U.v       -                 lds      *
 ds_{add_rtn_f32,pk_add_rtn_f16,pk_add_rtn_bf16,add_rtn_u32,max_rtn_i32,min_rtn_i32,max_rtn_u32,min_rtn_u32} ds_write D.v U.v U.v - lds *
+ds_cmpst_b32                               ds_write   U.v U.v U.v            -                 lds      *
+ds_cmpst_rtn_b32                           ds_write   D.v U.v U.v U.v        -                 lds      *
 ds_{bpermute,permute}_b32                  ds_lane    D.v U.v U.v            -                 lds      *
 """
 

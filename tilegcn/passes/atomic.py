@@ -9,8 +9,9 @@ the destination element's address, the value converted from the fragment's fp32:
     elements at once, or on one element with -0.0 in the other half (x + -0.0 == x for every x, -0.0 included);
     gfx942's bf16 add and 16-bit max / min, which have no instruction: a `buffer_atomic_cmpswap` loop (_cas_loop);
     int32 `buffer_atomic_add / smax / smin`;
-  - shared: `ds_add_f32`, `ds_pk_add_f16 / bf16`, `ds_add_u32`, `ds_max_i32`, `ds_min_i32` at the element's
-    row-major LDS address (passes/lds_elements.py's), after the barrier an LDS write needs.
+  - shared: `ds_add_f32`, `ds_pk_add_f16 / bf16`, `ds_add_u32`, `ds_max_i32`, `ds_min_i32` (16-bit max / min: a
+    `ds_cmpst_rtn_b32` loop) at the element's row-major LDS address (passes/lds_elements.py's), after a barrier
+    where any LDS access came before.
 fp32 max / min: neither arch has a float max / min atomic on global memory (llvm-mc-22 rejects
 `buffer_atomic_max_f32` / `buffer_atomic_fmax` for gfx942 and gfx950; llc-22 lowers `atomicrmw fmax float` to a
 cmpswap loop), so the value goes through two integer atomics on its bit pattern, which order like floats within
@@ -120,6 +121,31 @@ class _Target:
         b.v.free(data)  # a returning atomic's data is always a temporary of the caller's
         return old
 
+    def load_dword(self, dst, comment: str):
+        """dst = the dword at the address (a compare-and-swap loop's first read)."""
+        b = self.ctx.b
+        if self.s.dst.scope == N.GLOBAL:
+            a = self.addr
+            b.emit("buffer_load_dword", dst, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
+                   comment=comment)
+        else:
+            b.emit("ds_read_b32", dst, self.vaddr, suffix=self.offset, comment=comment)
+
+    def compare_swap(self, new, expected, comment: str):
+        """Store `new` where the dword still holds `expected`; returns the register the dword's old value lands in."""
+        b = self.ctx.b
+        if self.s.dst.scope == N.GLOBAL:
+            a = self.addr
+            pair = b.v.alloc(2, align=2, what="{new dword, the dword read}")
+            b.emit("v_mov_b32", pair[0], new)
+            b.emit("v_mov_b32", pair[1], expected)
+            b.emit("buffer_atomic_cmpswap", pair, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm} sc0",
+                   comment=comment)
+            return pair[0]
+        old = b.v.alloc()  # ds_cmpst: data0 the compare value, data1 the new one (llc-22's cmpxchg on LDS)
+        b.emit("ds_cmpst_rtn_b32", old, self.vaddr, expected, new, suffix=self.offset, comment=comment)
+        return old
+
     def free(self):
         if self.s.dst.scope == N.GLOBAL and self.addr.temp:
             self.ctx.b.v.free(self.addr.voffset)
@@ -189,12 +215,7 @@ def _plan(ctx: Context, s) -> str:
                                "16-byte aligned address; pass a tensor of its own (.clone())", location=s.loc)
         instruction = (GLOBAL_NAMES if s.dst.scope == N.GLOBAL else SHARED_NAMES)[f"pk_add_{dtype.short}"]
         native = op == "add" and arch in isa_table.lookup(instruction).arches  # gfx942 has no buffer bf16 add
-        if native:
-            return "pk"
-        if s.dst.scope == N.SHARED:
-            raise CompileError(f"{where}: there is no 16-bit max / min atomic in LDS; keep the shared buffer in "
-                               "float32 (and cast when copying it out) instead", location=s.loc)
-        return "cas"  # gfx942's bf16 add and every 16-bit max / min: a compare-and-swap loop on the dword
+        return "pk" if native else "cas"  # gfx942's global bf16 add, every 16-bit max / min: a compare-and-swap loop
     raise CompileError(f"{where}: atomics take float32, float16, bfloat16 and int32 elements", location=s.loc)
 
 
@@ -393,18 +414,17 @@ def _combine(ctx: Context, op: str, old, value, out, nan) -> None:
 
 def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: str) -> None:
     """A 16-bit update without an atomic instruction: read the dword, compute the new one (the element's half
-    updated in fp32 and rounded to nearest even, the other half's bits kept), `buffer_atomic_cmpswap` it in where
-    the dword still holds what was read, and go round again in the lanes where it did not (another thread got
-    there first), with what the cmpswap returned. As llc-22 lowers `atomicrmw fadd bfloat` on gfx942 and any
-    16-bit `atomicrmw fmax`. The loop runs in the lanes inside the tensor only (every dim masked: a lane outside has
-    the out-of-range voffset), so no lane waits on what an out-of-range atomic returns."""
+    updated in fp32 and rounded to nearest even, the other half's bits kept), swap it in where the dword still holds
+    what was read (`buffer_atomic_cmpswap`, `ds_cmpst_rtn_b32`), and go round again in the lanes where it did not
+    (another thread got there first), with what came back. As llc-22 lowers `atomicrmw fadd bfloat` on gfx942 and
+    any 16-bit `atomicrmw fmax`. In global memory the loop runs in the lanes inside the tensor only (every dim
+    masked: a lane outside has the out-of-range voffset), so no lane waits on what an out-of-range atomic returns."""
     b, dtype, ret = ctx.b, s.dst.dtype, s.prev is not None
     high = False if per == 2 else _element_half(ctx, s, target, r)
     values = [value]
     if per == 2:
         hi, hi_temp = ctx.read_f32(s.src, r + 1)
         values.append(hi)
-    a = target.addr
     # constants and the shift first, in every lane: a VGPR constant first made under the narrower EXEC below would
     # be missing in the other lanes, yet reused from the builder's cache afterwards
     nan = b.vgpr_constant(QUIET_NAN) if s.op != "add" else None
@@ -418,11 +438,12 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
         b.valu("v_lshlrev_b32", field, shift, b.vgpr_constant(0xFFFF))
     saved = b.s.alloc(2, align=2, what="exec before the cmpswap loop")
     b.emit("s_mov_b64", saved, EXEC, defs=(saved,), uses=(EXEC,))
-    b.emit("v_cmp_ne_u32", VCC, OUT_OF_RANGE_OFFSET, target.range_voffset, defs=(VCC,),
-           comment="the lanes inside the tensor")
-    b.emit("s_and_b64", EXEC, EXEC, VCC, defs=(EXEC, SCC), uses=(EXEC, VCC))
+    if s.dst.scope == N.GLOBAL:
+        b.emit("v_cmp_ne_u32", VCC, OUT_OF_RANGE_OFFSET, target.range_voffset, defs=(VCC,),
+               comment="the lanes inside the tensor")
+        b.emit("s_and_b64", EXEC, EXEC, VCC, defs=(EXEC, SCC), uses=(EXEC, VCC))
     with b.lanes_masked():
-        old = _cas_rounds(ctx, s, a, per, high, values, shift, field, nan, what)
+        old = _cas_rounds(ctx, s, target, per, high, values, shift, field, nan, what)
     b.emit("s_mov_b64", EXEC, saved, defs=(EXEC,), uses=(saved,))
     if ret:  # `old` holds, in every lane, the dword its successful cmpswap replaced
         if per == 2:
@@ -440,17 +461,15 @@ def _cas_loop(ctx: Context, s, target: _Target, r: int, per: int, value, what: s
         b.v.free(values[1])
 
 
-def _cas_rounds(ctx: Context, s, a, per: int, high, values: list, shift, field, nan, what: str):
+def _cas_rounds(ctx: Context, s, target: _Target, per: int, high, values: list, shift, field, nan, what: str):
     """The load and the loop of _cas_loop, in the lanes it runs in; returns the register that ends up holding, in
-    each lane, the dword its successful cmpswap replaced."""
+    each lane, the dword its successful compare-and-swap replaced."""
     b, dtype = ctx.b, s.dst.dtype
     old = b.v.alloc(what="the dword as last read")
-    b.emit("buffer_load_dword", old, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm}",
-           comment=f"{what}: the dword to update")
+    target.load_dword(old, f"{what}: the dword to update")
     head = b.label("cas")
     b.frames[-1].insts.append(Inst(head, kind=isa.LABEL))
-    pair = b.v.alloc(2, align=2, what="{new dword, the dword read}")
-    current, updated = b.v.alloc(), b.v.alloc()
+    new, current, updated = b.v.alloc(), b.v.alloc(), b.v.alloc()
     if per == 2:
         halves = []
         for upper, v in zip((False, True), values):
@@ -458,7 +477,7 @@ def _cas_rounds(ctx: Context, s, a, per: int, high, values: list, shift, field, 
             h = b.v.alloc()
             _combine(ctx, s.op, current, v, h, nan)
             halves.append(h)
-        pack_f32_pair(b, pair[0], halves[0], halves[1], dtype)
+        pack_f32_pair(b, new, halves[0], halves[1], dtype)
     else:
         if isinstance(high, bool):
             unpack_16bit_to_f32(b, current, old, high, dtype)
@@ -468,13 +487,11 @@ def _cas_rounds(ctx: Context, s, a, per: int, high, values: list, shift, field, 
         _combine(ctx, s.op, current, values[0], updated, nan)
         pack_f32_pair(b, updated, updated, None, dtype)  # the new element in the low 16 bits
         b.valu("v_lshlrev_b32", updated, shift if shift is not None else 16 if high else 0, updated)
-        b.valu("v_bfi_b32", pair[0], field, updated, old)  # the element's bits from `updated`, the rest from `old`
-    b.emit("v_mov_b32", pair[1], old)
-    b.emit("buffer_atomic_cmpswap", pair, a.voffset, a.srd, a.soffset, suffix=f"offen offset:{a.imm} sc0",
-           comment=f"{what}: store the new dword where it still holds the one read")
-    done = b.s.alloc(2, align=2, what="lanes whose cmpswap took")
-    b.emit("v_cmp_eq_u32_e64", done, pair[0], old, comment="it held what we read: done")
-    b.emit("v_mov_b32", old, pair[0])
+        b.valu("v_bfi_b32", new, field, updated, old)  # the element's bits from `updated`, the rest from `old`
+    seen = target.compare_swap(new, old, f"{what}: store the new dword where it still holds the one read")
+    done = b.s.alloc(2, align=2, what="lanes whose compare-and-swap took")
+    b.emit("v_cmp_eq_u32_e64", done, seen, old, comment="it held what we read: done")
+    b.emit("v_mov_b32", old, seen)
     b.emit("s_andn2_b64", EXEC, EXEC, done, defs=(EXEC, SCC), uses=(EXEC, done))
     b.emit("s_cbranch_execnz", head)
     return old

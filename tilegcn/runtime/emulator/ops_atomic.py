@@ -110,11 +110,12 @@ def _atomic_op(ins, family):
 DS_ATOMICS = {"ds_add_f32": "add_f32", "ds_pk_add_f16": "pk_add_f16", "ds_pk_add_bf16": "pk_add_bf16",
               "ds_add_u32": "add", "ds_max_i32": "smax", "ds_min_i32": "smin", "ds_max_u32": "umax",
               "ds_min_u32": "umin"}
+DS_ATOMICS["ds_cmpst_b32"] = "cmpswap"  # data0 the compare value, data1 the new one (as llc's cmpxchg emits it)
 DS_RETURNING = {"_rtn_".join(name.rsplit("_", 1)): name for name in DS_ATOMICS}  # ds_add_rtn_f32 -> ds_add_f32
 
 
 def build_ds_atomic(ins, b, index):
-    """ds_<op>[_rtn]_<type> vdst?, vaddr, data offset:N: a read-modify-write of one LDS dword per lane, applied when
+    """ds_<op>[_rtn]_<type> vdst?, vaddr, [cmp,] data offset:N: a read-modify-write of one LDS dword per lane, applied when
     it retires (in order with the wave's other LDS ops, as every DS op), lanes hitting one dword one after another
     in lane order; a returning form writes the dword's old value to vdst. Not recorded by the LDS race check: atomics
     of several waves to one dword in one barrier epoch are what they are for."""
@@ -125,11 +126,13 @@ def build_ds_atomic(ins, b, index):
     bad = [k for k in ins.mods if k != "offset"]
     if bad:
         raise BindError(f"modifier(s) {', '.join(bad)} not supported on {base}")
-    if len(ops) != (3 if returning else 2):
-        raise BindError("expected " + ("vdst, " if returning else "") + "vaddr, data")
+    compare = name == "cmpswap"
+    if len(ops) != (3 if returning else 2) + compare:
+        raise BindError("expected " + ("vdst, " if returning else "") + "vaddr, " + ("cmp, " if compare else "") + "data")
     dst = b.vdst(ops[0], 1, "vdst") if returning else None
     vaddr = b.vsrc_index(ops[1 if returning else 0], 1, "vaddr")
     data = b.vsrc_index(ops[-1], 1, "data")
+    cmp = b.vsrc_index(ops[-2], 1, "cmp") if compare else None
     if returning:
         b.defer(dst, 1)
     offset = int(ins.mods.get("offset", 0))
@@ -148,13 +151,15 @@ def build_ds_atomic(ins, b, index):
         word = (m.lds_base[g.sel].view(-1, 1) + addr) // 4
         act = torch.ones_like(word, dtype=torch.bool) if ex is None else ex
         val = u32(g.rv(data)).clone()  # captured at issue
+        expect = u32(g.rv(cmp)).clone() if compare else None
         m.stats.bytes_vgpr_to_lds += int(act.sum()) * 4
         rows = g.sel
 
         def apply(pos):
             w, a, v = _sub(word, pos), _sub(act, pos), _sub(val, pos)
             sel = a.reshape(-1)
-            old = _apply_serially(m.lds.data32, w.reshape(-1)[sel], v.reshape(-1)[sel], None, fn)
+            c = None if expect is None else _sub(expect, pos).reshape(-1)[sel]
+            old = _apply_serially(m.lds.data32, w.reshape(-1)[sel], v.reshape(-1)[sel], c, fn)
             if dst is None:
                 return
             ret = torch.zeros(a.numel(), dtype=torch.int64, device=old.device)

@@ -162,7 +162,7 @@ def build_memory(ins, b, index):
     if base.startswith(("flat_", "scratch_")) and "_atomic_" not in base:
         from .ops_flat import build_flat
         return build_flat(ins, b, index)
-    if "_atomic_" in base or base in CACHE_CONTROL or base.startswith(("ds_add_", "ds_pk_add_", "ds_max_", "ds_min_")):
+    if "_atomic_" in base or base in CACHE_CONTROL or base.startswith(("ds_add_", "ds_pk_add_", "ds_max_", "ds_min_", "ds_cmpst_b32", "ds_cmpst_rtn_b32")):
         from .ops_atomic import build_atomic
         return build_atomic(ins, b, index)
     if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
