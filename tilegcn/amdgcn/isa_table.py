@@ -179,8 +179,11 @@ buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin}+rtn vmem_store X.v U.
 buffer_atomic_pk_add_bf16+rtn              vmem_store X.v U.v U.s4 U.si      -                 vmem     gfx950
 buffer_atomic_cmpswap                      vmem_store U.v2 U.v U.s4 U.si     -                 vmem     *
 buffer_atomic_cmpswap+rtn                  vmem_store X.v2 U.v U.s4 U.si     -                 vmem     *
-ds_{add_f32,pk_add_f16,pk_add_bf16,add_u32,max_i32,min_i32,max_u32,min_u32} ds_write U.v U.v       -                 lds      *
-ds_{add_rtn_f32,pk_add_rtn_f16,pk_add_rtn_bf16,add_rtn_u32,max_rtn_i32,min_rtn_i32,max_rtn_u32,min_rtn_u32} ds_write D.v U.v U.v - lds *
+ds_{add_f32,pk_add_f16,pk_add_bf16}       ds_write   U.v U.v                -                 lds      *
+ds_{add_u32,max_i32,min_i32,max_u32,min_u32} ds_write U.v U.v              -                 lds      *
+ds_{add_rtn_f32,pk_add_rtn_f16,pk_add_rtn_bf16} ds_write D.v U.v U.v       -                 lds      *
+ds_{add_rtn_u32,max_rtn_i32,min_rtn_i32}   ds_write   D.v U.v U.v            -                 lds      *
+ds_{max_rtn_u32,min_rtn_u32}               ds_write   D.v U.v U.v            -                 lds      *
 ds_cmpst_b32                               ds_write   U.v U.v U.v            -                 lds      *
 ds_cmpst_rtn_b32                           ds_write   D.v U.v U.v U.v        -                 lds      *
 ds_{bpermute,permute}_b32                  ds_lane    D.v U.v U.v            -                 lds      *
@@ -358,7 +361,8 @@ def lookup(op: str, suffix: str = "") -> OpInfo:
     an opcode the table lacks is an InternalError naming it. Memoised per (op, suffix): emit() asks it of every
     instruction."""
     words = suffix.split()
-    key = f"{op}+lds" if "lds" in words else f"{op}+rtn" if _RETURNS in words and op.startswith("buffer_atomic_") else op
+    returns = _RETURNS in words and op.startswith("buffer_atomic_")
+    key = f"{op}+lds" if "lds" in words else f"{op}+rtn" if returns else op
     row = TABLE.get(key)
     if row is None and op.endswith(_ENCODING_SUFFIXES):  # v_cmp_gt_i32_e64: the VOP3 encoding of the same row
         row = TABLE.get(key.replace(op, op[:-4]))

@@ -16,5 +16,6 @@ from .reduce import Reduce
 from .scan import Cumsum
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop", "ParallelAtomic", "ParallelStore", "Reduce",
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop",
+           "ParallelAtomic", "ParallelStore", "Reduce",
            "Swizzle", "WaitGroup"]

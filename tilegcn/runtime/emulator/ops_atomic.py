@@ -115,10 +115,10 @@ DS_RETURNING = {"_rtn_".join(name.rsplit("_", 1)): name for name in DS_ATOMICS} 
 
 
 def build_ds_atomic(ins, b, index):
-    """ds_<op>[_rtn]_<type> vdst?, vaddr, [cmp,] data offset:N: a read-modify-write of one LDS dword per lane, applied when
-    it retires (in order with the wave's other LDS ops, as every DS op), lanes hitting one dword one after another
-    in lane order; a returning form writes the dword's old value to vdst. Not recorded by the LDS race check: atomics
-    of several waves to one dword in one barrier epoch are what they are for."""
+    """ds_<op>[_rtn]_<type> vdst?, vaddr, [cmp,] data offset:N: a read-modify-write of one LDS dword per lane,
+    applied when it retires (in order with the wave's other LDS ops, as every DS op), lanes hitting one dword one
+    after another in lane order; a returning form writes the dword's old value to vdst. Not recorded by the LDS
+    race check: atomics of several waves to one dword in one barrier epoch are what they are for."""
     base, ops = ins.base, list(ins.operands)
     returning = base in DS_RETURNING
     name = DS_ATOMICS[DS_RETURNING.get(base, base)]
@@ -128,7 +128,8 @@ def build_ds_atomic(ins, b, index):
         raise BindError(f"modifier(s) {', '.join(bad)} not supported on {base}")
     compare = name == "cmpswap"
     if len(ops) != (3 if returning else 2) + compare:
-        raise BindError("expected " + ("vdst, " if returning else "") + "vaddr, " + ("cmp, " if compare else "") + "data")
+        raise BindError("expected " + ("vdst, " if returning else "") + "vaddr, " + ("cmp, " if compare else "")
+                        + "data")
     dst = b.vdst(ops[0], 1, "vdst") if returning else None
     vaddr = b.vsrc_index(ops[1 if returning else 0], 1, "vaddr")
     data = b.vsrc_index(ops[-1], 1, "data")
