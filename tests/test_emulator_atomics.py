@@ -1,5 +1,5 @@
 """Atomics on the emulated device: llc-compiled `atomicrmw` / `cmpxchg` (LLVM picks global_atomic_* with and
-without return, and the buffer_wbl2 / buffer_inv around them), plus hand-written buffer atomics.
+without return, and the buffer_wbl2 / buffer_inv around them; ds_*_rtn_* on LDS), plus hand-written buffer atomics.
 
 Lanes of one instruction hitting one address happen in some order; the checks hold for every order:
 the final memory value, and that the returned pre-op values chain (each return plus its operand is another
@@ -145,3 +145,88 @@ def test_buffer_atomics_return_only_with_sc0_and_skip_out_of_range_lanes():
         assert int(buf[d]) == 2 * count  # both atomics added 1 per in-range lane
         assert sorted(outs[0][lanes].tolist()) == list(range(count))  # the first one's returns: 0 .. count-1
     assert bool((buf[16:] == 0).all())
+
+
+def lds_atomic_ir(rmw: str, ty: str) -> str:
+    """One workgroup of 256 threads: LDS slots zeroed, thread t applies `rmw` to slot idx[t] with val[t] and keeps the
+    returned old value in ret[t]; the slots are then copied out (llc picks the ds_* atomic and its waits)."""
+    return f"""@lds = internal addrspace(3) global [{SLOTS} x {ty}] poison, align 4
+define amdgpu_kernel void @k(ptr addrspace(1) %slot, ptr addrspace(1) %idx, ptr addrspace(1) %val,
+                                    ptr addrspace(1) %ret) {{
+  %t = call i32 @llvm.amdgcn.workitem.id.x()
+  %first = icmp ult i32 %t, {SLOTS}
+  br i1 %first, label %zero, label %go
+zero:
+  %z = getelementptr {ty}, ptr addrspace(3) @lds, i32 %t
+  store {ty} zeroinitializer, ptr addrspace(3) %z
+  br label %go
+go:
+  call void @llvm.amdgcn.s.barrier()
+  %ip = getelementptr i32, ptr addrspace(1) %idx, i32 %t
+  %j = load i32, ptr addrspace(1) %ip
+  %vp = getelementptr {ty}, ptr addrspace(1) %val, i32 %t
+  %v = load {ty}, ptr addrspace(1) %vp
+  %p = getelementptr {ty}, ptr addrspace(3) @lds, i32 %j
+  %old = {rmw.format(p="%p", v="%v", ty=ty)}
+  %r = getelementptr {ty}, ptr addrspace(1) %ret, i32 %t
+  store {ty} %old, ptr addrspace(1) %r
+  call void @llvm.amdgcn.s.barrier()
+  br i1 %first, label %out, label %done
+out:
+  %q = getelementptr {ty}, ptr addrspace(3) @lds, i32 %t
+  %x = load {ty}, ptr addrspace(3) %q
+  %s = getelementptr {ty}, ptr addrspace(1) %slot, i32 %t
+  store {ty} %x, ptr addrspace(1) %s
+  br label %done
+done:
+  ret void
+}}
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.s.barrier()
+"""
+
+
+# the LDS atomics tilegcn's T.atomic_* emits (passes/atomic.py), as llc compiles `atomicrmw` on addrspace(3)
+LDS_CASES = [("fadd", "float", "ds_add_rtn_f32"), ("add", "i32", "ds_add_rtn_u32"), ("max", "i32", "ds_max_rtn_i32"),
+             ("min", "i32", "ds_min_rtn_i32")]
+
+
+@pytest.mark.parametrize("op,ty,mnemonic", LDS_CASES, ids=[c[0] for c in LDS_CASES])
+def test_lds_atomics_apply_every_update_and_chain_returns(op, ty, mnemonic):
+    mod = llc_module(lds_atomic_ir(f"atomicrmw {op} ptr addrspace(3) {{p}}, {{ty}} {{v}} monotonic", ty), "gfx950")
+    assert mnemonic in {i.base for i in mod.instrs}
+    n = 256
+    idx = torch.randint(0, SLOTS, (n,), dtype=torch.int32, generator=gen)
+    vals = torch.randint(-50, 50, (n,), dtype=torch.int32, generator=gen)
+    vals = vals.float() if ty == "float" else vals  # small integers: float sums exact in any order
+    slot, ret = torch.zeros(SLOTS, dtype=vals.dtype), torch.zeros(n, dtype=vals.dtype)
+    mod.launch("k", (1, 1, 1), (n, 1, 1), [slot, idx, vals, ret])
+    for s in range(SLOTS):
+        mine = vals[idx == s]
+        if op in ("fadd", "add"):
+            assert slot[s] == mine.sum()
+            # the returns and the final value are the partial sums in some order
+            assert Counter((ret[idx == s]).tolist() + [slot[s].item()]) == \
+                Counter([0] + (ret[idx == s] + mine).tolist())
+        elif op == "max":  # the slots start at 0
+            assert int(slot[s]) == max(0, int(mine.max()))
+        else:
+            assert int(slot[s]) == min(0, int(mine.min()))
+
+
+def test_lds_cmpxchg_exactly_one_winner_per_slot():
+    """ds_cmpst_rtn_b32 as llc emits it for cmpxchg on LDS (data0 the compare value, data1 the new one)."""
+    ir = lds_atomic_ir("cmpxchg ptr addrspace(3) {p}, i32 0, i32 {v} monotonic monotonic\n"
+                       "  %old = extractvalue {{i32, i1}} %pair, 0", "i32").replace("%old = cmpxchg", "%pair = cmpxchg")
+    mod = llc_module(ir, "gfx942")
+    assert "ds_cmpst_rtn_b32" in {i.base for i in mod.instrs}
+    n = 256
+    idx = torch.randint(0, SLOTS, (n,), dtype=torch.int32, generator=gen)
+    vals = torch.arange(1, n + 1, dtype=torch.int32)
+    slot, ret = torch.zeros(SLOTS, dtype=torch.int32), torch.full((n,), -1, dtype=torch.int32)
+    mod.launch("k", (1, 1, 1), (n, 1, 1), [slot, idx, vals, ret])
+    for s in range(SLOTS):
+        mine = idx == s
+        winners = vals[mine & (ret == 0)]
+        assert winners.numel() == 1 and int(slot[s]) == int(winners[0])  # the others saw the winner's value
+        assert bool((ret[mine & (ret != 0)] == slot[s]).all())

@@ -39,6 +39,8 @@ def _modifiers(row) -> str:
     """What the assembler needs after the operands of a sample of `row` (not a fact the passes use)."""
     if row.name.endswith("+lds"):
         return " offen lds"
+    if row.name.endswith("+rtn"):
+        return " offen sc0"
     if row.name.startswith("buffer_"):
         return " offen"
     if row.name == "ds_swizzle_b32":
@@ -64,7 +66,7 @@ class _Sample:
             self.reads["s"].update(SLOTS.get(reg.file, ()))
         for reg in row.implicit_defs:
             self.writes["s"].update(SLOTS.get(reg.file, ()))
-        op = row.name.removesuffix("+lds")
+        op = row.name.partition("+")[0]
         self.text = f"{op} {', '.join(texts)}{_modifiers(row)}" if texts else op
 
     def _operand(self, slot) -> str:

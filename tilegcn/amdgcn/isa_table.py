@@ -13,7 +13,10 @@ One row per opcode (the text tables below are the data; the code under them only
     xdl (an MFMA; its passes are arch data: arch.MfmaShape), smem, vmem, lds, ctrl;
   - arches: '*' for every supported arch, else the ones that have it.
 A row's name may hold brace groups, `v_{add,mul}_f32`, each expanding to one row per word. An LDS DMA is the
-load with the `lds` modifier: its row is `<load>+lds` (lookup(op, suffix) picks it). A global load or store's
+load with the `lds` modifier: its row is `<load>+lds` (lookup(op, suffix) picks it); a buffer atomic with `sc0`
+returns the old value into its data register: its row is `<atomic>+rtn` (the data operand read and written). Atomics
+are of the store kinds (vmem_store, ds_write): they write memory, so the scheduler keeps them in order with every
+load and store, and the registers a returning one writes are waited for like a load's. A global load or store's
 address is one VGPR (an offset) with an SGPR pair base, or a VGPR pair with `off` in the base's slot (no register:
 the roles are the same).
 
@@ -63,7 +66,7 @@ s_{add,sub}_u32                            salu     D.s U.si U.si            D.s
 s_add_i32                                  salu     D.s U.si U.si            D.scc             salu     *
 s_{addc,subb}_u32                          salu     D.s U.si U.si            U.scc,D.scc       salu     *
 s_{and,or,xor}_b32                         salu     D.s U.si U.si            D.scc             salu     *
-s_{and,or,xor}_b64                         salu     D.s2 U.si2 U.si2         D.scc             salu     *
+s_{and,or,xor,andn2}_b64                   salu     D.s2 U.si2 U.si2         D.scc             salu     *
 s_not_b64                                  salu     D.s2 U.si2               D.scc             salu     *
 s_{lshl,lshr}_b32                          salu     D.s U.si U.si            D.scc             salu     *
 s_ashr_i32                                 salu     D.s U.si U.si            D.scc             salu     *
@@ -176,6 +179,19 @@ ds_write_{b8,b16,b16_d16_hi,b32}           ds_write   U.v U.v                -  
 ds_write_b64                               ds_write   U.v U.v2               -                 lds      *
 ds_write_b128                              ds_write   U.v U.v4               -                 lds      *
 ds_swizzle_b32                             ds_lane    D.v U.v                -                 lds      *
+buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin} vmem_store U.v U.v U.s4 U.si -              vmem     *
+buffer_atomic_pk_add_bf16                  vmem_store U.v U.v U.s4 U.si      -                 vmem     gfx950
+buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin}+rtn vmem_store X.v U.v U.s4 U.si -           vmem     *
+buffer_atomic_pk_add_bf16+rtn              vmem_store X.v U.v U.s4 U.si      -                 vmem     gfx950
+buffer_atomic_cmpswap                      vmem_store U.v2 U.v U.s4 U.si     -                 vmem     *
+buffer_atomic_cmpswap+rtn                  vmem_store X.v2 U.v U.s4 U.si     -                 vmem     *
+ds_{add_f32,pk_add_f16,pk_add_bf16}       ds_write   U.v U.v                -                 lds      *
+ds_{add_u32,max_i32,min_i32,max_u32,min_u32} ds_write U.v U.v              -                 lds      *
+ds_{add_rtn_f32,pk_add_rtn_f16,pk_add_rtn_bf16} ds_write D.v U.v U.v       -                 lds      *
+ds_{add_rtn_u32,max_rtn_i32,min_rtn_i32}   ds_write   D.v U.v U.v            -                 lds      *
+ds_{max_rtn_u32,min_rtn_u32}               ds_write   D.v U.v U.v            -                 lds      *
+ds_cmpst_b32                               ds_write   U.v U.v U.v            -                 lds      *
+ds_cmpst_rtn_b32                           ds_write   D.v U.v U.v U.v        -                 lds      *
 ds_{bpermute,permute}_b32                  ds_lane    D.v U.v U.v            -                 lds      *
 """
 
@@ -342,6 +358,7 @@ def hazard_roles(row: OpInfo, lanes: tuple) -> HazardRoles:
 KINDS = _parse_kinds(_KINDS)
 TABLE = _parse(_SCALAR, _VECTOR, _MEMORY)
 _ENCODING_SUFFIXES = ("_e32", "_e64")
+_RETURNS = "sc0"  # a buffer atomic with sc0 (GLC before gfx940) returns the old value into its data register
 
 
 @functools.lru_cache(maxsize=None)
@@ -349,7 +366,9 @@ def lookup(op: str, suffix: str = "") -> OpInfo:
     """The row of opcode `op` (`suffix`: the modifiers printed after the operands; `lds` picks the LDS DMA row);
     an opcode the table lacks is an InternalError naming it. Memoised per (op, suffix): emit() asks it of every
     instruction."""
-    key = f"{op}+lds" if "lds" in suffix.split() else op
+    words = suffix.split()
+    returns = _RETURNS in words and op.startswith("buffer_atomic_")
+    key = f"{op}+lds" if "lds" in words else f"{op}+rtn" if returns else op
     row = TABLE.get(key)
     if row is None and op.endswith(_ENCODING_SUFFIXES):  # v_cmp_gt_i32_e64: the VOP3 encoding of the same row
         row = TABLE.get(key.replace(op, op[:-4]))

@@ -1,6 +1,7 @@
 """The tile language, imported as `from tilegcn import language as T`."""
 from ..ir.types import (bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float16, float32,
                          int8, int16, int32, int64, uint8)
+from .atomic import atomic_add, atomic_max, atomic_min
 from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
                        empty, fill, gemm, print, use_swizzle)
 from .control import Serial, serial
@@ -20,6 +21,7 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
            "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum", "cumsum",
+           "atomic_add", "atomic_max", "atomic_min",
            "serial", "Serial", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
            "dtype", "float", "float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
            "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]

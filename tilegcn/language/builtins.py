@@ -445,8 +445,9 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
         shown = f"T.Pipelined({end})" if stop is None else f"T.Pipelined({first}, {end})"
         raise CompileError(f"{shown}: trip count must be positive, got {n}", location=loc)
     num_stages = _concrete(num_stages, "num_stages")
-    if num_stages < 1:
-        raise CompileError(f"num_stages must be >= 1, got {num_stages}", location=loc)
+    if num_stages < 0:
+        raise CompileError(f"num_stages must be >= 0, got {num_stages}", location=loc)
+    num_stages = max(num_stages, 1)  # TileLang's 0 (no software pipelining) is tilegcn's 1: one buffer, no overlap
     var = sympy.Symbol(f"k{len(list(N.walk(tracer.body())))}", integer=True, nonnegative=True)
     body: list = []
     tracer.bodies.append(body)

@@ -110,9 +110,15 @@ class BufferProxy(N.RefusesPythonOperators):
         if index is not None:
             if len(index) != self.ndim:
                 raise CompileError(f"{self.buffer.name} has {self.ndim} dims, indexed with {len(index)}")
-            if self.buffer.scope != N.GLOBAL:
+            ref = N.ElemRef(self.buffer, index)
+            if self.buffer.scope == N.FRAGMENT:
                 self._check_own_element(index)
-            return N.ElemRef(self.buffer, index)
+            elif self.buffer.scope == N.SHARED:
+                try:  # any shared element may be updated by T.atomic_*; a read must still be the thread's own
+                    self._check_own_element(index)
+                except CompileError as e:
+                    ref.refusal = e.raw_message  # raised where it is read (passes/memspace.py stage_parallel)
+            return ref
         starts, extents = _normalise_key(key, self.ndim, f"indexing {self.buffer.name}")
         return RegionRef(self.buffer, starts, extents)
 

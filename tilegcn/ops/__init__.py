@@ -4,6 +4,7 @@ Importing this package registers every op; `tilegcn.ir.ops.REGISTRY` then maps o
 Adding an op: docs/internals.md, "Adding a tile op".
 """
 from .async_copy import AsyncCopy
+from .atomic import Atomic, ParallelAtomic
 from .convert_layout import ConvertLayout
 from .copy import Copy
 from .fill import Fill
@@ -15,5 +16,6 @@ from .reduce import Reduce
 from .scan import Cumsum
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop",
+           "ParallelAtomic", "ParallelStore", "Reduce",
            "Swizzle", "WaitGroup"]

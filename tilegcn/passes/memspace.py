@@ -36,6 +36,7 @@ class Stager:
 
     def __init__(self, kernel: N.Kernel):
         self.fragments: list = []
+        self.replaced = False  # a statement was replaced (by others, or by one needing no staging fragment)
         self.gemm_operands = {r.buffer for s in statements_of(kernel.body, "gemm") for r in s.reads()
                               if r.buffer.scope == N.SHARED}
 
@@ -62,7 +63,7 @@ def stage_memory_accesses(kernel: N.Kernel) -> N.Kernel:
     `staged` hook says how), the staging fragments added to its buffers."""
     stager = Stager(kernel)
     body = _stage_body(kernel.body, stager)
-    if not stager.fragments:
+    if not stager.fragments and not stager.replaced:
         return kernel
     return dataclasses.replace(kernel, body=body, buffers=list(kernel.buffers) + stager.fragments)
 
@@ -74,6 +75,7 @@ def _stage_body(stmts: list, stager: Stager) -> list:
             s = s.with_bodies(tuple(_stage_body(b, stager) for b in s.bodies()))
         staged = s.staged(stager)
         out.extend([s] if staged is None else staged)
+        stager.replaced |= staged is not None
     return out
 
 
@@ -83,6 +85,8 @@ def stage_parallel(s, stager: Stager) -> list | None:
     """The statements replacing ParallelStore `s` where it reads shared buffers or stores to shared / global."""
     reads = {}  # shared buffer -> its staging fragment
     for ref in (e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.SHARED):
+        if getattr(ref, "refusal", None):  # an index only an atomic update may use (language/proxies.py)
+            raise CompileError(ref.refusal, location=s.loc)
         if ref.buffer not in reads:
             stager.check_element_access(ref.buffer, "T.Parallel reads", s.loc)
             _check_read_shape(ref, s)

@@ -1,4 +1,4 @@
-"""Global and buffer atomics (returning and not) and the cache-control instructions around them.
+"""Global, buffer and LDS atomics (returning and not) and the cache-control instructions around them.
 
 An atomic is a VM-queue operation like a store: at issue its addresses are formed and checked and its data
 (and compare value) captured; the read-modify-write of memory and the write of the returned pre-op values
@@ -106,8 +106,75 @@ def _atomic_op(ins, family):
     raise BindError(f"atomic {name!r} is not modelled")
 
 
+# LDS atomics: mnemonic (the returning form has `_rtn` before its type) -> its OPS32 entry
+DS_ATOMICS = {"ds_add_f32": "add_f32", "ds_pk_add_f16": "pk_add_f16", "ds_pk_add_bf16": "pk_add_bf16",
+              "ds_add_u32": "add", "ds_max_i32": "smax", "ds_min_i32": "smin", "ds_max_u32": "umax",
+              "ds_min_u32": "umin"}
+DS_ATOMICS["ds_cmpst_b32"] = "cmpswap"  # data0 the compare value, data1 the new one (as llc's cmpxchg emits it)
+DS_RETURNING = {"_rtn_".join(name.rsplit("_", 1)): name for name in DS_ATOMICS}  # ds_add_rtn_f32 -> ds_add_f32
+
+
+def build_ds_atomic(ins, b, index):
+    """ds_<op>[_rtn]_<type> vdst?, vaddr, [cmp,] data offset:N: a read-modify-write of one LDS dword per lane,
+    applied when it retires (in order with the wave's other LDS ops, as every DS op), lanes hitting one dword one
+    after another in lane order; a returning form writes the dword's old value to vdst. Not recorded by the LDS
+    race check: atomics of several waves to one dword in one barrier epoch are what they are for."""
+    base, ops = ins.base, list(ins.operands)
+    returning = base in DS_RETURNING
+    name = DS_ATOMICS[DS_RETURNING.get(base, base)]
+    fn = OPS32[name]
+    bad = [k for k in ins.mods if k != "offset"]
+    if bad:
+        raise BindError(f"modifier(s) {', '.join(bad)} not supported on {base}")
+    compare = name == "cmpswap"
+    if len(ops) != (3 if returning else 2) + compare:
+        raise BindError("expected " + ("vdst, " if returning else "") + "vaddr, " + ("cmp, " if compare else "")
+                        + "data")
+    dst = b.vdst(ops[0], 1, "vdst") if returning else None
+    vaddr = b.vsrc_index(ops[1 if returning else 0], 1, "vaddr")
+    data = b.vsrc_index(ops[-1], 1, "data")
+    cmp = b.vsrc_index(ops[-2], 1, "cmp") if compare else None
+    if returning:
+        b.defer(dst, 1)
+    offset = int(ins.mods.get("offset", 0))
+
+    def run(g):
+        m = g.m
+        ex = g.exec_mask()
+        addr = u32(g.rv(vaddr)) + offset
+        bad = (addr + 4 > m.lds_size) | (addr % 4 != 0)
+        if ex is not None:
+            bad &= ex
+        if bool(bad.any()):
+            row, lane = first_true(bad)
+            raise Fault(f"{base}: LDS address {int(addr[row, lane])} is not a 4-byte aligned dword inside the kernel's "
+                        f"{m.lds_size} bytes of LDS", row, lane)
+        word = (m.lds_base[g.sel].view(-1, 1) + addr) // 4
+        act = torch.ones_like(word, dtype=torch.bool) if ex is None else ex
+        val = u32(g.rv(data)).clone()  # captured at issue
+        expect = u32(g.rv(cmp)).clone() if compare else None
+        m.stats.bytes_vgpr_to_lds += int(act.sum()) * 4
+        rows = g.sel
+
+        def apply(pos):
+            w, a, v = _sub(word, pos), _sub(act, pos), _sub(val, pos)
+            sel = a.reshape(-1)
+            c = None if expect is None else _sub(expect, pos).reshape(-1)[sel]
+            old = _apply_serially(m.lds.data32, w.reshape(-1)[sel], v.reshape(-1)[sel], c, fn)
+            if dst is None:
+                return
+            ret = torch.zeros(a.numel(), dtype=torch.int64, device=old.device)
+            ret[sel] = old
+            write_rows(m, dst, _s32(ret.view(a.shape)).to(torch.int32).unsqueeze(0), _rows_of(rows, pos),
+                       _sub(ex, pos))
+        m.issue(g, "ds", (dst,) if dst is not None else (), (), apply)
+    return Handler(ins, index, run, "ds", b, queue="ds")
+
+
 def build_atomic(ins, b, index):
     base, ops = ins.base, list(ins.operands)
+    if base in DS_ATOMICS or base in DS_RETURNING:
+        return build_ds_atomic(ins, b, index)
     if base in CACHE_CONTROL:
         if ops:
             raise BindError("expected no operands")
@@ -147,8 +214,11 @@ def build_atomic(ins, b, index):
     data = b.vsrc_index(data_op, ndata, "vdata")
     dst = None
     if returning:
-        dst = b.vdst(dst_op, words, "vdst")
-        b.defer(dst, words)
+        # a buffer cmpswap names {data, compare} and returns into the first `words` of them; the whole tuple counts as
+        # written at retirement (the instruction table's X.v2: the compare half may not be reused before the wait)
+        named = ndata if family == "buffer" else words
+        dst = b.vdst(dst_op, named, "vdst")
+        b.defer(dst, named)
     elem = 4 * words
 
     def run(g):

@@ -152,6 +152,9 @@ def _bytes_value(raw_bytes):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+DS_ATOMIC_PREFIXES = ("ds_add_", "ds_pk_add_", "ds_max_", "ds_min_", "ds_cmpst_b32", "ds_cmpst_rtn_b32")
+
+
 def build_memory(ins, b, index):
     base = ins.base
     if base.startswith(("buffer_load_", "buffer_store_")):
@@ -162,7 +165,7 @@ def build_memory(ins, b, index):
     if base.startswith(("flat_", "scratch_")) and "_atomic_" not in base:
         from .ops_flat import build_flat
         return build_flat(ins, b, index)
-    if "_atomic_" in base or base in CACHE_CONTROL:
+    if "_atomic_" in base or base in CACHE_CONTROL or base.startswith(DS_ATOMIC_PREFIXES):
         from .ops_atomic import build_atomic
         return build_atomic(ins, b, index)
     if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
