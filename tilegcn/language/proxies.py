@@ -165,9 +165,11 @@ def _in_order(index, indices: list) -> bool:
 
 def _decision_refusal(what: str, value) -> str:
     return (f"{what} on {value.describe()} would be decided once, while the program is traced, not on the device "
-            "for each block, thread or trip: tilegcn has no device control flow (if/while on device values) yet. "
-            "Compute with index arithmetic instead (e.g. a tile start `by * block_M`), pick elements with "
-            "T.if_then_else / T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+            "for each block or trip. The device decides the tests of `if`, `elif`, `while` and `and` / `or` / `not` "
+            "/ chained comparisons written in the kernel function itself (tilegcn rewrites its source); here Python "
+            "needed the value at once (a conditional expression `a if c else b`, assert, bool(), or a function whose "
+            "source tilegcn cannot read). Write it as an `if` statement in the kernel function, pick elements with "
+            "T.if_then_else / T.max / T.min, or branch on compile-time constants (shapes, keyword constants)")
 
 
 def _refuse_decision(what: str):
@@ -192,8 +194,58 @@ def _compare(name: str, what: str):
             condition = N.apply(name, self, o)
             condition.refusal = _decision_refusal(what, self)
             return condition
+        left, right = _device_index(self), _device_index(o)
+        if left is not None and right is not None:  # outside T.Parallel: a test for a device if / while
+            return DeviceCondition(N.Condition(name, (left, right)))
+        if any(isinstance(v, ScalarProxy) and v.param.symbol is None for v in (self, o)):
+            raise CompileError(f"{what} on {self.describe()} with {o!r}: a device `if` / `while` compares integer "
+                               "indices (block ids, loop variables, int runtime scalars); a float runtime scalar is "
+                               "compared per element inside T.Parallel (T.if_then_else)")
         raise CompileError(_decision_refusal(what, self))
     return compare
+
+
+def _device_index(x):
+    """`x` as a SymPy integer for a device comparison (an index, an int runtime scalar, an int), else None."""
+    if isinstance(x, IndexProxy):
+        return x.expr if x.expr.is_integer else None
+    if isinstance(x, ScalarProxy):
+        return x.param.symbol
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return sympy.Integer(int(x))
+    return None
+
+
+class DeviceCondition(N.RefusesPythonOperators):
+    """A comparison on device values made outside T.Parallel (`bx == 0`, `k < n`): the test of a device `if` /
+    `while`, decided on the device. The kernel function's source is rewritten (language/flow.py) so that `if`,
+    `while`, `and`, `or`, `not` and chained comparisons hand it over instead of asking Python for its truth."""
+
+    def __init__(self, condition: N.Condition):
+        self.condition = condition
+
+    def describe(self) -> str:
+        return f"the device condition `{self.condition.text()}`"
+
+    def _subject(self) -> str:
+        return self.describe()
+
+    def _combine(self, op: str, o):
+        if not isinstance(o, DeviceCondition):
+            return NotImplemented
+        return DeviceCondition(N.Condition(op, (self.condition, o.condition)))
+
+    def __and__(self, o): return self._combine("and", o)
+    def __rand__(self, o): return self._combine("and", o)
+    def __or__(self, o): return self._combine("or", o)
+    def __ror__(self, o): return self._combine("or", o)
+    def __invert__(self): return DeviceCondition(N.Condition("not", (self.condition,)))
+
+    def __bool__(self):
+        raise CompileError(_decision_refusal("a truth test", self))
+
+    def __repr__(self):
+        return self.condition.text()
 
 
 class _DeviceValue(N.RefusesPythonOperators):

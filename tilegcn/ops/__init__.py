@@ -4,8 +4,10 @@ Importing this package registers every op; `tilegcn.ir.ops.REGISTRY` then maps o
 Adding an op: docs/internals.md, "Adding a tile op".
 """
 from .async_copy import AsyncCopy
+from .branch import If
 from .convert_layout import ConvertLayout
 from .copy import Copy
+from .device_loop import DeviceLoop
 from .fill import Fill
 from .gemm import Gemm
 from .groups import CommitGroup, WaitGroup
@@ -15,5 +17,5 @@ from .reduce import Reduce
 from .scan import Cumsum
 from .swizzle import Swizzle
 
-__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop", "ParallelStore", "Reduce",
+__all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Loop", "ParallelStore", "Reduce",
            "Swizzle", "WaitGroup"]

@@ -1,0 +1,257 @@
+"""Device control flow written in Python (language/flow.py): `if` / `elif` / `else` and `and` / `or` / `not` /
+chained comparisons on block ids, loop variables and runtime scalars are decided by the device, per block and trip,
+never while tracing; loops with bounds only the device knows. Run on the emulated device (checks on), both arches,
+against what Python computes for each block."""
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.errors import CompileError
+
+ARCHES = ["gfx942", "gfx950"]
+GRID, TRIPS, LANES = 5, 3, 64
+
+# Each condition as Python computes it for block bx, trip k and runtime scalar n; `decisions` below writes the same
+# tests, in the same order, as `if` statements of a kernel.
+CONDITIONS = [
+    lambda bx, k, n: bx == 0,
+    lambda bx, k, n: bx != 1,
+    lambda bx, k, n: bx < 2,
+    lambda bx, k, n: bx <= 2,
+    lambda bx, k, n: bx > 3,
+    lambda bx, k, n: bx >= 3,
+    lambda bx, k, n: 0 < bx < 3,
+    lambda bx, k, n: bx == 1 or bx == 4,
+    lambda bx, k, n: not bx == 2,
+    lambda bx, k, n: k == 1,
+    lambda bx, k, n: bx + k > n,
+    lambda bx, k, n: bx < n and k != 2,
+    lambda bx, k, n: n <= k * 2,
+    lambda bx, k, n: bx == k or not n > 2,
+    lambda bx, k, n: bx,  # a device int tested for truth: != 0
+]
+
+
+@tilegcn.jit
+def decisions(O, n):
+    with T.Kernel(GRID, threads=LANES) as bx:
+        o = T.alloc_fragment((LANES,), "float32")
+        for k in T.serial(TRIPS):
+            T.fill(o, 0.0)
+            if bx == 0:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 0, 0])
+            if bx != 1:
+                T.fill(o, 1.0)
+            else:
+                T.fill(o, 0.0)
+            T.copy(o, O[bx, k, 1, 0])
+            T.fill(o, 0.0)
+            if bx < 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 2, 0])
+            T.fill(o, 0.0)
+            if bx <= 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 3, 0])
+            T.fill(o, 0.0)
+            if bx > 3:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 4, 0])
+            T.fill(o, 0.0)
+            if bx >= 3:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 5, 0])
+            T.fill(o, 0.0)
+            if 0 < bx < 3:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 6, 0])
+            T.fill(o, 0.0)
+            if bx == 1 or bx == 4:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 7, 0])
+            T.fill(o, 0.0)
+            if not bx == 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 8, 0])
+            if k == 1:
+                T.fill(o, 1.0)
+            elif bx == 0:
+                T.fill(o, 0.0)
+            else:
+                T.fill(o, 0.0)
+            T.copy(o, O[bx, k, 9, 0])
+            T.fill(o, 0.0)
+            if bx + k > n:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 10, 0])
+            T.fill(o, 0.0)
+            if bx < n and k != 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 11, 0])
+            T.fill(o, 0.0)
+            if n <= k * 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 12, 0])
+            T.fill(o, 0.0)
+            if bx == k or not n > 2:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 13, 0])
+            T.fill(o, 0.0)
+            if bx:
+                T.fill(o, 1.0)
+            T.copy(o, O[bx, k, 14, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_comparisons_are_decided_per_block_and_trip(arch):
+    for n in (2, 3):
+        out = torch.full((GRID, TRIPS, len(CONDITIONS), LANES), -1.0)
+        decisions(out, n, arch=arch)
+        want = torch.tensor([[[float(bool(cond(bx, k, n))) for cond in CONDITIONS] for k in range(TRIPS)]
+                             for bx in range(GRID)])
+        assert torch.equal(out, want[..., None].expand_as(out)), f"n={n}"
+
+
+@tilegcn.jit
+def store_where(C, *, block=64):
+    with T.Kernel(4, threads=64) as bx:
+        c = T.alloc_fragment((block,), "float32")
+        T.fill(c, 1.0)
+        if bx == 0:
+            T.copy(c, C[0])
+        T.fill(c, 2.0)
+        if bx != 1:
+            T.copy(c, C[1, bx * block])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_if_on_the_block_id_runs_in_the_blocks_it_names(arch):
+    """The issue's examples: `if bx == 0:` ran in no block (SymPy decided bx == 0 False while tracing) and
+    `if bx != 1:` in every block."""
+    C = torch.zeros(2, 256)
+    store_where(C, arch=arch)
+    want = torch.zeros(2, 256)
+    want[0, :64] = 1.0
+    want[1, :] = 2.0
+    want[1, 64:128] = 0.0
+    assert torch.equal(C, want)
+
+
+@tilegcn.jit
+def tiles_one_and_two(X, Y, *, block=64):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((block,), "float32")
+        acc = T.alloc_fragment((block,), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(1, 3, num_stages=2):
+            T.copy(X[k * block], x)
+            for i in T.Parallel(block):
+                acc[i] = acc[i] + x[i]
+        T.copy(acc, Y[bx * block])
+
+
+def test_pipelined_start_stop_runs_start_to_stop():
+    """T.Pipelined(1, 3) runs k = 1, 2 as TileLang reads it (it ran one trip from 0 with num_stages=3)."""
+    X = torch.randn(4 * 64)
+    Y = torch.empty(64)
+    tiles_one_and_two(X, Y, arch="gfx942")
+    torch.testing.assert_close(Y, X[64:128] + X[128:192])
+
+
+@tilegcn.jit
+def runtime_trips(X, Y, n, *, block=64):
+    with T.Kernel(3, threads=64) as bx:
+        x = T.alloc_fragment((block,), "float32")
+        acc = T.alloc_fragment((block,), "float32")
+        T.clear(acc)
+        for k in range(n):  # a runtime bound: a device loop (a Python int bound would unroll)
+            T.copy(X[k * block], x)
+            for i in T.Parallel(block):
+                acc[i] = acc[i] + x[i]
+        for k in T.serial(1, T.min(T.ceildiv(n, 2), bx + 1)):
+            T.copy(X[k * block], x)
+            for i in T.Parallel(block):
+                acc[i] = acc[i] + x[i] * 10.0
+        for k in T.Pipelined(bx, num_stages=2):  # a device trip count: serial, not pipelined
+            T.copy(X[k * block], x)
+            for i in T.Parallel(block):
+                acc[i] = acc[i] + x[i] * 100.0
+        T.copy(acc, Y[bx * block])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_loops_with_device_bounds_run_the_trips_the_device_computes(arch):
+    X = torch.randn(8, 64)
+    for n in (0, 5):
+        Y = torch.empty(3, 64)
+        runtime_trips(X.view(-1), Y.view(-1), n, arch=arch)
+        want = torch.stack([X[:n].sum(0) + 10.0 * X[1:min(-(-n // 2), bx + 1)].sum(0) + 100.0 * X[:bx].sum(0)
+                            for bx in range(3)])
+        torch.testing.assert_close(Y, want)
+
+
+def _trace_error(program, *args, **kwargs) -> str:
+    with pytest.raises(CompileError) as e:
+        program.compile(*args, arch="gfx942", **kwargs)
+    return str(e.value)
+
+
+@tilegcn.jit
+def rebinds(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        if bx == 0:
+            start = 0
+        else:
+            start = 64
+        T.copy(X[start], x)
+        T.copy(x, Y[bx * 64])
+
+
+def test_a_name_rebound_differently_in_the_branches_is_refused():
+    message = _trace_error(rebinds, torch.zeros(128), torch.zeros(128))
+    assert "`start`" in message and "bx == 0" in message and "test_control_flow.py" in message
+
+
+@tilegcn.jit
+def branch_local(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.fill(x, 0.0)
+        if bx == 1:
+            start = bx * 64  # used only inside its branch: fine
+            T.copy(X[start], x)
+        T.copy(x, Y[bx * 64])
+
+
+def test_a_name_used_only_inside_its_branch_is_fine():
+    X, Y = torch.randn(128), torch.empty(128)
+    branch_local(X, Y, arch="gfx942")
+    assert torch.equal(Y[:64], torch.zeros(64)) and torch.equal(Y[64:], X[64:])
+
+
+@tilegcn.jit
+def device_while(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        while bx < 2:
+            T.copy(X[0], x)
+        T.copy(x, Y[bx * 64])
+
+
+@tilegcn.jit
+def conditional_expression(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.copy(X[0 if bx == 0 else 64], x)
+        T.copy(x, Y[bx * 64])
+
+
+def test_refusals_name_the_line_and_the_way_around():
+    X, Y = torch.zeros(128), torch.zeros(128)
+    message = _trace_error(device_while, X, Y)
+    assert "while bx < 2" in message and "T.serial" in message and "test_control_flow.py" in message
+    message = _trace_error(conditional_expression, X, Y)
+    assert "`if` statement" in message and "test_control_flow.py" in message

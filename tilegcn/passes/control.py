@@ -1,0 +1,130 @@
+"""Device control flow: If and DeviceLoop statements (tilegcn/ops/branch.py, device_loop.py) as scalar branches.
+
+Their conditions and bounds are uniform over the workgroup (block ids, loop variables, runtime int scalars: values
+in SGPRs), so every wave takes the same path: the condition sets SCC (`s_cmp_*_i32`; `and` / `or` / `not` combine
+0/1 SGPRs with `s_and_b32` / `s_or_b32` / `s_xor_b32`, which set SCC to "result != 0") and `s_cbranch_scc0` skips
+the code of a branch not taken. Barriers inside such branches are reached by every wave or by none.
+
+What the lowering keeps straight across the branches:
+- values computed for reuse (the builder's CSE): each branch is lowered in a frame of its own, so a value first
+  computed inside one branch is forgotten when it closes (the other path never computed it); loop-invariant
+  address math lands in the enclosing frame, before the branch, as for loops (amdgcn/builder.py);
+- the LDS access state barrier placement reads (passes/gemm.py lds_barrier): after the join it is the state both
+  paths agree on, else "any";
+- wait counts, hazards and register lives follow the branches by themselves (cfg.py dataflow, liveness.py: a
+  forward branch needs nothing, a loop is a label and a later branch back to it).
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ..amdgcn import isa
+from ..amdgcn.builder import Frame
+from ..amdgcn.isa import Inst
+from ..ir import nodes as N
+from .context import Context
+from .pipeline import _enter_loop_lds_state
+
+_SOPC = {"eq": "eq", "ne": "lg", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+
+
+def condition_to_scc(ctx: Context, cond: N.Condition):
+    """Emit code that sets SCC to the truth of `cond` (a uniform condition)."""
+    b = ctx.b
+    if cond.op in _SOPC:
+        left, right = (ctx.lower.sgpr(x) for x in cond.args)  # before the compare: their math writes SCC
+        if isinstance(left, int) and isinstance(right, int):  # e.g. `bx - bx == 0`: SymPy left two constants
+            held = b.s.alloc(what="constant compare operand")
+            b.emit("s_mov_b32", held, left)
+            left = held
+        b.emit(f"s_cmp_{_SOPC[cond.op]}_i32", left, right, comment=cond.text())
+        return
+    flags = [_condition_flag(ctx, x) for x in cond.args]
+    out = b.s.alloc(what=f"condition {cond.op}")
+    if cond.op == "not":
+        b.emit("s_xor_b32", out, flags[0], 1, comment=cond.text())
+    else:
+        b.emit("s_and_b32" if cond.op == "and" else "s_or_b32", out, flags[0], flags[1], comment=cond.text())
+    for flag in flags:
+        b.s.free(flag)
+    b.s.free(out)
+
+
+def _condition_flag(ctx: Context, cond: N.Condition):
+    """An SGPR holding 1 where `cond` holds, else 0."""
+    condition_to_scc(ctx, cond)
+    flag = ctx.b.s.alloc(what="condition flag")
+    ctx.b.emit("s_cselect_b32", flag, 1, 0)
+    return flag
+
+
+def _label(ctx: Context, name: str):
+    ctx.b.frames[-1].insts.append(Inst(name, kind=isa.LABEL))
+
+
+@contextlib.contextmanager
+def _branch_frame(ctx: Context):
+    """Code of one branch: values it computes for reuse are dropped with its frame (the other path lacks them)."""
+    b = ctx.b
+    frame = Frame([])
+    b.frames.append(frame)
+    try:
+        yield
+    finally:
+        b.frames.pop()
+        b.frames[-1].insts.extend(frame.insts)
+
+
+def _join_lds_state(a: str, b: str) -> str:
+    return a if a == b else "any"
+
+
+def lower_if(ctx: Context, s, lower_body):
+    """`s`: an If op. `if c: T else: E` -> `SCC = c; s_cbranch_scc0 ELSE; T; s_branch END; ELSE: E; END:`."""
+    b = ctx.b
+    end = b.label("endif")
+    orelse = b.label("else") if s.else_body else end
+    condition_to_scc(ctx, s.condition)
+    b.emit("s_cbranch_scc0", orelse, comment=f"skip unless {s.condition.text()}")
+    before = ctx.lds_state
+    with _branch_frame(ctx):
+        lower_body(ctx, s.then_body)
+    after_then = ctx.lds_state
+    if s.else_body:
+        b.emit("s_branch", end)
+        _label(ctx, orelse)
+        ctx.lds_state = before
+        with _branch_frame(ctx):
+            lower_body(ctx, s.else_body)
+        ctx.lds_state = _join_lds_state(after_then, ctx.lds_state)
+    else:
+        ctx.lds_state = _join_lds_state(after_then, before)
+    _label(ctx, end)
+
+
+def lower_device_loop(ctx: Context, s, lower_body):
+    """`s`: a DeviceLoop op. `k = start; if k < stop: do { body; k += step } while k < stop` with start and stop
+    evaluated once before the loop (the guard makes an empty range run nothing)."""
+    b = ctx.b
+    start, stop = ctx.lower.sgpr(s.start), ctx.lower.sgpr(s.stop)
+    if isinstance(stop, int):
+        stop_reg = b.s.alloc(what=f"loop stop {s.stop}")
+        b.emit("s_mov_b32", stop_reg, stop)
+        stop = stop_reg
+    counter = b.s.alloc(what=f"loop counter {s.var}")
+    b.emit("s_mov_b32", counter, start, comment=f"{s.var} = {s.start}")
+    end = b.label("endloop")
+    head = b.label("loop")
+    b.emit("s_cmp_lt_i32", counter, stop, comment=f"{s.var} < {s.stop}")
+    b.emit("s_cbranch_scc0", end, comment="no trip")
+    before = ctx.lds_state
+    _enter_loop_lds_state(ctx, s.body)
+    with b.loop_frame(s.var, counter) as frame:
+        frame.insts.append(Inst(head, kind=isa.LABEL))
+        lower_body(ctx, s.body)
+        b.emit("s_add_u32", counter, counter, s.step)
+        b.emit("s_cmp_lt_i32", counter, stop)
+        b.emit("s_cbranch_scc1", head)
+    b.frames[-1].insts.extend(frame.insts)
+    ctx.lds_state = _join_lds_state(ctx.lds_state, before)
+    _label(ctx, end)
