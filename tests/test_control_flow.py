@@ -255,3 +255,38 @@ def test_refusals_name_the_line_and_the_way_around():
     assert "while bx < 2" in message and "T.serial" in message and "test_control_flow.py" in message
     message = _trace_error(conditional_expression, X, Y)
     assert "`if` statement" in message and "test_control_flow.py" in message
+
+
+SM_NUM = 3  # the persistent grid (port's get_num_sms): fewer workgroups than tiles, so each walks several
+
+
+def _persistent_port():
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "examples" / "tilelang"))
+    import gemm_persistent
+
+    gemm_persistent.NUM_SMS = SM_NUM
+    return gemm_persistent
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("primitive", [True, False], ids=["T.Persistent", "if"])
+def test_persistent_gemm_port(arch, primitive):
+    """Both paths of upstream's matmul_persistent: T.Persistent, and its own tile walk with an `if` around a
+    pipelined K loop. 2 x 8 tiles: upstream's own walk covers a grid whose column blocks are a multiple of its group
+    size (8); 16 tiles over 3 workgroups take 6 waves, whose last tiles (16, 17) fall outside and run nothing."""
+    port = _persistent_port()
+    A, B = torch.randn(64, 64).half(), torch.randn(64, 256).half()
+    C = port.matmul_persistent(A, B, 32, 32, 32, 64, 2, use_persistent_primitive=primitive, arch=arch)
+    torch.testing.assert_close(C, port.ref_program(A.float(), B.float()).half(), rtol=0.01, atol=0.01)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_non_persistent_gemm_port(arch):
+    port = _persistent_port()
+    A, B = torch.randn(64, 64).half(), torch.randn(64, 96).half()
+    C = port.matmul_non_persistent(A, B, 32, 32, 32, 64, 2, arch=arch)
+    torch.testing.assert_close(C, port.ref_program(A.float(), B.float()).half(), rtol=0.01, atol=0.01)

@@ -1,6 +1,8 @@
 """Device loops that are not pipelined: `T.serial` (and TileLang's alias `T.Serial`)."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from .. import ops
@@ -87,3 +89,69 @@ def Serial(start, stop=None, step=None):  # noqa: N802 - TileLang's spelling
     ```
     """
     return serial(start, stop, step)
+
+
+def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - TileLang's spelling
+    """`for bx, by in T.Persistent([m_blocks, n_blocks], sm_num, block_id):` a persistent-kernel loop over tiles:
+    a grid of `wave_size` workgroups (`T.Kernel(sm_num)`) walks all `m_blocks * n_blocks` tiles, workgroup
+    `block_id` taking tile `w * wave_size + block_id` on trip w, as TileLang's `T.Persistent` defines it.
+
+    Tiles are ordered in groups of `group_size` along the last dimension (an L2-friendly order): tile t has last
+    coordinate `(t // (group_size * m_blocks)) * group_size + t % group_size` and first `(t // group_size) %
+    m_blocks` (for more dims, the middle ones in between, as TileLang's). A trip whose tile lies past the
+    domain (the last wave, or a last group cut short) runs nothing. `domain` and `wave_size` are ints; the
+    body may hold any tile statement (a pipelined K loop, `T.gemm`, copies).
+
+    Example:
+
+    ```python
+    with T.Kernel(sm_num, threads=128) as block_id:
+        for bx, by in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], sm_num, block_id):
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, by * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[bx * block_M, by * block_N])
+    ```
+    """
+    tracer = current()
+    loc = user_location()
+    if tracer.parallel is not None:
+        raise CompileError("T.Persistent is not allowed inside T.Parallel", location=loc)
+    if not isinstance(domain, (list, tuple)) or not domain:
+        raise CompileError(f"T.Persistent(domain, ...): domain is a list of tile counts, got {domain!r}",
+                           location=loc)
+    dims = [_concrete(d, f"T.Persistent domain dimension {axis}") for axis, d in enumerate(domain)]
+    waves_of = _concrete(wave_size, "the T.Persistent wave size")
+    group = _concrete(group_size, "the T.Persistent group size")
+    if any(d <= 0 for d in dims) or waves_of <= 0:
+        raise CompileError(f"T.Persistent({dims}, {waves_of}, ...): tile counts and the wave size must be positive",
+                           location=loc)
+    last = dims[-1]
+    group = max(1, min(group, last))
+    grouped = [-(-last // group)] + dims[:-1] + [group]  # TileLang's grouped domain (src/ir.cc PersistentFor)
+    padded = math.prod(grouped)
+    waves = -(-padded // waves_of)
+    position = IndexProxy(sympy.Integer(0)) + index  # checks index is an index expression (the block id)
+    var = sympy.Symbol(f"w{len(list(N.walk(tracer.body())))}", integer=True, nonnegative=True)
+    tile = var * waves_of + position.expr
+    coords, rest = [None] * len(grouped), tile
+    for axis in range(len(grouped) - 1, 0, -1):
+        coords[axis] = sympy.Mod(rest, grouped[axis])
+        rest = sympy.floor(rest / grouped[axis])
+    coords[0] = rest
+    last_coord = coords[0] * group + coords[-1]
+    names = [IndexProxy(c, ("the T.Persistent tile coordinate",)) for c in coords[1:-1]]
+    names.append(IndexProxy(last_coord, ("the T.Persistent tile coordinate",)))
+    inside = N.Condition("and", (N.Condition("lt", (tile, sympy.Integer(padded))),
+                                 N.Condition("lt", (last_coord, sympy.Integer(last)))))
+    loop_body: list = []
+    then_body: list = []
+    tracer.bodies.extend([loop_body, then_body])
+    try:
+        yield names[0] if len(names) == 1 else tuple(names)
+    finally:
+        del tracer.bodies[-2:]
+    loop_body.append(ops.If(inside, then_body, [], loc=loc))
+    tracer.record(ops.Loop(var, waves, 1, loop_body, loc=loc))
