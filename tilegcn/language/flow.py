@@ -242,6 +242,8 @@ def device_condition(value) -> N.Condition | None:
     int itself (`if n:`, `while k:`) is tested against 0, as C and TileLang read it."""
     if isinstance(value, DeviceCondition):
         return value.condition
+    if isinstance(value, N.Expr) and current().parallel is None:  # `v[0] < n` on a variable (T.alloc_var)
+        return N.Condition("element", (value if N.is_condition(value) else N.apply("ne", value, 0.0),))
     if isinstance(value, (IndexProxy, ScalarProxy)):
         index = _device_index(value)
         if index is None:
@@ -384,22 +386,43 @@ def if_(test, scope: dict, names: tuple):
 
 
 def while_(test, jumps: bool):
-    """The trips of `while test():` while its test is a Python value; a device test is refused (tilegcn has no
-    variable the device updates between trips, so the test could never change on the device)."""
+    """The trips of `while test():`: Python's while its test is a Python value; a device While statement when it
+    reads a variable the device updates (`while v[0] < n:` with v = T.alloc_var(...)), its body traced once."""
     value = test()
-    while True:
-        condition = device_condition(value)
-        if condition is not None:
-            raise CompileError(
-                f"`while {condition.text()}`: a device `while` needs a variable the device updates between trips, "
-                "and tilegcn has none yet (T.alloc_var lives in registers written by T.Parallel). Write a counted "
-                "loop whose bound the device computes instead: `for k in T.serial(n)` with n a runtime scalar or "
-                "an index expression (T.min(T.ceildiv(K, block_K), n)), with an `if` inside for the rest",
-                location=user_location())
-        if not value:
-            return
+    condition = device_condition(value)
+    if condition is None:
+        while value:
+            yield
+            value = test()
+            if device_condition(value) is not None:
+                raise CompileError("a `while` whose test was a Python value turned into a device value on a later "
+                                   "trip: test a device variable from the first trip", location=user_location())
+        return
+    yield from _device_while(condition, jumps)
+
+
+def _device_while(condition: N.Condition, jumps: bool):
+    tracer = current()
+    loc = user_location()
+    if not condition.reads_elements():
+        raise CompileError(
+            f"`while {condition.text()}` tests block ids, loop variables or runtime scalars only, which no trip "
+            "changes: it would run no trip or forever. Test a variable the body updates (v = T.alloc_var(...); "
+            "`while v[0] < n:` ... `v[0] = v[0] + 1`), or write a counted loop `for k in T.serial(n)`", location=loc)
+    if jumps:
+        raise CompileError("a device `while` cannot `break`, `continue` or `return` (its body is traced once): "
+                           "fold the exit into its test, or put the rest of the body under an `if`", location=loc)
+    if tracer.parallel is not None:
+        raise CompileError("a device `while` inside T.Parallel: put the loop around the T.Parallel", location=loc)
+    body: list = []
+    tracer.bodies.append(body)
+    try:
         yield
-        value = test()
+    finally:
+        tracer.bodies.pop()
+    from .. import ops
+
+    tracer.record(ops.While(condition, body, loc=loc))
 
 
 def range_(jumps: bool, *args):

@@ -105,7 +105,23 @@ class BufferProxy(N.RefusesPythonOperators):
         key = key if isinstance(key, tuple) else (key,)
         return tuple(as_index(k, f"indexing {self.buffer.name}") for k in key)
 
+    def _variable_index(self, key):
+        """The index of `v[0]` outside T.Parallel where `v` is a one-element register buffer (T.alloc_var,
+        T.alloc_local((1,), ...)): a variable every thread holds, read and assigned as a value; else None."""
+        from .tracer import current
+
+        b = self.buffer
+        if current().parallel is not None or b.scope != N.FRAGMENT or b.numel != 1:
+            return None
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) != self.ndim or not all(isinstance(k, numbers.Integral) and k == 0 for k in key):
+            return None
+        return tuple(sympy.Integer(0) for _ in key)
+
     def __getitem__(self, key):
+        variable = self._variable_index(key)
+        if variable is not None:
+            return N.ElemRef(self.buffer, variable)
         index = self._parallel_index(key)
         if index is not None:
             if len(index) != self.ndim:
@@ -144,8 +160,18 @@ class BufferProxy(N.RefusesPythonOperators):
         from .tracer import current
 
         tracer = current()
+        variable = self._variable_index(key)
+        if variable is not None:  # `v[0] = value`: a one-element T.Parallel store
+            indices = tuple(sympy.Symbol(f"p_v{axis}", integer=True, nonnegative=True) for axis in range(self.ndim))
+            tracer.parallel = (tuple(1 for _ in variable), indices)
+            try:
+                self.__setitem__(indices, value)
+            finally:
+                tracer.parallel = None
+            return
         if tracer.parallel is None:
-            raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel")
+            raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel (outside it, only a "
+                               "one-element variable is assigned: `v[0] = ...` with v = T.alloc_var(dtype))")
         index = self._parallel_index(key)
         value = as_expr(value)
         if N.is_condition(value):
@@ -355,9 +381,8 @@ class IndexProxy(_DeviceValue):
     __rpow__ = _index_op(lambda a, b: b ** a)
 
     def __element_expr__(self):
-        """Inside T.Parallel an index is an element value too (an int, fp32 in element math: exact below 2^24)."""
-        if not _in_parallel():
-            raise CompileError(f"cannot use {self.describe()} in an element expression outside T.Parallel")
+        """An index is an element value too (an int, fp32 in element math: exact below 2^24): inside T.Parallel, and
+        outside it with a one-element variable (`v[0] = bx * 2`, `if v[0] < bx:`)."""
         if not self.expr.is_integer:
             raise CompileError(f"{self.describe()} is not an integer (index arithmetic with a float: {self.expr}); "
                                "to compute with an index as a number, convert it first: T.cast(i, \"float32\") * 0.5")

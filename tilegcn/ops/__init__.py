@@ -16,6 +16,7 @@ from .parallel import ParallelStore
 from .reduce import Reduce
 from .scan import Cumsum
 from .swizzle import Swizzle
+from .while_loop import While
 
 __all__ = ["AsyncCopy", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Loop", "ParallelStore", "Reduce",
-           "Swizzle", "WaitGroup"]
+           "Swizzle", "WaitGroup", "While"]

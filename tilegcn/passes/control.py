@@ -20,17 +20,25 @@ import contextlib
 
 from ..amdgcn import isa
 from ..amdgcn.builder import Frame
-from ..amdgcn.isa import Inst
+from ..amdgcn.isa import EXEC, Inst, Reg
+from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.layout import register_of
 from .context import Context
+from .elementwise import ElementEvaluator
 from .pipeline import _enter_loop_lds_state
 
 _SOPC = {"eq": "eq", "ne": "lg", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 
 
-def condition_to_scc(ctx: Context, cond: N.Condition):
+def condition_to_scc(ctx: Context, cond: N.Condition, loc=None):
     """Emit code that sets SCC to the truth of `cond` (a uniform condition)."""
     b = ctx.b
+    if cond.reads_elements():  # a lane mask, the same in every lane: SCC = (mask & EXEC) != 0
+        mask = _condition_mask(ctx, cond, loc)
+        b.emit("s_and_b64", mask, mask, EXEC, comment=cond.text())
+        b.s.free(mask)
+        return
     if cond.op in _SOPC:
         left, right = (ctx.lower.sgpr(x) for x in cond.args)  # before the compare: their math writes SCC
         if isinstance(left, int) and isinstance(right, int):  # e.g. `bx - bx == 0`: SymPy left two constants
@@ -48,6 +56,61 @@ def condition_to_scc(ctx: Context, cond: N.Condition):
     for flag in flags:
         b.s.free(flag)
     b.s.free(out)
+
+
+def _condition_mask(ctx: Context, cond: N.Condition, loc) -> Reg:
+    """An SGPR pair holding the lanes where `cond` holds: variables' element conditions are compared per lane
+    (VALU, into VCC); index parts are uniform (all lanes or none)."""
+    b = ctx.b
+    mask = b.s.alloc(2, align=2, what="condition mask")
+    if cond.op == "element":
+        ev = _VariableEvaluator(ctx, loc)
+        value = ev.eval(cond.args[0], 0)
+        if isinstance(value, bool):  # folded while evaluating (a comparison of two constants)
+            b.emit("s_mov_b64", mask, -1 if value else 0)
+        else:
+            b.emit("s_mov_b64", mask, value, uses=(value,))
+        ev.free_temps()
+    elif cond.op in _SOPC:
+        condition_to_scc(ctx, cond)
+        b.emit("s_cselect_b64", mask, -1, 0)
+    elif cond.op == "not":
+        inner = _condition_mask(ctx, cond.args[0], loc)
+        b.emit("s_not_b64", mask, inner)
+        b.s.free(inner)
+    else:
+        left, right = (_condition_mask(ctx, a, loc) for a in cond.args)
+        b.emit(f"s_{cond.op}_b64", mask, left, right)
+        b.s.free(left)
+        b.s.free(right)
+    return mask
+
+
+class _VariableEvaluator(ElementEvaluator):
+    """Element conditions outside T.Parallel: they read one-element variables, which every thread holds in one
+    register of its own (their layouts replicate them), and indices, which are uniform."""
+
+    def __init__(self, ctx: Context, loc):
+        super().__init__(ctx, {})
+        self.loc = loc
+
+    def register_of(self, e: N.ElemRef, r: int) -> int:
+        if e.buffer.scope != N.FRAGMENT:
+            raise CompileError(f"a device test reads {e.buffer.scope} {e.buffer.name}: it tests variables held in "
+                               "registers; copy the value into a T.alloc_var first", location=self.loc)
+        reg = register_of(self.ctx.layouts[e.buffer].layout, tuple(e.index))
+        if reg is None:
+            raise CompileError(f"a device test reads {e.buffer.name}, which not every thread holds: a branch must go "
+                               "the same way in every thread; test a T.alloc_var", location=self.loc)
+        return reg
+
+    def _index_value(self, e: N.IndexValue, r: int, dst):
+        value = self.ctx.lower.sgpr(e.expr)
+        if isinstance(value, int):
+            return float(value)
+        out = dst or self.temp()
+        self.b.emit("v_cvt_f32_i32", out, value)
+        return out
 
 
 def _condition_flag(ctx: Context, cond: N.Condition):
@@ -84,7 +147,7 @@ def lower_if(ctx: Context, s, lower_body):
     b = ctx.b
     end = b.label("endif")
     orelse = b.label("else") if s.else_body else end
-    condition_to_scc(ctx, s.condition)
+    condition_to_scc(ctx, s.condition, s.loc)
     b.emit("s_cbranch_scc0", orelse, comment=f"skip unless {s.condition.text()}")
     before = ctx.lds_state
     with _branch_frame(ctx):
@@ -126,5 +189,22 @@ def lower_device_loop(ctx: Context, s, lower_body):
         b.emit("s_cmp_lt_i32", counter, stop)
         b.emit("s_cbranch_scc1", head)
     b.frames[-1].insts.extend(frame.insts)
+    ctx.lds_state = _join_lds_state(ctx.lds_state, before)
+    _label(ctx, end)
+
+
+def lower_while(ctx: Context, s, lower_body):
+    """`s`: a While op. `HEAD: SCC = cond; s_cbranch_scc0 END; body; s_branch HEAD; END:` (the test reads the
+    variables the body updates, so it is evaluated inside the loop, every trip)."""
+    b = ctx.b
+    head, end = b.label("while"), b.label("endwhile")
+    before = ctx.lds_state
+    _enter_loop_lds_state(ctx, s.body)
+    with _branch_frame(ctx):
+        _label(ctx, head)
+        condition_to_scc(ctx, s.condition, s.loc)
+        b.emit("s_cbranch_scc0", end, comment=f"until not {s.condition.text()}")
+        lower_body(ctx, s.body)
+        b.emit("s_branch", head)
     ctx.lds_state = _join_lds_state(ctx.lds_state, before)
     _label(ctx, end)
