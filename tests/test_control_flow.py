@@ -233,7 +233,7 @@ def _trace_error(program, *args, **kwargs) -> str:
 def rebinds(X, Y):
     with T.Kernel(2, threads=64) as bx:
         x = T.alloc_fragment((64,), "float32")
-        if bx == 0:
+        if bx == 0:  # the if of rebinds
             start = 0
         else:
             start = 64
@@ -241,9 +241,39 @@ def rebinds(X, Y):
         T.copy(x, Y[bx * 64])
 
 
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        return next(n for n, line in enumerate(f, 1) if line.rstrip().endswith(marker))
+
+
 def test_a_name_rebound_differently_in_the_branches_is_refused():
     message = _trace_error(rebinds, torch.zeros(128), torch.zeros(128))
-    assert "`start`" in message and "bx == 0" in message and "test_control_flow.py" in message
+    assert "`start`" in message and "bx == 0" in message
+    assert f"test_control_flow.py:{_line_of('# the if of rebinds')}" in message  # the user's line, exactly
+
+
+@tilegcn.jit
+def closure_style(N, block=64, bad=False):
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            x = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], x)
+            if bx == 1:
+                T.fill(x, 3.0)
+            elif bx > 1 and bad:  # a Python False: decided while tracing, the branch never traced
+                T.copy(X[block], Y[0], bogus=True)  # an error inside a branch: the user's line # bogus line
+            T.copy(x, Y[bx * block])
+
+    return main
+
+
+def test_closure_style_branches_on_the_device_and_keeps_line_numbers():
+    X, Y = torch.randn(128), torch.empty(128)
+    closure_style(128)(X, Y, arch="gfx942")
+    assert torch.equal(Y[:64], X[:64]) and torch.equal(Y[64:], torch.full((64,), 3.0))
+    with pytest.raises(CompileError, match=f"test_control_flow.py:{_line_of('# bogus line')}"):
+        closure_style(128, bad=True)(X, Y, arch="gfx942")
 
 
 @tilegcn.jit
