@@ -351,3 +351,29 @@ def test_non_persistent_gemm_port(arch):
     A, B = torch.randn(64, 64).half(), torch.randn(64, 96).half()
     C = port.matmul_non_persistent(A, B, 32, 32, 32, 64, 2, arch=arch)
     torch.testing.assert_close(C, port.ref_program(A.float(), B.float()).half(), rtol=0.01, atol=0.01)
+
+
+@tilegcn.jit
+def same_tile_both_ways(X, Y, n):
+    with T.Kernel(3, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.fill(x, 0.0)
+        for k in T.serial(1):  # k = 0; in the tile starts, so their addresses are computed in this loop, not before
+            for j in range(n):  # no trip when n == 0: what its body computes must not be reused after it
+                T.copy(X[bx * 64 + 64 + k * 64], x)
+            if bx == 0:
+                T.copy(X[bx * 64 + 64 + k * 64], x)
+                for i in T.Parallel(64):
+                    x[i] = x[i] * 2.0
+            else:  # the same tile start: its address is computed on this path too, not taken from the other
+                T.copy(X[bx * 64 + 64 + k * 64], x)
+            T.copy(x, Y[bx * 64])
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_values_computed_in_one_path_are_not_reused_on_another(n):
+    X, Y = torch.randn(4 * 64), torch.empty(3 * 64)
+    same_tile_both_ways(X, Y, n, arch="gfx942")
+    want = X[64:].clone()
+    want[:64] *= 2.0
+    torch.testing.assert_close(Y, want)

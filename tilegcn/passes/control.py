@@ -6,9 +6,10 @@ in SGPRs), so every wave takes the same path: the condition sets SCC (`s_cmp_*_i
 the code of a branch not taken. Barriers inside such branches are reached by every wave or by none.
 
 What the lowering keeps straight across the branches:
-- values computed for reuse (the builder's CSE): each branch is lowered in a frame of its own, so a value first
-  computed inside one branch is forgotten when it closes (the other path never computed it); loop-invariant
-  address math lands in the enclosing frame, before the branch, as for loops (amdgcn/builder.py);
+- values computed for reuse (the builder's CSE): the builder computes such a value in the outermost frame where
+  its symbols exist (amdgcn/builder.py), so each statement is lowered in a frame of its own (defining no symbol):
+  what its branches compute for reuse lands before its first instruction, on every path, and a later use on
+  another path finds it computed (a value placed after the `s_cbranch` would be missing there);
 - the LDS access state barrier placement reads (passes/gemm.py lds_barrier): after the join it is the state both
   paths agree on, else "any";
 - wait counts, hazards and register lives follow the branches by themselves (cfg.py dataflow, liveness.py: a
@@ -143,31 +144,32 @@ def _join_lds_state(a: str, b: str) -> str:
 
 
 def lower_if(ctx: Context, s, lower_body):
-    """`s`: an If op. `if c: T else: E` -> `SCC = c; s_cbranch_scc0 ELSE; T; s_branch END; ELSE: E; END:`."""
+    """`s`: an If op. `if c: T else: E` -> `SCC = c; s_cbranch_scc0 ELSE; T; s_branch END; ELSE: E; END:`, all in
+    one frame of its own, so that the values the branches compute for reuse land before the branch."""
     b = ctx.b
     end = b.label("endif")
     orelse = b.label("else") if s.else_body else end
-    condition_to_scc(ctx, s.condition, s.loc)
-    b.emit("s_cbranch_scc0", orelse, comment=f"skip unless {s.condition.text()}")
     before = ctx.lds_state
     with _branch_frame(ctx):
+        condition_to_scc(ctx, s.condition, s.loc)
+        b.emit("s_cbranch_scc0", orelse, comment=f"skip unless {s.condition.text()}")
         lower_body(ctx, s.then_body)
-    after_then = ctx.lds_state
-    if s.else_body:
-        b.emit("s_branch", end)
-        _label(ctx, orelse)
-        ctx.lds_state = before
-        with _branch_frame(ctx):
+        after_then = ctx.lds_state
+        if s.else_body:
+            b.emit("s_branch", end)
+            _label(ctx, orelse)
+            ctx.lds_state = before
             lower_body(ctx, s.else_body)
-        ctx.lds_state = _join_lds_state(after_then, ctx.lds_state)
-    else:
-        ctx.lds_state = _join_lds_state(after_then, before)
-    _label(ctx, end)
+            ctx.lds_state = _join_lds_state(after_then, ctx.lds_state)
+        else:
+            ctx.lds_state = _join_lds_state(after_then, before)
+        _label(ctx, end)
 
 
 def lower_device_loop(ctx: Context, s, lower_body):
     """`s`: a DeviceLoop op. `k = start; if k < stop: do { body; k += step } while k < stop` with start and stop
-    evaluated once before the loop (the guard makes an empty range run nothing)."""
+    evaluated once before the loop (the guard makes an empty range run nothing); the guard and the loop in one frame
+    of their own, so that loop-invariant values land before the guard."""
     b = ctx.b
     start, stop = ctx.lower.sgpr(s.start), ctx.lower.sgpr(s.stop)
     if isinstance(stop, int):
@@ -175,22 +177,23 @@ def lower_device_loop(ctx: Context, s, lower_body):
         b.emit("s_mov_b32", stop_reg, stop)
         stop = stop_reg
     counter = b.s.alloc(what=f"loop counter {s.var}")
-    b.emit("s_mov_b32", counter, start, comment=f"{s.var} = {s.start}")
     end = b.label("endloop")
     head = b.label("loop")
-    b.emit("s_cmp_lt_i32", counter, stop, comment=f"{s.var} < {s.stop}")
-    b.emit("s_cbranch_scc0", end, comment="no trip")
     before = ctx.lds_state
-    _enter_loop_lds_state(ctx, s.body)
-    with b.loop_frame(s.var, counter) as frame:
-        frame.insts.append(Inst(head, kind=isa.LABEL))
-        lower_body(ctx, s.body)
-        b.emit("s_add_u32", counter, counter, s.step)
-        b.emit("s_cmp_lt_i32", counter, stop)
-        b.emit("s_cbranch_scc1", head)
-    b.frames[-1].insts.extend(frame.insts)
+    with _branch_frame(ctx):
+        b.emit("s_mov_b32", counter, start, comment=f"{s.var} = {s.start}")
+        b.emit("s_cmp_lt_i32", counter, stop, comment=f"{s.var} < {s.stop}")
+        b.emit("s_cbranch_scc0", end, comment="no trip")
+        _enter_loop_lds_state(ctx, s.body)
+        with b.loop_frame(s.var, counter) as frame:
+            frame.insts.append(Inst(head, kind=isa.LABEL))
+            lower_body(ctx, s.body)
+            b.emit("s_add_u32", counter, counter, s.step)
+            b.emit("s_cmp_lt_i32", counter, stop)
+            b.emit("s_cbranch_scc1", head)
+        b.frames[-1].insts.extend(frame.insts)
+        _label(ctx, end)
     ctx.lds_state = _join_lds_state(ctx.lds_state, before)
-    _label(ctx, end)
 
 
 def lower_while(ctx: Context, s, lower_body):
