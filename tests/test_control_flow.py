@@ -377,3 +377,33 @@ def test_values_computed_in_one_path_are_not_reused_on_another(n):
     want = X[64:].clone()
     want[:64] *= 2.0
     torch.testing.assert_close(Y, want)
+
+
+@tilegcn.jit
+def shared_across_branches(X, Y, n):
+    with T.Kernel(2, threads=128) as bx:
+        S = T.alloc_shared((128,), "float32")
+        x = T.alloc_fragment((128,), "float32")
+        acc = T.alloc_fragment((128,), "float32")
+        T.copy(X[0], S)
+        if bx == 1:
+            T.copy(S, x)  # read, then overwrite: the waves must all have read first (a barrier in the branch)
+            T.copy(X[128], S)
+        T.copy(S, x)  # after the join: written on one path, not on the other
+        for i in T.Parallel(128):
+            acc[i] = x[i]
+        for k in range(n):  # each trip overwrites what the last one read (a barrier across the back edge)
+            T.copy(X[k * 128], S)
+            T.copy(S, x)
+            for i in T.Parallel(128):
+                acc[i] = acc[i] + x[i]
+        T.copy(acc, Y[bx * 128])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_shared_memory_barriers_follow_the_branches(arch):
+    """Two waves; the emulated device refuses a missing barrier (a race on LDS) with checks on."""
+    X = torch.randn(3, 128)
+    Y = torch.empty(2, 128)
+    shared_across_branches(X.view(-1), Y.view(-1), 3, arch=arch)
+    torch.testing.assert_close(Y, torch.stack([X[0], X[1]]) + X[0] + X[1] + X[2])
