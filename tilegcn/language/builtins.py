@@ -237,6 +237,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
         if buf.scope == N.GLOBAL and other_extents is None:
             raise CompileError(f"{what}: give a start index into global tensor {buf.name}")
         return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
+    if isinstance(x, N.ElemRef) and x.buffer.scope == N.FRAGMENT:  # `v[0]` of a variable: the variable itself
+        x = RegionRef(x.buffer, x.index, tuple(x.buffer.shape))
     if isinstance(x, RegionRef):
         extents = list(x.extents)
         if other_extents is not None:
@@ -258,6 +260,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
 
 
 def _whole_extents(x):
+    if isinstance(x, N.ElemRef):  # `v[0]` of a one-element variable (proxies.BufferProxy._variable_index)
+        return tuple(x.buffer.shape)
     if isinstance(x, BufferProxy) and x.buffer.scope != N.GLOBAL:
         return tuple(x.buffer.shape)
     if isinstance(x, RegionRef) and all(e is not None for e in x.extents):

@@ -68,7 +68,7 @@ def serial(start, stop=None, step=None):
 def device_loop(tracer, first, end, step: int, role: str, loc):
     """The body of a loop whose bounds only the device knows (a runtime scalar, a block id, index arithmetic on
     them): a DeviceLoop op; its variable counts first, first + step, ... while below end (maybe no trip)."""
-    var = sympy.Symbol(f"s{len(list(N.walk(tracer.body())))}", integer=True)
+    var = sympy.Symbol(tracer.unique_name(f"s{len(list(N.walk(tracer.body())))}"), integer=True)  # nested: distinct
     body: list = []
     tracer.bodies.append(body)
     try:
@@ -134,7 +134,7 @@ def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - TileLang
     padded = math.prod(grouped)
     waves = -(-padded // waves_of)
     position = IndexProxy(sympy.Integer(0)) + index  # checks index is an index expression (the block id)
-    var = sympy.Symbol(f"w{len(list(N.walk(tracer.body())))}", integer=True, nonnegative=True)
+    var = sympy.Symbol(tracer.unique_name(f"w{len(list(N.walk(tracer.body())))}"), integer=True, nonnegative=True)
     tile = var * waves_of + position.expr
     coords, rest = [None] * len(grouped), tile
     for axis in range(len(grouped) - 1, 0, -1):
