@@ -287,7 +287,24 @@ def branch_local(X, Y):
         T.copy(x, Y[bx * 64])
 
 
+@tilegcn.jit
+def loop_names_reused(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.copy(X[0], x)
+        if bx == 1:
+            for i in T.Parallel(64):  # `i` is bound here on one path only...
+                x[i] = x[i] * 2.0
+        for i in T.Parallel(64):  # ...and bound again before this loop reads it: no value crosses the join
+            x[i] = x[i] + 1.0
+        T.copy(x, Y[bx * 64])
+
+
 def test_a_name_used_only_inside_its_branch_is_fine():
+    X, Y = torch.randn(64), torch.empty(128)
+    loop_names_reused(X, Y, arch="gfx942")
+    torch.testing.assert_close(Y, torch.cat([X + 1.0, X * 2.0 + 1.0]))
+
     X, Y = torch.randn(128), torch.empty(128)
     branch_local(X, Y, arch="gfx942")
     assert torch.equal(Y[:64], torch.zeros(64)) and torch.equal(Y[64:], X[64:])
@@ -407,3 +424,23 @@ def test_shared_memory_barriers_follow_the_branches(arch):
     Y = torch.empty(2, 128)
     shared_across_branches(X.view(-1), Y.view(-1), 3, arch=arch)
     torch.testing.assert_close(Y, torch.stack([X[0], X[1]]) + X[0] + X[1] + X[2])
+
+
+@tilegcn.jit
+def reduce_by_block(X, Y):
+    with T.Kernel(2, threads=128) as bx:
+        x = T.alloc_fragment((4, 256), "float32")
+        r = T.alloc_fragment((4,), "float32")
+        T.copy(X[0, 0], x)
+        if bx == 1:  # cross-wave reductions (LDS scratch, barriers) in both branches
+            T.reduce_sum(x, r, dim=1)
+        else:
+            T.reduce_max(x, r, dim=1)
+        T.copy(r, Y[bx, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_reductions_in_branches(arch):
+    X, Y = torch.randn(4, 256), torch.empty(2, 4)
+    reduce_by_block(X, Y, arch=arch)
+    torch.testing.assert_close(Y, torch.stack([X.amax(1), X.sum(1)]), rtol=1e-5, atol=1e-4)

@@ -160,8 +160,18 @@ class _Rewriter(ast.NodeTransformer):
     def __init__(self, function):
         self.count = 0
         self.changed = False
-        self.loads = [(n.id, n.lineno) for n in ast.walk(function)
-                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
+        self.loads = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Load)]
+        self.stores = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Store)]
+
+    def _read_after(self, name: str, end: int) -> bool:
+        """Whether `name` is read after line `end` before being assigned again (a later `for i in T.Parallel(...)`
+        rebinds its `i` first: not a use of the branches' value)."""
+        first_load = min((line for n, line in self.loads if n == name and line > end), default=None)
+        if first_load is None:
+            return False
+        first_store = min((line for n, line in self.stores if n == name and line > end), default=None)
+        return first_store is None or first_load < first_store
 
     def _fresh(self, base: str) -> str:
         self.count += 1
@@ -198,9 +208,8 @@ class _Rewriter(ast.NodeTransformer):
         if _jumps(node.body + node.orelse):
             return node
         var = self._fresh("if")
-        span = range(node.lineno, node.end_lineno + 1)
         assigned = _assigned_names(node.body + node.orelse)
-        used_after = sorted(n for n in assigned if any(name == n and line not in span for name, line in self.loads))
+        used_after = sorted(n for n in assigned if self._read_after(n, node.end_lineno))
         end = ast.Expr(ast.Call(ast.Attribute(ast.Name(var, ast.Load()), "end", ast.Load()),
                                 [ast.Call(ast.Name("locals", ast.Load()), [], [])], []))
         branch = ast.If(ast.Attribute(ast.Name(var, ast.Load()), "then", ast.Load()),
