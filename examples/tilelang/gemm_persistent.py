@@ -4,8 +4,8 @@ tile-ai/tilelang commit a35008a42531c62b976ae4cec3855d4383db0f3c.
 Mechanical changes only:
 - imports: `tilegcn` and `from tilegcn import language as T`; `tilelang.jit` became `tilegcn.jit`;
 - `driver.get_num_sms()` (the CUDA driver's SM count) became `get_num_sms()` below, the workgroup count of the
-  persistent grid: the CU count of the GPU by default (MI300X: 304), overridable with `NUM_SMS` so a small GEMM on
-  the emulated device still has several waves of tiles;
+  persistent grid: the CU count of the GPU by default (MI300X: 304), overridable with `NUM_SMS` (`--num-sms`) so a
+  small GEMM on the emulated device still has several waves of tiles;
 - `.compile(...)` and the profiler's `assert_allclose` / `do_bench` became a call on torch tensors checked against
   `A @ B` in `main()` (CPU tensors, the emulated device, a smaller shape).
 
@@ -134,6 +134,8 @@ if __name__ == "__main__":
     parser.add_argument("--M", type=int, default=256, help="M dimension")
     parser.add_argument("--N", type=int, default=512, help="N dimension")
     parser.add_argument("--K", type=int, default=128, help="K dimension")
+    parser.add_argument("--num-sms", type=int, default=None, help="workgroups of the persistent grid")
     args = parser.parse_args()
     M, N, K = args.M, args.N, args.K
+    NUM_SMS = args.num_sms
     main(M, N, K)
