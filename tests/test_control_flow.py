@@ -444,3 +444,32 @@ def test_reductions_in_branches(arch):
     X, Y = torch.randn(4, 256), torch.empty(2, 4)
     reduce_by_block(X, Y, arch=arch)
     torch.testing.assert_close(Y, torch.stack([X.amax(1), X.sum(1)]), rtol=1e-5, atol=1e-4)
+
+
+@tilegcn.jit
+def per_element(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((16, 16), "float32")
+        y = T.alloc_fragment((16, 16), "float32")
+        T.copy(X[0, 0], x)
+        T.fill(y, 0.0)
+        for i, j in T.Parallel(16, 16):
+            if i < j:  # the causal mask, as an `if`
+                x[i, j] = 0.0
+            elif x[i, j] > 0.5:  # decided before the branch changes x
+                x[i, j] = 0.0
+                y[i, j] = 1.0
+            else:
+                y[i, j] = 2.0
+        for i, j in T.Parallel(16, 16):
+            y[i, j] = y[i, j] + x[i, j]
+        T.copy(y, Y[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_if_inside_parallel_is_decided_per_element(arch):
+    X, Y = torch.rand(16, 16), torch.empty(16, 16)
+    per_element(X, Y, arch=arch)
+    upper = torch.ones(16, 16).triu(1).bool()
+    want = torch.where(upper, 0.0, torch.where(X > 0.5, 1.0, 2.0 + X))
+    torch.testing.assert_close(Y, want)

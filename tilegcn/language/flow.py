@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import functools
 import inspect
 import numbers
@@ -32,6 +33,7 @@ import types
 
 import sympy
 
+from .. import ops
 from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from .proxies import DeviceCondition, IndexProxy, ScalarProxy, _device_index
@@ -335,6 +337,16 @@ def _same(a, b) -> bool:
     return isinstance(a, plain) and isinstance(b, plain) and type(a) is type(b) and a == b
 
 
+def _predicated(store, condition: N.Expr, loc):
+    """A T.Parallel store that keeps the element's old value where `condition` does not hold."""
+    if store.index is not None:
+        raise CompileError(f"a store to global {store.buffer.name} under an `if` inside T.Parallel: store the value "
+                           "picked with T.if_then_else(cond, value, other) instead, or stage it in a fragment",
+                           location=store.loc or loc)
+    old = N.ElemRef(store.buffer, tuple(store.indices))
+    return dataclasses.replace(store, value=N.apply("if_then_else", condition, store.value, old))
+
+
 class _If:
     """The passes of one `if` statement (see the module doc): `then` says which branch the pass runs."""
 
@@ -351,6 +363,9 @@ class _If:
         self.ends.append({n: scope.get(n, _MISSING) for n in self.names})
 
     def __iter__(self):
+        if self.condition is None and isinstance(self.test, N.Expr) and current().parallel is not None:
+            yield from self._per_element()
+            return
         if self.condition is None:
             self.then = bool(self.test)
             yield self
@@ -370,9 +385,45 @@ class _If:
             finally:
                 tracer.bodies.pop()
         self._check_rebound(loc)
-        from .. import ops
-
         tracer.record(ops.If(self.condition, *bodies, loc=loc))
+
+    def _per_element(self):
+        """`if x[i, j] > 0:` inside T.Parallel: each element decides. Both branches are traced; every store in them
+        keeps the element's old value where its branch is not taken (`x[i, j] = T.if_then_else(cond, new, x[i, j])`),
+        so later statements of either branch read what the element holds on its own path."""
+        tracer = current()
+        loc = user_location()
+        cond = self.test if N.is_condition(self.test) else N.apply("ne", self.test, 0.0)
+        bodies = ([], [])
+        for then, body in zip((True, False), bodies):
+            self.then = then
+            tracer.bodies.append(body)
+            try:
+                yield self
+            finally:
+                tracer.bodies.pop()
+        self._check_rebound(loc)
+        read = {e.buffer for e in N.walk_expr(cond) if isinstance(e, N.ElemRef)}
+        if any(store.buffer in read for body in bodies for store in body):
+            cond = self._held(tracer, cond)  # the branches change what it reads: decide once, before them
+        for taken, body in zip((cond, N.apply("not", cond)), bodies):
+            for store in body:
+                tracer.body().append(_predicated(store, taken, loc))
+
+    @staticmethod
+    def _held(tracer, cond: N.Expr) -> N.Expr:
+        """`cond` evaluated once per element into a fragment of the loop's shape (1.0 where it holds), as a
+        condition on that fragment."""
+        extents, indices = tracer.parallel
+        held = tracer.alloc(N.FRAGMENT, tuple(extents), "float32", "cond").buffer
+        tracer.body().append(ops.ParallelStore(tuple(extents), tuple(indices), held,
+                                               N.apply("if_then_else", cond, 1.0, 0.0), loc=user_location()))
+        return N.apply("ne", N.ElemRef(held, tuple(indices)), 0.0)
+
+    def _text(self) -> str:
+        if self.condition is not None:
+            return self.condition.text()
+        return N.print_condition(self.test) if N.is_condition(self.test) else str(self.test)
 
     def _check_rebound(self, loc):
         if len(self.ends) != 2:
@@ -382,7 +433,7 @@ class _If:
             then, orelse = (end.get(name, before) for end in self.ends)
             if not _same(then, orelse):
                 raise CompileError(
-                    f"`{name}` is assigned in the device `if {self.condition.text()}` and used after it, with a "
+                    f"`{name}` is assigned in the device `if {self._text()}` and used after it, with a "
                     "different value on each path: a Python name holds one value while tracing, and which path "
                     "runs is decided on the device. Use the value only inside the branch that computes it, or "
                     "give both paths the same value; a value that must differ per path belongs in device memory "
@@ -429,8 +480,6 @@ def _device_while(condition: N.Condition, jumps: bool):
         yield
     finally:
         tracer.bodies.pop()
-    from .. import ops
-
     tracer.record(ops.While(condition, body, loc=loc))
 
 
