@@ -327,7 +327,32 @@ def conditional_expression(X, Y):
         T.copy(x, Y[bx * 64])
 
 
+@tilegcn.jit
+def tests_a_tile_element(X, Y):
+    with T.Kernel(2, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.copy(X[0], x)
+        if x[3] > 0.0:  # not a variable: element 3 lives in one thread
+            T.fill(x, 1.0)
+        T.copy(x, Y[bx * 64])
+
+
+@tilegcn.jit
+def global_store_under_if(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.copy(X[0], x)
+        for i in T.Parallel(64):
+            if x[i] > 0.0:
+                Y[i] = x[i]
+
+
 def test_refusals_name_the_line_and_the_way_around():
+    X, Y = torch.zeros(128), torch.zeros(128)
+    message = _trace_error(tests_a_tile_element, X, Y)
+    assert "x[3] outside T.Parallel" in message and "T.alloc_var" in message and "test_control_flow.py" in message
+    message = _trace_error(global_store_under_if, X, Y)
+    assert "store to global Y under an `if` inside T.Parallel" in message and "T.if_then_else" in message
     X, Y = torch.zeros(128), torch.zeros(128)
     message = _trace_error(device_while, X, Y)
     assert "while bx < 2" in message and "no trip changes" in message and "test_control_flow.py" in message

@@ -59,6 +59,17 @@ class RegionRef:
     def __init__(self, buffer: N.Buffer, starts, extents):
         self.buffer, self.starts, self.extents = buffer, starts, extents
 
+    def _not_a_value(self, *_):
+        b = self.buffer
+        raise CompileError(f"{b.name}[{', '.join(map(str, self.starts))}] outside T.Parallel is the start of a "
+                           f"{b.scope} region (for T.copy), not a value to test: an `if` / `while` tests a one-element "
+                           "variable (v = T.alloc_var(dtype); v[0]), block ids, loop variables or scalars; compare "
+                           "elements inside T.Parallel")
+
+    __bool__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+    __eq__ = __ne__ = _not_a_value
+    __hash__ = object.__hash__
+
 
 def _whole_tile_math(proxy, *_):
     b = proxy.buffer
