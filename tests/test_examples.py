@@ -30,6 +30,8 @@ COMMANDS = {
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
                                               "per_token_cast_to_fp8")},
     "tilelang/topk.py": ["--M", "64"],
+    # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
+    "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;

@@ -354,6 +354,18 @@ class ExprLowering:
         if isinstance(expr, Xor):
             emit("s_xor_b32", out, *(self.sgpr(a) for a in expr.args))
             return
+        if isinstance(expr, sympy.ceiling):  # T.ceildiv of a device value: ceil(x / d) = floor((x + d - 1) / d)
+            num, den = expr.args[0].as_numer_denom()
+            if den.is_Integer and den > 0:
+                emit("s_mov_b32", out, self.sgpr(sympy.floor((num + den - 1) / den)))
+                return
+        if isinstance(expr, (sympy.Min, sympy.Max)):  # T.min / T.max of indices (device loop bounds): signed
+            op = "s_min_i32" if isinstance(expr, sympy.Min) else "s_max_i32"
+            args = [self.sgpr(a) for a in expr.args]
+            emit(op, out, args[0], args[1])
+            for a in args[2:]:
+                emit(op, out, out, a)
+            return
         raise CompileError(f"cannot lower uniform index expression {expr}")
 
     # -- VGPR (per lane) ------------------------------------------------------------------------

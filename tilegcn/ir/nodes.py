@@ -335,6 +335,41 @@ class Cast(Expr):
     x: Expr
 
 
+@dataclass(eq=False)
+class Condition:
+    """A truth value only the device knows, the test of an If / While statement: `op` is a comparison ("eq", "ne",
+    "lt", "le", "gt", "ge") of two integer index expressions (SymPy: block ids, loop variables, runtime int scalars),
+    "element": an element condition (a Call, `v[0] < n`) on one-element register variables every thread holds
+    alike, or "and" / "or" / "not" of conditions. Nothing here is decided while tracing: SymPy would answer `bx == 0`
+    structurally (False), so the comparison is kept as written and evaluated by the device."""
+
+    op: str
+    args: tuple
+
+    COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+    def text(self) -> str:
+        """The condition as the user wrote it, for kernel.ir and messages."""
+        if self.op == "element":
+            return print_condition(self.args[0])
+        if self.op in self.COMPARISONS:
+            return f"{self.args[0]} {self.COMPARISONS[self.op]} {self.args[1]}"
+        if self.op == "not":
+            return f"not ({self.args[0].text()})"
+        return f" {self.op} ".join(f"({a.text()})" for a in self.args)
+
+    def reads_elements(self) -> bool:
+        """Whether the condition reads a variable (an "element" part), which may change between trips."""
+        return self.op == "element" or (self.op not in self.COMPARISONS and any(a.reads_elements() for a in self.args))
+
+    def symbols(self) -> set:
+        if self.op == "element":
+            return set()
+        if self.op in self.COMPARISONS:
+            return set().union(*(sympy.sympify(a).free_symbols for a in self.args))
+        return set().union(*(a.symbols() for a in self.args))
+
+
 # ---- statements are tile ops: ir/ops.py (protocol, registry), tilegcn/ops/ (one file per op) ---------------
 
 @dataclass(eq=False)

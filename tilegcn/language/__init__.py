@@ -4,7 +4,7 @@ from ..ir.types import (bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, f
 from .atomic import atomic_add, atomic_max, atomic_min
 from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
                        empty, fill, gemm, print, use_swizzle)
-from .control import Serial, serial
+from .control import Persistent, Serial, serial
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
                           min, min_value, rsqrt, sigmoid, sqrt, tanh)
 from .local import alloc_local, alloc_var
@@ -22,6 +22,6 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
            "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum", "cumsum",
            "atomic_add", "atomic_max", "atomic_min",
-           "serial", "Serial", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
+           "serial", "Serial", "Persistent", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
            "dtype", "float", "float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
            "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]

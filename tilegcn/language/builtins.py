@@ -237,6 +237,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
         if buf.scope == N.GLOBAL and other_extents is None:
             raise CompileError(f"{what}: give a start index into global tensor {buf.name}")
         return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
+    if isinstance(x, N.ElemRef) and x.buffer.scope == N.FRAGMENT:  # `v[0]` of a variable: the variable itself
+        x = RegionRef(x.buffer, x.index, tuple(x.buffer.shape))
     if isinstance(x, RegionRef):
         extents = list(x.extents)
         if other_extents is not None:
@@ -258,6 +260,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
 
 
 def _whole_extents(x):
+    if isinstance(x, N.ElemRef):  # `v[0]` of a one-element variable (proxies.BufferProxy._variable_index)
+        return tuple(x.buffer.shape)
     if isinstance(x, BufferProxy) and x.buffer.scope != N.GLOBAL:
         return tuple(x.buffer.shape)
     if isinstance(x, RegionRef) and all(e is not None for e in x.extents):
@@ -419,7 +423,9 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
     recorded once; the loop counts 0..stop-start-1 and the body sees k as that counter plus `start`.
 
     With `num_stages > 1` and a body of global -> shared copies and `T.gemm`, the loop is software-pipelined
-    over that many LDS buffers (docs/internals.md); pass `num_stages` by name.
+    over that many LDS buffers (docs/internals.md); pass `num_stages` by name. Bounds only the device knows (a
+    runtime scalar, index arithmetic on block ids: `T.Pipelined(end[0] - start, ...)`) make it a serial loop
+    (`T.serial`, not pipelined whatever num_stages says; it may run no trip).
 
     Example:
 
@@ -435,8 +441,14 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
             raise CompileError(f"T.Pipelined({name}=...) is not supported: tilegcn orders the pipelined loop "
                                "itself; pass num_stages only", location=loc)
     first, end = (0, start) if stop is None else (start, stop)
-    first = _concrete(first, "the T.Pipelined start")
-    end = _concrete(end, "the T.Pipelined trip count" if stop is None else "the T.Pipelined stop")
+    first = _integer(first, "the T.Pipelined start")
+    end = _integer(end, "the T.Pipelined trip count" if stop is None else "the T.Pipelined stop")
+    if not (isinstance(first, int) and isinstance(end, int)):  # bounds only the device knows: a serial loop
+        from .control import device_loop
+
+        _concrete(num_stages, "num_stages")
+        yield from device_loop(tracer, first, end, 1, "the T.Pipelined loop variable", loc)
+        return
     if first < 0:
         raise CompileError(f"T.Pipelined({first}, {end}): a negative start is not supported (it would address "
                            "tiles before the tensor's origin)", location=loc)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import numbers
 
+import sympy
+
 from ..errors import ArgumentError, CompileError
 from ..ir import elemfn
 from ..ir import nodes as N
 from ..ir.types import as_dtype
+from .builtins import _roles
+from .proxies import IndexProxy, ScalarProxy
 
 
 def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
@@ -25,6 +29,9 @@ def max(a, b):  # noqa: A001 - the T. namespace mirrors TileLang
     x[i, j] = T.max(x[i, j], 0.0)
     ```
     """
+    index = _index_pair(a, b)
+    if index is not None:  # outside T.Parallel, on indices: an index (a device loop bound, a tile start)
+        return IndexProxy(sympy.Max(*index), _roles(a) + _roles(b))
     return N.apply("max", a, b)
 
 
@@ -39,7 +46,22 @@ def min(a, b):  # noqa: A001
     x[i, j] = T.min(x[i, j], 6.0)
     ```
     """
+    index = _index_pair(a, b)
+    if index is not None:  # outside T.Parallel, on indices: an index (a device loop bound, a tile start)
+        return IndexProxy(sympy.Min(*index), _roles(a) + _roles(b))
     return N.apply("min", a, b)
+
+
+def _index_pair(a, b):
+    """(a, b) as SymPy integers when neither is an element value and one is a device index (outside T.Parallel),
+    else None."""
+    from .proxies import _device_index
+    from .tracer import current
+
+    if current().parallel is not None or not any(isinstance(x, (IndexProxy, ScalarProxy)) for x in (a, b)):
+        return None
+    pair = (_device_index(a), _device_index(b))
+    return None if None in pair else pair
 
 
 def clamp(dst, min_val, max_val):

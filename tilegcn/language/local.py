@@ -41,12 +41,16 @@ def alloc_var(dtype, *args, scope: str = "local.var", init=None):
     """A one-element register variable, `T.alloc_var(dtype, init=0)` (TileLang's `local.var`); address it as `v[0]`.
 
     `init` (also the second positional argument, as TileLang takes it) is a number known at compile time; without
-    it the variable starts undefined, as in TileLang. A string second argument is TileLang's scope.
+    it the variable starts undefined, as in TileLang. A string second argument is TileLang's scope. Outside
+    `T.Parallel`, `v[0]` reads it and `v[0] = ...` assigns it, and a device `if` / `while` may test it
+    (`while v[0] < n:`; docs/language.md, "Control flow").
 
     Example:
 
     ```python
     total = T.alloc_var("float32", init=0.0)   # shape (1,), filled with 0.0
+    while total[0] < 4.0:                      # a device loop on the variable
+        total[0] = total[0] + 1.0
     ```
     """
     loc = user_location()

@@ -307,8 +307,9 @@ class _EagerCall:
         # A size named only in an annotation (never assigned in the body) is a global name to Python: give it the
         # tensor's size, over any module-level variable of that name (TileLang binds it to the dimension).
         scope = {**fn.__globals__, **sizes}
-        body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-        body.__kwdefaults__ = fn.__kwdefaults__
+        from .flow import rewritten  # device if / while / range, and / or / not on device values
+
+        body = rewritten(fn, scope)
         return body(**dict(zip(names, tensors)), **constants)
 
 

@@ -59,6 +59,17 @@ class RegionRef:
     def __init__(self, buffer: N.Buffer, starts, extents):
         self.buffer, self.starts, self.extents = buffer, starts, extents
 
+    def _not_a_value(self, *_):
+        b = self.buffer
+        raise CompileError(f"{b.name}[{', '.join(map(str, self.starts))}] outside T.Parallel is the start of a "
+                           f"{b.scope} region (for T.copy), not a value to test: an `if` / `while` tests a one-element "
+                           "variable (v = T.alloc_var(dtype); v[0]), block ids, loop variables or scalars; compare "
+                           "elements inside T.Parallel")
+
+    __bool__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+    __eq__ = __ne__ = _not_a_value
+    __hash__ = object.__hash__
+
 
 def _whole_tile_math(proxy, *_):
     b = proxy.buffer
@@ -105,7 +116,23 @@ class BufferProxy(N.RefusesPythonOperators):
         key = key if isinstance(key, tuple) else (key,)
         return tuple(as_index(k, f"indexing {self.buffer.name}") for k in key)
 
+    def _variable_index(self, key):
+        """The index of `v[0]` outside T.Parallel where `v` is a one-element register buffer (T.alloc_var,
+        T.alloc_local((1,), ...)): a variable every thread holds, read and assigned as a value; else None."""
+        from .tracer import current
+
+        b = self.buffer
+        if current().parallel is not None or b.scope != N.FRAGMENT or b.numel != 1:
+            return None
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) != self.ndim or not all(isinstance(k, numbers.Integral) and k == 0 for k in key):
+            return None
+        return tuple(sympy.Integer(0) for _ in key)
+
     def __getitem__(self, key):
+        variable = self._variable_index(key)
+        if variable is not None:
+            return N.ElemRef(self.buffer, variable)
         index = self._parallel_index(key)
         if index is not None:
             if len(index) != self.ndim:
@@ -150,8 +177,18 @@ class BufferProxy(N.RefusesPythonOperators):
         from .tracer import current
 
         tracer = current()
+        variable = self._variable_index(key)
+        if variable is not None:  # `v[0] = value`: a one-element T.Parallel store
+            indices = tuple(sympy.Symbol(f"p_v{axis}", integer=True, nonnegative=True) for axis in range(self.ndim))
+            tracer.parallel = (tuple(1 for _ in variable), indices)
+            try:
+                self.__setitem__(indices, value)
+            finally:
+                tracer.parallel = None
+            return
         if tracer.parallel is None:
-            raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel")
+            raise CompileError(f"element assignment to {self.buffer.name} outside T.Parallel (outside it, only a "
+                               "one-element variable is assigned: `v[0] = ...` with v = T.alloc_var(dtype))")
         index = self._parallel_index(key)
         value = as_expr(value)
         if N.is_condition(value):
@@ -171,9 +208,11 @@ def _in_order(index, indices: list) -> bool:
 
 def _decision_refusal(what: str, value) -> str:
     return (f"{what} on {value.describe()} would be decided once, while the program is traced, not on the device "
-            "for each block, thread or trip: tilegcn has no device control flow (if/while on device values) yet. "
-            "Compute with index arithmetic instead (e.g. a tile start `by * block_M`), pick elements with "
-            "T.if_then_else / T.max / T.min, or branch only on compile-time constants (shapes, keyword constants)")
+            "for each block or trip. The device decides the tests of `if`, `elif`, `while` and `and` / `or` / `not` "
+            "/ chained comparisons written in the kernel function itself (tilegcn rewrites its source); here Python "
+            "needed the value at once (a conditional expression `a if c else b`, assert, bool(), or a function whose "
+            "source tilegcn cannot read). Write it as an `if` statement in the kernel function, pick elements with "
+            "T.if_then_else / T.max / T.min, or branch on compile-time constants (shapes, keyword constants)")
 
 
 def _refuse_decision(what: str):
@@ -198,8 +237,58 @@ def _compare(name: str, what: str):
             condition = N.apply(name, self, o)
             condition.refusal = _decision_refusal(what, self)
             return condition
+        left, right = _device_index(self), _device_index(o)
+        if left is not None and right is not None:  # outside T.Parallel: a test for a device if / while
+            return DeviceCondition(N.Condition(name, (left, right)))
+        if any(isinstance(v, ScalarProxy) and v.param.symbol is None for v in (self, o)):
+            raise CompileError(f"{what} on {self.describe()} with {o!r}: a device `if` / `while` compares integer "
+                               "indices (block ids, loop variables, int runtime scalars); a float runtime scalar is "
+                               "compared per element inside T.Parallel (T.if_then_else)")
         raise CompileError(_decision_refusal(what, self))
     return compare
+
+
+def _device_index(x):
+    """`x` as a SymPy integer for a device comparison (an index, an int runtime scalar, an int), else None."""
+    if isinstance(x, IndexProxy):
+        return x.expr if x.expr.is_integer else None
+    if isinstance(x, ScalarProxy):
+        return x.param.symbol
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return sympy.Integer(int(x))
+    return None
+
+
+class DeviceCondition(N.RefusesPythonOperators):
+    """A comparison on device values made outside T.Parallel (`bx == 0`, `k < n`): the test of a device `if` /
+    `while`, decided on the device. The kernel function's source is rewritten (language/flow.py) so that `if`,
+    `while`, `and`, `or`, `not` and chained comparisons hand it over instead of asking Python for its truth."""
+
+    def __init__(self, condition: N.Condition):
+        self.condition = condition
+
+    def describe(self) -> str:
+        return f"the device condition `{self.condition.text()}`"
+
+    def _subject(self) -> str:
+        return self.describe()
+
+    def _combine(self, op: str, o):
+        if not isinstance(o, DeviceCondition):
+            return NotImplemented
+        return DeviceCondition(N.Condition(op, (self.condition, o.condition)))
+
+    def __and__(self, o): return self._combine("and", o)
+    def __rand__(self, o): return self._combine("and", o)
+    def __or__(self, o): return self._combine("or", o)
+    def __ror__(self, o): return self._combine("or", o)
+    def __invert__(self): return DeviceCondition(N.Condition("not", (self.condition,)))
+
+    def __bool__(self):
+        raise CompileError(_decision_refusal("a truth test", self))
+
+    def __repr__(self):
+        return self.condition.text()
 
 
 class _DeviceValue(N.RefusesPythonOperators):
@@ -325,9 +414,8 @@ class IndexProxy(_DeviceValue):
     __rpow__ = _index_op(lambda a, b: b ** a)
 
     def __element_expr__(self):
-        """Inside T.Parallel an index is an element value too (an int, fp32 in element math: exact below 2^24)."""
-        if not _in_parallel():
-            raise CompileError(f"cannot use {self.describe()} in an element expression outside T.Parallel")
+        """An index is an element value too (an int, fp32 in element math: exact below 2^24): inside T.Parallel, and
+        outside it with a one-element variable (`v[0] = bx * 2`, `if v[0] < bx:`)."""
         if not self.expr.is_integer:
             raise CompileError(f"{self.describe()} is not an integer (index arithmetic with a float: {self.expr}); "
                                "to compute with an index as a number, convert it first: T.cast(i, \"float32\") * 0.5")

@@ -344,7 +344,9 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = ()) -> N.
     previous = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:
-        returned = fn(*proxies, **constants)
+        from .flow import rewritten  # device if / while / range, and / or / not on device values
+
+        returned = rewritten(fn)(*proxies, **constants)
     except TilegcnError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's program failed in plain Python: say where and why

@@ -5,8 +5,10 @@ Adding an op: docs/internals.md, "Adding a tile op".
 """
 from .async_copy import AsyncCopy
 from .atomic import Atomic, ParallelAtomic
+from .branch import If
 from .convert_layout import ConvertLayout
 from .copy import Copy
+from .device_loop import DeviceLoop
 from .fill import Fill
 from .gemm import Gemm
 from .groups import CommitGroup, WaitGroup
@@ -15,7 +17,7 @@ from .parallel import ParallelStore
 from .reduce import Reduce
 from .scan import Cumsum
 from .swizzle import Swizzle
+from .while_loop import While
 
-__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "Fill", "Gemm", "Loop",
-           "ParallelAtomic", "ParallelStore", "Reduce",
-           "Swizzle", "WaitGroup"]
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Loop",
+           "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]

@@ -1,0 +1,41 @@
+"""`for k in T.serial(start, stop, step)` / `range(...)` whose bounds only the device knows (a runtime scalar, a
+block id, `T.min(T.ceildiv(K, 32), n)`): the DeviceLoop op, a counted scalar loop that may run no trip."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import sympy
+
+from ..ir.ops import TileOp, register
+from ..passes.control import lower_device_loop
+
+
+@register
+@dataclass(eq=False)
+class DeviceLoop(TileOp):
+    """for var in range(start, stop, step): body, with start and stop SymPy index expressions evaluated once on the
+    device before the first trip; step a positive int. The body sees `var` itself (start, start + step, ...)."""
+
+    opname: ClassVar[str] = "serial"
+    var: sympy.Symbol
+    start: object
+    stop: object
+    step: int
+    body: list
+
+    def print_to(self, out):
+        step = f", {self.step}" if self.step != 1 else ""
+        out.line(f"for {self.var} in serial({self.start}, {self.stop}{step}):")
+        out.body(self.body)
+
+    def bodies(self):
+        return (self.body,)
+
+    def with_bodies(self, bodies):
+        (body,) = bodies
+        return dataclasses.replace(self, body=body)
+
+    def lower(self, ctx, lower_body):
+        lower_device_loop(ctx, self, lower_body)
