@@ -12,6 +12,9 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
 import cumsum  # noqa: E402
+import elementwise_add  # noqa: E402
+import gemm  # noqa: E402
+import gemm_non_persistent  # noqa: E402
 import gemv  # noqa: E402
 import layernorm  # noqa: E402
 import online_softmax  # noqa: E402
@@ -118,3 +121,31 @@ def test_cumsum_1d(arch, scope):
     A = _randn(512, dtype=torch.float32)
     B = tilegcn.jit(make(512, 64, reverse=True), out_idx=-1)(A, arch=arch)
     torch.testing.assert_close(B, A.view(8, 64).flip(1).cumsum(1).flip(1).reshape(512), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch,dtype", CASES)
+def test_elementwise_add_through_shared(arch, dtype):
+    """Inputs staged in shared tiles, the sum stored fragment -> shared -> global; 40 x 96 leaves a ragged row block
+    (upstream's block_M=32, block_N=32, threads=128)."""
+    a, b = _randn(40, 96, dtype=dtype), _randn(40, 96, dtype=dtype, seed=1)
+    c = elementwise_add.elementwise_add(a, b, block_M=32, block_N=32, threads=128, in_dtype=dtype, out_dtype=dtype,
+                                        arch=arch)
+    assert torch.equal(c, (a.float() + b.float()).to(dtype))  # one fp32 add, rounded once
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_returns_its_output(arch):
+    """Ragged M and N (96 x 80 over 64 x 64 tiles), two K steps."""
+    a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
+    c = gemm.matmul(a, b, block_M=64, block_N=64, block_K=32, arch=arch)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_storing_c_through_shared(arch):
+    """The fp32 accumulator copied into an f16 shared tile, that tile copied to C (masked at the ragged edges)."""
+    a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
+    c = gemm_non_persistent.matmul_non_persistent(a, b, block_M=64, block_N=64, block_K=32, threads=128,
+                                                  num_stages=2, arch=arch)
+    torch.testing.assert_close(c, gemm_non_persistent.ref_program(a.float(), b.float()).half(), rtol=1e-2,
+                               atol=1e-2)
