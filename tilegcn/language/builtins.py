@@ -237,6 +237,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
         if buf.scope == N.GLOBAL and other_extents is None:
             raise CompileError(f"{what}: give a start index into global tensor {buf.name}")
         return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
+    if isinstance(x, RegionRef) and x.sliced:
+        return N.Region(x.buffer, tuple(x.starts), tuple(_sliced_extents(x, other_extents, what)))
     if isinstance(x, RegionRef):
         extents = list(x.extents)
         if other_extents is not None:
@@ -257,9 +259,35 @@ def _as_region(x, other_extents, what: str) -> N.Region:
     raise CompileError(f"{what}: expected a tensor region, shared buffer or fragment, got {x!r}")
 
 
+def _sliced_extents(x, other_extents, what: str) -> list:
+    """The extents of sliced region `x` as TileLang's T.copy settles them (tilelang/utils/language.py,
+    legalize_pairwise_extents): a slice spans its extent and an index 1 (`Q[b, s0:s1, h, :]` is 1 x (s1 - s0) x 1 x D,
+    copied into a (s1 - s0) x D tile); where the two sides differ in how many dims are not 1, the region's 1s
+    broadcast to the other side's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]` into a bm x bk tile)."""
+    extents = x.sliced_extents()
+    if any(e is None for e in extents):
+        raise CompileError(f"{what}: the extent of the {x.buffer.name} region is unknown; "
+                           "give each slice of a dynamic dim its end (`A[0:n]`)")
+    if other_extents is None:
+        return extents
+    want = list(other_extents)
+    if sum(e != 1 for e in extents) != sum(e != 1 for e in want):
+        for k in range(1, min(len(extents), len(want)) + 1):
+            if extents[-k] == 1:
+                extents[-k] = want[-k]
+    have = [(axis, e) for axis, e in enumerate(extents) if e != 1]
+    for (axis, e), need in zip(have, [e for e in want if e != 1]):
+        if e != need:
+            raise CompileError(f"{what}: {x.buffer.name} slice extent {e} on dim {axis} does not match the tile's "
+                               f"{need}")
+    return extents
+
+
 def _whole_extents(x):
     if isinstance(x, BufferProxy) and x.buffer.scope != N.GLOBAL:
         return tuple(x.buffer.shape)
+    if isinstance(x, RegionRef) and x.sliced and None not in x.sliced_extents():
+        return _squeeze(x.sliced_extents())
     if isinstance(x, RegionRef) and all(e is not None for e in x.extents):
         return tuple(int(e) for e in x.extents)
     return None
