@@ -104,3 +104,22 @@ def test_a_slice_that_does_not_fit_the_tile_names_its_dim():
     q = _randn(1, 16, 1, 32)
     with pytest.raises(CompileError, match=r"Q slice extent 8 on dim 1 does not match the tile's 16"):
         short_rows(q, torch.empty_like(q), arch="gfx942")
+
+
+def test_a_gemm_operand_whose_columns_are_not_the_tensors_last_dim_is_refused():
+    @tilegcn.jit
+    def heads_last(Q, K, Out):
+        B, S, D, H = K.shape
+        with T.Kernel(1, threads=128) as bx:
+            Q_shared = T.alloc_shared((32, 32), Q.dtype)
+            K_shared = T.alloc_shared((32, 32), K.dtype)
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.copy(Q[0, 0:32, 0, :], Q_shared)
+            T.copy(K[0, 0:32, :, 0], K_shared)
+            T.gemm(Q_shared, K_shared, acc, transpose_B=True)
+            T.copy(acc, Out[0, 0])
+
+    q, k = _randn(1, 32, 1, 32), _randn(1, 32, 32, 1)
+    with pytest.raises(CompileError, match=r"tests/test_copy_regions.py:\d+: copy into K_shared\[32, 32\] from a 4-d "
+                                           r"tile \(1, 32, 32, 1\); expected a \(32, 32\) tile .*last dim"):
+        heads_last(q, k, torch.empty(32, 32), arch="gfx942")

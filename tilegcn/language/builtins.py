@@ -298,20 +298,26 @@ def _squeeze(extents):
 
 
 def copy(src, dst, coalesced_width=None):
-    """Copy a tile: global <-> shared/fragment, shared -> fragment, fragment -> fragment.
+    """Copy a tile: global <-> shared/fragment, shared <-> fragment, shared -> shared, fragment -> fragment.
 
     `coalesced_width` (TileLang's vector-width hint) is accepted and ignored: tilegcn picks the widest access the
     layout and alignment allow.
 
     A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
-    the other side. Casts to the destination dtype. Rows and columns past a tensor's end read 0 and are not
-    written. Not allowed inside `T.Parallel`.
+    the other side. Or by slices, as TileLang writes regions: a slice spans its extent, an index one element
+    (`Q[b, s0:s1, h, :]` is a (s1 - s0, D) tile of a BSHD tensor); where the sides differ in how many dims are not
+    1, the region's 1s take the tile's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]`). Casts to the
+    destination dtype. Rows and columns past a tensor's end read 0 and are not written. Not allowed inside
+    `T.Parallel`.
 
     Example:
 
     ```python
     T.copy(X[by * block_M, bx * block_N], x)      # global -> fragment
     T.copy(x, Y[by * block_M, bx * block_N])      # fragment -> global (fp32 -> Y.dtype)
+    T.copy(C_local, C_shared)                     # a gemm accumulator -> shared (fp32 -> C_shared.dtype)
+    T.copy(C_shared, C[by * block_M, bx * block_N])
+    T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)   # BSHD rows of one head
     ```
     """
     tracer = current()
@@ -340,13 +346,15 @@ def _buffer_of(x, what: str) -> N.Buffer:
 def fill(buf, value):
     """Set every element of a fragment or shared buffer to `value`, a number known at compile time.
 
-    On a gemm accumulator an inline constant (0, ±0.5, ±1, ±2, ±4) is written by MFMAs, a few instructions.
+    On a gemm accumulator an inline constant (0, ±0.5, ±1, ±2, ±4) is written by MFMAs, a few instructions. A
+    shared buffer is filled through a fragment of its shape (not a T.gemm operand: its tile is swizzled).
 
     Example:
 
     ```python
     acc = T.alloc_fragment((block_M, block_N), "float32")
     T.fill(acc, 1.0)          # C = 1 + A @ B after the K loop
+    T.clear(S)                # S = T.alloc_shared((block_M, block_N), "float16")
     ```
     """
     tracer = current()
