@@ -261,6 +261,9 @@ def copy_to_string(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, "Y")))
 @misuse(CompileError, r"outside its shape")
 def copy_fragment_region_out_of_bounds():
     run_body(copy_body(lambda X, Y, x, s: T.copy(x[32:96, 0:64], T.alloc_fragment((64, 64), "float32"))))
+@misuse(CompileError, r"x\w*: T.copy takes a whole fragment .*copy it whole into a shared buffer of its shape")
+def copy_fragment_region_to_global():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(x[0:32, 0:64], Y[0:32, 0:64])))
 
 
 @misuse(CompileError, r"indexing X: expected an integer index expression")
