@@ -28,7 +28,8 @@ COMMANDS = {
     # TileLang's examples, ported: each main() checks its kernels against torch at a small shape
     # (tests/test_tilelang_ports.py runs them on both arches and three dtypes)
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
-                                              "per_token_cast_to_fp8")},
+                                              "per_token_cast_to_fp8", "elementwise_add", "gemm",
+                                              "gemm_non_persistent")},
     "tilelang/topk.py": ["--M", "64"],
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],

@@ -1,7 +1,8 @@
 """Memory spaces inside T.Parallel and T.copy (passes/memspace.py, passes/lds_elements.py), on the emulated device
 for gfx942 and gfx950 against torch: element reads and writes of shared buffers, element stores to global tensors
 (masked at ragged edges, each element written once), copies global -> shared (1-D included) and shared -> global,
-the barrier a shared read of other threads' writes needs, and the refusals."""
+the barrier a shared read of other threads' writes needs, T.fill of a shared tile, shared -> shared copies, and
+the refusals."""
 import pytest
 import torch
 
@@ -225,3 +226,34 @@ def test_a_shared_vector_read_at_an_index_of_another_extent_is_refused_with_its_
                                            r"the extents of those indices \[32\]") as e:
         short_vector.compile(torch.randn(8, 32), torch.empty(8, 32), arch="gfx942")
     assert "test_memspace.py" in str(e.value)
+
+
+@tilegcn.jit
+def shared_fill_and_shared_copy(X, Y, Z, *, block_M=16, block_N=32):
+    """Y = X + 1 through X.dtype shared -> fp32 shared -> fragment -> local buffer -> global; Z = 0 from a cleared
+    shared tile (Z.dtype)."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=64) as (bx, by):
+        S = T.alloc_shared((block_M, block_N), X.dtype)
+        S_f32 = T.alloc_shared((block_M, block_N), "float32")
+        Zeros = T.alloc_shared((block_M, block_N), Z.dtype)
+        x = T.alloc_fragment((block_M, block_N), "float32")
+        y = T.alloc_local((block_M, block_N), "float32")
+        T.clear(Zeros)
+        T.copy(X[by * block_M, bx * block_N], S)
+        T.copy(S, S_f32)
+        T.copy(S_f32, x)
+        T.copy(x, y)
+        for i, j in T.Parallel(block_M, block_N):
+            y[i, j] = y[i, j] + 1.0
+        T.copy(y, Y[by * block_M, bx * block_N])
+        T.copy(Zeros, Z[by * block_M, bx * block_N])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_cleared_shared_tile_and_copies_between_shared_tiles_and_a_local_buffer(arch):
+    x = _randn(40, 64, dtype=torch.float16)
+    y, z = torch.empty(40, 64), torch.ones(40, 64, dtype=torch.bfloat16)
+    shared_fill_and_shared_copy(x, y, z, arch=arch)
+    assert torch.equal(y, x.float() + 1)
+    assert (z == 0).all()

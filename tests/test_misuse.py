@@ -234,9 +234,16 @@ def copy_tile_more_dims_than_tensor():
     run_body(copy_body(lambda X, Y, x, s: T.copy(X[0, 0], T.alloc_fragment((2, 32, 64), "float32"))))
 @misuse(CompileError, r"slices with a step")
 def copy_slice_step(): run_body(copy_body(lambda X, Y, x, s: T.copy(X[0:64:2, 0], x)))
-@misuse(CompileError, r"T.copy from shared to shared is not supported")
-def copy_shared_to_shared():
-    run_body(copy_body(lambda X, Y, x, s: T.copy(s, T.alloc_shared((64, 64), "bfloat16"))))
+@misuse(CompileError, r"T.copy from shared \w+ into a, a T.gemm operand: .*copy the global tile into a directly")
+def copy_shared_into_gemm_operand():
+    def body(X, Y):
+        with T.Kernel(1, threads=256):
+            s = T.alloc_shared((64, 32), "bfloat16")
+            a = T.alloc_shared((64, 32), "bfloat16")
+            b = T.alloc_shared((32, 64), "bfloat16")
+            T.copy(s, a)
+            T.gemm(a, b, T.alloc_fragment((64, 64), "float32"))
+    run_body(body)
 @misuse(CompileError, r"expected a tensor region, shared buffer or fragment, got 3")
 def copy_from_int(): run_body(copy_body(lambda X, Y, x, s: T.copy(3, x)))
 @misuse(CompileError, r"a bool is not an index")
@@ -254,6 +261,9 @@ def copy_to_string(): run_body(copy_body(lambda X, Y, x, s: T.copy(x, "Y")))
 @misuse(CompileError, r"outside its shape")
 def copy_fragment_region_out_of_bounds():
     run_body(copy_body(lambda X, Y, x, s: T.copy(x[32:96, 0:64], T.alloc_fragment((64, 64), "float32"))))
+@misuse(CompileError, r"x\w*: T.copy takes a whole fragment .*copy it whole into a shared buffer of its shape")
+def copy_fragment_region_to_global():
+    run_body(copy_body(lambda X, Y, x, s: T.copy(x[0:32, 0:64], Y[0:32, 0:64])))
 
 
 @misuse(CompileError, r"indexing X: expected an integer index expression")
@@ -610,8 +620,15 @@ def fill_none(): run_body(fill_body(lambda X, x, s: T.fill(x, None)))
 def fill_complex(): run_body(fill_body(lambda X, x, s: T.fill(x, 1j)))
 @misuse(CompileError, r"T.fill takes a fragment or shared buffer, not a global tensor")
 def fill_global(): run_body(fill_body(lambda X, x, s: T.fill(X, 0.0)))
-@misuse(CompileError, r"T.fill/T.clear of shared buffer \w+ is not supported; fill a fragment")
-def fill_shared(): run_body(fill_body(lambda X, x, s: T.fill(s, 0.0)))
+@misuse(CompileError, r"T.fill of shared buffer a, a T.gemm operand: its tile is stored XOR-swizzled")
+def fill_gemm_operand():
+    def body(X, Y):
+        with T.Kernel(1, threads=256):
+            a = T.alloc_shared((64, 32), "bfloat16")
+            b = T.alloc_shared((32, 64), "bfloat16")
+            T.clear(a)
+            T.gemm(a, b, T.alloc_fragment((64, 64), "float32"))
+    run_body(body)
 @misuse(CompileError, r"T.fill: expected a buffer from T.alloc_shared/T.alloc_fragment, got 3")
 def clear_int(): run_body(fill_body(lambda X, x, s: T.clear(3)))
 @misuse(CompileError, r"T.fill value must be a number known at compile time; v is a runtime scalar")

@@ -14,6 +14,9 @@ sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 import cumsum  # noqa: E402
 import gemm_splitk  # noqa: E402
 import gemm_splitk_vectorize_atomicadd  # noqa: E402
+import elementwise_add  # noqa: E402
+import gemm  # noqa: E402
+import gemm_non_persistent  # noqa: E402
 import gemv  # noqa: E402
 import layernorm  # noqa: E402
 import online_softmax  # noqa: E402
@@ -153,6 +156,8 @@ def test_topk(arch):
     want_gates, want_indices = topk.ref_program(logits, 6)
     torch.testing.assert_close(gates, want_gates)
     torch.testing.assert_close(indices, want_indices)
+
+
 # upstream's main() on 64 x 128 x 256 (not 1024^3): 2 x 1 output tiles of 64 x 64, each summed over 4 K slices by 4
 # workgroups adding into C at once; the element form (T.Parallel) and the tile form
 SPLITK = {"element": gemm_splitk, "tile": gemm_splitk_vectorize_atomicadd}
@@ -165,3 +170,31 @@ def test_gemm_splitk(arch, form):
     c = torch.zeros(64, 128)
     SPLITK[form].matmul(a, b, c, 64, 64, 32, 4, arch=arch)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)  # upstream's tolerance
+
+
+@pytest.mark.parametrize("arch,dtype", CASES)
+def test_elementwise_add_through_shared(arch, dtype):
+    """Inputs staged in shared tiles, the sum stored fragment -> shared -> global; 40 x 96 leaves a ragged row block
+    (upstream's block_M=32, block_N=32, threads=128)."""
+    a, b = _randn(40, 96, dtype=dtype), _randn(40, 96, dtype=dtype, seed=1)
+    c = elementwise_add.elementwise_add(a, b, block_M=32, block_N=32, threads=128, in_dtype=dtype, out_dtype=dtype,
+                                        arch=arch)
+    assert torch.equal(c, (a.float() + b.float()).to(dtype))  # one fp32 add, rounded once
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_returns_its_output(arch):
+    """Ragged M and N (96 x 80 over 64 x 64 tiles), two K steps."""
+    a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
+    c = gemm.matmul(a, b, block_M=64, block_N=64, block_K=32, arch=arch)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_storing_c_through_shared(arch):
+    """The fp32 accumulator copied into an f16 shared tile, that tile copied to C (masked at the ragged edges)."""
+    a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
+    c = gemm_non_persistent.matmul_non_persistent(a, b, block_M=64, block_N=64, block_K=32, threads=128,
+                                                  num_stages=2, arch=arch)
+    torch.testing.assert_close(c, gemm_non_persistent.ref_program(a.float(), b.float()).half(), rtol=1e-2,
+                               atol=1e-2)

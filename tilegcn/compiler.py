@@ -38,7 +38,7 @@ from .passes.dtype_convert import check_arch_dtypes
 from .options import CompileOptions
 from .passes.context import Context
 from .passes.gemm import may_use_lds_dma, plan_gemms
-from .passes.lds import allocate_shared
+from .passes.lds import allocate_shared, reuse_barrier
 from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
@@ -72,6 +72,7 @@ def lower_statements(ctx: Context, body: list):
             elif pipelined and not in_pipeline:
                 pipeline_scope.enter_context(ctx.b.statement_scope())
             in_pipeline = pipelined
+            reuse_barrier(ctx, s)
             with contextlib.nullcontext() if pipelined else ctx.b.statement_scope():
                 lower_statement(ctx, s)
 
@@ -110,6 +111,7 @@ class Compilation:
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
+    lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
@@ -168,11 +170,12 @@ def _reduction_scratch(c: Compilation):
 def _allocate_lds(c: Compilation):
     by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, c.gemm_operands)
     try:
-        c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = allocate_shared(c.kernel, c.arch, c.gemm_plans,
-                                                                              by_dma=by_dma)
+        lds = allocate_shared(c.kernel, c.arch, c.gemm_plans, by_dma=by_dma, scratch=c.reduce_scratch)
     except ResourceError:
         _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma)
         raise
+    c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = lds.offsets, lds.stage_bytes, lds.counts, lds.total
+    c.lds_reuse = lds.reuse
 
 
 def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
@@ -190,6 +193,7 @@ def _abi_prologue(c: Compilation):
     c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
     c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
     c.ctx.reduce_scratch = c.reduce_scratch
+    c.ctx.lds_reuse = c.lds_reuse
 
 
 def _layouts(c: Compilation):

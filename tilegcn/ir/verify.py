@@ -41,7 +41,8 @@ def _check_region_bounds(r: N.Region, loc):
                                f"outside its shape {r.buffer.shape}", location=loc)
     if r.buffer.scope == N.FRAGMENT and (any(s != 0 for s in r.starts) or tuple(r.extents) != r.buffer.shape):
         raise CompileError(f"{r.buffer.name}: T.copy takes a whole fragment ({list(r.buffer.shape)}), not the "
-                           f"region at {list(r.starts)} of extent {list(r.extents)}", location=loc)
+                           f"region at {list(r.starts)} of extent {list(r.extents)}: copy it whole into a shared "
+                           "buffer of its shape and copy the region of that", location=loc)
 
 
 def _check_statement(s, scope: VerifyScope):

@@ -239,6 +239,8 @@ def _as_region(x, other_extents, what: str) -> N.Region:
         return N.Region(buf, tuple(sympy.Integer(0) for _ in buf.shape), tuple(buf.shape))
     if isinstance(x, N.ElemRef) and x.buffer.scope == N.FRAGMENT:  # `v[0]` of a variable: the variable itself
         x = RegionRef(x.buffer, x.index, tuple(x.buffer.shape))
+    if isinstance(x, RegionRef) and x.sliced:
+        return N.Region(x.buffer, tuple(x.starts), tuple(_sliced_extents(x, other_extents, what)))
     if isinstance(x, RegionRef):
         extents = list(x.extents)
         if other_extents is not None:
@@ -259,11 +261,37 @@ def _as_region(x, other_extents, what: str) -> N.Region:
     raise CompileError(f"{what}: expected a tensor region, shared buffer or fragment, got {x!r}")
 
 
+def _sliced_extents(x, other_extents, what: str) -> list:
+    """The extents of sliced region `x` as TileLang's T.copy settles them (tilelang/utils/language.py,
+    legalize_pairwise_extents): a slice spans its extent and an index 1 (`Q[b, s0:s1, h, :]` is 1 x (s1 - s0) x 1 x D,
+    copied into a (s1 - s0) x D tile); where the two sides differ in how many dims are not 1, the region's 1s
+    broadcast to the other side's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]` into a bm x bk tile)."""
+    extents = x.sliced_extents()
+    if any(e is None for e in extents):
+        raise CompileError(f"{what}: the extent of the {x.buffer.name} region is unknown; "
+                           "give each slice of a dynamic dim its end (`A[0:n]`)")
+    if other_extents is None:
+        return extents
+    want = list(other_extents)
+    if sum(e != 1 for e in extents) != sum(e != 1 for e in want):
+        for k in range(1, min(len(extents), len(want)) + 1):
+            if extents[-k] == 1:
+                extents[-k] = want[-k]
+    have = [(axis, e) for axis, e in enumerate(extents) if e != 1]
+    for (axis, e), need in zip(have, [e for e in want if e != 1]):
+        if e != need:
+            raise CompileError(f"{what}: {x.buffer.name} slice extent {e} on dim {axis} does not match the tile's "
+                               f"{need}")
+    return extents
+
+
 def _whole_extents(x):
     if isinstance(x, N.ElemRef):  # `v[0]` of a one-element variable (proxies.BufferProxy._variable_index)
         return tuple(x.buffer.shape)
     if isinstance(x, BufferProxy) and x.buffer.scope != N.GLOBAL:
         return tuple(x.buffer.shape)
+    if isinstance(x, RegionRef) and x.sliced and None not in x.sliced_extents():
+        return _squeeze(x.sliced_extents())
     if isinstance(x, RegionRef) and all(e is not None for e in x.extents):
         return tuple(int(e) for e in x.extents)
     return None
@@ -274,20 +302,26 @@ def _squeeze(extents):
 
 
 def copy(src, dst, coalesced_width=None):
-    """Copy a tile: global <-> shared/fragment, shared -> fragment, fragment -> fragment.
+    """Copy a tile: global <-> shared/fragment, shared <-> fragment, shared -> shared, fragment -> fragment.
 
     `coalesced_width` (TileLang's vector-width hint) is accepted and ignored: tilegcn picks the widest access the
     layout and alignment allow.
 
     A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
-    the other side. Casts to the destination dtype. Rows and columns past a tensor's end read 0 and are not
-    written. Not allowed inside `T.Parallel`.
+    the other side. Or by slices, as TileLang writes regions: a slice spans its extent, an index one element
+    (`Q[b, s0:s1, h, :]` is a (s1 - s0, D) tile of a BSHD tensor); where the sides differ in how many dims are not
+    1, the region's 1s take the tile's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]`). Casts to the
+    destination dtype. Rows and columns past a tensor's end read 0 and are not written. Not allowed inside
+    `T.Parallel`.
 
     Example:
 
     ```python
     T.copy(X[by * block_M, bx * block_N], x)      # global -> fragment
     T.copy(x, Y[by * block_M, bx * block_N])      # fragment -> global (fp32 -> Y.dtype)
+    T.copy(C_local, C_shared)                     # a gemm accumulator -> shared (fp32 -> C_shared.dtype)
+    T.copy(C_shared, C[by * block_M, bx * block_N])
+    T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)   # BSHD rows of one head
     ```
     """
     tracer = current()
@@ -316,13 +350,15 @@ def _buffer_of(x, what: str) -> N.Buffer:
 def fill(buf, value):
     """Set every element of a fragment or shared buffer to `value`, a number known at compile time.
 
-    On a gemm accumulator an inline constant (0, ±0.5, ±1, ±2, ±4) is written by MFMAs, a few instructions.
+    On a gemm accumulator an inline constant (0, ±0.5, ±1, ±2, ±4) is written by MFMAs, a few instructions. A
+    shared buffer is filled through a fragment of its shape (not a T.gemm operand: its tile is swizzled).
 
     Example:
 
     ```python
     acc = T.alloc_fragment((block_M, block_N), "float32")
     T.fill(acc, 1.0)          # C = 1 + A @ B after the K loop
+    T.clear(S)                # S = T.alloc_shared((block_M, block_N), "float16")
     ```
     """
     tracer = current()

@@ -54,10 +54,22 @@ def _normalise_key(key, ndim: int, what: str):
 
 
 class RegionRef:
-    """`A[by * 128, k * 32]`: a region's start; the extent comes from the other side of T.copy."""
+    """`A[by * 128, k * 32]`: a region's start; the extent comes from the other side of T.copy. With a slice in the
+    key (`Q[b, s0:s1, h, :]`) it is a region as TileLang reads one (`sliced`): a slice spans its extent (`:` and
+    missing trailing dims: to the end of the dim), an index one element."""
 
-    def __init__(self, buffer: N.Buffer, starts, extents):
-        self.buffer, self.starts, self.extents = buffer, starts, extents
+    def __init__(self, buffer: N.Buffer, starts, extents, sliced: bool = False, open_dims=frozenset()):
+        self.buffer, self.starts, self.extents, self.sliced = buffer, starts, extents, sliced
+        self.open_dims = open_dims  # dims sliced to their end (`:`, `s:`) or left out of the key
+
+    def sliced_extents(self) -> list:
+        """TileLang's extents of a sliced region: per dim the slice's extent, 1 for an index (None: unknown)."""
+        out = []
+        for k, (start, extent) in enumerate(zip(self.starts, self.extents)):
+            if extent is None and k in self.open_dims:
+                extent = sympy.simplify(self.buffer.shape[k] - start)
+            out.append(1 if extent is None else (int(extent) if sympy.sympify(extent).is_Integer else None))
+        return out
 
     def _not_a_value(self, *_):
         b = self.buffer
@@ -147,7 +159,10 @@ class BufferProxy(N.RefusesPythonOperators):
                     ref.refusal = e.raw_message  # raised where it is read (passes/memspace.py stage_parallel)
             return ref
         starts, extents = _normalise_key(key, self.ndim, f"indexing {self.buffer.name}")
-        return RegionRef(self.buffer, starts, extents)
+        keys = key if isinstance(key, tuple) else (key,)
+        open_dims = frozenset(d for d in range(self.ndim)
+                              if d >= len(keys) or (isinstance(keys[d], slice) and keys[d].stop is None))
+        return RegionRef(self.buffer, starts, extents, any(isinstance(k, slice) for k in keys), open_dims)
 
     def _check_own_element(self, index):
         """Inside T.Parallel a thread reads the fragment elements it holds: those at the T.Parallel indices in

@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import CompileError
 from ..ir.nodes import FRAGMENT, GLOBAL, SHARED, Region
 from ..ir.layout import Same, Vector
 from ..ir.ops import LOAD, TileOp, register
 from ..passes.copy import lower_copy
 from ..passes.memspace import stage_copy
 from .convert_layout import ConvertLayout
-
-_UNSUPPORTED = ((SHARED, SHARED),)
 
 
 @register
@@ -32,9 +29,6 @@ class Copy(TileOp):
     def verify(self, scope):
         scope.check_region_bounds(self.src, self.loc)
         scope.check_region_bounds(self.dst, self.loc)
-        scopes = (self.src.buffer.scope, self.dst.buffer.scope)
-        if scopes in _UNSUPPORTED:
-            raise CompileError(f"T.copy from {scopes[0]} to {scopes[1]} is not supported yet", location=self.loc)
 
     def reads(self):
         return (self.src,)
@@ -61,7 +55,8 @@ class Copy(TileOp):
         return None
 
     def staged(self, stager):
-        """Global <-> shared (not a T.gemm operand): through a staging fragment (passes/memspace.py)."""
+        """Global <-> shared and shared -> shared (not into a T.gemm operand): through a staging fragment
+        (passes/memspace.py)."""
         return stage_copy(self, stager)
 
     def k_loop_role(self):

@@ -200,17 +200,26 @@ def _check_shared_copy(ctx: Context, s: TileOp):
     plan, operand = ctx.gemm_operands[dst]
     cp = plan.copy_plan(operand)
     region = s.src
-    if len(src.shape) != 2 or tuple(region.extents) != tuple(cp.tile_shape):
+    dims = tile_dims(region)
+    if len(dims) != 2 or dims[1] != len(src.shape) - 1 or \
+            tuple(region.extents[d] for d in dims) != tuple(cp.tile_shape):
         raise CompileError(f"copy into {dst.name}{list(dst.shape)} from a {len(src.shape)}-d tile "
-                           f"{tuple(region.extents)}; expected a 2-d {cp.tile_shape} tile", location=s.loc)
+                           f"{tuple(region.extents)}; expected a {cp.tile_shape} tile (dims of extent 1 aside) whose "
+                           f"rows run along {src.name}'s last dim", location=s.loc)
     if src.spec.strides[-1] != 1:
         raise CompileError(f"{src.name} has strides {src.spec.strides}: tilegcn needs the last dimension "
                            "contiguous (stride 1); call .contiguous()", location=s.loc)
     mask = masked_dims(src, region.starts, region.extents)
-    width = access_width(src, 8, 1 in mask)
+    width = access_width(src, 8, len(src.shape) - 1 in mask)
     if width < 4:
         raise CompileError(f"{src.name}: {_misalignment(src)}", location=s.loc)
     return plan, operand, mask, width
+
+
+def tile_dims(region: N.Region) -> list:
+    """The dims of a gemm operand copy's global region that are the tile's rows and columns: those of extent > 1
+    (`K[bz, k * bn:(k + 1) * bn, by, :]` of a BSHD tensor: dims 1 and 3)."""
+    return [d for d, e in enumerate(region.extents) if e != 1]
 
 
 def _lds_base(ctx: Context, plan, operand: str, buf: N.Buffer, stage: int) -> int:
@@ -229,12 +238,12 @@ def _load_to_registers(ctx: Context, s: TileOp, cp, mask, width: int, regs: list
     resource = None if live is None else functools.partial(_masked, ctx, live)
     with _live_trips(ctx, live):
         for slot in range(cp.slots):
-            index, (row, col) = _slot_index(region, cp, slot, origins)
+            index, shift = _slot_index(region, cp, slot, origins)
             with _ExecMask(ctx, cp.active_threads(slot)):
                 for piece in range(8 // per):
                     ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
                                     comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
-                                    shift=(row, col + piece * per), resource=resource)
+                                    shift=shift[:-1] + (shift[-1] + piece * per,), resource=resource)
 
 
 def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
@@ -499,13 +508,13 @@ def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
     the slots with that base and by every copy whose start differs by an integer (a pipeline's stages and K phases:
     the address analysis of GlobalAccess then runs once per origin); the shift is the integers, the start's constant
     included (GlobalAccess.address). `origins` keeps each dim's (constant, symbolic part) of the start."""
-    index, shift = [], []
-    for d, family in enumerate((cp.global_row_family, cp.global_col_family)):
+    index, shift = list(region.starts), [0] * len(region.starts)  # dims of extent 1: the start, no shift
+    for d, family in zip(tile_dims(region), (cp.global_row_family, cp.global_col_family)):
         if d not in origins:
             origins[d] = split_const(region.starts[d])
         const, start = origins[d]
-        index.append(_slot_origin(start, family.bases[family.base_of[slot]]))
-        shift.append(const + family.const[slot])
+        index[d] = _slot_origin(start, family.bases[family.base_of[slot]])
+        shift[d] = const + family.const[slot]
     return tuple(index), tuple(shift)
 
 
@@ -528,8 +537,9 @@ def lower_gemm(ctx: Context, s: TileOp):
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
     op_name = plan.mfma.name(s.A.dtype.short)
-    if ctx.pipe is not None and (s.A, s.stage) in ctx.pipe.tags:
-        # published by its wait_group's barrier
+    if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for buf in (s.A, s.B)):
+        # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
+        # written before the first one); the stage's next copy waits for these reads at a barrier
         ctx.pipe.reads.update({ctx.lds_slot(s.A, s.stage), ctx.lds_slot(s.B, s.stage)})
     else:
         lds_barrier(ctx, "read")

@@ -8,8 +8,9 @@ Input: traced, verified tile IR. Output: the same IR where, through a fresh fp32
 - a T.Parallel statement storing into S stores into a fragment of the loop's extents, then copies it to S;
 - one storing into a global tensor at `Mean[bx * blk_m + i]` stores into a fragment, then copies it to the region of
   the tensor the loop indices cover (masked at ragged edges, each element written once: passes/copy.py);
-- T.copy global -> shared (a shared buffer that is not a T.gemm operand) and shared -> global go through a fragment
-  of the tile's shape.
+- T.copy global -> shared (a shared buffer that is not a T.gemm operand), shared -> global and shared -> shared go
+  through a fragment of the tile's shape (converting dtypes on the way), and T.fill of a shared buffer fills a
+  fragment of its shape, then copies it in.
 The copies between shared buffers and fragments are one ds_read / ds_write per element at its row-major LDS address
 (passes/lds_elements.py), placing the barriers a read of other threads' writes needs. Staging fragments are free for
 layout inference: they take the layout of the fragments their statement touches, else the default blocked one.
@@ -179,10 +180,21 @@ def stage_copy(s, stager: Stager) -> list | None:
         return None
     if scopes == (N.GLOBAL, N.SHARED) and dst in stager.gemm_operands:
         return None  # passes/gemm.py's swizzled operand copy
-    if scopes not in ((N.GLOBAL, N.SHARED), (N.SHARED, N.GLOBAL)):
+    if scopes == (N.SHARED, N.SHARED) and dst in stager.gemm_operands:
+        raise CompileError(f"T.copy from shared {src.name} into {dst.name}, a T.gemm operand: its tile is stored "
+                           "XOR-swizzled for the matrix cores and filled from global memory only; copy the global "
+                           f"tile into {dst.name} directly", location=s.loc)
+    if scopes not in ((N.GLOBAL, N.SHARED), (N.SHARED, N.GLOBAL), (N.SHARED, N.SHARED)):
         return None
-    shared = dst if dst.scope == N.SHARED else src
-    stager.check_element_access(shared, "T.copy of", s.loc)
+    for shared in (b for b in (src, dst) if b.scope == N.SHARED):
+        stager.check_element_access(shared, "T.copy of", s.loc)
     tile = s.dst.extents if dst.scope == N.SHARED else s.src.extents
-    frag = stager.fragment(shared, tile, s.loc)
+    frag = stager.fragment(dst if dst.scope == N.SHARED else src, tile, s.loc)
     return [stager.copy(s.src, whole(frag), s.loc), stager.copy(whole(frag), s.dst, s.loc)]
+
+
+def stage_fill(s, stager: Stager) -> list:
+    """T.fill of a shared buffer (not a T.gemm operand): a staging fragment of its shape filled, then copied in."""
+    stager.check_element_access(s.buffer, "T.fill of", s.loc)
+    frag = stager.fragment(s.buffer, s.buffer.shape, s.loc)
+    return [dataclasses.replace(s, buffer=frag), stager.copy(whole(frag), whole(s.buffer), s.loc)]

@@ -182,9 +182,9 @@ def split_k_phases(loop, program: list):
 
 
 def _src_dim(c, dst_dim: int) -> int:
-    """The dim of the copy's global region that maps to dim `dst_dim` of its shared tile (missing leading dims of
-    the region have extent 1)."""
-    return len(c.src.extents) - len(c.dst.buffer.shape) + dst_dim
+    """The dim of the copy's global region that maps to dim `dst_dim` of its shared tile: the region's dims of
+    extent > 1 in order (missing leading dims and BSHD's head dim `K[b, s0:s1, h, :]` have extent 1)."""
+    return [d for d, e in enumerate(c.src.extents) if e != 1][dst_dim]
 
 
 def _divided(shape: tuple, dim: int, by: int) -> tuple:
