@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.arch import DEFAULT_ARCH, HSA_MAX_GRID_WORKITEMS, get_arch
 from .amdgcn.schedule import INTERLEAVE
 from .cache import ENV_ASM_OVERRIDE, Cache, announce_override, make_key, override_file
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
@@ -216,7 +216,8 @@ class _HiddenArgsModule:
         positional = kernel.fn.arg_names
         self.module, self.kernel = module, kernel
         self.sites = {site.param: site for site in kernel.prints}
-        self.indices = [positional.index(n) if n in positional else n for n in names]
+        sizes = {b.name: _SizeArg(b, positional) for b in kernel.dynamic.values()}
+        self.indices = [positional.index(n) if n in positional else sizes.get(n, n) for n in names]
         self.outputs = {n: (shape, getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
 
     def launch(self, name, grid, block, args):
@@ -228,10 +229,15 @@ class _HiddenArgsModule:
         device = devices[0] if devices else "cpu"
         hidden = {param: torch.zeros(site.shape, dtype=torch.float32, device=device)
                   for param, site in self.sites.items()}
-        outputs = {n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.outputs.items()}
+        values = self.kernel.dynamic_values(args) if self.kernel.dynamic else {}
+        outputs = {n: torch.empty(_evaluate_shape(shape, values), dtype=dtype, device=device)
+                   for n, (shape, dtype) in self.outputs.items()}
         hidden.update(outputs)
-        result = self.module.launch(name, grid, block,
-                                    [hidden[i] if isinstance(i, str) else args[i] for i in self.indices])
+        passed = [hidden[i] if isinstance(i, str) else i.value(args) if isinstance(i, _SizeArg) else args[i]
+                  for i in self.indices]
+        if values:
+            _check_dynamic_spans(self.kernel, passed)
+        result = self.module.launch(name, grid, block, passed) if all(grid) else None  # a size 0: nothing to run
         if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
             result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
         if _RECORDING.get() is not None or not self.sites:  # nothing ran (do_bench) or nothing to print
@@ -241,6 +247,50 @@ class _HiddenArgsModule:
         for tile in printed:
             print(tile)
         return result
+
+
+class _SizeArg:
+    """The value a launch passes for a dynamic size (language/dynamic.py's Binding): tensor argument `index`'s
+    shape[axis] // divisor."""
+
+    __slots__ = ("index", "axis", "divisor", "name")
+
+    def __init__(self, binding, positional):
+        self.index, self.axis, self.divisor = positional.index(binding.tensor), binding.axis, binding.divisor
+        self.name = binding.name
+
+    def value(self, args) -> int:
+        return args[self.index].shape[self.axis] // self.divisor
+
+
+def _evaluate_shape(shape, values: dict) -> tuple:
+    """A shape whose dims may be expressions of dynamic sizes (an output's), at this launch's sizes."""
+    return tuple(n if isinstance(n, int) else _evaluate(n, values) for n in shape)
+
+
+def _evaluate(expr, values: dict) -> int:
+    """An int expression (SymPy, or its text from meta.json) at `values` ({symbol name: int})."""
+    import sympy
+
+    # the sizes' names as symbols (a size named N, S or E would otherwise read as SymPy's function or constant)
+    expr = sympy.sympify(expr, locals={name: sympy.Symbol(name) for name in values})
+    return int(expr.subs({s: values[s.name] for s in expr.free_symbols}))
+
+
+def _check_dynamic_spans(kernel, passed) -> None:
+    """A tensor with a dynamic size has its bytes counted at run time in 32 bits (its buffer descriptor's
+    NUM_RECORDS, amdgcn/abi.py): refuse one that spans 2 GiB or more rather than wrap."""
+    import torch
+
+    from .amdgcn.abi import BUFFER_REACH
+
+    for arg, a in zip(kernel.metadata["args"], passed):
+        if arg["name"] in kernel.dynamic_tensors and isinstance(a, torch.Tensor) and a.numel():
+            span = (sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1) * a.element_size()
+            if span >= BUFFER_REACH:
+                raise ArgumentError(f"tilegcn: tensor {arg['name']} spans {span} bytes; a tensor with a dynamic size "
+                                    f"(T.dynamic) must span less than {BUFFER_REACH >> 30} GiB: drop T.dynamic to "
+                                    "compile for its size, or split the work")
 
 
 def _printed_tiles(site, out) -> list:
@@ -292,8 +342,11 @@ def _make_runner(kernel: "CompiledKernel"):
     from .ir.types import TensorSpec
 
     names, signature = kernel.fn.arg_names, kernel.signature
-    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and _span(s)]
+    dynamic = {i for i, n in enumerate(names) if n in kernel.dynamic_tensors}  # spans known per call only
+    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and (i in dynamic or _span(s))]
     written = [i for i in tensors if names[i] in kernel.written]
+    span = lambda i: f"_tspan(a{i})" if i in dynamic else str(_span(signature[i]))  # noqa: E731
+    extra = lambda w, o: f", a{w}, a{o}" if {w, o} & dynamic else ""  # noqa: E731
     launch = "L.module.launch(L.name, L.grid, L.block, args)"
     if not written:
         lines = [f"    return {launch}"]
@@ -309,8 +362,8 @@ def _make_runner(kernel: "CompiledKernel"):
                 # the same view of a read-only tensor (in place) is allowed: where the specs agree, equal
                 # pointers decide it here, without a call
                 in_place = f"p{o} != p{w} and " if signature[o] == signature[w] and o not in written else ""
-                lines.append(f"    if {in_place}p{o} < p{w} + {_span(signature[w])} and p{w} < p{o} + "
-                             f"{_span(signature[o])}: _check_overlap(L, {w}, {o}, p{w}, p{o})")
+                lines.append(f"    if {in_place}p{o} < p{w} + {span(w)} and p{w} < p{o} + "
+                             f"{span(o)}: _check_overlap(L, {w}, {o}, p{w}, p{o}{extra(w, o)})")
         bumped = "".join(f"a{w}, " for w in written)
         lines += ["    try:", f"        return {launch}", "    finally:", f"        _bump(({bumped}))"]
     src = "def run(L, args):\n" + "\n".join(lines) + "\n"
@@ -319,7 +372,7 @@ def _make_runner(kernel: "CompiledKernel"):
     # torch.autograd.graph.increment_version(tensors) is this call behind an isinstance test (~0.2 us a call)
     bump = getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)
     namespace = {"_grad_enabled": torch.is_grad_enabled, "_refuse_grad": _refuse_grad,
-                 "_check_overlap": _check_overlap, "_bump": bump}
+                 "_check_overlap": _check_overlap, "_bump": bump, "_tspan": _tensor_span}
     # named inside the package: errors raised from it point at the user's call, not at this code
     filename = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<launch {kernel.name}>")
     exec(compile(src, filename, "exec"), namespace)
@@ -338,16 +391,26 @@ def _refuse_grad(launcher, index: int, t) -> None:
                         f"tensor that does not require grad ({name}.detach()), or under torch.no_grad()")
 
 
-def _check_overlap(launcher, w: int, o: int, pw: int, po: int) -> None:
+def _tensor_span(t) -> int:
+    """_span of a tensor with dynamic sizes, from its own shape."""
+    return (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * t.element_size() if t.numel() else 0
+
+
+def _check_overlap(launcher, w: int, o: int, pw: int, po: int, tw=None, to=None) -> None:
     """Written tensor `w` and tensor `o` span overlapping bytes: refuse unless they are the same view of a
-    tensor the kernel only reads, or their elements are disjoint (interleaved views)."""
+    tensor the kernel only reads, or their elements are disjoint (interleaved views). `tw`, `to`: the tensors, where
+    one has dynamic sizes (its signature's spec is symbolic: the call's own specs are compared)."""
+    from .ir.types import TensorSpec
+
     kernel = launcher.kernel
     sw, so = kernel.signature[w], kernel.signature[o]
+    if tw is not None:
+        sw, so = TensorSpec.of(tw), TensorSpec.of(to)
     names = kernel.fn.arg_names
     both_written = names[o] in kernel.written
     if pw == po and sw == so and not both_written:
         return  # in place
-    key = (w, o, po - pw)
+    key = (w, o, po - pw) if tw is None else (w, o, po - pw, sw.shape, so.shape)
     overlap = launcher.overlaps.get(key)
     if overlap is None:
         if len(launcher.overlaps) > 256:  # pointer differences seen by one launcher: keep the memo small
@@ -407,13 +470,21 @@ class CompiledKernel:
     """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
-                 written=None, prints=(), outputs=()):
+                 written=None, prints=(), outputs=(), dynamic=None):
+        from .ir.types import TensorSpec
+        from .language.dynamic import is_symbolic
+
         self.fn = fn
+        # T.dynamic sizes ({name: language/dynamic.py Binding}): the grid and their values come from each call's shapes
+        self.dynamic = dict(dynamic or {})
+        self.dynamic_tensors = {n for n, spec in zip(fn.arg_names, signature) if isinstance(spec, TensorSpec)
+                                and any(map(is_symbolic, spec.shape + spec.strides))}
+        self.dynamic_tensors |= {n for n, shape, _ in outputs if any(map(is_symbolic, shape))}
         self.key = entry.key
         self.metadata = entry.meta
         self.arch = arch
         self.name = entry.meta["name"]
-        self.grid = tuple(entry.meta["grid"])
+        self.grid = tuple(entry.meta["grid"])  # a dimension of dynamic sizes is its expression's text (grid_for)
         self.block = tuple(entry.meta["block"])
         self.hsaco_path = str(entry.hsaco_path)
         self.cache_path = str(entry.path)
@@ -430,33 +501,56 @@ class CompiledKernel:
         self.printed = []  # after a launch with T.print: one PrintedTile per site and workgroup
         # (name, shape, torch dtype name) per parameter the call allocates and returns (out_idx, T.empty), in order
         self.outputs = tuple(outputs)
-        self._launchers = {}
+        self._launchers = {}  # (device, grid) -> _Launcher
+        self._modules = {}  # device -> the loaded code object
 
-    def _launcher(self) -> _Launcher:
-        """The launcher for the device selected now (module loaded once per device)."""
+    def dynamic_values(self, args) -> dict:
+        """{symbol name: value} of the dynamic sizes for a call with positional `args` (what the kernel receives)."""
+        positional = self.fn.arg_names
+        return {b.symbol.name: args[positional.index(b.tensor)].shape[b.axis] // b.divisor
+                for b in self.dynamic.values()}
+
+    def grid_for(self, args) -> tuple:
+        """The launch grid: `.grid`, with each dimension that depends on dynamic sizes evaluated at `args`' shapes."""
+        if not self.dynamic:
+            return self.grid
+        values = self.dynamic_values(args)
+        grid = tuple(g if isinstance(g, int) else max(_evaluate(g, values), 0) for g in self.grid)
+        for n, per in zip(grid, self.block):
+            if n * per > HSA_MAX_GRID_WORKITEMS:
+                raise ArgumentError(f"tilegcn: {self.name}: the grid {grid} at these sizes has {n * per} work-items "
+                                    f"in a dimension; a dispatch allows at most {HSA_MAX_GRID_WORKITEMS}")
+        return grid
+
+    def _launcher(self, args=()) -> _Launcher:
+        """The launcher for the device selected now (module loaded once per device) and, for a kernel with dynamic
+        sizes, the grid of `args`' shapes."""
         from .runtime import device_name, get_device
 
         dev = device_name()
-        launcher = self._launchers.get(dev)
+        grid = self.grid_for(args)
+        launcher = self._launchers.get((dev, grid))
         if launcher is None:
-            module = get_device(dev).load(self.hsaco)
+            module = self._modules.get(dev)
+            if module is None:
+                module = self._modules[dev] = get_device(dev).load(self.hsaco)
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
-            if self.prints or self.outputs:
+            if self.prints or self.outputs or self.dynamic:
                 module = _HiddenArgsModule(module, self, names)
             elif names and names != list(positional):
                 module = _SelectArgs(module, tuple(positional.index(n) for n in names))
-            launcher = self._launchers[dev] = _Launcher(module, self.name, self.grid, self.block, self)
+            launcher = self._launchers[(dev, grid)] = _Launcher(module, self.name, grid, self.block, self)
         return launcher
 
     def __call__(self, *args):
-        signature, _ = self.fn._signature(args)
+        signature, _, _ = self.fn._specialise(args)
         if signature != self.signature:
             raise ArgumentError(
                 f"tilegcn: {self.name} was compiled for {_describe(self.fn.arg_names, self.signature)}, "
                 f"called with {_describe(self.fn.arg_names, signature)}; call the jit function instead"
             )
-        launcher = self._launcher()
+        launcher = self._launcher(args)
         return launcher.run(launcher, args)
 
     def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
@@ -522,14 +616,21 @@ class CompiledKernel:
         from .runtime.emulator import load
 
         if args is None:
+            if self.dynamic:
+                raise ArgumentError(f"tilegcn: {self.name} has dynamic sizes ({', '.join(self.dynamic)}): pass "
+                                    "estimate(args=...) with tensors of the sizes to estimate")
             args = [_placeholder(s) for s in self.signature]
+        grid = self.grid_for(args)
+        values = self.dynamic_values(args) if self.dynamic else {}
         module = load(self.hsaco, arch=self.arch)
         names = [a["name"] for a in self.metadata["args"]]
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
-            hidden.update({n: torch.zeros(shape, dtype=getattr(torch, dtype)) for n, shape, dtype in self.outputs})
+            hidden.update({n: torch.zeros(_evaluate_shape(shape, values), dtype=getattr(torch, dtype))
+                           for n, shape, dtype in self.outputs})
+            hidden.update({b.name: values[b.symbol.name] for b in self.dynamic.values()})
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
-        return estimate(module, self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+        return estimate(module, self.name, grid, self.block, args, device=device or TIMING[self.arch].device,
                         **options)
 
     def __repr__(self):
@@ -668,6 +769,7 @@ class JITFunction:
         if self._eager is not None and self.out_idx:
             self._eager = self._eager.without_arguments([positional[i] for i in self.out_idx])
         self.defaults = defaults
+        self._dynamic_dims = self._find_dynamic_dims(positional)  # T.dynamic dims of the call's tensors
         self.cache_stats = CacheStats()
         self._keyfn = _make_keyfn(len(self.arg_names))
         self._memo = {}  # warm key -> _Launcher
@@ -711,6 +813,21 @@ class JITFunction:
             raise ArgumentError(f"{where}: every parameter is an output; the kernel needs an input tensor (its "
                                 "device is where the outputs are allocated)", location=self.source_location)
         return tuple(resolved)
+
+    def _find_dynamic_dims(self, positional: list) -> tuple:
+        """language/dynamic.py DynamicDims: the dims of the passed tensors that annotations give a T.dynamic size."""
+        from .language.dynamic import DynamicDim, DynamicSize
+        from .language.tracer import TensorAnnotation
+
+        if self._eager is not None:
+            dims = self._eager.dynamic_dims()
+        else:
+            parameters = inspect.signature(self.fn).parameters
+            dims = [(name, axis, d.name) for name in positional
+                    if isinstance(parameters[name].annotation, TensorAnnotation)
+                    for axis, d in enumerate(parameters[name].annotation.shape) if isinstance(d, DynamicSize)]
+        return tuple(DynamicDim(self.arg_names.index(name), axis, size) for name, axis, size in dims
+                     if name in self.arg_names)
 
     def _parameters(self, fn) -> tuple:
         """(positional parameter names, {keyword-only constant: default}) of a tile program."""
@@ -768,7 +885,7 @@ class JITFunction:
 
     def _miss(self, key, args, kwargs) -> _Launcher:
         self.cache_stats.memo_misses += 1
-        launcher = self._compiled(args, kwargs)._launcher()
+        launcher = self._compiled(args, kwargs)._launcher(args)
         if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)) and not _has_float_zero(kwargs):
             self._memo[key] = launcher
         return launcher
@@ -826,24 +943,41 @@ class JITFunction:
             raise self._arity_error(args)
         return call_signature(self.name, self.arg_names, args)
 
+    def _specialise(self, args) -> tuple:
+        """(signature, trace_args, dynamic sizes): _signature's, with each T.dynamic dim (and the strides over it)
+        replaced by its expression for this call's divisibility class (language/dynamic.py)."""
+        signature, trace_args = self._signature(args)
+        if not self._dynamic_dims:
+            return signature, trace_args, {}
+        from .language.dynamic import bind_sizes, generalise
+
+        bindings = bind_sizes(self._dynamic_dims, self.arg_names, signature)
+        axes: dict = {}
+        for dim in self._dynamic_dims:
+            if dim.name in bindings and hasattr(signature[dim.arg], "shape") and dim.axis < len(signature[dim.arg].shape):
+                axes.setdefault(dim.arg, {})[dim.axis] = bindings[dim.name]
+        signature = tuple(generalise(spec, axes[i]) if i in axes else spec for i, spec in enumerate(signature))
+        trace_args = [signature[i] if i in axes else a for i, a in enumerate(trace_args)]
+        return signature, trace_args, bindings
+
     def _compiled(self, args, kwargs) -> CompiledKernel:
         kwargs = dict(kwargs)
         arch = kwargs.pop("arch", None)  # "" is an arch name (refused), not "the default": test None only
         arch = resolve_arch(self.arch if arch is None else arch)
         constants = self._constants(kwargs)
-        signature, trace_args = self._signature(args)
+        signature, trace_args, dynamic = self._specialise(args)
         skey = (signature, _freeze(constants), arch)
         kernel = self._kernels.get(skey)
         if kernel is None:
-            kernel = self._kernels[skey] = self._build(signature, trace_args, constants, arch)
+            kernel = self._kernels[skey] = self._build(signature, trace_args, constants, arch, dynamic)
         return kernel
 
-    def _build(self, signature, trace_args, constants, arch) -> CompiledKernel:
+    def _build(self, signature, trace_args, constants, arch, dynamic=None) -> CompiledKernel:
         from .language import trace
 
         t0 = time.perf_counter()
         program = self.fn if self._eager is None else self._eager.traced(constants)
-        kernel = trace(program, trace_args, constants, arch, self.out_idx)
+        kernel = trace(program, trace_args, constants, arch, self.out_idx, dynamic)
         self.cache_stats.traces += 1
         entry, built, timings = build_traced(kernel, self.options.with_arch(arch), self._described(constants),
                                              time.perf_counter() - t0)
@@ -854,7 +988,7 @@ class JITFunction:
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
-                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel))
+                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel), dynamic=dynamic)
         return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
@@ -897,7 +1031,7 @@ def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds
         timings.update(lower=tb1 - tb0, assemble=tb2 - tb1)
         meta = dict(lowered.meta)
         meta.setdefault("name", kernel.name)
-        meta.setdefault("grid", list(kernel.grid))
+        meta.setdefault("grid", grid_json(kernel.grid))
         meta.setdefault("block", list(kernel.block))
         meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
         meta.update(
@@ -946,7 +1080,7 @@ def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     traced = ir.encode()
     if stored != traced and not stored.startswith(traced + _PASSES_MARKER.encode()):
         return "kernel.ir is not the IR this key was made from"
-    expected = {"name": kernel.name, "arch": arch, "grid": list(kernel.grid), "block": list(kernel.block)}
+    expected = {"name": kernel.name, "arch": arch, "grid": grid_json(kernel.grid), "block": list(kernel.block)}
     for name, value in expected.items():
         if meta.get(name) != value:
             return f"meta.json says {name}={meta.get(name)!r}, the traced kernel has {value!r}"
@@ -955,6 +1089,11 @@ def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     if names != [p.name for p in kernel.params]:
         return f"meta.json's args {names} are not the kernel's parameters {[p.name for p in kernel.params]}"
     return None
+
+
+def grid_json(grid) -> list:
+    """meta.json's grid: ints, and the text of a dimension that depends on dynamic sizes (CompiledKernel.grid_for)."""
+    return [g if isinstance(g, int) else str(g) for g in grid]
 
 
 def _jsonable(v):

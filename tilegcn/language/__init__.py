@@ -3,6 +3,7 @@ from ..ir.types import bfloat16, float16, float32
 from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
                        empty, fill, gemm, print, use_swizzle)
 from .control import Serial, serial
+from .dynamic import dynamic, symbolic
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
                           min, min_value, rsqrt, sigmoid, sqrt, tanh)
 from .local import alloc_local, alloc_var
@@ -20,4 +21,4 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
            "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum", "cumsum",
            "serial", "Serial", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
-           "dtype", "float", "float32", "float16", "bfloat16"]
+           "dtype", "float", "float32", "float16", "bfloat16", "dynamic", "symbolic"]
