@@ -144,3 +144,25 @@ def test_threads_and_use_swizzle_refuse_a_dynamic_size():
         by_threads(torch.zeros(64, 64))
     with pytest.raises(CompileError, match="T.use_swizzle: the grid depends on the dynamic size M.*drop T.use_swizzle"):
         swizzled(torch.zeros(64, 64))
+
+
+def test_a_gemm_operand_row_of_dynamic_length_must_be_a_multiple_of_16():
+    @tilegcn.jit
+    def gemm_n(A, B: T.Tensor((64, N)), C: T.Tensor((32, N))):
+        with T.Kernel(T.ceildiv(N, 32), threads=64) as bx:
+            A_s = T.alloc_shared((32, 64), A.dtype)
+            B_s = T.alloc_shared((64, 32), B.dtype)
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, bx * 32], B_s)
+            T.gemm(A_s, B_s, acc)
+            T.copy(acc, C[0, bx * 32])
+
+    A = torch.randn(32, 64).half()
+    B = torch.randn(64, 48).half()
+    C = torch.empty(32, 48).half()
+    gemm_n(A, B, C, arch="gfx950")  # N = 48: a multiple of 16
+    torch.testing.assert_close(C.float(), A.float() @ B.float(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(CompileError, match="dynamic size.*not a multiple of 16.*pad"):
+        gemm_n(A, torch.randn(64, 40).half(), torch.empty(32, 40).half(), arch="gfx950")
