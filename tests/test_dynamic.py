@@ -1,5 +1,7 @@
 """Dynamic shapes (issue 20, item 6): a dimension declared `T.dynamic` compiles once per divisibility class of its size
 by 16 and serves every value; the grid, the ragged-edge masks and the strides over it come from the call's shapes."""
+import sys
+
 import pytest
 import torch
 
@@ -7,6 +9,10 @@ import kernels
 import tilegcn
 from tilegcn import language as T
 from tilegcn.errors import CompileError
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "examples" / "tilelang"))
+import dynamic_gemm  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
 M, N = T.dynamic("M, N")
@@ -166,3 +172,14 @@ def test_a_gemm_operand_row_of_dynamic_length_must_be_a_multiple_of_16():
     torch.testing.assert_close(C.float(), A.float() @ B.float(), rtol=2e-2, atol=2e-2)
     with pytest.raises(CompileError, match="dynamic size.*not a multiple of 16.*pad"):
         gemm_n(A, torch.randn(64, 40).half(), torch.empty(32, 40).half(), arch="gfx950")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tilelang_dynamic_m_gemm_port(arch, cache_dir, monkeypatch):
+    # upstream's test_cython_dynamic_shape case (T.dynamic("m"), fp16 in and out, fp32 accumulation, 2 stages) on a
+    # smaller problem: N = K = 64 in 64x64x32 tiles; two M of one divisibility class share one compile
+    monkeypatch.setenv("TILEGCN_ARCH", arch)
+    for m in (100, 37):
+        dynamic_gemm.run_cython_dynamic_shape(T.dynamic("m"), 64, 64, False, False, T.float16, T.float16, T.float32,
+                                              64, 64, 32, 2, sizes=(m, 64, 64))
+    assert _entries(cache_dir) == 1
