@@ -285,8 +285,8 @@ def _check_dynamic_spans(kernel, passed) -> None:
     from .amdgcn.abi import BUFFER_REACH
 
     for arg, a in zip(kernel.metadata["args"], passed):
-        if arg["name"] in kernel.dynamic_tensors and isinstance(a, torch.Tensor) and a.numel():
-            span = (sum((n - 1) * st for n, st in zip(a.shape, a.stride())) + 1) * a.element_size()
+        if arg["name"] in kernel.dynamic_tensors and isinstance(a, torch.Tensor):
+            span = _tensor_span(a)
             if span >= BUFFER_REACH:
                 raise ArgumentError(f"tilegcn: tensor {arg['name']} spans {span} bytes; a tensor with a dynamic size "
                                     f"(T.dynamic) must span less than {BUFFER_REACH >> 30} GiB: drop T.dynamic to "
@@ -342,7 +342,8 @@ def _make_runner(kernel: "CompiledKernel"):
     from .ir.types import TensorSpec
 
     names, signature = kernel.fn.arg_names, kernel.signature
-    dynamic = {i for i, n in enumerate(names) if n in kernel.dynamic_tensors}  # spans known per call only
+    dynamic_tensors = getattr(kernel, "dynamic_tensors", ())  # (an exported kernel has none)
+    dynamic = {i for i, n in enumerate(names) if n in dynamic_tensors}  # spans known per call only
     tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and (i in dynamic or _span(s))]
     written = [i for i in tensors if names[i] in kernel.written]
     span = lambda i: f"_tspan(a{i})" if i in dynamic else str(_span(signature[i]))  # noqa: E731
@@ -585,7 +586,7 @@ class CompiledKernel:
 
         entry, _ = Cache().get_or_build(key, build)
         edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
-                                prints=self.prints, outputs=self.outputs)
+                                prints=self.prints, outputs=self.outputs, dynamic=self.dynamic)
         if verify:
             report = compare(self, edited, args)
             edited.verification = report

@@ -113,3 +113,15 @@ def run_cython_dynamic_shape(
 
     tensor_ref_c = torch.matmul(tensor_a.to(torch.float), tensor_b.to(torch.float)).to(out_dtype)
     torch.testing.assert_close(tensor_c, tensor_ref_c, atol=1e-2, rtol=1e-2)
+
+
+def main():
+    # upstream's case (T.dynamic("m"), N = 256, K = 192) at a small shape: N = K = 64 in 64x64x32 tiles, two M
+    for m in (100, 37):
+        run_cython_dynamic_shape(T.dynamic("m"), 64, 64, False, False, T.float16, T.float16, T.float32, 64, 64, 32, 2,
+                                 sizes=(m, 64, 64))
+    print("the dynamic-M GEMM matches torch")
+
+
+if __name__ == "__main__":
+    main()
