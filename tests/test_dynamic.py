@@ -183,3 +183,13 @@ def test_tilelang_dynamic_m_gemm_port(arch, cache_dir, monkeypatch):
         dynamic_gemm.run_cython_dynamic_shape(T.dynamic("m"), 64, 64, False, False, T.float16, T.float16, T.float32,
                                               64, 64, 32, 2, sizes=(m, 64, 64))
     assert _entries(cache_dir) == 1
+
+
+def test_the_launch_checks_overlaps_at_the_calls_sizes():
+    x = torch.randn(9, 64).half()
+    expected = (2 * x.float() + 1).half()
+    twice(x, x, arch="gfx950")  # in place: the very same view
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+    base = torch.randn(10, 64).half()
+    with pytest.raises(tilegcn.ArgumentError, match="Y is written by the kernel and overlaps tensor X"):
+        twice(base[:8], base[1:9], arch="gfx950")

@@ -169,9 +169,9 @@ class _Launcher:
 
     __slots__ = ("module", "name", "grid", "block", "kernel", "run", "overlaps")
 
-    def __init__(self, module, name, grid, block, kernel):
+    def __init__(self, module, name, grid, block, kernel, spans=None):
         self.module, self.name, self.grid, self.block, self.kernel = module, name, grid, block, kernel
-        self.run = _make_runner(kernel)
+        self.run = _make_runner(kernel, spans or {})  # spans: {tensor: bytes} of those with dynamic sizes
         self.overlaps = {}  # (written index, other index, pointer difference) -> do their elements overlap?
 
 
@@ -202,23 +202,41 @@ class PrintedTile:
         return f"T.print: {self.msg + ' ' if self.msg else ''}{self.name} block {where}: {self.values}"
 
 
+class _SizedArgs:
+    """Module wrapper for a kernel with T.dynamic sizes (and no other hidden parameter): the call's tensors and scalars
+    by position, each size by value (fixed per launcher); a grid with a 0 (a size 0) launches nothing."""
+
+    __slots__ = ("module", "plan")
+
+    def __init__(self, module, positional, names, sizes: dict):
+        self.module = module
+        self.plan = tuple((True, positional.index(n)) if n in positional else (False, sizes[n]) for n in names)
+
+    def launch(self, name, grid, block, args):
+        if all(grid):
+            return self.module.launch(name, grid, block, [args[v] if passed else v for passed, v in self.plan])
+        return None
+
+
 class _HiddenArgsModule:
     """Module wrapper for a kernel with parameters the caller does not pass. `T.print`s: each launch gets fresh
     hidden float32 outputs (one slot per workgroup and call site); after the launch the host prints them per
     workgroup in dispatch order (bx fastest) and keeps them in `.printed` of the CompiledKernel and of its jit
-    function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them."""
+    function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them. T.dynamic
+    sizes: `sizes` ({name: value}, fixed per launcher) are passed by value, and the outputs take their shapes."""
 
-    __slots__ = ("module", "kernel", "indices", "sites", "outputs")
+    __slots__ = ("module", "kernel", "indices", "sites", "outputs", "sizes")
 
-    def __init__(self, module, kernel: "CompiledKernel", names: list):
+    def __init__(self, module, kernel: "CompiledKernel", names: list, sizes=None):
         import torch
 
         positional = kernel.fn.arg_names
         self.module, self.kernel = module, kernel
         self.sites = {site.param: site for site in kernel.prints}
-        sizes = {b.name: _SizeArg(b, positional) for b in kernel.dynamic.values()}
-        self.indices = [positional.index(n) if n in positional else sizes.get(n, n) for n in names]
-        self.outputs = {n: (shape, getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
+        self.indices = [positional.index(n) if n in positional else n for n in names]
+        self.sizes = dict(sizes or {})
+        values = kernel.dynamic_values_of(self.sizes)
+        self.outputs = {n: (_evaluate_shape(shape, values), getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
 
     def launch(self, name, grid, block, args):
         import torch
@@ -229,14 +247,10 @@ class _HiddenArgsModule:
         device = devices[0] if devices else "cpu"
         hidden = {param: torch.zeros(site.shape, dtype=torch.float32, device=device)
                   for param, site in self.sites.items()}
-        values = self.kernel.dynamic_values(args) if self.kernel.dynamic else {}
-        outputs = {n: torch.empty(_evaluate_shape(shape, values), dtype=dtype, device=device)
-                   for n, (shape, dtype) in self.outputs.items()}
+        outputs = {n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.outputs.items()}
         hidden.update(outputs)
-        passed = [hidden[i] if isinstance(i, str) else i.value(args) if isinstance(i, _SizeArg) else args[i]
-                  for i in self.indices]
-        if values:
-            _check_dynamic_spans(self.kernel, passed)
+        hidden.update(self.sizes)
+        passed = [hidden[i] if isinstance(i, str) else args[i] for i in self.indices]
         result = self.module.launch(name, grid, block, passed) if all(grid) else None  # a size 0: nothing to run
         if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
             result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
@@ -247,20 +261,6 @@ class _HiddenArgsModule:
         for tile in printed:
             print(tile)
         return result
-
-
-class _SizeArg:
-    """The value a launch passes for a dynamic size (language/dynamic.py's Binding): tensor argument `index`'s
-    shape[axis] // divisor."""
-
-    __slots__ = ("index", "axis", "divisor", "name")
-
-    def __init__(self, binding, positional):
-        self.index, self.axis, self.divisor = positional.index(binding.tensor), binding.axis, binding.divisor
-        self.name = binding.name
-
-    def value(self, args) -> int:
-        return args[self.index].shape[self.axis] // self.divisor
 
 
 def _evaluate_shape(shape, values: dict) -> tuple:
@@ -277,20 +277,24 @@ def _evaluate(expr, values: dict) -> int:
     return int(expr.subs({s: values[s.name] for s in expr.free_symbols}))
 
 
-def _check_dynamic_spans(kernel, passed) -> None:
+def _check_dynamic_spans(kernel, args, outputs: dict) -> None:
     """A tensor with a dynamic size has its bytes counted at run time in 32 bits (its buffer descriptor's
-    NUM_RECORDS, amdgcn/abi.py): refuse one that spans 2 GiB or more rather than wrap."""
-    import torch
+    NUM_RECORDS, amdgcn/abi.py): refuse one that spans 2 GiB or more rather than wrap. `outputs`: {name: (shape,
+    torch dtype)} of the outputs the launch allocates. Returns the spans, {name: bytes}: a launcher's (its sizes, and
+    the key's shapes and strides, fix them), for its overlap checks (_make_runner)."""
+    import math
 
     from .amdgcn.abi import BUFFER_REACH
 
-    for arg, a in zip(kernel.metadata["args"], passed):
-        if arg["name"] in kernel.dynamic_tensors and isinstance(a, torch.Tensor):
-            span = _tensor_span(a)
-            if span >= BUFFER_REACH:
-                raise ArgumentError(f"tilegcn: tensor {arg['name']} spans {span} bytes; a tensor with a dynamic size "
-                                    f"(T.dynamic) must span less than {BUFFER_REACH >> 30} GiB: drop T.dynamic to "
-                                    "compile for its size, or split the work")
+    spans = {n: _tensor_span(a) for n, a in zip(kernel.fn.arg_names, args) if n in kernel.dynamic_tensors}
+    spans.update({n: math.prod(shape) * dtype.itemsize for n, (shape, dtype) in outputs.items()
+                  if n in kernel.dynamic_tensors})
+    for name, span in spans.items():
+        if span >= BUFFER_REACH:
+            raise ArgumentError(f"tilegcn: tensor {name} spans {span} bytes; a tensor with a dynamic size (T.dynamic) "
+                                f"must span less than {BUFFER_REACH >> 30} GiB: drop T.dynamic to compile for its "
+                                "size, or split the work")
+    return spans
 
 
 def _printed_tiles(site, out) -> list:
@@ -337,16 +341,17 @@ def _span(spec) -> int:
     return (sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) + 1) * spec.dtype.bytes
 
 
-def _make_runner(kernel: "CompiledKernel"):
-    """run(launcher, args): the checks above, the launch, the version bumps, as one generated function."""
+def _make_runner(kernel: "CompiledKernel", spans: dict = None):
+    """run(launcher, args): the checks above, the launch, the version bumps, as one generated function. `spans`:
+    {name: bytes} of the tensors with T.dynamic sizes (their signature's spec is symbolic), at the launcher's sizes."""
     from .ir.types import TensorSpec
 
-    names, signature = kernel.fn.arg_names, kernel.signature
-    dynamic_tensors = getattr(kernel, "dynamic_tensors", ())  # (an exported kernel has none)
-    dynamic = {i for i, n in enumerate(names) if n in dynamic_tensors}  # spans known per call only
-    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and (i in dynamic or _span(s))]
+    names, signature, spans = kernel.fn.arg_names, kernel.signature, spans or {}
+    dynamic = {i for i, n in enumerate(names) if n in spans}
+    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec)
+               and (spans[names[i]] if i in dynamic else _span(s))]
     written = [i for i in tensors if names[i] in kernel.written]
-    span = lambda i: f"_tspan(a{i})" if i in dynamic else str(_span(signature[i]))  # noqa: E731
+    span = lambda i: spans[names[i]] if i in dynamic else _span(signature[i])  # noqa: E731
     extra = lambda w, o: f", a{w}, a{o}" if {w, o} & dynamic else ""  # noqa: E731
     launch = "L.module.launch(L.name, L.grid, L.block, args)"
     if not written:
@@ -373,7 +378,7 @@ def _make_runner(kernel: "CompiledKernel"):
     # torch.autograd.graph.increment_version(tensors) is this call behind an isinstance test (~0.2 us a call)
     bump = getattr(torch._C, "_increment_version", torch.autograd.graph.increment_version)
     namespace = {"_grad_enabled": torch.is_grad_enabled, "_refuse_grad": _refuse_grad,
-                 "_check_overlap": _check_overlap, "_bump": bump, "_tspan": _tensor_span}
+                 "_check_overlap": _check_overlap, "_bump": bump}
     # named inside the package: errors raised from it point at the user's call, not at this code
     filename = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<launch {kernel.name}>")
     exec(compile(src, filename, "exec"), namespace)
@@ -505,17 +510,21 @@ class CompiledKernel:
         self._launchers = {}  # (device, grid) -> _Launcher
         self._modules = {}  # device -> the loaded code object
 
-    def dynamic_values(self, args) -> dict:
-        """{symbol name: value} of the dynamic sizes for a call with positional `args` (what the kernel receives)."""
+    def dynamic_sizes(self, args) -> dict:
+        """{size name: the int32 the kernel receives for it} for a call with positional `args`: the tensor's size,
+        divided by 16 where this specialisation traced it as `16 * <name>_div16`."""
         positional = self.fn.arg_names
-        return {b.symbol.name: args[positional.index(b.tensor)].shape[b.axis] // b.divisor
-                for b in self.dynamic.values()}
+        return {b.name: args[positional.index(b.tensor)].shape[b.axis] // b.divisor for b in self.dynamic.values()}
+
+    def dynamic_values_of(self, sizes: dict) -> dict:
+        """{symbol name: value} of `dynamic_sizes`' values, for evaluating the grid and output shapes."""
+        return {b.symbol.name: sizes[b.name] for b in self.dynamic.values()}
 
     def grid_for(self, args) -> tuple:
         """The launch grid: `.grid`, with each dimension that depends on dynamic sizes evaluated at `args`' shapes."""
         if not self.dynamic:
             return self.grid
-        values = self.dynamic_values(args)
+        values = self.dynamic_values_of(self.dynamic_sizes(args))
         grid = tuple(g if isinstance(g, int) else max(_evaluate(g, values), 0) for g in self.grid)
         for n, per in zip(grid, self.block):
             if n * per > HSA_MAX_GRID_WORKITEMS:
@@ -525,23 +534,30 @@ class CompiledKernel:
 
     def _launcher(self, args=()) -> _Launcher:
         """The launcher for the device selected now (module loaded once per device) and, for a kernel with dynamic
-        sizes, the grid of `args`' shapes."""
+        sizes, the sizes of `args` (its grid and size arguments fixed: a call whose key matched it has those shapes;
+        the spans of its tensors, which the key's shapes and strides fix too, are checked once, here)."""
         from .runtime import device_name, get_device
 
         dev = device_name()
-        grid = self.grid_for(args)
-        launcher = self._launchers.get((dev, grid))
+        sizes = self.dynamic_sizes(args) if self.dynamic else {}
+        launcher = self._launchers.get((dev, *sizes.values()))
         if launcher is None:
             module = self._modules.get(dev)
             if module is None:
                 module = self._modules[dev] = get_device(dev).load(self.hsaco)
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
-            if self.prints or self.outputs or self.dynamic:
-                module = _HiddenArgsModule(module, self, names)
+            outputs = {}
+            if self.prints or self.outputs:
+                module = _HiddenArgsModule(module, self, names, sizes)
+                outputs = module.outputs
+            elif sizes:
+                module = _SizedArgs(module, positional, names, sizes)
             elif names and names != list(positional):
                 module = _SelectArgs(module, tuple(positional.index(n) for n in names))
-            launcher = self._launchers[(dev, grid)] = _Launcher(module, self.name, grid, self.block, self)
+            spans = _check_dynamic_spans(self, args, outputs) if sizes else {}
+            launcher = _Launcher(module, self.name, self.grid_for(args), self.block, self, spans)
+            self._launchers[(dev, *sizes.values())] = launcher
         return launcher
 
     def __call__(self, *args):
@@ -622,14 +638,15 @@ class CompiledKernel:
                                     "estimate(args=...) with tensors of the sizes to estimate")
             args = [_placeholder(s) for s in self.signature]
         grid = self.grid_for(args)
-        values = self.dynamic_values(args) if self.dynamic else {}
+        sizes = self.dynamic_sizes(args) if self.dynamic else {}
+        values = self.dynamic_values_of(sizes)
         module = load(self.hsaco, arch=self.arch)
         names = [a["name"] for a in self.metadata["args"]]
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
             hidden.update({n: torch.zeros(_evaluate_shape(shape, values), dtype=getattr(torch, dtype))
                            for n, shape, dtype in self.outputs})
-            hidden.update({b.name: values[b.symbol.name] for b in self.dynamic.values()})
+            hidden.update(sizes)
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
         return estimate(module, self.name, grid, self.block, args, device=device or TIMING[self.arch].device,
                         **options)

@@ -346,7 +346,7 @@ def _run_emulated(kernel, args, check: bool):
 
     names = [a["name"] for a in kernel.metadata["args"]]  # the kernel's parameters among the positional args
     grid = kernel.grid_for(args)  # T.dynamic sizes: evaluated at these arguments' shapes, passed by value
-    sizes = {b.name: value for b, value in zip(kernel.dynamic.values(), kernel.dynamic_values(args).values())}
+    sizes = kernel.dynamic_sizes(args) if kernel.dynamic else {}
     args = [sizes[n] if n in sizes else args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
     load(kernel.hsaco).launch(kernel.name, grid, kernel.block, args, check=check)
 
