@@ -16,7 +16,6 @@ from ..ir import nodes as N
 from ..ir.types import TensorSpec, float32
 from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy
 from .tracer import TensorAnnotation, current
-from .tracer import _state as _tracer_state
 
 Tensor = TensorAnnotation
 
@@ -101,15 +100,12 @@ def _concrete(value, what: str) -> int:
 
 def _dynamic_names(symbols) -> list:
     """The T.dynamic sizes among `symbols`, by the names the user gave them."""
-    tracer = getattr(_tracer_state, "tracer", None)
-    sizes = tracer.dynamic_sizes.values() if tracer is not None else ()
-    return sorted(b.name for b in sizes if b.symbol in symbols)
+    return sorted(b.name for b in current().dynamic_sizes.values() if b.symbol in symbols)
 
 
 def _show_sizes(value) -> str:
     """An expression with each dynamic size's `DIVISOR * M_div16` form written as the user's name M."""
-    tracer = getattr(_tracer_state, "tracer", None)
-    names = {b.expr: sympy.Symbol(b.name) for b in tracer.dynamic_sizes.values()} if tracer is not None else {}
+    names = {b.expr: sympy.Symbol(b.name) for b in current().dynamic_sizes.values()}
     return str(sympy.sympify(value).subs(names))
 
 

@@ -76,7 +76,7 @@ def dynamic(name: str, dtype: str = "int32"):
         assert torch.equal(y, 2 * x)
     ```
     """
-    if str(dtype) not in _INT_DTYPES:
+    if str(getattr(dtype, "name", dtype)) not in _INT_DTYPES:  # a dtype's name, or the name itself
         raise CompileError(f"T.dynamic({name!r}, {dtype!r}): a size is an integer; give dtype \"int32\" (the default)")
     names = [n for n in re.split(r"[\s,]+", name.strip()) if n] if isinstance(name, str) else []
     bad = [n for n in names if not _NAME.fullmatch(n)]
@@ -160,6 +160,14 @@ def generalise(spec, axes: dict):
             stride = sympy.Mul(*inner)
         strides.append(stride)
     return TensorSpec(spec.dtype, shape, tuple(strides), spec.aligned16)
+
+
+def size_role(expr) -> str:
+    """How messages name a dimension of T.dynamic sizes: by the user's name where it is one size (not `16*M_div16`)."""
+    from .tracer import current
+
+    names = {b.expr: b.name for b in current().dynamic_sizes.values()}
+    return f"the dynamic size {names.get(expr, expr)}"
 
 
 def is_symbolic(value) -> bool:

@@ -91,8 +91,10 @@ class BufferProxy(N.RefusesPythonOperators):
         shape = self.buffer.shape
         if all(isinstance(n, numbers.Integral) for n in shape):
             return shape
-        return tuple(n if isinstance(n, numbers.Integral) else
-                     IndexProxy(n, (f"the dynamic size {n}",), plain=True) for n in shape)
+        from .dynamic import size_role
+
+        return tuple(n if isinstance(n, numbers.Integral) else IndexProxy(n, (size_role(n),), plain=True)
+                     for n in shape)
 
     @property
     def dtype(self) -> DType:
