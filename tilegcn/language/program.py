@@ -338,9 +338,8 @@ class _EagerCall:
         names = self.program.tensor_names
         sizes = {}
         for (name, dims, _), proxy in zip(self.program.tensors, tensors):
-            dynamic = _body_dynamic_sizes(self.program.fn)
-            for dim, size in zip(dims, proxy.shape):
-                if isinstance(dim, ast.Name) and dim.id not in constants and dim.id not in dynamic:
+            for dim, size in zip(dims, proxy.shape):  # a T.dynamic size's is an index value (BufferProxy.shape)
+                if isinstance(dim, ast.Name) and dim.id not in constants:
                     sizes.setdefault(dim.id, size)
         current().named_sizes = sizes
         fn = self.program.fn
