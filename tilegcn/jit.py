@@ -8,7 +8,8 @@
     k = kernel.compile(x, y)          # CompiledKernel: .ir, .asm, .hsaco_path, .metadata, k(x, y)
 
 A call is specialised on each tensor's dtype, shape, strides and 16-byte alignment of its data pointer,
-each scalar's Python type, the keyword constants and the target arch. Three levels serve a call:
+each scalar's Python type, the keyword constants and the target arch; a dim annotated with a `T.dynamic` size (and
+the strides over it) only on whether the size is a multiple of 16 (language/dynamic.py). Three levels serve a call:
 
 1. the warm path: a flat tuple built straight from the arguments (`_make_keyfn` generates the code per
    function: positional-only, no loops) looks up a prepared `_Launcher` (device module, kernel name, grid,
@@ -17,8 +18,9 @@ each scalar's Python type, the keyword constants and the target arch. Three leve
    changing either mid-process picks a new kernel / device instead of a stale one. The launcher's `run`
    (generated per launcher too) checks what the key does not fix: where the tensors the kernel writes lie
    against the other arguments, and their autograd state; after the launch it bumps their version counters.
-2. on a memo miss: arguments are checked and turned into TensorSpecs; (specs, constants, arch) looks up a
-   CompiledKernel of this process (still no tracing).
+2. on a memo miss: arguments are checked and turned into TensorSpecs (their dynamic dims generalised:
+   `_specialise`); (specs, constants, arch) looks up a CompiledKernel of this process (still no tracing), whose
+   launcher for the call's dynamic sizes (grid, size arguments) is made once per set of sizes.
 3. else: trace -> canonical IR text -> cache key -> disk cache (a verified entry, or lower + assemble and an
    atomic publish under a per-key file lock).
 """
