@@ -1,4 +1,4 @@
-"""The GEMM's K loop with a dynamic M (T.dynamic) against the static kernel's: bench/loop_metrics.py's figures side by side.
+"""The GEMM's K loop with a dynamic M (T.dynamic) against the static kernel's: loop_metrics' figures side by side.
 
     python bench/dynamic_shapes.py [--arch gfx942,gfx950] [--tile 256x256x64,128x128x64] [--layout NN,NT]
                                    [--stages 1,2] [--M 4096]

@@ -193,3 +193,16 @@ def test_the_launch_checks_overlaps_at_the_calls_sizes():
     base = torch.randn(10, 64).half()
     with pytest.raises(tilegcn.ArgumentError, match="Y is written by the kernel and overlaps tensor X"):
         twice(base[:8], base[1:9], arch="gfx950")
+
+
+def test_a_gemm_operand_with_a_runtime_row_stride():
+    # A given as (K, M) (trans_A): its row stride is M, read from the call; gfx950 copies it with LDS DMA
+    kernel = tilegcn.jit(dynamic_gemm.matmul(T.dynamic("m"), 64, 64, 64, 64, 32, True, False, T.float16, T.float16,
+                                             T.float32, 2, 128))
+    for m in (96, 160):
+        A, B, C = torch.randn(m, 64).half(), torch.randn(64, 64).half(), torch.zeros(m, 64).half()
+        kernel(A.t().contiguous(), B, C, arch="gfx950")
+        torch.testing.assert_close(C.float(), A.float() @ B.float(), rtol=1e-2, atol=1e-2)
+    assert kernel.cache_stats.traces == 1
+    ir = kernel.compile(A.t().contiguous(), B, C, arch="gfx950").ir
+    assert "shape=(64, 16*m_div16) strides=(16*m_div16, 1)" in ir

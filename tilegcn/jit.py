@@ -238,7 +238,8 @@ class _HiddenArgsModule:
         self.indices = [positional.index(n) if n in positional else n for n in names]
         self.sizes = dict(sizes or {})
         values = kernel.dynamic_values_of(self.sizes)
-        self.outputs = {n: (_evaluate_shape(shape, values), getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
+        self.outputs = {n: (_evaluate_shape(shape, values), getattr(torch, dtype))
+                        for n, shape, dtype in kernel.outputs}
 
     def launch(self, name, grid, block, args):
         import torch
@@ -974,7 +975,8 @@ class JITFunction:
         bindings = bind_sizes(self._dynamic_dims, self.arg_names, signature)
         axes: dict = {}
         for dim in self._dynamic_dims:
-            if dim.name in bindings and hasattr(signature[dim.arg], "shape") and dim.axis < len(signature[dim.arg].shape):
+            spec = signature[dim.arg]
+            if dim.name in bindings and hasattr(spec, "shape") and dim.axis < len(spec.shape):
                 axes.setdefault(dim.arg, {})[dim.axis] = bindings[dim.name]
         signature = tuple(generalise(spec, axes[i]) if i in axes else spec for i, spec in enumerate(signature))
         trace_args = [signature[i] if i in axes else a for i, a in enumerate(trace_args)]

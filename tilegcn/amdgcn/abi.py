@@ -211,7 +211,9 @@ class KernelAbi:
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
         if not isinstance(nbytes, (int, Reg)):
             nbytes = self.lower.sgpr(nbytes)
-        if isinstance(nbytes, Reg) or nbytes <= BUFFER_REACH:  # the usual case: one 64-bit subtraction, its borrow says "past the end"
+        # the usual case (and a dynamic size's, below BUFFER_REACH): one 64-bit subtraction, its borrow says
+        # "past the end"
+        if isinstance(nbytes, Reg) or nbytes <= BUFFER_REACH:
             high = b.alloc_in_frame("s", frame, what="bytes left, high word")
             emit("s_sub_u32", out, nbytes, off[0])
             emit("s_subb_u32", high, 0, off[1], comment="origin past the end (or negative)?")
