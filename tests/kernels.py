@@ -86,3 +86,28 @@ def gemm_grid_order(A, B, C, *, block_M=256, block_N=192, block_K=64, threads=25
             T.copy(B[k * block_K, bx * block_N], B_s)
             T.gemm(A_s, B_s, acc)
         T.copy(acc, C[by * block_M, bx * block_N])
+
+
+M_rows = T.dynamic("M")
+
+
+@tilegcn.jit
+def gemm_dynamic_m(A: T.Tensor((M_rows, "K")), B, C: T.Tensor((M_rows, "N")), *, block_M=128, block_N=128,
+                   block_K=64, threads=256, transpose_B=False, num_stages=1):
+    """`gemm` with a dynamic M (T.dynamic): one compile per divisibility class of M by 16 serves every M. Without
+    `gemm`'s T.use_swizzle, whose remap needs compile-time grid sizes (docs/refusals.md)."""
+    M, K = A.shape
+    N = C.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            if transpose_B:
+                T.copy(B[bx * block_N, k * block_K], B_s)
+            else:
+                T.copy(B[k * block_K, bx * block_N], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=transpose_B)
+        T.copy(acc, C[by * block_M, bx * block_N])

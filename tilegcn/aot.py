@@ -79,6 +79,10 @@ def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
             if kernel.prints:  # their hidden outputs and host-side printing are the jit's, not tilegcn.load's
                 raise ExportError(f"tilegcn export: {jitfn.name} calls T.print ({kernel.prints[0].loc}), a "
                                   "debugging aid that exported kernels do not support; remove the T.print calls")
+            if kernel.dynamic:  # its grid and size arguments come from each call's shapes: the jit's launch does that
+                raise ExportError(f"tilegcn export: {jitfn.name} has dynamic sizes ({', '.join(kernel.dynamic)}: "
+                                  "T.dynamic), which exported kernels do not support yet; drop T.dynamic (each "
+                                  "exported example shape is then a kernel of its own)")
             if kernel.outputs:  # allocated and returned by the jit's call, which tilegcn.load's kernels do not have
                 raise ExportError(f"tilegcn export: {jitfn.name} returns outputs it allocates "
                                   f"({', '.join(o[0] for o in kernel.outputs)}: out_idx or T.empty), which exported "

@@ -193,14 +193,14 @@ def feasibility(jitfn, args, config: dict, arch: str) -> str | None:
     the passes `compile` starts with, through register allocation), else the compiler's reason: a config is
     feasible exactly when it compiles."""
     try:
-        _, trace_args = jitfn._signature(args)
+        _, trace_args, dynamic = jitfn._specialise(args)
     except ArgumentError as e:
         return _reason(e)
-    _, why = _traced_if_feasible(jitfn, trace_args, config, arch, every_check=True)
+    _, why = _traced_if_feasible(jitfn, trace_args, config, arch, every_check=True, dynamic=dynamic)
     return why
 
 
-def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str, every_check: bool = False):
+def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str, every_check: bool = False, dynamic=None):
     """(the traced kernel, None), or (None, the compiler's reason) when it refuses `config`.
 
     By default cheap (a trace and `compiler.plan_resources`, no statement lowered: the sweep's first step): the
@@ -213,7 +213,7 @@ def _traced_if_feasible(jitfn, trace_args, config: dict, arch: str, every_check:
     try:
         constants = jitfn._constants(config)
         program = jitfn.fn if jitfn._eager is None else jitfn._eager.traced(constants)  # TileLang's eager style
-        kernel = trace(program, trace_args, constants, arch, jitfn.out_idx)
+        kernel = trace(program, trace_args, constants, arch, jitfn.out_idx, dynamic=dynamic)  # T.dynamic sizes
         (check_resources if every_check else plan_resources)(kernel, jitfn.options.with_arch(arch))
     except (CompileError, ArgumentError) as e:
         return None, _reason(e)
@@ -580,11 +580,12 @@ class Autotuner:
         phases = {}
         clock = time.perf_counter()
         try:
-            _, trace_args = self.fn._signature(args)
+            _, trace_args, dynamic = self.fn._specialise(args)
             for row in rows:  # 1. prune and the compiler's resource checks
                 why = self.space.prune_reason(row.config) if self.space else None
                 if not why:
-                    row.traced, why = _traced_if_feasible(self.fn, trace_args, self._merge(row.config, extra), arch)
+                    row.traced, why = _traced_if_feasible(self.fn, trace_args, self._merge(row.config, extra), arch,
+                                                          dynamic=dynamic)
                 if why:
                     row.status, row.reason = "skipped", why
                     progress.update()

@@ -244,7 +244,9 @@ def _insert_hazard_nops(c: Compilation):
 def _render(c: Compilation):
     kernel, abi, counts, insts = c.kernel, c.abi, c.counts, c.insts
     asm = render(kernel, c.arch, abi, insts, c.lds_bytes, counts)
-    meta = dict(name=kernel.name, arch=c.arch.name, grid=list(kernel.grid), block=list(kernel.block),
+    # a grid dimension of dynamic sizes is its expression's text (jit.CompiledKernel.grid_for evaluates it)
+    grid = [g if isinstance(g, int) else str(g) for g in kernel.grid]
+    meta = dict(name=kernel.name, arch=c.arch.name, grid=grid, block=list(kernel.block),
                 lds_bytes=c.lds_bytes, vgprs=counts["vgprs"], agprs=counts["agprs"], sgprs=counts["sgprs"],
                 kernarg_size=abi.kernarg_size,
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,

@@ -8,7 +8,8 @@
     k = kernel.compile(x, y)          # CompiledKernel: .ir, .asm, .hsaco_path, .metadata, k(x, y)
 
 A call is specialised on each tensor's dtype, shape, strides and 16-byte alignment of its data pointer,
-each scalar's Python type, the keyword constants and the target arch. Three levels serve a call:
+each scalar's Python type, the keyword constants and the target arch; a dim annotated with a `T.dynamic` size (and
+the strides over it) only on whether the size is a multiple of 16 (language/dynamic.py). Three levels serve a call:
 
 1. the warm path: a flat tuple built straight from the arguments (`_make_keyfn` generates the code per
    function: positional-only, no loops) looks up a prepared `_Launcher` (device module, kernel name, grid,
@@ -17,8 +18,9 @@ each scalar's Python type, the keyword constants and the target arch. Three leve
    changing either mid-process picks a new kernel / device instead of a stale one. The launcher's `run`
    (generated per launcher too) checks what the key does not fix: where the tensors the kernel writes lie
    against the other arguments, and their autograd state; after the launch it bumps their version counters.
-2. on a memo miss: arguments are checked and turned into TensorSpecs; (specs, constants, arch) looks up a
-   CompiledKernel of this process (still no tracing).
+2. on a memo miss: arguments are checked and turned into TensorSpecs (their dynamic dims generalised:
+   `_specialise`); (specs, constants, arch) looks up a CompiledKernel of this process (still no tracing), whose
+   launcher for the call's dynamic sizes (grid, size arguments) is made once per set of sizes.
 3. else: trace -> canonical IR text -> cache key -> disk cache (a verified entry, or lower + assemble and an
    atomic publish under a per-key file lock).
 """
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, toolchain
-from .amdgcn.arch import DEFAULT_ARCH, get_arch
+from .amdgcn.arch import DEFAULT_ARCH, HSA_MAX_GRID_WORKITEMS, get_arch
 from .amdgcn.schedule import INTERLEAVE
 from .cache import ENV_ASM_OVERRIDE, Cache, announce_override, make_key, override_file
 from .errors import ArgumentError, CompileError, TilegcnError, UnsupportedArchError
@@ -169,9 +171,9 @@ class _Launcher:
 
     __slots__ = ("module", "name", "grid", "block", "kernel", "run", "overlaps")
 
-    def __init__(self, module, name, grid, block, kernel):
+    def __init__(self, module, name, grid, block, kernel, spans=None):
         self.module, self.name, self.grid, self.block, self.kernel = module, name, grid, block, kernel
-        self.run = _make_runner(kernel)
+        self.run = _make_runner(kernel, spans or {})  # spans: {tensor: bytes} of those with dynamic sizes
         self.overlaps = {}  # (written index, other index, pointer difference) -> do their elements overlap?
 
 
@@ -202,22 +204,42 @@ class PrintedTile:
         return f"T.print: {self.msg + ' ' if self.msg else ''}{self.name} block {where}: {self.values}"
 
 
+class _SizedArgs:
+    """Module wrapper for a kernel with T.dynamic sizes (and no other hidden parameter): the call's tensors and scalars
+    by position, each size by value (fixed per launcher); a grid with a 0 (a size 0) launches nothing."""
+
+    __slots__ = ("module", "plan")
+
+    def __init__(self, module, positional, names, sizes: dict):
+        self.module = module
+        self.plan = tuple((True, positional.index(n)) if n in positional else (False, sizes[n]) for n in names)
+
+    def launch(self, name, grid, block, args):
+        if all(grid):
+            return self.module.launch(name, grid, block, [args[v] if passed else v for passed, v in self.plan])
+        return None
+
+
 class _HiddenArgsModule:
     """Module wrapper for a kernel with parameters the caller does not pass. `T.print`s: each launch gets fresh
     hidden float32 outputs (one slot per workgroup and call site); after the launch the host prints them per
     workgroup in dispatch order (bx fastest) and keeps them in `.printed` of the CompiledKernel and of its jit
-    function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them."""
+    function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them. T.dynamic
+    sizes: `sizes` ({name: value}, fixed per launcher) are passed by value, and the outputs take their shapes."""
 
-    __slots__ = ("module", "kernel", "indices", "sites", "outputs")
+    __slots__ = ("module", "kernel", "indices", "sites", "outputs", "sizes")
 
-    def __init__(self, module, kernel: "CompiledKernel", names: list):
+    def __init__(self, module, kernel: "CompiledKernel", names: list, sizes=None):
         import torch
 
         positional = kernel.fn.arg_names
         self.module, self.kernel = module, kernel
         self.sites = {site.param: site for site in kernel.prints}
         self.indices = [positional.index(n) if n in positional else n for n in names]
-        self.outputs = {n: (shape, getattr(torch, dtype)) for n, shape, dtype in kernel.outputs}
+        self.sizes = dict(sizes or {})
+        values = kernel.dynamic_values_of(self.sizes)
+        self.outputs = {n: (_evaluate_shape(shape, values), getattr(torch, dtype))
+                        for n, shape, dtype in kernel.outputs}
 
     def launch(self, name, grid, block, args):
         import torch
@@ -230,8 +252,9 @@ class _HiddenArgsModule:
                   for param, site in self.sites.items()}
         outputs = {n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.outputs.items()}
         hidden.update(outputs)
-        result = self.module.launch(name, grid, block,
-                                    [hidden[i] if isinstance(i, str) else args[i] for i in self.indices])
+        hidden.update(self.sizes)
+        passed = [hidden[i] if isinstance(i, str) else args[i] for i in self.indices]
+        result = self.module.launch(name, grid, block, passed) if all(grid) else None  # a size 0: nothing to run
         if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
             result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
         if _RECORDING.get() is not None or not self.sites:  # nothing ran (do_bench) or nothing to print
@@ -241,6 +264,40 @@ class _HiddenArgsModule:
         for tile in printed:
             print(tile)
         return result
+
+
+def _evaluate_shape(shape, values: dict) -> tuple:
+    """A shape whose dims may be expressions of dynamic sizes (an output's), at this launch's sizes."""
+    return tuple(n if isinstance(n, int) else _evaluate(n, values) for n in shape)
+
+
+def _evaluate(expr, values: dict) -> int:
+    """An int expression (SymPy, or its text from meta.json) at `values` ({symbol name: int})."""
+    import sympy
+
+    # the sizes' names as symbols (a size named N, S or E would otherwise read as SymPy's function or constant)
+    expr = sympy.sympify(expr, locals={name: sympy.Symbol(name) for name in values})
+    return int(expr.subs({s: values[s.name] for s in expr.free_symbols}))
+
+
+def _check_dynamic_spans(kernel, args, outputs: dict) -> None:
+    """A tensor with a dynamic size has its bytes counted at run time in 32 bits (its buffer descriptor's
+    NUM_RECORDS, amdgcn/abi.py): refuse one that spans 2 GiB or more rather than wrap. `outputs`: {name: (shape,
+    torch dtype)} of the outputs the launch allocates. Returns the spans, {name: bytes}: a launcher's (its sizes, and
+    the key's shapes and strides, fix them), for its overlap checks (_make_runner)."""
+    import math
+
+    from .amdgcn.abi import BUFFER_REACH
+
+    spans = {n: _tensor_span(a) for n, a in zip(kernel.fn.arg_names, args) if n in kernel.dynamic_tensors}
+    spans.update({n: math.prod(shape) * dtype.itemsize for n, (shape, dtype) in outputs.items()
+                  if n in kernel.dynamic_tensors})
+    for name, span in spans.items():
+        if span >= BUFFER_REACH:
+            raise ArgumentError(f"tilegcn: tensor {name} spans {span} bytes; a tensor with a dynamic size (T.dynamic) "
+                                f"must span less than {BUFFER_REACH >> 30} GiB: drop T.dynamic to compile for its "
+                                "size, or split the work")
+    return spans
 
 
 def _printed_tiles(site, out) -> list:
@@ -287,13 +344,18 @@ def _span(spec) -> int:
     return (sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) + 1) * spec.dtype.bytes
 
 
-def _make_runner(kernel: "CompiledKernel"):
-    """run(launcher, args): the checks above, the launch, the version bumps, as one generated function."""
+def _make_runner(kernel: "CompiledKernel", spans: dict = None):
+    """run(launcher, args): the checks above, the launch, the version bumps, as one generated function. `spans`:
+    {name: bytes} of the tensors with T.dynamic sizes (their signature's spec is symbolic), at the launcher's sizes."""
     from .ir.types import TensorSpec
 
-    names, signature = kernel.fn.arg_names, kernel.signature
-    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec) and _span(s)]
+    names, signature, spans = kernel.fn.arg_names, kernel.signature, spans or {}
+    dynamic = {i for i, n in enumerate(names) if n in spans}
+    tensors = [i for i, s in enumerate(signature) if isinstance(s, TensorSpec)
+               and (spans[names[i]] if i in dynamic else _span(s))]
     written = [i for i in tensors if names[i] in kernel.written]
+    span = lambda i: spans[names[i]] if i in dynamic else _span(signature[i])  # noqa: E731
+    extra = lambda w, o: f", a{w}, a{o}" if {w, o} & dynamic else ""  # noqa: E731
     launch = "L.module.launch(L.name, L.grid, L.block, args)"
     if not written:
         lines = [f"    return {launch}"]
@@ -309,8 +371,8 @@ def _make_runner(kernel: "CompiledKernel"):
                 # the same view of a read-only tensor (in place) is allowed: where the specs agree, equal
                 # pointers decide it here, without a call
                 in_place = f"p{o} != p{w} and " if signature[o] == signature[w] and o not in written else ""
-                lines.append(f"    if {in_place}p{o} < p{w} + {_span(signature[w])} and p{w} < p{o} + "
-                             f"{_span(signature[o])}: _check_overlap(L, {w}, {o}, p{w}, p{o})")
+                lines.append(f"    if {in_place}p{o} < p{w} + {span(w)} and p{w} < p{o} + "
+                             f"{span(o)}: _check_overlap(L, {w}, {o}, p{w}, p{o}{extra(w, o)})")
         bumped = "".join(f"a{w}, " for w in written)
         lines += ["    try:", f"        return {launch}", "    finally:", f"        _bump(({bumped}))"]
     src = "def run(L, args):\n" + "\n".join(lines) + "\n"
@@ -338,16 +400,26 @@ def _refuse_grad(launcher, index: int, t) -> None:
                         f"tensor that does not require grad ({name}.detach()), or under torch.no_grad()")
 
 
-def _check_overlap(launcher, w: int, o: int, pw: int, po: int) -> None:
+def _tensor_span(t) -> int:
+    """_span of a tensor with dynamic sizes, from its own shape."""
+    return (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * t.element_size() if t.numel() else 0
+
+
+def _check_overlap(launcher, w: int, o: int, pw: int, po: int, tw=None, to=None) -> None:
     """Written tensor `w` and tensor `o` span overlapping bytes: refuse unless they are the same view of a
-    tensor the kernel only reads, or their elements are disjoint (interleaved views)."""
+    tensor the kernel only reads, or their elements are disjoint (interleaved views). `tw`, `to`: the tensors, where
+    one has dynamic sizes (its signature's spec is symbolic: the call's own specs are compared)."""
+    from .ir.types import TensorSpec
+
     kernel = launcher.kernel
     sw, so = kernel.signature[w], kernel.signature[o]
+    if tw is not None:
+        sw, so = TensorSpec.of(tw), TensorSpec.of(to)
     names = kernel.fn.arg_names
     both_written = names[o] in kernel.written
     if pw == po and sw == so and not both_written:
         return  # in place
-    key = (w, o, po - pw)
+    key = (w, o, po - pw) if tw is None else (w, o, po - pw, sw.shape, so.shape)
     overlap = launcher.overlaps.get(key)
     if overlap is None:
         if len(launcher.overlaps) > 256:  # pointer differences seen by one launcher: keep the memo small
@@ -407,13 +479,21 @@ class CompiledKernel:
     """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
-                 written=None, prints=(), outputs=()):
+                 written=None, prints=(), outputs=(), dynamic=None):
+        from .ir.types import TensorSpec
+        from .language.dynamic import is_symbolic
+
         self.fn = fn
+        # T.dynamic sizes ({name: language/dynamic.py Binding}): the grid and their values come from each call's shapes
+        self.dynamic = dict(dynamic or {})
+        self.dynamic_tensors = {n for n, spec in zip(fn.arg_names, signature) if isinstance(spec, TensorSpec)
+                                and any(map(is_symbolic, spec.shape + spec.strides))}
+        self.dynamic_tensors |= {n for n, shape, _ in outputs if any(map(is_symbolic, shape))}
         self.key = entry.key
         self.metadata = entry.meta
         self.arch = arch
         self.name = entry.meta["name"]
-        self.grid = tuple(entry.meta["grid"])
+        self.grid = tuple(entry.meta["grid"])  # a dimension of dynamic sizes is its expression's text (grid_for)
         self.block = tuple(entry.meta["block"])
         self.hsaco_path = str(entry.hsaco_path)
         self.cache_path = str(entry.path)
@@ -430,33 +510,67 @@ class CompiledKernel:
         self.printed = []  # after a launch with T.print: one PrintedTile per site and workgroup
         # (name, shape, torch dtype name) per parameter the call allocates and returns (out_idx, T.empty), in order
         self.outputs = tuple(outputs)
-        self._launchers = {}
+        self._launchers = {}  # (device, grid) -> _Launcher
+        self._modules = {}  # device -> the loaded code object
 
-    def _launcher(self) -> _Launcher:
-        """The launcher for the device selected now (module loaded once per device)."""
+    def dynamic_sizes(self, args) -> dict:
+        """{size name: the int32 the kernel receives for it} for a call with positional `args`: the tensor's size,
+        divided by 16 where this specialisation traced it as `16 * <name>_div16`."""
+        positional = self.fn.arg_names
+        return {b.name: args[positional.index(b.tensor)].shape[b.axis] // b.divisor for b in self.dynamic.values()}
+
+    def dynamic_values_of(self, sizes: dict) -> dict:
+        """{symbol name: value} of `dynamic_sizes`' values, for evaluating the grid and output shapes."""
+        return {b.symbol.name: sizes[b.name] for b in self.dynamic.values()}
+
+    def grid_for(self, args) -> tuple:
+        """The launch grid: `.grid`, with each dimension that depends on dynamic sizes evaluated at `args`' shapes."""
+        if not self.dynamic:
+            return self.grid
+        values = self.dynamic_values_of(self.dynamic_sizes(args))
+        grid = tuple(g if isinstance(g, int) else max(_evaluate(g, values), 0) for g in self.grid)
+        for n, per in zip(grid, self.block):
+            if n * per > HSA_MAX_GRID_WORKITEMS:
+                raise ArgumentError(f"tilegcn: {self.name}: the grid {grid} at these sizes has {n * per} work-items "
+                                    f"in a dimension; a dispatch allows at most {HSA_MAX_GRID_WORKITEMS}")
+        return grid
+
+    def _launcher(self, args=()) -> _Launcher:
+        """The launcher for the device selected now (module loaded once per device) and, for a kernel with dynamic
+        sizes, the sizes of `args` (its grid and size arguments fixed: a call whose key matched it has those shapes;
+        the spans of its tensors, which the key's shapes and strides fix too, are checked once, here)."""
         from .runtime import device_name, get_device
 
         dev = device_name()
-        launcher = self._launchers.get(dev)
+        sizes = self.dynamic_sizes(args) if self.dynamic else {}
+        launcher = self._launchers.get((dev, *sizes.values()))
         if launcher is None:
-            module = get_device(dev).load(self.hsaco)
+            module = self._modules.get(dev)
+            if module is None:
+                module = self._modules[dev] = get_device(dev).load(self.hsaco)
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
+            outputs = {}
             if self.prints or self.outputs:
-                module = _HiddenArgsModule(module, self, names)
+                module = _HiddenArgsModule(module, self, names, sizes)
+                outputs = module.outputs
+            elif sizes:
+                module = _SizedArgs(module, positional, names, sizes)
             elif names and names != list(positional):
                 module = _SelectArgs(module, tuple(positional.index(n) for n in names))
-            launcher = self._launchers[dev] = _Launcher(module, self.name, self.grid, self.block, self)
+            spans = _check_dynamic_spans(self, args, outputs) if sizes else {}
+            launcher = _Launcher(module, self.name, self.grid_for(args), self.block, self, spans)
+            self._launchers[(dev, *sizes.values())] = launcher
         return launcher
 
     def __call__(self, *args):
-        signature, _ = self.fn._signature(args)
+        signature, _, _ = self.fn._specialise(args)
         if signature != self.signature:
             raise ArgumentError(
                 f"tilegcn: {self.name} was compiled for {_describe(self.fn.arg_names, self.signature)}, "
                 f"called with {_describe(self.fn.arg_names, signature)}; call the jit function instead"
             )
-        launcher = self._launcher()
+        launcher = self._launcher(args)
         return launcher.run(launcher, args)
 
     def with_asm(self, path, *, verify=False, args=None, tolerance=0.0) -> "CompiledKernel":
@@ -491,7 +605,7 @@ class CompiledKernel:
 
         entry, _ = Cache().get_or_build(key, build)
         edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
-                                prints=self.prints, outputs=self.outputs)
+                                prints=self.prints, outputs=self.outputs, dynamic=self.dynamic)
         if verify:
             report = compare(self, edited, args)
             edited.verification = report
@@ -522,14 +636,22 @@ class CompiledKernel:
         from .runtime.emulator import load
 
         if args is None:
+            if self.dynamic:
+                raise ArgumentError(f"tilegcn: {self.name} has dynamic sizes ({', '.join(self.dynamic)}): pass "
+                                    "estimate(args=...) with tensors of the sizes to estimate")
             args = [_placeholder(s) for s in self.signature]
+        grid = self.grid_for(args)
+        sizes = self.dynamic_sizes(args) if self.dynamic else {}
+        values = self.dynamic_values_of(sizes)
         module = load(self.hsaco, arch=self.arch)
         names = [a["name"] for a in self.metadata["args"]]
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
-            hidden.update({n: torch.zeros(shape, dtype=getattr(torch, dtype)) for n, shape, dtype in self.outputs})
+            hidden.update({n: torch.zeros(_evaluate_shape(shape, values), dtype=getattr(torch, dtype))
+                           for n, shape, dtype in self.outputs})
+            hidden.update(sizes)
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
-        return estimate(module, self.name, self.grid, self.block, args, device=device or TIMING[self.arch].device,
+        return estimate(module, self.name, grid, self.block, args, device=device or TIMING[self.arch].device,
                         **options)
 
     def __repr__(self):
@@ -668,6 +790,7 @@ class JITFunction:
         if self._eager is not None and self.out_idx:
             self._eager = self._eager.without_arguments([positional[i] for i in self.out_idx])
         self.defaults = defaults
+        self._dynamic_dims = self._find_dynamic_dims(positional)  # T.dynamic dims of the call's tensors
         self.cache_stats = CacheStats()
         self._keyfn = _make_keyfn(len(self.arg_names))
         self._memo = {}  # warm key -> _Launcher
@@ -711,6 +834,21 @@ class JITFunction:
             raise ArgumentError(f"{where}: every parameter is an output; the kernel needs an input tensor (its "
                                 "device is where the outputs are allocated)", location=self.source_location)
         return tuple(resolved)
+
+    def _find_dynamic_dims(self, positional: list) -> tuple:
+        """language/dynamic.py DynamicDims: the dims of the passed tensors that annotations give a T.dynamic size."""
+        from .language.dynamic import DynamicDim, DynamicSize
+        from .language.tracer import TensorAnnotation
+
+        if self._eager is not None:
+            dims = self._eager.dynamic_dims()
+        else:
+            parameters = inspect.signature(self.fn).parameters
+            dims = [(name, axis, d.name) for name in positional
+                    if isinstance(parameters[name].annotation, TensorAnnotation)
+                    for axis, d in enumerate(parameters[name].annotation.shape) if isinstance(d, DynamicSize)]
+        return tuple(DynamicDim(self.arg_names.index(name), axis, size) for name, axis, size in dims
+                     if name in self.arg_names)
 
     def _parameters(self, fn) -> tuple:
         """(positional parameter names, {keyword-only constant: default}) of a tile program."""
@@ -768,7 +906,7 @@ class JITFunction:
 
     def _miss(self, key, args, kwargs) -> _Launcher:
         self.cache_stats.memo_misses += 1
-        launcher = self._compiled(args, kwargs)._launcher()
+        launcher = self._compiled(args, kwargs)._launcher(args)
         if _memoizable(key, key[0] if kwargs else key, len(self.arg_names)) and not _has_float_zero(kwargs):
             self._memo[key] = launcher
         return launcher
@@ -826,24 +964,42 @@ class JITFunction:
             raise self._arity_error(args)
         return call_signature(self.name, self.arg_names, args)
 
+    def _specialise(self, args) -> tuple:
+        """(signature, trace_args, dynamic sizes): _signature's, with each T.dynamic dim (and the strides over it)
+        replaced by its expression for this call's divisibility class (language/dynamic.py)."""
+        signature, trace_args = self._signature(args)
+        if not self._dynamic_dims:
+            return signature, trace_args, {}
+        from .language.dynamic import bind_sizes, generalise
+
+        bindings = bind_sizes(self._dynamic_dims, self.arg_names, signature)
+        axes: dict = {}
+        for dim in self._dynamic_dims:
+            spec = signature[dim.arg]
+            if dim.name in bindings and hasattr(spec, "shape") and dim.axis < len(spec.shape):
+                axes.setdefault(dim.arg, {})[dim.axis] = bindings[dim.name]
+        signature = tuple(generalise(spec, axes[i]) if i in axes else spec for i, spec in enumerate(signature))
+        trace_args = [signature[i] if i in axes else a for i, a in enumerate(trace_args)]
+        return signature, trace_args, bindings
+
     def _compiled(self, args, kwargs) -> CompiledKernel:
         kwargs = dict(kwargs)
         arch = kwargs.pop("arch", None)  # "" is an arch name (refused), not "the default": test None only
         arch = resolve_arch(self.arch if arch is None else arch)
         constants = self._constants(kwargs)
-        signature, trace_args = self._signature(args)
+        signature, trace_args, dynamic = self._specialise(args)
         skey = (signature, _freeze(constants), arch)
         kernel = self._kernels.get(skey)
         if kernel is None:
-            kernel = self._kernels[skey] = self._build(signature, trace_args, constants, arch)
+            kernel = self._kernels[skey] = self._build(signature, trace_args, constants, arch, dynamic)
         return kernel
 
-    def _build(self, signature, trace_args, constants, arch) -> CompiledKernel:
+    def _build(self, signature, trace_args, constants, arch, dynamic=None) -> CompiledKernel:
         from .language import trace
 
         t0 = time.perf_counter()
         program = self.fn if self._eager is None else self._eager.traced(constants)
-        kernel = trace(program, trace_args, constants, arch, self.out_idx)
+        kernel = trace(program, trace_args, constants, arch, self.out_idx, dynamic)
         self.cache_stats.traces += 1
         entry, built, timings = build_traced(kernel, self.options.with_arch(arch), self._described(constants),
                                              time.perf_counter() - t0)
@@ -854,7 +1010,7 @@ class JITFunction:
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
-                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel))
+                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel), dynamic=dynamic)
         return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
@@ -897,7 +1053,7 @@ def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds
         timings.update(lower=tb1 - tb0, assemble=tb2 - tb1)
         meta = dict(lowered.meta)
         meta.setdefault("name", kernel.name)
-        meta.setdefault("grid", list(kernel.grid))
+        meta.setdefault("grid", grid_json(kernel.grid))
         meta.setdefault("block", list(kernel.block))
         meta.setdefault("args", [{"name": p.name, "kind": p.kind} for p in kernel.params])
         meta.update(
@@ -946,7 +1102,7 @@ def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     traced = ir.encode()
     if stored != traced and not stored.startswith(traced + _PASSES_MARKER.encode()):
         return "kernel.ir is not the IR this key was made from"
-    expected = {"name": kernel.name, "arch": arch, "grid": list(kernel.grid), "block": list(kernel.block)}
+    expected = {"name": kernel.name, "arch": arch, "grid": grid_json(kernel.grid), "block": list(kernel.block)}
     for name, value in expected.items():
         if meta.get(name) != value:
             return f"meta.json says {name}={meta.get(name)!r}, the traced kernel has {value!r}"
@@ -955,6 +1111,11 @@ def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     if names != [p.name for p in kernel.params]:
         return f"meta.json's args {names} are not the kernel's parameters {[p.name for p in kernel.params]}"
     return None
+
+
+def grid_json(grid) -> list:
+    """meta.json's grid: ints, and the text of a dimension that depends on dynamic sizes (CompiledKernel.grid_for)."""
+    return [g if isinstance(g, int) else str(g) for g in grid]
 
 
 def _jsonable(v):

@@ -345,8 +345,10 @@ def _run_emulated(kernel, args, check: bool):
     from .runtime.emulator import load
 
     names = [a["name"] for a in kernel.metadata["args"]]  # the kernel's parameters among the positional args
-    args = [args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
-    load(kernel.hsaco).launch(kernel.name, kernel.grid, kernel.block, args, check=check)
+    grid = kernel.grid_for(args)  # T.dynamic sizes: evaluated at these arguments' shapes, passed by value
+    sizes = kernel.dynamic_sizes(args) if kernel.dynamic else {}
+    args = [sizes[n] if n in sizes else args[kernel.fn.arg_names.index(n)] for n in names] if names else list(args)
+    load(kernel.hsaco).launch(kernel.name, grid, kernel.block, args, check=check)
 
 
 def _estimate(kernel, args) -> str:

@@ -117,7 +117,10 @@ class KernelAbi:
         ptr, nbytes = self.pointers[buffer], buffer.spec.nbytes
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
         off = self.lower.sgpr64(base_offset)
-        if isinstance(off, int):
+        if isinstance(off, int) and not isinstance(nbytes, int):
+            self._constant_origin(srd, ptr, off, 0, b.arch.raw_buffer_word3, emit)
+            self._dynamic_records_left(srd[2], off, nbytes, frame)  # word 2, after the constant's s_mov
+        elif isinstance(off, int):
             self._constant_origin(srd, ptr, off, nbytes, b.arch.raw_buffer_word3, emit)
         else:
             self._moved_base(srd, ptr, off, nbytes, frame)
@@ -185,11 +188,32 @@ class KernelAbi:
         emit("s_mov_b32", srd[2], left, comment="NUM_RECORDS from the tile origin")
         emit("s_mov_b32", srd[3], raw_word3)
 
-    def _records_left(self, out: Reg, off: Reg, nbytes: int, frame: int):
-        """out = records_left(nbytes, off) for a 64-bit SGPR pair `off`, without wrapping."""
+    def _dynamic_records_left(self, out: Reg, off, nbytes, frame: int):
+        """out = records_left(nbytes, off) for a byte count of T.dynamic sizes (a SymPy expression; the launch
+        refuses a tensor of 2 GiB or more, jit._check_dynamic_spans, so 32 bits hold it) and a constant origin `off`
+        or a 64-bit SGPR pair."""
         b = self.b
         emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
-        if nbytes <= BUFFER_REACH:  # the usual case: one 64-bit subtraction, its borrow says "past the end"
+        size = self.lower.sgpr(nbytes)
+        if not isinstance(off, int):
+            self._records_left(out, off, size, frame)
+            return
+        if off < 0 or off >= BUFFER_REACH:
+            emit("s_mov_b32", out, 0, comment="NUM_RECORDS 0: the origin lies outside any tensor of a dynamic size")
+            return
+        emit("s_sub_u32", out, size, off, comment="NUM_RECORDS from the tile origin (a dynamic size)")
+        emit("s_cselect_b32", out, 0, out, comment="origin past the end: nothing is in range")
+
+    def _records_left(self, out: Reg, off: Reg, nbytes, frame: int):
+        """out = records_left(nbytes, off) for a 64-bit SGPR pair `off`, without wrapping; `nbytes` an int, or a SymPy
+        expression of T.dynamic sizes (below BUFFER_REACH, see _dynamic_records_left) or an SGPR holding it."""
+        b = self.b
+        emit = lambda *a, **k: b.emit(*a, frame=frame, **k)  # noqa: E731
+        if not isinstance(nbytes, (int, Reg)):
+            nbytes = self.lower.sgpr(nbytes)
+        # the usual case (and a dynamic size's, below BUFFER_REACH): one 64-bit subtraction, its borrow says
+        # "past the end"
+        if isinstance(nbytes, Reg) or nbytes <= BUFFER_REACH:
             high = b.alloc_in_frame("s", frame, what="bytes left, high word")
             emit("s_sub_u32", out, nbytes, off[0])
             emit("s_subb_u32", high, 0, off[1], comment="origin past the end (or negative)?")

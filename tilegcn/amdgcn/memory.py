@@ -51,12 +51,22 @@ def access_width(buffer: N.Buffer, run_elems: int, masked_last_dim: bool) -> int
     constraints = [run_bytes, buffer.spec.nbytes] + [st * es for st in buffer.spec.strides[:-1]]
     if masked_last_dim:
         constraints.append(buffer.shape[-1] * es)
-    while width > es and any(c % width for c in constraints):
+    while width > es and any(not provably_multiple(c, width) for c in constraints):
         width //= 2
     return width
 
 
+def provably_less(a, b) -> bool:
+    """a < b for every value of the symbols in them (a T.dynamic size's, say): False where SymPy cannot tell."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return bool((sympy.sympify(b) - a - 1).is_nonnegative)
+
+
 def provably_multiple(expr, n: int) -> bool:
+    """expr (an int, or SymPy: a T.dynamic size's `16 * M_div16` form is a multiple of 16) is a multiple of n."""
+    if isinstance(expr, int):
+        return expr % n == 0
     expr = sympy.expand(sympy.sympify(expr))
     return all(int(c) % n == 0 if c.is_Integer else False
                for c in (term.as_coeff_Mul()[0] for term in sympy.Add.make_args(expr))) or expr == 0
@@ -67,7 +77,7 @@ def masked_dims(buffer: N.Buffer, starts, extents) -> list:
     dims = []
     for d in range(1, len(buffer.shape)):
         e, s = extents[d], starts[d]
-        if buffer.shape[d] % e == 0 and provably_multiple(s, e):
+        if provably_multiple(buffer.shape[d], e) and provably_multiple(s, e):
             continue
         dims.append(d)
     return dims
@@ -181,16 +191,24 @@ class GlobalAccess:
         lane part). Only the constant depends on the shift, so the rest is derived once per origin."""
         key = (buffer, index)
         split = self._splits.get(key)
+        strides = buffer.spec.strides
         if split is None:
             es = buffer.dtype.bytes
             form: dict = {}
-            for idx, st in zip(index, buffer.spec.strides):
-                linear_form(idx, st * es, form)
+            for idx, st in zip(index, strides):
+                if isinstance(st, int):
+                    linear_form(idx, st * es, form)
+                else:  # a stride of T.dynamic sizes: its products with the index terms are the atoms
+                    linear_form(sympy.expand(sympy.sympify(idx) * st), es, form)
             uniform, lane, const = split_linear(form, self.b.lane_symbols)
             split = self._splits[key] = (uniform, lane, const, value_range(lane, self._lane_ranges()))
         uniform, lane, const, span = split
         es = buffer.dtype.bytes
-        return uniform, lane, const + sum(k * st * es for k, st in zip(shift, buffer.spec.strides)), span
+        const += sum(k * st * es for k, st in zip(shift, strides) if isinstance(st, int))
+        moved = [k * st * es for k, st in zip(shift, strides) if k and not isinstance(st, int)]
+        if moved:  # a shift along a dim of dynamic stride moves the uniform origin (its own V#)
+            uniform = uniform + sympy.Add(*moved)
+        return uniform, lane, const, span
 
     def _address(self, buffer: N.Buffer, index, shift, mask_dims, width: int, limit: int) -> Address:
         """A V# at the access's whole uniform offset (rebuilt wherever that offset changes)."""
@@ -241,13 +259,15 @@ class GlobalAccess:
         loop_vars = set().union(*(f.symbols for f in self.b.frames[1:]))
         if not loop_vars and limit != 1:
             return None
+        if not all(isinstance(st, int) for st in buffer.spec.strides):
+            return None  # a stride of T.dynamic sizes: the V# at the whole offset (the advance is no constant)
         origin = self._loop_origin(buffer, index, frozenset(loop_vars))
         if origin is None:
             return None
         es = buffer.dtype.bytes
         consts = [c if not k else (c or 0) + k * st * es for c, k, st in zip(origin.consts, shift, buffer.spec.strides)]
         rows_inside = origin.rows is not None and 0 <= origin.rows[0] + shift[0] and \
-            origin.rows[1] + shift[0] < buffer.shape[0]
+            provably_less(origin.rows[1] + shift[0], buffer.shape[0])
         in_soffset = rows_inside or (0 not in origin.moving and self._rows_past_end_by_voffset(buffer))
         row_const_in_lane = in_soffset and not rows_inside
         # each dim's constant joins the advance (LDS DMA) or the per-lane part
@@ -321,7 +341,7 @@ class GlobalAccess:
     def _rows_past_end_by_voffset(buffer: N.Buffer) -> bool:
         """Rows do not overlap (the tensor ends within its last row), so an offset to a row past dim 0's end,
         measured from the tile origin, is past NUM_RECORDS whatever the inner dims add (when not negative)."""
-        return buffer.spec.nbytes <= buffer.shape[0] * buffer.spec.strides[0] * buffer.dtype.bytes
+        return provably_less(buffer.spec.nbytes, buffer.shape[0] * buffer.spec.strides[0] * buffer.dtype.bytes + 1)
 
     def _lane_ranges(self) -> dict:
         return {sym: (0, self.abi.kernel.threads - 1) for sym in self.b.lane_symbols}
@@ -339,7 +359,8 @@ class GlobalAccess:
         """A tile whose voffsets may wrap: mask every dim by compare (dim 0 included), so lanes outside
         the tensor get OUT_OF_RANGE_OFFSET and lanes inside it, all below BUFFER_REACH from the
         origin when the whole tensor is, compute exact offsets (32-bit arithmetic wraps only past it)."""
-        if buffer.spec.nbytes > BUFFER_REACH:
+        nbytes = buffer.spec.nbytes  # of T.dynamic sizes: below BUFFER_REACH, which the launch checks
+        if isinstance(nbytes, int) and nbytes > BUFFER_REACH:
             raise CompileError(
                 f"a tile of {buffer.name} spans more than {BUFFER_REACH >> 30} GiB per lane offset "
                 f"({lane} bytes) in a tensor of {buffer.spec.nbytes} bytes: 32-bit buffer offsets cannot "

@@ -57,6 +57,8 @@ class Param:
     dtype: DType
     buffer: Buffer | None = None  # tensors
     symbol: sympy.Symbol | None = None  # scalars: the runtime value, usable in index math
+    # a dynamic size (T.dynamic): the launch passes tensor parameter `size_of[0]`.shape[size_of[1]] // size_of[2]
+    size_of: tuple | None = None
 
 
 @dataclass(eq=False)

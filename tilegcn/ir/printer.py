@@ -89,6 +89,10 @@ def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
             b = p.buffer
             out.append(f"  param {p.name}: tensor<{b.dtype.name}> shape={b.shape} strides={b.spec.strides}"
                        f" aligned16={b.spec.aligned16}")
+        elif p.size_of is not None:
+            tensor, axis, divisor = p.size_of
+            out.append(f"  param {p.name}: dynamic size {p.symbol} = {tensor}.shape[{axis}]"
+                       + (f" / {divisor}" if divisor != 1 else ""))
         else:
             out.append(f"  param {p.name}: scalar<{p.dtype.name}>")
     for b in k.buffers:

@@ -5,6 +5,7 @@ from .atomic import atomic_add, atomic_max, atomic_min
 from .builtins import (Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
                        empty, fill, gemm, print, use_swizzle)
 from .control import Persistent, Serial, serial
+from .dynamic import dynamic, symbolic
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
                           min, min_value, rsqrt, sigmoid, sqrt, tanh)
 from .local import alloc_local, alloc_var
@@ -24,4 +25,4 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "atomic_add", "atomic_max", "atomic_min",
            "serial", "Serial", "Persistent", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
            "dtype", "float", "float32", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
-           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "dynamic", "symbolic"]

@@ -85,20 +85,53 @@ def _concrete(value, what: str) -> int:
     value = _integer(value, what)
     if isinstance(value, int):
         return value
+    dynamic = _dynamic_names(value.free_symbols)
+    if dynamic:
+        raise CompileError(f"{what} must be known at compile time, got {_show_sizes(value)}, which depends on the "
+                           f"dynamic size {dynamic[0]} (T.dynamic: known only at launch): use a compile-time block "
+                           f"size instead (a constant such as block_M) and cover {dynamic[0]} with the grid "
+                           f"(T.Kernel(T.ceildiv({dynamic[0]}, block_M))); copies mask the ragged edge. Or drop "
+                           f"T.dynamic to compile per size (docs/refusals.md)")
     names = ", ".join(sorted(str(sym) for sym in value.free_symbols))
     raise CompileError(f"{what} must be known at compile time, got {value}, which depends on {names} "
                        "(block ids, loop variables and runtime scalars are only known on the device)"
                        f"{_runtime_scalar_hint(value)}")
 
 
+def _dynamic_names(symbols) -> list:
+    """The T.dynamic sizes among `symbols`, by the names the user gave them."""
+    return sorted(b.name for b in current().dynamic_sizes.values() if b.symbol in symbols)
+
+
+def _show_sizes(value) -> str:
+    """An expression with each dynamic size's `DIVISOR * M_div16` form written as the user's name M."""
+    names = {b.expr: sympy.Symbol(b.name) for b in current().dynamic_sizes.values()}
+    return str(sympy.sympify(value).subs(names))
+
+
+def dynamic_size_symbols() -> set:
+    """The symbols of the T.dynamic sizes this specialisation binds (runtime values the launch knows)."""
+    return {b.symbol for b in current().dynamic_sizes.values()}
+
+
+def _size(value, what: str):
+    """An int known while tracing, or an expression of T.dynamic sizes only (the launch evaluates it: a grid size, an
+    output's shape); anything else as _concrete refuses it."""
+    value = _integer(value, what)
+    if isinstance(value, int) or not value.free_symbols <= dynamic_size_symbols():
+        return _concrete(value, what)
+    return value
+
+
 def _grid_sizes(grid, threads: int) -> tuple:
-    """Three workgroup counts; each dimension's work-items must fit the dispatch packet's 32-bit grid size."""
-    sizes = [_concrete(g, "the grid size") for g in grid] + [1] * (3 - len(grid))
-    if any(s <= 0 for s in sizes):
+    """Three workgroup counts; each dimension's work-items must fit the dispatch packet's 32-bit grid size (checked
+    at launch for a dimension of T.dynamic sizes)."""
+    sizes = [_size(g, "the grid size") for g in grid] + [1] * (3 - len(grid))
+    if any(isinstance(s, int) and s <= 0 for s in sizes):
         raise CompileError(f"grid {tuple(sizes)} has an empty dimension")
     block = (threads, 1, 1)
     for axis, (n, per) in enumerate(zip(sizes, block)):
-        if n * per > HSA_MAX_GRID_WORKITEMS:
+        if isinstance(n, int) and n * per > HSA_MAX_GRID_WORKITEMS:
             raise CompileError(f"grid {tuple(sizes)} with {threads} threads: dimension {axis} has {n * per} "
                                f"work-items; a dispatch allows at most {HSA_MAX_GRID_WORKITEMS} per dimension")
     return tuple(sizes)
@@ -193,8 +226,8 @@ def empty(shape, dtype):
     if tracer.bodies:
         raise CompileError("T.empty declares an output tensor: call it before `with T.Kernel(...)`", location=loc)
     dims = shape if isinstance(shape, (tuple, list)) else (shape,)
-    shape = tuple(_concrete(s, f"T.empty shape {tuple(dims)}: dimension {axis}") for axis, s in enumerate(dims))
-    if any(s < 0 for s in shape):
+    shape = tuple(_size(s, f"T.empty shape {tuple(dims)}: dimension {axis}") for axis, s in enumerate(dims))
+    if any(isinstance(s, int) and s < 0 for s in shape):
         raise CompileError(f"T.empty shape {shape} has a negative dimension", location=loc)
     spec = contiguous_spec(shape, program_dtype(dtype))
     name = tracer.name_from_source(loc, "out")
@@ -574,6 +607,11 @@ def _whole(buf: N.Buffer) -> N.Region:
 def _hidden_print_output(tracer, buf: N.Buffer, msg: str, loc) -> tuple:
     """Declare the float32 tensor parameter, [gz, gy, gx, *tile] (the grid dims given), that one T.print writes."""
     name = f"__print{len(tracer.prints)}"
+    dynamic = _dynamic_names(set().union(*(sympy.sympify(n).free_symbols for n, _ in tracer.grid_ids)))
+    if dynamic:
+        raise CompileError(f"T.print in a kernel whose grid depends on the dynamic size {dynamic[0]} (T.dynamic): "
+                           "its output holds a tile per workgroup, sized at compile time; drop T.dynamic while "
+                           "debugging with T.print (a compile per size)", location=loc)
     shape = tuple(size for size, _ in reversed(tracer.grid_ids)) + tuple(buf.shape)
     strides = tuple(math.prod(shape[axis + 1:]) for axis in range(len(shape)))
     spec = TensorSpec(float32, shape, strides, True)
@@ -600,6 +638,11 @@ def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True, nu
                            "(or drop it), or swap the roles of bx and by", location=user_location())
     if not enable:
         return
+    dynamic = _dynamic_names(set().union(*(sympy.sympify(n).free_symbols for n, _ in current().grid_ids)))
+    if dynamic:
+        raise CompileError(f"T.use_swizzle: the grid depends on the dynamic size {dynamic[0]} (T.dynamic), and the "
+                           "remap is computed from compile-time grid sizes: drop T.use_swizzle (or pass "
+                           "enable=False), or drop T.dynamic to compile per size", location=user_location())
     sizes = _concrete(panel_size, "T.use_swizzle panel_size"), _concrete(num_xcds, "T.use_swizzle num_xcds")
     current().record(ops.Swizzle(*sizes, loc=user_location()))
 

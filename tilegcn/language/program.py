@@ -19,6 +19,7 @@ import types
 
 from ..errors import ArgumentError, CompileError
 from ..ir.types import as_dtype
+from .dynamic import DynamicSize
 from .tracer import TensorAnnotation, current
 
 
@@ -192,6 +193,25 @@ def _body_tensors(fn) -> tuple:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=256)
+def _body_dynamic_sizes(fn) -> dict:
+    """{variable: size name} for each `M = T.dynamic("m")` (or T.symbolic; `M, N = T.dynamic("m, n")`) at the top of
+    fn's body: the annotations naming those variables have dynamic dims."""
+    node = _function_node(fn)
+    found = {}
+    for stmt in node.body if node is not None else ():
+        value = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if not (isinstance(value, ast.Call) and (_is_named(value.func, "dynamic") or _is_named(value.func, "symbolic"))
+                and value.args and isinstance(value.args[0], ast.Constant) and isinstance(value.args[0].value, str)):
+            continue
+        target = stmt.targets[0]
+        names = [n for n in value.args[0].value.replace(",", " ").split()]
+        variables = [t.id for t in target.elts] if isinstance(target, ast.Tuple) else [getattr(target, "id", None)]
+        if len(variables) == len(names) and None not in variables:
+            found.update(zip(variables, names))
+    return found
+
+
 class EagerProgram:
     """A function in TileLang's eager style: which parameters are tensors, and how to trace it."""
 
@@ -213,6 +233,19 @@ class EagerProgram:
         if "arch" in self.defaults:
             raise ArgumentError(f"tilegcn.jit {fn.__name__}: 'arch' is reserved for the target arch",
                                 location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+
+    def dynamic_dims(self) -> list:
+        """(tensor name, axis, size name) of each annotated dim that is a T.dynamic size (constants aside)."""
+        body = _body_dynamic_sizes(self.fn)
+        found = []
+        for name, dims, _ in self.tensors:
+            for axis, node in enumerate(dims):
+                if isinstance(node, ast.Name) and node.id not in self.defaults:
+                    outer = self.fn.__globals__.get(node.id)
+                    size = body.get(node.id) or (outer.name if isinstance(outer, DynamicSize) else None)
+                    if size is not None:
+                        found.append((name, axis, size))
+        return found
 
     def without_arguments(self, names: list) -> "EagerProgram":
         """This program with the tensors `names` (out_idx's outputs) left out of what a call passes: the tracer makes
@@ -273,7 +306,13 @@ class _EagerCall:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         if isinstance(node, ast.Name):
-            return constants[node.id] if node.id in constants else node.id
+            if node.id in constants:
+                return constants[node.id]
+            dynamic = _body_dynamic_sizes(self.program.fn)
+            if node.id in dynamic:
+                return DynamicSize(dynamic[node.id])
+            outer = self.program.fn.__globals__.get(node.id)  # `M = T.dynamic("M")` at module level
+            return outer if isinstance(outer, DynamicSize) else node.id
         return None
 
     def _dtype(self, node, constants: dict):
@@ -299,7 +338,7 @@ class _EagerCall:
         names = self.program.tensor_names
         sizes = {}
         for (name, dims, _), proxy in zip(self.program.tensors, tensors):
-            for dim, size in zip(dims, proxy.shape):
+            for dim, size in zip(dims, proxy.shape):  # a T.dynamic size's is an index value (BufferProxy.shape)
                 if isinstance(dim, ast.Name) and dim.id not in constants:
                     sizes.setdefault(dim.id, size)
         current().named_sizes = sizes

@@ -109,7 +109,15 @@ class BufferProxy(N.RefusesPythonOperators):
 
     @property
     def shape(self):
-        return self.buffer.shape
+        """The buffer's dims: ints, and for a T.dynamic size an index value (usable in index math and T.ceildiv, but
+        unknown while tracing)."""
+        shape = self.buffer.shape
+        if all(isinstance(n, numbers.Integral) for n in shape):
+            return shape
+        from .dynamic import size_role
+
+        return tuple(n if isinstance(n, numbers.Integral) else IndexProxy(n, (size_role(n),), plain=True)
+                     for n in shape)
 
     @property
     def dtype(self) -> DType:

@@ -24,6 +24,7 @@ from ..errors import _PACKAGE_DIR, ArgumentError, CompileError, ResourceError, T
 from ..ir import nodes as N
 from ..ir.ops import MFMA_ACCUMULATOR, TileOp
 from ..ir.types import TensorSpec, as_dtype, float32, int32
+from .dynamic import DynamicSize, is_symbolic
 from .proxies import BufferProxy, ScalarProxy
 
 _state = threading.local()
@@ -40,8 +41,9 @@ def current() -> "Tracer":
 class TensorAnnotation:
     """`X: T.Tensor(("M", "N"), "bfloat16")`: checked against each call's tensors.
 
-    Dimensions are ints (must match), strings (a named size that must agree across arguments)
-    or None (anything). dtype None accepts any supported dtype.
+    Dimensions are ints (must match), strings (a named size that must agree across arguments),
+    `T.dynamic` sizes (named sizes one compiled kernel serves for every value) or None (anything).
+    dtype None accepts any supported dtype.
     
 
     Example:
@@ -65,6 +67,8 @@ class TensorAnnotation:
             raise ArgumentError(f"tilegcn: argument {name} has {len(spec.shape)} dims {spec.shape}, "
                                 f"the kernel declares {len(self.shape)} {self.shape}")
         for axis, (want, got) in enumerate(zip(self.shape, spec.shape)):
+            if isinstance(want, DynamicSize):
+                want = want.name  # a size that must agree across arguments, like a named one
             if isinstance(want, int) and want != got:
                 raise ArgumentError(f"tilegcn: argument {name} has shape {spec.shape}; "
                                     f"dimension {axis} must be {want}")
@@ -88,6 +92,7 @@ class Tracer:
         self.prints: list = []  # PrintSite per T.print call, in program order (hidden output tensors)
         self.empties: list = []  # the global buffers T.empty declared (outputs if the program returns them)
         self._names: dict[str, int] = {}
+        self.dynamic_sizes: dict = {}  # T.dynamic size name -> language/dynamic.py Binding (this specialisation's)
 
     # -- naming ---------------------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
@@ -186,6 +191,14 @@ def _returned_empties(fn, tracer: Tracer, returned) -> tuple:
     return names
 
 
+def _representative(value) -> int:
+    """An int, or a T.dynamic size's expression at size 2 (or 32 where it is a multiple of 16): a size > 1, where a
+    stride specialised to 0 or too small (language/dynamic.generalise keeps such strides) shows as an overlap."""
+    if isinstance(value, sympy.Basic):
+        return int(value.subs({s: 2 for s in value.free_symbols}))
+    return value
+
+
 def _check_written_tensors(kernel: N.Kernel) -> None:
     """A tensor the kernel writes must not overlap itself (a broadcast view from expand(), a stride-0 dim,
     or rows that share memory): its elements would be written by several threads in no defined order."""
@@ -193,7 +206,8 @@ def _check_written_tensors(kernel: N.Kernel) -> None:
         if dst.scope == N.GLOBAL:
             spec, name = dst.spec, dst.name
             reach = 0  # the furthest element offset the inner dims reach
-            for size, stride in sorted(((n, st) for n, st in zip(spec.shape, spec.strides) if n > 1),
+            dims = [(_representative(n), _representative(st)) for n, st in zip(spec.shape, spec.strides)]
+            for size, stride in sorted(((n, st) for n, st in dims if n > 1),
                                        key=lambda d: d[1]):
                 if stride <= reach:
                     what = "stride 0 (a broadcast view, e.g. from expand())" if stride == 0 else \
@@ -244,7 +258,7 @@ def assembler_symbol(name: str) -> str:
     return f"k_{escaped}_{digest}"
 
 
-def _bind_arguments(fn, args: list, out_idx: tuple = (), constants=()):
+def _bind_arguments(fn, args: list, out_idx: tuple = (), constants=(), dynamic=None):
     """Proxies for the positional parameters, with annotation checks. The parameters at `out_idx` (indices into
     the positional parameters) are outputs the caller does not pass: each is made from its annotation."""
     sig = inspect.signature(fn)
@@ -286,7 +300,22 @@ def _bind_arguments(fn, args: list, out_idx: tuple = (), constants=()):
         params.insert(index, N.Param(p.name, "tensor", spec.dtype, buffer=buf))
         buffers.append(buf)
         proxies[index] = BufferProxy(buf)
+    params += _dynamic_size_params(fn, params, dynamic or {})
     return params, buffers, proxies
+
+
+def _dynamic_size_params(fn, params: list, dynamic: dict) -> list:
+    """One runtime int32 parameter per dynamic size (language/dynamic.py's Binding), after every other parameter: the
+    launch passes its value, read from the tensor's shape."""
+    taken = {p.name for p in params}
+    out = []
+    for b in dynamic.values():
+        if b.name in taken:
+            raise ArgumentError(f"tilegcn: {fn.__name__}: the dynamic size {b.name} has the name of a parameter; name "
+                                f"it otherwise (T.dynamic(\"{b.name}_size\"))",
+                                location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+        out.append(N.Param(b.name, "scalar", int32, symbol=b.symbol, size_of=(b.tensor, b.axis, b.divisor)))
+    return out
 
 
 class _Output:
@@ -316,9 +345,11 @@ def _output_spec(fn, p, sizes: dict) -> TensorSpec:
                             "argument (drop it from out_idx)", location=where)
     shape = []
     for axis, dim in enumerate(annotation.shape):
+        if isinstance(dim, DynamicSize):
+            dim = dim.name
         if isinstance(dim, str) and dim in sizes:
             dim = sizes[dim][0]
-        if not isinstance(dim, int):
+        if not isinstance(dim, int) and not is_symbolic(dim):
             raise ArgumentError(f"tilegcn.jit(out_idx=...): dimension {axis} of output {p.name} ({dim!r}) is not "
                                 "known from the inputs: give it as an int, or as a size name that an input's "
                                 "annotation also uses", location=where)
@@ -326,8 +357,9 @@ def _output_spec(fn, p, sizes: dict) -> TensorSpec:
     return contiguous_spec(tuple(shape), annotation.dtype)
 
 
-def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = ()) -> N.Kernel:
-    """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`.
+def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = (), dynamic=None) -> N.Kernel:
+    """Run `fn` on proxies for `args` (TensorSpec or int/float) with keyword `constants`; `dynamic` binds the
+    T.dynamic sizes (language/dynamic.py's bind_sizes) that `args`' shapes hold as expressions.
 
     The jit calls it for you; the traced tile IR is what a CompiledKernel's `.ir` shows, before lowering.
 
@@ -337,11 +369,16 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = ()) -> N.
     print(double.compile(x, y).ir)       # the tile IR that T.trace recorded (and the passes rewrote)
     ```
     """
-    params, buffers, proxies = _bind_arguments(fn, args, out_idx, constants)
     tracer = Tracer(fn.__name__)
+    tracer.dynamic_sizes = dict(dynamic or {})
+    previous = getattr(_state, "tracer", None)
+    _state.tracer = tracer  # the annotation check and the output shapes read the dynamic sizes' expressions
+    try:
+        params, buffers, proxies = _bind_arguments(fn, args, out_idx, constants, tracer.dynamic_sizes)
+    finally:
+        _state.tracer = previous
     tracer.params, tracer.buffers = params, list(buffers)
     tracer.arch = arch
-    previous = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:
         from .flow import rewritten  # device if / while / range, and / or / not on device values

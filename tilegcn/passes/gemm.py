@@ -30,7 +30,7 @@ from ..amdgcn.abi import WORKITEM_ID
 from ..amdgcn.addr import linear_form, split_const
 from ..amdgcn.isa import M0, VCC, Inst, Reg
 from ..amdgcn.waitcnt import lds_tag
-from ..amdgcn.memory import access_width, masked_dims
+from ..amdgcn.memory import access_width, masked_dims, provably_multiple
 from ..amdgcn.symcache import memo
 from ..errors import CompileError
 from ..ir import nodes as N
@@ -182,7 +182,13 @@ def _misalignment(src: N.Buffer) -> str:
     if not src.spec.aligned16:
         return ("its data pointer is not 16-byte aligned (a view that starts inside a row, such as "
                 "A[:, 1:]), and T.gemm operands are read in 16-byte pieces; pass a copy (.clone())")
-    stride = next((st for st in src.spec.strides[:-1] if st * src.dtype.bytes % 4), src.shape[-1])
+    stride = next((st for st in src.spec.strides[:-1] if not provably_multiple(st * src.dtype.bytes, 4)),
+                  src.shape[-1])
+    if not isinstance(stride, int):  # of T.dynamic sizes, not multiples of 16 in this call's class
+        return (f"its rows of {stride} {src.dtype.name} elements (a dynamic size, T.dynamic) are not known to be "
+                "4-byte aligned, and T.gemm reads its operands in 4- to 16-byte pieces: this call's size is not a "
+                "multiple of 16 (sizes that are compile a kernel of their own); pad that size to a multiple of 16, or "
+                "drop T.dynamic for it")
     if stride == src.shape[-1]:
         return f"rows of {stride} {src.dtype.name} elements are not 4-byte aligned: T.gemm needs an even row length"
     return (f"its row stride of {stride} {src.dtype.name} elements is odd (a view into a wider tensor); "

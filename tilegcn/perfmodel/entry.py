@@ -7,6 +7,7 @@ import re
 import torch
 
 from ..amdgcn.arch import TIMING
+from ..errors import ArgumentError
 from ..ir.types import DTYPES
 from ..runtime.emulator import load
 from .grid import estimate
@@ -33,6 +34,10 @@ def entry_args(entry) -> list:
 
 def estimate_entry(entry, device=None, **options):
     meta = entry.meta
+    if any(isinstance(g, str) for g in meta.get("grid", ())):  # a grid of T.dynamic sizes: no shape to estimate at
+        raise ArgumentError(f"kernel {meta.get('name')} has dynamic sizes (T.dynamic; grid {meta['grid']}), so its "
+                            "entry records no shape to estimate it at: estimate it from Python with "
+                            "CompiledKernel.estimate(args=...) on tensors of the sizes you want", location="")
     module = load(entry.hsaco_path, arch=meta["arch"])
     return estimate(module, meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
                     device=device or TIMING[meta["arch"]].device, **options)
