@@ -138,6 +138,22 @@ v_mfma_f32_32x32x8_{bf16,f16}              mfma     D.av16 U.v2 U.v2 U.avi16 -  
 v_mfma_f32_16x16x16_{bf16,f16}             mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
 v_mfma_f32_32x32x16_{bf16,f16}             mfma     D.av16 U.v4 U.v4 U.avi16 -                 xdl      gfx950
 v_mfma_f32_16x16x32_{bf16,f16}             mfma     D.av4 U.v4 U.v4 U.avi4   -                 xdl      gfx950
+# MFMAs only the emulated device runs (issue 22: other compilers' int8 / fp8 / fp32 / MX kernels; arch.LowpMfma)
+v_mfma_f32_32x32x2_f32                     mfma     D.av16 U.v U.v U.avi16   -                 xdl      *
+v_mfma_f32_16x16x4_f32                     mfma     D.av4 U.v U.v U.avi4     -                 xdl      *
+v_mfma_i32_32x32x16_i8                     mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      *
+v_mfma_i32_16x16x32_i8                     mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
+v_mfma_f32_32x32x16_{fp8,bf8}_{fp8,bf8}    mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      *
+v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8}    mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
+v_mfma_f32_32x32x4_xf32                    mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      gfx942
+v_mfma_f32_16x16x8_xf32                    mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      gfx942
+v_mfma_i32_32x32x32_i8                     mfma     D.av16 U.v4 U.v4 U.avi16 -                 xdl      gfx950
+v_mfma_i32_16x16x64_i8                     mfma     D.av4 U.v4 U.v4 U.avi4   -                 xdl      gfx950
+v_mfma_f32_32x32x64_f8f6f4                 mfma     D.av16 U.v8 U.v8 U.avi16 -                 xdl      gfx950
+v_mfma_f32_16x16x128_f8f6f4                mfma     D.av4 U.v8 U.v8 U.avi4   -                 xdl      gfx950
+v_mfma_scale_f32_32x32x64_f8f6f4           mfma     D.av16 U.v8 U.v8 U.avi16 U.vs U.vs - xdl     gfx950
+v_mfma_scale_f32_16x16x128_f8f6f4          mfma     D.av4 U.v8 U.v8 U.avi4 U.vs U.vs -   xdl      gfx950
+v_bitop3_b16                               valu     D.v U.vsi U.vsi U.vsi    -                 valu     gfx950
 """
 
 _MEMORY = """

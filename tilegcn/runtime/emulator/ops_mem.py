@@ -508,7 +508,9 @@ def _ds(ins, b, index):
         wg_base = m.lds_base[g.sel].view(-1, 1)
         firsts = []
         for k, off in enumerate(offsets):
-            addr = base_addr + off
+            # the 32-bit sum wraps: LLVM folds a constant into the offset field whatever the sign of the base
+            # (AMDGPUDAGToDAGISel::isDSOffsetLegal on CI and later), as Triton's masked fills of LDS rely on
+            addr = (base_addr + off) & 0xFFFFFFFF
             bad = addr + size > m.lds_size
             if ex is not None:
                 bad &= ex

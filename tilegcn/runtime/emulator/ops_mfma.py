@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .decode import Const
+from ...amdgcn.arch import f8f6f4_passes
+from . import mfma_lowp
+from .decode import Const, Reg
 from .program import BindError, Handler
 from .state import Fault
 
@@ -37,6 +39,9 @@ def build_mfma(ins, b, index):
     if _mfma is None:
         raise BindError("MFMA support (tilegcn/runtime/emulator/mfma.py) is not available")
     ctx = b.ctx
+    lowp = mfma_lowp.lookup(ins.base, ctx.arch)
+    if lowp is not None:
+        return _build_lowp(ins, b, index, lowp)
     try:
         info = _mfma.shape_of(ins.base, arch=ctx.arch.name)
     except TypeError:
@@ -86,3 +91,79 @@ def build_mfma(ins, b, index):
         g.wvs(dst, D.view(torch.int32).permute(2, 0, 1), mask=None)
         g.mfma_recs.append([g.t, dst_set, dst_range, info.passes, g.pc - 1, None])
     return Handler(ins, index, run, "mfma", b, mfma=meta)
+
+
+def _scale_byte_selects(ins) -> tuple:
+    """(A, B) byte of the scale registers a v_mfma_scale reads: op_sel[i] is bit 0, op_sel_hi[i] bit 1 (llc 22
+    prints opsel 1 as op_sel:[1,..], 2 as op_sel_hi:[1,..], 3 as both)."""
+    lo = ins.mods.get("op_sel", (0, 0, 0))
+    hi = ins.mods.get("op_sel_hi", (0, 0, 0))
+    return lo[0] | hi[0] << 1, lo[1] | hi[1] << 1
+
+
+def _check_lowp_mods(ins, info):
+    allowed = {"cbsz", "blgp"} if info.a_type == "f8f6f4" else set()
+    if info.scaled:
+        allowed |= {"op_sel", "op_sel_hi"}
+    for k, v in ins.mods.items():
+        if k in allowed or (k in ("cbsz", "abid", "blgp") and v == 0):
+            continue
+        raise BindError(f"MFMA modifier {k}:{v} is not modelled on {ins.base}")
+    if info.scaled and ins.mods.get("op_sel", (0, 0, 0))[2] | ins.mods.get("op_sel_hi", (0, 0, 0))[2]:
+        raise BindError(f"{ins.base}: op_sel of srcC is not modelled")
+
+
+def _build_lowp(ins, b, index, info):
+    """An int8 / fp8 / fp32 / xf32 / f8f6f4 MFMA (mfma_lowp.py), scaled or not."""
+    _check_lowp_mods(ins, info)
+    arch = b.ctx.arch
+    a_fmt, b_fmt = mfma_lowp.formats(info, ins.mods.get("cbsz", 0), ins.mods.get("blgp", 0))
+    na, nb = mfma_lowp.operand_regs(info, "a", a_fmt), mfma_lowp.operand_regs(info, "b", b_fmt)
+    nd = mfma_lowp.acc_regs(info)
+    passes = f8f6f4_passes(info, ins.mods.get("cbsz", 0), ins.mods.get("blgp", 0)) if info.a_type == "f8f6f4" \
+        else info.passes
+    key = passes if info.xdl else ("smfma", passes)
+    ops = ins.operands
+    if len(ops) != (6 if info.scaled else 4):
+        raise BindError("expected vdst, srcA, srcB, srcC" + (", scale A, scale B" if info.scaled else ""))
+    dst = b.vdst(ops[0], nd, "vdst")
+    a = b.vsrc_index(ops[1], na, "srcA")
+    bb = b.vsrc_index(ops[2], nb, "srcB")
+    if isinstance(ops[3], Const):
+        c_bits = torch.tensor(ops[3].bits, dtype=torch.int64).to(torch.int32)
+        c = None
+    else:
+        c = b.vsrc_index(ops[3], nd, "srcC")
+        c_bits = None
+    scale_readers, scale_regs = None, frozenset()
+    if info.scaled:
+        scale_readers = (b.src(ops[4], float_mods=False, what="scale A"),
+                         b.src(ops[5], float_mods=False, what="scale B"))
+        scale_regs = frozenset(b.vsrc_index(op, 1, "scale") for op in ops[4:6]
+                               if isinstance(op, Reg) and op.kind in "va")
+    sel_a, sel_b = _scale_byte_selects(ins) if info.scaled else (0, 0)
+    ab = frozenset(range(a, a + na)) | frozenset(range(bb, bb + nb))
+    cset = frozenset(range(c, c + nd)) if c is not None else frozenset()
+    meta = MfmaOperands(ab, cset, (c, nd) if c is not None else None, ab | cset | scale_regs, key)
+    dst_set, dst_range = frozenset(range(dst, dst + nd)), (dst, nd)
+    arch_name = arch.name
+
+    def scale(read, g, byte):
+        bits = read(g).expand(g.n, 64)
+        return mfma_lowp.decode_e8m0((bits >> (8 * byte)) & 0xFF)
+
+    def run(g):
+        ex = g.exec_mask()
+        if ex is not None and not bool(ex.all()):
+            raise Fault("MFMA with EXEC not all ones is not modelled (the ISA guides used do not define it)")
+        A = g.rvs(a, na).permute(1, 2, 0)
+        B = g.rvs(bb, nb).permute(1, 2, 0)
+        C = g.rvs(c, nd).permute(1, 2, 0) if c is not None else c_bits.to(g.m.device).expand(g.n, 64, nd)
+        sa = sb = None
+        if scale_readers is not None:
+            sa, sb = scale(scale_readers[0], g, sel_a), scale(scale_readers[1], g, sel_b)
+        D = mfma_lowp.execute(info, arch_name, A, B, C, a_fmt, b_fmt, sa, sb)
+        g.wvs(dst, D.permute(2, 0, 1), mask=None)
+        g.mfma_recs.append([g.t, dst_set, dst_range, key, g.pc - 1, None])
+    return Handler(ins, index, run, "mfma", b, mfma=meta)
+

@@ -511,10 +511,13 @@ def _pk_int(ins, b, index):
 
 # ---- CDNA4 -----------------------------------------------------------------------------------------------------
 def _bitop3(ins, b, index):
-    """v_bitop3_b32: bit i of D is bit ((S0[i] << 2) | (S1[i] << 1) | S2[i]) of the 8-bit truth table."""
+    """v_bitop3_b32 / _b16: bit i of D is bit ((S0[i] << 2) | (S1[i] << 1) | S2[i]) of the 8-bit truth table (llc
+    22 selects bitop3:0xf8 for `a | (b & c)`). The b16 form writes the low half and clears the high one, as the
+    other 16-bit VALU ops without op_sel here."""
     _expect(ins, 4)
     _no_mods(ins, ("bitop3",))
     table = int(ins.mods.get("bitop3", 0))
+    half = ins.base == "v_bitop3_b16"
     dst = b.vdst(ins.operands[0])
     s0, s1, s2 = (b.src(op, float_mods=False) for op in ins.operands[1:])
 
@@ -524,7 +527,7 @@ def _bitop3(ins, b, index):
         for k in range(8):  # minterm k contributes where (S0, S1, S2) bits equal k's bits
             if (table >> k) & 1:
                 out = out | ((a if k & 4 else ~a) & (c if k & 2 else ~c) & (d if k & 1 else ~d))
-        g.wv(dst, out)
+        g.wv(dst, out & 0xFFFF if half else out)
     return Handler(ins, index, run, "valu", b)
 
 
@@ -618,7 +621,7 @@ def build_vext(ins, b, index):
         return _cvt_pk_u8(ins, b, index)
     if base in PK_INT:
         return _pk_int(ins, b, index)
-    if base == "v_bitop3_b32":
+    if base in ("v_bitop3_b32", "v_bitop3_b16"):
         return _bitop3(ins, b, index)
     if base in ("v_maximum3_f32", "v_minimum3_f32"):
         return _minmax3(ins, b, index)
