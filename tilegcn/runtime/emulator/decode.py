@@ -246,7 +246,13 @@ def parse_asm(asm: str):
             operands.append(parse_operand(piece))
             continue
         # the last piece: its operand (if the instruction has one), then space-separated modifiers;
-        # an operand itself never contains a space
+        # an operand itself never contains a space, but for hwreg(NAME, offset, size) (s_getreg_b32's source)
+        if piece.startswith("hwreg(") and ")" in piece:
+            end = piece.index(")") + 1
+            operands.append(parse_operand(piece[:end]))
+            for tok in piece[end:].split():
+                _parse_modifier(tok, mods)
+            continue
         toks = piece.split()
         try:
             operands.append(parse_operand(toks[0]))
