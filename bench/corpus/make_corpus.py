@@ -227,20 +227,21 @@ def matmul_lowp_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK:
 
 @triton.jit
 def dot_scaled_kernel(a, a_scale, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      FMT: tl.constexpr, PACK: tl.constexpr):
-    """MX matmul: A [M, K/PACK] and B^T [N, K/PACK] hold FMT elements (PACK per byte: 2 for e2m1), with one E8M0
-    scale byte per 32 elements of K in a_scale [M, K/32] / b_scale [N, K/32]; C [M, N] fp32."""
+                      FMT_A: tl.constexpr, FMT_B: tl.constexpr, PACK_A: tl.constexpr, PACK_B: tl.constexpr):
+    """MX matmul: A [M, K/PACK_A] and B^T [N, K/PACK_B] hold FMT_A / FMT_B elements (PACK per byte: 2 for e2m1),
+    with one E8M0 scale byte per 32 elements of K in a_scale [M, K/32] / b_scale [N, K/32]; C [M, N] fp32."""
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rkp = tl.arange(0, BK // PACK)
+    rka = tl.arange(0, BK // PACK_A)
+    rkb = tl.arange(0, BK // PACK_B)
     rks = tl.arange(0, BK // 32)
     acc = tl.zeros([BM, BN], dtype=tl.float32)
     for k0 in range(0, K, BK):
-        at = tl.load(a + rm[:, None] * (K // PACK) + (k0 // PACK + rkp)[None, :])
-        bt = tl.load(b + rn[:, None] * (K // PACK) + (k0 // PACK + rkp)[None, :])
+        at = tl.load(a + rm[:, None] * (K // PACK_A) + (k0 // PACK_A + rka)[None, :])
+        bt = tl.load(b + rn[:, None] * (K // PACK_B) + (k0 // PACK_B + rkb)[None, :])
         sa = tl.load(a_scale + rm[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
         sb = tl.load(b_scale + rn[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
-        acc = tl.dot_scaled(at, sa, FMT, tl.trans(bt), sb, FMT, acc)
+        acc = tl.dot_scaled(at, sa, FMT_A, tl.trans(bt), sb, FMT_B, acc)
     tl.store(c + rm[:, None] * N + rn[None, :], acc)
 
 
@@ -390,22 +391,32 @@ def lowp_corpus(arch):
         entries.append(matmul("matmul_xf32", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn",
                               False, "tf32", 32, 32, "matmul_xf32", (1e-4, 1e-5)))
     if arch == "gfx950":
-        for name, fmt, pack, nonkdim, bk in (("dot_scaled_mxfp8", "e4m3", 1, 32, 128),
-                                              ("dot_scaled_mxfp8_16", "e4m3", 1, 16, 128),
-                                              ("dot_scaled_mxfp4", "e2m1", 2, 16, 256),
-                                              ("dot_scaled_mxfp4_32", "e2m1", 2, 32, 256)):
-            el = ("uint8", "randbyte") if pack == 2 else (e4[1], "randn")
-            sig = {"a": "*u8" if pack == 2 else f"*{e4[0]}", "a_scale": "*u8",
-                   "b": "*u8" if pack == 2 else f"*{e4[0]}", "b_scale": "*u8", "c": "*fp32",
-                   "M": "i32", "N": "i32", "K": "i32"}
+        # (name, A format, B format, matrix_instr_nonkdim, BK): both MFMA sizes for each format, and a mixed pair
+        # (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
+        for name, fa, fb, nonkdim, bk in (("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128),
+                                          ("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128),
+                                          ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256),
+                                          ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
+                                          ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
+                                          ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)):
             Ms, Ns, Ks = 32, 64, 512
+
+            def operand(fmt, rows):
+                pack = 2 if fmt == "e2m1" else 1
+                sig = "*u8" if pack == 2 else f"*{e4[0]}"
+                el = ("uint8", "randbyte") if pack == 2 else (e4[1], "randn")
+                return pack, sig, T([rows, Ks // pack], el[0], el[1])
+
+            pa, sig_a, ta = operand(fa, Ms)
+            pb, sig_b, tb = operand(fb, Ns)
+            sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32",
+                   "M": "i32", "N": "i32", "K": "i32"}
             entries.append((name, dot_scaled_kernel, sig,
-                            {"BM": 32, "BN": 32, "BK": bk, "FMT": fmt, "PACK": pack},
+                            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
                             {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
-                            [T([Ms, Ks // pack], el[0], el[1]), T([Ms, Ks // 32], "uint8", "e8m0"),
-                             T([Ns, Ks // pack], el[0], el[1]), T([Ns, Ks // 32], "uint8", "e8m0"),
+                            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
                              T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
-                            f"dot_scaled_{fmt}", (1e-4, 1e-5)))
+                            f"dot_scaled_{fa}_{fb}", (1e-4, 1e-5)))
     return entries
 
 

@@ -178,9 +178,13 @@ def _dot_scaled(a_vals, a_scale, b_vals, b_scale):
     return {"c": torch.from_numpy((a_vals * sa) @ (b_vals * sb).T).float()}
 
 
-def dot_scaled_e4m3(a, a_scale, b, b_scale, **_):
-    return _dot_scaled(a.double().numpy(), a_scale, b.double().numpy(), b_scale)
+def _mx_values(x):
+    return decode_e2m1(x) if x.dtype == torch.uint8 else x.double().numpy()
 
 
-def dot_scaled_e2m1(a, a_scale, b, b_scale, **_):
-    return _dot_scaled(decode_e2m1(a), a_scale, decode_e2m1(b), b_scale)
+def _dot_scaled_any(a, a_scale, b, b_scale, **_):
+    """A / B as e4m3 (torch's float8) or packed e2m1 (uint8), each block of 32 along K times its scale."""
+    return _dot_scaled(_mx_values(a), a_scale, _mx_values(b), b_scale)
+
+
+dot_scaled_e4m3_e4m3 = dot_scaled_e2m1_e2m1 = dot_scaled_e4m3_e2m1 = dot_scaled_e2m1_e4m3 = _dot_scaled_any
