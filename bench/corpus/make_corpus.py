@@ -416,7 +416,8 @@ def lowp_corpus(arch):
                             {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
                             [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
                              T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
-                            f"dot_scaled_{fa}_{fb}", (1e-4, 1e-5)))
+                            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
+                            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5)))
     return entries
 
 
