@@ -100,6 +100,7 @@ def _to_8bit(ins, b, index, fmt):
     if any(sel[:3]):
         raise BindError("op_sel on the sources of a scaled conversion is not modelled")
     dst = b.vdst(ins.operands[0])
+    b.vsrc_index(ins.operands[0], 1, "vdst (its other half is kept)")
     s0, s1, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
     dtype = _fp8_dtype(b, fmt)
     top = torch.finfo(dtype).max

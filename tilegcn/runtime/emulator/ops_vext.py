@@ -20,6 +20,7 @@ import torch
 
 from .decode import EXEC_LO, VCC_LO, Const, Reg
 from .fpmath import FLT_MIN, f16_bits_to_f32, f32_to_f16_bits, f64_to_f32_odd, fma_f64_odd, flush_denorms
+from .ops_f64 import div_fixup
 from .program import BindError, Handler, as_bits, as_f32, u32
 
 M32 = 0xFFFFFFFF
@@ -344,6 +345,8 @@ F16_OPS = {  # computed in f32 from exact f16 inputs, rounded once to f16
     "v_subrev_f16": (2, lambda a, b: b - a), "v_mul_f16": (2, lambda a, b: a * b),
     "v_max_f16": (2, torch.fmax), "v_min_f16": (2, torch.fmin), "v_fma_f16": (3, _fma16),
     "v_fmac_f16": (3, _fma16),
+    # the special cases of an f16 quotient (LLVM's fdiv half: an f32 reciprocal, then this): exact in f32
+    "v_div_fixup_f16": (3, lambda q, den, num: div_fixup(q, den, num, None, None)),
 }
 U16_OPS = {
     "v_add_u16": (2, lambda a, b: a + b), "v_sub_u16": (2, lambda a, b: a - b),
