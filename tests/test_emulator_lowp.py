@@ -216,3 +216,12 @@ def test_setreg_of_the_rounding_mode_is_refused():
     with pytest.raises(EmulatorError, match="only FP16_OVFL"):
         run_lanes("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 0, 4), 3\nv_mov_b32 v20, v10", [torch.ones(64)],
                   arch="gfx942", block=64)
+
+
+def test_fp6_operands_are_refused_with_the_reason():
+    """No compiler's code object shows how 32 six-bit values fill 6 VGPRs: the emulator says so instead of guessing."""
+    from asm.emukit import module
+    mod = module("v_mfma_f32_32x32x64_f8f6f4 v[0:15], v[16:21], v[24:29], 0 cbsz:2 blgp:2\ns_endpgm", arch="gfx950",
+                 vgprs=32)
+    with pytest.raises(EmulatorError, match="fp6 operands .* not modelled"):
+        mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(4)])

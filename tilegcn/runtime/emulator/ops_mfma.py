@@ -1,10 +1,12 @@
 """MFMA instructions: operand fetch (VGPR or AGPR ranges), legality per arch, EXEC, hazard metadata.
 
-The arithmetic and the register layouts live in `mfma.py` (shape_of / execute). Here we only find the
-registers: srcA/srcB are a_regs consecutive VGPRs or AGPRs, srcC and vdst d_regs consecutive ones
-(srcC may also be an inline constant). The broadcast controls cbsz/abid/blgp and neg modifiers are
-refused. EXEC must have every lane on: the guides used here do not say what a partially masked MFMA
-does, so a partial EXEC is an EmulatorError rather than a guess.
+The arithmetic and the register layouts live in `mfma.py` (shape_of / execute) for tilegcn's bf16 / f16 MFMAs and in
+`mfma_lowp.py` for the int8 / fp8 / fp32 / xf32 / f8f6f4 ones of other compilers' code (`_build_lowp` binds those:
+the formats cbsz / blgp select on the f8f6f4 forms, the scale operands and the op_sel bytes of the scaled forms).
+Here we only find the registers: srcA/srcB are consecutive VGPRs or AGPRs, srcC and vdst d_regs consecutive ones
+(srcC may also be an inline constant). The broadcast controls cbsz/abid/blgp (other than the f8f6f4 formats) and
+neg modifiers are refused. EXEC must have every lane on: the guides used here do not say what a partially masked
+MFMA does, so a partial EXEC is an EmulatorError rather than a guess.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ...amdgcn.arch import f8f6f4_passes
+from ...errors import EmulatorError
 from . import mfma_lowp
 from .decode import Const, Reg
 from .program import BindError, Handler
@@ -117,7 +120,15 @@ def _build_lowp(ins, b, index, info):
     """An int8 / fp8 / fp32 / xf32 / f8f6f4 MFMA (mfma_lowp.py), scaled or not."""
     _check_lowp_mods(ins, info)
     arch = b.ctx.arch
-    a_fmt, b_fmt = mfma_lowp.formats(info, ins.mods.get("cbsz", 0), ins.mods.get("blgp", 0))
+    try:
+        a_fmt, b_fmt = mfma_lowp.formats(info, ins.mods.get("cbsz", 0), ins.mods.get("blgp", 0))
+    except EmulatorError as exc:
+        raise BindError(str(exc)) from None
+    six_bit = [f for f in (a_fmt, b_fmt) if mfma_lowp.WIDTH[f] == 6]
+    if six_bit:
+        # their values are the OCP tables', but no code object has shown how 32 six-bit values fill 6 VGPRs
+        raise BindError(f"{six_bit[0]} operands of {ins.base} are not modelled (their register packing is checked "
+                        "against no compiler's code)")
     na, nb = mfma_lowp.operand_regs(info, "a", a_fmt), mfma_lowp.operand_regs(info, "b", b_fmt)
     nd = mfma_lowp.acc_regs(info)
     passes = f8f6f4_passes(info, ins.mods.get("cbsz", 0), ins.mods.get("blgp", 0)) if info.a_type == "f8f6f4" \
