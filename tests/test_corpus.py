@@ -2,7 +2,9 @@
 for gfx942 and gfx950, built by bench/corpus/make_corpus.py, run here with hazard checks on against
 torch, with no Triton installed. Triton's matmuls and attention are an implementation of the MFMA operand
 layouts independent of tilegcn's; its kernels take their LDS as dynamic shared memory and read
-tl.num_programs from the hidden kernel arguments."""
+tl.num_programs from the hidden kernel arguments. The low-precision kernels (issue 22: int8, fp8, fp32, xf32
+matmuls, tl.dot_scaled on MX formats, an fp8 cast) are the oracle of the emulator's low-precision MFMA layouts,
+element decodings and block scales: fp8 types from torch, MX scales decoded in numpy (corpus/reference.py)."""
 from __future__ import annotations
 
 import glob

@@ -8,7 +8,9 @@ Every element is decoded exactly (fp8/bf8 through torch's own float8 dtypes, fp6
 and scaled by its lane's 2**(e - 127); the K products are summed in float64, where they are exact, and C added
 before the one rounding to fp32 (or the int32 wrap-around). The hardware sums in its own order in fp32, so
 results may differ from it in the last bits of fp32, never in the layout or the decoding. xf32 operands are
-fp32 values rounded to 10 fraction bits (to nearest even) first.
+fp32 values rounded to 10 fraction bits first, to nearest even: an assumption no outside source checks (the
+ISA guide, LLVM and the calculator do not say how fp32 becomes xf32; truncation would differ by about 1e-3
+relative per product).
 
 Layouts: `tilegcn.amdgcn.mfma_layout.element_location` / `acc_location`, the formulas the calculator data
 and the Triton corpus (tests/corpus) check.
