@@ -225,3 +225,14 @@ def test_fp6_operands_are_refused_with_the_reason():
                  vgprs=32)
     with pytest.raises(EmulatorError, match="fp6 operands .* not modelled"):
         mod.launch("k", (1, 1, 1), (64, 1, 1), [torch.zeros(4)])
+
+
+def test_fp16_ovfl_starts_as_the_descriptor_sets_it():
+    """.amdhsa_fp16_overflow 1 (COMPUTE_PGM_RSRC1 bit 26) starts every wave with MODE.FP16_OVFL set."""
+    from asm.emukit import lane_kernel, build
+    body = "s_getreg_b32 s96, hwreg(HW_REG_MODE, 23, 1)\nv_mov_b32 v20, s96"
+    for flag in (0, 1):
+        mod = build(lane_kernel(body, 1, 1, "gfx950", 64, extra=f"  .amdhsa_fp16_overflow {flag}"), "gfx950")
+        out = torch.zeros(64, dtype=torch.int32)
+        mod.launch("k", grid=(1, 1, 1), block=(64, 1, 1), args=[torch.zeros(64, dtype=torch.int32), out])
+        assert bool((out == flag).all())

@@ -73,13 +73,9 @@ class LowpMfma:
     b_type: str
     acc: str  # "f32" | "i32"
     passes: int  # for f8f6f4: with two 6/4-bit operands; doubled when either is 8-bit
-    xdl: bool = True  # the f32 MFMAs run on the non-XDL pipe (LLVM isXDL false): their own hazard rows
+    # the f32 MFMAs run on the non-XDL pipe (LLVM isXDL false): their hazard rows are keyed ("smfma", passes)
+    xdl: bool = True
     scaled: bool = False  # v_mfma_scale_*: E8M0 scales of A and B in two more operands, op_sel picks the byte
-
-    @property
-    def hazard_key(self):
-        """The key of this MFMA's rows in the arch's hazard tables (XDL rows by passes, non-XDL ones apart)."""
-        return self.passes if self.xdl else ("smfma", self.passes)
 
 
 # element widths of the f8f6f4 formats cbsz / blgp select (CDNA4 ISA guide, MFMA F8F6F4)

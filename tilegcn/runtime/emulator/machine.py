@@ -638,7 +638,8 @@ class Machine:
             if elapsed < need:
                 producer = self.prog.handlers[pc]
                 wave = min(waves) if waves is not None else g.waves[0]
-                raise Fault(f"{why} the result of `{producer.text}` (pc 0x{producer.addr:x}, {passes} passes) after "
+                pipe = f"{passes} passes" if isinstance(passes, int) else f"{passes[1]} passes, non-XDL"
+                raise Fault(f"{why} the result of `{producer.text}` (pc 0x{producer.addr:x}, {pipe}) after "
                             f"{elapsed} wait states; {self.arch.name} needs {need} (add s_nop)", wave, None,
                             "HazardError", global_wave=True)
         g.mfma_recs = keep

@@ -4,8 +4,9 @@ conversions, which read its FP16_OVFL bit (issue 22).
 MODE starts as the kernel descriptor sets it (rounding, denormals, DX10_CLAMP, IEEE: AMDGPUUsage, "Initial
 Kernel Execution State") and lives in a scalar slot of each wave (decode.MODE_SLOT). The emulator's arithmetic
 follows the descriptor's rounding and denormal modes, so a write that changes any field but FP16_OVFL is a
-Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23) makes fp8/bf8 conversions saturate: Triton 3.9
-sets it before every fp32 -> fp8 cast, on gfx942 and gfx950 (tests/corpus/fp8_cast.*.amdgcn).
+Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value is the descriptor's
+.amdhsa_fp16_overflow) makes fp8/bf8 conversions saturate to the largest finite value: Triton 3.9 sets it in every
+kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
 to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
@@ -26,9 +27,11 @@ _MODE_BITS = 32
 
 
 def initial_mode(kd) -> int:
-    """MODE at wave start from the kernel descriptor (FP_ROUND [3:0], FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9])."""
+    """MODE at wave start from the kernel descriptor (FP_ROUND [3:0], FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9],
+    FP16_OVFL [23] from COMPUTE_PGM_RSRC1 bit 26)."""
     return (kd.float_round_mode_32 | kd.float_round_mode_16_64 << 2 | kd.float_denorm_mode_32 << 4
-            | kd.float_denorm_mode_16_64 << 6 | int(kd.dx10_clamp) << 8 | int(kd.ieee_mode) << 9)
+            | kd.float_denorm_mode_16_64 << 6 | int(kd.dx10_clamp) << 8 | int(kd.ieee_mode) << 9
+            | int(kd.fp16_overflow) << FP16_OVFL_BIT)
 
 
 def _field(op, what):
