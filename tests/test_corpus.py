@@ -2,7 +2,9 @@
 for gfx942 and gfx950, built by bench/corpus/make_corpus.py, run here with hazard checks on against
 torch, with no Triton installed. Triton's matmuls and attention are an implementation of the MFMA operand
 layouts independent of tilegcn's; its kernels take their LDS as dynamic shared memory and read
-tl.num_programs from the hidden kernel arguments."""
+tl.num_programs from the hidden kernel arguments. The low-precision kernels (issue 22: int8, fp8, fp32, xf32
+matmuls, tl.dot_scaled on MX formats, an fp8 cast) are the oracle of the emulator's low-precision MFMA layouts,
+element decodings and block scales: fp8 types from torch, MX scales decoded in numpy (corpus/reference.py)."""
 from __future__ import annotations
 
 import glob
@@ -22,6 +24,19 @@ from corpus import reference  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(__file__), "corpus")
 ENTRIES = sorted(glob.glob(os.path.join(CORPUS, "*.json")))
+# kernels only one arch has the instruction for: gfx950 dropped xf32, gfx942 has no scaled (MX) MFMA
+ONE_ARCH = {"matmul_xf32": "gfx942", **{f"dot_scaled_{v}": "gfx950" for v in (
+    "mxfp8", "mxfp8_16", "mxfp4", "mxfp4_32", "mxfp8_mxfp4", "mxfp4_mxfp8_16")}}
+# the non-scaled fp8 conversions (v_cvt_pk_fp8_f32, v_cvt_pk_f32_fp8) are the dtypes part's (issue 20 item 3):
+# these entries pass once that lands on main, and strict xfail says so then
+WAITING_FOR_DTYPES = {"fp8_cast.gfx942": "v_cvt_pk_fp8_f32 / v_cvt_pk_f32_fp8 come with the dtypes part (i20-dtypes)"}
+
+
+def _param(path):
+    stem = os.path.basename(path)[:-5]
+    if stem in WAITING_FOR_DTYPES:
+        return pytest.param(path, id=stem, marks=pytest.mark.xfail(strict=True, reason=WAITING_FOR_DTYPES[stem]))
+    return pytest.param(path, id=stem)
 
 
 def load_entry(path):
@@ -49,7 +64,12 @@ def run_entry(meta, check=True, hsaco=None):
     return named, expected
 
 
-@pytest.mark.parametrize("path", ENTRIES, ids=[os.path.basename(p)[:-5] for p in ENTRIES])
+def _comparable(t):
+    """fp8 tensors compare as their fp32 values (exactly: every fp8 value is one), the others as they are."""
+    return t.float() if t.dtype.is_floating_point and t.element_size() == 1 else t
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in ENTRIES])
 def test_corpus_kernel_matches_torch(path):
     meta = load_entry(path)
     missing = coverage.unsupported(emulator.load(os.path.join(CORPUS, meta["hsaco"])))
@@ -58,7 +78,8 @@ def test_corpus_kernel_matches_torch(path):
     outputs = [s["name"] for s in meta["args"] if s.get("output")]
     assert sorted(outputs) == sorted(expected)
     for name in outputs:
-        torch.testing.assert_close(named[name], expected[name], atol=meta["atol"], rtol=meta["rtol"],
+        assert named[name].dtype == expected[name].dtype, name
+        torch.testing.assert_close(_comparable(named[name]), _comparable(expected[name]), atol=meta["atol"], rtol=meta["rtol"],
                                    msg=lambda m: f"{meta['name']} ({meta['arch']}) output {name}: {m}")
 
 
@@ -66,6 +87,9 @@ def test_corpus_covers_both_arches_and_the_kernel_families():
     metas = [load_entry(p) for p in ENTRIES]
     names = {m["name"] for m in metas}
     for arch in ("gfx942", "gfx950"):
-        assert {m["name"] for m in metas if m["arch"] == arch} == names
-    for family in ("softmax", "layernorm", "rmsnorm", "matmul", "flash_attn", "atomics", "convert", "int_math"):
+        want = {n for n in names if ONE_ARCH.get(n, arch) == arch}
+        assert {m["name"] for m in metas if m["arch"] == arch} == want
+    for family in ("softmax", "layernorm", "rmsnorm", "matmul", "flash_attn", "atomics", "convert", "int_math",
+                   "matmul_i8", "matmul_fp8", "matmul_f32", "matmul_xf32", "dot_scaled_mxfp8", "dot_scaled_mxfp4",
+                   "fp8_cast"):
         assert any(n.startswith(family) for n in names), family

@@ -31,8 +31,7 @@ SLOTS = {"vcc": (106, 107), "exec": (126, 127), "m0": (124,)}
 QUEUE_COUNTER = {"vm": "vm", "ds": "lgkm", "smem": "lgkm", None: ""}
 # Rows llvm-mc checks but the emulator does not model yet (no kernel emits them today; the hazard passes' TRANS class
 # lists them): a row leaves this set when the emulator learns it.
-NOT_EMULATED = {"v_sin_f32", "v_cos_f32", *(f"v_{f}_f16" for f in ("exp", "log", "rcp", "rsq", "sqrt", "sin", "cos")),
-                "v_rcp_f64", "v_rsq_f64", "v_sqrt_f64"}
+NOT_EMULATED = {"v_sin_f32", "v_cos_f32", *(f"v_{f}_f16" for f in ("exp", "log", "rcp", "rsq", "sqrt", "sin", "cos"))}
 
 
 def _modifiers(row) -> str:
@@ -77,6 +76,8 @@ class _Sample:
             return "end"
         if file == "i":
             return "1"
+        if file == "h":
+            return "hwreg(HW_REG_MODE, 23, 1)"
         align = min(slot.dwords, 4) if file == "s" else min(slot.dwords, 2)  # as the assembler demands (gfx90a+)
         first = -(-self.next[file] // align) * align
         self.next[file] = first + slot.dwords
@@ -214,6 +215,9 @@ def _scc_probe(row, init: int, first_out: int) -> tuple:
     operands, value, nxt = [], 3, {"U": 40, "D": 60}
     copies = []
     for slot in row.operands:
+        if slot.files[0] in "hi":  # a hwreg(...) field, an immediate: no register
+            operands.append("hwreg(HW_REG_MODE, 23, 1)" if slot.files[0] == "h" else "1")
+            continue
         access = "D" if slot.writes else "U"
         first = -(-nxt[access] // min(slot.dwords, 2)) * min(slot.dwords, 2)
         nxt[access] = first + slot.dwords

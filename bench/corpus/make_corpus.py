@@ -208,6 +208,53 @@ def grid_info_kernel(out):
                                tl.where(tl.arange(0, 4) == 2, tl.num_programs(2), pid))))
 
 
+@triton.jit
+def matmul_lowp_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                       INT_ACC: tl.constexpr, PRECISION: tl.constexpr):
+    """Row-major A [M, K] @ B [K, N] -> C [M, N] (int32 accumulation for int8, fp32 otherwise); PRECISION is
+    tl.dot's input_precision ("ieee" / "tf32" for fp32 operands)."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.int32 if INT_ACC else tl.float32)
+    for k0 in range(0, K, BK):
+        ka = k0 + rk
+        at = tl.load(a + rm[:, None] * K + ka[None, :], mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+        bt = tl.load(b + ka[:, None] * N + rn[None, :], mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(at, bt, input_precision=PRECISION)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def dot_scaled_kernel(a, a_scale, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      FMT_A: tl.constexpr, FMT_B: tl.constexpr, PACK_A: tl.constexpr, PACK_B: tl.constexpr):
+    """MX matmul: A [M, K/PACK_A] and B^T [N, K/PACK_B] hold FMT_A / FMT_B elements (PACK per byte: 2 for e2m1),
+    with one E8M0 scale byte per 32 elements of K in a_scale [M, K/32] / b_scale [N, K/32]; C [M, N] fp32."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rka = tl.arange(0, BK // PACK_A)
+    rkb = tl.arange(0, BK // PACK_B)
+    rks = tl.arange(0, BK // 32)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        at = tl.load(a + rm[:, None] * (K // PACK_A) + (k0 // PACK_A + rka)[None, :])
+        bt = tl.load(b + rn[:, None] * (K // PACK_B) + (k0 // PACK_B + rkb)[None, :])
+        sa = tl.load(a_scale + rm[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
+        sb = tl.load(b_scale + rn[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
+        acc = tl.dot_scaled(at, sa, FMT_A, tl.trans(bt), sb, FMT_B, acc)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
+def fp8_cast_kernel(x, out_fp8, out_back, n, BLOCK: tl.constexpr):
+    """fp32 -> fp8 (the arch's e4m3) and back to fp32."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    q = tl.load(x + offs, mask=m).to(out_fp8.dtype.element_ty)
+    tl.store(out_fp8 + offs, q, mask=m)
+    tl.store(out_back + offs, q.to(tl.float32), mask=m)
+
+
 # ------------------------------------------------------------------------------------------------------
 # the corpus: kernel, signature, constexprs, one launch with its arguments, reference, tolerance
 # ------------------------------------------------------------------------------------------------------
@@ -301,6 +348,79 @@ def corpus():
     ]
 
 
+# fp8 element types per arch: gfx942 has the "fnuz" encodings (bias 8 / 16, one NaN), gfx950 the OCP ones
+FP8_TYPES = {"gfx942": {"e4m3": ("fp8e4b8", "float8_e4m3fnuz"), "e5m2": ("fp8e5b16", "float8_e5m2fnuz")},
+             "gfx950": {"e4m3": ("fp8e4nv", "float8_e4m3fn"), "e5m2": ("fp8e5", "float8_e5m2")}}
+
+
+def lowp_corpus(arch):
+    """The low-precision kernels for `arch`: int8 / fp8 / fp32 matmuls (matrix_instr_nonkdim picks the 16x16 or
+    32x32 MFMA), tl.dot_scaled (MXFP8 / MXFP4, gfx950 only: gfx942 has no scaled MFMA) and an fp8 cast."""
+    M, N, K = 48, 40, 256  # the matmuls mask M and N tails; K is a multiple of every MFMA's K
+    fp8 = FP8_TYPES[arch]
+    mm_sig = {"a": None, "b": None, "c": None, "M": "i32", "N": "i32", "K": "i32"}
+
+    def matmul(name, a_ty, b_ty, c_ty, a_t, b_t, c_t, init, int_acc, precision, nonkdim, bk, ref, tol):
+        sig = dict(mm_sig, a=f"*{a_ty}", b=f"*{b_ty}", c=f"*{c_ty}")
+        return (name, matmul_lowp_kernel, sig,
+                {"BM": 32, "BN": 32, "BK": bk, "INT_ACC": int_acc, "PRECISION": precision},
+                {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (_cdiv(M, 32), _cdiv(N, 32)),
+                [T([M, K], a_t, init), T([K, N], b_t, init), T([M, N], c_t, "zeros", True), S(M), S(N), S(K)],
+                ref, tol)
+
+    e4, e5 = fp8["e4m3"], fp8["e5m2"]
+    entries = [
+        matmul("matmul_i8", "i8", "i8", "i32", "int8", "int8", "int32", "randint8", True, "ieee", 32, 64,
+               "matmul_int", (0.0, 0.0)),
+        matmul("matmul_i8_16", "i8", "i8", "i32", "int8", "int8", "int32", "randint8", True, "ieee", 16, 128,
+               "matmul_int", (0.0, 0.0)),
+        matmul("matmul_fp8", e4[0], e4[0], "fp32", e4[1], e4[1], "float32", "randn", False, "ieee", 16, 128,
+               "matmul_f32", (1e-4, 1e-5)),
+        matmul("matmul_fp8_bf8", e4[0], e5[0], "fp32", e4[1], e5[1], "float32", "randn", False, "ieee", 32, 64,
+               "matmul_f32", (1e-4, 1e-5)),
+        matmul("matmul_f32", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn", False, "ieee", 32,
+               32, "matmul_f32", (1e-4, 1e-5)),
+        matmul("matmul_f32_16", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn", False, "ieee", 16,
+               32, "matmul_f32", (1e-4, 1e-5)),
+        ("fp8_cast", fp8_cast_kernel, {"x": "*fp32", "out_fp8": f"*{e4[0]}", "out_back": "*fp32", "n": "i32"},
+         {"BLOCK": 256}, {"num_warps": 4}, (4,),
+         [T([1000], "float32", "randn_fp8_range"), T([1000], e4[1], "zeros", True),
+          T([1000], "float32", "zeros", True), S(1000)], "fp8_cast", (0.0, 0.0)),
+    ]
+    if arch == "gfx942":  # xf32 (tf32-like inputs): gfx942 only, gfx950 dropped it
+        entries.append(matmul("matmul_xf32", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn",
+                              False, "tf32", 32, 32, "matmul_xf32", (1e-4, 1e-5)))
+    if arch == "gfx950":
+        # (name, A format, B format, matrix_instr_nonkdim, BK): both MFMA sizes for each format, and a mixed pair
+        # (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
+        for name, fa, fb, nonkdim, bk in (("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128),
+                                          ("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128),
+                                          ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256),
+                                          ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
+                                          ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
+                                          ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)):
+            Ms, Ns, Ks = 32, 64, 512
+
+            def operand(fmt, rows):
+                pack = 2 if fmt == "e2m1" else 1
+                sig = "*u8" if pack == 2 else f"*{e4[0]}"
+                el = ("uint8", "randbyte") if pack == 2 else (e4[1], "randn")
+                return pack, sig, T([rows, Ks // pack], el[0], el[1])
+
+            pa, sig_a, ta = operand(fa, Ms)
+            pb, sig_b, tb = operand(fb, Ns)
+            sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32",
+                   "M": "i32", "N": "i32", "K": "i32"}
+            entries.append((name, dot_scaled_kernel, sig,
+                            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
+                            {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
+                            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
+                             T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
+                            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
+                            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5)))
+    return entries
+
+
 def _arg_names(fn):
     return list(fn.arg_names)
 
@@ -342,10 +462,10 @@ def main(argv=None):
     ap.add_argument("--arch", nargs="*", default=list(ARCHES))
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    for entry in corpus():
-        if a.only and entry[0] not in a.only:
-            continue
-        for arch in a.arch:
+    for arch in a.arch:
+        for entry in corpus() + lowp_corpus(arch):
+            if a.only and entry[0] not in a.only:
+                continue
             try:
                 print("built", build(entry, arch, a.out))
             except Exception as exc:  # report and go on: one kernel must not stop the corpus

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import torch
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32}
+import numpy as np
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32,
+          "int8": torch.int8, "uint8": torch.uint8, "float8_e4m3fnuz": torch.float8_e4m3fnuz,
+          "float8_e5m2fnuz": torch.float8_e5m2fnuz, "float8_e4m3fn": torch.float8_e4m3fn,
+          "float8_e5m2": torch.float8_e5m2}
 
 
 def make_input(spec: dict, gen: torch.Generator) -> torch.Tensor:
@@ -27,6 +32,15 @@ def make_input(spec: dict, gen: torch.Generator) -> torch.Tensor:
         return torch.where(torch.rand(shape, generator=gen) < 0.5, -mag, mag)
     if init == "randint16":
         return torch.randint(0, 16, shape, generator=gen, dtype=torch.int32)
+    if init == "randint8":
+        return torch.randint(-128, 128, shape, generator=gen, dtype=torch.int32).to(dtype)
+    if init == "randbyte":  # packed fp4 pairs: every byte is two finite e2m1 values
+        return torch.randint(0, 256, shape, generator=gen, dtype=torch.int32).to(dtype)
+    if init == "e8m0":  # MX block scales 2**-7 .. 2**7
+        return torch.randint(120, 135, shape, generator=gen, dtype=torch.int32).to(dtype)
+    if init == "randn_fp8_range":  # magnitudes from 1e-3 (fp8 subnormals) to ~150: every e4m3 binade, no overflow
+        mag = torch.exp(torch.empty(shape).uniform_(-7, 5, generator=gen))
+        return torch.where(torch.rand(shape, generator=gen) < 0.5, -mag, mag).to(dtype)
     raise ValueError(f"unknown init {init!r}")
 
 
@@ -115,3 +129,62 @@ def hip_gemm(A, B, alpha, **_):
 
 def hip_flat_lds(inp, **_):
     return {"out": (inp * 2).view(-1, 256).flip(1).reshape(-1)}
+
+
+def matmul_int(a, b, **_):
+    return {"c": (a.long() @ b.long()).int()}
+
+
+def matmul_f32(a, b, **_):
+    return {"c": (a.double() @ b.double()).float()}
+
+
+def _round_to_xf32(x):
+    """fp32 -> the nearest value with 10 fraction bits (ties to even), as fp32: xf32's input precision."""
+    bits = x.view(torch.int32).long()
+    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF
+    return rounded.to(torch.int32).view(torch.float32)
+
+
+def matmul_xf32(a, b, **_):
+    return {"c": (_round_to_xf32(a).double() @ _round_to_xf32(b).double()).float()}
+
+
+def fp8_cast(x, out_fp8, **_):
+    q = x.to(out_fp8.dtype)  # round to nearest even, as torch's own cast
+    return {"out_fp8": q, "out_back": q.float()}
+
+
+# MX (OCP Microscaling) decoding, in numpy so it does not lean on torch's fp4 support
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float64)
+
+
+def decode_e2m1(packed: torch.Tensor) -> np.ndarray:
+    """uint8 [..., n] of two e2m1 values each (element 2i in the low nibble) -> float64 [..., 2n]."""
+    p = packed.numpy().astype(np.int64)
+    nib = np.stack([p & 0xF, p >> 4], axis=-1).reshape(*p.shape[:-1], -1)
+    return np.where(nib & 8, -1.0, 1.0) * E2M1_VALUES[nib & 7]
+
+
+def decode_e8m0(scale: torch.Tensor) -> np.ndarray:
+    """uint8 E8M0 scales -> float64 2**(s - 127) (s = 255 is NaN)."""
+    s = scale.numpy().astype(np.float64)
+    return np.where(s == 255, np.nan, np.exp2(s - 127))
+
+
+def _dot_scaled(a_vals, a_scale, b_vals, b_scale):
+    sa = np.repeat(decode_e8m0(a_scale), 32, axis=1)
+    sb = np.repeat(decode_e8m0(b_scale), 32, axis=1)
+    return {"c": torch.from_numpy((a_vals * sa) @ (b_vals * sb).T).float()}
+
+
+def _mx_values(x):
+    return decode_e2m1(x) if x.dtype == torch.uint8 else x.double().numpy()
+
+
+def _dot_scaled_any(a, a_scale, b, b_scale, **_):
+    """A / B as e4m3 (torch's float8) or packed e2m1 (uint8), each block of 32 along K times its scale."""
+    return _dot_scaled(_mx_values(a), a_scale, _mx_values(b), b_scale)
+
+
+dot_scaled_e4m3_e4m3 = dot_scaled_e2m1_e2m1 = dot_scaled_e4m3_e2m1 = dot_scaled_e2m1_e4m3 = _dot_scaled_any

@@ -56,6 +56,64 @@ class MfmaShape:
 
 
 @dataclass(frozen=True)
+class LowpMfma:
+    """An MFMA the emulated device runs for other compilers' code (issue 22), outside the bf16/f16 shapes tilegcn
+    emits: 8-bit integer, fp8/bf8, fp32 / xf32 and gfx950's f8f6f4 operands.
+
+    Operand layout (the one of MfmaShape, generalised to any element width): kpl = K * M / 64 consecutive k of
+    one row of A (column of B) in one lane, packed from bit 0 of the first register up, lane M * (k // kpl) + i.
+    The f8f6f4 forms take their element format from cbsz (A) / blgp (B): 0 fp8, 1 bf8, 2 fp6, 3 bf6, 4 fp4;
+    their register count follows the width (8 / 6 / 4 VGPRs), and so do their passes (LLVM's hazard recognizer,
+    llc 22: double when either operand is 8-bit)."""
+
+    M: int
+    N: int
+    K: int
+    a_type: str  # "i8", "fp8", "bf8", "f32", "xf32" or "f8f6f4"
+    b_type: str
+    acc: str  # "f32" | "i32"
+    passes: int  # for f8f6f4: with two 6/4-bit operands; doubled when either is 8-bit
+    # the f32 MFMAs run on the non-XDL pipe (LLVM isXDL false): their hazard rows are keyed ("smfma", passes)
+    xdl: bool = True
+    scaled: bool = False  # v_mfma_scale_*: E8M0 scales of A and B in two more operands, op_sel picks the byte
+
+
+# element widths of the f8f6f4 formats cbsz / blgp select (CDNA4 ISA guide, MFMA F8F6F4)
+F8F6F4_FORMATS = {0: ("fp8", 8), 1: ("bf8", 8), 2: ("fp6", 6), 3: ("bf6", 6), 4: ("fp4", 4)}
+
+
+def f8f6f4_passes(mfma: LowpMfma, cbsz: int, blgp: int) -> int:
+    """Passes of an f8f6f4 MFMA for its operand formats: the table's, doubled when either operand is 8-bit."""
+    eight_bit = F8F6F4_FORMATS[cbsz][1] == 8 or F8F6F4_FORMATS[blgp][1] == 8
+    return mfma.passes * (2 if eight_bit else 1)
+
+
+def _lowp_mfmas(gfx950: bool) -> dict:
+    """mnemonic -> LowpMfma; passes from llvm-mca's scheduling model (RThroughput on the XDL pipe) and llc's
+    hazard recognizer (f8f6f4)."""
+    table = {
+        "v_mfma_f32_32x32x2_f32": LowpMfma(32, 32, 2, "f32", "f32", "f32", 16, xdl=False),
+        "v_mfma_f32_16x16x4_f32": LowpMfma(16, 16, 4, "f32", "f32", "f32", 8, xdl=False),
+        "v_mfma_i32_32x32x16_i8": LowpMfma(32, 32, 16, "i8", "i8", "i32", 8),
+        "v_mfma_i32_16x16x32_i8": LowpMfma(16, 16, 32, "i8", "i8", "i32", 4),
+    }
+    for a in ("fp8", "bf8"):
+        for b in ("fp8", "bf8"):
+            table[f"v_mfma_f32_32x32x16_{a}_{b}"] = LowpMfma(32, 32, 16, a, b, "f32", 8)
+            table[f"v_mfma_f32_16x16x32_{a}_{b}"] = LowpMfma(16, 16, 32, a, b, "f32", 4)
+    if not gfx950:  # gfx950 dropped xf32
+        table["v_mfma_f32_32x32x4_xf32"] = LowpMfma(32, 32, 4, "xf32", "xf32", "f32", 8)
+        table["v_mfma_f32_16x16x8_xf32"] = LowpMfma(16, 16, 8, "xf32", "xf32", "f32", 4)
+        return table
+    table["v_mfma_i32_32x32x32_i8"] = LowpMfma(32, 32, 32, "i8", "i8", "i32", 8)
+    table["v_mfma_i32_16x16x64_i8"] = LowpMfma(16, 16, 64, "i8", "i8", "i32", 4)
+    for prefix, scaled in (("v_mfma_f32", False), ("v_mfma_scale_f32", True)):
+        table[f"{prefix}_32x32x64_f8f6f4"] = LowpMfma(32, 32, 64, "f8f6f4", "f8f6f4", "f32", 8, scaled=scaled)
+        table[f"{prefix}_16x16x128_f8f6f4"] = LowpMfma(16, 16, 128, "f8f6f4", "f8f6f4", "f32", 4, scaled=scaled)
+    return table
+
+
+@dataclass(frozen=True)
 class MfmaHazards:
     """Wait states (s_nop N gives N+1) after an MFMA, keyed by the MFMA's pass count."""
 
@@ -142,10 +200,20 @@ class Arch:
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
     # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
     simds_per_cu: int = 4
-    # the fp8 / bf8 encodings of v_cvt_pk_fp8_f32, v_cvt_f32_fp8, ... (and the fp8 MFMAs): gfx942 reads the bytes as
-    # the "fnuz" formats (CDNA3 ISA guide: no inf, no -0, NaN 0x80), gfx950 as the OCP ones (CDNA4 ISA guide)
-    fp8_dtypes: tuple = ("float8_e4m3fnuz", "float8_e5m2fnuz")
+    # the MFMAs only the emulated device runs (issue 22; tilegcn does not emit them), mnemonic -> LowpMfma
+    lowp_mfmas: dict = field(default_factory=dict)
+    # their hazard rows not in mfma_hazards: XDL passes tilegcn's MFMAs do not have, and ("smfma", passes) of the
+    # non-XDL f32 MFMAs (llc 22: NumPasses + 2 to a read on both arches, no gfx950 extra)
+    lowp_mfma_hazards: MfmaHazards | None = None
+    # torch dtype names of the fp8 / bf8 encodings of the arch's MFMAs and conversions: the FNUZ ones (bias 8 / 16,
+    # one NaN 0x80, no inf) on gfx942, the OCP ones on gfx950
+    fp8_formats: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def fp8_dtypes(self) -> tuple:
+        """The tile-language dtype names of the arch's fp8 formats, (e4m3, e5m2): fp8_formats' values."""
+        return (self.fp8_formats["fp8"], self.fp8_formats["bf8"])
 
     def acc_fill_mfmas(self) -> tuple:
         """(MFMA name, its shape) that fill a whole accumulator tuple with an inline constant c: D = 0 * 0 + c
@@ -157,6 +225,22 @@ class Arch:
             if shape.d_regs not in best or shape.passes < best[shape.d_regs].passes:
                 best[shape.d_regs] = shape
         return tuple((s.name(dtype), s) for _, s in sorted(best.items(), reverse=True))
+
+    @property
+    def every_mfma_hazard(self) -> MfmaHazards:
+        """mfma_hazards with the rows of lowp_mfma_hazards added: the emulated device's table, for any MFMA it runs
+        (tilegcn's compiler reads mfma_hazards alone, for the MFMAs it emits)."""
+        extra = self.lowp_mfma_hazards
+        if extra is None:
+            return self.mfma_hazards
+        hz = self.mfma_hazards
+        return MfmaHazards(
+            vdst_to_read={**hz.vdst_to_read, **extra.vdst_to_read},
+            vdst_to_srcc_overlap={**hz.vdst_to_srcc_overlap, **extra.vdst_to_srcc_overlap},
+            valu_write_to_mfma_src=hz.valu_write_to_mfma_src,
+            vdst_to_valu_write={**hz.vdst_to_valu_write, **extra.vdst_to_valu_write},
+            srcc_to_valu_write={**hz.srcc_to_valu_write, **extra.srcc_to_valu_write},
+        )
 
     def register_alignment(self, file: str, count: int) -> int:
         """The alignment the ISA requires of a `count`-register tuple in register file `file` ("v", "a", "s")."""
@@ -250,6 +334,15 @@ GFX942 = Arch(
     has_ieee_maximum3=False,
     peak_bf16_tflops=1307.0,
     hbm_tbps=5.3,
+    lowp_mfmas=_lowp_mfmas(gfx950=False),
+    lowp_mfma_hazards=MfmaHazards(
+        vdst_to_read={("smfma", 8): 10, ("smfma", 16): 18},
+        vdst_to_srcc_overlap={("smfma", 8): 8, ("smfma", 16): 16},
+        valu_write_to_mfma_src=2,
+        vdst_to_valu_write={("smfma", 8): 10, ("smfma", 16): 18},
+        srcc_to_valu_write={("smfma", 8): 0, ("smfma", 16): 0},
+    ),
+    fp8_formats={"fp8": "float8_e4m3fnuz", "bf8": "float8_e5m2fnuz"},
     **_COMMON,
 )
 
@@ -274,8 +367,16 @@ GFX950 = Arch(
     has_permlane_swap=True,
     peak_bf16_tflops=2500.0,
     hbm_tbps=8.0,
+    lowp_mfmas=_lowp_mfmas(gfx950=True),
+    lowp_mfma_hazards=MfmaHazards(
+        vdst_to_read={16: 20, ("smfma", 8): 10, ("smfma", 16): 18},
+        vdst_to_srcc_overlap={16: 18, ("smfma", 8): 8, ("smfma", 16): 16},
+        valu_write_to_mfma_src=2,
+        vdst_to_valu_write={16: 20, ("smfma", 8): 10, ("smfma", 16): 18},
+        srcc_to_valu_write={16: 15, ("smfma", 8): 0, ("smfma", 16): 0},
+    ),
+    fp8_formats={"fp8": "float8_e4m3fn", "bf8": "float8_e5m2"},
     has_ds_read_tr_b16=True,
-    fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,
        "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},

@@ -5,8 +5,8 @@ One row per opcode (the text tables below are the data; the code under them only
   - operands, in the order the assembler takes them, each `<access>.<files><dwords>`: access D (written),
     U (read) or X (read and written: both registers of a v_permlane*_swap, the old value of v_writelane's
     destination); files, the first one the usual: v VGPR, a AGPR, s SGPR (vcc/exec/m0 included), i an inline
-    constant or literal, k an immediate field (s_nop's count), l a label; dwords the register width (1 if left
-    out);
+    constant or literal, k an immediate field (s_nop's count), l a label, h a hardware-register field
+    (hwreg(...) of s_setreg / s_getreg); dwords the register width (1 if left out);
   - implicit registers it reads or writes that its operand list does not name: D.scc, U.scc, U.vcc, U.m0,
     U.exec, D.exec ('-': none). Every vector kind also reads EXEC as its lane mask (KINDS: vector);
   - latency class: salu, valu, trans (a transcendental, issued to the TRANS unit: the hazard passes' class),
@@ -76,6 +76,11 @@ s_cselect_b32                              salu     D.s U.si U.si            U.s
 s_cselect_b64                              salu     D.s2 U.si2 U.si2         U.scc             salu     *
 s_cmp_{eq,lg,lt,le,gt,ge}_{u32,i32}        salu     U.si U.si                D.scc             salu     *
 s_and_saveexec_b64                         salu     D.s2 U.si2               U.exec,D.exec,D.scc salu   *
+# only the emulated device runs these (issue 22: other compilers' code)
+s_ff1_i32_b64                              salu     D.s U.si2                -                 salu     *
+s_setreg_imm32_b32                         salu     U.h U.i                  -                 salu     *
+s_setreg_b32                               salu     U.h U.s                  -                 salu     *
+s_getreg_b32                               salu     D.s U.h                  -                 salu     *
 s_load_dword                               smem     D.s U.s2 U.si            -                 smem     *
 s_load_dwordx2                             smem     D.s2 U.s2 U.si           -                 smem     *
 s_load_dwordx4                             smem     D.s4 U.s2 U.si           -                 smem     *
@@ -147,6 +152,45 @@ v_mfma_f32_32x32x8_{bf16,f16}              mfma     D.av16 U.v2 U.v2 U.avi16 -  
 v_mfma_f32_16x16x16_{bf16,f16}             mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
 v_mfma_f32_32x32x16_{bf16,f16}             mfma     D.av16 U.v4 U.v4 U.avi16 -                 xdl      gfx950
 v_mfma_f32_16x16x32_{bf16,f16}             mfma     D.av4 U.v4 U.v4 U.avi4   -                 xdl      gfx950
+# MFMAs only the emulated device runs (issue 22: other compilers' int8 / fp8 / fp32 / MX kernels; arch.LowpMfma)
+# (the f32 ones are no XDL op for LLVM's hazard recognizer: arch.LowpMfma.xdl; their latency class here is the
+# MFMA one all the same)
+v_mfma_f32_32x32x2_f32                     mfma     D.av16 U.v U.v U.avi16   -                 xdl      *
+v_mfma_f32_16x16x4_f32                     mfma     D.av4 U.v U.v U.avi4     -                 xdl      *
+v_mfma_i32_32x32x16_i8                     mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      *
+v_mfma_i32_16x16x32_i8                     mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
+v_mfma_f32_32x32x16_{fp8,bf8}_{fp8,bf8}    mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      *
+v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8}    mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      *
+v_mfma_f32_32x32x4_xf32                    mfma     D.av16 U.v2 U.v2 U.avi16 -                 xdl      gfx942
+v_mfma_f32_16x16x8_xf32                    mfma     D.av4 U.v2 U.v2 U.avi4   -                 xdl      gfx942
+v_mfma_i32_32x32x32_i8                     mfma     D.av16 U.v4 U.v4 U.avi16 -                 xdl      gfx950
+v_mfma_i32_16x16x64_i8                     mfma     D.av4 U.v4 U.v4 U.avi4   -                 xdl      gfx950
+v_mfma_f32_32x32x64_f8f6f4                 mfma     D.av16 U.v8 U.v8 U.avi16 -                 xdl      gfx950
+v_mfma_f32_16x16x128_f8f6f4                mfma     D.av4 U.v8 U.v8 U.avi4   -                 xdl      gfx950
+v_mfma_scale_f32_32x32x64_f8f6f4           mfma     D.av16 U.v8 U.v8 U.avi16 U.vs U.vs - xdl     gfx950
+v_mfma_scale_f32_16x16x128_f8f6f4          mfma     D.av4 U.v8 U.v8 U.avi4 U.vs U.vs -   xdl      gfx950
+v_bitop3_b16                               valu     D.v U.vsi U.vsi U.vsi    -                 valu     gfx950
+# other VALU instructions of other compilers' kernels (issue 22): f64, frexp, 16-bit compares, scaled fp8 conversions
+v_{add,mul,max,min}_f64                    valu     D.v2 U.vsi2 U.vsi2       -                 valu     *
+v_fma_f64                                  valu     D.v2 U.vsi2 U.vsi2 U.vsi2 -                valu     *
+v_fmac_f64                                 valu     X.v2 U.vsi2 U.v2         -                 valu     *
+v_ldexp_f64                                valu     D.v2 U.vsi2 U.vsi        -                 valu     *
+v_{floor,ceil,trunc,rndne,fract,frexp_mant}_f64 valu D.v2 U.vsi2             -                 valu     *
+v_frexp_exp_i32_f64                        valu     D.v U.vsi2               -                 valu     *
+v_frexp_{mant_f32,exp_i32_f32}             valu     D.v U.vsi                -                 valu     *
+v_cvt_f64_{f32,i32,u32}                    valu     D.v2 U.vsi               -                 valu     *
+v_cvt_{f32,i32}_f64                        valu     D.v U.vsi2               -                 valu     *
+v_div_scale_f64                            valu     D.v2 D.s2 U.vsi2 U.vsi2 U.vsi2 -           valu     *
+v_div_fmas_f64                             valu     D.v2 U.vsi2 U.vsi2 U.vsi2 U.vcc            valu     *
+v_div_fixup_f64                            valu     D.v2 U.vsi2 U.vsi2 U.vsi2 -                valu     *
+v_div_fixup_f16                            valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
+v_cmp_{eq,lt,le,gt,ge,lg,neq,nlt,nle,ngt,nge,u,o}_f64 valu D.s2 U.vsi2 U.vsi2 -                valu     *
+v_cmp_class_f64                            valu     D.s2 U.vsi2 U.vsi        -                 valu     *
+v_cmp_{eq,lt,le,gt,ge,lg,neq,nlt,nle,ngt,nge,u,o}_f16 valu D.s2 U.vsi U.vsi  -                 valu     *
+v_cmp_{eq,ne,lt,le,gt,ge}_{i16,u16}        valu     D.s2 U.vsi U.vsi         -                 valu     *
+v_sad_u32                                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
+v_cvt_scalef32_pk_{fp8,bf8}_f32            valu     X.v U.vsi U.vsi U.vsi    -                 valu     gfx950
+v_cvt_scalef32_pk_f32_{fp8,bf8}            valu     D.v2 U.vsi U.vsi         -                 valu     gfx950
 """
 
 _MEMORY = """
@@ -178,6 +222,7 @@ ds_read_b64_tr_b16                         ds_read    D.v2 U.v               -  
 ds_write_{b8,b16,b16_d16_hi,b32}           ds_write   U.v U.v                -                 lds      *
 ds_write_b64                               ds_write   U.v U.v2               -                 lds      *
 ds_write_b128                              ds_write   U.v U.v4               -                 lds      *
+ds_add_u32                                 ds_write   U.v U.v                -                 lds      *
 ds_swizzle_b32                             ds_lane    D.v U.v                -                 lds      *
 buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin} vmem_store U.v U.v U.s4 U.si -              vmem     *
 buffer_atomic_pk_add_bf16                  vmem_store U.v U.v U.s4 U.si      -                 vmem     gfx950
@@ -280,7 +325,7 @@ def _expand(name: str) -> list:
 
 def _operand(token: str) -> Operand:
     access, spec = token.split(".")
-    m = re.fullmatch(r"([vaiskl]+)(\d*)", spec)
+    m = re.fullmatch(r"([vaisklh]+)(\d*)", spec)
     writes, reads = _ACCESS[access]
     return Operand(writes, reads, m.group(1), int(m.group(2) or 1))
 

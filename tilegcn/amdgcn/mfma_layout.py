@@ -62,3 +62,34 @@ def d_location(shape, i: int, j: int) -> tuple:
     _in_range("j", j, shape.N)
     rows, groups = shape.d_row_block, WAVE // shape.N
     return shape.N * ((i // rows) % groups) + j, rows * (i // (rows * groups)) + i % rows
+
+
+def element_location(M: int, K: int, i: int, k: int, blocks: int = 1) -> tuple:
+    """(lane, slot) of A[i][k] (B[k][j] with j for i and N for M) of an MFMA with elements of any width (issue 22:
+    8/6/4-bit, fp32), slot counting elements from bit 0 of the operand's first register.
+
+    With blocks = 1 it is the formula above with kpl = K * M / 64 elements per lane. An operand read as `blocks`
+    register blocks (gfx950's f8f6f4 MFMAs on 8-bit elements: two blocks of 4 VGPRs) is `blocks` MFMAs of K / blocks
+    side by side: block b holds k in [b * K / blocks, (b + 1) * K / blocks) with the blocks = 1 formula inside.
+    Checked against the calculator's fp8 and f32 tables (tests/data) and, for gfx950, against Triton's code objects
+    in tests/corpus (only block scales tell the K order apart: a permutation of K common to A and B leaves A @ B
+    unchanged)."""
+    _in_range("i", i, M)
+    _in_range("k", k, K)
+    if WAVE % M or (K * M) % (WAVE * blocks):
+        raise ValueError(f"tilegcn: no register layout known for MFMA operands {M}x{K}")
+    sub_k = K // blocks
+    kpl = sub_k * M // WAVE
+    block, kk = divmod(k, sub_k)
+    return M * (kk // kpl) + i, block * kpl + kk % kpl
+
+
+def acc_location(M: int, N: int, i: int, j: int, rows: int = 4) -> tuple:
+    """(lane, register) of the 32-bit accumulator element D[i][j] (fp32 or int32) of any M x N MFMA: the D formula
+    above without the operand-width condition `d_location` checks."""
+    _in_range("i", i, M)
+    _in_range("j", j, N)
+    groups = WAVE // N
+    if WAVE % N or M % (rows * groups):
+        raise ValueError(f"tilegcn: no accumulator layout known for MFMA {M}x{N}")
+    return N * ((i // rows) % groups) + j, rows * (i // (rows * groups)) + i % rows

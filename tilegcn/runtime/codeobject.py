@@ -179,6 +179,7 @@ class KernelDescriptor:
     float_denorm_mode_16_64: int = 0
     dx10_clamp: bool = False
     ieee_mode: bool = False
+    fp16_overflow: bool = False  # COMPUTE_PGM_RSRC1.FP16_OVFL (gfx9+): MODE.FP16_OVFL at wave start
     enable_private_segment: bool = False
     user_sgpr_count: int = 0
     enable_workgroup_id: tuple = (False, False, False)
@@ -283,6 +284,7 @@ def parse_kernel_descriptor(raw: bytes) -> KernelDescriptor:
         float_denorm_mode_16_64=_bits(rsrc1, 18, 2),
         dx10_clamp=bool(_bits(rsrc1, 21, 1)),
         ieee_mode=bool(_bits(rsrc1, 23, 1)),
+        fp16_overflow=bool(_bits(rsrc1, 26, 1)),
         enable_private_segment=bool(_bits(rsrc2, 0, 1)),
         user_sgpr_count=_bits(rsrc2, 1, 5),
         enable_workgroup_id=(bool(_bits(rsrc2, 7, 1)), bool(_bits(rsrc2, 8, 1)), bool(_bits(rsrc2, 9, 1))),

@@ -38,6 +38,7 @@ from .decode import Instr, parse_objdump
 from .machine import Machine, positive_int_env
 from .ops_mem import build_memory
 from .ops_mfma import build_mfma
+from .ops_mode import build_mode
 from .ops_salu import build_scalar, build_sopp
 from .ops_valu import build_valu
 from .program import Binder, BindError, Ctx, fault_handler
@@ -125,7 +126,7 @@ def _bind(ins, index, ctx):
     else:
         b = Binder(ctx, ins)
         try:
-            for build in (build_valu, build_mfma, build_memory, build_scalar):
+            for build in (build_valu, build_mfma, build_memory, build_scalar, build_mode):
                 h = build(ins, b, index)
                 if h is not None:
                     return h, None

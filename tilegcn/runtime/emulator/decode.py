@@ -25,6 +25,11 @@ SPECIAL_SGPRS = {
     "exec": (EXEC_LO, 2), "exec_lo": (EXEC_LO, 1), "exec_hi": (EXEC_HI, 1),
     "m0": (M0, 1),
 }
+# The MODE hardware register lives in a scalar slot no SGPR encoding names (125 is reserved on gfx9), so that it
+# follows each wave through the group splits and merges as the SGPRs do (ops_mode.py reads and writes it)
+MODE_SLOT = 125
+# s_setreg / s_getreg register ids (AMDGPU SIDefines Hwreg::ID_*): only MODE is modelled
+HWREG_IDS = {"HW_REG_MODE": 1}
 # Inline float constants: printed text -> (f32 bits, f16 bits, f64 bits)
 INLINE_FLOATS = {
     "0.5": (0x3F000000, 0x3800, 0x3FE0000000000000),
@@ -96,6 +101,16 @@ class Special:
     """A special source operand that reads machine state (src_scc, src_vccz, src_execz)."""
 
     name: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class HwReg:
+    """An s_setreg / s_getreg field: hwreg(NAME[, offset, size]) (the whole 32 bits when offset/size are left out)."""
+
+    name: str
+    offset: int = 0
+    size: int = 32
     text: str = ""
 
 
@@ -174,6 +189,9 @@ def parse_operand(tok: str):
         return Reg("s", slot, count, neg, ab, tok, sext)
     if t == "off":
         return Off(tok)
+    hw = re.fullmatch(r"hwreg\((\w+)(?:,\s*(\d+),\s*(\d+))?\)", t)
+    if hw:
+        return HwReg(hw.group(1), int(hw.group(2) or 0), int(hw.group(3) or 32), tok)
     if t in APERTURES:
         return Const(APERTURES[t] >> 32, "aperture", t, APERTURES[t])
     if t in ("src_scc", "src_vccz", "src_execz"):
@@ -228,7 +246,13 @@ def parse_asm(asm: str):
             operands.append(parse_operand(piece))
             continue
         # the last piece: its operand (if the instruction has one), then space-separated modifiers;
-        # an operand itself never contains a space
+        # an operand itself never contains a space, but for hwreg(NAME, offset, size) (s_getreg_b32's source)
+        if piece.startswith("hwreg(") and ")" in piece:
+            end = piece.index(")") + 1
+            operands.append(parse_operand(piece[:end]))
+            for tok in piece[end:].split():
+                _parse_modifier(tok, mods)
+            continue
         toks = piece.split()
         try:
             operands.append(parse_operand(toks[0]))

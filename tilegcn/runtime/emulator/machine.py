@@ -21,7 +21,7 @@ SMEM op its lgkmcnt queue; nothing it does is visible until an `s_waitcnt` retir
 or writes memory and its destination registers, in issue order. VMEM and DS retire in order; SMEM
 returns out of order, so only lgkmcnt(0) retires it. Between issue and retirement, touching a
 destination register (read, or write) is a HazardError. MFMA results need the arch's wait states
-(`Arch.mfma_hazards`); each issued instruction counts one, `s_nop N` counts N + 1.
+(`Arch.every_mfma_hazard`); each issued instruction counts one, `s_nop N` counts N + 1.
 
 Queue entries and hazard records remember which waves they belong to (None = all waves of the group),
 so splitting and merging groups never loses or invents a wave's outstanding work.
@@ -34,7 +34,8 @@ import time
 import torch
 
 from ...errors import EmulatorError, HazardError, RaceError
-from .decode import EXEC_HI, EXEC_LO, M0
+from .decode import EXEC_HI, EXEC_LO, M0, MODE_SLOT
+from .ops_mode import initial_mode
 from .state import Fault, GlobalMemory, Lds, M32
 from .stats import LaunchStats
 from .valu_hazards import check as check_recent_writes
@@ -287,7 +288,7 @@ class Machine:
         self.steps_left = _max_steps()
         self.clock = 0  # schedule turns taken (Group.last_run)
         self.rotate = False  # the last group ran out its QUANTUM: next, the one that waited longest runs
-        hz = self.arch.mfma_hazards
+        hz = self.mfma_hz = self.arch.every_mfma_hazard
         self.mfma_window = max(list(hz.vdst_to_read.values()) + list(hz.vdst_to_srcc_overlap.values()) + [0])
         # VALU writes only matter as MFMA sources: skip their bookkeeping in programs without MFMAs
         self.valu_window = hz.valu_write_to_mfma_src if prog.recent.mfma_present else 0
@@ -368,6 +369,7 @@ class Machine:
         exec_bits = (exists.to(torch.int64) * LANE_BITS.to(dev)).sum(1)
         self.sgpr[EXEC_LO] = exec_bits & M32
         self.sgpr[EXEC_HI] = (exec_bits >> 32) & M32
+        self.sgpr[MODE_SLOT] = initial_mode(kd)
         for name, first, count in kd.user_sgpr_layout():
             for i, word in enumerate(self.user_sgprs.get(name, [])[:count]):
                 self.sgpr[first + i] = word
@@ -614,7 +616,7 @@ class Machine:
                 grp.masks.pop(slot, None)
 
     def _mfma_hazards(self, g, h):
-        hz = self.arch.mfma_hazards
+        hz = self.mfma_hz
         t = g.t
         keep = []
         for rec in g.mfma_recs:
@@ -636,7 +638,8 @@ class Machine:
             if elapsed < need:
                 producer = self.prog.handlers[pc]
                 wave = min(waves) if waves is not None else g.waves[0]
-                raise Fault(f"{why} the result of `{producer.text}` (pc 0x{producer.addr:x}, {passes} passes) after "
+                pipe = f"{passes} passes" if isinstance(passes, int) else f"{passes[1]} passes, non-XDL"
+                raise Fault(f"{why} the result of `{producer.text}` (pc 0x{producer.addr:x}, {pipe}) after "
                             f"{elapsed} wait states; {self.arch.name} needs {need} (add s_nop)", wave, None,
                             "HazardError", global_wave=True)
         g.mfma_recs = keep

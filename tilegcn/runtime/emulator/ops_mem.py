@@ -55,6 +55,10 @@ DS_WRITES = {
 DS_PAIRS = {"ds_read2_b32": (4, False, "r"), "ds_read2_b64": (8, False, "r"), "ds_read2st64_b32": (4, True, "r"),
             "ds_read2st64_b64": (8, True, "r"), "ds_write2_b32": (4, False, "w"), "ds_write2_b64": (8, False, "w"),
             "ds_write2st64_b32": (4, True, "w"), "ds_write2st64_b64": (8, True, "w")}
+# LDS atomics without a return value, and the bytes each lane adds to. They are DS writes
+# for the queue and the address checks; lanes of one instruction hitting the same word all count (index_add).
+# They stay out of the race tracker: atomics from several waves to one word are the point of them.
+DS_ATOMICS = {"ds_add_u32": 4}
 _CACHE_OK = ("offset", "offen", "idxen", "lds")
 # cache write-back / invalidate: one coherent memory here, so they only occupy a slot of the VM queue
 CACHE_CONTROL = ("buffer_wbl2", "buffer_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
@@ -168,7 +172,7 @@ def build_memory(ins, b, index):
     if "_atomic_" in base or base in CACHE_CONTROL or base.startswith(DS_ATOMIC_PREFIXES):
         from .ops_atomic import build_atomic
         return build_atomic(ins, b, index)
-    if base in DS_READS or base in DS_WRITES or base in DS_PAIRS:
+    if base in DS_READS or base in DS_WRITES or base in DS_PAIRS or base in DS_ATOMICS:
         return _ds(ins, b, index)
     from .ops_dslane import build_dslane
     return build_dslane(ins, b, index)
@@ -487,7 +491,7 @@ def _ds(ins, b, index):
             regs = [b.vsrc_index(ops[1], nreg_each, "data0"), b.vsrc_index(ops[2], nreg_each, "data1")]
     else:
         is_read = base in DS_READS
-        size, kind = (DS_READS if is_read else DS_WRITES)[base]
+        size, kind = (DS_ATOMICS[base], "dw") if base in DS_ATOMICS else (DS_READS if is_read else DS_WRITES)[base]
         offsets = [int(ins.mods.get("offset", 0))]
         nreg_each = nregs_of(size, kind)
         if is_read:
@@ -497,7 +501,8 @@ def _ds(ins, b, index):
         else:
             vaddr = b.vsrc_index(ops[0], 1, "vaddr")
             regs = [b.vsrc_index(ops[1], nreg_each, "data")]
-    align = 16 if size == 16 else 1
+    atomic = base in DS_ATOMICS
+    align = 16 if size == 16 else (4 if atomic else 1)
     ndw = size // 4 if kind == "dw" else 0
     transpose = DS_TRANSPOSE.get(base)
     conflict_cache = [[] for _ in offsets]  # per access: recent (addresses, exec mask, extra cycles)
@@ -511,7 +516,9 @@ def _ds(ins, b, index):
         wg_base = m.lds_base[g.sel].view(-1, 1)
         firsts = []
         for k, off in enumerate(offsets):
-            addr = base_addr + off
+            # the 32-bit sum wraps: LLVM folds a constant into the offset field whatever the sign of the base
+            # (AMDGPUDAGToDAGISel::isDSOffsetLegal on CI and later), as Triton's masked fills of LDS rely on
+            addr = (base_addr + off) & 0xFFFFFFFF
             bad = addr + size > m.lds_size
             if ex is not None:
                 bad &= ex
@@ -565,7 +572,7 @@ def _ds(ins, b, index):
             row_waves = None
             for k, first in enumerate(firsts):
                 first = _sub(first, pos)
-                if lds.track:
+                if lds.track and not atomic:
                     if row_waves is None:
                         row_waves = list(waves) if pos is None else [waves[i] for i in pos.tolist()]
                     lds.races.access(first, size, _sub(me, pos), act, row_waves, not is_read)
@@ -584,7 +591,9 @@ def _ds(ins, b, index):
                     write_rows(m, regs[k], format_load(raw, kind, size, old), r, act)
                 else:
                     p = _sub(payload[k], pos)
-                    if aligned:
+                    if atomic:  # every lane's data adds in (an int32 sum wraps as the 32-bit adder does)
+                        lds.data32.index_add_(0, (first >> 2).reshape(-1), p.reshape(-1))
+                    elif aligned:
                         di = (first >> 2).unsqueeze(-1) + torch.arange(ndw, device=dev)
                         lds.data32.scatter_(0, di.reshape(-1), p.reshape(-1))
                     else:

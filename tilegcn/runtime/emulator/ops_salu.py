@@ -98,7 +98,8 @@ SOP1_32 = {
     "s_abs_i32": (lambda a: _signed(a).abs(), "nz"),
 }
 SOP1_64 = {"s_mov_b64": (lambda a: a, None), "s_not_b64": (lambda a: ~a, "nz"),
-           "s_bcnt1_i32_b64": (lambda a: sum((a >> i) & 1 for i in range(64)), "nz32")}
+           "s_bcnt1_i32_b64": (lambda a: sum((a >> i) & 1 for i in range(64)), "nz32"),
+           "s_ff1_i32_b64": (lambda a: torch.where(a == 0, torch.full_like(a, M32), _lowest_bit64(a)), None)}
 SAVEEXEC = {  # new EXEC from (S0, EXEC)
     "s_and_saveexec_b64": lambda s, e: s & e,
     "s_or_saveexec_b64": lambda s, e: s | e,
@@ -113,6 +114,12 @@ SAVEEXEC = {  # new EXEC from (S0, EXEC)
 }
 CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
        "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
+
+
+def _lowest_bit64(a):
+    """Index of the lowest set bit of a 64-bit pattern held in int64 (bit 63 makes the value negative)."""
+    low = a & (-a)
+    return torch.where(low < 0, torch.full_like(a, 63), _lowest_bit(low))
 
 
 def _lowest_bit(a):

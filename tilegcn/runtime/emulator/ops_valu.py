@@ -16,6 +16,7 @@ import torch
 from .decode import EXEC_LO, Const, Reg
 from .fpmath import (FLT_MIN, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
+from .ops_f64 import build_f64
 from .ops_fp8 import build_fp8
 from .ops_vext import build_vext, src16
 from .ops_xlane import build_dpp, build_sdwa
@@ -183,6 +184,7 @@ INT_OPS = {
     "v_min3_i32": (3, lambda a, b, c: torch.minimum(torch.minimum(a, b), c)),
     "v_med3_i32": (3, lambda a, b, c: torch.maximum(torch.minimum(a, b), torch.minimum(torch.maximum(a, b), c))),
     "v_med3_u32": (3, lambda a, b, c: _umax(_umin(a, b), _umin(_umax(a, b), c))),
+    "v_sad_u32": (3, lambda a, b, c: _i32((u32(a) - u32(b)).abs() + u32(c))),
     "v_cvt_f32_ubyte0": (1, lambda a: as_bits((a & 0xFF).float())),
     "v_cvt_f32_ubyte1": (1, lambda a: as_bits(((a >> 8) & 0xFF).float())),
     "v_cvt_f32_ubyte2": (1, lambda a: as_bits(((a >> 16) & 0xFF).float())),
@@ -270,7 +272,7 @@ def build_valu(ins, b: Binder, index):
         return build_dpp(ins, b, index, build_valu)
     if ins.suffix == "sdwa":
         return build_sdwa(ins, b, index, build_valu)
-    h = build_vext(ins, b, index) or build_fp8(ins, b, index)
+    h = build_f64(ins, b, index) or build_vext(ins, b, index) or build_fp8(ins, b, index)
     if h is not None:
         return h
     if base in INT_OPS:
@@ -438,18 +440,20 @@ def _cmp(ins, b, index):
     if len(parts) != 4:
         raise BindError("unknown comparison")
     _, kind, op, typ = parts
-    if typ == "f32":
+    if typ in ("f32", "f16"):
         table = CMP_F32
-    elif typ in ("i32", "u32"):
+    elif typ in ("i32", "u32", "i16", "u16"):
         table = CMP_INT
     else:
         raise BindError(f"comparisons of type {typ} are not modelled")
     if op not in table:
         raise BindError(f"comparison {op} not modelled for {typ}")
-    _no_mods(ins)
-    fn = table[op]
     if len(ops) != 3:
         raise BindError("expected 3 operands")
+    if typ.endswith("16"):
+        return _cmp16(ins, b, index, table[op], typ)
+    _no_mods(ins)
+    fn = table[op]
     dst = b.sdst(ops[0], 2)
     s0 = b.src(ops[1], float_mods=typ == "f32")
     s1 = b.src(ops[2], float_mods=typ == "f32")
@@ -466,6 +470,36 @@ def _cmp(ins, b, index):
         elif unsigned:
             a, c = _ucmp(a), _ucmp(c)
         res = _lanes(fn(a, c), g.n)
+        ex = g.exec_mask()
+        if ex is not None:
+            res = res & ex
+        g.wlanemask(dst, res)
+        if cmpx:
+            g.wlanemask(EXEC_LO, res)
+    return Handler(ins, index, run, "valu", b)
+
+
+def _cmp16(ins, b, index, fn, typ):
+    """16-bit comparisons: the low halves (op_sel picks a high half in the VOP3 form, src*_sel under SDWA); f16
+    values compare exactly as f32, u16 / i16 as their zero- / sign-extended values."""
+    _no_mods(ins, ("op_sel",))
+    sel = ins.mods.get("op_sel", (0, 0, 0))
+    if len(sel) > 2 and sel[2]:
+        raise BindError("op_sel of a comparison's destination is not modelled")
+    dst = b.sdst(ins.operands[0], 2)
+    s0, s1 = (src16(b, op, bool(sel[i]) if i < len(sel) else False) for i, op in enumerate(ins.operands[1:]))
+    cmpx = ins.base.startswith("v_cmpx")
+    if cmpx:
+        b.write_s(EXEC_LO, 2)
+    if typ == "f16":
+        value = f16_bits_to_f32
+    elif typ == "i16":
+        value = lambda x: ((x & 0xFFFF) ^ 0x8000) - 0x8000  # noqa: E731
+    else:
+        value = lambda x: x & 0xFFFF  # noqa: E731
+
+    def run(g):
+        res = _lanes(fn(value(s0(g)), value(s1(g))), g.n)
         ex = g.exec_mask()
         if ex is not None:
             res = res & ex

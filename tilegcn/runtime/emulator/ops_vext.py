@@ -20,6 +20,7 @@ import torch
 
 from .decode import EXEC_LO, VCC_LO, Const, Reg
 from .fpmath import FLT_MIN, f16_bits_to_f32, f32_to_f16_bits, f64_to_f32_odd, fma_f64_odd, flush_denorms
+from .ops_f64 import div_fixup
 from .program import BindError, Handler, as_bits, as_f32, u32
 
 M32 = 0xFFFFFFFF
@@ -344,6 +345,8 @@ F16_OPS = {  # computed in f32 from exact f16 inputs, rounded once to f16
     "v_subrev_f16": (2, lambda a, b: b - a), "v_mul_f16": (2, lambda a, b: a * b),
     "v_max_f16": (2, torch.fmax), "v_min_f16": (2, torch.fmin), "v_fma_f16": (3, _fma16),
     "v_fmac_f16": (3, _fma16),
+    # the special cases of an f16 quotient (LLVM's fdiv half: an f32 reciprocal, then this): exact in f32
+    "v_div_fixup_f16": (3, lambda q, den, num: div_fixup(q, den, num, None, None)),
 }
 U16_OPS = {
     "v_add_u16": (2, lambda a, b: a + b), "v_sub_u16": (2, lambda a, b: a - b),
@@ -511,10 +514,13 @@ def _pk_int(ins, b, index):
 
 # ---- CDNA4 -----------------------------------------------------------------------------------------------------
 def _bitop3(ins, b, index):
-    """v_bitop3_b32: bit i of D is bit ((S0[i] << 2) | (S1[i] << 1) | S2[i]) of the 8-bit truth table."""
+    """v_bitop3_b32 / _b16: bit i of D is bit ((S0[i] << 2) | (S1[i] << 1) | S2[i]) of the 8-bit truth table (llc
+    22 selects bitop3:0xf8 for `a | (b & c)`). The b16 form writes the low half and clears the high one, as the
+    other 16-bit VALU ops without op_sel here."""
     _expect(ins, 4)
     _no_mods(ins, ("bitop3",))
     table = int(ins.mods.get("bitop3", 0))
+    half = ins.base == "v_bitop3_b16"
     dst = b.vdst(ins.operands[0])
     s0, s1, s2 = (b.src(op, float_mods=False) for op in ins.operands[1:])
 
@@ -524,7 +530,7 @@ def _bitop3(ins, b, index):
         for k in range(8):  # minterm k contributes where (S0, S1, S2) bits equal k's bits
             if (table >> k) & 1:
                 out = out | ((a if k & 4 else ~a) & (c if k & 2 else ~c) & (d if k & 1 else ~d))
-        g.wv(dst, out)
+        g.wv(dst, out & 0xFFFF if half else out)
     return Handler(ins, index, run, "valu", b)
 
 
@@ -618,7 +624,7 @@ def build_vext(ins, b, index):
         return _cvt_pk_u8(ins, b, index)
     if base in PK_INT:
         return _pk_int(ins, b, index)
-    if base == "v_bitop3_b32":
+    if base in ("v_bitop3_b32", "v_bitop3_b16"):
         return _bitop3(ins, b, index)
     if base in ("v_maximum3_f32", "v_minimum3_f32"):
         return _minmax3(ins, b, index)

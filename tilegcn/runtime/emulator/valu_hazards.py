@@ -49,7 +49,7 @@ class RecentWrites:
     before it; `window` the most wait states any rule needs (0: the program has no pair a rule covers)."""
 
     def __init__(self, handlers, instrs, arch, accum_offset: int):
-        vh, self.mfma = arch.valu_hazards, arch.mfma_hazards
+        vh, self.mfma = arch.valu_hazards, arch.every_mfma_hazard
         facts = [_facts(h, ins, vh, accum_offset) for h, ins in zip(handlers, instrs)]
         # only registers some other instruction of the program pairs with (most VMEM read SRDs that SALU writes,
         # most VALU writes meet no rule): most instructions then cost one list lookup per step

@@ -1,0 +1,170 @@
+"""The MODE hardware register (s_setreg_b32 / s_setreg_imm32_b32 / s_getreg_b32) and the gfx950 scaled fp8
+conversions, which read its FP16_OVFL bit (issue 22).
+
+MODE starts as the kernel descriptor sets it (rounding, denormals, DX10_CLAMP, IEEE: AMDGPUUsage, "Initial
+Kernel Execution State") and lives in a scalar slot of each wave (decode.MODE_SLOT). The emulator's arithmetic
+follows the descriptor's rounding and denormal modes, so a write that changes any field but FP16_OVFL is a
+Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value is the descriptor's
+.amdhsa_fp16_overflow) makes fp8/bf8 conversions saturate to the largest finite value: Triton 3.9 sets it in every
+kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
+
+v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
+to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
+op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_f32_{fp8,bf8} D[0:1], S0, SCALE: the two 8-bit values of
+the half of S0 that op_sel[0] picks, times SCALE. Only power-of-two scales are modelled (what MX scales are):
+another scale, an infinite input, and an out-of-range input without FP16_OVFL are Faults.
+"""
+from __future__ import annotations
+
+import torch
+
+from .decode import HWREG_IDS, MODE_SLOT, HwReg
+from .program import BindError, Handler
+from .state import Fault
+
+FP16_OVFL_BIT = 23
+_MODE_BITS = 32
+
+
+def initial_mode(kd) -> int:
+    """MODE at wave start from the kernel descriptor (FP_ROUND [3:0], FP_DENORM [7:4], DX10_CLAMP [8], IEEE [9],
+    FP16_OVFL [23] from COMPUTE_PGM_RSRC1 bit 26)."""
+    return (kd.float_round_mode_32 | kd.float_round_mode_16_64 << 2 | kd.float_denorm_mode_32 << 4
+            | kd.float_denorm_mode_16_64 << 6 | int(kd.dx10_clamp) << 8 | int(kd.ieee_mode) << 9
+            | int(kd.fp16_overflow) << FP16_OVFL_BIT)
+
+
+def _field(op, what):
+    if not isinstance(op, HwReg):
+        raise BindError(f"{what}: expected hwreg(...), got {getattr(op, 'text', op)!r}")
+    if op.name not in HWREG_IDS:
+        raise BindError(f"hardware register {op.name} is not modelled (only HW_REG_MODE)")
+    if op.offset + op.size > _MODE_BITS or op.size < 1:
+        raise BindError(f"hwreg field [{op.offset}, {op.offset + op.size}) is outside the 32-bit register")
+    return op.offset, ((1 << op.size) - 1) << op.offset
+
+
+def _setreg(ins, b, index):
+    ops = ins.operands
+    if len(ops) != 2:
+        raise BindError("expected hwreg(...), value")
+    offset, mask = _field(ops[0], "destination")
+    value = b.src(ops[1], float_mods=False, what="value")
+
+    def run(g):
+        old = g.rs(MODE_SLOT)
+        new = (old & ~mask) | ((value(g).view(-1).to(torch.int64) << offset) & mask)
+        changed = (old ^ new) & ~(1 << FP16_OVFL_BIT)
+        if bool((changed != 0).any()):
+            raise Fault(f"{ins.base} changes MODE bits 0x{int(changed.max()):x}: only FP16_OVFL (bit "
+                        f"{FP16_OVFL_BIT}) is modelled; rounding and denormal modes stay the descriptor's")
+        g.ws(MODE_SLOT, new)
+    return Handler(ins, index, run, "salu", b)
+
+
+def _getreg(ins, b, index):
+    ops = ins.operands
+    if len(ops) != 2:
+        raise BindError("expected sdst, hwreg(...)")
+    offset, mask = _field(ops[1], "source")
+    dst = b.sdst(ops[0], 1)
+
+    def run(g):
+        g.ws(dst, (g.rs(MODE_SLOT) & mask) >> offset)
+    return Handler(ins, index, run, "salu", b)
+
+
+# ---- scaled fp8 / bf8 conversions (gfx950) ------------------------------------------------------------------
+_TO_8BIT = {"v_cvt_scalef32_pk_fp8_f32": "fp8", "v_cvt_scalef32_pk_bf8_f32": "bf8"}
+_FROM_8BIT = {"v_cvt_scalef32_pk_f32_fp8": "fp8", "v_cvt_scalef32_pk_f32_bf8": "bf8"}
+
+
+def _power_of_two_scale(g, read) -> torch.Tensor:
+    s = read(g).view(torch.float32).expand(g.n, 64)
+    mant = s.view(torch.int32) & 0x7FFFFF
+    ok = (mant == 0) & torch.isfinite(s) & (s > 0)
+    ex = g.exec_mask()
+    bad = ~ok if ex is None else (~ok & ex)
+    if bool(bad.any()):
+        raise Fault("scaled conversion with a scale that is not a positive power of two is not modelled")
+    return s
+
+
+def _fp8_dtype(b, fmt):
+    return getattr(torch, b.ctx.arch.fp8_formats[fmt])
+
+
+def _to_8bit(ins, b, index, fmt):
+    _mods(ins, ("op_sel",))
+    if len(ins.operands) != 4:
+        raise BindError("expected vdst, src0, src1, scale")
+    sel = ins.mods.get("op_sel", (0, 0, 0, 0))
+    dst_hi = bool(sel[3]) if len(sel) == 4 else False
+    if any(sel[:3]):
+        raise BindError("op_sel on the sources of a scaled conversion is not modelled")
+    dst = b.vdst(ins.operands[0])
+    b.vsrc_index(ins.operands[0], 1, "vdst (its other half is kept)")
+    s0, s1, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
+    dtype = _fp8_dtype(b, fmt)
+    top = torch.finfo(dtype).max
+
+    def convert(g, x, sc, saturate):
+        v = x.view(torch.float32).expand(g.n, 64) / sc
+        over = v.abs() > top
+        ex = g.exec_mask()
+        if ex is not None:
+            over = over & ex
+        if bool((over & ~saturate).any()) or bool((v.isinf() & (ex if ex is not None else True)).any()):
+            raise Fault(f"{ins.base}: an infinite input, or one beyond the fp8 range with MODE.FP16_OVFL clear, is "
+                        "not modelled")
+        v = torch.where(over, v.sign() * top, v)
+        return v.to(dtype).view(torch.uint8).to(torch.int32)
+
+    def run(g):
+        sc = _power_of_two_scale(g, scale)
+        saturate = ((g.rs(MODE_SLOT) >> FP16_OVFL_BIT) & 1).bool().view(-1, 1)
+        packed = convert(g, s0(g), sc, saturate) | (convert(g, s1(g), sc, saturate) << 8)
+        old = g.rv(dst)
+        g.wv(dst, (old & 0xFFFF) | (packed << 16) if dst_hi else (old & ~0xFFFF) | packed)
+    return Handler(ins, index, run, "valu", b)
+
+
+def _from_8bit(ins, b, index, fmt):
+    _mods(ins, ("op_sel",))
+    if len(ins.operands) != 3:
+        raise BindError("expected vdst[0:1], src, scale")
+    sel = ins.mods.get("op_sel", (0, 0, 0))
+    if any(sel[1:]):
+        raise BindError("op_sel other than the source half of a scaled conversion is not modelled")
+    word = 16 if sel and sel[0] else 0
+    dst = b.vdst(ins.operands[0], 2)
+    src, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
+    table = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(_fp8_dtype(b, fmt)).float()
+
+    def run(g):
+        sc = _power_of_two_scale(g, scale)
+        bits = (src(g).expand(g.n, 64) >> word) & 0xFFFF
+        lo = table.to(sc.device)[(bits & 0xFF).long()] * sc
+        hi = table.to(sc.device)[(bits >> 8).long()] * sc
+        g.wvs(dst, torch.stack((lo.view(torch.int32), hi.view(torch.int32))))
+    return Handler(ins, index, run, "valu", b)
+
+
+def _mods(ins, allowed):
+    bad = [k for k in ins.mods if k not in allowed]
+    if bad:
+        raise BindError(f"modifier(s) {', '.join(bad)} not supported on {ins.base}")
+
+
+def build_mode(ins, b, index):
+    """Handler for s_setreg / s_getreg of MODE and the scaled fp8 conversions, or None."""
+    base = ins.base
+    if base in ("s_setreg_b32", "s_setreg_imm32_b32"):
+        return _setreg(ins, b, index)
+    if base == "s_getreg_b32":
+        return _getreg(ins, b, index)
+    if base in _TO_8BIT:
+        return _to_8bit(ins, b, index, _TO_8BIT[base])
+    if base in _FROM_8BIT:
+        return _from_8bit(ins, b, index, _FROM_8BIT[base])
+    return None
