@@ -199,3 +199,20 @@ def test_l2_sharers_far_apart_in_dispatch_order_miss_more():
         for fp in (column_first, row_first))
     assert miss_near > lockstep[0][2]  # a later sharer may find the line evicted
     assert miss_far > miss_near and hit_far < hit_near
+
+
+def test_a_partly_filled_last_round_costs_less_than_a_full_one():
+    """Workgroups of 4 waves (one per SIMD) whose LDS lets 2 share a CU: 3 workgroups a CU run as a full
+    round of 2 and a last round of 1, which takes about half as long (the SIMDs' MFMA pipes are the limit)."""
+    t = TIMING["gfx950"]
+    mod = module(_independent(8), arch="gfx950", vgprs=72, lds=t.lds_bytes_per_cu // 2, max_threads=256)
+    args = [torch.zeros(64, dtype=torch.int32)]
+
+    def cycles(per_cu):
+        est = estimate(mod, "k", (per_cu * t.cus, 1, 1), (256, 1, 1), args, device="MI355X")
+        assert est.breakdown["workgroups_per_cu"] == 2
+        return est.cycles - t.launch_overhead_clk
+
+    two, three, four = cycles(2), cycles(3), cycles(4)
+    assert four == 2 * two
+    assert three == pytest.approx(1.5 * two, rel=0.05)
