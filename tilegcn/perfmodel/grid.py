@@ -130,7 +130,7 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     detail = detail_iterations or 4 * resident
     tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes)
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
-                                     t.l2_refetch_per_gap)
+                                     t.l2_refetch_per_gap, t.l1_bytes_per_cu)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
     active_cus = min(n_wg, t.cus)
     events = [] if trace else None

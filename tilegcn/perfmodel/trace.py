@@ -5,8 +5,9 @@ that share one XCD in the first dispatch round (workgroup i goes to XCD i % 8) a
 the emulator's public trace API (tilegcn/runtime/emulator/tracing.py):
 - the *stream* of each wave of the first of those workgroups: its pc sequence, with the extra LDS cycles
   of every DS instruction (the emulator's bank-conflict phases), and markers where a loop was skipped;
-- the *footprint* of every recorded workgroup: the 128-byte lines its global loads touch in each loop
-  iteration (segments between taken backward branches), for the L2 model.
+- the *footprint* of every recorded workgroup: the 128-byte lines each of its global loads touches, with the
+  load's position in the wave's stream of global loads (its step) and the loop iteration it ran in
+  (segments between taken backward branches), for the L2 model.
 
 Loop fast-forward. Simulating 128 K steps of a 256x256 tile in the functional emulator takes ~15 s here;
 the timing model needs only a few steady iterations. After `detail_iterations` trips of a loop whose exit
@@ -45,7 +46,7 @@ class Skip:
 class Trace:
     program: object  # emulator Program (handlers, descriptor)
     streams: list  # per wave of the detailed workgroup: list of (pc, extra LDS cycles) or Skip
-    footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> set of line numbers
+    footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> (steps, lines) arrays (l2.py)
 
 
 class Tracer:
@@ -63,6 +64,7 @@ class Tracer:
         self.conflicts = 0
         self.access = None
         self.segment = {}  # chunk-local wave -> loop iterations completed (any loop)
+        self.steps = {}  # chunk-local wave -> global load instructions executed
         self.trips = {}  # loop pc -> trips taken in the current run of the loop
         self.snap = {}  # loop pc -> SGPR values of the group's first wave at each back edge
         self.last_cmp = None
@@ -98,6 +100,9 @@ class Tracer:
     # ---- footprints -----------------------------------------------------------------------------------
     def _footprint(self, g, addr, act):
         seg = self.segment.get(g.waves[0], 0)
+        step = self.steps.get(g.waves[0], 0)  # the waves' count of global loads so far
+        for w in g.waves:
+            self.steps[w] = step + 1
         if seg not in self.segs_wanted:
             return
         n = addr.shape[0]
@@ -115,7 +120,8 @@ class Tracer:
         lines = keys & ((1 << 44) - 1)
         fp = self.footprints
         for row in np.unique(rows).tolist():  # the waves' workgroups (usually one)
-            fp.setdefault((wgs[row], seg), set()).update(lines[rows == row].tolist())
+            mine = lines[rows == row]
+            fp.setdefault((wgs[row], seg), []).append((np.full(len(mine), step, np.int64), mine))
 
     # ---- loops ----------------------------------------------------------------------------------------------
     def _back_edge(self, g, pc, target):
@@ -211,7 +217,8 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     run_traced(machine, foot, _WHAT)
-    return Trace(program, tracer.streams, foot.footprints)
+    footprints = {key: tuple(np.concatenate(x) for x in zip(*parts)) for key, parts in foot.footprints.items()}
+    return Trace(program, tracer.streams, footprints)
 
 
 def _addresses_only(handlers):
