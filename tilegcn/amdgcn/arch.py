@@ -356,7 +356,10 @@ TIMING = {
     ),
     "gfx950": Timing(
         device="MI355X", cus=256, simds_per_cu=4, max_waves_per_simd=8, lds_bytes_per_cu=163840,
-        lds_alloc_granule=1280, clock_hz=1.44e9,  # derived from Gluon's 1489 TF at 98.75 % MFMA efficiency (S20)
+        # sustained clock: S19's MI355X GEMM summary, fp16 1634 TFLOP/s at 98 % MFMA efficiency (1.048576 M
+        # FLOP/clk a CU-full device): 1634e12 / (0.98 x 1048576) = 1.59 GHz; its fp8 3383 at 99 % gives 1.63 GHz.
+        # Was 1.44 GHz from S20's older 1489 TFLOP/s at 98.75 %: that cannot reach HipKittens' 1610 (S31)
+        lds_alloc_granule=1280, clock_hz=1.59e9,
         peak_clock_hz=2.4e9, issue_slot_clk=4, valu_clk=4, trans_clk=16, branch_taken_clk=32,
         smem_latency_clk=200, barrier_release_clk=16,
         lds_port_read_bytes_per_clk=128, lds_port_write_bytes_per_clk=64,  # writes: 32-bank behaviour (S21p, S16)
