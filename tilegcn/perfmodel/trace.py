@@ -68,12 +68,8 @@ class Tracer:
         self.access = None
         self.segment = {}  # chunk-local wave -> loop iterations completed (any loop)
         self.steps = {}  # chunk-local wave -> global load instructions executed
-        self.trips = {}  # loop pc -> trips taken in the current run of the loop
         self.loop_ranges = set()  # (target, pc) of the back edges taken
-        self.log = []  # (branch pc, s_cmp pc, its operand values, taken?) of every s_cbranch_scc* executed
-        self.marks = {}  # back-edge pc -> len(log) at each take
-        self.forwarded = {}  # exit branch pc of a fast-forwarded loop -> its outcome while the loop runs
-        self.pending = {}  # exit branch pc -> (counter SGPR, value expected at its next test, Skip markers)
+        self.loops = {}  # first wave of a wave group -> its _Loops (groups that run apart loop apart)
         self.last_cmp = None  # (pc, operand values) of the last s_cmp
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
@@ -103,8 +99,10 @@ class Tracer:
                 self._scc_branch(g, pc, g.pc != pc + 1)  # first: a bottom test belongs to the trip it ends
             if g.pc <= pc:
                 self._back_edge(g, pc, g.pc)
-            elif self.trips.get(pc):
-                self.trips[pc] = 0  # the loop exited
+            else:
+                st = self.loops.get(g.waves[0])
+                if st is not None and st.trips.get(pc):
+                    st.trips[pc] = 0  # the loop exited
 
     # ---- footprints -----------------------------------------------------------------------------------
     def _footprint(self, g, addr, act):
@@ -150,22 +148,24 @@ class Tracer:
         return out
 
     def _scc_branch(self, g, pc, taken):
-        if g.n != self.m.W:
-            return
+        st = self._loops(g)
         cmp_pc, values = self.last_cmp
-        self.log.append((pc, cmp_pc, values, taken))
-        pending = self.pending.get(pc)
+        st.log.append((pc, cmp_pc, values, taken))
+        pending = st.pending.get(pc)
         if pending is not None:
-            del self.pending[pc]
+            del st.pending[pc]
             slot, expected, markers = pending
             if values is None or dict(values).get(slot) != expected:
                 # the moved counter did not reach the branch (it is recomputed from another register): the
                 # loop runs on functionally, so its trips are not skipped
                 for w, k in markers:
                     del self.streams[w][k]
-                self.forwarded.pop(pc, None)
-        elif pc in self.forwarded and taken != self.forwarded[pc]:
-            del self.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
+                st.forwarded.pop(pc, None)
+        elif pc in st.forwarded and taken != st.forwarded[pc]:
+            del st.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
+
+    def _loops(self, g):
+        return self.loops.setdefault(g.waves[0], _Loops())
 
     def _back_edge(self, g, pc, target):
         # a new loop iteration (a segment of the footprint) starts at a back edge, unless it branches into the
@@ -178,19 +178,21 @@ class Tracer:
         if self.stop_after is not None and len(self.segment) == self.m.W and \
                 min(self.segment.values()) > self.stop_after:
             raise StopRun()
-        n = self.trips.get(pc, 0) + 1
-        self.trips[pc] = n
-        if g.n != self.m.W or not self.detail:
-            return  # diverged waves: no fast-forward
-        marks = self.marks.setdefault(pc, [])
-        marks.append(len(self.log))
+        if not self.detail:
+            return
+        # each wave group loops on its own (waves that took other branches, e.g. a ping-pong kernel's halves)
+        st = self._loops(g)
+        n = st.trips.get(pc, 0) + 1
+        st.trips[pc] = n
+        marks = st.marks.setdefault(pc, [])
+        marks.append(len(st.log))
         if n >= self.detail and len(marks) >= 4:
-            self._fast_forward(g, pc, target, marks[-4:])
+            self._fast_forward(g, st, target, marks[-4:])
 
-    def _fast_forward(self, g, pc, target, marks):
-        trips = [self.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
+    def _fast_forward(self, g, st, target, marks):
+        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
         best = None
-        for branch in {e[0] for e in trips[-1]} - set(self.forwarded):
+        for branch in {e[0] for e in trips[-1]} - set(st.forwarded):
             seen = [[e for e in trip if e[0] == branch] for trip in trips]
             if any(len(x) != 1 for x in seen):
                 continue
@@ -207,7 +209,7 @@ class Tracer:
         if remaining < 2:
             return
         skip = remaining - 1
-        waves = slice(g.waves[0], g.waves[-1] + 1)
+        waves = list(g.waves)
         moved = (int(self.m.sgpr[slot, g.waves[0]]) + skip * step) & 0xFFFFFFFF
         self.m.sgpr[slot, waves] = moved
         markers = []
@@ -216,9 +218,9 @@ class Tracer:
                 if w < self.wpw:
                     markers.append((w, len(self.streams[w])))
                     self.streams[w].append(Skip(target, skip))
-        self.forwarded[branch] = taken
+        st.forwarded[branch] = taken
         # the next test must see the counter `skip` steps further than the trip after the last one seen
-        self.pending[branch] = (slot, (last + (skip + 1) * step) & 0xFFFFFFFF, markers)
+        st.pending[branch] = (slot, (last + (skip + 1) * step) & 0xFFFFFFFF, markers)
 
     def _trips_left(self, cmp_pc, seen, taken, branch_base):
         """(more trips the branch keeps its outcome, counter SGPR, its step, its last value) or None: `seen`
@@ -248,6 +250,17 @@ class Tracer:
                 return remaining, seen[0][k][0], step, cols[k][2]
             remaining += 1
         return None
+
+
+@dataclass
+class _Loops:
+    """One wave group's loop bookkeeping for fast-forward."""
+
+    trips: dict = field(default_factory=dict)  # back-edge pc -> trips taken in the current run of the loop
+    log: list = field(default_factory=list)  # (branch pc, s_cmp pc, operand values, taken?) of each s_cbranch_scc*
+    marks: dict = field(default_factory=dict)  # back-edge pc -> len(log) at each take
+    forwarded: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> its outcome meanwhile
+    pending: dict = field(default_factory=dict)  # exit branch -> (counter SGPR, value due at its next test, markers)
 
 
 def _as_int(v, signed):
