@@ -115,6 +115,10 @@ def test_estimate_reports_and_traces(tmp_path):
     assert est.breakdown["mfma_busy_pct"] > 0 and est.breakdown["limiting"]
     text = str(est)
     assert "MFMA pipe busy" in text and "L2 hit rate" in text and "MI355X" in text
+    # next to the figure, the model's measured error on foreign kernels it was not fitted to
+    band = est.error_band
+    assert band is not None and 0 < band.median <= band.worst and band.within_20 <= band.launches
+    assert f"model error       hold-out median |error| {band.median:.1%}" in text
     events = json.loads(path.read_text())["traceEvents"]
     assert sum(1 for e in events if e.get("ph") == "X" and e["pid"] == 0) == 4  # 4 MFMA-busy spans
     assert all(e["dur"] == PASSES * 4 for e in events if e.get("ph") == "X" and e["pid"] == 0)
@@ -139,6 +143,7 @@ def test_cli_estimate_prints_a_cache_entry(capsys):
     assert main(["estimate", k.key[:12]]) == 0
     out = capsys.readouterr().out
     assert f"{k.name} on MI300X (gfx942)" in out and "L2 hit rate" in out
+    assert "model error       not measured" in out  # no MI300X hold-out kernel yet: said, not invented
     assert main(["estimate", k.key[:12], "--device", "MI355X"]) == 1  # a gfx942 code object on MI355X
     assert "gfx942" in capsys.readouterr().err
 

@@ -18,6 +18,7 @@ import torch
 from ..amdgcn.arch import DEVICES, TIMING
 from ..errors import ArgumentError
 from ..runtime.emulator.tracing import dim3
+from .band import HOLDOUT, band_text
 from .cu import simulate
 from .l2 import hit_rate
 from .ops import classify
@@ -38,6 +39,11 @@ class Estimate:
     @property
     def seconds(self) -> float:
         return self.cycles / self.clock_hz
+
+    @property
+    def error_band(self):
+        """The model's measured error on foreign kernels it was not fitted to (perfmodel/band.py), or None."""
+        return HOLDOUT.get(self.device)
 
     @property
     def tflops(self):
@@ -66,6 +72,7 @@ class Estimate:
             f"  limited by        {b['limiting']}",
             f"  detail            {b['simulated_cycles']:,.0f} cycles simulated, {b['skipped_trips']} loop "
             f"trip(s) extrapolated",
+            f"  model error       {band_text(self.device)}",
         ]
         return "\n".join(lines)
 
