@@ -71,6 +71,8 @@ INT_CASES = {
     "v_mov_b32 v20, 0.5": np.full(N, 0x3F000000),
     "v_mov_b32 v20, 0.15915494": np.full(N, 0x3E22F983),  # 1/(2*pi) inline constant
     "v_add_u32 v20, 64, v10": a + 64,
+    "v_add_i32 v20, v10, 64": a + 64,  # aiter's hand-written gfx950 GEMM uses it
+    "v_sub_i32 v20, v10, v11": a - b,
 }
 
 

@@ -435,6 +435,7 @@ class Timing:
     hbm_latency_clk: int  # loaded HBM round trip (S24: 500-800 under load; S23: 1212 cold single thread)
     l2_bytes_per_clk_per_xcd: int  # 16 channels x 128 B/clk (S12)
     l2_bytes_per_xcd: int  # 4 MB (S1)
+    l1_bytes_per_cu: int  # vector L1 (TCP) cache: 32 KB on MI300X and MI355X (S1); a re-touch within it is no L2 request
     l2_line_bytes: int  # 128 B (S1)
     # L2 refetch by a later sharer of a line, with probability base + per_gap x its distance in the XCD's
     # dispatch order (timing/l2.py): fitted to the row-major and GM1 orders of C10 (S19v9, MI355X) by
@@ -455,12 +456,15 @@ TIMING = {
         tcp_clk_per_dword={1: 4, 2: 16, 3: 16, 4: 16}, vmem_inflight_bytes=32768, vmem_queue_entries=12,
         # chosen: between S23's 224 (unloaded) and S18's ~1000 clk gfx950 GEMM round trip; S24: HBM 500-800
         l2_hit_latency_clk=500, hbm_latency_clk=800, l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20,
-        l2_line_bytes=128, hbm_bytes_per_s=5.3e12,
+        l1_bytes_per_cu=32768, l2_line_bytes=128, hbm_bytes_per_s=5.3e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143, launch_overhead_clk=2000,
     ),
     "gfx950": Timing(
         device="MI355X", cus=256, simds_per_cu=4, max_waves_per_simd=8, lds_bytes_per_cu=163840,
-        lds_alloc_granule=1280, clock_hz=1.44e9,  # derived from Gluon's 1489 TF at 98.75 % MFMA efficiency (S20)
+        # sustained clock: S19's MI355X GEMM summary, fp16 1634 TFLOP/s at 98 % MFMA efficiency (1.048576 M
+        # FLOP/clk a CU-full device): 1634e12 / (0.98 x 1048576) = 1.59 GHz; its fp8 3383 at 99 % gives 1.63 GHz.
+        # Was 1.44 GHz from S20's older 1489 TFLOP/s at 98.75 %: that cannot reach HipKittens' 1610 (S31)
+        lds_alloc_granule=1280, clock_hz=1.59e9,
         peak_clock_hz=2.4e9, issue_slot_clk=4, valu_clk=4, trans_clk=16, branch_taken_clk=32,
         smem_latency_clk=200, barrier_release_clk=16,
         lds_port_read_bytes_per_clk=128, lds_port_write_bytes_per_clk=64,  # writes: 32-bank behaviour (S21p, S16)
@@ -470,7 +474,8 @@ TIMING = {
         # these give 975-1000 clk at the 75-80 % L2 hit rates the model finds for 8192^3 GEMMs (unloaded: 224,
         # S23), longer as misses grow (S18: it grows at large K). Was 500/1000 (a ~630 clk round trip)
         l2_hit_latency_clk=900, hbm_latency_clk=1300,
-        l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l2_line_bytes=128, hbm_bytes_per_s=8.0e12,
+        l2_bytes_per_clk_per_xcd=2048, l2_bytes_per_xcd=4 << 20, l1_bytes_per_cu=32768, l2_line_bytes=128,
+        hbm_bytes_per_s=8.0e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143,
         launch_overhead_clk=2000,
     ),

@@ -4,8 +4,9 @@ Occupancy (S7, S13, S8): waves per SIMD = min(8, 512 // roundup(VGPRs + AGPRs, 8
 limited by those wave slots (a workgroup's waves spread over the 4 SIMDs), by the CU's LDS (allocation
 rounded up to the arch's granule) and by 32 wave slots. Dispatch: workgroup i to XCD i % 8 (S19v9), then
 to the XCD's CUs; with R workgroups resident per CU the busiest CU runs ceil(ceil(n / CUs) / R) rounds of
-R workgroups, each round timed by `cu.simulate` on copies of the detailed workgroup's streams. The
-bandwidth each CU gets is its share of the XCD's L2 and of HBM among the CUs that have work.
+R workgroups, each round timed by `cu.simulate` on copies of the detailed workgroup's streams; a partly filled
+last round is simulated with the workgroups it has (fewer per CU, or fewer CUs busy). The bandwidth each CU gets
+is its share of the XCD's L2 and of HBM among the CUs that have work in the round.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 from ..amdgcn.arch import DEVICES, TIMING
 from ..errors import ArgumentError
 from ..runtime.emulator.tracing import dim3
+from .band import HOLDOUT, band_text
 from .cu import simulate
 from .l2 import hit_rate
 from .ops import classify
@@ -39,6 +41,11 @@ class Estimate:
         return self.cycles / self.clock_hz
 
     @property
+    def error_band(self):
+        """The model's measured error on foreign kernels it was not fitted to (perfmodel/band.py), or None."""
+        return HOLDOUT.get(self.device)
+
+    @property
     def tflops(self):
         return None if not self.flops else self.flops / self.seconds / 1e12
 
@@ -49,7 +56,7 @@ class Estimate:
         b = self.breakdown
         lines = [
             f"{self.kernel} on {self.device} ({self.arch}), timing model estimate",
-            f"  cycles            {self.cycles:,.0f}  ({b['rounds']} round(s) of {b['cycles_per_round']:,.0f})",
+            f"  cycles            {self.cycles:,.0f}  ({_rounds_text(b)})",
             f"  time              {self.seconds * 1e6:,.1f} us at a sustained {self.clock_hz / 1e9:.2f} GHz",
         ]
         if self.tflops is not None:
@@ -65,8 +72,16 @@ class Estimate:
             f"  limited by        {b['limiting']}",
             f"  detail            {b['simulated_cycles']:,.0f} cycles simulated, {b['skipped_trips']} loop "
             f"trip(s) extrapolated",
+            f"  model error       {band_text(self.device)}",
         ]
         return "\n".join(lines)
+
+
+def _rounds_text(b):
+    text = f"{b['rounds']} round(s) of {b['cycles_per_round']:,.0f}"
+    if b.get("last_round_cycles", b["cycles_per_round"]) != b["cycles_per_round"]:
+        text += f", the last partly filled: {b['last_round_cycles']:,.0f}"
+    return text
 
 
 def timing_of(device):
@@ -122,14 +137,22 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     detail = detail_iterations or 4 * resident
     tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes)
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
-                                     t.l2_refetch_per_gap)
+                                     t.l2_refetch_per_gap, t.l1_bytes_per_cu)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
     active_cus = min(n_wg, t.cus)
-    l2_bw = t.l2_bytes_per_clk_per_xcd / max(1, min(cus_per_xcd, math.ceil(active_cus / arch.num_xcds)))
-    hbm_bw = t.hbm_bytes_per_s / clock / active_cus
     events = [] if trace else None
+    l2_bw, hbm_bw = _bandwidth_shares(t, arch, clock, active_cus)
     cu = simulate(tr.streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw), events)
-    cycles = t.launch_overhead_clk + rounds * cu.cycles
+    last = _last_round(n_wg, t.cus, resident, rounds)
+    if rounds > 1 and last != (resident, active_cus):
+        # a partly filled last round: its busiest CU runs fewer workgroups, and the CUs with work share L2
+        # and HBM among fewer (the L2 hit rate is the first round's)
+        tail = simulate(tr.streams, ops, t, arch.lds_banks, last[0],
+                        (hit, *_bandwidth_shares(t, arch, clock, last[1])))
+        last_cycles = tail.cycles
+    else:
+        last_cycles = cu.cycles
+    cycles = t.launch_overhead_clk + (rounds - 1) * cu.cycles + last_cycles
     mfma_flops = sum(acc["flops"] for acc in cu.per_wave[:wpw]) * n_wg
     if trace:
         _write_trace(trace, cu.events, name, dev_name)
@@ -141,7 +164,8 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     l1_pct = 100.0 * cu.tcp_busy / c
     hbm_pct = 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw
     breakdown = {
-        "cycles_per_round": c, "rounds": rounds, "workgroups": n_wg, "workgroups_per_cu": resident,
+        "cycles_per_round": c, "rounds": rounds, "last_round_cycles": last_cycles, "workgroups": n_wg,
+        "workgroups_per_cu": resident,
         "waves_per_simd": resident * wpw / t.simds_per_cu, "occupancy_limit": limit,
         "mfma_busy_pct": mfma_pct, "stall_vmcnt_pct": stall["vmcnt"], "stall_lgkmcnt_pct": stall["lgkmcnt"],
         "stall_barrier_pct": stall["barrier"], "lds_util_pct": lds_pct, "l1_util_pct": l1_pct,
@@ -150,6 +174,21 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     }
     breakdown["limiting"] = _limiting(breakdown)
     return Estimate(name, dev_name, arch.name, cycles, clock, flops if flops is not None else mfma_flops, breakdown)
+
+
+def _bandwidth_shares(t, arch, clock, active_cus):
+    """(L2 bytes/clk, HBM bytes/clk) one CU gets when `active_cus` CUs have work: its XCD's L2 split among the
+    XCD's busy CUs, HBM among all busy CUs."""
+    cus_per_xcd = t.cus // arch.num_xcds
+    l2_bw = t.l2_bytes_per_clk_per_xcd / max(1, min(cus_per_xcd, math.ceil(active_cus / arch.num_xcds)))
+    return l2_bw, t.hbm_bytes_per_s / clock / active_cus
+
+
+def _last_round(n_wg, cus, resident, rounds):
+    """(workgroups on the busiest CU, CUs with work) in the last dispatch round: the workgroups left after the
+    full rounds, spread over the CUs."""
+    left = n_wg - (rounds - 1) * resident * cus
+    return -(-left // cus), min(left, cus)
 
 
 def _limiting(b):

@@ -5,17 +5,21 @@ that share one XCD in the first dispatch round (workgroup i goes to XCD i % 8) a
 the emulator's public trace API (tilegcn/runtime/emulator/tracing.py):
 - the *stream* of each wave of the first of those workgroups: its pc sequence, with the extra LDS cycles
   of every DS instruction (the emulator's bank-conflict phases), and markers where a loop was skipped;
-- the *footprint* of every recorded workgroup: the 128-byte lines its global loads touch in each loop
-  iteration (segments between taken backward branches), for the L2 model.
+- the *footprint* of every recorded workgroup: the 128-byte lines each of its global loads touches, with the
+  load's position in the wave's stream of global loads (its step) and the loop iteration it ran in
+  (segments between taken backward branches), for the L2 model.
 
 Loop fast-forward. Simulating 128 K steps of a 256x256 tile in the functional emulator takes ~15 s here;
-the timing model needs only a few steady iterations. After `detail_iterations` trips of a loop whose exit
-test is a bottom `s_cmp` + `s_cbranch_scc*` on an SGPR that moves by a constant step, the trace computes
-the remaining trip count from the comparison and moves the counter SGPR to the last trip (in every wave
-of the group), so the loop runs once more and the epilogue executes. The stream gets a `Skip` marker with
-the number of trips left out; the timing model adds that many copies of the steady iteration time. The
-computed values after a fast-forward are garbage (the model needs only control flow and addresses); a
-loop whose counter cannot be recognised runs to the end.
+the timing model needs only a few steady iterations. A loop is any taken backward branch (a bottom test, a
+rotated loop's unconditional s_branch back, out-of-line blocks branching back into the body). After
+`detail_iterations` trips, the s_cbranch_scc* branches that ran once in each of the last three trips are
+examined: one decided by an s_cmp of an SGPR that moves by a constant step against a fixed value changes its
+outcome after a computable number of trips; the first to change ends the loop. The trace moves that counter
+SGPR to the last trip (in every wave of the group), so the loop runs once more and the epilogue executes, and
+checks at the next test that the counter arrived (else the loop just runs on). The stream gets a `Skip`
+marker with the number of trips left out; the timing model adds that many copies of the steady iteration
+time. The computed values after a fast-forward are garbage (the model needs only control flow and
+addresses); a loop whose exit test cannot be recognised runs to the end.
 """
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ class Skip:
 class Trace:
     program: object  # emulator Program (handlers, descriptor)
     streams: list  # per wave of the detailed workgroup: list of (pc, extra LDS cycles) or Skip
-    footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> set of line numbers
+    footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> (steps, lines) arrays (l2.py)
 
 
 class Tracer:
@@ -63,9 +67,10 @@ class Tracer:
         self.conflicts = 0
         self.access = None
         self.segment = {}  # chunk-local wave -> loop iterations completed (any loop)
-        self.trips = {}  # loop pc -> trips taken in the current run of the loop
-        self.snap = {}  # loop pc -> SGPR values of the group's first wave at each back edge
-        self.last_cmp = None
+        self.steps = {}  # chunk-local wave -> global load instructions executed
+        self.loop_ranges = set()  # (target, pc) of the back edges taken
+        self.loops = {}  # first wave of a wave group -> its _Loops (groups that run apart loop apart)
+        self.last_cmp = None  # (pc, operand values) of the last s_cmp
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
 
@@ -88,16 +93,23 @@ class Tracer:
         if access is not None:
             self._footprint(g, *access)
         if h.cls == "salu" and h.mnemonic.startswith("s_cmp"):
-            self.last_cmp = pc
+            self.last_cmp = (pc, self._operand_values(g, pc))
         elif h.cls == "branch" and g.state != "split":
+            if self.detail and self.last_cmp is not None and h.mnemonic in ("s_cbranch_scc0", "s_cbranch_scc1"):
+                self._scc_branch(g, pc, g.pc != pc + 1)  # first: a bottom test belongs to the trip it ends
             if g.pc <= pc:
                 self._back_edge(g, pc, g.pc)
-            elif self.trips.get(pc):
-                self.trips[pc] = 0  # the loop exited
+            else:
+                st = self.loops.get(g.waves[0])
+                if st is not None and st.trips.get(pc):
+                    st.trips[pc] = 0  # the loop exited
 
     # ---- footprints -----------------------------------------------------------------------------------
     def _footprint(self, g, addr, act):
         seg = self.segment.get(g.waves[0], 0)
+        step = self.steps.get(g.waves[0], 0)  # the waves' count of global loads so far
+        for w in g.waves:
+            self.steps[w] = step + 1
         if seg not in self.segs_wanted:
             return
         n = addr.shape[0]
@@ -115,76 +127,140 @@ class Tracer:
         lines = keys & ((1 << 44) - 1)
         fp = self.footprints
         for row in np.unique(rows).tolist():  # the waves' workgroups (usually one)
-            fp.setdefault((wgs[row], seg), set()).update(lines[rows == row].tolist())
+            mine = lines[rows == row]
+            fp.setdefault((wgs[row], seg), []).append((np.full(len(mine), step, np.int64), mine))
 
     # ---- loops ----------------------------------------------------------------------------------------------
+    # A loop is any taken backward branch, whatever its shape: a bottom test (s_cmp + s_cbranch_scc back), a
+    # top or middle test with an unconditional s_branch back (LLVM's rotated loops), or out-of-line blocks
+    # that branch back into the body (Triton's masked loads). Its trips repeat one pattern: each scalar
+    # branch in the body is decided by an s_cmp of an SGPR that moves by a constant step against a fixed
+    # value. The trip count is where the first such branch in the body changes its outcome.
+    def _operand_values(self, g, pc):
+        out = []
+        for op in self.instrs[pc].operands:
+            if isinstance(op, Reg) and op.kind == "s" and op.count == 1:
+                out.append((op.index, int(self.m.sgpr[op.index, g.waves[0]])))
+            elif isinstance(op, Const):
+                out.append((None, op.value if op.kind != "float" else op.bits))
+            else:
+                return None
+        return out
+
+    def _scc_branch(self, g, pc, taken):
+        st = self._loops(g)
+        cmp_pc, values = self.last_cmp
+        st.log.append((pc, cmp_pc, values, taken))
+        pending = st.pending.get(pc)
+        if pending is not None:
+            del st.pending[pc]
+            slot, expected, markers = pending
+            if values is None or dict(values).get(slot) != expected:
+                # the moved counter did not reach the branch (it is recomputed from another register): the
+                # loop runs on functionally, so its trips are not skipped
+                for w, k in markers:
+                    del self.streams[w][k]
+                st.forwarded.pop(pc, None)
+        elif pc in st.forwarded and taken != st.forwarded[pc]:
+            del st.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
+
+    def _loops(self, g):
+        return self.loops.setdefault(g.waves[0], _Loops())
+
     def _back_edge(self, g, pc, target):
-        for w in g.waves:
-            self.segment[w] = self.segment.get(w, 0) + 1
+        # a new loop iteration (a segment of the footprint) starts at a back edge, unless it branches into the
+        # body of another loop seen taken (an inner loop, or an out-of-line block jumping back into the body)
+        inner = any(q <= target <= p and (q, p) != (target, pc) for q, p in self.loop_ranges)
+        self.loop_ranges.add((target, pc))
+        if not inner:
+            for w in g.waves:
+                self.segment[w] = self.segment.get(w, 0) + 1
         if self.stop_after is not None and len(self.segment) == self.m.W and \
                 min(self.segment.values()) > self.stop_after:
             raise StopRun()
-        n = self.trips.get(pc, 0) + 1
-        self.trips[pc] = n
-        m = self.m
-        if g.n != m.W:
-            return  # diverged waves: no fast-forward
-        snaps = self.snap.setdefault(pc, [])
-        snaps.append(m.sgpr[:, g.waves[0]].tolist())
-        if n == self.detail and self.last_cmp is not None and self.instrs[pc].base.startswith("s_cbranch"):
-            self._fast_forward(g, pc, target, snaps[-3:])
-            self.snap[pc] = []
+        if not self.detail:
+            return
+        # each wave group loops on its own (waves that took other branches, e.g. a ping-pong kernel's halves)
+        st = self._loops(g)
+        n = st.trips.get(pc, 0) + 1
+        st.trips[pc] = n
+        marks = st.marks.setdefault(pc, [])
+        marks.append(len(st.log))
+        if n >= self.detail and len(marks) >= 4:
+            self._fast_forward(g, st, target, marks[-4:])
 
-    def _fast_forward(self, g, pc, target, snaps):
-        if len(snaps) < 3:
+    def _fast_forward(self, g, st, target, marks):
+        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
+        best = None
+        for branch in {e[0] for e in trips[-1]} - set(st.forwarded):
+            seen = [[e for e in trip if e[0] == branch] for trip in trips]
+            if any(len(x) != 1 for x in seen):
+                continue
+            (_, cmp_pc, _, taken), = seen[-1]
+            if any(x[0][1] != cmp_pc or x[0][3] != taken or x[0][2] is None for x in seen):
+                continue
+            left = self._trips_left(cmp_pc, [x[0][2] for x in seen], taken, self.instrs[branch].base)
+            if left is not None and (best is None or left[0] < best[0]):
+                best = (*left, branch, taken)
+        if best is None:
             return
-        cmp_ins, br = self.instrs[self.last_cmp], self.instrs[pc]
-        parts = cmp_ins.base.split("_")  # s_cmp_lt_u32
-        if len(parts) != 4 or parts[2] not in _CMP or len(cmp_ins.operands) != 2:
-            return
-        pred, signed = _CMP[parts[2]], parts[3].startswith("i")
-        take_if = br.base.endswith("scc1")
-        if not (br.base.endswith("scc1") or br.base.endswith("scc0")):
-            return
-        vals = []
-        for op in cmp_ins.operands:
-            if isinstance(op, Reg) and op.kind == "s" and op.count == 1:
-                vals.append(("reg", op.index, [s[op.index] for s in snaps]))
-            elif isinstance(op, Const):
-                vals.append(("const", None, [op.value if op.kind != "float" else op.bits] * 3))
-            else:
-                return
-        counter = [v for v in vals if v[0] == "reg" and v[2][2] - v[2][1] == v[2][1] - v[2][0] != 0]
-        fixed = [v for v in vals if v[2][0] == v[2][1] == v[2][2]]
-        if len(counter) != 1 or len(fixed) != 1:
-            return
-        _, slot, cv = counter[0]
-        step = cv[2] - cv[1]
-        first = vals[0] is counter[0]
-
-        def taken(c):
-            a, b = (c, fixed[0][2][0]) if first else (fixed[0][2][0], c)
-            a, b = _as_int(a, signed), _as_int(b, signed)
-            return pred(a, b) == take_if
-
-        remaining = 0
-        c = cv[2]
-        while remaining < MAX_TRIPS:
-            c = (c + step) & 0xFFFFFFFF
-            if not taken(c):
-                break
-            remaining += 1
-        else:
-            return
+        remaining, slot, step, last, branch, taken = best
         # `remaining` more back edges would be taken: skip all of them but the last trip
         if remaining < 2:
             return
         skip = remaining - 1
-        self.m.sgpr[slot, g.waves[0]:g.waves[-1] + 1] = (cv[2] + skip * step) & 0xFFFFFFFF
+        waves = list(g.waves)
+        moved = (int(self.m.sgpr[slot, g.waves[0]]) + skip * step) & 0xFFFFFFFF
+        self.m.sgpr[slot, waves] = moved
+        markers = []
         if self.first_chunk:
             for w in g.waves:
                 if w < self.wpw:
+                    markers.append((w, len(self.streams[w])))
                     self.streams[w].append(Skip(target, skip))
+        st.forwarded[branch] = taken
+        # the next test must see the counter `skip` steps further than the trip after the last one seen
+        st.pending[branch] = (slot, (last + (skip + 1) * step) & 0xFFFFFFFF, markers)
+
+    def _trips_left(self, cmp_pc, seen, taken, branch_base):
+        """(more trips the branch keeps its outcome, counter SGPR, its step, its last value) or None: `seen`
+        holds the s_cmp's operand values (SGPR index or None, value) in the last three trips."""
+        parts = self.instrs[cmp_pc].base.split("_")  # s_cmp_lt_u32, s_cmpk_gt_i32
+        if len(parts) != 4 or parts[2] not in _CMP or len(seen[0]) != 2:
+            return None
+        pred, signed = _CMP[parts[2]], parts[3].startswith("i")
+        cols = [[trip[k][1] for trip in seen] for k in range(2)]
+        moving = [k for k in range(2) if seen[0][k][0] is not None and cols[k][2] - cols[k][1] == cols[k][1] -
+                  cols[k][0] != 0]
+        fixed = [k for k in range(2) if cols[k][0] == cols[k][1] == cols[k][2]]
+        if len(moving) != 1 or len(fixed) != 1:
+            return None
+        k, other = moving[0], fixed[0]
+        step = cols[k][2] - cols[k][1]
+        when_true = branch_base.endswith("scc1")
+
+        def outcome(c):
+            a, b = (c, cols[other][0]) if k == 0 else (cols[other][0], c)
+            return (pred(_as_int(a, signed), _as_int(b, signed)) == when_true)
+
+        remaining, c = 0, cols[k][2]
+        while remaining < MAX_TRIPS:
+            c = (c + step) & 0xFFFFFFFF
+            if outcome(c) != taken:
+                return remaining, seen[0][k][0], step, cols[k][2]
+            remaining += 1
+        return None
+
+
+@dataclass
+class _Loops:
+    """One wave group's loop bookkeeping for fast-forward."""
+
+    trips: dict = field(default_factory=dict)  # back-edge pc -> trips taken in the current run of the loop
+    log: list = field(default_factory=list)  # (branch pc, s_cmp pc, operand values, taken?) of each s_cbranch_scc*
+    marks: dict = field(default_factory=dict)  # back-edge pc -> len(log) at each take
+    forwarded: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> its outcome meanwhile
+    pending: dict = field(default_factory=dict)  # exit branch -> (counter SGPR, value due at its next test, markers)
 
 
 def _as_int(v, signed):
@@ -211,7 +287,8 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     run_traced(machine, foot, _WHAT)
-    return Trace(program, tracer.streams, foot.footprints)
+    footprints = {key: tuple(np.concatenate(x) for x in zip(*parts)) for key, parts in foot.footprints.items()}
+    return Trace(program, tracer.streams, footprints)
 
 
 def _addresses_only(handlers):

@@ -145,6 +145,8 @@ INT_OPS = {
     "v_add_u32": (2, lambda a, b: a + b),
     "v_sub_u32": (2, lambda a, b: a - b),
     "v_subrev_u32": (2, lambda a, b: b - a),
+    "v_add_i32": (2, lambda a, b: a + b),  # GFX9 VOP3 signed add/sub: without clamp the same bits as _u32
+    "v_sub_i32": (2, lambda a, b: a - b),
     "v_mul_lo_u32": (2, lambda a, b: _i32(a.to(torch.int64) * b.to(torch.int64))),
     "v_mul_hi_u32": (2, _mul_hi_u32),
     "v_mul_hi_i32": (2, lambda a, b: _i32((a.to(torch.int64) * b.to(torch.int64)) >> 32)),

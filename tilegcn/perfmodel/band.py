@@ -1,0 +1,41 @@
+"""How far an estimate can be trusted: the timing model's error on kernels it was not fitted to.
+
+`bench/model_accuracy.py --foreign-only --calib DIR` (DIR built by bench/build_calibration.py) estimates the
+foreign kernels of its calibration set, each with a published measurement, and prints the error of the
+hold-out half (launches no parameter was taken from) apart from the calibration half. The figures below are
+that run's hold-out rows; re-measure them (and the date) whenever the model changes. A device with no foreign
+hold-out measurement has no band: its estimates are only checked against tilegcn's own rankings and the
+clock-free cases of the accuracy table (docs/timing.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    median: float  # median |model - published| / published over the hold-out launches
+    worst: float  # the largest of those
+    within_20: int  # hold-out launches within 20 %
+    launches: int
+    kernels: int  # distinct code objects among the launches
+    measured: str  # when, and what differs from the plain command
+
+    def __str__(self):
+        return (f"hold-out median |error| {self.median:.1%}, worst {self.worst:.1%} ({self.within_20} of "
+                f"{self.launches} within 20 %; {self.launches} published launches of {self.kernels} foreign "
+                f"kernels, {self.measured})")
+
+
+HOLDOUT = {
+    # python bench/model_accuracy.py --foreign-only --calib DIR: 7 launches of aiter's bf16gemm_bf16_tn_256x256
+    # (-11.1 ... +16.4 %) and Gluon a16w16 v5 (-35.2 %), 2026-11-26
+    "MI355X": ErrorBand(median=0.031, worst=0.352, within_20=7, launches=8, kernels=2, measured="2026-11-26"),
+}
+
+
+def band_text(device: str) -> str:
+    band = HOLDOUT.get(device)
+    if band is None:
+        return f"not measured: no foreign kernel with a published {device} figure is in the hold-out set"
+    return str(band)
