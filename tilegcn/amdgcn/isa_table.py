@@ -222,7 +222,6 @@ ds_read_b64_tr_b16                         ds_read    D.v2 U.v               -  
 ds_write_{b8,b16,b16_d16_hi,b32}           ds_write   U.v U.v                -                 lds      *
 ds_write_b64                               ds_write   U.v U.v2               -                 lds      *
 ds_write_b128                              ds_write   U.v U.v4               -                 lds      *
-ds_add_u32                                 ds_write   U.v U.v                -                 lds      *
 ds_swizzle_b32                             ds_lane    D.v U.v                -                 lds      *
 buffer_atomic_{add_f32,pk_add_f16,add,smax,smin,umax,umin} vmem_store U.v U.v U.s4 U.si -              vmem     *
 buffer_atomic_pk_add_bf16                  vmem_store U.v U.v U.s4 U.si      -                 vmem     gfx950
