@@ -29,7 +29,7 @@ COMMANDS = {
     # (tests/test_tilelang_ports.py runs them on both arches and three dtypes)
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
                                               "per_token_cast_to_fp8")},
-    "tilelang/topk.py": ["--M", "64"],
+    "tilelang/topk.py": ["--M", "64", "--N", "32", "--topk", "4"],  # (main() tunes: 9 configs)
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;
