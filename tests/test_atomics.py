@@ -197,6 +197,11 @@ def misuse(X, Y, *, case=""):
         elif case == "odd_16bit":  # Y of 63 elements: the last one's dword would pass the tensor's end
             for i in T.Parallel(64):
                 T.atomic_add(Y[i], x[i])
+        elif case == "replicated_return_prev":  # 16 elements over 64 threads: each held by 4 of them
+            p = T.alloc_fragment((16,), "float32")
+            for i in T.Parallel(16):
+                p[i] = T.atomic_add(Y[i], 1.0, return_prev=True)
+            T.copy(p, Y[16])
         elif case == "fragment":
             for i in T.Parallel(64):
                 T.atomic_max(x[i], 1.0)
@@ -206,6 +211,7 @@ def misuse(X, Y, *, case=""):
     ("memory_order", torch.float32, "atomics are relaxed"),
     ("tile_return_prev", torch.float32, "returned by the element form only"),
     ("fragment", torch.float32, "belongs to one thread"),
+    ("replicated_return_prev", torch.float32, "held by several threads"),
     ("odd_16bit", torch.float16, "passes the end of its 126 bytes"),
 ])
 def test_refusals_name_the_line_and_the_way_around(case, dtype, message):
