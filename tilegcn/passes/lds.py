@@ -52,11 +52,10 @@ ROW_PAD_BYTES = 16  # a padded row's extra bytes: 4 banks, and rows still start 
 def row_pitches(kernel: N.Kernel, arch) -> dict:
     """{shared Buffer: elements from one row to the next} of the buffers stored with padded rows (module doc)."""
     sweep = arch.lds_banks * arch.lds_bank_bytes
-    users: dict = {}
+    users: dict = {}  # shared buffer -> the ops naming it (in any field, not only their access regions)
     for s in N.walk(kernel.body):
-        for region in (*s.reads(), *s.writes()):
-            if region.buffer.scope == N.SHARED:
-                users.setdefault(region.buffer, set()).add(s.opname)
+        for buf in _shared_buffers(s, {}, nested=False):
+            users.setdefault(buf, set()).add(s.opname)
     return {b: b.shape[-1] + ROW_PAD_BYTES // b.dtype.bytes for b, ops in users.items()
             if ops == {"copy"} and len(b.shape) >= 2 and b.shape[-1] * b.dtype.bytes % sweep == 0}
 
@@ -83,9 +82,9 @@ def lifetimes(kernel: N.Kernel, scratch: dict | None = None) -> dict:
     return {b: spans.get(b, whole) for b in kernel.buffers if b.scope == N.SHARED}
 
 
-def _shared_buffers(stmt, scratch: dict) -> set:
-    """The shared buffers statement `stmt` (its nested statements included) names in any field: regions, element
-    reads, a conversion's scratch, plus the `scratch` buffers of the statements in it."""
+def _shared_buffers(stmt, scratch: dict, nested: bool = True) -> set:
+    """The shared buffers statement `stmt` (its nested statements included, unless not `nested`) names in any field:
+    regions, element reads, a conversion's scratch, plus the `scratch` buffers of the statements in it."""
     found: set = set()
     stack, seen = [stmt], set()
     while stack:
@@ -102,6 +101,8 @@ def _shared_buffers(stmt, scratch: dict) -> set:
         elif isinstance(x, dict):
             stack.extend(x.values())
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if isinstance(x, TileOp) and x is not stmt and not nested:
+                continue  # a statement of stmt's body
             if isinstance(x, TileOp) and x in scratch:
                 found.add(scratch[x])
             stack.extend(getattr(x, f.name) for f in dataclasses.fields(x))
