@@ -3,9 +3,10 @@
 Input: a Copy shared -> fragment or fragment -> shared (passes/memspace.py stages T.Parallel's shared reads and
 writes and the shared <-> global copies through these). Output: ds_read / ds_write at the LDS byte address of each
 element, `shared offset + row-major index * element bytes` (a non-gemm shared buffer is stored row-major,
-unswizzled): 16, 8 or 4 bytes at once where consecutive elements of the layout lie at consecutive addresses aligned
-to that width on every thread, else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are
-converted from / to the fragment's fp32 values, two a register, as passes/copy.py converts global ones.
+unswizzled; its rows 16 bytes further apart where passes/lds.py pads them against bank conflicts): 16, 8 or 4 bytes
+at once where consecutive elements of the layout lie at consecutive addresses aligned to that width on every thread,
+else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are converted from / to the
+fragment's fp32 values, two a register, as passes/copy.py converts global ones.
 Barriers: each copy calls passes/gemm.py's lds_barrier, so a read of LDS other threads wrote (and a write over LDS
 other threads may still read) waits at an s_barrier first; the wait pass puts the counters before it.
 Where the fragment's layout replicates an element (a row vector held by every lane of the row), only its writer
@@ -38,12 +39,19 @@ def _classic(frag: N.Buffer, dtype) -> bool:
 
 def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
     """The LDS byte address (SymPy) of the shared element that fragment element r maps to: the buffer's offset plus
-    its row-major index times the element bytes."""
+    its row-major index (rows `ctx.lds_pitches` elements apart where they are padded) times the element bytes."""
     shared = region.buffer
     index = global_index(region, frag.shape, ctx.layouts[frag].coords(r, ctx.threads))
-    strides = [math.prod(shared.shape[d + 1:]) for d in range(len(shared.shape))]
-    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, strides))
+    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, _strides(ctx, shared)))
                         * shared.dtype.bytes)
+
+
+def _strides(ctx: Context, shared: N.Buffer) -> list:
+    """Element strides of `shared`'s dims: row-major, the rows `ctx.lds_pitches[shared]` apart where padded."""
+    shape = list(shared.shape)
+    if shared in ctx.lds_pitches:
+        shape[-1] = ctx.lds_pitches[shared]
+    return [math.prod(shape[d + 1:]) for d in range(len(shape) - 1)] + [1]
 
 
 def _address(ctx: Context, address) -> tuple:
