@@ -355,7 +355,8 @@ FP8_TYPES = {"gfx942": {"e4m3": ("fp8e4b8", "float8_e4m3fnuz"), "e5m2": ("fp8e5b
 
 def lowp_corpus(arch):
     """The low-precision kernels for `arch`: int8 / fp8 / fp32 matmuls (matrix_instr_nonkdim picks the 16x16 or
-    32x32 MFMA), tl.dot_scaled (MXFP8 / MXFP4, gfx950 only: gfx942 has no scaled MFMA) and an fp8 cast."""
+    32x32 MFMA), tl.dot_scaled (MXFP8 / MXFP4; more variants on gfx950, whose scaled MFMAs they check) and an fp8
+    cast."""
     M, N, K = 48, 40, 256  # the matmuls mask M and N tails; K is a multiple of every MFMA's K
     fp8 = FP8_TYPES[arch]
     mm_sig = {"a": None, "b": None, "c": None, "M": "i32", "N": "i32", "K": "i32"}
@@ -390,35 +391,40 @@ def lowp_corpus(arch):
     if arch == "gfx942":  # xf32 (tf32-like inputs): gfx942 only, gfx950 dropped it
         entries.append(matmul("matmul_xf32", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn",
                               False, "tf32", 32, 32, "matmul_xf32", (1e-4, 1e-5)))
+    # tl.dot_scaled: gfx950 runs it on the scaled MFMAs; gfx942, which has none, upcasts to bf16 MFMAs in software.
+    # (name, A format, B format, matrix_instr_nonkdim, BK): on gfx950 both MFMA sizes for each format, and a mixed
+    # pair (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
+    scaled = [("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128), ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256)]
     if arch == "gfx950":
-        # (name, A format, B format, matrix_instr_nonkdim, BK): both MFMA sizes for each format, and a mixed pair
-        # (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
-        for name, fa, fb, nonkdim, bk in (("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128),
-                                          ("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128),
-                                          ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256),
-                                          ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
-                                          ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
-                                          ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)):
-            Ms, Ns, Ks = 32, 64, 512
-
-            def operand(fmt, rows):
-                pack = 2 if fmt == "e2m1" else 1
-                sig = "*u8" if pack == 2 else f"*{e4[0]}"
-                el = ("uint8", "randbyte") if pack == 2 else (e4[1], "randn")
-                return pack, sig, T([rows, Ks // pack], el[0], el[1])
-
-            pa, sig_a, ta = operand(fa, Ms)
-            pb, sig_b, tb = operand(fb, Ns)
-            sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32",
-                   "M": "i32", "N": "i32", "K": "i32"}
-            entries.append((name, dot_scaled_kernel, sig,
-                            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
-                            {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
-                            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
-                             T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
-                            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
-                            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5)))
+        scaled += [("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128), ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
+                   ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
+                   ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)]
+    for name, fa, fb, nonkdim, bk in scaled:
+        entries.append(_dot_scaled_entry(name, fa, fb, nonkdim, bk))
     return entries
+
+
+def _dot_scaled_entry(name, fa, fb, nonkdim, bk):
+    """One tl.dot_scaled launch: MX operands are OCP formats on every arch (e4m3 = Triton's fp8e4nv)."""
+    Ms, Ns, Ks = 32, 64, 512
+
+    def operand(fmt, rows):
+        pack = 2 if fmt == "e2m1" else 1
+        sig = "*u8" if pack == 2 else "*fp8e4nv"
+        el = ("uint8", "randbyte") if pack == 2 else ("float8_e4m3fn", "randn")
+        return pack, sig, T([rows, Ks // pack], el[0], el[1])
+
+    pa, sig_a, ta = operand(fa, Ms)
+    pb, sig_b, tb = operand(fb, Ns)
+    sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32", "M": "i32", "N": "i32",
+           "K": "i32"}
+    return (name, dot_scaled_kernel, sig,
+            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
+            {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
+            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
+             T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
+            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
+            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5))
 
 
 def _arg_names(fn):
