@@ -33,6 +33,7 @@ WAITING_FOR_DTYPES = {
     "fp8_cast.gfx942": "v_cvt_pk_fp8_f32 / v_cvt_pk_f32_fp8 come with the dtypes part (i20-dtypes)",
     # gfx942 has no fp4 MFMA: Triton upcasts e2m1 through v_cvt_pk_f32_fp8
     "dot_scaled_mxfp4.gfx942": "v_cvt_pk_f32_fp8 comes with the dtypes part (i20-dtypes)",
+    "dot_scaled_bf16_mxfp4.gfx942": "v_cvt_pk_f32_fp8 comes with the dtypes part (i20-dtypes)",
 }
 
 
@@ -95,5 +96,5 @@ def test_corpus_covers_both_arches_and_the_kernel_families():
         assert {m["name"] for m in metas if m["arch"] == arch} == want
     for family in ("softmax", "layernorm", "rmsnorm", "matmul", "flash_attn", "atomics", "convert", "int_math",
                    "matmul_i8", "matmul_fp8", "matmul_f32", "matmul_xf32", "dot_scaled_mxfp8", "dot_scaled_mxfp4",
-                   "fp8_cast"):
+                   "dot_scaled_bf16_mxfp8", "dot_scaled_bf16_mxfp4", "fp8_cast"):
         assert any(n.startswith(family) for n in names), family

@@ -236,3 +236,22 @@ def test_fp16_ovfl_starts_as_the_descriptor_sets_it():
         out = torch.zeros(64, dtype=torch.int32)
         mod.launch("k", grid=(1, 1, 1), block=(64, 1, 1), args=[torch.zeros(64, dtype=torch.int32), out])
         assert bool((out == flag).all())
+
+
+def test_scaled_fp4_conversions_pick_the_byte_op_sel_names():
+    """v_cvt_scalef32_pk_{f32,f16}_fp4 on byte op_sel[0] | op_sel[1] << 1 (how llc 22 prints the intrinsics'
+    selector 2), against the e2m1 table of tests/corpus/reference.py times the scale."""
+    from corpus.reference import decode_e2m1
+    gen = torch.Generator().manual_seed(11)
+    src = torch.randint(-2**31, 2**31 - 1, (64,), generator=gen, dtype=torch.int64).to(torch.int32)
+    scale = torch.exp2(torch.randint(-4, 5, (64,), generator=gen).float())
+    body = """v_cvt_scalef32_pk_f32_fp4 v[26:27], v10, v11 op_sel:[0,1,0]
+v_mov_b32 v20, v26
+v_mov_b32 v21, v27
+v_cvt_scalef32_pk_f16_fp4 v22, v10, v11 op_sel:[0,1,0]"""
+    f32_lo, f32_hi, f16_pair = run_lanes(body, [src, scale], n_out=3, arch="gfx950", block=64)
+    byte2 = ((src.to(torch.int64) >> 16) & 0xFF).to(torch.uint8).view(64, 1)
+    want = torch.from_numpy(decode_e2m1(byte2)).float() * scale.view(64, 1)  # [64, 2]: low nibble first
+    assert torch.equal(f32_lo.view(torch.float32), want[:, 0]) and torch.equal(f32_hi.view(torch.float32), want[:, 1])
+    halves = torch.stack([(f16_pair & 0xFFFF), (f16_pair >> 16) & 0xFFFF], 1).to(torch.int16).view(torch.float16)
+    assert torch.equal(halves, want.half())

@@ -246,6 +246,25 @@ def dot_scaled_kernel(a, a_scale, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: 
 
 
 @triton.jit
+def dot_scaled_bf16_kernel(a, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                           FMT_B: tl.constexpr, PACK_B: tl.constexpr):
+    """bf16 A [M, K] (no scale) times an MX B^T [N, K/PACK_B] with E8M0 scales b_scale [N, K/32]: Triton upcasts B
+    to bf16 (gfx950: the scaled conversions v_cvt_scalef32_pk_bf16_*) and runs bf16 MFMAs."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    rkb = tl.arange(0, BK // PACK_B)
+    rks = tl.arange(0, BK // 32)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        at = tl.load(a + rm[:, None] * K + (k0 + rk)[None, :])
+        bt = tl.load(b + rn[:, None] * (K // PACK_B) + (k0 // PACK_B + rkb)[None, :])
+        sb = tl.load(b_scale + rn[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
+        acc = tl.dot_scaled(at, None, "bf16", tl.trans(bt), sb, FMT_B, acc)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
 def fp8_cast_kernel(x, out_fp8, out_back, n, BLOCK: tl.constexpr):
     """fp32 -> fp8 (the arch's e4m3) and back to fp32."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -401,6 +420,8 @@ def lowp_corpus(arch):
                    ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)]
     for name, fa, fb, nonkdim, bk in scaled:
         entries.append(_dot_scaled_entry(name, fa, fb, nonkdim, bk))
+    for fmt in ("e4m3", "e2m1"):  # bf16 x MX: the upcast path (gfx950's scaled conversions to bf16)
+        entries.append(_dot_scaled_bf16_entry(fmt))
     return entries
 
 
@@ -425,6 +446,19 @@ def _dot_scaled_entry(name, fa, fb, nonkdim, bk):
              T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
             # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
             f"dot_scaled_{fa}_{fb}", (0.25, 1e-5))
+
+
+def _dot_scaled_bf16_entry(fmt):
+    M, N, K = 32, 64, 256
+    pack = 2 if fmt == "e2m1" else 1
+    el, sig = (("uint8", "randbyte"), "*u8") if pack == 2 else (("float8_e4m3fn", "randn"), "*fp8e4nv")
+    name = "dot_scaled_bf16_" + ("mxfp4" if pack == 2 else "mxfp8")
+    return (name, dot_scaled_bf16_kernel,
+            {"a": "*bf16", "b": sig, "b_scale": "*u8", "c": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
+            {"BM": 32, "BN": 32, "BK": 128, "FMT_B": fmt, "PACK_B": pack}, {"num_warps": 4}, (M // 32, N // 32),
+            [T([M, K], "bfloat16"), T([N, K // pack], *el), T([N, K // 32], "uint8", "e8m0"),
+             T([M, N], "float32", "zeros", True), S(M), S(N), S(K)],
+            f"dot_scaled_bf16_{fmt}", (0.05, 1e-5))  # |c| reaches ~1e5: fp32 partial sums round at ~0.01
 
 
 def _arg_names(fn):

@@ -194,3 +194,12 @@ def _dot_scaled_any(a, a_scale, b, b_scale, **_):
 
 
 dot_scaled_e4m3_e4m3 = dot_scaled_e2m1_e2m1 = dot_scaled_e4m3_e2m1 = dot_scaled_e2m1_e4m3 = _dot_scaled_any
+
+
+def _dot_scaled_bf16(a, b, b_scale, **_):
+    """bf16 A (no scale) times B decoded and scaled per 32 elements of K, transposed."""
+    return _dot_scaled(a.double().numpy(), torch.full((a.shape[0], a.shape[1] // 32), 127, dtype=torch.uint8),
+                       _mx_values(b), b_scale)
+
+
+dot_scaled_bf16_e4m3 = dot_scaled_bf16_e2m1 = _dot_scaled_bf16

@@ -62,7 +62,7 @@ def acc_regs(info) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _decode_table(fmt: str, arch_name: str) -> torch.Tensor:
+def decode_table(fmt: str, arch_name: str) -> torch.Tensor:
     """float64 value of every code of an 8/6/4-bit format."""
     if fmt in ("fp8", "bf8"):
         dtype = getattr(torch, _arch.get_arch(arch_name).fp8_formats[fmt])
@@ -106,7 +106,7 @@ def _values(regs: torch.Tensor, fmt: str, count: int, arch_name: str) -> torch.T
     if fmt in ("f32", "xf32"):
         x = regs.contiguous().view(torch.float32)[..., :count]
         return (_round_to_xf32(x) if fmt == "xf32" else x).double()
-    return _decode_table(fmt, arch_name)[_codes(regs, WIDTH[fmt], count)]
+    return decode_table(fmt, arch_name)[_codes(regs, WIDTH[fmt], count)]
 
 
 def register_blocks(info, fmt: str) -> int:
