@@ -518,3 +518,30 @@ def test_if_inside_parallel_is_decided_per_element(arch):
     upper = torch.ones(16, 16).triu(1).bool()
     want = torch.where(upper, 0.0, torch.where(X > 0.5, 1.0, 2.0 + X))
     torch.testing.assert_close(Y, want)
+
+
+@tilegcn.jit
+def gemm_while(A, B, Trips, C):
+    with T.Kernel(2, threads=128) as bx:
+        A_s = T.alloc_shared((32, 32), "float16")
+        B_s = T.alloc_shared((32, 32), "float16")
+        acc = T.alloc_fragment((32, 32), "float32")
+        t = T.alloc_var("float32")
+        v = T.alloc_var("float32", init=0.0)
+        T.copy(Trips[bx], t)
+        T.clear(acc)
+        while v[0] < t[0]:  # a pipelined K loop (LDS stages, barriers) in a data-dependent while
+            for k in T.Pipelined(2, num_stages=2):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, acc)
+            v[0] = v[0] + 1.0
+        T.copy(acc, C[bx * 32, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_in_a_device_while(arch):
+    A, B, C = torch.randn(32, 64).half(), torch.randn(64, 32).half(), torch.empty(64, 32)
+    gemm_while(A, B, torch.tensor([1.0, 3.0]), C, arch=arch)
+    product = A.float() @ B.float()
+    torch.testing.assert_close(C, torch.cat([product, 3 * product]), rtol=1e-3, atol=1e-2)

@@ -15,8 +15,11 @@ so every message names the user's line.
                                               B; __tg_if1.end(locals())
 
 A Python test yields one pass through the branch it picks; a device test two passes, each recorded into its own
-body. Statements the rewrite leaves alone (their device tests are refused with a message saying why): an `if`
-whose branches `return`, `break` or `continue`, a `while ... else`, a `for ... else`.
+body (an If op; inside T.Parallel, stores that keep the old value where their branch is not taken). A `while` on
+a variable the device updates (`v[0]` of a T.alloc_var) records a While op. A `for` whose body reads and then
+rebinds a name is checked once its loop turns out to be a device loop (traced once: the name cannot carry a
+value from trip to trip). Statements the rewrite leaves alone (their device tests are refused with a message
+saying why): an `if` whose branches `return`, `break` or `continue`, a `while ... else`, a `for ... else`.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def rewritten(fn, namespace: dict | None = None):
     try:
         free = [cell.cell_contents for cell in fn.__closure__ or ()]
     except ValueError:  # a closure variable not bound yet: keep Python's own reading
-        return fn
+        return fn if namespace is None else _with_globals(fn, namespace)
     make = types.FunctionType(maker, fn.__globals__ if namespace is None else namespace, "__tg_make")
     out = make(sys.modules[__name__], *free)
     out.__defaults__, out.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
