@@ -1,7 +1,8 @@
 """Memory spaces: element reads and writes of shared buffers and element stores to global tensors inside
 T.Parallel, and tile copies global -> shared and shared -> global, staged through fragments.
 
-Input: traced, verified tile IR. Output: the same IR where, through a fresh fp32 fragment each ("staging fragment"),
+Input: traced, verified tile IR. Output: the same IR where, through a fresh fp32 fragment each ("staging fragment";
+a copy between two buffers of one 16-bit dtype stages in that dtype, the values passing unchanged),
 - a T.Parallel statement reading shared buffer S first copies S into a fragment and reads that fragment at the same
   indices (`G_smem[j]` in T.Parallel(M, N) becomes the broadcast read of a vector fragment, which layout inference
   gives the slice of the loop's layout);
@@ -40,9 +41,10 @@ class Stager:
         self.gemm_operands = {r.buffer for s in statements_of(kernel.body, "gemm") for r in s.reads()
                               if r.buffer.scope == N.SHARED}
 
-    def fragment(self, of: N.Buffer, shape, loc) -> N.Buffer:
-        """A fresh fp32 fragment of `shape` staging buffer `of` (named after it in kernel.ir and the asm)."""
-        buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, float32, tuple(shape), loc=loc)
+    def fragment(self, of: N.Buffer, shape, loc, dtype=float32) -> N.Buffer:
+        """A fresh fragment of `shape` (fp32 unless told) staging buffer `of` (named after it in kernel.ir and the
+        asm)."""
+        buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, dtype, tuple(shape), loc=loc)
         self.fragments.append(buf)
         return buf
 
@@ -183,7 +185,9 @@ def stage_copy(s, stager: Stager) -> list | None:
     for shared in (b for b in (src, dst) if b.scope == N.SHARED):
         stager.check_element_access(shared, "T.copy of", s.loc)
     tile = s.dst.extents if dst.scope == N.SHARED else s.src.extents
-    frag = stager.fragment(dst if dst.scope == N.SHARED else src, tile, s.loc)
+    # 16-bit values moved unchanged stay 16-bit, two a register (half the VGPRs of fp32, no conversions)
+    dtype = src.dtype if src.dtype == dst.dtype and src.dtype.is_16bit else float32
+    frag = stager.fragment(dst if dst.scope == N.SHARED else src, tile, s.loc, dtype)
     return [stager.copy(s.src, whole(frag), s.loc), stager.copy(whole(frag), s.dst, s.loc)]
 
 
