@@ -28,7 +28,7 @@ COMMANDS = {
     # TileLang's examples, ported: each main() checks its kernels against torch at a small shape
     # (tests/test_tilelang_ports.py runs them on both arches and three dtypes)
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
-                                                     "elementwise_add", "gemm", "gemm_non_persistent")},
+                                              "elementwise_add", "gemm", "gemm_non_persistent")},
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;
