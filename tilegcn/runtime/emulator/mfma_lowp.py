@@ -65,7 +65,7 @@ def acc_regs(info) -> int:
 def decode_table(fmt: str, arch_name: str) -> torch.Tensor:
     """float64 value of every code of an 8/6/4-bit format."""
     if fmt in ("fp8", "bf8"):
-        dtype = getattr(torch, _arch.get_arch(arch_name).fp8_formats[fmt])
+        dtype = getattr(torch, _arch.get_arch(arch_name).fp8_dtypes[("fp8", "bf8").index(fmt)])
         return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).double()
     if fmt == "i8":
         return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8).double()

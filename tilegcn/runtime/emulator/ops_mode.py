@@ -9,7 +9,7 @@ Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value i
 kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
-to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
+to the arch's fp8 / bf8 (arch.fp8_dtypes, through torch's own conversion), into the 16-bit half of D that
 op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_{f32,f16,bf16}_{fp8,bf8,fp4} D, S0, SCALE: two elements of
 S0 (op_sel picks which: `_from_low`) times SCALE (Triton's bf16 x MX `tl.dot_scaled` on gfx950 upcasts with the
 bf16 forms, tests/corpus). Only power-of-two scales are modelled (what MX scales are): another scale, and an input
@@ -94,7 +94,7 @@ def _power_of_two_scale(g, read) -> torch.Tensor:
 
 
 def _fp8_dtype(b, fmt):
-    return getattr(torch, b.ctx.arch.fp8_formats[fmt])
+    return getattr(torch, b.ctx.arch.fp8_dtypes[("fp8", "bf8").index(fmt)])
 
 
 def fp16_ovfl(g) -> torch.Tensor:
