@@ -16,7 +16,6 @@ import torch
 from .decode import EXEC_LO, Const, Reg
 from .fpmath import (FLT_MIN, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
-from .ops_f64 import build_f64
 from .ops_vext import build_vext, src16
 from .ops_xlane import build_dpp, build_sdwa
 from .program import INT_MIN, Binder, BindError, Handler, as_bits, as_f32, u32
@@ -271,7 +270,7 @@ def build_valu(ins, b: Binder, index):
         return build_dpp(ins, b, index, build_valu)
     if ins.suffix == "sdwa":
         return build_sdwa(ins, b, index, build_valu)
-    h = build_f64(ins, b, index) or build_vext(ins, b, index)
+    h = build_vext(ins, b, index)
     if h is not None:
         return h
     if base in INT_OPS:
