@@ -6,7 +6,9 @@ Kernel Execution State") and lives in a scalar slot of each wave (decode.MODE_SL
 follows the descriptor's rounding and denormal modes, so a write that changes any field but FP16_OVFL is a
 Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value is the descriptor's
 .amdhsa_fp16_overflow) makes fp8/bf8 conversions saturate to the largest finite value: Triton 3.9 sets it in every
-kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
+kernel with a cast to fp8 (tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950, because "when the bit is 0/1, the
+conversion from fp32/fp16/bf16 to fp8/bf8 is in non-saturation/saturation mode" (Triton's AMD backend,
+ElementwiseOpToLLVM.cpp, adjustModeRegister).
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
 to the arch's fp8 / bf8 (arch.fp8_dtypes, through torch's own conversion), into the 16-bit half of D that
