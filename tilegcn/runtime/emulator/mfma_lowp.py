@@ -2,7 +2,7 @@
 fp32, xf32 and gfx950's f8f6f4 forms, plain and with E8M0 block scales (`v_mfma_scale_f32_*`).
 
     info = lookup("v_mfma_i32_32x32x16_i8", arch)          # arch.LowpMfma, or None
-    d = execute(info, arch, a, b, c, a_fmt, b_fmt)           # a, b, c: int32 register bits [W, 64, regs]
+    d = execute(info, "gfx950", a, b, c, a_fmt, b_fmt)       # a, b, c: int32 register bits [W, 64, regs]
 
 Every element is decoded exactly (fp8/bf8 through torch's own float8 dtypes, fp6/fp4 from the OCP MX formulas)
 and multiplied by the 2**(e - 127) of its 32-element block; the products (exact in float64) are summed in
