@@ -36,14 +36,14 @@ def twice(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16"), *, blo
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_a_dynamic_elementwise_kernel_compiles_once_per_divisibility_class(arch, cache_dir):
-    # ragged in both dims, rows of a runtime stride; none of the sizes is a multiple of 16: one class
+    # ragged in both dims, rows of a runtime stride (N); N is not a multiple of 16 in these: one class
     for rows, cols in ((5, 7), (100, 130), (33, 1)):
         x = torch.randn(rows, cols).half()
         y = torch.full_like(x, 7.0)
         twice(x, y, arch=arch)
         torch.testing.assert_close(y, (2 * x.float() + 1).half(), rtol=0, atol=0)
     assert _entries(cache_dir) == 1
-    x = torch.randn(64, 48).half()  # both multiples of 16: the other class
+    x = torch.randn(64, 48).half()  # N a multiple of 16: the other class (M's divisibility changes nothing)
     y = torch.empty_like(x)
     twice(x, y, arch=arch)
     torch.testing.assert_close(y, (2 * x.float() + 1).half(), rtol=0, atol=0)
@@ -71,7 +71,7 @@ def test_a_strided_view_keeps_its_strides_specialised():
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_a_dynamic_m_gemm_serves_every_m_with_one_compile_per_class(arch, cache_dir):
+def test_a_dynamic_m_gemm_serves_every_m_with_one_compile(arch, cache_dir):
     torch.manual_seed(0)
     K_, N_ = 64, 32
     B = torch.randn(K_, N_).bfloat16()
@@ -80,7 +80,7 @@ def test_a_dynamic_m_gemm_serves_every_m_with_one_compile_per_class(arch, cache_
         C = torch.zeros(rows, N_).bfloat16()
         kernels.gemm_dynamic_m(A, B, C, block_M=64, block_N=32, block_K=32, threads=128, arch=arch)
         torch.testing.assert_close(C.float(), A.float() @ B.float(), rtol=2e-2, atol=2e-2)
-    assert _entries(cache_dir) == 2  # M % 16 != 0 (1, 7, 1000) and M % 16 == 0 (64, 4096)
+    assert _entries(cache_dir) == 1  # M is only an outermost dim: its divisibility changes no code
 
 
 def test_an_output_the_call_allocates_takes_the_dynamic_size():
