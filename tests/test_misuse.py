@@ -467,7 +467,7 @@ def op_torch_sigmoid(): run_ew(lambda v: torch.sigmoid(v))
 def op_torch_exp(): run_ew(lambda v: torch.exp(v))
 @misuse(CompileError, r"numpy.*T\.")
 def op_numpy_exp(): run_ew(lambda v: np.exp(v))
-@misuse(CompileError, r"truth test \(if/and/or/not\) on an element expression \(x\[pi, pj\] > 0\.0\).*no trace-time "
+@misuse(CompileError, r"truth test \(if/and/or/not\) on an element expression \(x\[pi, pj\] > 0\).*no trace-time "
                       r"truth value.*T\.if_then_else\(cond, a, b\)")
 def op_if_greater():
     def f(v):
