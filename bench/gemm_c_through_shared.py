@@ -55,8 +55,9 @@ def main():
     a, b = torch.zeros(n, n, dtype=torch.float16), torch.zeros(n, n, dtype=torch.float16)
     config = dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3)
     print(f"{'arch':8} {'kernel':22} {'lds_bytes':>9} {'vgprs':>5} {'est_us':>9} {'TFLOP/s':>8}")
+    kernels = (("C through shared", gemm_non_persistent.matmul_non_persistent), ("C from accumulator", direct))
     for arch in args.arch.split(","):
-        for name, fn in (("C through shared", gemm_non_persistent.matmul_non_persistent), ("C from accumulator", direct)):
+        for name, fn in kernels:
             kernel = fn.compile(a, b, arch=arch, **config)
             seconds = kernel.estimate().seconds
             print(f"{arch:8} {name:22} {kernel.metadata['lds_bytes']:9d} {kernel.metadata['vgprs']:5d} "

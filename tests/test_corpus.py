@@ -27,21 +27,8 @@ ENTRIES = sorted(glob.glob(os.path.join(CORPUS, "*.json")))
 # kernels of one arch: gfx950 dropped xf32; only gfx950 has the scaled (MX) MFMAs these variants check
 ONE_ARCH = {"matmul_xf32": "gfx942", **{f"dot_scaled_{v}": "gfx950" for v in (
     "mxfp8_16", "mxfp4_32", "mxfp8_mxfp4", "mxfp4_mxfp8_16")}}
-# the non-scaled fp8 conversions (v_cvt_pk_fp8_f32, v_cvt_pk_f32_fp8) are the dtypes part's (issue 20 item 3):
-# these entries pass once that lands on main, and strict xfail says so then
-WAITING_FOR_DTYPES = {
-    "fp8_cast.gfx942": "v_cvt_pk_fp8_f32 / v_cvt_pk_f32_fp8 come with the dtypes part (i20-dtypes)",
-    # gfx942 has no fp4 MFMA: Triton upcasts e2m1 through v_cvt_pk_f32_fp8
-    "dot_scaled_mxfp4.gfx942": "v_cvt_pk_f32_fp8 comes with the dtypes part (i20-dtypes)",
-    "dot_scaled_bf16_mxfp4.gfx942": "v_cvt_pk_f32_fp8 comes with the dtypes part (i20-dtypes)",
-}
-
-
 def _param(path):
-    stem = os.path.basename(path)[:-5]
-    if stem in WAITING_FOR_DTYPES:
-        return pytest.param(path, id=stem, marks=pytest.mark.xfail(strict=True, reason=WAITING_FOR_DTYPES[stem]))
-    return pytest.param(path, id=stem)
+    return pytest.param(path, id=os.path.basename(path)[:-5])
 
 
 def load_entry(path):
@@ -84,7 +71,8 @@ def test_corpus_kernel_matches_torch(path):
     assert sorted(outputs) == sorted(expected)
     for name in outputs:
         assert named[name].dtype == expected[name].dtype, name
-        torch.testing.assert_close(_comparable(named[name]), _comparable(expected[name]), atol=meta["atol"], rtol=meta["rtol"],
+        torch.testing.assert_close(_comparable(named[name]), _comparable(expected[name]), atol=meta["atol"],
+                                   rtol=meta["rtol"],
                                    msg=lambda m: f"{meta['name']} ({meta['arch']}) output {name}: {m}")
 
 

@@ -71,7 +71,7 @@ def _condition_mask(ctx: Context, cond: N.Condition, loc) -> Reg:
     mask = b.s.alloc(2, align=2, what="condition mask")
     if cond.op == "element":
         ev = _VariableEvaluator(ctx, loc)
-        value, _ = ev.eval_value(cond.args[0], 0)  # a condition: a lane mask, or a bool where it folded
+        value = ev.eval_value(cond.args[0], 0)[0]  # a comparison's value: a lane mask (or a folded bool)
         if isinstance(value, bool):  # folded while evaluating (a comparison of two constants)
             b.emit("s_mov_b64", mask, -1 if value else 0)
         else:

@@ -6,14 +6,16 @@ Kernel Execution State") and lives in a scalar slot of each wave (decode.MODE_SL
 follows the descriptor's rounding and denormal modes, so a write that changes any field but FP16_OVFL is a
 Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value is the descriptor's
 .amdhsa_fp16_overflow) makes fp8/bf8 conversions saturate to the largest finite value: Triton 3.9 sets it in every
-kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
+kernel with a cast to fp8 (tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950, because "when the bit is 0/1, the
+conversion from fp32/fp16/bf16 to fp8/bf8 is in non-saturation/saturation mode" (Triton's AMD backend,
+ElementwiseOpToLLVM.cpp, adjustModeRegister).
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
-to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
+to the arch's fp8 / bf8 (arch.fp8_dtypes, through torch's own conversion), into the 16-bit half of D that
 op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_{f32,f16,bf16}_{fp8,bf8,fp4} D, S0, SCALE: two elements of
 S0 (op_sel picks which: `_from_low`) times SCALE (Triton's bf16 x MX `tl.dot_scaled` on gfx950 upcasts with the
-bf16 forms, tests/corpus). Only power-of-two scales are modelled (what MX scales are): another scale, an infinite
-input, and an out-of-range input without FP16_OVFL are Faults. The conversions to fp4 are not modelled.
+bf16 forms, tests/corpus). Only power-of-two scales are modelled (what MX scales are): another scale, and an input
+past the fp8 range without FP16_OVFL, are Faults (`fp8_codes`). The conversions to fp4 are not modelled.
 """
 from __future__ import annotations
 
@@ -94,7 +96,34 @@ def _power_of_two_scale(g, read) -> torch.Tensor:
 
 
 def _fp8_dtype(b, fmt):
-    return getattr(torch, b.ctx.arch.fp8_formats[fmt])
+    return getattr(torch, b.ctx.arch.fp8_dtypes[("fp8", "bf8").index(fmt)])
+
+
+def fp16_ovfl(g) -> torch.Tensor:
+    """bool [n, 1]: each wave's MODE.FP16_OVFL (the fp8 conversions' clamp bit)."""
+    return ((g.rs(MODE_SLOT) >> FP16_OVFL_BIT) & 1).bool().view(-1, 1)
+
+
+def fp8_codes(v: torch.Tensor, dtype, saturate: torch.Tensor, active, what: str) -> torch.Tensor:
+    """int32 codes of float values `v` [n, 64] rounded to nearest even to the fp8 `dtype`. A value that rounds past
+    the largest finite one, infinities included, becomes it (+-) where `saturate` (MODE.FP16_OVFL) is set; without
+    it the result is not modelled: a Fault in the `active` lanes (None: all). A NaN becomes the NaN code torch's
+    conversion gives (the guides do not say which NaN; Triton converts pairs whose other half it drops, NaN or not)."""
+    top = torch.finfo(dtype).max
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    below = codes[(codes < top) & torch.isfinite(codes)].max().item()  # the next value down from top
+    # round to nearest even keeps top up to the midpoint above it (the midpoint itself when top's last bit is 0)
+    top_even = (torch.tensor(top).to(dtype).view(torch.uint8).item() & 1) == 0
+    midpoint = top + (top - below) / 2
+    mag = v.abs()
+    over = (mag > midpoint) | ((mag == midpoint) & (not top_even))  # (inf too; NaN compares false)
+    bad = over & ~saturate
+    if active is not None:
+        bad = bad & active
+    if bool(bad.any()):
+        raise Fault(f"{what}: an input past the fp8 range with MODE.FP16_OVFL clear is not modelled")
+    clamped = torch.where(mag > top, v.sign() * top, v)  # within the midpoint it rounds to top anyway
+    return clamped.to(dtype).view(torch.uint8).to(torch.int32)
 
 
 def _to_8bit(ins, b, index, fmt):
@@ -109,24 +138,13 @@ def _to_8bit(ins, b, index, fmt):
     b.vsrc_index(ins.operands[0], 1, "vdst (its other half is kept)")
     s0, s1, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
     dtype = _fp8_dtype(b, fmt)
-    top = torch.finfo(dtype).max
 
-    def convert(g, x, sc, saturate):
-        v = x.view(torch.float32).expand(g.n, 64) / sc
-        over = v.abs() > top
-        ex = g.exec_mask()
-        if ex is not None:
-            over = over & ex
-        if bool((over & ~saturate).any()) or bool((v.isinf() & (ex if ex is not None else True)).any()):
-            raise Fault(f"{ins.base}: an infinite input, or one beyond the fp8 range with MODE.FP16_OVFL clear, is "
-                        "not modelled")
-        v = torch.where(over, v.sign() * top, v)
-        return v.to(dtype).view(torch.uint8).to(torch.int32)
+    def convert(g, x, sc):
+        return fp8_codes(x.view(torch.float32).expand(g.n, 64) / sc, dtype, fp16_ovfl(g), g.exec_mask(), ins.base)
 
     def run(g):
         sc = _power_of_two_scale(g, scale)
-        saturate = ((g.rs(MODE_SLOT) >> FP16_OVFL_BIT) & 1).bool().view(-1, 1)
-        packed = convert(g, s0(g), sc, saturate) | (convert(g, s1(g), sc, saturate) << 8)
+        packed = convert(g, s0(g), sc) | (convert(g, s1(g), sc) << 8)
         old = g.rv(dst)
         g.wv(dst, (old & 0xFFFF) | (packed << 16) if dst_hi else (old & ~0xFFFF) | packed)
     return Handler(ins, index, run, "valu", b)
