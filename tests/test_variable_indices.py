@@ -140,3 +140,18 @@ def test_a_while_compares_a_variable_with_an_index(arch):
     O = torch.empty(3, 2)
     count_to_the_block(O, arch=arch)
     torch.testing.assert_close(O, torch.tensor([[2.0, 0.0], [3.0, 2.0], [4.0, 4.0]]))
+
+
+def test_a_shape_variable_naming_a_dynamic_size_is_refused():
+    @tilegcn.jit
+    def dynamic_in_a_variable(X, Y):
+        M = T.dynamic("M")
+        X_shape = (M, 16)
+        Y_shape = (M, 16) if True else (16, M)
+        X: T.Tensor(X_shape, "float32")
+        Y: T.Tensor(Y_shape, "float32")
+        with T.Kernel(1, threads=64) as bx:
+            T.copy(X[0, 0], Y[0, 0])
+
+    with pytest.raises(CompileError, match=r"Y_shape, which names a T\.dynamic size.*as a tuple"):
+        dynamic_in_a_variable(torch.randn(8, 16), torch.empty(8, 16))

@@ -373,6 +373,12 @@ class _EagerCall:
                 f"e.g. `{tensor}: T.Tensor((M, K), dtype)`",
                 location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}") from None
         dims = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(d, _Labelled) and isinstance(d.value, DynamicSize) for d in dims):
+            raise CompileError(
+                f"the annotation of {tensor} takes its shape from {shape.variable}, which names a T.dynamic size: "
+                "tilegcn finds dynamic dims in the annotation itself; write the shape as a tuple there, e.g. "
+                f"`{tensor}: T.Tensor((M, K), dtype)`",
+                location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
         return [(d.value, d.variable) if isinstance(d, _Labelled) else (d if isinstance(d, int) else None, None)
                 for d in dims]
 

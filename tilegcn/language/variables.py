@@ -82,7 +82,10 @@ def _read_symbol(ref: N.ElemRef) -> sympy.Symbol:
         tracer.body().append(let)
         return var
     _, body, before, _ = entry
-    at = 0 if before is None else next(i for i, s in enumerate(body) if s is before) + 1
+    at = 0 if before is None else next((i + 1 for i, s in enumerate(body) if s is before), None)
+    if at is None:  # the statement it followed is gone from that body (no tracer step removes one today)
+        raise CompileError(f"internal: the read of {ref.buffer.name}[0] lost its place in the program; please "
+                           "report this kernel", location=user_location())
     body.insert(at, let)
     entry[3] = var
     return var
