@@ -20,5 +20,5 @@ from .scan import Cumsum
 from .swizzle import Swizzle
 from .while_loop import While
 
-__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "LetIndex", "Loop",
-           "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If",
+           "LetIndex", "Loop", "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]
