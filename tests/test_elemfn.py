@@ -224,6 +224,27 @@ def test_index_comparisons_and_index_values_inside_parallel(arch):
     assert torch.equal(y, want)
 
 
+@tilegcn.jit
+def index_remainders(X, Y):
+    """`%`, `//` and products of T.Parallel indices as values and as a global read's index: j's coordinate in a
+    16 x 16 tile over 64 threads is 4 * (tid % 4) + c, whose `% 3` SymPy 1.14 folds wrongly (ir/indices.py)."""
+    with T.Kernel(1, threads=64) as bx:
+        y = T.alloc_fragment((16, 16), "float32")
+        for i, j in T.Parallel(16, 16):
+            y[i, j] = j % 3 + (i * j) % 7 * 10 + j * j * 100 + (i + 2 * j) // 5 * 10000 + X[i, j % 3] * 1e5
+        T.copy(y, Y[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_index_remainders_and_products_as_values(arch):
+    X = torch.arange(48.0).reshape(16, 3)
+    Y = torch.empty(16, 16)
+    index_remainders(X, Y, arch=arch)
+    i, j = torch.arange(16)[:, None], torch.arange(16)[None, :]
+    want = j % 3 + (i * j) % 7 * 10 + j * j * 100 + (i + 2 * j) // 5 * 10000 + X[i, j % 3] * 1e5
+    assert torch.equal(Y, want.float())
+
+
 def test_every_row_has_a_lowering_and_every_function_its_precision_in_the_docstring():
     assert set(LOWERINGS) == set(elemfn.ELEMENT_FUNCTIONS)
     for row in elemfn.ROWS:

@@ -35,6 +35,8 @@ COMMANDS = {
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],
     "tilelang/dynamic_gemm.py": [],
+    # upstream's setup at 80 x 128 x 128 over 2 programs: stream-k tiles stored whole and split (atomic adds)
+    "tilelang/gemm_streamk.py": ["--m", "80", "--n", "128", "--k", "128", "--total-sm", "2"],
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;

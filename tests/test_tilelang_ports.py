@@ -14,6 +14,7 @@ sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 import cumsum  # noqa: E402
 import gemm_splitk  # noqa: E402
 import gemm_splitk_vectorize_atomicadd  # noqa: E402
+import gemm_streamk  # noqa: E402
 import elementwise_add  # noqa: E402
 import gemm  # noqa: E402
 import gemm_non_persistent  # noqa: E402
@@ -170,6 +171,16 @@ def test_gemm_splitk(arch, form):
     c = torch.zeros(64, 128)
     SPLITK[form].matmul(a, b, c, 64, 64, 32, 4, arch=arch)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)  # upstream's tolerance
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_streamk(arch):
+    """Upstream's setup at 80 x 128 x 128 with 2 programs (its total_sm): 5 tiles of 16 x 128, 4 K iterations each;
+    3 stream-k tiles share 12 iterations, 6 per program (tiles 0 and 2 whole: stored; tile 1 split between the two:
+    atomic adds), then 2 tiles whole, one per program. main() checks C against torch.matmul (upstream's 1e-2)."""
+    gemm_streamk.setup(80, 128, 128, 2)
+    assert (gemm_streamk.streamk_tiles, gemm_streamk.streamk_full_tiles, gemm_streamk.sm_patition_factor) == (3, 6, 1)
+    gemm_streamk.main(arch=arch)
 
 
 @pytest.mark.parametrize("arch,dtype", CASES)

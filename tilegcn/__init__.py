@@ -24,6 +24,19 @@ from . import aot  # noqa: E402
 from .aot import load  # noqa: E402  (ahead-of-time exports: `python -m tilegcn export`)
 
 
+def cdiv(a: int, b: int) -> int:
+    """`a / b` rounded up, for Python ints: the number of `b`-sized blocks that cover `a` (TileLang's
+    `tilelang.cdiv`, for host-side grid arithmetic; in a tile program, `T.ceildiv`).
+
+    Example:
+
+    ```python
+    assert tilegcn.cdiv(1000, 128) == 8   # 8 blocks of 128 cover 1000
+    ```
+    """
+    return -(-a // b)
+
+
 def __getattr__(name):
     # `tilegcn.language` on first use: it imports torch, which `python -m tilegcn cache ...` does not need.
     if name == "language":
@@ -34,7 +47,7 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "jit", "JITFunction", "CompiledKernel", "CompileOptions", "autotune", "Autotuner", "Space", "TuneError",
-    "language", "errors", "CacheWarning", "aot", "load",
+    "language", "errors", "CacheWarning", "aot", "load", "cdiv",
     "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError", "ExportError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
 ]

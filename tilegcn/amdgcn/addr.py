@@ -332,6 +332,12 @@ class ExprLowering:
             for f in factors:
                 emit("s_mul_i32", out, out, f)
             return
+        if _is_power(expr):
+            base = self.sgpr(expr.base)
+            emit("s_mul_i32", out, base, base)
+            for _ in range(int(expr.exp) - 2):
+                emit("s_mul_i32", out, out, base)
+            return
         div = split_floor_div(expr)
         if div is not None:
             num, d = div
@@ -553,6 +559,8 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
         if args[0].is_Number:
             return _PRODUCT, int(args[0]), _operand_kinds(args[1:], lanes), simple
         return _PRODUCT, 1, _operand_kinds(args, lanes), simple
+    if _is_power(expr):  # x**n (SymPy's form of x*x, as sympy.expand leaves `(j % 3) * j`): a product of n x's
+        return _PRODUCT, 1, _operand_kinds((expr.base,) * int(expr.exp), lanes), simple
     div = split_floor_div(expr)
     if div is not None:
         return _QUOTIENT, div[0], div[1], simple
@@ -563,6 +571,11 @@ def _vgpr_shape(expr, lanes: frozenset) -> tuple:
     if isinstance(expr, Xor):
         return _XOR, _operand_kinds(args, lanes), simple
     return _UNSUPPORTED, simple
+
+
+def _is_power(expr) -> bool:
+    """x**n with n an int >= 2: SymPy's form of a product of equal factors."""
+    return isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp >= 2
 
 
 def _plus_key(base, const: int) -> tuple:

@@ -60,6 +60,10 @@ def _integer(value, what: str):
         return int(value) if value.is_Integer else value
     if isinstance(value, ScalarProxy) and value.param.symbol is not None:
         return value.param.symbol
+    if isinstance(value, N.Expr) and not N.is_condition(value):  # int math on one-element variables
+        from .variables import variable_index
+
+        return variable_index(value, what)
     raise CompileError(f"{what} must be an integer, got {value!r} ({type(value).__name__}){_runtime_scalar_hint(value)}")
 
 
@@ -251,16 +255,28 @@ def alloc_shared(shape, dtype):
     return current().alloc(N.SHARED, shape, dtype, "shared")
 
 
-def alloc_fragment(shape, dtype):
+# TileLang's register scopes; tilegcn holds each as a fragment (language/local.py says why "local" may be one)
+_REGISTER_SCOPES = ("local.fragment", "local", "local.var")
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment"):
     """A tile held in registers, spread over the workgroup's threads (elementwise work, gemm accumulators).
+
+    `scope` is TileLang's third argument: `"local.fragment"` (the default), or `"local"` / `"local.var"` for a
+    thread-private buffer, which tilegcn holds the same way (as `T.alloc_local` does).
 
     Example:
 
     ```python
     acc = T.alloc_fragment((block_M, block_N), "float32")
     x = T.alloc_fragment((block,), "float32")
+    start = T.alloc_fragment((1,), T.int32, "local")   # a counter, as TileLang's stream-k GEMM writes it
     ```
     """
+    if scope not in _REGISTER_SCOPES:
+        raise CompileError(f"T.alloc_fragment(scope={scope!r}): a fragment lives in registers (scope "
+                           f"{', '.join(map(repr, _REGISTER_SCOPES))}); for a buffer in shared memory use "
+                           "T.alloc_shared(shape, dtype)", location=user_location())
     return current().alloc(N.FRAGMENT, shape, dtype, "frag")
 
 

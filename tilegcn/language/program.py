@@ -163,7 +163,7 @@ def is_kernel_factory(fn) -> bool:
 
 
 def _tensor_annotation(node):
-    """(shape nodes, dtype node or None) of `T.Tensor((M, N), dtype)` or `T.Tensor[[M, N], dtype]`, else None."""
+    """(shape node, dtype node or None) of `T.Tensor((M, N), dtype)` or `T.Tensor[[M, N], dtype]`, else None."""
     if isinstance(node, ast.Call) and _is_named(node.func, "Tensor") and node.args:
         args = list(node.args) + [kw.value for kw in node.keywords if kw.arg == "dtype"]
     elif isinstance(node, ast.Subscript) and _is_named(node.value, "Tensor"):
@@ -171,25 +171,55 @@ def _tensor_annotation(node):
         args = list(index.elts) if isinstance(index, ast.Tuple) else [index]
     else:
         return None
-    shape = args[0]
-    dims = list(shape.elts) if isinstance(shape, (ast.Tuple, ast.List)) else [shape]
-    return dims, (args[1] if len(args) > 1 else None)
+    return args[0], (args[1] if len(args) > 1 else None)
+
+
+class ShapeExpression:
+    """An annotation's shape given as a variable the body assigned before it, from an expression that is not a
+    tuple (`A_shape = (M, K) if not trans_A else (K, M)`; `A: T.Tensor(A_shape, dtype)`): evaluated once the
+    constants are known (_EagerCall._evaluated_shape)."""
+
+    def __init__(self, variable: str, node: ast.expr):
+        self.variable, self.node = variable, node
+
+
+def _is_size_call(node) -> bool:
+    """`T.const(...)`, `T.dynamic(...)` or `T.symbolic(...)`: an assignment naming sizes, not a shape variable."""
+    return isinstance(node, ast.Call) and any(_is_named(node.func, f) for f in ("const", "dynamic", "symbolic"))
+
+
+def _shape_dims(shape, assigned: dict):
+    """The dim nodes of an annotation's shape node: a tuple's elements, a bare size's one dim, or, for a variable the
+    body assigned before the annotation (TileLang evaluates annotations where they stand), its value's dims."""
+    if isinstance(shape, ast.Name) and shape.id in assigned:
+        value = assigned[shape.id]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            return tuple(value.elts)
+        return ShapeExpression(shape.id, value)
+    return tuple(shape.elts) if isinstance(shape, (ast.Tuple, ast.List)) else (shape,)
 
 
 @functools.lru_cache(maxsize=256)
 def _body_tensors(fn) -> tuple:
-    """(parameter name, dim nodes, dtype node) per `param: T.Tensor(...)` annotation at the top of fn's body."""
+    """(parameter name, dims, dtype node) per `param: T.Tensor(...)` annotation at the top of fn's body; dims is a
+    tuple of dim nodes or a ShapeExpression."""
     node = _function_node(fn)
     if node is None:
         return ()
     params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
-    found = []
+    found, assigned = [], {}
     for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            if _is_size_call(stmt.value):
+                assigned.pop(stmt.targets[0].id, None)
+            else:
+                assigned[stmt.targets[0].id] = stmt.value  # the latest assignment before an annotation counts
         if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
                 and stmt.target.id in params:
             annotation = _tensor_annotation(stmt.annotation)
             if annotation is not None and stmt.target.id not in {t[0] for t in found}:  # the first one counts
-                found.append((stmt.target.id, *annotation))
+                shape, dtype_node = annotation
+                found.append((stmt.target.id, _shape_dims(shape, assigned), dtype_node))
     return tuple(found)
 
 
@@ -239,6 +269,8 @@ class EagerProgram:
         body = _body_dynamic_sizes(self.fn)
         found = []
         for name, dims, _ in self.tensors:
+            if isinstance(dims, ShapeExpression):  # known once the constants are: its dims are specialised on
+                continue
             for axis, node in enumerate(dims):
                 if isinstance(node, ast.Name) and node.id not in self.defaults:
                     outer = self.fn.__globals__.get(node.id)
@@ -292,14 +324,22 @@ class _EagerCall:
         self.program = program
         self.__name__ = program.fn.__name__
         self.__code__ = program.fn.__code__
+        # per tensor, per dim: (what the annotation says, the body variable its size binds or None)
+        self.shapes = [self._shape(name, dims, constants) for name, dims, _ in program.tensors]
         self.__signature__ = inspect.Signature([
             inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY,
-                              annotation=self._annotation(dims, dtype_node, constants))
-            for name, dims, dtype_node in program.tensors])
+                              annotation=TensorAnnotation([want for want, _ in shape],
+                                                          self._dtype(dtype_node, constants)))
+            for (name, _, dtype_node), shape in zip(program.tensors, self.shapes)])
 
-    def _annotation(self, dims, dtype_node, constants: dict) -> TensorAnnotation:
-        shape = tuple(self._dim(d, constants) for d in dims)
-        return TensorAnnotation(shape, self._dtype(dtype_node, constants))
+    def _shape(self, tensor: str, dims, constants: dict) -> list:
+        if isinstance(dims, ShapeExpression):
+            return self._evaluated_shape(tensor, dims, constants)
+        return [(self._dim(node, constants), self._size_variable(node, constants)) for node in dims]
+
+    @staticmethod
+    def _size_variable(node, constants: dict):
+        return node.id if isinstance(node, ast.Name) and node.id not in constants else None
 
     def _dim(self, node, constants: dict):
         """An int (a literal or a constant parameter), a size name (bound from the tensor), or None (anything)."""
@@ -314,6 +354,33 @@ class _EagerCall:
             outer = self.program.fn.__globals__.get(node.id)  # `M = T.dynamic("M")` at module level
             return outer if isinstance(outer, DynamicSize) else node.id
         return None
+
+    def _evaluated_shape(self, tensor: str, shape: ShapeExpression, constants: dict) -> list:
+        """The dims of a shape variable's value, evaluated with the constants and every other name standing for the
+        dim it labels, as _dim reads a name (`(M, K) if not trans_A else (K, M)` with trans_A=True: (K, M))."""
+        names = {n.id for n in ast.walk(shape.node) if isinstance(n, ast.Name)}
+        scope = {n: constants[n] if n in constants else _Labelled(n, self._dim(ast.Name(n), constants))
+                 for n in names}
+        fn = self.program.fn
+        try:
+            value = eval(compile(ast.Expression(shape.node), fn.__code__.co_filename, "eval"),
+                         {"__builtins__": {}}, scope)  # noqa: S307 (the user's own annotation, as Python would)
+        except Exception as e:
+            raise CompileError(
+                f"the annotation of {tensor} takes its shape from {shape.variable} = {ast.unparse(shape.node)}, "
+                f"which cannot be evaluated before the body runs ({type(e).__name__}: {e}): only the function's "
+                "constants and the size names may appear in it; write the shape as a tuple in the annotation, "
+                f"e.g. `{tensor}: T.Tensor((M, K), dtype)`",
+                location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}") from None
+        dims = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(d, _Labelled) and isinstance(d.value, DynamicSize) for d in dims):
+            raise CompileError(
+                f"the annotation of {tensor} takes its shape from {shape.variable}, which names a T.dynamic size: "
+                "tilegcn finds dynamic dims in the annotation itself; write the shape as a tuple there, e.g. "
+                f"`{tensor}: T.Tensor((M, K), dtype)`",
+                location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
+        return [(d.value, d.variable) if isinstance(d, _Labelled) else (d if isinstance(d, int) else None, None)
+                for d in dims]
 
     def _dtype(self, node, constants: dict):
         """The annotation's dtype where it can be known before the body runs: a literal, a constant parameter or
@@ -337,10 +404,10 @@ class _EagerCall:
     def __call__(self, *tensors, **constants):
         names = self.program.tensor_names
         sizes = {}
-        for (name, dims, _), proxy in zip(self.program.tensors, tensors):
-            for dim, size in zip(dims, proxy.shape):  # a T.dynamic size's is an index value (BufferProxy.shape)
-                if isinstance(dim, ast.Name) and dim.id not in constants:
-                    sizes.setdefault(dim.id, size)
+        for shape, proxy in zip(self.shapes, tensors):
+            for (_, variable), size in zip(shape, proxy.shape):  # a T.dynamic size's is an index value
+                if variable is not None:
+                    sizes.setdefault(variable, size)
         current().named_sizes = sizes
         fn = self.program.fn
         # A size named only in an annotation (never assigned in the body) is a global name to Python: give it the
@@ -350,6 +417,14 @@ class _EagerCall:
 
         body = rewritten(fn, scope)
         return body(**dict(zip(names, tensors)), **constants)
+
+
+class _Labelled:
+    """A name in a shape variable's expression that is not a constant: the dim it labels (a size name or a
+    T.dynamic size) and the body variable bound to that dim's size."""
+
+    def __init__(self, variable: str, value):
+        self.variable, self.value = variable, value
 
 
 class KernelFactory:

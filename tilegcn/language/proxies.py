@@ -28,6 +28,10 @@ def as_index(x, what: str):
         return x
     if isinstance(x, ScalarProxy) and x.param.symbol is not None:
         return x.param.symbol
+    if isinstance(x, N.Expr) and not N.is_condition(x):  # int math on one-element variables (`v[0] // 4`)
+        from .variables import variable_index
+
+        return variable_index(x, what)
     raise CompileError(f"{what}: expected an integer index expression, got {x!r}")
 
 
@@ -150,14 +154,20 @@ class BufferProxy(N.RefusesPythonOperators):
         return tuple(sympy.Integer(0) for _ in key)
 
     def __getitem__(self, key):
+        from .variables import is_variable, note_read
+
         variable = self._variable_index(key)
         if variable is not None:
-            return N.ElemRef(self.buffer, variable)
+            ref = N.ElemRef(self.buffer, variable)
+            note_read(ref)  # where its value is, should an index need it (language/variables.py)
+            return ref
         index = self._parallel_index(key)
         if index is not None:
             if len(index) != self.ndim:
                 raise CompileError(f"{self.buffer.name} has {self.ndim} dims, indexed with {len(index)}")
             ref = N.ElemRef(self.buffer, index)
+            if is_variable(self.buffer):
+                note_read(ref)
             if self.buffer.scope == N.FRAGMENT:
                 self._check_own_element(index)
             elif self.buffer.scope == N.SHARED:

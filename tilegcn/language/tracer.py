@@ -92,6 +92,8 @@ class Tracer:
         self.prints: list = []  # PrintSite per T.print call, in program order (hidden output tensors)
         self.empties: list = []  # the global buffers T.empty declared (outputs if the program returns them)
         self._names: dict[str, int] = {}
+        # id(ElemRef) -> [ref, body, statement before, index symbol or None]: variables' reads (language/variables.py)
+        self.variable_reads: dict = {}
         self.dynamic_sizes: dict = {}  # T.dynamic size name -> language/dynamic.py Binding (this specialisation's)
 
     # -- naming ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from .copy import Copy
 from .device_loop import DeviceLoop
 from .fill import Fill
 from .gemm import Gemm
+from .let import LetIndex
 from .groups import CommitGroup, WaitGroup
 from .loop import Loop
 from .parallel import ParallelStore
@@ -19,5 +20,5 @@ from .scan import Cumsum
 from .swizzle import Swizzle
 from .while_loop import While
 
-__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Loop",
-           "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If",
+           "LetIndex", "Loop", "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]

@@ -33,6 +33,7 @@ from ..amdgcn.abi import OUT_OF_RANGE_OFFSET
 from ..amdgcn.memory import masked_dims, pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import nodes as N
+from ..ir.indices import substitute
 from .context import Context
 from .copy import WriterMask, _by_writer, _store_element
 from .lds_elements import _address as lds_address
@@ -181,7 +182,7 @@ def _element_index(s, lay, threads: int, r: int) -> tuple:
     else:
         coords, offsets = lay.acc_split(r)
     at = dict(zip(s.indices, coords if offsets is None else [c + o for c, o in zip(coords, offsets)]))
-    index = tuple(st if d is None else sympy.sympify(k).xreplace(at) if d is ANY else st + coords[d]
+    index = tuple(st if d is None else substitute(k, at) if d is ANY else st + coords[d]
                   for st, d, k in zip(starts, moving, s.index))
     if offsets is None:
         return index, None

@@ -29,6 +29,7 @@ from ..amdgcn.isa import EXEC, Inst, Reg
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.layout import register_of
+from ..ir.printer import print_expr
 from .context import Context
 from .elementwise import ElementEvaluator
 from .pipeline import _enter_loop_lds_state
@@ -109,13 +110,10 @@ class _VariableEvaluator(ElementEvaluator):
                                "the same way in every thread; test a T.alloc_var", location=self.loc)
         return reg
 
-    def _index_value(self, e: N.IndexValue, r: int, dst):
+    def _index_value(self, e: N.IndexValue, r: int):
+        """A uniform index as a 32-bit int (a constant or an SGPR); eval_as converts it where it meets a float."""
         value = self.ctx.lower.sgpr(e.expr)
-        if isinstance(value, int):
-            return float(value)
-        out = dst or self.temp()
-        self.b.emit("v_cvt_f32_i32", out, value)
-        return out
+        return int(value) if isinstance(value, int) else value
 
 
 def _condition_flag(ctx: Context, cond: N.Condition):
@@ -216,3 +214,20 @@ def lower_while(ctx: Context, s, lower_body):
         b.emit("s_branch", head)
     ctx.lds_state = _join_lds_state(ctx.lds_state, before)
     _label(ctx, end)
+
+
+def lower_let_index(ctx: Context, s):
+    """`s`: a LetIndex op. Its int value, the same in every lane, into an SGPR (`v_readfirstlane_b32` from the VGPR
+    it is computed in) that names `s.var` from here on: the symbol belongs to the innermost open frame, so the index
+    math built on it is computed there, after this read (amdgcn/builder.py frame_of)."""
+    b = ctx.b
+    ev = _VariableEvaluator(ctx, s.loc)
+    value = ev.eval_as(s.value, 0, N.INT)
+    out = b.s.alloc(what=f"variable index {s.var}")
+    if isinstance(value, Reg) and value.file == "v":
+        b.emit("v_readfirstlane_b32", out, value, comment=f"{s.var} = {print_expr(s.value)}")
+    else:
+        b.emit("s_mov_b32", out, value, comment=f"{s.var} = {print_expr(s.value)}")
+    ev.free_temps()
+    b.symbol_regs[s.var] = out
+    b.frames[-1].symbols.add(s.var)

@@ -17,6 +17,7 @@ from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
 from ..ir import elemfn
 from ..ir import nodes as N
+from ..ir.indices import substitute
 from ..ir.layout import Slice, register_of
 from ..ir.ops import TileOp
 from ..ir.types import float32
@@ -159,7 +160,7 @@ class ElementEvaluator:
         constant, or the int in an SGPR or VGPR."""
         store = self.ctx.current_parallel
         coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
-        index = sympy.expand(sympy.sympify(e.expr).xreplace(dict(zip(store.indices, coords))))
+        index = sympy.expand(substitute(e.expr, dict(zip(store.indices, coords))))
         value = self.ctx.lower.operand(index)
         return int(value) if isinstance(value, int) else value
 
@@ -785,7 +786,7 @@ def _element_index(ctx: Context, e: N.ElemRef, r: int) -> tuple:
     store = ctx.current_parallel
     coords = ctx.layouts[store.buffer].coords(r, ctx.threads)
     subs = dict(zip(store.indices, coords))
-    return tuple(sympy.expand(sympy.sympify(i).xreplace(subs)) for i in e.index)
+    return tuple(sympy.expand(substitute(i, subs)) for i in e.index)
 
 
 def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
@@ -798,7 +799,7 @@ def _broadcast_registers(ctx: Context, store: TileOp, e: N.ElemRef) -> list:
     out = []
     for r in range(loop.elems):
         subs = dict(zip(store.indices, loop.coords(r)))
-        found = register_of(x, tuple(sympy.sympify(i).xreplace(subs) for i in e.index))
+        found = register_of(x, tuple(substitute(i, subs) for i in e.index))
         if found is None:
             raise CompileError(f"internal: {e.buffer.name} ({x.describe()}) does not hold the element "
                                f"T.Parallel reads for element {r} of {store.buffer.name} ({loop.describe()})",
