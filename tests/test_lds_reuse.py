@@ -15,7 +15,7 @@ from tilegcn.errors import HazardError, ResourceError
 
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
-import gemm_non_persistent  # noqa: E402
+import gemm_persistent  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
 
@@ -31,7 +31,7 @@ def _randn(*shape, seed=0):
 
 def _gemm(a, b, arch, **tiles):
     config = dict(block_M=64, block_N=64, block_K=32, threads=128, num_stages=2) | tiles
-    return gemm_non_persistent.matmul_non_persistent(a, b, arch=arch, **config)
+    return gemm_persistent.matmul_non_persistent(a, b, arch=arch, **config)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -39,7 +39,7 @@ def test_c_staged_through_shared_takes_the_bytes_of_the_operand_stages(arch):
     """C_shared (64 x 64 f16, 8 KiB) is written after the K loop's last gemm: the kernel asks for the A and B stages'
     LDS only (2 stages x 4 KiB each), not 8 KiB more, and computes A @ B."""
     a, b = _randn(64, 96), _randn(96, 64, seed=1)
-    kernel = gemm_non_persistent.matmul_non_persistent.compile(a, b, arch=arch, block_M=64, block_N=64, block_K=32,
+    kernel = gemm_persistent.matmul_non_persistent.compile(a, b, arch=arch, block_M=64, block_N=64, block_K=32,
                                                                 threads=128, num_stages=2)
     assert kernel.metadata["lds_bytes"] == 2 * 2 * 64 * 32 * 2
     torch.testing.assert_close(_gemm(a, b, arch), (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
@@ -49,7 +49,7 @@ def test_without_the_reuse_barrier_c_overwrites_operand_stages_still_in_flight(m
     """The K loop's last trips issue the LDS DMA of stages no trip reads; C_shared's bytes are theirs. Without the
     barrier (and its wait for those writes) the emulator catches C_shared read while a DMA still writes it."""
     monkeypatch.setattr(tilegcn.compiler, "reuse_barrier", lambda ctx, stmt: None)
-    unsafe = tilegcn.jit(gemm_non_persistent.matmul_non_persistent.fn)  # its own compiles, kept from the other tests
+    unsafe = tilegcn.jit(gemm_persistent.matmul_non_persistent.fn)  # its own compiles, kept from the other tests
     with pytest.raises(HazardError, match="LDS DMA"):
         unsafe(_randn(96, 64), _randn(64, 80, seed=1), arch="gfx950", block_M=64, block_N=64, block_K=32,
                threads=128, num_stages=2)
@@ -88,7 +88,7 @@ def test_the_budget_error_names_the_buffers_live_at_the_peak():
     160; C_shared (128 KiB) is not counted on top, it reuses their bytes."""
     a, b = _randn(256, 256), _randn(256, 256, seed=1)
     with pytest.raises(ResourceError) as err:
-        gemm_non_persistent.matmul_non_persistent.compile(a, b, arch="gfx950", block_M=256, block_N=256,
+        gemm_persistent.matmul_non_persistent.compile(a, b, arch="gfx950", block_M=256, block_N=256,
                                                           block_K=64, threads=256, num_stages=3)
     assert ("needs 196608 bytes (A_shared 3 stages x 32768, B_shared 3 stages x 32768, live together; C_shared "
             "reuses their bytes), gfx950 has 163840") in str(err.value)

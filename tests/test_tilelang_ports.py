@@ -12,12 +12,12 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
 import cumsum  # noqa: E402
+import elementwise_add  # noqa: E402
+import gemm  # noqa: E402
+import gemm_persistent  # noqa: E402
 import gemm_splitk  # noqa: E402
 import gemm_splitk_vectorize_atomicadd  # noqa: E402
 import gemm_streamk  # noqa: E402
-import elementwise_add  # noqa: E402
-import gemm  # noqa: E402
-import gemm_non_persistent  # noqa: E402
 import gemv  # noqa: E402
 import layernorm  # noqa: E402
 import online_softmax  # noqa: E402
@@ -205,7 +205,7 @@ def test_gemm_returns_its_output(arch):
 def test_gemm_storing_c_through_shared(arch):
     """The fp32 accumulator copied into an f16 shared tile, that tile copied to C (masked at the ragged edges)."""
     a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
-    c = gemm_non_persistent.matmul_non_persistent(a, b, block_M=64, block_N=64, block_K=32, threads=128,
+    c = gemm_persistent.matmul_non_persistent(a, b, block_M=64, block_N=64, block_K=32, threads=128,
                                                   num_stages=2, arch=arch)
-    torch.testing.assert_close(c, gemm_non_persistent.ref_program(a.float(), b.float()).half(), rtol=1e-2,
+    torch.testing.assert_close(c, gemm_persistent.ref_program(a.float(), b.float()).half(), rtol=1e-2,
                                atol=1e-2)
