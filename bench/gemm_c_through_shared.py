@@ -1,7 +1,8 @@
 """TileLang's GEMM storing C through shared memory (`matmul_non_persistent` of examples/tilelang/gemm_persistent.py)
 against the same GEMM storing C straight from the accumulator (examples/tilelang/gemm.py's body at the same
 tile), at upstream's config (128x256x64, 256 threads, num_stages=3) on a 4096^3 f16 problem: LDS bytes (C_shared
-takes the bytes of the A and B stages: LDS reuse, passes/lds.py) and the timing model's estimate (MI300X for gfx942, MI355X for gfx950).
+takes the bytes of the A and B stages: LDS reuse, passes/lds.py) and the timing model's estimate (MI300X for
+gfx942, MI355X for gfx950).
 
     python bench/gemm_c_through_shared.py [--size 4096] [--arch gfx942,gfx950]
 """
