@@ -530,15 +530,15 @@ def _series_with_first_term(ev, a: Reg, coefficients) -> Reg:
     return h
 
 
-def _compare(op: str):
+def _compare(op: str, table=_COMPARE, suffix="f32"):
     def lower(ev, out, a, b):
-        direct, swapped = _COMPARE[op]
+        direct, swapped = table[op]
         if not _is_vgpr(b):
             if _is_vgpr(a):
                 a, b, direct = b, a, swapped
             else:
                 b = ev.vgpr(b)
-        ev.b.emit(f"v_cmp_{direct}_f32", VCC, a, b, defs=(VCC,))
+        ev.b.emit(f"v_cmp_{direct}_{suffix}", VCC, a, b, defs=(VCC,))
         return VCC
     return lower
 
@@ -616,21 +616,7 @@ def _int_abs(ev, out, x):
     return out
 
 
-_INT_COMPARE = {"lt": ("lt", "gt"), "le": ("le", "ge"), "gt": ("gt", "lt"), "ge": ("ge", "le"), "eq": ("eq", "eq"),
-                "ne": ("ne", "ne")}
-
-
-def _int_compare(op: str):
-    def lower(ev, out, a, b):
-        direct, swapped = _INT_COMPARE[op]
-        if not _is_vgpr(b):
-            if _is_vgpr(a):
-                a, b, direct = b, a, swapped
-            else:
-                b = ev.vgpr(b)
-        ev.b.emit(f"v_cmp_{direct}_i32", VCC, a, b, defs=(VCC,))
-        return VCC
-    return lower
+_INT_COMPARE = {**_COMPARE, "ne": ("ne", "ne")}  # v_cmp_<op>_i32: "ne" is plain (no NaN to be unordered)
 
 
 def _int_if_then_else(ev, out, cond, a, b):
@@ -742,7 +728,7 @@ INT_LOWERINGS = {
     "min": _int_vop2("v_min_i32", True),
     "neg": _int_neg,
     "abs": _int_abs,
-    **{op: _int_compare(op) for op in _INT_COMPARE},
+    **{op: _compare(op, _INT_COMPARE, "i32") for op in _INT_COMPARE},
     "if_then_else": _int_if_then_else,
 }
 
