@@ -545,6 +545,7 @@ class GemmPlan:
     mfma: MfmaShape
     waves_M: int
     waves_N: int
+    a_in_registers: bool = False  # A is a fragment in registers (MfmaOperand layout): B is read in its k order
 
     # -- derived sizes ---------------------------------------------------------------------------------------------
     @property
@@ -616,7 +617,7 @@ class GemmPlan:
 
     @property
     def lds_a_bytes(self) -> int:
-        return self.block_M * self.row_bytes
+        return 0 if self.a_in_registers else self.block_M * self.row_bytes
 
     @property
     def lds_b_bytes(self) -> int:
@@ -689,10 +690,22 @@ class GemmPlan:
     def read_pieces(self, operand: str) -> tuple:
         """The LDS reads that fill one operand fragment (4 VGPRs: 8 consecutive k of one row i or column j per lane):
         one ds_read_b128 from a K-major tile, or two ds_read_b64_tr_b16 (k 0-3 into VGPRs 0-1, k 4-7 into 2-3)
-        from a tile stored (K, X) (module doc, point 7)."""
+        from a tile stored (K, X) (module doc, point 7). With A in registers, B's two halves are 4 k apart by 4*G
+        (`register_k`), so a K-major B takes two ds_read_b64."""
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
+        if self.a_in_registers and operand == "B":
+            return (ReadPiece("ds_read_b64", 0, 2), ReadPiece("ds_read_b64", 2, 2))
         return (ReadPiece("ds_read_b128", 0, 4),)
+
+    def register_k(self, step: int, piece: int, lane):
+        """With A in registers: the first of the 4 consecutive k that read step `step`, half `piece` (VGPRs 2*piece,
+        2*piece + 1) of B holds on `lane`: 8G*step + 4G*piece + 4*(lane // dim). It is the k of MFMA accumulator
+        registers 4*(2*step + piece) .. + 3 of a lane (mfma_acc_offsets: 4 consecutive columns, lane groups 4
+        apart), so the accumulator of a gemm of this wave grid, cast to 16 bits, is this gemm's A operand register
+        for register (ir/layout.py's MfmaOperand), and B must pair its k the same way."""
+        ops = _ops_for(lane)
+        return step * self.k_per_read + 4 * self.lane_groups * piece + 4 * ops.fdiv(lane, self.dim)
 
     def _read_offset(self, operand, wave, lane, rep, step, stage=0, piece=0):
         ops = _ops_for(wave, lane)
@@ -703,11 +716,18 @@ class GemmPlan:
             # 16-lane group: lanes 4r..4r+3 read 4 x 8 bytes of k row r, lane j gets column j (4 k); the group's
             # columns are 16 consecutive of the MFMA tile's dim, its k the lane group's 8 (l // dim), half `piece`
             x = row0 + rep * self.dim + 16 * ops.fdiv(ops.mod(lane, self.dim), 16) + 4 * ops.mod(lane, 4)
-            k = (step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
-                 + ops.fdiv(ops.mod(lane, 16), 4))
+            if self.a_in_registers and operand == "B":
+                k0 = self.register_k(step, piece, lane)
+            else:
+                k0 = step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
+            k = k0 + ops.fdiv(ops.mod(lane, 16), 4)
             within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
             return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
+        if self.a_in_registers and operand == "B":  # K-major: ds_read_b64 of 4 k within a 16-byte chunk
+            k0 = self.register_k(step, piece, lane)
+            within = self.dtype.bytes * ops.mod(k0, ELEMS_PER_CHUNK)
+            return base + swizzled_offset(self.arch, row, ops.fdiv(k0, ELEMS_PER_CHUNK), self.row_bytes) + within
         chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
@@ -757,9 +777,10 @@ class GemmPlan:
         return min(self.read_steps, max(1, m // self.lane_groups))
 
     def reads(self, kstep_pair: int) -> list:
-        """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB)."""
+        """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB; none with A in
+        registers)."""
         return [OperandRead("B", rn, kstep_pair, 4 * rn) for rn in range(self.repeats_N)] + [
-            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(self.repeats_M)
+            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(0 if self.a_in_registers else self.repeats_M)
         ]
 
     def mfma_sequence(self, kstep_pair: int) -> list:
@@ -964,8 +985,10 @@ def _check_operand_layout(shape: MfmaShape) -> None:
 
 
 def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
-              transpose_B: bool = False, num_stages: int = 1, check: bool = True) -> GemmPlan:
-    """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc).
+              transpose_B: bool = False, num_stages: int = 1, check: bool = True,
+              a_in_registers: bool = False) -> GemmPlan:
+    """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc). `a_in_registers`: A is a
+    fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order).
 
     Raises CompileError when no MFMA shape / wave grid tiles the block, and (with `check`) ResourceError when the
     plan needs more LDS or registers than `arch` has."""
@@ -1008,7 +1031,7 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
         wm, wn = min(fits, key=score)
         _check_operand_layout(shape)
         plan = GemmPlan(arch, dt, block_M, block_N, block_K, threads, bool(transpose_A), bool(transpose_B),
-                        num_stages, shape, wm, wn)
+                        num_stages, shape, wm, wn, bool(a_in_registers))
         if check:
             plan.check_budget()
         return plan
