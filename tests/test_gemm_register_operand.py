@@ -7,6 +7,7 @@ import torch
 import tilegcn
 from tilegcn import language as T
 from tilegcn.errors import CompileError
+from tilegcn.passes.gemm_plan import plan_gemm
 
 
 @tilegcn.jit(out_idx=[3])
@@ -91,3 +92,27 @@ def test_transposed_a_fragment_is_refused():
 
     with pytest.raises(CompileError, match="A fragment a with transpose_A"):
         kernel(torch.zeros(32, 64).half(), torch.zeros(64, 64), arch="gfx942")
+
+
+@pytest.mark.parametrize("policy,grid", [(None, (1, 2)), ("FullRow", (2, 1)), ("FullCol", (1, 2))])
+def test_warp_policy_shapes_the_wave_grid(policy, grid):
+    """TileLang's GemmWarpPolicy: 64 x 128 over 2 waves is squarest as 1 x 2 waves; FullRow stacks them along M."""
+    plan = plan_gemm("gfx942", "f16", 64, 128, 64, 128, policy=policy)
+    assert (plan.waves_M, plan.waves_N) == grid
+
+
+def test_unknown_warp_policy_is_refused():
+    (Q,) = _inputs(64)
+
+    @tilegcn.jit
+    def kernel(A, C):
+        A: T.Tensor((64, 64), T.float16)
+        C: T.Tensor((64, 64), T.float32)
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((64, 64), T.float16)
+            c = T.alloc_fragment((64, 64), T.float32)
+            T.copy(A, a)
+            T.gemm(a, a, c, policy="rows")
+
+    with pytest.raises(CompileError, match="use one of T.GemmWarpPolicy"):
+        kernel(Q, torch.zeros(64, 64), arch="gfx942")

@@ -12,6 +12,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
+import example_gqa_fwd_bshd  # noqa: E402
 import example_mha_fwd_bhsd  # noqa: E402
 
 ARCHES = ["gfx942", "gfx950"]
@@ -40,3 +41,18 @@ def test_mha_fwd_bhsd_keeps_p_in_registers():
     Q, K, V = _qkv(1, 1, 64, 64)
     kernel = example_mha_fwd_bhsd.flashattn(1, 1, 64, 64, 64, False)
     assert "convert_layout acc_s -> acc_s_cast via registers" in kernel.compile(Q, K, V, arch="gfx942").ir
+
+
+@pytest.mark.parametrize("arch,causal,seq,dim", [("gfx942", True, 96, 64), ("gfx950", False, 128, 128)],
+                         ids=["gfx942-causal-ragged-d64", "gfx950-full-d128"])
+def test_gqa_fwd_bshd(arch, causal, seq, dim):
+    """Upstream's main() config (block 64 x 64, 128 threads, two stages), 4 query heads sharing 2 KV heads."""
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(1, seq, 4, dim, generator=g).half()
+    K, V = (torch.randn(1, seq, 2, dim, generator=g).half() for _ in range(2))
+    kernel = example_gqa_fwd_bshd.flashattn(1, 4, seq, dim, causal, groups=2, block_M=64, block_N=64, num_stages=2,
+                                            threads=128)
+    out = kernel(Q, K, V, arch=arch)
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(4 // x.size(2), dim=1) for x in (Q, K, V)]
+    ref = F.scaled_dot_product_attention(*bhsd, is_causal=causal).transpose(1, 2)
+    torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)  # upstream's tolerance

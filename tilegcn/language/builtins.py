@@ -428,8 +428,10 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     registers; elsewhere it goes through LDS. kernel.ir says which (`convert_layout ... via registers` or
     `via <scratch>`).
 
-    `k_pack` and `policy` (TileLang's MFMA packing and warp-partition hints) are accepted and ignored: tilegcn
-    plans the MFMA shape and the waves' split of C itself.
+    `k_pack` (TileLang's MFMA packing hint) is accepted and ignored: tilegcn plans the MFMA shape itself. `policy`
+    (T.GemmWarpPolicy) picks how the waves split C: FullRow (each wave whole rows: what lets the cast accumulator
+    of one T.gemm be the register A operand of the next), FullCol (whole columns); by default (or Square) the
+    squarest wave tile.
 
     `transpose_A` / `transpose_B`: the operand is stored transposed ((K, M) / (N, K)) in its shared tile.
 
@@ -471,12 +473,17 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if K != Kb or tuple(c.shape) != (M, Nb):
         raise CompileError(f"T.gemm shapes do not agree: A {a.shape}{'^T' if transpose_A else ''} @ "
                            f"B {b.shape}{'^T' if transpose_B else ''} -> C {c.shape}", location=loc)
-    tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
+    if policy not in (None, *GemmWarpPolicy.ALL):
+        raise CompileError(f"T.gemm: policy={policy!r}; use one of T.GemmWarpPolicy.Square, .FullRow, .FullCol",
+                           location=loc)
+    tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
+                           policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc))
 
 
 class GemmWarpPolicy:
-    """TileLang's hint for how T.gemm splits C over the waves (`policy=T.GemmWarpPolicy.FullRow`): accepted and
-    ignored, as `policy` is; tilegcn's planner picks the wave grid (passes/gemm_plan.py).
+    """How T.gemm splits C over the waves (`policy=`, TileLang's names): `FullRow`, every wave a band of whole rows
+    (the waves stacked along M); `FullCol`, whole columns (along N); `Square` (the default), the squarest wave tile.
+    A policy whose split no MFMA shape tiles is refused at the T.gemm line.
 
     Example:
 
@@ -486,6 +493,7 @@ class GemmWarpPolicy:
     """
 
     Square, FullRow, FullCol = "Square", "FullRow", "FullCol"
+    ALL = (Square, FullRow, FullCol)
 
 
 def Parallel(*extents):

@@ -25,11 +25,12 @@ class Gemm(TileOp):
     transpose_A: bool = False
     transpose_B: bool = False
     stage: int = 0  # pipeline stage of A and B read (passes/pipelining.py)
+    policy: str | None = None  # T.GemmWarpPolicy FullRow / FullCol: the wave grid's shape; None: the squarest tile
 
     def print_to(self, out):
         out.line(f"gemm {self.A.name}{'^T' if self.transpose_A else ''} @ {self.B.name}"
                  f"{'^T' if self.transpose_B else ''} += {self.C.name}"
-                 + (f" stage={self.stage}" if self.stage else ""))
+                 + (f" stage={self.stage}" if self.stage else "") + (f" policy={self.policy}" if self.policy else ""))
 
     def reads(self):
         return (whole(self.A), whole(self.B), whole(self.C))

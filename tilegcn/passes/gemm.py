@@ -53,9 +53,9 @@ def _gemm_dims(s: TileOp):
 
 @functools.lru_cache(maxsize=256)
 def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool,
-                a_in_registers: bool = False):
+                a_in_registers: bool = False, policy: str | None = None):
     """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
-    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers)
+    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy)
 
 
 def plan_gemms(kernel: N.Kernel, arch):
@@ -65,7 +65,7 @@ def plan_gemms(kernel: N.Kernel, arch):
         M, N_, K = _gemm_dims(s)
         try:
             plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B,
-                               s.A.scope == N.FRAGMENT)
+                               s.A.scope == N.FRAGMENT, s.policy)
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
         shared = [(buf, role) for buf, role in ((s.A, "A"), (s.B, "B")) if buf.scope == N.SHARED]
