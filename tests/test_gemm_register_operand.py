@@ -11,7 +11,7 @@ from tilegcn.passes.gemm_plan import plan_gemm
 
 
 @tilegcn.jit(out_idx=[3])
-def _two_gemms(M, N, D, threads):
+def _two_gemms(M, N, D, threads, policy=None):
     @T.prim_func
     def main(Q: T.Tensor((M, D), T.float16), K: T.Tensor((N, D), T.float16), V: T.Tensor((N, D), T.float16),
              O: T.Tensor((M, D), T.float32)):
@@ -27,9 +27,9 @@ def _two_gemms(M, N, D, threads):
             T.copy(V, V_s)
             T.clear(s)
             T.clear(o)
-            T.gemm(Q_s, K_s, s, transpose_B=True)
+            T.gemm(Q_s, K_s, s, transpose_B=True, policy=policy)
             T.copy(s, s_cast)
-            T.gemm(s_cast, V_s, o)
+            T.gemm(s_cast, V_s, o, policy=policy)
             T.copy(o, O)
     return main
 
@@ -40,13 +40,16 @@ def _inputs(*rows, D=64):
 
 
 # 128 threads: 2 waves, each holding whole rows of S, so S's accumulator registers are P @ V's A operand registers
-# (both MFMA shapes of each arch's first choice: 32x32x8 on gfx942, 32x32x16 on gfx950); 256 threads: a 2x2 wave grid
-# splits S's rows over two waves, which needs other waves' values: through LDS
-@pytest.mark.parametrize("arch,threads,route", [("gfx942", 128, "registers"), ("gfx950", 128, "registers"),
-                                                ("gfx942", 256, "s_as0_lds")])
-def test_accumulator_cast_is_the_next_gemms_a_operand(arch, threads, route):
+# (32x32x8 on gfx942, 32x32x16 on gfx950: 8 k per lane, in the accumulator's order); 256 threads stacked by FullRow:
+# 4 waves of 16 rows, 16x16x32 MFMAs on gfx950; 256 threads in the squarest (2x2) grid split S's rows over two
+# waves, which needs other waves' values: through LDS
+@pytest.mark.parametrize("arch,threads,policy,route", [("gfx942", 128, None, "registers"),
+                                                       ("gfx950", 128, None, "registers"),
+                                                       ("gfx950", 256, "FullRow", "registers"),
+                                                       ("gfx942", 256, None, "s_as0_lds")])
+def test_accumulator_cast_is_the_next_gemms_a_operand(arch, threads, policy, route):
     Q, K, V = _inputs(64, 64, 64)
-    kernel = _two_gemms(64, 64, 64, threads)
+    kernel = _two_gemms(64, 64, 64, threads, policy)
     O = kernel(Q, K, V, arch=arch)
     P = (Q.float() @ K.float().T).half().float()  # the kernel rounds S to fp16 before the second GEMM
     torch.testing.assert_close(O, P @ V.float(), rtol=1e-3, atol=1e-3)
