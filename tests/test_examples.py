@@ -34,6 +34,9 @@ COMMANDS = {
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],
     "tilelang/dynamic_gemm.py": [],
+    # flash attention (tests/test_tilelang_attention.py runs them on both arches, causal and not)
+    "tilelang/example_mha_fwd_bhsd.py": ["--seq_q", "64", "--seq_kv", "64"],
+    "tilelang/example_gqa_fwd_bshd.py": ["--seq_len", "64"],
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;
