@@ -39,14 +39,14 @@ def test_fp32_max_min_of_colliding_updates_equal_torch(arch, op):
 
 @tilegcn.jit
 def tickets(Counter, Prev, *, scope="global", block=128):
-    """Every thread adds 1.0 to one counter and keeps the value it replaced."""
+    """Every thread adds 1.0 to one counter (of Counter's dtype) and keeps the value it replaced."""
     with T.Kernel(Prev.shape[0] // block, threads=128) as bx:
         p = T.alloc_fragment((block,), "float32")
         if scope == "global":
             for i in T.Parallel(block):
                 p[i] = T.atomic_add(Counter[0], 1.0, return_prev=True)
         else:
-            c = T.alloc_shared((1,), "float32")
+            c = T.alloc_shared((1,), Counter.dtype)
             for i in T.Parallel(1):
                 c[i] = 0.0
             for i in T.Parallel(block):
@@ -54,13 +54,19 @@ def tickets(Counter, Prev, *, scope="global", block=128):
         T.copy(p, Prev[bx * block])
 
 
-@pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("scope", ["global", "shared"])
-def test_return_prev_gives_each_thread_a_distinct_ticket(arch, scope):
-    counter, prev = torch.zeros(1), torch.full((256,), -1.0)
+# fp32 (buffer_atomic_add_f32 / ds_add_rtn_f32), f16 (buffer_atomic_pk_add_f16 on a lone element), bf16 (gfx942's
+# cmpswap loop; ds_pk_add_rtn_bf16): the counts stay exact integers in every dtype (bf16 up to 256)
+TICKETS = [("gfx942", "global", torch.float32), ("gfx950", "shared", torch.float32),
+           ("gfx942", "global", torch.float16), ("gfx942", "global", torch.bfloat16),
+           ("gfx950", "shared", torch.bfloat16)]
+
+
+@pytest.mark.parametrize("arch,scope,dtype", TICKETS)
+def test_return_prev_gives_each_thread_a_distinct_ticket(arch, scope, dtype):
+    counter, prev = torch.zeros(2, dtype=dtype), torch.full((256,), -1.0)  # 16-bit: a whole dword (see below)
     tickets(counter, prev, scope=scope, arch=arch)
     if scope == "global":  # one counter for both workgroups: 0..255 handed out once each
-        assert counter.item() == 256 and sorted(prev.tolist()) == list(range(256))
+        assert counter[0].item() == 256 and sorted(prev.tolist()) == list(range(256)) and counter[1].item() == 0
     else:  # one counter per workgroup's LDS, two waves sharing it
         assert sorted(prev[:128].tolist()) == sorted(prev[128:].tolist()) == list(range(128))
 
@@ -188,6 +194,14 @@ def misuse(X, Y, *, case=""):
                 T.atomic_add(Y[i], x[i], memory_order="acquire")
         elif case == "tile_return_prev":
             T.atomic_add(Y[0], x, return_prev=True)
+        elif case == "odd_16bit":  # Y of 63 elements: the last one's dword would pass the tensor's end
+            for i in T.Parallel(64):
+                T.atomic_add(Y[i], x[i])
+        elif case == "replicated_return_prev":  # 16 elements over 64 threads: each held by 4 of them
+            p = T.alloc_fragment((16,), "float32")
+            for i in T.Parallel(16):
+                p[i] = T.atomic_add(Y[i], 1.0, return_prev=True)
+            T.copy(p, Y[16])
         elif case == "fragment":
             for i in T.Parallel(64):
                 T.atomic_max(x[i], 1.0)
@@ -197,10 +211,12 @@ def misuse(X, Y, *, case=""):
     ("memory_order", torch.float32, "atomics are relaxed"),
     ("tile_return_prev", torch.float32, "returned by the element form only"),
     ("fragment", torch.float32, "belongs to one thread"),
+    ("replicated_return_prev", torch.float32, "held by several threads"),
+    ("odd_16bit", torch.float16, "passes the end of its 126 bytes"),
 ])
 def test_refusals_name_the_line_and_the_way_around(case, dtype, message):
     with pytest.raises(CompileError, match=message) as e:
-        misuse(torch.zeros(64), torch.zeros(64, dtype=dtype), case=case, arch="gfx942")
+        misuse(torch.zeros(64), torch.zeros(63 if case == "odd_16bit" else 64, dtype=dtype), case=case, arch="gfx942")
     assert e.value.location.startswith(__file__)
 
 

@@ -328,7 +328,7 @@ def conditional_expression(X, Y):
 
 
 @tilegcn.jit
-def tests_a_tile_element(X, Y):
+def branch_on_a_tile_element(X, Y):
     with T.Kernel(2, threads=64) as bx:
         x = T.alloc_fragment((64,), "float32")
         T.copy(X[0], x)
@@ -347,9 +347,29 @@ def global_store_under_if(X, Y):
                 Y[i] = x[i]
 
 
+@tilegcn.jit
+def carries_a_name(X, Y, *, device=True):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        off = 0
+        for k in (T.serial(2) if device else range(2)):
+            T.copy(X[off], x)
+            off = off + 64  # the offset carried to the next trip
+        T.copy(x, Y[0])
+
+
+def test_a_name_carried_across_device_trips_is_refused():
+    X, Y = torch.randn(128), torch.empty(64)
+    carries_a_name(X, Y, device=False, arch="gfx942")  # a Python loop, unrolled: each trip sees its own value
+    assert torch.equal(Y, X[64:])
+    message = _trace_error(carries_a_name, X, Y)
+    assert "`off` is updated in the body of a device loop" in message and "k * 64" in message
+    assert f"test_control_flow.py:{_line_of('# the offset carried to the next trip')}" in message
+
+
 def test_refusals_name_the_line_and_the_way_around():
     X, Y = torch.zeros(128), torch.zeros(128)
-    message = _trace_error(tests_a_tile_element, X, Y)
+    message = _trace_error(branch_on_a_tile_element, X, Y)
     assert "x[3] outside T.Parallel" in message and "T.alloc_var" in message and "test_control_flow.py" in message
     message = _trace_error(global_store_under_if, X, Y)
     assert "store to global Y under an `if` inside T.Parallel" in message and "T.if_then_else" in message
@@ -498,3 +518,30 @@ def test_if_inside_parallel_is_decided_per_element(arch):
     upper = torch.ones(16, 16).triu(1).bool()
     want = torch.where(upper, 0.0, torch.where(X > 0.5, 1.0, 2.0 + X))
     torch.testing.assert_close(Y, want)
+
+
+@tilegcn.jit
+def gemm_while(A, B, Trips, C):
+    with T.Kernel(2, threads=128) as bx:
+        A_s = T.alloc_shared((32, 32), "float16")
+        B_s = T.alloc_shared((32, 32), "float16")
+        acc = T.alloc_fragment((32, 32), "float32")
+        t = T.alloc_var("float32")
+        v = T.alloc_var("float32", init=0.0)
+        T.copy(Trips[bx], t)
+        T.clear(acc)
+        while v[0] < t[0]:  # a pipelined K loop (LDS stages, barriers) in a data-dependent while
+            for k in T.Pipelined(2, num_stages=2):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, acc)
+            v[0] = v[0] + 1.0
+        T.copy(acc, C[bx * 32, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_in_a_device_while(arch):
+    A, B, C = torch.randn(32, 64).half(), torch.randn(64, 32).half(), torch.empty(64, 32)
+    gemm_while(A, B, torch.tensor([1.0, 3.0]), C, arch=arch)
+    product = A.float() @ B.float()
+    torch.testing.assert_close(C, torch.cat([product, 3 * product]), rtol=1e-3, atol=1e-2)

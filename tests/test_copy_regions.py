@@ -24,7 +24,8 @@ def _randn(*shape, seed=0, dtype=torch.float16):
 
 @tilegcn.jit
 def bshd_scale(Q, O, *, block_S=16):
-    """O[b, s, h, :] = 2 Q[b, s, h, :]: BSHD regions -> shared (S, D) -> fragment -> BSHD region."""
+    """O[b, s, h, :] = 2 Q[b, s, h, :]: a BSHD region -> shared (S, D) -> fragment, scaled, -> shared -> BSHD
+    region."""
     B, S, H, D = Q.shape
     with T.Kernel(T.ceildiv(S, block_S), H, B, threads=64) as (bx, by, bz):
         Q_shared = T.alloc_shared((block_S, D), Q.dtype)
@@ -33,11 +34,12 @@ def bshd_scale(Q, O, *, block_S=16):
         T.copy(Q_shared, q)
         for i, j in T.Parallel(block_S, D):
             q[i, j] = q[i, j] * 2.0
-        T.copy(q, O[bz, bx * block_S:(bx + 1) * block_S, by, :])
+        T.copy(q, Q_shared)
+        T.copy(Q_shared, O[bz, bx * block_S:(bx + 1) * block_S, by, :])
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_bshd_rows_of_one_head_through_shared_and_a_fragment(arch):
+def test_bshd_rows_of_one_head_through_shared_and_a_fragment_and_back(arch):
     q = _randn(2, 40, 3, 32)  # 40 = 2.5 tiles of 16: the last tile's rows past S are neither read nor written
     base = torch.full((2, 48, 3, 32), 7.0, dtype=torch.float16)
     o = base[:, :40]

@@ -24,19 +24,11 @@ from corpus import reference  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(__file__), "corpus")
 ENTRIES = sorted(glob.glob(os.path.join(CORPUS, "*.json")))
-# kernels only one arch has the instruction for: gfx950 dropped xf32, gfx942 has no scaled (MX) MFMA
+# kernels of one arch: gfx950 dropped xf32; only gfx950 has the scaled (MX) MFMAs these variants check
 ONE_ARCH = {"matmul_xf32": "gfx942", **{f"dot_scaled_{v}": "gfx950" for v in (
-    "mxfp8", "mxfp8_16", "mxfp4", "mxfp4_32", "mxfp8_mxfp4", "mxfp4_mxfp8_16")}}
-# the non-scaled fp8 conversions (v_cvt_pk_fp8_f32, v_cvt_pk_f32_fp8) are the dtypes part's (issue 20 item 3):
-# these entries pass once that lands on main, and strict xfail says so then
-WAITING_FOR_DTYPES = {"fp8_cast.gfx942": "v_cvt_pk_fp8_f32 / v_cvt_pk_f32_fp8 come with the dtypes part (i20-dtypes)"}
-
-
+    "mxfp8_16", "mxfp4_32", "mxfp8_mxfp4", "mxfp4_mxfp8_16")}}
 def _param(path):
-    stem = os.path.basename(path)[:-5]
-    if stem in WAITING_FOR_DTYPES:
-        return pytest.param(path, id=stem, marks=pytest.mark.xfail(strict=True, reason=WAITING_FOR_DTYPES[stem]))
-    return pytest.param(path, id=stem)
+    return pytest.param(path, id=os.path.basename(path)[:-5])
 
 
 def load_entry(path):
@@ -91,5 +83,5 @@ def test_corpus_covers_both_arches_and_the_kernel_families():
         assert {m["name"] for m in metas if m["arch"] == arch} == want
     for family in ("softmax", "layernorm", "rmsnorm", "matmul", "flash_attn", "atomics", "convert", "int_math",
                    "matmul_i8", "matmul_fp8", "matmul_f32", "matmul_xf32", "dot_scaled_mxfp8", "dot_scaled_mxfp4",
-                   "fp8_cast"):
+                   "dot_scaled_bf16_mxfp8", "dot_scaled_bf16_mxfp4", "fp8_cast"):
         assert any(n.startswith(family) for n in names), family

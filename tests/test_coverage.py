@@ -61,20 +61,11 @@ def test_fully_modelled_code_object_exits_zero(capsys):
     assert "grid_info_kernel: ok" in out and "not modelled" not in out
 
 
-# the non-scaled fp8 conversions are the dtypes part's (issue 20 item 3); until it lands these stop at them
-WAITING_FOR_DTYPES = {"fp8_cast.gfx942.hsaco"}
-
-
 def _unmodelled(paths):
     return {p.name: found for p in paths for found in [coverage.unsupported(emulator.load(p))] if any(found.values())}
 
 
 def test_nothing_unmodelled_in_the_corpus():
-    paths = sorted(p for p in (ROOT / "tests" / "corpus").glob("*.hsaco") if p.name not in WAITING_FOR_DTYPES)
+    paths = sorted((ROOT / "tests" / "corpus").glob("*.hsaco"))
     assert len(paths) >= 30
     assert not _unmodelled(paths)
-
-
-@pytest.mark.xfail(strict=True, reason="v_cvt_pk_fp8_f32 / v_cvt_pk_f32_fp8 come with the dtypes part (i20-dtypes)")
-def test_corpus_kernels_waiting_for_the_fp8_conversions_are_modelled():
-    assert not _unmodelled([ROOT / "tests" / "corpus" / name for name in sorted(WAITING_FOR_DTYPES)])

@@ -81,25 +81,23 @@ def test_int8_mfma_accumulates_in_int32_with_wraparound():
 # ---- 6 / 4-bit element values: the OCP MX spec ------------------------------------------------------------------
 @pytest.mark.parametrize("fmt,largest,smallest", [("fp4", 6.0, 0.5), ("fp6", 7.5, 0.125), ("bf6", 28.0, 0.0625)])
 def test_mx_element_formats_match_the_ocp_spec(fmt, largest, smallest):
-    """One k of A set to the largest (then smallest subnormal) code, one of B to 1.0: D is that value (OCP MX spec
-    v1.0, tables of E2M1, E2M3 and E3M2)."""
+    """One k of A set to the largest code (then the smallest subnormal, then the most negative), one of B to 1.0: D
+    is that value (OCP MX spec v1.0, tables of E2M1, E2M3 and E3M2). Only element 0 (bits 0 up) is set, so no
+    packing beyond the first element is assumed."""
     arch = get_arch("gfx950")
     info = mfma_lowp.lookup("v_mfma_f32_32x32x64_f8f6f4", arch)
-    width = mfma_lowp.WIDTH[fmt]
     ebits, mbits, _ = {"fp4": (2, 1, 1), "fp6": (2, 3, 1), "bf6": (3, 2, 3)}[fmt]
-    one = (((1 << (ebits - 1)) - 1) << mbits)  # exponent field = bias (1 or 3): 1.0
+    one = ((1 << (ebits - 1)) - 1) << mbits  # exponent field = bias (1 or 3), fraction 0: 1.0
+    top = (1 << (ebits + mbits)) - 1
     regs = mfma_lowp.operand_regs(info, "a", fmt)
-    for code, want in (((1 << (ebits + mbits)) - 1, largest), (1, smallest), (((1 << (ebits + mbits)) - 1)
-                                                                               | (1 << (ebits + mbits)), -largest)):
-        a = torch.zeros(64, regs, dtype=torch.int64)
-        b = torch.zeros(64, regs, dtype=torch.int64)
-        a[0, 0] = code  # A[0][0]: lane 0, element 0 (bit 0)
-        b[:32, 0] = one  # B[0][j] = 1.0 for every column j
-        as_regs = lambda t: t.to(torch.int32)  # noqa: E731
-        d = mfma_lowp.execute(info, "gfx950", as_regs(a)[None], as_regs(b)[None],
-                              torch.zeros(1, 64, 16, dtype=torch.int32), fmt, fmt)[0].view(torch.float32)
+    for code, want in ((top, largest), (1, smallest), (top | (1 << (ebits + mbits)), -largest)):
+        a = torch.zeros(1, 64, regs, dtype=torch.int32)
+        b = torch.zeros(1, 64, regs, dtype=torch.int32)
+        a[0, 0, 0] = code  # A[0][0]: lane 0, element 0
+        b[0, :32, 0] = one  # B[0][j] = 1.0 for every column j
+        d = mfma_lowp.execute(info, "gfx950", a, b, torch.zeros(1, 64, 16, dtype=torch.int32), fmt, fmt)
+        d = d[0].view(torch.float32)
         assert d[0, 0].item() == want and d[1, 0].item() == want  # D[0][0], D[0][1]
-        assert width in (4, 6)
 
 
 def test_f8f6f4_format_codes_outside_the_table_are_refused():
@@ -203,7 +201,7 @@ def test_fp16_ovfl_saturates_fp8_and_without_it_overflow_is_refused():
     packed, back_x, _, ovfl = _convert(x, y, torch.ones(64), 1)
     assert bool((ovfl == 1).all())  # s_getreg reads the field back
     assert torch.equal(back_x, x.clamp(-448, 448).to(torch.float8_e4m3fn).float())
-    with pytest.raises(EmulatorError, match="FP16_OVFL"):
+    with pytest.raises(EmulatorError, match="FP16_OVFL clear"):
         _convert(x, y, torch.ones(64), 0)
 
 
@@ -236,3 +234,32 @@ def test_fp16_ovfl_starts_as_the_descriptor_sets_it():
         out = torch.zeros(64, dtype=torch.int32)
         mod.launch("k", grid=(1, 1, 1), block=(64, 1, 1), args=[torch.zeros(64, dtype=torch.int32), out])
         assert bool((out == flag).all())
+
+
+def test_scaled_fp4_conversions_pick_the_byte_op_sel_names():
+    """v_cvt_scalef32_pk_{f32,f16}_fp4 on byte op_sel[0] | op_sel[1] << 1 (how llc 22 prints the intrinsics'
+    selector 2), against the e2m1 table of tests/corpus/reference.py times the scale."""
+    from corpus.reference import decode_e2m1
+    gen = torch.Generator().manual_seed(11)
+    src = torch.randint(-2**31, 2**31 - 1, (64,), generator=gen, dtype=torch.int64).to(torch.int32)
+    scale = torch.exp2(torch.randint(-4, 5, (64,), generator=gen).float())
+    body = """v_cvt_scalef32_pk_f32_fp4 v[26:27], v10, v11 op_sel:[0,1,0]
+v_mov_b32 v20, v26
+v_mov_b32 v21, v27
+v_cvt_scalef32_pk_f16_fp4 v22, v10, v11 op_sel:[0,1,0]"""
+    f32_lo, f32_hi, f16_pair = run_lanes(body, [src, scale], n_out=3, arch="gfx950", block=64)
+    byte2 = ((src.to(torch.int64) >> 16) & 0xFF).to(torch.uint8).view(64, 1)
+    want = torch.from_numpy(decode_e2m1(byte2)).float() * scale.view(64, 1)  # [64, 2]: low nibble first
+    assert torch.equal(f32_lo.view(torch.float32), want[:, 0]) and torch.equal(f32_hi.view(torch.float32), want[:, 1])
+    halves = torch.stack([(f16_pair & 0xFFFF), (f16_pair >> 16) & 0xFFFF], 1).to(torch.int16).view(torch.float16)
+    assert torch.equal(halves, want.half())
+
+
+def test_values_that_round_down_to_the_largest_fp8_need_no_saturation():
+    """Up to the midpoint above 448 (464, a tie that goes to 448's even code) e4m3 rounds to 448: no overflow, so no
+    FP16_OVFL needed; NaN converts to a NaN (the other half of a pair Triton drops may hold anything)."""
+    x = torch.tensor([460.0, -464.0, 400.0, float("nan")] * 16)
+    packed, back_x, _, _ = _convert(x, torch.ones(64), torch.ones(64), 0)
+    want = x[:3].to(torch.float8_e4m3fn).float()
+    assert torch.equal(back_x.view(16, 4)[:, :3], want.expand(16, 3)) and bool(back_x.view(16, 4)[:, 3].isnan().all())
+    assert want.tolist() == [448.0, -448.0, 384.0]

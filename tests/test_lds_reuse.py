@@ -8,6 +8,7 @@ import torch
 
 import tilegcn
 import tilegcn.compiler
+import tilegcn.passes.lds
 from conftest import REPO
 from tilegcn import language as T
 from tilegcn.errors import HazardError, ResourceError
@@ -48,8 +49,10 @@ def test_without_the_reuse_barrier_c_overwrites_operand_stages_still_in_flight(m
     """The K loop's last trips issue the LDS DMA of stages no trip reads; C_shared's bytes are theirs. Without the
     barrier (and its wait for those writes) the emulator catches C_shared read while a DMA still writes it."""
     monkeypatch.setattr(tilegcn.compiler, "reuse_barrier", lambda ctx, stmt: None)
-    with pytest.raises(HazardError, match="LDS DMA"):  # (a shape no other test compiles: a fresh compile)
-        _gemm(_randn(96, 64), _randn(64, 80, seed=1), "gfx950")
+    unsafe = tilegcn.jit(gemm_non_persistent.matmul_non_persistent.fn)  # its own compiles, kept from the other tests
+    with pytest.raises(HazardError, match="LDS DMA"):
+        unsafe(_randn(96, 64), _randn(64, 80, seed=1), arch="gfx950", block_M=64, block_N=64, block_K=32,
+               threads=128, num_stages=2)
 
 
 @tilegcn.jit
@@ -90,3 +93,43 @@ def test_the_budget_error_names_the_buffers_live_at_the_peak():
     assert ("needs 196608 bytes (A_shared 3 stages x 32768, B_shared 3 stages x 32768, live together; C_shared "
             "reuses their bytes), gfx950 has 163840") in str(err.value)
     assert "num_stages=2 fits" in str(err.value)
+
+
+@tilegcn.jit
+def gemm_c_through_shared(A, B, C, *, block_M=64, block_N=128, block_K=32):
+    """C = A @ B, C stored as TileLang's GEMMs store it: accumulator -> C_shared (f16) -> C."""
+    M, K = A.shape
+    N = B.shape[1]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), A.dtype)
+        B_shared = T.alloc_shared((block_K, block_N), B.dtype)
+        C_local = T.alloc_fragment((block_M, block_N), "float32")
+        C_shared = T.alloc_shared((block_M, block_N), C.dtype)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+            T.copy(A[by * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C_shared)
+        T.copy(C_shared, C[by * block_M, bx * block_N])
+
+
+def _c_copy_conflicts(arch):
+    a, b, c = _randn(64, 32), _randn(32, 128, seed=1), torch.empty(64, 128, dtype=torch.float16)
+    stats = gemm_c_through_shared(a, b, c, arch=arch)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+    assert stats.by_mnemonic["ds_write_b64"]  # the accumulator's runs of 4 elements into C_shared
+    return {m: n for m, n in stats.lds_bank_conflicts_by_mnemonic.items() if m in ("ds_write_b64", "ds_read_b128")}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_the_accumulator_goes_into_padded_rows_of_c_shared_with_few_bank_conflicts(arch, monkeypatch, cache_dir):
+    """A row of C_shared (128 f16) is a whole sweep of the LDS banks, and a wave's lanes hold one row each of the
+    accumulator's columns: without padding every lane of a half wave writes the same banks; rows 16 bytes longer
+    spread them (what is left: lanes 16 rows apart share banks), and C_shared is still read in 16-byte pieces."""
+    padded = _c_copy_conflicts(arch)
+    monkeypatch.setattr(tilegcn.passes.lds, "row_pitches", lambda kernel, arch: {})
+    monkeypatch.setenv("TILEGCN_CACHE_DIR", str(cache_dir / "unpadded"))  # a compile of its own
+    gemm_c_through_shared.cache_clear()
+    unpadded = _c_copy_conflicts(arch)
+    assert padded.get("ds_read_b128", 0) == 0 and 10 * padded["ds_write_b64"] < unpadded["ds_write_b64"]

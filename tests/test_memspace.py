@@ -257,3 +257,24 @@ def test_a_cleared_shared_tile_and_copies_between_shared_tiles_and_a_local_buffe
     shared_fill_and_shared_copy(x, y, z, arch=arch)
     assert torch.equal(y, x.float() + 1)
     assert (z == 0).all()
+
+
+@tilegcn.jit
+def through_shared(X, Y, *, block_M=16, block_N=64):
+    """Y = X, global -> shared -> global."""
+    M, N = X.shape
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=64) as (bx, by):
+        S = T.alloc_shared((block_M, block_N), X.dtype)
+        T.copy(X[by * block_M, bx * block_N], S)
+        T.copy(S, Y[by * block_M, bx * block_N])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_16_bit_tile_moves_through_shared_unconverted(arch):
+    """Staged in a fragment of its own dtype (two values a register), an f16 tile is copied without a conversion."""
+    x = _randn(40, 128, dtype=torch.float16)
+    y = torch.empty_like(x)
+    kernel = through_shared.compile(x, y, arch=arch)
+    assert "v_cvt" not in kernel.asm and "ds_read_b128" in kernel.asm and "ds_write_b128" in kernel.asm
+    through_shared(x, y, arch=arch)
+    assert torch.equal(y, x)

@@ -731,8 +731,8 @@ def annotation_bad_dtype():
 
 
 # == arguments ===================================================================================================
-@misuse(ArgumentError, r"tensor X has dtype torch.float64")
-def arg_float64(): ew(torch.zeros(64, 64, dtype=torch.float64), xy()[1], f=None)
+@misuse(ArgumentError, r"tensor X has dtype torch.uint16")
+def arg_uint16(): ew(torch.zeros(64, 64, dtype=torch.uint16), xy()[1], f=None)
 @misuse(ArgumentError, r"tensor X has dtype torch.bool")
 def arg_bool_tensor(): ew(torch.zeros(64, 64, dtype=torch.bool), xy()[1], f=None)
 @misuse(ArgumentError, r"tensor X has dtype torch.complex64")

@@ -112,6 +112,7 @@ class Compilation:
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
+    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its row pitch
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
@@ -175,7 +176,7 @@ def _allocate_lds(c: Compilation):
         _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma)
         raise
     c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = lds.offsets, lds.stage_bytes, lds.counts, lds.total
-    c.lds_reuse = lds.reuse
+    c.lds_reuse, c.lds_pitches = lds.reuse, lds.pitches
 
 
 def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
@@ -193,7 +194,7 @@ def _abi_prologue(c: Compilation):
     c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
     c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
     c.ctx.reduce_scratch = c.reduce_scratch
-    c.ctx.lds_reuse = c.lds_reuse
+    c.ctx.lds_reuse, c.ctx.lds_pitches = c.lds_reuse, c.lds_pitches
 
 
 def _layouts(c: Compilation):

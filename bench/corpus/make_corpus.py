@@ -246,6 +246,25 @@ def dot_scaled_kernel(a, a_scale, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: 
 
 
 @triton.jit
+def dot_scaled_bf16_kernel(a, b, b_scale, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                           FMT_B: tl.constexpr, PACK_B: tl.constexpr):
+    """bf16 A [M, K] (no scale) times an MX B^T [N, K/PACK_B] with E8M0 scales b_scale [N, K/32]: Triton upcasts B
+    to bf16 (gfx950: the scaled conversions v_cvt_scalef32_pk_bf16_*) and runs bf16 MFMAs."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    rkb = tl.arange(0, BK // PACK_B)
+    rks = tl.arange(0, BK // 32)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        at = tl.load(a + rm[:, None] * K + (k0 + rk)[None, :])
+        bt = tl.load(b + rn[:, None] * (K // PACK_B) + (k0 // PACK_B + rkb)[None, :])
+        sb = tl.load(b_scale + rn[:, None] * (K // 32) + (k0 // 32 + rks)[None, :])
+        acc = tl.dot_scaled(at, None, "bf16", tl.trans(bt), sb, FMT_B, acc)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
 def fp8_cast_kernel(x, out_fp8, out_back, n, BLOCK: tl.constexpr):
     """fp32 -> fp8 (the arch's e4m3) and back to fp32."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -355,7 +374,8 @@ FP8_TYPES = {"gfx942": {"e4m3": ("fp8e4b8", "float8_e4m3fnuz"), "e5m2": ("fp8e5b
 
 def lowp_corpus(arch):
     """The low-precision kernels for `arch`: int8 / fp8 / fp32 matmuls (matrix_instr_nonkdim picks the 16x16 or
-    32x32 MFMA), tl.dot_scaled (MXFP8 / MXFP4, gfx950 only: gfx942 has no scaled MFMA) and an fp8 cast."""
+    32x32 MFMA), tl.dot_scaled (MXFP8 / MXFP4; more variants on gfx950, whose scaled MFMAs they check) and an fp8
+    cast."""
     M, N, K = 48, 40, 256  # the matmuls mask M and N tails; K is a multiple of every MFMA's K
     fp8 = FP8_TYPES[arch]
     mm_sig = {"a": None, "b": None, "c": None, "M": "i32", "N": "i32", "K": "i32"}
@@ -384,41 +404,61 @@ def lowp_corpus(arch):
                32, "matmul_f32", (1e-4, 1e-5)),
         ("fp8_cast", fp8_cast_kernel, {"x": "*fp32", "out_fp8": f"*{e4[0]}", "out_back": "*fp32", "n": "i32"},
          {"BLOCK": 256}, {"num_warps": 4}, (4,),
-         [T([1000], "float32", "randn_fp8_range"), T([1000], e4[1], "zeros", True),
+         [T([1000], "float32", "fp8_range_and_beyond"), T([1000], e4[1], "zeros", True),
           T([1000], "float32", "zeros", True), S(1000)], "fp8_cast", (0.0, 0.0)),
     ]
     if arch == "gfx942":  # xf32 (tf32-like inputs): gfx942 only, gfx950 dropped it
         entries.append(matmul("matmul_xf32", "fp32", "fp32", "fp32", "float32", "float32", "float32", "randn",
                               False, "tf32", 32, 32, "matmul_xf32", (1e-4, 1e-5)))
+    # tl.dot_scaled: gfx950 runs it on the scaled MFMAs; gfx942, which has none, upcasts to bf16 MFMAs in software.
+    # (name, A format, B format, matrix_instr_nonkdim, BK): on gfx950 both MFMA sizes for each format, and a mixed
+    # pair (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
+    scaled = [("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128), ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256)]
     if arch == "gfx950":
-        # (name, A format, B format, matrix_instr_nonkdim, BK): both MFMA sizes for each format, and a mixed pair
-        # (an 8-bit and a 4-bit operand are laid out in K differently: only a mixed pair shows it)
-        for name, fa, fb, nonkdim, bk in (("dot_scaled_mxfp8", "e4m3", "e4m3", 32, 128),
-                                          ("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128),
-                                          ("dot_scaled_mxfp4", "e2m1", "e2m1", 16, 256),
-                                          ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
-                                          ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
-                                          ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)):
-            Ms, Ns, Ks = 32, 64, 512
-
-            def operand(fmt, rows):
-                pack = 2 if fmt == "e2m1" else 1
-                sig = "*u8" if pack == 2 else f"*{e4[0]}"
-                el = ("uint8", "randbyte") if pack == 2 else (e4[1], "randn")
-                return pack, sig, T([rows, Ks // pack], el[0], el[1])
-
-            pa, sig_a, ta = operand(fa, Ms)
-            pb, sig_b, tb = operand(fb, Ns)
-            sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32",
-                   "M": "i32", "N": "i32", "K": "i32"}
-            entries.append((name, dot_scaled_kernel, sig,
-                            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
-                            {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
-                            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
-                             T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
-                            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
-                            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5)))
+        scaled += [("dot_scaled_mxfp8_16", "e4m3", "e4m3", 16, 128), ("dot_scaled_mxfp4_32", "e2m1", "e2m1", 32, 256),
+                   ("dot_scaled_mxfp8_mxfp4", "e4m3", "e2m1", 32, 128),
+                   ("dot_scaled_mxfp4_mxfp8_16", "e2m1", "e4m3", 16, 128)]
+    for name, fa, fb, nonkdim, bk in scaled:
+        entries.append(_dot_scaled_entry(name, fa, fb, nonkdim, bk))
+    for fmt in ("e4m3", "e2m1"):  # bf16 x MX: the upcast path (gfx950's scaled conversions to bf16)
+        entries.append(_dot_scaled_bf16_entry(fmt))
     return entries
+
+
+def _dot_scaled_entry(name, fa, fb, nonkdim, bk):
+    """One tl.dot_scaled launch: MX operands are OCP formats on every arch (e4m3 = Triton's fp8e4nv)."""
+    Ms, Ns, Ks = 32, 64, 512
+
+    def operand(fmt, rows):
+        pack = 2 if fmt == "e2m1" else 1
+        sig = "*u8" if pack == 2 else "*fp8e4nv"
+        el = ("uint8", "randbyte") if pack == 2 else ("float8_e4m3fn", "randn")
+        return pack, sig, T([rows, Ks // pack], el[0], el[1])
+
+    pa, sig_a, ta = operand(fa, Ms)
+    pb, sig_b, tb = operand(fb, Ns)
+    sig = {"a": sig_a, "a_scale": "*u8", "b": sig_b, "b_scale": "*u8", "c": "*fp32", "M": "i32", "N": "i32",
+           "K": "i32"}
+    return (name, dot_scaled_kernel, sig,
+            {"BM": 32, "BN": 32, "BK": bk, "FMT_A": fa, "FMT_B": fb, "PACK_A": pa, "PACK_B": pb},
+            {"num_warps": 4, "matrix_instr_nonkdim": nonkdim}, (Ms // 32, Ns // 32),
+            [ta, T([Ms, Ks // 32], "uint8", "e8m0"), tb, T([Ns, Ks // 32], "uint8", "e8m0"),
+             T([Ms, Ns], "float32", "zeros", True), S(Ms), S(Ns), S(Ks)],
+            # values reach ~1e6: fp32 partial sums round at ~0.06 there, in the hardware's own order
+            f"dot_scaled_{fa}_{fb}", (0.25, 1e-5))
+
+
+def _dot_scaled_bf16_entry(fmt):
+    M, N, K = 32, 64, 256
+    pack = 2 if fmt == "e2m1" else 1
+    el, sig = (("uint8", "randbyte"), "*u8") if pack == 2 else (("float8_e4m3fn", "randn"), "*fp8e4nv")
+    name = "dot_scaled_bf16_" + ("mxfp4" if pack == 2 else "mxfp8")
+    return (name, dot_scaled_bf16_kernel,
+            {"a": "*bf16", "b": sig, "b_scale": "*u8", "c": "*fp32", "M": "i32", "N": "i32", "K": "i32"},
+            {"BM": 32, "BN": 32, "BK": 128, "FMT_B": fmt, "PACK_B": pack}, {"num_warps": 4}, (M // 32, N // 32),
+            [T([M, K], "bfloat16"), T([N, K // pack], *el), T([N, K // 32], "uint8", "e8m0"),
+             T([M, N], "float32", "zeros", True), S(M), S(N), S(K)],
+            f"dot_scaled_bf16_{fmt}", (0.05, 1e-5))  # |c| reaches ~1e5: fp32 partial sums round at ~0.01
 
 
 def _arg_names(fn):

@@ -190,7 +190,8 @@ v_cmp_{eq,lt,le,gt,ge,lg,neq,nlt,nle,ngt,nge,u,o}_f16 valu D.s2 U.vsi U.vsi  -  
 v_cmp_{eq,ne,lt,le,gt,ge}_{i16,u16}        valu     D.s2 U.vsi U.vsi         -                 valu     *
 v_sad_u32                                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     *
 v_cvt_scalef32_pk_{fp8,bf8}_f32            valu     X.v U.vsi U.vsi U.vsi    -                 valu     gfx950
-v_cvt_scalef32_pk_f32_{fp8,bf8}            valu     D.v2 U.vsi U.vsi         -                 valu     gfx950
+v_cvt_scalef32_pk_f32_{fp8,bf8,fp4}        valu     D.v2 U.vsi U.vsi         -                 valu     gfx950
+v_cvt_scalef32_pk_{f16,bf16}_{fp8,bf8,fp4} valu     D.v U.vsi U.vsi          -                 valu     gfx950
 """
 
 _MEMORY = """

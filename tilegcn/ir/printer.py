@@ -36,7 +36,7 @@ def _start_text(start) -> str:
 
 def print_expr(e: N.Expr) -> str:
     if isinstance(e, N.Const):
-        return repr(float(e.value))
+        return repr(e.value if isinstance(e.value, int) else float(e.value))  # an int literal prints as one
     if isinstance(e, N.ScalarRef):
         return e.param.name
     if isinstance(e, N.IndexValue):

@@ -15,8 +15,11 @@ so every message names the user's line.
                                               B; __tg_if1.end(locals())
 
 A Python test yields one pass through the branch it picks; a device test two passes, each recorded into its own
-body. Statements the rewrite leaves alone (their device tests are refused with a message saying why): an `if`
-whose branches `return`, `break` or `continue`, a `while ... else`, a `for ... else`.
+body (an If op; inside T.Parallel, stores that keep the old value where their branch is not taken). A `while` on
+a variable the device updates (`v[0]` of a T.alloc_var) records a While op. A `for` whose body reads and then
+rebinds a name is checked once its loop turns out to be a device loop (traced once: the name cannot carry a
+value from trip to trip). Statements the rewrite leaves alone (their device tests are refused with a message
+saying why): an `if` whose branches `return`, `break` or `continue`, a `while ... else`, a `for ... else`.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from .proxies import DeviceCondition, IndexProxy, ScalarProxy, _device_index
 from .tracer import current
 
 FLOW = "__tg_flow"
+_LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)  # statements that `break` / `continue` belong to
 
 
 # ---- the rewrite -----------------------------------------------------------------------------------------------
@@ -54,7 +58,7 @@ def rewritten(fn, namespace: dict | None = None):
     try:
         free = [cell.cell_contents for cell in fn.__closure__ or ()]
     except ValueError:  # a closure variable not bound yet: keep Python's own reading
-        return fn
+        return fn if namespace is None else _with_globals(fn, namespace)
     make = types.FunctionType(maker, fn.__globals__ if namespace is None else namespace, "__tg_make")
     out = make(sys.modules[__name__], *free)
     out.__defaults__, out.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
@@ -142,7 +146,7 @@ def _walk_own(node, into_loops: bool):
         for child in ast.iter_child_nodes(n):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 continue
-            if not into_loops and isinstance(child, (ast.For, ast.While, ast.AsyncFor)):
+            if not into_loops and isinstance(child, _LOOP_NODES):
                 continue
             todo.append(child)
 
@@ -154,6 +158,22 @@ def _assigned_names(stmts) -> set:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 names.add(n.id)
     return names
+
+
+def _carried_names(loop) -> tuple:
+    """Names the loop's body reads before (or on the line where) it assigns them, other than the loop's own
+    targets: values carried from one trip to the next."""
+    targets = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    loads, stores = {}, {}
+    for stmt in loop.body:
+        for n in _walk_own(stmt, into_loops=True):
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                loads.setdefault(n.target.id, n.lineno)
+            if isinstance(n, ast.Name) and not n.id.startswith("__tg_") and hasattr(n, "lineno"):
+                table = loads if isinstance(n.ctx, ast.Load) else stores
+                table[n.id] = min(table.get(n.id, n.lineno), n.lineno)
+    return tuple(sorted((name, line) for name, line in stores.items()
+                        if name not in targets and name in loads and loads[name] <= line))
 
 
 class _Rewriter(ast.NodeTransformer):
@@ -233,9 +253,19 @@ class _Rewriter(ast.NodeTransformer):
     def visit_For(self, node):
         self.generic_visit(node)
         it = node.iter
-        if node.orelse or not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
+        if node.orelse:
             return node
-        node.iter = self._call(it, "range_", [ast.Constant(_jumps(node.body))] + it.args)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            node.iter = self._call(it, "range_", [ast.Constant(_jumps(node.body))] + it.args)
+        carried = _carried_names(node)
+        if carried:  # checked when the loop turns out to be a device loop (its body traced once)
+            var = self._fresh("loop")
+            loop = self._call(node.iter, "loop", [node.iter, ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                                  ast.Constant(carried)])
+            node.iter = ast.NamedExpr(ast.Name(var, ast.Store()), loop)
+            node.body = node.body + [ast.Expr(ast.Call(ast.Attribute(ast.Name(var, ast.Load()), "end", ast.Load()),
+                                                       [ast.Call(ast.Name("locals", ast.Load()), [], [])], []))]
+            node = ast.fix_missing_locations(_located(node, node))
         return node
 
 
@@ -481,6 +511,45 @@ def _device_while(condition: N.Condition, jumps: bool):
     finally:
         tracer.bodies.pop()
     tracer.record(ops.While(condition, body, loc=loc))
+
+
+class _Loop:
+    """A `for` loop whose body rebinds names it read first (see _carried_names): when the loop turns out to be a
+    device loop (T.serial / T.Pipelined / T.Parallel / T.Persistent, `range` with a device bound: one that opens a
+    body to record into, traced once), a carried name whose value the body changed is refused."""
+
+    def __init__(self, iterable, scope: dict, names: tuple):
+        self.iterable = iterable
+        self.lines = dict(names)  # name -> the line of the body that assigns it
+        self.before = {n: scope.get(n, _MISSING) for n in self.lines}
+        self.device = False
+
+    def __iter__(self):
+        tracer = current()
+        depth, parallel = len(tracer.bodies), tracer.parallel
+        for item in self.iterable:  # a device loop opens a body to record into (T.Parallel: its loop)
+            self.device = len(tracer.bodies) > depth or (parallel is None and tracer.parallel is not None)
+            yield item
+
+    def end(self, scope: dict):
+        if not self.device:
+            return
+        for name, before in self.before.items():
+            if before is not _MISSING and not _same(before, scope.get(name, _MISSING)):
+                raise CompileError(
+                    f"`{name}` is updated in the body of a device loop and read again on its next trip: the body "
+                    "is traced once, so every trip would see the value before the loop. Compute it from the loop "
+                    "index (`off = k * 64`), or keep it in device memory (v = T.alloc_var(dtype); "
+                    "v[0] = v[0] + 64)", location=_at_line(user_location(), self.lines[name]))
+
+
+def _at_line(location: str | None, line: int) -> str | None:
+    return None if location is None else f"{location.rpartition(':')[0]}:{line}"
+
+
+def loop(iterable, scope: dict, names: tuple):
+    """The trips of a `for` loop whose body carries names from trip to trip (see _Loop)."""
+    return _Loop(iterable, scope, names)
 
 
 def range_(jumps: bool, *args):

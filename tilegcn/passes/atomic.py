@@ -213,6 +213,12 @@ def _plan(ctx: Context, s) -> str:
         if s.dst.scope == N.GLOBAL and not s.dst.spec.aligned16:
             raise CompileError(f"{where}: 16-bit atomics update whole dwords and {s.dst.name} does not start at a "
                                "16-byte aligned address; pass a tensor of its own (.clone())", location=s.loc)
+        # (a shared buffer's bytes are padded to a whole sweep of the LDS banks, passes/lds.py: its last dword is
+        # its own)
+        if s.dst.scope == N.GLOBAL and s.dst.spec.nbytes % 4:
+            raise CompileError(f"{where}: 16-bit atomics update whole dwords, and the dword of {s.dst.name}'s last "
+                               f"element passes the end of its {s.dst.spec.nbytes} bytes, where the hardware drops "
+                               "the update; give it an even number of elements (pad it by one)", location=s.loc)
         instruction = (GLOBAL_NAMES if s.dst.scope == N.GLOBAL else SHARED_NAMES)[f"pk_add_{dtype.short}"]
         native = op == "add" and arch in isa_table.lookup(instruction).arches  # gfx942 has no buffer bf16 add
         return "pk" if native else "cas"  # gfx942's global bf16 add, every 16-bit max / min: a compare-and-swap loop

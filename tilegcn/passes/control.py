@@ -1,9 +1,13 @@
-"""Device control flow: If and DeviceLoop statements (tilegcn/ops/branch.py, device_loop.py) as scalar branches.
+"""Device control flow: If, While and DeviceLoop statements (tilegcn/ops/branch.py, while_loop.py,
+device_loop.py) as scalar branches.
 
-Their conditions and bounds are uniform over the workgroup (block ids, loop variables, runtime int scalars: values
-in SGPRs), so every wave takes the same path: the condition sets SCC (`s_cmp_*_i32`; `and` / `or` / `not` combine
-0/1 SGPRs with `s_and_b32` / `s_or_b32` / `s_xor_b32`, which set SCC to "result != 0") and `s_cbranch_scc0` skips
-the code of a branch not taken. Barriers inside such branches are reached by every wave or by none.
+Their conditions and bounds are uniform over the workgroup, so every wave takes the same path. Block ids, loop
+variables and runtime int scalars are SGPR values: the condition sets SCC (`s_cmp_*_i32`; `and` / `or` / `not`
+combine 0/1 SGPRs with `s_and_b32` / `s_or_b32` / `s_xor_b32`, which set SCC to "result != 0"). A condition on a
+variable (a one-element fragment, which every thread holds alike) is compared per lane into a mask (VCC, index
+parts as all-or-no lanes) and SCC = (mask & EXEC) != 0. `s_cbranch_scc0` skips the code of a branch not taken.
+Barriers inside such branches are reached by every wave or by none; no branch needs an EXEC mask (the language
+has no value that differs between a workgroup's threads outside T.Parallel, where an `if` is per element).
 
 What the lowering keeps straight across the branches:
 - values computed for reuse (the builder's CSE): the builder computes such a value in the outermost frame where
@@ -66,7 +70,7 @@ def _condition_mask(ctx: Context, cond: N.Condition, loc) -> Reg:
     mask = b.s.alloc(2, align=2, what="condition mask")
     if cond.op == "element":
         ev = _VariableEvaluator(ctx, loc)
-        value = ev.eval(cond.args[0], 0)
+        value = ev.eval_value(cond.args[0], 0)[0]  # a comparison's value: a lane mask (or a folded bool)
         if isinstance(value, bool):  # folded while evaluating (a comparison of two constants)
             b.emit("s_mov_b64", mask, -1 if value else 0)
         else:
@@ -128,7 +132,8 @@ def _label(ctx: Context, name: str):
 
 @contextlib.contextmanager
 def _branch_frame(ctx: Context):
-    """Code of one branch: values it computes for reuse are dropped with its frame (the other path lacks them)."""
+    """The code of one statement with branches, in a frame that defines no symbol: what its branches compute for
+    reuse is placed in an enclosing frame, before the statement, where every path runs it."""
     b = ctx.b
     frame = Frame([])
     b.frames.append(frame)

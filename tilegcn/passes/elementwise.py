@@ -72,6 +72,7 @@ class ElementEvaluator:
         self.ctx, self.b, self.prefetched = ctx, ctx.b, prefetched
         self.temps: list = []
         self._registers: dict = {}  # (fragment, index) -> its register for each element of the loop
+        self._kinds: dict = {}  # expression node -> its value_kind (see _kind)
 
     def register_of(self, e: N.ElemRef, r: int) -> int:
         """The register of fragment `e.buffer` holding the element `e` reads at loop element r: r itself at the
@@ -123,7 +124,7 @@ class ElementEvaluator:
     def eval_value(self, e: N.Expr, r: int, dst: Reg | None = None, want: str = N.FLOAT) -> tuple:
         """(value of `e` at element r, its domain): a float or int constant, an SGPR or a VGPR; an expression of int
         literals only (N.WEAK) is evaluated in `want`'s domain."""
-        kind = N.value_kind(e) if not N.is_condition(e) else None
+        kind = self._kind(e)
         if kind == N.WEAK:
             kind = want
         if isinstance(e, N.Const):
@@ -144,6 +145,14 @@ class ElementEvaluator:
         if isinstance(e, N.Cast):
             return self._cast(e, r, dst), kind
         raise TypeError(f"unknown expression {e!r}")
+
+    def _kind(self, e: N.Expr) -> str | None:
+        """value_kind of `e` (None for a condition), memoised per node: the evaluator asks it of every node at every
+        element, and value_kind walks the subtree."""
+        kind = self._kinds.get(e, False)
+        if kind is False:
+            kind = self._kinds[e] = None if N.is_condition(e) else N.value_kind(e)
+        return kind
 
     def _index_value(self, e: N.IndexValue, r: int):
         """An index at element r (its T.Parallel indices replaced by the layout's coordinates) as a 32-bit int: a

@@ -16,6 +16,13 @@ are placed in declaration order, each at the lowest offset whose bytes no buffer
 earlier buffer used (a "reuse point") starts with an s_barrier (`reuse_barrier`): every wave is done with the old
 buffer before any writes the new one.
 
+Row padding: a shared buffer that only T.copy touches (a tile staged between fragments and global memory, TileLang's
+C_shared) and whose rows are a whole number of sweeps of the LDS banks is stored with ROW_PAD_BYTES more per row
+(`row_pitches`): a fragment whose threads hold one column each in consecutive rows (the MFMA accumulator) would
+otherwise write every lane of a wave into the same banks, a 32-way conflict (the timing model puts it at a fifth of
+a 4096^3 GEMM's time on gfx950, bench/gemm_c_through_shared.py). Buffers other ops address themselves (T.gemm
+operands, T.cumsum's, a layout conversion's scratch) keep their row-major rows.
+
 Output: an `LdsAllocation`; ResourceError when even the least LDS the copy paths need exceeds arch.lds_bytes, naming
 the bytes needed and available, the buffers live together at the peak, and which num_stages / block_K would fit.
 """
@@ -36,6 +43,21 @@ class LdsAllocation:
     counts: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
     total: int  # LDS bytes the kernel asks for
     reuse: dict = field(default_factory=dict)  # top-level statement -> [(buffer, [buffers whose bytes it takes])]
+    pitches: dict = field(default_factory=dict)  # padded shared Buffer -> elements from one row to the next
+
+
+ROW_PAD_BYTES = 16  # a padded row's extra bytes: 4 banks, and rows still start 16-byte aligned (ds_read_b128)
+
+
+def row_pitches(kernel: N.Kernel, arch) -> dict:
+    """{shared Buffer: elements from one row to the next} of the buffers stored with padded rows (module doc)."""
+    sweep = arch.lds_banks * arch.lds_bank_bytes
+    users: dict = {}  # shared buffer -> the ops naming it (in any field, not only their access regions)
+    for s in N.walk(kernel.body):
+        for buf in _shared_buffers(s, {}, nested=False):
+            users.setdefault(buf, set()).add(s.opname)
+    return {b: b.shape[-1] + ROW_PAD_BYTES // b.dtype.bytes for b, ops in users.items()
+            if ops == {"copy"} and len(b.shape) >= 2 and b.shape[-1] * b.dtype.bytes % sweep == 0}
 
 
 def stage_counts(kernel: N.Kernel) -> dict:
@@ -60,9 +82,9 @@ def lifetimes(kernel: N.Kernel, scratch: dict | None = None) -> dict:
     return {b: spans.get(b, whole) for b in kernel.buffers if b.scope == N.SHARED}
 
 
-def _shared_buffers(stmt, scratch: dict) -> set:
-    """The shared buffers statement `stmt` (its nested statements included) names in any field: regions, element
-    reads, a conversion's scratch, plus the `scratch` buffers of the statements in it."""
+def _shared_buffers(stmt, scratch: dict, nested: bool = True) -> set:
+    """The shared buffers statement `stmt` (its nested statements included, unless not `nested`) names in any field:
+    regions, element reads, a conversion's scratch, plus the `scratch` buffers of the statements in it."""
     found: set = set()
     stack, seen = [stmt], set()
     while stack:
@@ -79,6 +101,8 @@ def _shared_buffers(stmt, scratch: dict) -> set:
         elif isinstance(x, dict):
             stack.extend(x.values())
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if isinstance(x, TileOp) and x is not stmt and not nested:
+                continue  # a statement of stmt's body
             if isinstance(x, TileOp) and x in scratch:
                 found.add(scratch[x])
             stack.extend(getattr(x, f.name) for f in dataclasses.fields(x))
@@ -93,22 +117,32 @@ def allocate_shared(kernel: N.Kernel, arch, gemm_plans: dict, by_dma=lambda buf:
     shared = [b for b in kernel.buffers if b.scope == N.SHARED]
     stages = stage_counts(kernel)
     spans = lifetimes(kernel, scratch)
-    sizes = {b: -(-b.numel * b.dtype.bytes // align) * align for b in shared}
     S = max(stages.values(), default=1)
     sharing = {b for b in shared if stages.get(b, 1) > 1 and not by_dma(b)}
 
     def layout(L: int) -> dict:
         return {b: L if b in sharing else stages.get(b, 1) for b in shared}
 
-    for L in sorted((d for d in range(1, S + 1) if S % d == 0), reverse=True):
+    padded = row_pitches(kernel, arch)
+    # the most LDS buffers per stage that fit, with padded rows where they fit too (padding never costs a stage)
+    tries = [(L, pitches) for L in sorted((d for d in range(1, S + 1) if S % d == 0), reverse=True)
+             for pitches in ([padded, {}] if padded else [{}])]
+    for L, pitches in tries:
         counts = layout(L)
+        sizes = {b: -(-_bytes(b, pitches) // align) * align for b in shared}
         offsets, total = place(shared, {b: sizes[b] * counts[b] for b in shared}, spans)
         if total <= arch.lds_bytes:
             break
     if total > arch.lds_bytes:
         raise ResourceError(_budget_message(arch, total, shared, sizes, counts, spans, stages, sharing, S,
                                             gemm_plans), location=shared[0].loc)
-    return LdsAllocation(offsets, sizes, counts, total, _reuse_points(kernel, shared, offsets, sizes, counts, spans))
+    return LdsAllocation(offsets, sizes, counts, total, _reuse_points(kernel, shared, offsets, sizes, counts, spans),
+                         pitches)
+
+
+def _bytes(buf: N.Buffer, pitches: dict) -> int:
+    rows = buf.numel // buf.shape[-1] if buf.shape else 1
+    return rows * pitches[buf] * buf.dtype.bytes if buf in pitches else buf.numel * buf.dtype.bytes
 
 
 def place(buffers: list, nbytes: dict, spans: dict) -> tuple:

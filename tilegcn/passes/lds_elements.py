@@ -3,9 +3,10 @@
 Input: a Copy shared -> fragment or fragment -> shared (passes/memspace.py stages T.Parallel's shared reads and
 writes and the shared <-> global copies through these). Output: ds_read / ds_write at the LDS byte address of each
 element, `shared offset + row-major index * element bytes` (a non-gemm shared buffer is stored row-major,
-unswizzled): 16, 8 or 4 bytes at once where consecutive elements of the layout lie at consecutive addresses aligned
-to that width on every thread, else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are
-converted from / to the fragment's fp32 values, two a register, as passes/copy.py converts global ones.
+unswizzled; its rows 16 bytes further apart where passes/lds.py pads them against bank conflicts): 16, 8 or 4 bytes
+at once where consecutive elements of the layout lie at consecutive addresses aligned to that width on every thread,
+else one element (ds_read_u16 / ds_write_b16 for a lone 16-bit one); 16-bit values are converted from / to the
+fragment's fp32 values, two a register, as passes/copy.py converts global ones.
 Barriers: each copy calls passes/gemm.py's lds_barrier, so a read of LDS other threads wrote (and a write over LDS
 other threads may still read) waits at an s_barrier first; the wait pass puts the counters before it.
 Where the fragment's layout replicates an element (a row vector held by every lane of the row), only its writer
@@ -38,12 +39,19 @@ def _classic(frag: N.Buffer, dtype) -> bool:
 
 def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
     """The LDS byte address (SymPy) of the shared element that fragment element r maps to: the buffer's offset plus
-    its row-major index times the element bytes."""
+    its row-major index (rows `ctx.lds_pitches` elements apart where they are padded) times the element bytes."""
     shared = region.buffer
     index = global_index(region, frag.shape, ctx.layouts[frag].coords(r, ctx.threads))
-    strides = [math.prod(shared.shape[d + 1:]) for d in range(len(shared.shape))]
-    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, strides))
+    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, _strides(ctx, shared)))
                         * shared.dtype.bytes)
+
+
+def _strides(ctx: Context, shared: N.Buffer) -> list:
+    """Element strides of `shared`'s dims: row-major, the rows `ctx.lds_pitches[shared]` apart where padded."""
+    shape = list(shared.shape)
+    if shared in ctx.lds_pitches:
+        shape[-1] = ctx.lds_pitches[shared]
+    return [math.prod(shape[d + 1:]) for d in range(len(shape) - 1)] + [1]
 
 
 def _address(ctx: Context, address) -> tuple:
@@ -92,17 +100,18 @@ def lower_shared_to_fragment(ctx: Context, s) -> None:
     region, frag = s.src, s.dst.buffer
     lay, b, dtype = ctx.layouts[frag], ctx.b, region.buffer.dtype
     lds_barrier(ctx, "read")
-    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4 and frag.dtype == dtype
     for batch in _batches(_runs(ctx, region, frag)):
         loaded = []
         for r, per, width, address in batch:
             dwords = max(width // 4, 1)
-            dst = lay.regs[r:r + dwords] if direct else b.v.alloc(dwords, align=2 if dwords > 1 else 1)
+            dst = _in_place(lay, frag, dtype, r, per, dwords)
+            if dst is None:
+                dst = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
+                loaded.append((r, per, dst))
             vaddr, offset = _address(ctx, address)
             b.emit(DS_READ[width], dst, vaddr, suffix=offset,
                    comment=f"{region.buffer.name} -> {frag.name}[{r}:{r + per}]")
-            loaded.append((r, per, dst))
-        for r, per, dst in ([] if direct else loaded):
+        for r, per, dst in loaded:
             if not _classic(frag, dtype):
                 with _Temps(b) as alloc:
                     for e in range(per):
@@ -131,21 +140,33 @@ def lower_fragment_to_shared(ctx: Context, s) -> None:
     runs = _runs(ctx, region, frag)
     addresses = {r: address for r, _, _, address in runs}
     pieces = [(r, per, width) for r, per, width, _ in runs]
-    direct = lay.regs.file == "v" and not lay.packed and dtype.bytes == 4 and frag.dtype == dtype
     for writer, group in _by_writer(lay, pieces):
         with WriterMask(ctx, writer):
             for r, per, width in group:
                 dwords = max(width // 4, 1)
-                if direct:
-                    data = lay.regs[r:r + dwords]
-                else:
+                data = _in_place(lay, frag, dtype, r, per, dwords)
+                temp = data is None
+                if temp:
                     data = b.v.alloc(dwords, align=2 if dwords > 1 else 1)
                     _pack(ctx, frag, r, per, data, dtype)
                 vaddr, offset = _address(ctx, addresses[r])
                 b.emit(DS_WRITE[width], vaddr, data, suffix=offset, comment=f"{frag.name}[{r}:{r + per}] -> "
                        f"{region.buffer.name}")
-                if not direct:
+                if temp:
                     b.v.free(data)
+
+
+def _in_place(lay, frag: N.Buffer, dtype, r: int, per: int, dwords: int):
+    """The fragment's own registers holding elements r..r+per exactly as LDS holds them (fp32 values one a register;
+    a 16-bit fragment of the shared buffer's dtype: two a register, low first, from an even element), or None where
+    the values must be converted (through temporaries)."""
+    if lay.regs.file != "v":
+        return None
+    if not lay.packed and dtype.bytes == 4 and (frag.dtype == dtype or _classic(frag, dtype)):
+        return lay.regs[r:r + dwords]  # an int32 / fp32 value as it is (another 4-byte dtype converts)
+    if lay.packed and frag.dtype == dtype and r % 2 == 0 and per % 2 == 0:
+        return lay.regs[r // 2:r // 2 + dwords]
+    return None
 
 
 def _pack(ctx: Context, frag: N.Buffer, r: int, per: int, dst, dtype) -> None:

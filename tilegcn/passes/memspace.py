@@ -1,7 +1,8 @@
 """Memory spaces: element reads and writes of shared buffers and element stores to global tensors inside
 T.Parallel, and tile copies global -> shared and shared -> global, staged through fragments.
 
-Input: traced, verified tile IR. Output: the same IR where, through a fresh fp32 fragment each ("staging fragment"),
+Input: traced, verified tile IR. Output: the same IR where, through a fresh fp32 fragment each ("staging fragment";
+a copy between two buffers of one 16-bit dtype stages in that dtype, the values passing unchanged),
 - a T.Parallel statement reading shared buffer S first copies S into a fragment and reads that fragment at the same
   indices (`G_smem[j]` in T.Parallel(M, N) becomes the broadcast read of a vector fragment, which layout inference
   gives the slice of the loop's layout);
@@ -41,10 +42,12 @@ class Stager:
         self.gemm_operands = {r.buffer for s in statements_of(kernel.body, "gemm") for r in s.reads()
                               if r.buffer.scope == N.SHARED}
 
-    def fragment(self, of: N.Buffer, shape, loc) -> N.Buffer:
-        """A fresh fragment of `shape` staging buffer `of` (named after it in kernel.ir and the asm): fp32 for float
-        buffers, `of`'s own dtype for int and fp8 ones (their values pass unchanged; a store converts once)."""
-        dtype = of.dtype if of.dtype.is_int or of.dtype.is_fp8 else float32
+    def fragment(self, of: N.Buffer, shape, loc, dtype=None) -> N.Buffer:
+        """A fresh fragment of `shape` staging buffer `of` (named after it in kernel.ir and the asm): `dtype` where
+        given, else fp32 for float buffers and `of`'s own dtype for int and fp8 ones (their values pass unchanged; a
+        store converts once)."""
+        if dtype is None:
+            dtype = of.dtype if of.dtype.is_int or of.dtype.is_fp8 else float32
         buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, dtype, tuple(shape), loc=loc)
         self.fragments.append(buf)
         return buf
@@ -189,7 +192,10 @@ def stage_copy(s, stager: Stager) -> list | None:
     for shared in (b for b in (src, dst) if b.scope == N.SHARED):
         stager.check_element_access(shared, "T.copy of", s.loc)
     tile = s.dst.extents if dst.scope == N.SHARED else s.src.extents
-    frag = stager.fragment(dst if dst.scope == N.SHARED else src, tile, s.loc)
+    # 16-bit values moved unchanged stay 16-bit, two a register (half the VGPRs of fp32, no conversions); other
+    # copies stage as Stager.fragment chooses (fp32 for floats, the buffer's own dtype for int and fp8)
+    dtype = src.dtype if src.dtype == dst.dtype and src.dtype.is_16bit else None
+    frag = stager.fragment(dst if dst.scope == N.SHARED else src, tile, s.loc, dtype)
     return [stager.copy(s.src, whole(frag), s.loc), stager.copy(whole(frag), s.dst, s.loc)]
 
 

@@ -5,8 +5,8 @@ fp32, xf32 and gfx950's f8f6f4 forms, plain and with E8M0 block scales (`v_mfma_
     d = execute(info, arch, a, b, c, a_fmt, b_fmt)           # a, b, c: int32 register bits [W, 64, regs]
 
 Every element is decoded exactly (fp8/bf8 through torch's own float8 dtypes, fp6/fp4 from the OCP MX formulas)
-and scaled by its lane's 2**(e - 127); the K products are summed in float64, where they are exact, and C added
-before the one rounding to fp32 (or the int32 wrap-around). The hardware sums in its own order in fp32, so
+and multiplied by the 2**(e - 127) of its 32-element block; the products (exact in float64) are summed in
+float64 and C added before the one rounding to fp32 (int8: exact integers, then the int32 wrap-around). The hardware sums in its own order in fp32, so
 results may differ from it in the last bits of fp32, never in the layout or the decoding. xf32 operands are
 fp32 values rounded to 10 fraction bits first, to nearest even: an assumption no outside source checks (the
 ISA guide, LLVM and the calculator do not say how fp32 becomes xf32; truncation would differ by about 1e-3
@@ -62,7 +62,7 @@ def acc_regs(info) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _decode_table(fmt: str, arch_name: str) -> torch.Tensor:
+def decode_table(fmt: str, arch_name: str) -> torch.Tensor:
     """float64 value of every code of an 8/6/4-bit format."""
     if fmt in ("fp8", "bf8"):
         dtype = getattr(torch, _arch.get_arch(arch_name).fp8_formats[fmt])
@@ -106,7 +106,7 @@ def _values(regs: torch.Tensor, fmt: str, count: int, arch_name: str) -> torch.T
     if fmt in ("f32", "xf32"):
         x = regs.contiguous().view(torch.float32)[..., :count]
         return (_round_to_xf32(x) if fmt == "xf32" else x).double()
-    return _decode_table(fmt, arch_name)[_codes(regs, WIDTH[fmt], count)]
+    return decode_table(fmt, arch_name)[_codes(regs, WIDTH[fmt], count)]
 
 
 def register_blocks(info, fmt: str) -> int:

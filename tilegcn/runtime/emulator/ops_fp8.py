@@ -4,8 +4,9 @@ v_cvt_f32_fp8, v_cvt_f32_bf8 (one byte -> f32) and v_cvt_pk_f32_fp8, v_cvt_pk_f3
 The byte formats are the arch's (arch.Arch.fp8_dtypes): gfx942 reads "fp8" as E4M3 FNUZ (bias 8) and "bf8" as E5M2
 FNUZ (bias 16), neither with inf or -0, 0x80 their one NaN (CDNA3 ISA guide); gfx950 reads them as OCP E4M3 (bias
 7, no inf, S.1111.111 NaN) and E5M2 (bias 15, IEEE inf and NaN) (CDNA4 ISA guide, OCP 8-bit floating point spec).
-f32 -> fp8 rounds to nearest even; these encodings have no clamp modifier (llvm-mc refuses one), so a value past
-the largest finite one becomes what the format has for overflow: NaN for the FNUZ formats and OCP E4M3, inf for OCP
+f32 -> fp8 rounds to nearest even; these encodings have no clamp modifier (llvm-mc refuses one): with MODE.FP16_OVFL
+set (s_setreg, ops_mode.py) a value past the largest finite one, inf included, saturates to it; else it becomes
+what the format has for overflow: NaN for the FNUZ formats and OCP E4M3, inf for OCP
 E5M2 (the OCP spec's non-saturating conversion); NaN in gives NaN. f32 denormal inputs are far below the smallest
 fp8 denormal and round to zero either way. tests/test_dtypes.py checks every code and a sweep of f32 values
 against torch's float8 dtypes on both arches.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .ops_mode import fp16_ovfl
 from .program import BindError, Handler, as_bits, as_f32
 
 M32 = 0xFFFFFFFF
@@ -134,11 +136,19 @@ def _to_fp8(ins, b, index):
     s0, s1 = b.src(ops[1]), b.src(ops[2])
 
     def run(g):
-        pair = encode(as_f32(s0(g)), fmt) | (encode(as_f32(s1(g)), fmt) << 8)
+        saturate = fp16_ovfl(g)
+        pair = encode(_saturated(as_f32(s0(g)), fmt, saturate), fmt) | \
+            (encode(_saturated(as_f32(s1(g)), fmt, saturate), fmt) << 8)
         keep = old(g).long() & M32
         word = (keep & 0x0000FFFF) | (pair << 16) if high else (keep & 0xFFFF0000) | pair
         g.wv(dst, _i32(word))
     return Handler(ins, index, run, "valu", b)
+
+
+def _saturated(x: torch.Tensor, fmt: Fp8Format, saturate: torch.Tensor) -> torch.Tensor:
+    """`x` with values past the format's largest finite one (infinities included) clamped to it (+-) in the waves
+    whose MODE.FP16_OVFL is set (ops_mode.py: Triton sets it for every fp32 -> fp8 cast); NaN stays NaN."""
+    return torch.where(saturate & (x.abs() > fmt.largest), torch.sign(x) * fmt.largest, x)
 
 
 def _i32(x):

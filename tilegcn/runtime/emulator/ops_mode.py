@@ -10,14 +10,16 @@ kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
 to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
-op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_f32_{fp8,bf8} D[0:1], S0, SCALE: the two 8-bit values of
-the half of S0 that op_sel[0] picks, times SCALE. Only power-of-two scales are modelled (what MX scales are):
-another scale, an infinite input, and an out-of-range input without FP16_OVFL are Faults.
+op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_{f32,f16,bf16}_{fp8,bf8,fp4} D, S0, SCALE: two elements of
+S0 (op_sel picks which: `_from_low`) times SCALE (Triton's bf16 x MX `tl.dot_scaled` on gfx950 upcasts with the
+bf16 forms, tests/corpus). Only power-of-two scales are modelled (what MX scales are): another scale, and an input
+past the fp8 range without FP16_OVFL, are Faults (`fp8_codes`). The conversions to fp4 are not modelled.
 """
 from __future__ import annotations
 
 import torch
 
+from . import mfma_lowp
 from .decode import HWREG_IDS, MODE_SLOT, HwReg
 from .program import BindError, Handler
 from .state import Fault
@@ -74,9 +76,10 @@ def _getreg(ins, b, index):
     return Handler(ins, index, run, "salu", b)
 
 
-# ---- scaled fp8 / bf8 conversions (gfx950) ------------------------------------------------------------------
+# ---- scaled conversions (gfx950) --------------------------------------------------------------------------------
 _TO_8BIT = {"v_cvt_scalef32_pk_fp8_f32": "fp8", "v_cvt_scalef32_pk_bf8_f32": "bf8"}
-_FROM_8BIT = {"v_cvt_scalef32_pk_f32_fp8": "fp8", "v_cvt_scalef32_pk_f32_bf8": "bf8"}
+_FROM_LOW = {f"v_cvt_scalef32_pk_{out}_{fmt}": (fmt, out) for fmt in ("fp8", "bf8", "fp4")
+             for out in ("f32", "f16", "bf16")}
 
 
 def _power_of_two_scale(g, read) -> torch.Tensor:
@@ -94,6 +97,33 @@ def _fp8_dtype(b, fmt):
     return getattr(torch, b.ctx.arch.fp8_formats[fmt])
 
 
+def fp16_ovfl(g) -> torch.Tensor:
+    """bool [n, 1]: each wave's MODE.FP16_OVFL (the fp8 conversions' clamp bit)."""
+    return ((g.rs(MODE_SLOT) >> FP16_OVFL_BIT) & 1).bool().view(-1, 1)
+
+
+def fp8_codes(v: torch.Tensor, dtype, saturate: torch.Tensor, active, what: str) -> torch.Tensor:
+    """int32 codes of float values `v` [n, 64] rounded to nearest even to the fp8 `dtype`. A value that rounds past
+    the largest finite one, infinities included, becomes it (+-) where `saturate` (MODE.FP16_OVFL) is set; without
+    it the result is not modelled: a Fault in the `active` lanes (None: all). A NaN becomes the NaN code torch's
+    conversion gives (the guides do not say which NaN; Triton converts pairs whose other half it drops, NaN or not)."""
+    top = torch.finfo(dtype).max
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    below = codes[(codes < top) & torch.isfinite(codes)].max().item()  # the next value down from top
+    # round to nearest even keeps top up to the midpoint above it (the midpoint itself when top's last bit is 0)
+    top_even = (torch.tensor(top).to(dtype).view(torch.uint8).item() & 1) == 0
+    midpoint = top + (top - below) / 2
+    mag = v.abs()
+    over = (mag > midpoint) | ((mag == midpoint) & (not top_even))  # (inf too; NaN compares false)
+    bad = over & ~saturate
+    if active is not None:
+        bad = bad & active
+    if bool(bad.any()):
+        raise Fault(f"{what}: an input past the fp8 range with MODE.FP16_OVFL clear is not modelled")
+    clamped = torch.where(mag > top, v.sign() * top, v)  # within the midpoint it rounds to top anyway
+    return clamped.to(dtype).view(torch.uint8).to(torch.int32)
+
+
 def _to_8bit(ins, b, index, fmt):
     _mods(ins, ("op_sel",))
     if len(ins.operands) != 4:
@@ -106,47 +136,59 @@ def _to_8bit(ins, b, index, fmt):
     b.vsrc_index(ins.operands[0], 1, "vdst (its other half is kept)")
     s0, s1, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
     dtype = _fp8_dtype(b, fmt)
-    top = torch.finfo(dtype).max
 
-    def convert(g, x, sc, saturate):
-        v = x.view(torch.float32).expand(g.n, 64) / sc
-        over = v.abs() > top
-        ex = g.exec_mask()
-        if ex is not None:
-            over = over & ex
-        if bool((over & ~saturate).any()) or bool((v.isinf() & (ex if ex is not None else True)).any()):
-            raise Fault(f"{ins.base}: an infinite input, or one beyond the fp8 range with MODE.FP16_OVFL clear, is "
-                        "not modelled")
-        v = torch.where(over, v.sign() * top, v)
-        return v.to(dtype).view(torch.uint8).to(torch.int32)
+    def convert(g, x, sc):
+        return fp8_codes(x.view(torch.float32).expand(g.n, 64) / sc, dtype, fp16_ovfl(g), g.exec_mask(), ins.base)
 
     def run(g):
         sc = _power_of_two_scale(g, scale)
-        saturate = ((g.rs(MODE_SLOT) >> FP16_OVFL_BIT) & 1).bool().view(-1, 1)
-        packed = convert(g, s0(g), sc, saturate) | (convert(g, s1(g), sc, saturate) << 8)
+        packed = convert(g, s0(g), sc) | (convert(g, s1(g), sc) << 8)
         old = g.rv(dst)
         g.wv(dst, (old & 0xFFFF) | (packed << 16) if dst_hi else (old & ~0xFFFF) | packed)
     return Handler(ins, index, run, "valu", b)
 
 
-def _from_8bit(ins, b, index, fmt):
+def _element_values(b, fmt) -> torch.Tensor:
+    """float64 value of every code of `fmt` on this arch: fp8 / bf8 through torch's float8 dtypes, fp4 from the OCP
+    table (mfma_lowp, the same decoding the f8f6f4 MFMAs use)."""
+    if fmt == "fp4":
+        return mfma_lowp.decode_table("fp4", b.ctx.arch.name)
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(_fp8_dtype(b, fmt)).double()
+
+
+def _from_low(ins, b, index, fmt, out):
+    """v_cvt_scalef32_pk_{f32,f16,bf16}_{fp8,bf8,fp4} D, S0, SCALE: two elements of S0 (fp8/bf8: the 16-bit half
+    op_sel[0] picks; fp4: the byte op_sel[0] | op_sel[1] << 1 picks, as llc 22 prints the intrinsics' selector), low
+    one first, times SCALE, rounded once to `out` (exact for MX scales); f32 results fill D[0:1], 16-bit ones the
+    two halves of D."""
     _mods(ins, ("op_sel",))
     if len(ins.operands) != 3:
-        raise BindError("expected vdst[0:1], src, scale")
-    sel = ins.mods.get("op_sel", (0, 0, 0))
-    if any(sel[1:]):
-        raise BindError("op_sel other than the source half of a scaled conversion is not modelled")
-    word = 16 if sel and sel[0] else 0
-    dst = b.vdst(ins.operands[0], 2)
+        raise BindError("expected vdst, src, scale")
+    sel = tuple(ins.mods.get("op_sel", (0, 0, 0))) + (0, 0, 0)
+    if fmt == "fp4":
+        shift, width = 8 * (sel[0] | sel[1] << 1), 4
+    else:
+        shift, width = 16 * sel[0], 8
+        if sel[1]:
+            raise BindError("op_sel[1] of an fp8 / bf8 scaled conversion is not modelled")
+    if any(sel[2:4]):
+        raise BindError("op_sel of the destination of a scaled conversion is not modelled")
+    wide = out == "f32"
+    dst = b.vdst(ins.operands[0], 2 if wide else 1)
     src, scale = (b.src(op, float_mods=False) for op in ins.operands[1:])
-    table = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(_fp8_dtype(b, fmt)).float()
+    table = _element_values(b, fmt)
+    to_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[out]
+    mask = (1 << width) - 1
 
     def run(g):
-        sc = _power_of_two_scale(g, scale)
-        bits = (src(g).expand(g.n, 64) >> word) & 0xFFFF
-        lo = table.to(sc.device)[(bits & 0xFF).long()] * sc
-        hi = table.to(sc.device)[(bits >> 8).long()] * sc
-        g.wvs(dst, torch.stack((lo.view(torch.int32), hi.view(torch.int32))))
+        sc = _power_of_two_scale(g, scale).double()
+        bits = (src(g).expand(g.n, 64).to(torch.int64) >> shift) & ((1 << 2 * width) - 1)
+        values = [(table.to(sc.device)[(bits >> (width * k)) & mask] * sc).to(to_dtype) for k in (0, 1)]
+        if wide:
+            g.wvs(dst, torch.stack([v.view(torch.int32) for v in values]))
+        else:
+            lo, hi = (v.view(torch.int16).to(torch.int32) & 0xFFFF for v in values)
+            g.wv(dst, lo | (hi << 16))
     return Handler(ins, index, run, "valu", b)
 
 
@@ -165,6 +207,6 @@ def build_mode(ins, b, index):
         return _getreg(ins, b, index)
     if base in _TO_8BIT:
         return _to_8bit(ins, b, index, _TO_8BIT[base])
-    if base in _FROM_8BIT:
-        return _from_8bit(ins, b, index, _FROM_8BIT[base])
+    if base in _FROM_LOW:
+        return _from_low(ins, b, index, *_FROM_LOW[base])
     return None
