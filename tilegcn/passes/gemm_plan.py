@@ -699,11 +699,12 @@ class GemmPlan:
         return (ReadPiece("ds_read_b128", 0, 4),)
 
     def register_k(self, step: int, piece: int, lane):
-        """With A in registers: the first of the 4 consecutive k that read step `step`, half `piece` (VGPRs 2*piece,
-        2*piece + 1) of B holds on `lane`: 8G*step + 4G*piece + 4*(lane // dim). It is the k of MFMA accumulator
-        registers 4*(2*step + piece) .. + 3 of a lane (mfma_acc_offsets: 4 consecutive columns, lane groups 4
-        apart), so the accumulator of a gemm of this wave grid, cast to 16 bits, is this gemm's A operand register
-        for register (ir/layout.py's MfmaOperand), and B must pair its k the same way."""
+        """With A in registers: the first of the 4 consecutive k that half `piece` (VGPRs 2*piece, 2*piece + 1) of
+        read step `step` of B holds on `lane`: 8G*step + 4G*piece + 4*(lane // dim). These are the columns a lane
+        holds in accumulator registers 4*(2*step + piece) .. + 3 of an MFMA tile (mfma_acc_offsets: 4 consecutive
+        columns, lane groups 4 apart), so a T.gemm accumulator whose waves hold whole rows, cast to 16 bits, already
+        is this gemm's A operand register for register (ir/layout.py's MfmaOperand), provided B pairs its k the
+        same way: the MFMA sums over k in any order both operands agree on."""
         ops = _ops_for(lane)
         return step * self.k_per_read + 4 * self.lane_groups * piece + 4 * ops.fdiv(lane, self.dim)
 
