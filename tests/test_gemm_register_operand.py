@@ -1,13 +1,16 @@
 """T.gemm with its A operand in a fragment (TileLang's gemm_rs): an accumulator cast to 16 bits feeding the next
 T.gemm, in registers where the MFMA layouts allow and through LDS where they do not (kernel.ir says which), and an A
 fragment loaded from global memory; checked on the emulated device against torch."""
+import itertools
+
+import numpy as np
 import pytest
 import torch
 
 import tilegcn
 from tilegcn import language as T
 from tilegcn.errors import CompileError
-from tilegcn.passes.gemm_plan import plan_gemm
+from tilegcn.passes.gemm_plan import ds_extra_cycles, plan_gemm
 
 
 @tilegcn.jit(out_idx=[3])
@@ -119,3 +122,19 @@ def test_unknown_warp_policy_is_refused():
 
     with pytest.raises(CompileError, match="use one of T.GemmWarpPolicy"):
         kernel(Q, torch.zeros(64, 64), arch="gfx942")
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_b_reads_of_a_register_a_gemm_are_conflict_free_on_gfx942(dim):
+    """P @ V's V tile on gfx942 (transposed into K-major rows by the copy): its ds_read_b64 phases of 16 rows would
+    pair rows r and r + 8 on the same banks under the chunk XOR alone; the rows' swapped halves keep every read and
+    every copy write conflict free (the emulator's bank model, ds_extra_cycles)."""
+    plan = plan_gemm("gfx942", "f16", 64, dim, 64, 128, a_in_registers=True, policy="FullRow")
+    lanes = np.arange(64)
+    for rep, step, piece in itertools.product(range(plan.repeats_N), range(plan.read_steps), range(2)):
+        addrs = plan.operand_read_offsets("B", 0, lanes, rep, step, piece=piece)
+        assert ds_extra_cycles(plan.arch, addrs, 8) == 0
+    cp = plan.copy_plan("B")
+    for slot, e in itertools.product(cp.write_slots, range(8)):
+        addrs = np.broadcast_to(cp.lds_offsets(lanes, slot)[e], (64,))
+        assert ds_extra_cycles(plan.arch, addrs, cp.write_bytes, cp.active(lanes, slot)) == 0

@@ -60,6 +60,12 @@ Design
    Triton's gfx950 matmul in tests/corpus). The chunks are XOR-swizzled per k row (`tr_swizzle_chunk`) so a
    read phase is conflict free; the LDS-DMA copy applies the swizzle on the global side as in point 4. Rows of
    32 bytes (X = 16) and X not a power of two leave some conflicts (correct, slower).
+8. A in registers (`a_in_registers`: a 16-bit fragment A, ir/layout.py's MfmaOperand): no A tile or reads. A lane's
+   k come in runs of 4 spaced by 4*G, the accumulator's column order (`register_k`), so B's fragment halves are read
+   4*G k apart: two ds_read_b64 from a K-major tile, two ds_read_b64_tr_b16 from a (K, X) one. A ds_read_b64 phase is
+   16 lanes on 32 banks, 16 rows reading one half of one logical chunk, and the chunk XOR gives 8 positions per bank
+   sweep, so the K-major B tile the transposing copy writes (gfx942) also swaps the 8-byte halves of rows 8..15 of
+   every 16 (`halves_swizzled`, `half_flip`): reads and the copy's writes (at most 4 k each) are conflict free.
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -487,6 +493,9 @@ class CopyPlan:
             # tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
             kg, j, _ = self._transpose_unit(tid, slot)
             within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
+            if p.halves_swizzled(self.operand):
+                return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes)
+                             + _ops_for(tid).xor(within, p.half_flip(lrow + e), 4) for e in range(8))
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + self.lane_bytes * (slot * self.threads + tid),)
@@ -708,6 +717,21 @@ class GemmPlan:
         ops = _ops_for(lane)
         return step * self.k_per_read + 4 * self.lane_groups * piece + 4 * ops.fdiv(lane, self.dim)
 
+    def halves_swizzled(self, operand: str) -> bool:
+        """Whether `operand`'s K-major LDS rows also swap the two 8-byte halves of each 16-byte chunk in rows
+        8 .. 15 of every 16 (`half_flip`): B of a register-A gemm written by the transposing copy on a 32-bank LDS.
+        Its ds_read_b64 phases are 16 lanes, 16 rows reading the same half of one logical chunk, and the chunk XOR
+        gives only 8 positions per bank sweep, so rows r and r + 8 would share their banks (2-way conflicts); with
+        the flip they take the other half. The copy then packs at most 4 k per write (a write stays in one half)."""
+        return (self.a_in_registers and operand == "B" and not self.copied_as_stored("B")
+                and self.arch.lds_banks == 32)
+
+    @staticmethod
+    def half_flip(row):
+        """8 where row's chunks have their halves swapped (rows 8 .. 15 of every 16), else 0 (`halves_swizzled`)."""
+        ops = _ops_for(row)
+        return 8 * ops.mod(ops.fdiv(row, 8), 2)
+
     def _read_offset(self, operand, wave, lane, rep, step, stage=0, piece=0):
         ops = _ops_for(wave, lane)
         wm, wn = self.wave_coords(wave)
@@ -728,6 +752,8 @@ class GemmPlan:
         if self.a_in_registers and operand == "B":  # K-major: ds_read_b64 of 4 k within a 16-byte chunk
             k0 = self.register_k(step, piece, lane)
             within = self.dtype.bytes * ops.mod(k0, ELEMS_PER_CHUNK)
+            if self.halves_swizzled(operand):
+                within = ops.xor(within, self.half_flip(row), 4)
             return base + swizzled_offset(self.arch, row, ops.fdiv(k0, ELEMS_PER_CHUNK), self.row_bytes) + within
         chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
@@ -882,6 +908,8 @@ class GemmPlan:
             rows, cols = self.user_tile_shape(operand)
             runs = rows * cols // ELEMS_PER_CHUNK
             pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
+            if self.halves_swizzled(operand):
+                pack = min(pack, 4)  # a write must stay within one 8-byte half
             units = runs * (CHUNK // lane_bytes) // pack  # what one thread moves per `pack` slots
             slots = pack * -(-units // self.threads)
             self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, slots, pack, lane_bytes)
