@@ -12,6 +12,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
+import example_amd_flash_attn_fwd  # noqa: E402
 import example_gqa_fwd_bshd  # noqa: E402
 import example_mha_fwd_bhsd  # noqa: E402
 
@@ -54,5 +55,22 @@ def test_gqa_fwd_bshd(arch, causal, seq, dim):
                                             threads=128)
     out = kernel(Q, K, V, arch=arch)
     bhsd = [x.float().transpose(1, 2).repeat_interleave(4 // x.size(2), dim=1) for x in (Q, K, V)]
+    ref = F.scaled_dot_product_attention(*bhsd, is_causal=causal).transpose(1, 2)
+    torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)  # upstream's tolerance
+
+
+@pytest.mark.parametrize("arch,causal,groups,num_split_q", [("gfx942", True, 2, 1), ("gfx950", False, 1, 2)],
+                         ids=["gfx942-causal-gqa", "gfx950-full-split2"])
+def test_amd_flash_attn_fwd(arch, causal, groups, num_split_q):
+    """Upstream's CDNA config (block 64 x 64, 128 threads, k_pack 2): each workgroup walks query tiles b_split,
+    b_split + num_split_q, ... in a device `while` on a T.alloc_var (one workgroup takes both tiles of seq 128 with
+    num_split_q 1); causal, its KV loop ends at a bound computed from that variable."""
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(1, 128, 2, 64, generator=g).half()
+    K, V = (torch.randn(1, 128, 2 // groups, 64, generator=g).half() for _ in range(2))
+    config = dict(example_amd_flash_attn_fwd.CONFIG, num_split_q=num_split_q)
+    kernel = example_amd_flash_attn_fwd.fast_flashattn(1, 2, 128, 64, causal, groups=groups, **config)
+    out = kernel(Q, K, V, arch=arch)
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(2 // x.size(2), dim=1) for x in (Q, K, V)]
     ref = F.scaled_dot_product_attention(*bhsd, is_causal=causal).transpose(1, 2)
     torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)  # upstream's tolerance

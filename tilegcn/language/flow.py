@@ -182,6 +182,8 @@ class _Rewriter(ast.NodeTransformer):
     def __init__(self, function):
         self.count = 0
         self.changed = False
+        # TileLang's variable spellings (`v = value` stores into a T.alloc_var v): only where the program has one
+        self.variables = any(isinstance(n, ast.Attribute) and n.attr == "alloc_var" for n in ast.walk(function))
         names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
         self.loads = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Load)]
         self.stores = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Store)]
@@ -240,6 +242,16 @@ class _Rewriter(ast.NodeTransformer):
                                              ast.Constant(tuple(used_after))])
         out = ast.For(ast.Name(var, ast.Store()), test, [branch], [])
         return ast.fix_missing_locations(_located(out, node))
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if not self.variables or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return node
+        name = node.targets[0].id
+        node.value = self._call(node.value, "assign", [ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                                       ast.Constant(name), node.value,
+                                                       ast.Constant(isinstance(node.value, ast.Name))])
+        return node
 
     def visit_While(self, node):
         self.generic_visit(node)
@@ -550,6 +562,22 @@ def _at_line(location: str | None, line: int) -> str | None:
 def loop(iterable, scope: dict, names: tuple):
     """The trips of a `for` loop whose body carries names from trip to trip (see _Loop)."""
     return _Loop(iterable, scope, names)
+
+
+def assign(scope: dict, name: str, value, plain_name: bool):
+    """`name = value` as TileLang reads it where `name` or `value` is a T.alloc_var variable: assigning to a variable's
+    name stores into the variable (`bx = b_split`); binding a new name to a variable (`current = bx`, a plain name on
+    the right) takes the variable's value now (a Let op: TileLang's LetStmt); anything else binds as Python does."""
+    from .local import snapshot
+
+    old = scope.get(name)
+    if getattr(old, "is_var", False) and value is not old and not getattr(value, "is_var", False):
+        old[0] = value
+        return old
+    if plain_name and getattr(value, "is_var", False) and value is not old and current().parallel is None \
+            and value.buffer.dtype.is_int:
+        return snapshot(value)
+    return value
 
 
 def range_(jumps: bool, *args):

@@ -12,6 +12,7 @@ from .device_loop import DeviceLoop
 from .fill import Fill
 from .gemm import Gemm
 from .groups import CommitGroup, WaitGroup
+from .let import Let
 from .loop import Loop
 from .parallel import ParallelStore
 from .reduce import Reduce
@@ -19,5 +20,5 @@ from .scan import Cumsum
 from .swizzle import Swizzle
 from .while_loop import While
 
-__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Loop",
+__all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If", "Let", "Loop",
            "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]

@@ -216,3 +216,15 @@ def lower_while(ctx: Context, s, lower_body):
         b.emit("s_branch", head)
     ctx.lds_state = _join_lds_state(ctx.lds_state, before)
     _label(ctx, end)
+
+
+def lower_let(ctx: Context, s):
+    """`s`: a Let op. v_readfirstlane_b32 of the variable's VGPR (every lane holds its value) into an SGPR that
+    stands for the symbol from here on; the symbol belongs to the current frame, so what is computed from it stays
+    after this point (inside a device loop, each trip reads the variable again)."""
+    b = ctx.b
+    vreg = ctx.layouts[s.var].regs[0]
+    sreg = b.alloc_in_frame("s", len(b.frames) - 1, what=f"let {s.symbol}")
+    b.emit("v_readfirstlane_b32", sreg, vreg, comment=f"let {s.symbol} = {s.var.name}[0]")
+    b.symbol_regs[s.symbol] = sreg
+    b.frames[-1].symbols.add(s.symbol)
