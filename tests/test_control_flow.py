@@ -557,7 +557,7 @@ def _rows_by_variable(X, Y):
         row = bx  # assigning the variable's name stores into it (a device value: the loop below is a device loop)
         while row < 4:  # its name in a comparison reads it
             cur = row  # a new name bound to it takes its value now (a let)
-            row = cur + 1  # ... so moving the variable on leaves cur as it was
+            row += 1  # ... so moving the variable on (a store, as `row = cur + 1` is) leaves cur as it was
             for j in T.Parallel(64):
                 Y[cur, j] = X[cur, j] * 2.0
 

@@ -253,6 +253,17 @@ class _Rewriter(ast.NodeTransformer):
                                                        ast.Constant(isinstance(node.value, ast.Name))])
         return node
 
+    def visit_AugAssign(self, node):
+        """`v += x` on a variable's name: the store `v = v + x` (TileLang's reading), else Python's augmented
+        assignment unchanged."""
+        self.generic_visit(node)
+        if not self.variables or not isinstance(node.target, ast.Name):
+            return node
+        name = node.target.id
+        call = self._call(node, "augmented", [ast.Call(ast.Name("locals", ast.Load()), [], []), ast.Constant(name),
+                                              ast.Constant(type(node.op).__name__), node.value])
+        return ast.fix_missing_locations(_located(ast.Assign([ast.Name(name, ast.Store())], call), node))
+
     def visit_While(self, node):
         self.generic_visit(node)
         if node.orelse:
@@ -578,6 +589,19 @@ def assign(scope: dict, name: str, value, plain_name: bool):
             and value.buffer.dtype.is_int:
         return snapshot(value)
     return value
+
+
+_IN_PLACE = {"Add": operator.iadd, "Sub": operator.isub, "Mult": operator.imul, "Div": operator.itruediv,
+             "FloorDiv": operator.ifloordiv, "Mod": operator.imod, "Pow": operator.ipow, "LShift": operator.ilshift,
+             "RShift": operator.irshift, "BitAnd": operator.iand, "BitOr": operator.ior, "BitXor": operator.ixor,
+             "MatMult": operator.imatmul}
+
+
+def augmented(scope: dict, name: str, op: str, value):
+    """`name op= value`: where `name` is a variable, the store of `name op value` (reading the variable: TileLang's
+    reading); for any other name, Python's augmented assignment."""
+    old = scope[name]
+    return assign(scope, name, _IN_PLACE[op](old, value), False)
 
 
 def range_(jumps: bool, *args):
