@@ -183,7 +183,8 @@ class _Rewriter(ast.NodeTransformer):
         self.count = 0
         self.changed = False
         # TileLang's variable spellings (`v = value` stores into a T.alloc_var v): only where the program has one
-        self.variables = any(isinstance(n, ast.Attribute) and n.attr == "alloc_var" for n in ast.walk(function))
+        self.variables = any((isinstance(n, ast.Attribute) and n.attr == "alloc_var")
+                             or (isinstance(n, ast.Name) and n.id == "alloc_var") for n in ast.walk(function))
         names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
         self.loads = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Load)]
         self.stores = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Store)]
@@ -585,8 +586,7 @@ def assign(scope: dict, name: str, value, plain_name: bool):
     if getattr(old, "is_var", False) and value is not old and not getattr(value, "is_var", False):
         old[0] = value
         return old
-    if plain_name and getattr(value, "is_var", False) and value is not old and current().parallel is None \
-            and value.buffer.dtype.is_int:
+    if plain_name and getattr(value, "is_var", False) and value is not old and value.snapshots():
         return snapshot(value)
     return value
 

@@ -101,12 +101,14 @@ class VarProxy(BufferProxy):
 
     is_var = True
 
+    def snapshots(self) -> bool:
+        """Whether reading it gives an index (`snapshot`): an int32 variable, outside T.Parallel."""
+        return current().parallel is None and self.buffer.dtype.name == "int32"
+
     def _value(self):
-        """The variable read now: an index symbol (an int variable outside T.Parallel: usable in tile starts and
+        """The variable read now: an index symbol (an int32 variable outside T.Parallel: usable in tile starts and
         loop bounds), else its element expression."""
-        if current().parallel is None and self.buffer.dtype.is_int:
-            return snapshot(self)
-        return self[0]
+        return snapshot(self) if self.snapshots() else self[0]
 
     def __lt__(self, o): return self[0] < o
     def __le__(self, o): return self[0] <= o
