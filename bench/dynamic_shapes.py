@@ -4,10 +4,10 @@
                                    [--stages 1,2] [--M 4096]
 
 For each config, compiles tests/kernels.py `gemm` (static: every shape a compile) and `gemm_dynamic_m` (M declared
-`T.dynamic("M")` in its annotations: one compile per divisibility class of M by 16) for bf16 operands of M x N x K
+`T.dynamic("M")` in its annotations: one compile serves every M) for bf16 operands of M x N x K
 (N = K = 8 block sizes, as loop_metrics compiles them), without running them, and prints loop_metrics' per-K=64-step
 figures of each K loop (instructions, MFMAs, LDS traffic, waits, llvm-mca cycles), then the largest relative
-difference over those columns. `--M` picks the M the dynamic kernel is compiled at (its class: M % 16 == 0 or not);
+difference over those columns. `--M` picks the M the dynamic kernel is compiled at;
 the static kernel is compiled at M = 8 block sizes either way. The timing model's estimate is left out (a dynamic
 kernel has no fixed grid to estimate without arguments).
 """
@@ -51,7 +51,7 @@ def main(argv=None):
     ap.add_argument("--tile", default="256x256x64,128x128x64")
     ap.add_argument("--layout", default="NN,NT")
     ap.add_argument("--stages", default="1,2")
-    ap.add_argument("--M", type=int, default=4096, help="the M the dynamic kernel is compiled at (its class)")
+    ap.add_argument("--M", type=int, default=4096, help="the M the dynamic kernel is compiled at")
     args = ap.parse_args(argv)
     print(f"{'config':<52}" + "".join(f"{h:>9}" for h in HEAD))
     worst = 0.0

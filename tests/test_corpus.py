@@ -71,7 +71,8 @@ def test_corpus_kernel_matches_torch(path):
     assert sorted(outputs) == sorted(expected)
     for name in outputs:
         assert named[name].dtype == expected[name].dtype, name
-        torch.testing.assert_close(_comparable(named[name]), _comparable(expected[name]), atol=meta["atol"], rtol=meta["rtol"],
+        torch.testing.assert_close(_comparable(named[name]), _comparable(expected[name]), atol=meta["atol"],
+                                   rtol=meta["rtol"],
                                    msg=lambda m: f"{meta['name']} ({meta['arch']}) output {name}: {m}")
 
 

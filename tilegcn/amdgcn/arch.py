@@ -194,26 +194,21 @@ class Arch:
     has_ieee_maximum3: bool  # v_maximum3_f32 / v_minimum3_f32 (NaN-propagating, IEEE 754-2019) exist
     peak_bf16_tflops: float
     hbm_tbps: float
+    # the MFMAs only the emulated device runs (issue 22; tilegcn does not emit them), mnemonic -> LowpMfma
+    lowp_mfmas: dict = field(default_factory=dict)
+    # their hazard rows not in mfma_hazards: XDL passes tilegcn's MFMAs do not have, and ("smfma", passes) of the
+    # non-XDL f32 MFMAs (llc 22: NumPasses + 2 to a read on both arches, no gfx950 extra)
+    lowp_mfma_hazards: MfmaHazards | None = None
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
     # guide, 1.2; CDNA4 the same): a workgroup of W waves puts ceil(W / 4) waves on some SIMD
     simds_per_cu: int = 4
-    # the MFMAs only the emulated device runs (issue 22; tilegcn does not emit them), mnemonic -> LowpMfma
-    lowp_mfmas: dict = field(default_factory=dict)
-    # their hazard rows not in mfma_hazards: XDL passes tilegcn's MFMAs do not have, and ("smfma", passes) of the
-    # non-XDL f32 MFMAs (llc 22: NumPasses + 2 to a read on both arches, no gfx950 extra)
-    lowp_mfma_hazards: MfmaHazards | None = None
-    # torch dtype names of the fp8 / bf8 encodings of the arch's MFMAs and conversions: the FNUZ ones (bias 8 / 16,
-    # one NaN 0x80, no inf) on gfx942, the OCP ones on gfx950
-    fp8_formats: dict = field(default_factory=dict)
+    # the fp8 / bf8 encodings of v_cvt_pk_fp8_f32, v_cvt_f32_fp8, ... (and the fp8 MFMAs): gfx942 reads the bytes as
+    # the "fnuz" formats (CDNA3 ISA guide: no inf, no -0, NaN 0x80), gfx950 as the OCP ones (CDNA4 ISA guide)
+    fp8_dtypes: tuple = ("float8_e4m3fnuz", "float8_e5m2fnuz")
     extra: dict = field(default_factory=dict)
-
-    @property
-    def fp8_dtypes(self) -> tuple:
-        """The tile-language dtype names of the arch's fp8 formats, (e4m3, e5m2): fp8_formats' values."""
-        return (self.fp8_formats["fp8"], self.fp8_formats["bf8"])
 
     def acc_fill_mfmas(self) -> tuple:
         """(MFMA name, its shape) that fill a whole accumulator tuple with an inline constant c: D = 0 * 0 + c
@@ -342,7 +337,6 @@ GFX942 = Arch(
         vdst_to_valu_write={("smfma", 8): 10, ("smfma", 16): 18},
         srcc_to_valu_write={("smfma", 8): 0, ("smfma", 16): 0},
     ),
-    fp8_formats={"fp8": "float8_e4m3fnuz", "bf8": "float8_e5m2fnuz"},
     **_COMMON,
 )
 
@@ -375,8 +369,8 @@ GFX950 = Arch(
         vdst_to_valu_write={16: 20, ("smfma", 8): 10, ("smfma", 16): 18},
         srcc_to_valu_write={16: 15, ("smfma", 8): 0, ("smfma", 16): 0},
     ),
-    fp8_formats={"fp8": "float8_e4m3fn", "bf8": "float8_e5m2"},
     has_ds_read_tr_b16=True,
+    fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,
        "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},

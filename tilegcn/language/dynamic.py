@@ -3,10 +3,11 @@
 A dimension annotated with a dynamic size is not part of what a call is specialised on: the jit replaces it (and the
 strides that depend on it) by a SymPy expression before tracing, the kernel reads its value from the kernel
 arguments (the launch passes `A.shape[axis]`), and the grid is evaluated from the actual sizes at launch. What does
-change the code is whether the size is a multiple of DIVISOR (as Triton specialises on divisibility by 16): such a
-size is traced as `DIVISOR * <name>_div16`, so that every alignment and divisibility question the passes ask
-(access widths, ragged-edge masks) is answered by SymPy from its form; any other size is the plain symbol `<name>`.
-So each dynamic size costs at most two compiles: one per divisibility class.
+change the code is whether a size that some stride is made of (an inner dim: the row length of a (M, K) tensor is
+K) is a multiple of DIVISOR (as Triton specialises on divisibility by 16): such a size is traced as
+`DIVISOR * <name>_div16`, so that every alignment and divisibility question the passes ask (access widths,
+ragged-edge masks) is answered by SymPy from its form; any other size is the plain symbol `<name>`. So a size that
+is only ever an outermost dim (a GEMM's M) costs one compile, and an inner one at most two.
 """
 from __future__ import annotations
 
@@ -50,9 +51,10 @@ def dynamic(name: str, dtype: str = "int32"):
     """A tensor size known only at launch (TileLang's `T.dynamic`): `M = T.dynamic("M")`, then `M` in a
     `T.Tensor((M, K), dtype)` annotation. One compiled kernel serves every value of M: the size is a runtime value
     (read from the tensor's shape at each call), usable in index math and `T.ceildiv` for the grid; copies mask the
-    ragged edge by it. The kernel is specialised only on whether M is a multiple of 16 (at most two compiles).
+    ragged edge by it. M is only an outermost dim here, so one compile serves every M (an inner dynamic size is
+    specialised on whether it is a multiple of 16: at most two compiles).
     Several names at once: `M, N = T.dynamic("M, N")`. A block size, `threads`, a `T.alloc_*` shape, a `T.Parallel`
-    extent or a `T.Pipelined` trip count cannot be dynamic (docs/refusals.md). `dtype` is TileLang's; sizes are
+    extent or `num_stages` cannot be dynamic (docs/refusals.md); a loop over one is a device loop. `dtype` is TileLang's; sizes are
     32-bit.
 
     Example:
@@ -69,7 +71,7 @@ def dynamic(name: str, dtype: str = "int32"):
                 x[i, j] = x[i, j] * 2.0
             T.copy(x, Y[bx * block_M, 0])
 
-    for rows in (5, 100):                 # one compile serves both (neither is a multiple of 16)
+    for rows in (5, 64, 100):             # one compile serves all three
         x = torch.randn(rows, 64)
         y = torch.empty_like(x)
         scale(x, y)
@@ -123,6 +125,7 @@ def bind_sizes(dims, arg_names, signature) -> dict:
     """{name: Binding} for this call's specs: each dynamic size's divisibility class. Every dimension a size names
     must agree (the annotation check says the same, but the shapes are generalised before it runs)."""
     seen, bindings = {}, {}
+    strided = {dim.name for dim in dims if dim.axis > 0}  # sizes some tensor's stride (an outer dim's) is made of
     for dim in dims:
         spec = signature[dim.arg]
         if not hasattr(spec, "shape") or dim.axis >= len(spec.shape):
@@ -135,7 +138,9 @@ def bind_sizes(dims, arg_names, signature) -> dict:
                                 f"{first[1]}")
         if dim.name in bindings:
             continue
-        if value % DIVISOR == 0 and value > 0:
+        # only a size a stride is made of changes the code by its divisibility (access widths, alignment); an
+        # outermost dim's (a GEMM's M) is the plain symbol in every call: one compile for every value
+        if dim.name in strided and value % DIVISOR == 0 and value > 0:
             symbol = sympy.Symbol(f"{dim.name}_div{DIVISOR}", integer=True, positive=True)
             bindings[dim.name] = Binding(dim.name, DIVISOR * symbol, symbol, arg_names[dim.arg], dim.axis, DIVISOR)
         else:

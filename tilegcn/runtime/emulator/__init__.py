@@ -37,6 +37,7 @@ from . import dispatch
 from .decode import Instr, parse_objdump
 from .machine import Machine, positive_int_env
 from .ops_mem import build_memory
+from .ops_f64 import build_f64
 from .ops_mfma import build_mfma
 from .ops_mode import build_mode
 from .ops_salu import build_scalar, build_sopp
@@ -126,7 +127,8 @@ def _bind(ins, index, ctx):
     else:
         b = Binder(ctx, ins)
         try:
-            for build in (build_valu, build_mfma, build_memory, build_scalar, build_mode):
+            # (f64 first: build_valu's class test takes every v_cmp_class_* and knows only f32's)
+            for build in (build_f64, build_valu, build_mfma, build_memory, build_scalar, build_mode):
                 h = build(ins, b, index)
                 if h is not None:
                     return h, None

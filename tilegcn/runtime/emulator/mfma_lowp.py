@@ -2,15 +2,15 @@
 fp32, xf32 and gfx950's f8f6f4 forms, plain and with E8M0 block scales (`v_mfma_scale_f32_*`).
 
     info = lookup("v_mfma_i32_32x32x16_i8", arch)          # arch.LowpMfma, or None
-    d = execute(info, arch, a, b, c, a_fmt, b_fmt)           # a, b, c: int32 register bits [W, 64, regs]
+    d = execute(info, "gfx950", a, b, c, a_fmt, b_fmt)       # a, b, c: int32 register bits [W, 64, regs]
 
 Every element is decoded exactly (fp8/bf8 through torch's own float8 dtypes, fp6/fp4 from the OCP MX formulas)
 and multiplied by the 2**(e - 127) of its 32-element block; the products (exact in float64) are summed in
-float64 and C added before the one rounding to fp32 (int8: exact integers, then the int32 wrap-around). The hardware sums in its own order in fp32, so
-results may differ from it in the last bits of fp32, never in the layout or the decoding. xf32 operands are
-fp32 values rounded to 10 fraction bits first, to nearest even: an assumption no outside source checks (the
-ISA guide, LLVM and the calculator do not say how fp32 becomes xf32; truncation would differ by about 1e-3
-relative per product).
+float64 and C added before the one rounding to fp32 (int8: exact integers, then the int32 wrap-around). The
+hardware sums in its own order in fp32, so results may differ from it in the last bits of fp32, never in the
+layout or the decoding. xf32 operands are fp32 values rounded to 10 fraction bits first, to nearest even: an
+assumption no outside source checks (the ISA guide, LLVM and the calculator do not say how fp32 becomes xf32;
+truncation would differ by about 1e-3 relative per product).
 
 Layouts: `tilegcn.amdgcn.mfma_layout.element_location` / `acc_location`, the formulas the calculator data
 and the Triton corpus (tests/corpus) check.
@@ -65,7 +65,7 @@ def acc_regs(info) -> int:
 def decode_table(fmt: str, arch_name: str) -> torch.Tensor:
     """float64 value of every code of an 8/6/4-bit format."""
     if fmt in ("fp8", "bf8"):
-        dtype = getattr(torch, _arch.get_arch(arch_name).fp8_formats[fmt])
+        dtype = getattr(torch, _arch.get_arch(arch_name).fp8_dtypes[("fp8", "bf8").index(fmt)])
         return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).double()
     if fmt == "i8":
         return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8).double()

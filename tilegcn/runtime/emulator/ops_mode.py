@@ -6,10 +6,12 @@ Kernel Execution State") and lives in a scalar slot of each wave (decode.MODE_SL
 follows the descriptor's rounding and denormal modes, so a write that changes any field but FP16_OVFL is a
 Fault, not a silent change of meaning. FP16_OVFL (MODE bit 23; its start value is the descriptor's
 .amdhsa_fp16_overflow) makes fp8/bf8 conversions saturate to the largest finite value: Triton 3.9 sets it in every
-kernel with an fp32 -> fp8 cast (its SetFP8ClampingAttr; tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950.
+kernel with a cast to fp8 (tests/corpus/fp8_cast.*.amdgcn), on gfx942 and gfx950, because "when the bit is 0/1, the
+conversion from fp32/fp16/bf16 to fp8/bf8 is in non-saturation/saturation mode" (Triton's AMD backend,
+ElementwiseOpToLLVM.cpp, adjustModeRegister).
 
 v_cvt_scalef32_pk_{fp8,bf8}_f32 D, S0, S1, SCALE: the two f32 sources divided by SCALE, rounded to nearest even
-to the arch's fp8 / bf8 (arch.fp8_formats, through torch's own conversion), into the 16-bit half of D that
+to the arch's fp8 / bf8 (arch.fp8_dtypes, through torch's own conversion), into the 16-bit half of D that
 op_sel[3] picks (the other half kept). v_cvt_scalef32_pk_{f32,f16,bf16}_{fp8,bf8,fp4} D, S0, SCALE: two elements of
 S0 (op_sel picks which: `_from_low`) times SCALE (Triton's bf16 x MX `tl.dot_scaled` on gfx950 upcasts with the
 bf16 forms, tests/corpus). Only power-of-two scales are modelled (what MX scales are): another scale, and an input
@@ -94,7 +96,7 @@ def _power_of_two_scale(g, read) -> torch.Tensor:
 
 
 def _fp8_dtype(b, fmt):
-    return getattr(torch, b.ctx.arch.fp8_formats[fmt])
+    return getattr(torch, b.ctx.arch.fp8_dtypes[("fp8", "bf8").index(fmt)])
 
 
 def fp16_ovfl(g) -> torch.Tensor:

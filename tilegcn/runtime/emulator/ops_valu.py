@@ -16,7 +16,6 @@ import torch
 from .decode import EXEC_LO, Const, Reg
 from .fpmath import (FLT_MIN, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32_to_f16_rtz_bits, fma_f32,
                      flush_denorms, fma_f64_odd, f64_to_f32_odd)
-from .ops_f64 import build_f64
 from .ops_fp8 import build_fp8
 from .ops_vext import build_vext, src16
 from .ops_xlane import build_dpp, build_sdwa
@@ -274,7 +273,7 @@ def build_valu(ins, b: Binder, index):
         return build_dpp(ins, b, index, build_valu)
     if ins.suffix == "sdwa":
         return build_sdwa(ins, b, index, build_valu)
-    h = build_f64(ins, b, index) or build_vext(ins, b, index) or build_fp8(ins, b, index)
+    h = build_vext(ins, b, index) or build_fp8(ins, b, index)
     if h is not None:
         return h
     if base in INT_OPS:
