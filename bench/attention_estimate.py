@@ -1,6 +1,7 @@
-"""TileLang's flash attention forward ports (examples/tilelang/example_mha_fwd_bhsd.py, example_gqa_fwd_bshd.py) by the
-timing model, at upstream's main() configs (block 64 x 64, 128 threads; one stage for BHSD, two for GQA) on a
-16-head, 2048-token problem (GQA: 4 KV heads), non-causal, head dims 64 and 128:
+"""TileLang's flash attention forward ports (examples/tilelang/example_mha_fwd_bhsd.py, example_gqa_fwd_bshd.py,
+example_amd_flash_attn_fwd.py) by the timing model, at upstream's main() configs (block 64 x 64, 128 threads; one stage
+for BHSD, two for GQA; the AMD kernel's CDNA config with num_split_q = 32, one query tile per workgroup) on a 16-head,
+2048-token problem (GQA: 4 KV heads), non-causal, head dims 64 and 128:
 
     PYTHONPATH=$PWD python bench/attention_estimate.py
 
@@ -17,6 +18,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
+import example_amd_flash_attn_fwd  # noqa: E402
 import example_gqa_fwd_bshd  # noqa: E402
 import example_mha_fwd_bhsd  # noqa: E402
 
@@ -36,6 +38,10 @@ def _cases(dim: int, causal: bool):
     kv = torch.zeros(BATCH, SEQ, HEADS // 4, dim).half()
     yield ("gqa_bshd", example_gqa_fwd_bshd.flashattn(BATCH, HEADS, SEQ, dim, causal, groups=4, block_M=64,
                                                      block_N=64, num_stages=2, threads=128), (q, kv, kv))
+    q = torch.zeros(BATCH, SEQ, HEADS, dim).half()
+    config = dict(example_amd_flash_attn_fwd.CONFIG, num_split_q=SEQ // 64)
+    yield ("amd_bshd", example_amd_flash_attn_fwd.fast_flashattn(BATCH, HEADS, SEQ, dim, causal, 1, **config),
+           (q, q, q))
 
 
 def main():
