@@ -545,3 +545,25 @@ def test_gemm_in_a_device_while(arch):
     gemm_while(A, B, torch.tensor([1.0, 3.0]), C, arch=arch)
     product = A.float() @ B.float()
     torch.testing.assert_close(C, torch.cat([product, 3 * product]), rtol=1e-3, atol=1e-2)
+
+
+# == TileLang's variable spellings (language/local.py VarProxy, flow.py assign) ====================================
+@tilegcn.jit
+def _rows_by_variable(X, Y):
+    X: T.Tensor((4, 64), T.float32)
+    Y: T.Tensor((4, 64), T.float32)
+    with T.Kernel(1, threads=64) as bx:
+        row = T.alloc_var(T.int32)
+        row = bx  # assigning the variable's name stores into it (a device value: the loop below is a device loop)
+        while row < 4:  # its name in a comparison reads it
+            cur = row  # a new name bound to it takes its value now (a let)
+            row += 1  # ... so moving the variable on (a store, as `row = cur + 1` is) leaves cur as it was
+            for j in T.Parallel(64):
+                Y[cur, j] = X[cur, j] * 2.0
+
+
+def test_tilelang_variable_spellings():
+    X = torch.randn(4, 64)
+    Y = torch.zeros(4, 64)
+    _rows_by_variable(X, Y, arch="gfx942")
+    torch.testing.assert_close(Y, X * 2.0)

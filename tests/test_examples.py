@@ -37,6 +37,10 @@ COMMANDS = {
     "tilelang/dynamic_gemm.py": [],
     # upstream's setup at 80 x 128 x 128 over 2 programs: stream-k tiles stored whole and split (atomic adds)
     "tilelang/gemm_streamk.py": ["--m", "80", "--n", "128", "--k", "128", "--total-sm", "2"],
+    # flash attention (tests/test_tilelang_attention.py runs them on both arches, causal and not)
+    "tilelang/example_mha_fwd_bhsd.py": ["--seq_q", "64", "--seq_kv", "64"],
+    "tilelang/example_gqa_fwd_bshd.py": ["--seq_len", "64"],
+    "tilelang/example_amd_flash_attn_fwd.py": ["--seq_len", "64"],
     "gemm/gemm.py": ["--m", "96", "--n", "80", "--k", "64", "--block", "64", "64", "32", "--threads", "256",
                      "--check"],
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;

@@ -85,8 +85,17 @@ def test_mfma_operand_is_where_the_mfma_reads(arch):
             layout = MfmaOperand(tile, 64, role, shape.M, shape.k_per_lane, 1)
             held = _check_complete(layout, copies_per_element=1)
             for index, [(lane, r)] in held.items():
-                want_lane, register, half = locate(shape, *index)
+                want_lane, register, half = locate(shape, *_mfma_index(shape, index, role))
                 assert (lane, r) == (want_lane, 2 * register + half)
+
+
+def _mfma_index(shape, index, role):
+    """The MFMA's own k index of real k (MfmaOperand's order: runs of 4 k spaced by 4*G, the accumulator's column
+    order; for 4 k per lane it is k itself)."""
+    x, k = index if role == "A" else index[::-1]
+    G = 64 // shape.M
+    kk = shape.k_per_lane * ((k // 4) % G) + 4 * (k // (4 * G)) + k % 4
+    return (x, kk) if role == "A" else (kk, x)
 
 
 def test_mfma_operand_replicates_over_the_other_waves():

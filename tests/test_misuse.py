@@ -67,13 +67,14 @@ def ew_scalar(X, Y, s, *, f=None):
 
 
 @tilegcn.jit
-def gemm(A, B, C, *, block_M=64, block_N=64, block_K=32, threads=256, a_scope="shared", c_dtype="float32",
+def gemm(A, B, C, *, block_M=64, block_N=64, block_K=32, threads=256, b_scope="shared", c_dtype="float32",
          transpose_B=False):
     M, K = A.shape
     N = C.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_s = (T.alloc_shared if a_scope == "shared" else T.alloc_fragment)((block_M, block_K), A.dtype)
-        B_s = T.alloc_shared((block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = (T.alloc_shared if b_scope == "shared" else T.alloc_fragment)(
+            (block_N, block_K) if transpose_B else (block_K, block_N), B.dtype)
         acc = T.alloc_fragment((block_M, block_N), c_dtype)
         T.clear(acc)
         for k in T.Pipelined(T.ceildiv(K, block_K)):
@@ -278,8 +279,8 @@ def _copy_at(X, Y, s):
 
 
 # == T.gemm ==================================================================================================
-@misuse(CompileError, r"A and B must be shared buffers")
-def gemm_a_in_fragment(): gemm(*abc(), a_scope="fragment")
+@misuse(CompileError, r"A must be a shared buffer or a fragment and B a shared buffer")
+def gemm_b_in_fragment(): gemm(*abc(), b_scope="fragment")
 @misuse(CompileError, r"C must be a float32 fragment")
 def gemm_bf16_accumulator(): gemm(*abc(), c_dtype="bfloat16")
 @misuse(CompileError, r"must both be bfloat16 or both float16 \(got float32, float32\)")

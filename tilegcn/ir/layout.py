@@ -202,10 +202,17 @@ class MfmaAccumulator(Layout):
 @dataclass(frozen=True)
 class MfmaOperand(Layout):
     """A gemm operand held in registers the way the MFMA reads it (amdgcn/mfma_layout.py's a_location and
-    b_location): role "A" is [M, K] with lane = mfma_M * (k // kpl) + i, role "B" is [K, N] with
-    lane = mfma_N * (k // kpl) + j; register r%kpl = k % kpl. Over the workgroup's wave grid (wm, wn) =
-    (w // waves_N, w % waves_N), A's rows follow wm (replicated over wn) and B's columns follow wn
-    (replicated over wm); repeats tile a wave's rows (columns) and K."""
+    b_location): role "A" is [M, K] with lane = mfma_M * (kk // kpl) + i, role "B" is [K, N] with
+    lane = mfma_N * (kk // kpl) + j, kk the MFMA's k index, register r % kpl = kk % kpl. Over the workgroup's wave
+    grid (wm, wn) = (w // waves_N, w % waves_N), A's rows follow wm (replicated over wn) and B's columns follow wn
+    (replicated over wm); repeats tile a wave's rows (columns) and K.
+
+    Which real k an MFMA k index stands for is free, so long as both operands agree: here a lane's k come in runs
+    of 4 spaced by 4*G (G = 64 / dim lane groups), k = step * mfma_K + 4*G*(kk' // 4) + 4*(lane // dim) + kk' % 4
+    for its kk' = 0 .. kpl-1, the order of the MFMA accumulator's columns (mfma_acc_offsets). For kpl = 4 that is
+    kk itself; for kpl = 8 (gfx950's 32x32x16 and 16x16x32) it is what lets a T.gemm accumulator, cast to 16
+    bits, be the A operand of the next T.gemm without leaving its registers (passes/gemm_plan.py's register_k reads
+    B in the same order)."""
 
     shape: tuple
     threads: int
@@ -241,7 +248,7 @@ class MfmaOperand(Layout):
 
     @property
     def run(self) -> int:
-        return self.k_per_lane if self.role == "A" else 1  # A's registers run along k, its last dim
+        return min(self.k_per_lane, 4) if self.role == "A" else 1  # A's registers run along k, its last dim
 
     def coords(self, r: int) -> tuple:
         rep, kk = divmod(r, self.k_per_lane)
@@ -250,7 +257,7 @@ class MfmaOperand(Layout):
         wm, wn = sympy.floor(wave / self.waves_N), sympy.Mod(wave, self.waves_N)
         x_wave = (wm if self.role == "A" else wn) * self._extents[0]
         x = x_wave + rx * self.dim + sympy.Mod(lane, self.dim)
-        k = rk * self.mfma_K + self.k_per_lane * sympy.floor(lane / self.dim) + kk
+        k = rk * self.mfma_K + 4 * (WAVE // self.dim) * (kk // 4) + 4 * sympy.floor(lane / self.dim) + kk % 4
         return (x, k) if self.role == "A" else (k, x)
 
     def writer(self, r: int):

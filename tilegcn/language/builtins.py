@@ -438,8 +438,16 @@ def clear(buf):
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
     """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment.
 
-    `k_pack` and `policy` (TileLang's MFMA packing and warp-partition hints) are accepted and ignored: tilegcn
-    plans the MFMA shape and the waves' split of C itself.
+    A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
+    `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
+    that layout (wave grids with the whole row of a tile in one wave, 64 // MFMA-size lane groups) the cast stays in
+    registers; elsewhere it goes through LDS. kernel.ir says which (`convert_layout ... via registers` or
+    `via <scratch>`).
+
+    `k_pack` (TileLang's MFMA packing hint) is accepted and ignored: tilegcn plans the MFMA shape itself. `policy`
+    (T.GemmWarpPolicy) picks how the waves split C: FullRow (each wave whole rows: what lets the cast accumulator
+    of one T.gemm be the register A operand of the next), FullCol (whole columns); by default (or Square) the
+    squarest wave tile.
 
     `transpose_A` / `transpose_B`: the operand is stored transposed ((K, M) / (N, K)) in its shared tile.
 
@@ -451,13 +459,23 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
         T.copy(B[k * block_K, bx * block_N], B_s)
         T.gemm(A_s, B_s, acc)
     ```
+
+    Flash attention's second GEMM, its A operand in registers:
+
+    ```python
+    T.copy(acc_s, acc_s_cast)            # fp32 accumulator -> fp16 fragment
+    T.gemm(acc_s_cast, V_shared, acc_o)
+    ```
     """
     tracer = current()
     loc = user_location()
     a, b, c = (_buffer_of(x, f"T.gemm {n}") for x, n in ((A, "A"), (B, "B"), (C, "C")))
-    if a.scope != N.SHARED or b.scope != N.SHARED:
-        raise CompileError(f"T.gemm: A and B must be shared buffers (got {a.scope} {a.name}, "
-                           f"{b.scope} {b.name})", location=loc)
+    if a.scope not in (N.SHARED, N.FRAGMENT) or b.scope != N.SHARED:
+        raise CompileError(f"T.gemm: A must be a shared buffer or a fragment and B a shared buffer (got {a.scope} "
+                           f"{a.name}, {b.scope} {b.name}); copy B's tile into a shared buffer", location=loc)
+    if a.scope == N.FRAGMENT and transpose_A:
+        raise CompileError(f"T.gemm: A fragment {a.name} with transpose_A: a fragment A operand is [M, K]; "
+                           "store it untransposed, or stage it in a shared buffer", location=loc)
     if c.scope != N.FRAGMENT or c.dtype.name != "float32":
         raise CompileError(f"T.gemm: C must be a float32 fragment (got {c.scope} {c.dtype.name} {c.name})",
                            location=loc)
@@ -471,7 +489,27 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if K != Kb or tuple(c.shape) != (M, Nb):
         raise CompileError(f"T.gemm shapes do not agree: A {a.shape}{'^T' if transpose_A else ''} @ "
                            f"B {b.shape}{'^T' if transpose_B else ''} -> C {c.shape}", location=loc)
-    tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
+    if policy not in (None, *GemmWarpPolicy.ALL):
+        raise CompileError(f"T.gemm: policy={policy!r}; use one of T.GemmWarpPolicy.Square, .FullRow, .FullCol",
+                           location=loc)
+    tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
+                           policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc))
+
+
+class GemmWarpPolicy:
+    """How T.gemm splits C over the waves (`policy=`, TileLang's names): `FullRow`, every wave a band of whole rows
+    (the waves stacked along M); `FullCol`, whole columns (along N); `Square` (the default), the squarest wave tile.
+    A policy whose split no MFMA shape tiles is refused at the T.gemm line.
+
+    Example:
+
+    ```python
+    T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+    ```
+    """
+
+    Square, FullRow, FullCol = "Square", "FullRow", "FullCol"
+    ALL = (Square, FullRow, FullCol)
 
 
 def Parallel(*extents):

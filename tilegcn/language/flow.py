@@ -182,6 +182,9 @@ class _Rewriter(ast.NodeTransformer):
     def __init__(self, function):
         self.count = 0
         self.changed = False
+        # TileLang's variable spellings (`v = value` stores into a T.alloc_var v): only where the program has one
+        self.variables = any((isinstance(n, ast.Attribute) and n.attr == "alloc_var")
+                             or (isinstance(n, ast.Name) and n.id == "alloc_var") for n in ast.walk(function))
         names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
         self.loads = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Load)]
         self.stores = [(n.id, n.lineno) for n in names if isinstance(n.ctx, ast.Store)]
@@ -240,6 +243,27 @@ class _Rewriter(ast.NodeTransformer):
                                              ast.Constant(tuple(used_after))])
         out = ast.For(ast.Name(var, ast.Store()), test, [branch], [])
         return ast.fix_missing_locations(_located(out, node))
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if not self.variables or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return node
+        name = node.targets[0].id
+        node.value = self._call(node.value, "assign", [ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                                       ast.Constant(name), node.value,
+                                                       ast.Constant(isinstance(node.value, ast.Name))])
+        return node
+
+    def visit_AugAssign(self, node):
+        """`v += x` on a variable's name: the store `v = v + x` (TileLang's reading), else Python's augmented
+        assignment unchanged."""
+        self.generic_visit(node)
+        if not self.variables or not isinstance(node.target, ast.Name):
+            return node
+        name = node.target.id
+        call = self._call(node, "augmented", [ast.Call(ast.Name("locals", ast.Load()), [], []), ast.Constant(name),
+                                              ast.Constant(type(node.op).__name__), node.value])
+        return ast.fix_missing_locations(_located(ast.Assign([ast.Name(name, ast.Store())], call), node))
 
     def visit_While(self, node):
         self.generic_visit(node)
@@ -550,6 +574,34 @@ def _at_line(location: str | None, line: int) -> str | None:
 def loop(iterable, scope: dict, names: tuple):
     """The trips of a `for` loop whose body carries names from trip to trip (see _Loop)."""
     return _Loop(iterable, scope, names)
+
+
+def assign(scope: dict, name: str, value, plain_name: bool):
+    """`name = value` as TileLang reads it where `name` or `value` is a T.alloc_var variable: assigning to a variable's
+    name stores into the variable (`bx = b_split`); binding a new name to a variable (`current = bx`, a plain name on
+    the right) takes the variable's value now (a Let op: TileLang's LetStmt); anything else binds as Python does."""
+    from .local import snapshot
+
+    old = scope.get(name)
+    if getattr(old, "is_var", False) and value is not old and not getattr(value, "is_var", False):
+        old[0] = value
+        return old
+    if plain_name and getattr(value, "is_var", False) and value is not old and value.snapshots():
+        return snapshot(value)
+    return value
+
+
+_IN_PLACE = {"Add": operator.iadd, "Sub": operator.isub, "Mult": operator.imul, "Div": operator.itruediv,
+             "FloorDiv": operator.ifloordiv, "Mod": operator.imod, "Pow": operator.ipow, "LShift": operator.ilshift,
+             "RShift": operator.irshift, "BitAnd": operator.iand, "BitOr": operator.ior, "BitXor": operator.ixor,
+             "MatMult": operator.imatmul}
+
+
+def augmented(scope: dict, name: str, op: str, value):
+    """`name op= value`: where `name` is a variable, the store of `name op value` (reading the variable: TileLang's
+    reading); for any other name, Python's augmented assignment."""
+    old = scope[name]
+    return assign(scope, name, _IN_PLACE[op](old, value), False)
 
 
 def range_(jumps: bool, *args):

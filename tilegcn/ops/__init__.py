@@ -11,8 +11,8 @@ from .copy import Copy
 from .device_loop import DeviceLoop
 from .fill import Fill
 from .gemm import Gemm
-from .let import LetIndex
 from .groups import CommitGroup, WaitGroup
+from .let import LetIndex
 from .loop import Loop
 from .parallel import ParallelStore
 from .reduce import Reduce

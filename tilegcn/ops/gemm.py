@@ -1,15 +1,16 @@
-"""`T.gemm(A, B, C)`: C += A @ B on matrix cores, A and B shared tiles, C a float32 fragment that takes the MFMA
-accumulator layout (passes/gemm_plan.py plans it, passes/gemm.py lowers it)."""
+"""`T.gemm(A, B, C)`: C += A @ B on matrix cores, A a shared tile or a 16-bit fragment (the MFMA operand layout), B
+a shared tile, C a float32 fragment that takes the MFMA accumulator layout (passes/gemm_plan.py plans it,
+passes/gemm.py lowers it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..ir.nodes import Buffer
+from ..ir.nodes import FRAGMENT, Buffer
 from ..ir.ops import COMPUTE, MFMA_ACCUMULATOR, TileOp, register, whole
 from ..ir.layout import Force
 from ..passes.gemm import lower_gemm
-from ..passes.layout_inference import accumulator_layout
+from ..passes.layout_inference import accumulator_layout, operand_layout
 
 
 @register
@@ -24,11 +25,12 @@ class Gemm(TileOp):
     transpose_A: bool = False
     transpose_B: bool = False
     stage: int = 0  # pipeline stage of A and B read (passes/pipelining.py)
+    policy: str | None = None  # T.GemmWarpPolicy FullRow / FullCol: the wave grid's shape; None: the squarest tile
 
     def print_to(self, out):
         out.line(f"gemm {self.A.name}{'^T' if self.transpose_A else ''} @ {self.B.name}"
                  f"{'^T' if self.transpose_B else ''} += {self.C.name}"
-                 + (f" stage={self.stage}" if self.stage else ""))
+                 + (f" stage={self.stage}" if self.stage else "") + (f" policy={self.policy}" if self.policy else ""))
 
     def reads(self):
         return (whole(self.A), whole(self.B), whole(self.C))
@@ -40,9 +42,16 @@ class Gemm(TileOp):
         return ((self.C, MFMA_ACCUMULATOR),)
 
     def layout_constraints(self, gemm_plans, threads):
-        """The accumulator takes the MFMA accumulator layout of this gemm's plan."""
+        """The accumulator takes the MFMA accumulator layout of this gemm's plan; a fragment A, the MFMA operand
+        layout (where it was computed in another layout, layout inference puts a conversion before: in registers
+        where every thread holds its operand elements already)."""
         plan = gemm_plans.get(self.C)
-        return (Force(self.C, accumulator_layout(plan, threads), self),) if plan is not None else ()
+        if plan is None:
+            return ()
+        out = (Force(self.C, accumulator_layout(plan, threads), self),)
+        if self.A.scope == FRAGMENT:
+            out += (Force(self.A, operand_layout(plan, threads), self),)
+        return out
 
     def k_loop_role(self):
         return COMPUTE

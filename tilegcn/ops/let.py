@@ -1,5 +1,6 @@
 """A one-element variable's value used as an index (`A[pid_m * 16, 0]` with `pid_m = v[0] // 4`, a device trip
-count `T.Pipelined(end[0] - start[0])`): the LetIndex op, which reads the variable into an index symbol."""
+count `T.Pipelined(end[0] - start[0])`, TileLang's `cur = v` of a `local.var`): the LetIndex op, which reads the
+variable into an index symbol."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from typing import ClassVar
 import sympy
 
 from ..ir import nodes as N
+from ..ir.layout import Whole
 from ..ir.ops import TileOp, register, whole
 from ..passes.control import lower_let_index
 
@@ -28,6 +30,10 @@ class LetIndex(TileOp):
 
     def reads(self):
         return tuple(whole(e.buffer) for e in N.walk_expr(self.value) if isinstance(e, N.ElemRef))
+
+    def layout_constraints(self, gemm_plans, threads):
+        """Every thread holds the variables it reads (the value is the same on every lane; the first lane's is read)."""
+        return tuple(Whole(r.buffer, self) for r in self.reads())
 
     def lower(self, ctx, lower_body):
         lower_let_index(ctx, self)

@@ -52,9 +52,10 @@ def _gemm_dims(s: TileOp):
 
 
 @functools.lru_cache(maxsize=256)
-def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool):
+def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool,
+                a_in_registers: bool = False, policy: str | None = None):
     """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
-    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb)
+    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy)
 
 
 def plan_gemms(kernel: N.Kernel, arch):
@@ -63,15 +64,17 @@ def plan_gemms(kernel: N.Kernel, arch):
     for s in statements_of(kernel.body, "gemm"):
         M, N_, K = _gemm_dims(s)
         try:
-            plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B)
+            plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B,
+                               s.A.scope == N.FRAGMENT, s.policy)
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
-        for buf, role in ((s.C, None), (s.A, "A"), (s.B, "B")):
+        shared = [(buf, role) for buf, role in ((s.A, "A"), (s.B, "B")) if buf.scope == N.SHARED]
+        for buf, role in [(s.C, None)] + shared:
             known = acc_plans.get(buf) if role is None else operands.get(buf, (None, None))[0]
             if known is not None and known != plan:
                 raise CompileError(f"{buf.name} is used by two T.gemm with different shapes", location=s.loc)
         acc_plans[s.C] = plan
-        operands[s.A], operands[s.B] = (plan, "A"), (plan, "B")
+        operands.update({buf: (plan, role) for buf, role in shared})
     return acc_plans, operands
 
 
@@ -543,17 +546,19 @@ def lower_gemm(ctx: Context, s: TileOp):
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
     op_name = plan.mfma.name(s.A.dtype.short)
-    if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for buf in (s.A, s.B)):
+    lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
+    if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
         # written before the first one); the stage's next copy waits for these reads at a barrier
-        ctx.pipe.reads.update({ctx.lds_slot(s.A, s.stage), ctx.lds_slot(s.B, s.stage)})
+        ctx.pipe.reads.update({ctx.lds_slot(buf, s.stage) for _, buf in lds_operands})
     else:
         lds_barrier(ctx, "read")
-    bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}
+    bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in lds_operands}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
-    sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
+    sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op, _ in lds_operands}
             for _ in range(min(2, plan.read_steps))]
-    families = {op: plan.read_offsets(op) for op in "AB"}
+    families = {op: plan.read_offsets(op) for op, _ in lds_operands}
+    a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
     # thousands of them, the same few shapes over and over.
     insts = b.frames[-1].insts
@@ -569,13 +574,23 @@ def lower_gemm(ctx: Context, s: TileOp):
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
-        frag_b, frag_a = sets[step % len(sets)]["B"], sets[step % len(sets)]["A"]
+        frag_b, frag_a = sets[step % len(sets)]["B"], sets[step % len(sets)].get("A")
         for rep_b, first_b, n_b, rep_a, first_a, n_a, acc_first, acc_count in plan.mfma_operands[step]:
             src_a = _piece(frag_b[rep_b], first_b, n_b)
-            src_b = _piece(frag_a[rep_a], first_a, n_a)
+            if a_regs is None:
+                src_b = _piece(frag_a[rep_a], first_a, n_a)
+            else:
+                src_b = _piece(a_regs, _operand_vgpr(plan, rep_a, step, first_a // n_a), n_a)
             d = _piece(acc, acc_first, acc_count)
             insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA))
     for group in sets:
         for regs in group.values():
             for r in regs:
                 b.v.free(r)
+
+
+def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:
+    """First VGPR, in a fragment A operand's registers (ir/layout.py's MfmaOperand: repeat along M, then MFMA k-step,
+    then k_per_lane 16-bit elements two a VGPR), of the MFMA of k-step pair `step`, sub-step `sub`, repeat `rep_m`."""
+    k_steps = plan.block_K // plan.mfma.K
+    return (rep_m * k_steps + step * plan.mfma_per_read + sub) * plan.mfma.k_per_lane // 2

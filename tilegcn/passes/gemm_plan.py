@@ -60,6 +60,12 @@ Design
    Triton's gfx950 matmul in tests/corpus). The chunks are XOR-swizzled per k row (`tr_swizzle_chunk`) so a
    read phase is conflict free; the LDS-DMA copy applies the swizzle on the global side as in point 4. Rows of
    32 bytes (X = 16) and X not a power of two leave some conflicts (correct, slower).
+8. A in registers (`a_in_registers`: a 16-bit fragment A, ir/layout.py's MfmaOperand): no A tile or reads. A lane's
+   k come in runs of 4 spaced by 4*G, the accumulator's column order (`register_k`), so B's fragment halves are read
+   4*G k apart: two ds_read_b64 from a K-major tile, two ds_read_b64_tr_b16 from a (K, X) one. A ds_read_b64 phase is
+   16 lanes on 32 banks, 16 rows reading one half of one logical chunk, and the chunk XOR gives 8 positions per bank
+   sweep, so the K-major B tile the transposing copy writes (gfx942) also swaps the 8-byte halves of rows 8..15 of
+   every 16 (`halves_swizzled`, `half_flip`): reads and the copy's writes (at most 4 k each) are conflict free.
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -487,6 +493,9 @@ class CopyPlan:
             # tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
             kg, j, _ = self._transpose_unit(tid, slot)
             within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
+            if p.halves_swizzled(self.operand):
+                return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes)
+                             + _ops_for(tid).xor(within, p.half_flip(lrow + e), 4) for e in range(8))
             return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
         if self.kind == "lds_dma":
             return (base + self.lane_bytes * (slot * self.threads + tid),)
@@ -545,6 +554,7 @@ class GemmPlan:
     mfma: MfmaShape
     waves_M: int
     waves_N: int
+    a_in_registers: bool = False  # A is a fragment in registers (MfmaOperand layout): B is read in its k order
 
     # -- derived sizes ---------------------------------------------------------------------------------------------
     @property
@@ -616,7 +626,7 @@ class GemmPlan:
 
     @property
     def lds_a_bytes(self) -> int:
-        return self.block_M * self.row_bytes
+        return 0 if self.a_in_registers else self.block_M * self.row_bytes
 
     @property
     def lds_b_bytes(self) -> int:
@@ -689,10 +699,38 @@ class GemmPlan:
     def read_pieces(self, operand: str) -> tuple:
         """The LDS reads that fill one operand fragment (4 VGPRs: 8 consecutive k of one row i or column j per lane):
         one ds_read_b128 from a K-major tile, or two ds_read_b64_tr_b16 (k 0-3 into VGPRs 0-1, k 4-7 into 2-3)
-        from a tile stored (K, X) (module doc, point 7)."""
+        from a tile stored (K, X) (module doc, point 7). With A in registers, B's two halves are 4 k apart by 4*G
+        (`register_k`), so a K-major B takes two ds_read_b64."""
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
+        if self.a_in_registers and operand == "B":
+            return (ReadPiece("ds_read_b64", 0, 2), ReadPiece("ds_read_b64", 2, 2))
         return (ReadPiece("ds_read_b128", 0, 4),)
+
+    def register_k(self, step: int, piece: int, lane):
+        """With A in registers: the first of the 4 consecutive k that half `piece` (VGPRs 2*piece, 2*piece + 1) of
+        read step `step` of B holds on `lane`: 8G*step + 4G*piece + 4*(lane // dim). These are the columns a lane
+        holds in accumulator registers 4*(2*step + piece) .. + 3 of an MFMA tile (mfma_acc_offsets: 4 consecutive
+        columns, lane groups 4 apart), so a T.gemm accumulator whose waves hold whole rows, cast to 16 bits, already
+        is this gemm's A operand register for register (ir/layout.py's MfmaOperand), provided B pairs its k the
+        same way: the MFMA sums over k in any order both operands agree on."""
+        ops = _ops_for(lane)
+        return step * self.k_per_read + 4 * self.lane_groups * piece + 4 * ops.fdiv(lane, self.dim)
+
+    def halves_swizzled(self, operand: str) -> bool:
+        """Whether `operand`'s K-major LDS rows also swap the two 8-byte halves of each 16-byte chunk in rows
+        8 .. 15 of every 16 (`half_flip`): B of a register-A gemm written by the transposing copy on a 32-bank LDS.
+        Its ds_read_b64 phases are 16 lanes, 16 rows reading the same half of one logical chunk, and the chunk XOR
+        gives only 8 positions per bank sweep, so rows r and r + 8 would share their banks (2-way conflicts); with
+        the flip they take the other half. The copy then packs at most 4 k per write (a write stays in one half)."""
+        return (self.a_in_registers and operand == "B" and not self.copied_as_stored("B")
+                and self.arch.lds_banks == 32)
+
+    @staticmethod
+    def half_flip(row):
+        """8 where row's chunks have their halves swapped (rows 8 .. 15 of every 16), else 0 (`halves_swizzled`)."""
+        ops = _ops_for(row)
+        return 8 * ops.mod(ops.fdiv(row, 8), 2)
 
     def _read_offset(self, operand, wave, lane, rep, step, stage=0, piece=0):
         ops = _ops_for(wave, lane)
@@ -703,11 +741,20 @@ class GemmPlan:
             # 16-lane group: lanes 4r..4r+3 read 4 x 8 bytes of k row r, lane j gets column j (4 k); the group's
             # columns are 16 consecutive of the MFMA tile's dim, its k the lane group's 8 (l // dim), half `piece`
             x = row0 + rep * self.dim + 16 * ops.fdiv(ops.mod(lane, self.dim), 16) + 4 * ops.mod(lane, 4)
-            k = (step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
-                 + ops.fdiv(ops.mod(lane, 16), 4))
+            if self.a_in_registers and operand == "B":
+                k0 = self.register_k(step, piece, lane)
+            else:
+                k0 = step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
+            k = k0 + ops.fdiv(ops.mod(lane, 16), 4)
             within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
             return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
+        if self.a_in_registers and operand == "B":  # K-major: ds_read_b64 of 4 k within a 16-byte chunk
+            k0 = self.register_k(step, piece, lane)
+            within = self.dtype.bytes * ops.mod(k0, ELEMS_PER_CHUNK)
+            if self.halves_swizzled(operand):
+                within = ops.xor(within, self.half_flip(row), 4)
+            return base + swizzled_offset(self.arch, row, ops.fdiv(k0, ELEMS_PER_CHUNK), self.row_bytes) + within
         chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
@@ -757,9 +804,10 @@ class GemmPlan:
         return min(self.read_steps, max(1, m // self.lane_groups))
 
     def reads(self, kstep_pair: int) -> list:
-        """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB)."""
+        """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB; none with A in
+        registers)."""
         return [OperandRead("B", rn, kstep_pair, 4 * rn) for rn in range(self.repeats_N)] + [
-            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(self.repeats_M)
+            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(0 if self.a_in_registers else self.repeats_M)
         ]
 
     def mfma_sequence(self, kstep_pair: int) -> list:
@@ -860,6 +908,8 @@ class GemmPlan:
             rows, cols = self.user_tile_shape(operand)
             runs = rows * cols // ELEMS_PER_CHUNK
             pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
+            if self.halves_swizzled(operand):
+                pack = min(pack, 4)  # a write must stay within one 8-byte half
             units = runs * (CHUNK // lane_bytes) // pack  # what one thread moves per `pack` slots
             slots = pack * -(-units // self.threads)
             self._copies[key] = CopyPlan(self, operand, kind, (rows, cols), runs, slots, pack, lane_bytes)
@@ -963,9 +1013,15 @@ def _check_operand_layout(shape: MfmaShape) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+_POLICY_KEEPS = {"FullRow": lambda grid: grid[1] == 1, "FullCol": lambda grid: grid[0] == 1}  # (waves_M, waves_N)
+
+
 def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
-              transpose_B: bool = False, num_stages: int = 1, check: bool = True) -> GemmPlan:
-    """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc).
+              transpose_B: bool = False, num_stages: int = 1, check: bool = True,
+              a_in_registers: bool = False, policy: str | None = None) -> GemmPlan:
+    """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc). `a_in_registers`: A is a
+    fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order). `policy` (TileLang's
+    GemmWarpPolicy): "FullRow" keeps to wave grids of one wave column (waves_N = 1), "FullCol" to one wave row.
 
     Raises CompileError when no MFMA shape / wave grid tiles the block, and (with `check`) ResourceError when the
     plan needs more LDS or registers than `arch` has."""
@@ -990,13 +1046,14 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
         k_read = ELEMS_PER_CHUNK * G
         pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 == ELEMS_PER_CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
+        grids = [g for g in grids if _POLICY_KEEPS.get(policy, lambda g: True)(g)]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
         why = []
         if block_K % k_read:
             why.append(f"block_K % {k_read} == 0{pair}")
         if not fits:
             why.append(f"block_M % ({dim}*waves_M) == 0 and block_N % ({dim}*waves_N) == 0 for some "
-                       f"waves_M*waves_N == {waves}")
+                       f"waves_M*waves_N == {waves}" + (f" (policy {policy}: {grids[0]})" if policy else ""))
         if why:
             reasons.append(f"{shape.name(dt.short)} needs " + " and ".join(why))
             continue
@@ -1008,7 +1065,7 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
         wm, wn = min(fits, key=score)
         _check_operand_layout(shape)
         plan = GemmPlan(arch, dt, block_M, block_N, block_K, threads, bool(transpose_A), bool(transpose_B),
-                        num_stages, shape, wm, wn)
+                        num_stages, shape, wm, wn, bool(a_in_registers))
         if check:
             plan.check_budget()
         return plan

@@ -24,14 +24,19 @@ import dataclasses
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32 as FLOAT32
-from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, Force, Layout, MfmaAccumulator, Replicated, Same, Slice,
-                         SliceOf, Vector, Whole, in_thread_sources)
+from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, Force, Layout, MfmaAccumulator, MfmaOperand, Replicated, Same,
+                         Slice, SliceOf, Vector, Whole, in_thread_sources)
 from ..ir.ops import statements_of
 
 
 def accumulator_layout(plan, threads: int) -> MfmaAccumulator:
     return MfmaAccumulator((plan.block_M, plan.block_N), threads, plan.dim, plan.mfma.d_regs, plan.waves_N,
                            plan.repeats_M, plan.repeats_N)
+
+
+def operand_layout(plan, threads: int) -> MfmaOperand:
+    """The layout of a fragment A operand of the gemm `plan` (MfmaOperand: the k order its B reads follow)."""
+    return MfmaOperand((plan.block_M, plan.block_K), threads, "A", plan.dim, plan.mfma.k_per_lane, plan.waves_N)
 
 
 def constraints(kernel: N.Kernel, gemm_plans: dict) -> list:
