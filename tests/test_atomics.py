@@ -238,7 +238,6 @@ def int_updates(W, Count, Out, Prev, *, op="add", block=128):
         T.copy(p, Prev[bx * block])
 
 
-@pytest.mark.skipif("int32" not in T.__all__, reason="int32 tensors and fragments come with issue 20 item 3 (dtypes)")
 @pytest.mark.parametrize("arch,op", [("gfx942", "add"), ("gfx950", "max"), ("gfx942", "min")])
 def test_int32_counters_and_updates_equal_torch(arch, op):
     w = torch.randint(-(1 << 30), 1 << 30, (256,), dtype=torch.int32, generator=torch.Generator().manual_seed(4))
