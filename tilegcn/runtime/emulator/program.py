@@ -92,6 +92,8 @@ class Binder:
         self.vdef, self.sdef = set(), set()
         # DPP / SDWA: transforms of the next 32-bit sources read (in operand order), see ops_xlane.py
         self.src_hooks = []
+        # VGPR index mode (ops_gpridx.py): the operands it names ('SRC0', ...) and the sources read indexed
+        self.gpr_index, self.gpr_indexed = (), set()
 
     def defer(self, first, count, scalar=False):
         """Registers first.. that the instruction's memory access writes (or merges into) at retirement."""
@@ -175,11 +177,23 @@ class Binder:
             return _special_reader(op.name)
         if isinstance(op, Reg) and op.kind in "va":
             r = self.vsrc_index(op, 1, what)
-            return _vreader(r)
+            return self._indexed(op, r) or _vreader(r)
         if isinstance(op, Reg) and op.kind == "s":
             s = self.ssrc_index(op, 1, what)
             return _sreader(s)
         raise BindError(f"{what} {_txt(op)} is not a valid 32-bit source")
+
+    def _indexed(self, op, r, k=0):
+        """A reader of VGPR r + k + M0[7:0] when VGPR index mode names this source (ops_gpridx.py), else None."""
+        if not self.gpr_index or op.kind != "v":
+            return None
+        for n, name in enumerate(("SRC0", "SRC1", "SRC2")):
+            if name in self.gpr_index and n + 1 < len(self.ins.operands) and self.ins.operands[n + 1] is op:
+                from .ops_gpridx import indexed_vreader
+
+                self.gpr_indexed.add(n)
+                return indexed_vreader(r + k, self.ctx.n_vgpr, op.text)
+        return None
 
     def src_pair(self, op, what="source"):
         """Readers (lo, hi) of a 64-bit source (register pair or constant)."""
@@ -189,6 +203,8 @@ class Binder:
             return (lambda g: lo), (lambda g: hi)
         if isinstance(op, Reg) and op.kind in "va":
             r = self.vsrc_index(op, 2, what)
+            if self._indexed(op, r):
+                return self._indexed(op, r), self._indexed(op, r, 1)
             return _vreader(r), _vreader(r + 1)
         if isinstance(op, Reg) and op.kind == "s":
             s = self.ssrc_index(op, 2, what)
