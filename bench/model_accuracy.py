@@ -310,11 +310,11 @@ def c4_gluon(folder):
 #   by bench/build_calibration.py with Triton 3.9 into the folder given as --calib DIR (not committed).
 # - aiter's hand-written gfx942 int8 GEMMs, hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_<tile>.co (same
 #   commit, copies in bench/calibration/aiter), with the microseconds aiter's tuner measured on MI300X (gfx942, 304
-#   CUs) in aiter/configs/a8w8_bpreshuffle_tuned_gemm.csv (its "tflops" column: tera int8 ops a second). Every
-#   gfx942 row of that file is here except the 21 of the 112x256 kernel, whose epilogue indexes VGPRs with
-#   s_set_gpr_idx_on (M0-relative sources), which the emulator does not model. Roles alternate in the file's row
-#   order (1st calibration, 2nd hold-out, ...), a rule fixed without looking at errors; no parameter was fitted
-#   on any of these rows (five were estimated once while making the kernel arguments right).
+#   CUs) in aiter/configs/a8w8_bpreshuffle_tuned_gemm.csv (its "tflops" column: tera int8 ops a second): every
+#   gfx942 row of that file. Roles alternate in the file's row order (1st calibration, 2nd hold-out, ...), a rule
+#   fixed without looking at errors, first over the 11 rows of the x128 kernels, then over the 21 rows of the
+#   112x256 kernel (added once the emulator had VGPR index mode, which its epilogue uses); no parameter was
+#   fitted on any of these rows (six were estimated once while making the kernel arguments right).
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
@@ -345,6 +345,28 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter_i8_48x128", (1024, 1536, 5120), 766.5, "aiter a8w8_bpreshuffle csv", CALIB),
     ("aiter_i8_80x128", (1664, 1536, 5120), 947.38, "aiter a8w8_bpreshuffle csv", HOLDOUT),
     ("aiter_i8_128x128", (12288, 1536, 5120), 1044.69, "aiter a8w8_bpreshuffle csv", CALIB),
+    # the 112x256 kernel's rows (its epilogue needs VGPR index mode), alternating in file order on their own
+    ("aiter_i8_112x256", (1024, 5120, 1280), 734.89, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (1664, 5120, 1280), 1013.3, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (4096, 1536, 5120), 1009.22, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (4096, 5120, 1280), 916.47, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (8192, 1536, 5120), 999.94, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (8192, 5120, 1280), 1016.25, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (10240, 1536, 5120), 1133.08, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (10240, 5120, 1280), 1001.95, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (12288, 5120, 1280), 1046.59, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (16384, 1536, 5120), 1217.25, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (16384, 5120, 1280), 1098.74, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (20480, 1536, 5120), 1185.57, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (20480, 5120, 1280), 1092.25, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (24576, 1536, 5120), 1177.19, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (24576, 5120, 1280), 1108.54, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (30720, 1536, 5120), 1199.45, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (30720, 5120, 1280), 1114.08, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (32768, 1536, 5120), 1268.23, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (32768, 5120, 1280), 1132.87, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (40960, 1536, 5120), 1225.03, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (40960, 5120, 1280), 1128.43, "aiter a8w8_bpreshuffle csv", CALIB),
 ]
 
 
