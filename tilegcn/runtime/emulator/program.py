@@ -57,6 +57,10 @@ class Ctx:
         self.accum_offset = descriptor.accum_offset
         self.vgpr_total = descriptor.vgpr_count
         self.n_vgpr = min(descriptor.accum_offset, descriptor.vgpr_count, arch.arch_vgprs)
+        # v-register names the unified file reaches: v[n] is unified register n, so past accum_offset it is the
+        # register a[n - accum_offset] names. The hardware checks only the allocation: aiter's FAv3 forward code
+        # objects (gfx942 and gfx950) use v160..v255 with accum_offset 160 and no AGPRs.
+        self.v_reach = min(descriptor.vgpr_count, arch.arch_vgprs)
         self.n_agpr = min(max(0, descriptor.vgpr_count - descriptor.accum_offset), arch.agprs)
         self.n_sgpr = min(descriptor.sgpr_count, arch.addressable_sgprs)
         self.addr_index = addr_index
@@ -114,8 +118,8 @@ class Binder:
             raise BindError(f"{what} {op.text} must be {count} register(s), not {op.count}")
         ctx = self.ctx
         if op.kind == "v":
-            if op.index + op.count > ctx.n_vgpr:
-                raise BindError(f"{op.text} is beyond the kernel's {ctx.n_vgpr} VGPRs (descriptor: "
+            if op.index + op.count > ctx.v_reach:
+                raise BindError(f"{op.text} is beyond the kernel's {ctx.v_reach} VGPRs (descriptor: "
                                 f"{ctx.vgpr_total} unified registers, accum_offset {ctx.accum_offset})")
             return op.index
         if op.index + op.count > ctx.n_agpr:
