@@ -34,7 +34,9 @@ GLUON_GEMMS = {  # output name: (source path in the repository, kernel function)
 AITER_OBJECTS = {"aiter_bf16gemm_bf16_tn_256x256.gfx950.co": "hsa/gfx950/bf16gemm/bf16gemm_bf16_tn_256x256.co"}
 AITER_OBJECTS.update({f"I8gemm_bf16_perTokenI8_BpreShuffle_{t}.gfx942.co":
                       f"hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_{t}.co"
-                      for t in ("16x128", "32x128", "48x128", "80x128", "128x128")})
+                      for t in ("16x128", "32x128", "48x128", "80x128", "112x256", "128x128")})
+AITER_OBJECTS.update({"fwd_hd128_bf16_rtne.MI300.gfx942.co": "hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_rtne.co",
+                      "fwd_hd128_bf16.gfx950.co": "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co"})
 
 
 def build_gluon(src_root, out, manifest):

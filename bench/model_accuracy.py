@@ -315,6 +315,12 @@ def c4_gluon(folder):
 #   fixed without looking at errors, first over the 11 rows of the x128 kernels, then over the 21 rows of the
 #   112x256 kernel (added once the emulator had VGPR index mode, which its epilogue uses); no parameter was
 #   fitted on any of these rows (six were estimated once while making the kernel arguments right).
+# - aiter's hand-written FAv3 attention forward, bf16, head dim 128, not causal: hsa/gfx942/fmha_v3_fwd/MI300/
+#   fwd_hd128_bf16_rtne.co and hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co (same commit, copies in
+#   bench/calibration/aiter), with the TFLOP/s of op_tests/cpp/mha/README.md's table ("BF16 and BSHD in batch
+#   mode", MI300X and MI355X columns) at batch 1, 32 query heads, 8 KV heads, seqlen 1024-8192. Roles alternate
+#   over the four lengths (1024 calibration, 2048 hold-out, ...) on each card, declared after the 1024 rows and
+#   the MI300X 8192 row had been estimated once (while making the kernel arguments right; nothing fitted).
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
@@ -345,6 +351,14 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter_i8_48x128", (1024, 1536, 5120), 766.5, "aiter a8w8_bpreshuffle csv", CALIB),
     ("aiter_i8_80x128", (1664, 1536, 5120), 947.38, "aiter a8w8_bpreshuffle csv", HOLDOUT),
     ("aiter_i8_128x128", (12288, 1536, 5120), 1044.69, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 1024), 338.07, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 2048), 513.45, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx942", (1, 32, 8, 4096), 527.73, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 8192), 558.17, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx950", (1, 32, 8, 1024), 613.48, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx950", (1, 32, 8, 2048), 1194.46, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx950", (1, 32, 8, 4096), 1177.11, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx950", (1, 32, 8, 8192), 1396.0, "aiter mha README", HOLDOUT),
     # the 112x256 kernel's rows (its epilogue needs VGPR index mode), alternating in file order on their own
     ("aiter_i8_112x256", (1024, 5120, 1280), 734.89, "aiter a8w8_bpreshuffle csv", CALIB),
     ("aiter_i8_112x256", (1664, 5120, 1280), 1013.3, "aiter a8w8_bpreshuffle csv", HOLDOUT),
@@ -371,7 +385,7 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
 
 
 def foreign_device(kernel):
-    return "MI300X" if kernel.startswith("aiter_i8") else "MI355X"
+    return "MI300X" if kernel.startswith("aiter_i8") or kernel.endswith("gfx942") else "MI355X"
 
 
 def aiter_kernarg(d, a, b, m, n, k):
@@ -413,10 +427,41 @@ def aiter_i8_estimate(tile, m, n, k):
                     buffers=[c, a, b, a_scale, b_scale, bias], device="MI300X", flops=2 * m * n * k)
 
 
+def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128, tile_q=256):
+    """aiter's FAv3 forward as csrc/cpp_itfs/mha_fwd.cu launches it in batch mode: fmha_fwd_v3_args (pointers
+    O, Q, K, V, LSE; softmax scale; then byte strides and sizes, each padded to 16 bytes) for BSHD bf16 tensors,
+    LSE written (the README's -lse=1), tune option 5 (not causal); grid (seqlen / 256, heads, batch), 512
+    threads; FLOPs 4 b h s^2 d. Its loads of the next K/V tile run past the last one: the buffers have slack."""
+    import struct
+
+    from tilegcn.runtime import emulator
+
+    name = {"gfx942": "fwd_hd128_bf16_rtne.MI300.gfx942.co", "gfx950": "fwd_hd128_bf16.gfx950.co"}[arch]
+    mod = emulator.load(open(os.path.join(AITER_DIR, name), "rb").read(), arch=arch)
+    kname = next(iter(mod.kernels))
+    pad, e = 1 << 16, 2
+    q, o = (torch.zeros(batch * seqlen * heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.zeros(batch * seqlen * kv_heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
+    lse = torch.zeros(batch * heads * seqlen + pad, dtype=torch.float32)
+    q_row, kv_row = heads * dim * e, kv_heads * dim * e
+    ints = [seqlen, q_row, tile_q * q_row, dim * e, seqlen * q_row, heads // kv_heads, kv_row, dim * e,
+            seqlen * kv_row, 5, 1, seqlen, dim, dim, heads, kv_row, dim * e, seqlen * kv_row, q_row, dim * e,
+            seqlen * q_row]
+    fields = [("Q", t[pad:].data_ptr()) for t in (o, q, k, v)] + [("Q", lse.data_ptr()), ("f", dim ** -0.5)]
+    fields += [("I", x) for x in ints] + [("Q", 0), ("Q", 0), ("I", seqlen * 4)] + [("Q", 0)] * 5 + [("I", 0)] * 6
+    size = mod.kernels[kname].metadata[".kernarg_segment_size"]
+    ka = b"".join(struct.pack("<" + f, x).ljust(16, b"\0") for f, x in fields)[:size].ljust(size, b"\0")
+    return estimate(mod, kname, (-(-seqlen // tile_q), heads, batch), (512, 1, 1), kernarg=ka,
+                    buffers=[o, q, k, v, lse], device={"gfx942": "MI300X", "gfx950": "MI355X"}[arch],
+                    flops=4 * batch * heads * seqlen * seqlen * dim)
+
+
 def foreign_estimate(kernel, shape, folder):
     """The model's estimate of one foreign launch, or None when its code object is not at hand."""
     from tilegcn.runtime import emulator
 
+    if kernel.startswith("aiter_fav3"):
+        return aiter_fav3_estimate(kernel.split("_")[-1], *shape)
     m, n, k = shape
     if kernel.startswith("aiter_i8"):
         return aiter_i8_estimate(kernel.split("_")[-1], m, n, k)
