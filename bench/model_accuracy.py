@@ -427,11 +427,12 @@ def aiter_i8_estimate(tile, m, n, k):
                     buffers=[c, a, b, a_scale, b_scale, bias], device="MI300X", flops=2 * m * n * k)
 
 
-def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128, tile_q=256):
-    """aiter's FAv3 forward as csrc/cpp_itfs/mha_fwd.cu launches it in batch mode: fmha_fwd_v3_args (pointers
-    O, Q, K, V, LSE; softmax scale; then byte strides and sizes, each padded to 16 bytes) for BSHD bf16 tensors,
-    LSE written (the README's -lse=1), tune option 5 (not causal); grid (seqlen / 256, heads, batch), 512
-    threads; FLOPs 4 b h s^2 d. Its loads of the next K/V tile run past the last one: the buffers have slack."""
+def aiter_fav3_launch(arch, batch, heads, kv_heads, seqlen, qkv=None, dim=128, tile_q=256):
+    """aiter's FAv3 forward as csrc/cpp_itfs/mha_fwd.cu launches it in batch mode: (module, kernel name,
+    launch keywords, O buffer). fmha_fwd_v3_args: pointers O, Q, K, V, LSE; the softmax scale; then byte
+    strides and sizes, each padded to 16 bytes, for BSHD bf16 tensors; LSE written (the README's -lse=1); tune
+    option 5 (not causal); grid (seqlen / 256, heads, batch), 512 threads. `qkv`: (Q, K, V) BSHD tensors to
+    run on (zeros otherwise). Its loads of the next K/V tile run past the last one: the buffers have slack."""
     import struct
 
     from tilegcn.runtime import emulator
@@ -442,6 +443,8 @@ def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128, tile_q=25
     pad, e = 1 << 16, 2
     q, o = (torch.zeros(batch * seqlen * heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
     k, v = (torch.zeros(batch * seqlen * kv_heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
+    for buf, t in zip((q, k, v), qkv or ()):
+        buf[pad:pad + t.numel()] = t.flatten()
     lse = torch.zeros(batch * heads * seqlen + pad, dtype=torch.float32)
     q_row, kv_row = heads * dim * e, kv_heads * dim * e
     ints = [seqlen, q_row, tile_q * q_row, dim * e, seqlen * q_row, heads // kv_heads, kv_row, dim * e,
@@ -451,8 +454,16 @@ def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128, tile_q=25
     fields += [("I", x) for x in ints] + [("Q", 0), ("Q", 0), ("I", seqlen * 4)] + [("Q", 0)] * 5 + [("I", 0)] * 6
     size = mod.kernels[kname].metadata[".kernarg_segment_size"]
     ka = b"".join(struct.pack("<" + f, x).ljust(16, b"\0") for f, x in fields)[:size].ljust(size, b"\0")
-    return estimate(mod, kname, (-(-seqlen // tile_q), heads, batch), (512, 1, 1), kernarg=ka,
-                    buffers=[o, q, k, v, lse], device={"gfx942": "MI300X", "gfx950": "MI355X"}[arch],
+    launch = dict(grid=(-(-seqlen // tile_q), heads, batch), block=(512, 1, 1), kernarg=ka,
+                  buffers=[o, q, k, v, lse])
+    return mod, kname, launch, o[pad:pad + batch * seqlen * heads * dim].view(batch, seqlen, heads, dim)
+
+
+def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128):
+    """The model's estimate of aiter's FAv3 forward (aiter_fav3_launch); FLOPs 4 b h s^2 d."""
+    mod, kname, launch, _ = aiter_fav3_launch(arch, batch, heads, kv_heads, seqlen, dim=dim)
+    return estimate(mod, kname, launch["grid"], launch["block"], kernarg=launch["kernarg"],
+                    buffers=launch["buffers"], device={"gfx942": "MI300X", "gfx950": "MI355X"}[arch],
                     flops=4 * batch * heads * seqlen * seqlen * dim)
 
 
