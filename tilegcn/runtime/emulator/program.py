@@ -196,7 +196,7 @@ class Binder:
                 from .ops_gpridx import indexed_vreader
 
                 self.gpr_indexed.add(n)
-                return indexed_vreader(r + k, self.ctx.n_vgpr, op.text)
+                return indexed_vreader(r + k, self.ctx.v_reach, op.text)
         return None
 
     def src_pair(self, op, what="source"):
@@ -207,8 +207,9 @@ class Binder:
             return (lambda g: lo), (lambda g: hi)
         if isinstance(op, Reg) and op.kind in "va":
             r = self.vsrc_index(op, 2, what)
-            if self._indexed(op, r):
-                return self._indexed(op, r), self._indexed(op, r, 1)
+            lo = self._indexed(op, r)
+            if lo is not None:
+                return lo, self._indexed(op, r, 1)
             return _vreader(r), _vreader(r + 1)
         if isinstance(op, Reg) and op.kind == "s":
             s = self.ssrc_index(op, 2, what)
