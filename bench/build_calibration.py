@@ -11,8 +11,9 @@ another project's, built from its public source as that project builds it:
   row-major (stride_ak = stride_bk = stride_cn = 1, as Triton's launcher specialises unit strides), the other
   integer arguments divisible by 16. Their sources import torch for the host wrapper only: a stub stands in.
 - ROCm/aiter (a checkout or bare git dir in --aiter-src; MIT): hsa/gfx950/bf16gemm/bf16gemm_bf16_tn_256x256.co,
-  a precompiled hand-written assembly bf16 GEMM, copied as it is (bench/calibration/aiter holds a copy with
-  aiter's licence, so the bench runs without this step).
+  a precompiled hand-written assembly bf16 GEMM, and hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_*.co,
+  its MI300X int8 GEMMs, copied as they are (bench/calibration/aiter holds copies with aiter's licence, so the
+  bench runs without this step).
 Nothing here imports tilegcn: the Triton venv has no torch.
 """
 from __future__ import annotations
@@ -31,6 +32,11 @@ GLUON_GEMMS = {  # output name: (source path in the repository, kernel function)
     "gluon_a16w16_v5.gfx950.hsaco": ("kernels/gemm/a16w16/v5_local_prefetch/matmul_kernel.py", "v5_local_prefetch"),
 }
 AITER_OBJECTS = {"aiter_bf16gemm_bf16_tn_256x256.gfx950.co": "hsa/gfx950/bf16gemm/bf16gemm_bf16_tn_256x256.co"}
+AITER_OBJECTS.update({f"I8gemm_bf16_perTokenI8_BpreShuffle_{t}.gfx942.co":
+                      f"hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_{t}.co"
+                      for t in ("16x128", "32x128", "48x128", "80x128", "112x256", "128x128")})
+AITER_OBJECTS.update({"fwd_hd128_bf16_rtne.MI300.gfx942.co": "hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_rtne.co",
+                      "fwd_hd128_bf16.gfx950.co": "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co"})
 
 
 def build_gluon(src_root, out, manifest):

@@ -1,7 +1,7 @@
 """Timing model vs published, clock-free measurements (docs/timing-sources.md §3).
 
     PYTHONPATH=$PWD python bench/model_accuracy.py [--quick] [--gluon DIR]
-    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--calib DIR]   # the calibration set
+    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--card MI300X] [--calib DIR]   # calibration set
 
 Per case: the published figure, the model's figure, the error, and its role: "fit" when a parameter of the
 arch table was read off that very measurement (printed, never counted), "check" when the measurement was
@@ -42,8 +42,9 @@ held out (no parameter was set from it). The error summary is the median |error|
   (("amdgpu-agpr-alloc", "256"),) / (("amdgpu-agpr-alloc", "0,0"),) (what their bench.py's
   TRITON_FORCE_MFMA_AGPR and launch set). That gives 256 VGPRs + 254 AGPRs / 240 VGPRs, no spills, 65536 B
   LDS (published: 256 + 256 / 240). The rows join the numeric checks, and C4's ranking is checked.
-- C14, foreign kernels (--foreign-only; --calib DIR adds the Gluon ones): code objects tilegcn did not write
-  with published MI355X TFLOP/s, split into a calibration and a hold-out half before any fit (FOREIGN below);
+- C14, foreign kernels (--foreign-only [--card MI300X|MI355X]; --calib DIR adds the Gluon ones): code objects
+  tilegcn did not write with published MI355X or MI300X figures, split into a calibration and a hold-out half
+  before any fit (FOREIGN below);
   the hold-out half's errors are the band `python -m tilegcn estimate` prints (tilegcn/perfmodel/band.py).
 Not reproduced: C1 with the published kernels (their Gluon sources were not compiled);
 C2/C3/C5/C8/C9/C11/C13 need a clock or kernels we do not have.
@@ -307,7 +308,21 @@ def c4_gluon(folder):
 #   figure HipKittens published for aiter (S31; which aiter kernel it ran is not said).
 # - the Gluon tutorial's fp16 GEMMs v4/v5 (S19, kernels/gemm/a16w16/README.md: 4096x4096x8192 on MI355), compiled
 #   by bench/build_calibration.py with Triton 3.9 into the folder given as --calib DIR (not committed).
-AITER_CO = os.path.join(ROOT, "bench", "calibration", "aiter", "bf16gemm_bf16_tn_256x256.gfx950.co")
+# - aiter's hand-written gfx942 int8 GEMMs, hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_<tile>.co (same
+#   commit, copies in bench/calibration/aiter), with the microseconds aiter's tuner measured on MI300X (gfx942, 304
+#   CUs) in aiter/configs/a8w8_bpreshuffle_tuned_gemm.csv (its "tflops" column: tera int8 ops a second): every
+#   gfx942 row of that file. Roles alternate in the file's row order (1st calibration, 2nd hold-out, ...), a rule
+#   fixed without looking at errors, first over the 11 rows of the x128 kernels, then over the 21 rows of the
+#   112x256 kernel (added once the emulator had VGPR index mode, which its epilogue uses); no parameter was
+#   fitted on any of these rows (six were estimated once while making the kernel arguments right).
+# - aiter's hand-written FAv3 attention forward, bf16, head dim 128, not causal: hsa/gfx942/fmha_v3_fwd/MI300/
+#   fwd_hd128_bf16_rtne.co and hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co (same commit, copies in
+#   bench/calibration/aiter), with the TFLOP/s of op_tests/cpp/mha/README.md's table ("BF16 and BSHD in batch
+#   mode", MI300X and MI355X columns) at batch 1, 32 query heads, 8 KV heads, seqlen 1024-8192. Roles alternate
+#   over the four lengths (1024 calibration, 2048 hold-out, ...) on each card, declared after the 1024 rows and
+#   the MI300X 8192 row had been estimated once (while making the kernel arguments right; nothing fitted).
+AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
+AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
 FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter", (16384, 4096, 2048), 1294.44, "aiter glm5 csv", CALIB),
@@ -325,7 +340,52 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter", (1024, 12800, 5120), 1160.88, "aiter qwen32B csv", HOLDOUT),
     ("aiter", (8192, 8192, 8192), 1591.0, "S31 (HipKittens blog)", HOLDOUT),
     ("gluon_a16w16_v5", (4096, 4096, 8192), 1134.0, "S19 a16w16 README", HOLDOUT),
+    ("aiter_i8_16x128", (64, 1536, 5120), 60.0, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_16x128", (64, 5120, 1280), 108.35, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_16x128", (128, 1536, 5120), 112.1, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_32x128", (128, 5120, 1280), 195.55, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_16x128", (256, 1536, 5120), 227.76, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_48x128", (256, 5120, 1280), 364.31, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_32x128", (512, 1536, 5120), 430.49, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_80x128", (512, 5120, 1280), 596.48, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_48x128", (1024, 1536, 5120), 766.5, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_80x128", (1664, 1536, 5120), 947.38, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_128x128", (12288, 1536, 5120), 1044.69, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 1024), 338.07, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 2048), 513.45, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx942", (1, 32, 8, 4096), 527.73, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx942", (1, 32, 8, 8192), 558.17, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx950", (1, 32, 8, 1024), 613.48, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx950", (1, 32, 8, 2048), 1194.46, "aiter mha README", HOLDOUT),
+    ("aiter_fav3_gfx950", (1, 32, 8, 4096), 1177.11, "aiter mha README", CALIB),
+    ("aiter_fav3_gfx950", (1, 32, 8, 8192), 1396.0, "aiter mha README", HOLDOUT),
+    # the 112x256 kernel's rows (its epilogue needs VGPR index mode), alternating in file order on their own
+    ("aiter_i8_112x256", (1024, 5120, 1280), 734.89, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (1664, 5120, 1280), 1013.3, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (4096, 1536, 5120), 1009.22, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (4096, 5120, 1280), 916.47, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (8192, 1536, 5120), 999.94, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (8192, 5120, 1280), 1016.25, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (10240, 1536, 5120), 1133.08, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (10240, 5120, 1280), 1001.95, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (12288, 5120, 1280), 1046.59, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (16384, 1536, 5120), 1217.25, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (16384, 5120, 1280), 1098.74, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (20480, 1536, 5120), 1185.57, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (20480, 5120, 1280), 1092.25, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (24576, 1536, 5120), 1177.19, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (24576, 5120, 1280), 1108.54, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (30720, 1536, 5120), 1199.45, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (30720, 5120, 1280), 1114.08, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (32768, 1536, 5120), 1268.23, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (32768, 5120, 1280), 1132.87, "aiter a8w8_bpreshuffle csv", CALIB),
+    ("aiter_i8_112x256", (40960, 1536, 5120), 1225.03, "aiter a8w8_bpreshuffle csv", HOLDOUT),
+    ("aiter_i8_112x256", (40960, 5120, 1280), 1128.43, "aiter a8w8_bpreshuffle csv", CALIB),
 ]
+
+
+def foreign_device(kernel):
+    return "MI300X" if kernel.startswith("aiter_i8") or kernel.endswith("gfx942") else "MI355X"
 
 
 def aiter_kernarg(d, a, b, m, n, k):
@@ -339,11 +399,83 @@ def aiter_kernarg(d, a, b, m, n, k):
     return b"".join(struct.pack("<" + f, v).ljust(16, b"\0") for f, v in fields)
 
 
+def aiter_i8_estimate(tile, m, n, k):
+    """aiter's gfx942 int8 GEMM as its tuner launches it (csrc/py_itfs_cu/asm_gemm_a8w8.cu and
+    csrc/ck_gemm_a8w8_bpreshuffle/gemm_a8w8_bpreshuffle_tune.py): KernelArgs C, A, B, A scale, B scale, bias
+    (pointers), M, N, K, lda, ldb (elements = bytes), ldc (bytes), split-K 1, each padded to 16 bytes; A's rows
+    K + 128 apart, f32 scales and bias; grid (N / tile_n, ceil(M / tile_m)), 256 threads. The last row of tiles
+    reads and writes rows past M, which the real allocations' slack absorbs: every buffer here has 256 rows
+    to spare (the values do not matter to the timing)."""
+    import struct
+
+    from tilegcn.runtime import emulator
+
+    tm, tn = map(int, tile.split("x"))
+    mod = emulator.load(open(os.path.join(AITER_DIR, f"I8gemm_bf16_perTokenI8_BpreShuffle_{tile}.gfx942.co"),
+                             "rb").read(), arch="gfx942")
+    name = next(iter(mod.kernels))
+    lda, pad, spare = k + 128, 1 << 16, 256
+    a = torch.zeros((m + spare) * lda + 2 * pad, dtype=torch.int8)
+    b = torch.zeros(n * k + 2 * pad, dtype=torch.int8)
+    a_scale, b_scale, bias = (torch.zeros(x + spare, dtype=torch.float32) for x in (m, n, n))
+    c = torch.zeros(m + spare, n, dtype=torch.bfloat16)
+    fields = [("Q", t.data_ptr()) for t in (c, a[pad:], b[pad:], a_scale, b_scale, bias)]
+    fields += [("I", v) for v in (m, n, k, lda, k, n * 2, 1)]
+    size = mod.kernels[name].metadata[".kernarg_segment_size"]
+    ka = b"".join(struct.pack("<" + f, v).ljust(16, b"\0") for f, v in fields).ljust(size, b"\0")
+    return estimate(mod, name, (n // tn, -(-m // tm), 1), (256, 1, 1), kernarg=ka,
+                    buffers=[c, a, b, a_scale, b_scale, bias], device="MI300X", flops=2 * m * n * k)
+
+
+def aiter_fav3_launch(arch, batch, heads, kv_heads, seqlen, qkv=None, dim=128, tile_q=256):
+    """aiter's FAv3 forward as csrc/cpp_itfs/mha_fwd.cu launches it in batch mode: (module, kernel name,
+    launch keywords, O buffer). fmha_fwd_v3_args: pointers O, Q, K, V, LSE; the softmax scale; then byte
+    strides and sizes, each padded to 16 bytes, for BSHD bf16 tensors; LSE written (the README's -lse=1); tune
+    option 5 (not causal); grid (seqlen / 256, heads, batch), 512 threads. `qkv`: (Q, K, V) BSHD tensors to
+    run on (zeros otherwise). Its loads of the next K/V tile run past the last one: the buffers have slack."""
+    import struct
+
+    from tilegcn.runtime import emulator
+
+    name = {"gfx942": "fwd_hd128_bf16_rtne.MI300.gfx942.co", "gfx950": "fwd_hd128_bf16.gfx950.co"}[arch]
+    mod = emulator.load(open(os.path.join(AITER_DIR, name), "rb").read(), arch=arch)
+    kname = next(iter(mod.kernels))
+    pad, e = 1 << 16, 2
+    q, o = (torch.zeros(batch * seqlen * heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.zeros(batch * seqlen * kv_heads * dim + 2 * pad, dtype=torch.bfloat16) for _ in range(2))
+    for buf, t in zip((q, k, v), qkv or ()):
+        buf[pad:pad + t.numel()] = t.flatten()
+    lse = torch.zeros(batch * heads * seqlen + pad, dtype=torch.float32)
+    q_row, kv_row = heads * dim * e, kv_heads * dim * e
+    ints = [seqlen, q_row, tile_q * q_row, dim * e, seqlen * q_row, heads // kv_heads, kv_row, dim * e,
+            seqlen * kv_row, 5, 1, seqlen, dim, dim, heads, kv_row, dim * e, seqlen * kv_row, q_row, dim * e,
+            seqlen * q_row]
+    fields = [("Q", t[pad:].data_ptr()) for t in (o, q, k, v)] + [("Q", lse.data_ptr()), ("f", dim ** -0.5)]
+    fields += [("I", x) for x in ints] + [("Q", 0), ("Q", 0), ("I", seqlen * 4)] + [("Q", 0)] * 5 + [("I", 0)] * 6
+    size = mod.kernels[kname].metadata[".kernarg_segment_size"]
+    ka = b"".join(struct.pack("<" + f, x).ljust(16, b"\0") for f, x in fields)[:size].ljust(size, b"\0")
+    launch = dict(grid=(-(-seqlen // tile_q), heads, batch), block=(512, 1, 1), kernarg=ka,
+                  buffers=[o, q, k, v, lse])
+    return mod, kname, launch, o[pad:pad + batch * seqlen * heads * dim].view(batch, seqlen, heads, dim)
+
+
+def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128):
+    """The model's estimate of aiter's FAv3 forward (aiter_fav3_launch); FLOPs 4 b h s^2 d."""
+    mod, kname, launch, _ = aiter_fav3_launch(arch, batch, heads, kv_heads, seqlen, dim=dim)
+    return estimate(mod, kname, launch["grid"], launch["block"], kernarg=launch["kernarg"],
+                    buffers=launch["buffers"], device={"gfx942": "MI300X", "gfx950": "MI355X"}[arch],
+                    flops=4 * batch * heads * seqlen * seqlen * dim)
+
+
 def foreign_estimate(kernel, shape, folder):
     """The model's estimate of one foreign launch, or None when its code object is not at hand."""
     from tilegcn.runtime import emulator
 
+    if kernel.startswith("aiter_fav3"):
+        return aiter_fav3_estimate(kernel.split("_")[-1], *shape)
     m, n, k = shape
+    if kernel.startswith("aiter_i8"):
+        return aiter_i8_estimate(kernel.split("_")[-1], m, n, k)
     if kernel == "aiter":
         mod = emulator.load(open(AITER_CO, "rb").read(), arch="gfx950")
         pad = 1 << 16  # its loads of the next K step run past the last one (inside the SRD's range)
@@ -369,34 +501,39 @@ def foreign_estimate(kernel, shape, folder):
                     device="MI355X", shared_mem=shared, flops=2 * m * n * k)
 
 
-def foreign(folder):
-    """[(label, published, model TFLOP/s, role, wall s)] for the FOREIGN launches whose code objects are here."""
+def foreign(folder, card=None):
+    """[(label, published, model TFLOP/s, role, wall s, card)] for the FOREIGN launches (on `card`, or all)
+    whose code objects are here."""
     rows = []
     for kernel, shape, published, where, role in FOREIGN:
+        if card and foreign_device(kernel) != card:
+            continue
         t0 = time.perf_counter()
         est = foreign_estimate(kernel, shape, folder)
         if est is None:
             print(f"  {kernel} {shape}: no code object (build it: bench/build_calibration.py, then --calib DIR)")
             continue
         label = f"{kernel} {'x'.join(map(str, shape))} ({where})"
-        rows.append((label, published, est.tflops, role, time.perf_counter() - t0))
+        rows.append((label, published, est.tflops, role, time.perf_counter() - t0, foreign_device(kernel)))
     return rows
 
 
 def print_foreign(rows):
-    print(f"{'foreign kernel, MI355X (published figure from)':66} {'published':>10} {'model':>8} {'error':>8}"
-          f" {'wall':>6}")
-    for role in (CALIB, HOLDOUT):
-        errs = []
-        print(f"-- {role} --")
-        for label, pub, model, r, wall in rows:
-            if r == role:
-                err = (model - pub) / pub
-                errs.append(abs(err))
-                print(f"{label:66} {pub:>10,.1f} {model:>8,.1f} {err:>+8.1%} {wall:>5.1f}s")
-        if errs:
-            print(f"{role}: median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
-                  f"{sum(e <= 0.2 for e in errs)}/{len(errs)} within 20 %")
+    """The calibration and hold-out halves apart, per card (TFLOP/s; TOP/s for the int8 kernels)."""
+    for device in sorted({row[5] for row in rows}, reverse=True):
+        print(f"{f'foreign kernel, {device} (published figure from)':66} {'published':>10} {'model':>8} "
+              f"{'error':>8} {'wall':>6}")
+        for role in (CALIB, HOLDOUT):
+            errs = []
+            print(f"-- {role} --")
+            for label, pub, model, r, wall, dev in rows:
+                if r == role and dev == device:
+                    err = (model - pub) / pub
+                    errs.append(abs(err))
+                    print(f"{label:66} {pub:>10,.1f} {model:>8,.1f} {err:>+8.1%} {wall:>5.1f}s")
+            if errs:
+                print(f"{device} {role}: median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
+                      f"{sum(e <= 0.2 for e in errs)}/{len(errs)} within 20 %")
 
 
 # ---- T.use_swizzle vs row-major order on our own GEMM at 8192^3 ---------------------------------------------
@@ -453,12 +590,13 @@ def main():
     ap.add_argument("--gluon", metavar="DIR", help="also check C4 on the Gluon code objects in DIR (docstring)")
     ap.add_argument("--calib", metavar="DIR", help="the foreign kernels built by bench/build_calibration.py")
     ap.add_argument("--foreign-only", action="store_true", help="only the foreign kernels (calibration set)")
+    ap.add_argument("--card", choices=("MI300X", "MI355X"), help="with --foreign-only: only this card's kernels")
     args = ap.parse_args()
     if args.fit_l2:
         return fit_l2()
     t0 = time.perf_counter()
     if args.foreign_only:
-        print_foreign(foreign(args.calib))
+        print_foreign(foreign(args.calib, args.card))
         print(f"({time.perf_counter() - t0:.0f} s)")
         return
     numeric = c12() + c10() + (c4_gluon(args.gluon) if args.gluon else [])

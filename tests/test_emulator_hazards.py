@@ -243,6 +243,13 @@ def test_registers_beyond_the_descriptor_counts_are_errors():
     launch(kernel("v_accvgpr_write_b32 a7, 0", vgprs=12, accum=8))
     with pytest.raises(EmulatorError, match=r"a8 is beyond the kernel's 8 AGPRs"):
         launch(kernel("v_accvgpr_write_b32 a8, 0", vgprs=12, accum=8))
+    # a v-register past accum_offset is the unified register there, a[n - accum_offset] (aiter's FAv3 forward
+    # kernels use v160..v255 with accum_offset 160); past the allocation it is still an error
+    with pytest.raises(EmulatorError, match=r"v16 is beyond the kernel's 16 VGPRs"):
+        launch(kernel("v_mov_b32 v16, 0", vgprs=12, accum=8))
+    _, dst = launch(kernel("v_mov_b32 v13, 0x1234\nv_nop\nv_accvgpr_read_b32 v3, a5\ns_nop 1\n"
+                           "buffer_store_dword v3, v2, s[12:15], 0 offen", vgprs=12, accum=8))
+    assert int(dst[0]) == 0x1234
 
 
 def test_a_workgroup_whose_waves_cannot_share_the_register_file_is_refused():

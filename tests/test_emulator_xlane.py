@@ -13,7 +13,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from asm.emukit import run_lanes  # noqa: E402
+from asm.emukit import lane_ir, llc_module, run_lanes  # noqa: E402
 
 N = 128
 gen = torch.Generator().manual_seed(11)
@@ -49,6 +49,8 @@ def source_lane(ctrl, lane):
         if arg == 15:
             return row - 1 if lane >= 16 else None
         return 31 if lane >= 32 else None
+    if kind == "row_newbcast":
+        return row + arg
     raise AssertionError(kind)
 
 
@@ -77,7 +79,8 @@ def ctrl_text(ctrl):
 
 CTRLS = [("quad_perm", (3, 2, 1, 0)), ("quad_perm", (1, 1, 0, 2)), ("row_shl", 1), ("row_shl", 15), ("row_shr", 3),
          ("row_ror", 8), ("row_ror", 1), ("wave_shl", 1), ("wave_rol", 1), ("wave_shr", 1), ("wave_ror", 1),
-         ("row_mirror", None), ("row_half_mirror", None), ("row_bcast", 15), ("row_bcast", 31)]
+         ("row_mirror", None), ("row_half_mirror", None), ("row_bcast", 15), ("row_bcast", 31),
+         ("row_newbcast", 5)]
 
 
 @pytest.mark.parametrize("ctrl", CTRLS, ids=ctrl_text)
@@ -96,6 +99,19 @@ def test_dpp_controls_with_bound_ctrl_and_masks(ctrl):
     assert torch.equal(outs[0], dpp_reference(ctrl, A, OLD))
     assert torch.equal(outs[1], dpp_reference(ctrl, A, OLD, bound_ctrl=True))
     assert torch.equal(outs[2], dpp_reference(ctrl, A, OLD, row_mask=0xA, bank_mask=0x5))
+
+
+def test_row_newbcast_is_what_llc_emits_for_dpp_control_0x150_plus_n():
+    """llc (the oracle for the encoding) spells llvm.amdgcn.update.dpp's dpp_ctrl 0x150 + 9 (345)
+    row_newbcast:9 on gfx942; every lane then holds lane 9 of its row (source_lane)."""
+    src = torch.randint(-2**31, 2**31 - 1, (256,), dtype=torch.int32, generator=gen)
+    body = "%y0 = call i32 @llvm.amdgcn.update.dpp.i32(i32 0, i32 %x0, i32 345, i32 15, i32 15, i1 false)"
+    decl = "\ndeclare i32 @llvm.amdgcn.update.dpp.i32(i32, i32, i32, i32, i32, i1)\n"
+    mod = llc_module(lane_ir(body, 1, 1) + decl, "gfx942")
+    out = torch.zeros(256, dtype=torch.int32)
+    mod.launch("k", grid=(1, 1, 1), block=(256, 1, 1), args=[src, out])
+    assert torch.equal(out, torch.tensor([src[w + source_lane(("row_newbcast", 9), lane)]
+                                          for w in range(0, 256, 64) for lane in range(64)]))
 
 
 def test_dpp_reads_of_exec_disabled_lanes_are_invalid():

@@ -129,14 +129,14 @@ def run_lanes(body: str, inputs, n_out: int = 1, arch: str = "gfx942", block: in
 
 
 @functools.lru_cache(maxsize=None)
-def llc_module(ir: str, arch: str = "gfx942"):
+def llc_module(ir: str, arch: str = "gfx942", llc_args: tuple = ()):
     """Compile LLVM IR with `llc` (LLVM is the oracle for what compilers emit), link, load on the emulator."""
     import subprocess
 
     from tilegcn.toolchain import find_llvm
 
     llc = find_llvm(arch).tool("llc")
-    asm = subprocess.run([llc, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-O2", "-o", "-"], input=ir,
+    asm = subprocess.run([llc, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-O2", *llc_args, "-o", "-"], input=ir,
                          capture_output=True, text=True, check=True).stdout
     return emulator.load(assemble(asm, arch))
 

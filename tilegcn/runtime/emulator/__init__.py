@@ -39,6 +39,7 @@ from .machine import Machine, positive_int_env
 from .ops_mem import build_memory
 from .ops_f64 import build_f64
 from .ops_mfma import build_mfma
+from .ops_gpridx import build_gpr_idx, check_indexed, index_regions
 from .ops_mode import build_mode
 from .ops_salu import build_scalar, build_sopp
 from .ops_valu import build_valu
@@ -104,7 +105,8 @@ class Program:
                                 f"instruction of the code object")
         self.entry_index = addr_index[kernel.entry_address]
         self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
-        bound = [_bind(ins, i, self.ctx) for i, ins in enumerate(instrs)]
+        regions = index_regions(instrs)
+        bound = [_bind(ins, i, self.ctx, regions.get(i, ())) for i, ins in enumerate(instrs)]
         self.handlers = [h for h, _ in bound]
         # instruction index -> why it cannot run (it faults if reached); see coverage.py
         self.unsupported = {i: why for i, (_, why) in enumerate(bound) if why}
@@ -118,19 +120,25 @@ class Program:
         self.sreg_name = self.ctx.sreg_name
 
 
-def _bind(ins, index, ctx):
+def _bind(ins, index, ctx, gpr_index=()):
     """(handler, None) for one instruction; (a handler that raises EmulatorError when executed, the reason)
-    for anything that cannot be bound."""
+    for anything that cannot be bound. `gpr_index`: the VGPR index mode's operand names when the instruction
+    lies in an s_set_gpr_idx_on region, or why such a region cannot be modelled (ops_gpridx.py)."""
     why = None
     if ins.mnemonic == "<unparsed>":
         why = f"cannot decode this instruction: {ins.mods.get('error')}"
+    elif isinstance(gpr_index, str):
+        why = gpr_index
     else:
         b = Binder(ctx, ins)
+        b.gpr_index = gpr_index
         try:
             # (f64 first: build_valu's class test takes every v_cmp_class_* and knows only f32's)
-            for build in (build_f64, build_valu, build_mfma, build_memory, build_scalar, build_mode):
+            for build in (build_f64, build_valu, build_mfma, build_memory, build_scalar, build_mode, build_gpr_idx):
                 h = build(ins, b, index)
                 if h is not None:
+                    if gpr_index:
+                        check_indexed(ins, b)
                     return h, None
             h = build_sopp(ins, b, index, ctx)
             if h is not None:

@@ -214,6 +214,9 @@ def _parse_modifier(tok: str, mods: dict):
     if tok in ("offen", "idxen", "lds", "clamp", "gds", "tfe", "lwe", "addr64", "d16", "row_mirror", "row_half_mirror"):
         mods[tok] = True
         return
+    if tok.startswith("gpr_idx(") and tok.endswith(")"):  # s_set_gpr_idx_on's mode (ops_gpridx.py)
+        mods["gpr_idx"] = tok[8:-1]
+        return
     if ":" in tok:
         key, val = tok.split(":", 1)
         if key in ("mul", "div"):

@@ -276,6 +276,8 @@ def build_valu(ins, b: Binder, index):
     h = build_vext(ins, b, index) or build_fp8(ins, b, index)
     if h is not None:
         return h
+    if base == "v_nop":  # a VALU issue slot that does nothing (aiter's FAv3 kernels pad with it)
+        return Handler(ins, index, lambda g: None, "valu", b)
     if base in INT_OPS:
         return _int_op(ins, b, index)
     if base in F32_OPS or base in F32_TO_INT or base in ("v_fmac_f32", "v_mac_f32", "v_fmaak_f32", "v_fmamk_f32",

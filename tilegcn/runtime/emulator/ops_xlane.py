@@ -7,7 +7,10 @@ invalid: with bound_ctrl:1 the lane reads 0, with bound_ctrl:0 the destination l
 row_mask bit r enables lanes 16r..16r+15, bank_mask bit k the lanes whose (lane % 16) // 4 is k; disabled
 lanes are not written. row_bcast:15 reads lane 15 of the previous row (row 0 has none: invalid), row_bcast:31
 lane 31 for rows 2 and 3 (rows 0 and 1 invalid) - the guide names only the rows that receive data, we
-treat the others as invalid sources.
+treat the others as invalid sources. row_newbcast:N (gfx90a and later, dpp_ctrl 0x150 + N) gives every lane of a
+row lane N of that row: LLVM's modifier syntax doc ("broadcast a thread within a row to the whole row"), the
+encoding gfx10 spells row_share:N (llc lowers one 64-bit row share to row_newbcast:1 on gfx90a and to two
+row_share:1 on gfx10); aiter's gfx942 int8 GEMM broadcasts its per-token scales with it.
 
 SDWA (CDNA3 guide, "Sub-Dword Addressing"): src*_sel picks a byte, word or the dword of a source,
 zero-extended (sign-extended with sext()); dst_sel places the low bits of the result in a byte / word of
@@ -25,7 +28,8 @@ from .program import BindError
 
 LANE = torch.arange(64)
 DPP_MODS = ("quad_perm", "row_shl", "row_shr", "row_ror", "wave_shl", "wave_rol", "wave_shr", "wave_ror",
-            "row_mirror", "row_half_mirror", "row_bcast", "row_mask", "bank_mask", "bound_ctrl", "fi")
+            "row_mirror", "row_half_mirror", "row_bcast", "row_newbcast", "row_mask", "bank_mask", "bound_ctrl",
+            "fi")
 SDWA_MODS = ("src0_sel", "src1_sel", "dst_sel", "dst_unused")
 SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8), "WORD_0": (0, 16),
        "WORD_1": (16, 16), "DWORD": (0, 32)}
@@ -64,6 +68,8 @@ def dpp_source_lanes(mods: dict):
             src, valid = torch.full_like(lane, 31), lane >= 32
         else:
             raise BindError(f"row_bcast:{width} is not a DPP control")
+    elif "row_newbcast" in mods:
+        src = row_base | (mods["row_newbcast"] & 15)
     else:
         raise BindError("DPP instruction without a known dpp control")
     for name in ("wave_shl", "wave_rol", "wave_shr", "wave_ror"):

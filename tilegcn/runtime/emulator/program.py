@@ -57,6 +57,10 @@ class Ctx:
         self.accum_offset = descriptor.accum_offset
         self.vgpr_total = descriptor.vgpr_count
         self.n_vgpr = min(descriptor.accum_offset, descriptor.vgpr_count, arch.arch_vgprs)
+        # v-register names the unified file reaches: v[n] is unified register n, so past accum_offset it is the
+        # register a[n - accum_offset] names. The hardware checks only the allocation: aiter's FAv3 forward code
+        # objects (gfx942 and gfx950) use v160..v255 with accum_offset 160 and no AGPRs.
+        self.v_reach = min(descriptor.vgpr_count, arch.arch_vgprs)
         self.n_agpr = min(max(0, descriptor.vgpr_count - descriptor.accum_offset), arch.agprs)
         self.n_sgpr = min(descriptor.sgpr_count, arch.addressable_sgprs)
         self.addr_index = addr_index
@@ -92,6 +96,8 @@ class Binder:
         self.vdef, self.sdef = set(), set()
         # DPP / SDWA: transforms of the next 32-bit sources read (in operand order), see ops_xlane.py
         self.src_hooks = []
+        # VGPR index mode (ops_gpridx.py): the operands it names ('SRC0', ...) and the sources read indexed
+        self.gpr_index, self.gpr_indexed = (), set()
 
     def defer(self, first, count, scalar=False):
         """Registers first.. that the instruction's memory access writes (or merges into) at retirement."""
@@ -112,8 +118,8 @@ class Binder:
             raise BindError(f"{what} {op.text} must be {count} register(s), not {op.count}")
         ctx = self.ctx
         if op.kind == "v":
-            if op.index + op.count > ctx.n_vgpr:
-                raise BindError(f"{op.text} is beyond the kernel's {ctx.n_vgpr} VGPRs (descriptor: "
+            if op.index + op.count > ctx.v_reach:
+                raise BindError(f"{op.text} is beyond the kernel's {ctx.v_reach} VGPRs (descriptor: "
                                 f"{ctx.vgpr_total} unified registers, accum_offset {ctx.accum_offset})")
             return op.index
         if op.index + op.count > ctx.n_agpr:
@@ -175,11 +181,23 @@ class Binder:
             return _special_reader(op.name)
         if isinstance(op, Reg) and op.kind in "va":
             r = self.vsrc_index(op, 1, what)
-            return _vreader(r)
+            return self._indexed(op, r) or _vreader(r)
         if isinstance(op, Reg) and op.kind == "s":
             s = self.ssrc_index(op, 1, what)
             return _sreader(s)
         raise BindError(f"{what} {_txt(op)} is not a valid 32-bit source")
+
+    def _indexed(self, op, r, k=0):
+        """A reader of VGPR r + k + M0[7:0] when VGPR index mode names this source (ops_gpridx.py), else None."""
+        if not self.gpr_index or op.kind != "v":
+            return None
+        for n, name in enumerate(("SRC0", "SRC1", "SRC2")):
+            if name in self.gpr_index and n + 1 < len(self.ins.operands) and self.ins.operands[n + 1] is op:
+                from .ops_gpridx import indexed_vreader
+
+                self.gpr_indexed.add(n)
+                return indexed_vreader(r + k, self.ctx.v_reach, op.text)
+        return None
 
     def src_pair(self, op, what="source"):
         """Readers (lo, hi) of a 64-bit source (register pair or constant)."""
@@ -189,6 +207,9 @@ class Binder:
             return (lambda g: lo), (lambda g: hi)
         if isinstance(op, Reg) and op.kind in "va":
             r = self.vsrc_index(op, 2, what)
+            lo = self._indexed(op, r)
+            if lo is not None:
+                return lo, self._indexed(op, r, 1)
             return _vreader(r), _vreader(r + 1)
         if isinstance(op, Reg) and op.kind == "s":
             s = self.ssrc_index(op, 2, what)
