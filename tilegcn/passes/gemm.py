@@ -216,7 +216,7 @@ def _check_shared_copy(ctx: Context, s: TileOp):
         raise CompileError(f"{src.name} has strides {src.spec.strides}: tilegcn needs the last dimension "
                            "contiguous (stride 1); call .contiguous()", location=s.loc)
     mask = masked_dims(src, region.starts, region.extents)
-    width = access_width(src, 8, len(src.shape) - 1 in mask)
+    width = access_width(src, plan.elems_per_chunk, len(src.shape) - 1 in mask)
     if width < 4:
         raise CompileError(f"{src.name}: {_misalignment(src)}", location=s.loc)
     return plan, operand, mask, width
@@ -246,7 +246,7 @@ def _load_to_registers(ctx: Context, s: TileOp, cp, mask, width: int, regs: list
         for slot in range(cp.slots):
             index, shift = _slot_index(region, cp, slot, origins)
             with _ExecMask(ctx, cp.active_threads(slot)):
-                for piece in range(8 // per):
+                for piece in range(cp.plan.elems_per_chunk // per):
                     ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
                                     comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
                                     shift=shift[:-1] + (shift[-1] + piece * per,), resource=resource)

@@ -445,7 +445,8 @@ class CopyPlan:
         p = self.plan
         r = slot * self.threads + tid
         rows, cols = self.tile_shape
-        cpr = cols // ELEMS_PER_CHUNK  # runs per user row
+        epc = p.elems_per_chunk
+        cpr = cols // epc  # runs per user row
         if self.kind == "transpose":
             # user tile (K, X): a run is 8 consecutive x at one k; unit u holds `pack` runs at consecutive k. Units go
             # along k first, then along x, so the writes of element e by a wave cover whole K-major LDS rows, whose
@@ -461,8 +462,8 @@ class CopyPlan:
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
             lc = p.lds_swizzle(self.operand, urow, pc)  # the logical chunk whose home is physical chunk pc
-            return urow, ELEMS_PER_CHUNK * lc + piece * (ELEMS_PER_CHUNK // self.pieces), urow, lc
-        return urow, ELEMS_PER_CHUNK * pc, urow, pc
+            return urow, epc * lc + piece * (epc // self.pieces), urow, lc
+        return urow, epc * pc, urow, pc
 
     def _transpose_unit(self, tid, slot):
         """'transpose': (k group, run j within it, x chunk) of slot `slot`: the run's k is pack * k_group + j."""
@@ -583,18 +584,24 @@ class GemmPlan:
         return self.block_K // self.mfma.K
 
     @property
+    def elems_per_chunk(self) -> int:
+        """Operand elements in one 16-byte chunk: 8 of 16 bits, 16 of 8 bits (fp8 / bf8 / int8)."""
+        return CHUNK // self.dtype.bytes
+
+    @property
     def pair_k(self) -> bool:
-        """True when one ds_read_b128 feeds two MFMA k-steps (k_per_lane 4: the CDNA3 shapes)."""
-        return self.mfma.k_per_lane * 2 == ELEMS_PER_CHUNK
+        """True when one ds_read_b128 feeds two MFMA k-steps (8 bytes a lane: the CDNA3 16-bit shapes, and the
+        fp8 / i8 shapes of K 16 (32x32) and 32 (16x16))."""
+        return self.mfma.k_per_lane * 2 == self.elems_per_chunk
 
     @property
     def mfma_per_read(self) -> int:
-        return ELEMS_PER_CHUNK // self.mfma.k_per_lane
+        return self.elems_per_chunk // self.mfma.k_per_lane
 
     @property
     def k_per_read(self) -> int:
-        """k elements covered by one ds_read_b128 per lane across the wave (8 per lane group)."""
-        return ELEMS_PER_CHUNK * self.lane_groups
+        """k elements covered by one ds_read_b128 per lane across the wave (one chunk per lane group)."""
+        return self.elems_per_chunk * self.lane_groups
 
     @property
     def read_steps(self) -> int:
@@ -657,7 +664,7 @@ class GemmPlan:
     def transposed_read(self, operand: str) -> bool:
         """Whether `operand` sits in LDS as the user stores it, (K, X) with X = M or N contiguous, and its MFMA
         fragments are read with ds_read_b64_tr_b16: an operand that is not K-major, on an arch with that read."""
-        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16
+        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16 and self.dtype.bytes == 2
 
     def copied_as_stored(self, operand: str) -> bool:
         """Whether the LDS tile of `operand` has the user's layout (16-byte runs copy whole: ds_write_b128 or LDS
@@ -708,7 +715,7 @@ class GemmPlan:
             within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
             return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
-        chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
+        chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)  # one chunk = k_per_read / G consecutive k
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
     def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0, piece: int = 0):
@@ -799,7 +806,7 @@ class GemmPlan:
         both operands."""
         kpl = self.mfma.k_per_lane
         kk = np.asarray(kk) if not isinstance(kk, int) else kk
-        return self.k_per_read * kstep_pair + ELEMS_PER_CHUNK * (kk // kpl) + kpl * sub + kk % kpl
+        return self.k_per_read * kstep_pair + self.elems_per_chunk * (kk // kpl) + kpl * sub + kk % kpl
 
     # -- accumulators and the epilogue -----------------------------------------------------------------------------
     def acc_element(self, rep_m: int, rep_n: int, reg: int, wave, lane):
@@ -858,7 +865,7 @@ class GemmPlan:
         key = (operand, kind, lane_bytes)
         if key not in self._copies:
             rows, cols = self.user_tile_shape(operand)
-            runs = rows * cols // ELEMS_PER_CHUNK
+            runs = rows * cols // self.elems_per_chunk
             pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
             units = runs * (CHUNK // lane_bytes) // pack  # what one thread moves per `pack` slots
             slots = pack * -(-units // self.threads)
@@ -951,8 +958,16 @@ def _d_inverse(shape: MfmaShape):
 
 def _check_operand_layout(shape: MfmaShape) -> None:
     """The read plan relies on: lane l holds row l % dim and k_per_lane consecutive k from (l // dim) * k_per_lane,
-    register r / half h being k offset 2r + h (mfma_layout.a_location / b_location)."""
+    register r / half h being k offset 2r + h (mfma_layout.a_location / b_location); for 8-bit elements byte slot
+    s being k offset s (mfma_layout.element_location, which the emulator's 8-bit MFMAs read by)."""
     kpl = shape.k_per_lane
+    if shape.elem_bytes == 1:
+        for row in range(shape.M):
+            for kk in range(shape.K):
+                if mfma_layout.element_location(shape.M, shape.K, row, kk) != (shape.M * (kk // kpl) + row, kk % kpl):
+                    raise CompileError(f"T.gemm: MFMA {shape.M}x{shape.N}x{shape.K} 8-bit operand layout is not the "
+                                       "one planned for")
+        return
     for row in range(shape.M):
         for kk in range(shape.K):
             want = (shape.M * (kk // kpl) + row, (kk % kpl) // 2, kk % 2)
@@ -972,8 +987,14 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     arch = get_arch(arch)
     dt = as_dtype(dtype)
     shapes = arch.mfma_shapes.get(dt.short)
-    if not dt.is_16bit or not shapes:
-        raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: bfloat16, float16)")
+    supported = ("bfloat16", "float16", "int8") + tuple(arch.fp8_dtypes)
+    if dt.name not in supported or not shapes:
+        raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: "
+                           f"{', '.join(supported)})")
+    if dt.bytes == 1 and (transpose_A or not transpose_B):
+        raise CompileError(f"T.gemm: {dt.name} operands must be K-major in shared memory (A as (M, K), B as (N, K) "
+                           f"with transpose_B=True): the transposing copy and LDS read move 16-bit elements only; "
+                           f"store the operand transposed in global memory")
     for name, v in (("block_M", block_M), ("block_N", block_N), ("block_K", block_K), ("num_stages", num_stages)):
         if not isinstance(v, int) or v <= 0:
             raise CompileError(f"T.gemm: {name} must be a positive int, got {v!r}")
@@ -987,8 +1008,8 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     reasons = []
     for shape in shapes:
         dim, G = shape.M, WAVE // shape.M
-        k_read = ELEMS_PER_CHUNK * G
-        pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 == ELEMS_PER_CHUNK else ""
+        k_read = CHUNK // dt.bytes * G
+        pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 * dt.bytes == CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
         why = []
