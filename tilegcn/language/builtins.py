@@ -474,12 +474,31 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
                            f"{c.dtype.name} {c.name})", location=loc)
     if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
         raise CompileError("T.gemm operands must be 2-d", location=loc)
+    if policy not in (None, *GemmWarpPolicy.ALL):
+        raise CompileError(f"T.gemm: policy={policy!r}; use one of T.GemmWarpPolicy.Square, .FullRow, .FullCol",
+                           location=loc)
     M, K = a.shape[::-1] if transpose_A else a.shape
     Kb, Nb = b.shape[::-1] if transpose_B else b.shape
     if K != Kb or tuple(c.shape) != (M, Nb):
         raise CompileError(f"T.gemm shapes do not agree: A {a.shape}{'^T' if transpose_A else ''} @ "
                            f"B {b.shape}{'^T' if transpose_B else ''} -> C {c.shape}", location=loc)
     tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B), loc=loc))
+
+
+class GemmWarpPolicy:
+    """TileLang's names for how T.gemm splits C over the waves (`policy=`): `Square`, `FullRow`, `FullCol`. tilegcn
+    accepts them and plans the split itself (the squarest wave tile that whole MFMA tiles cover), so any of them
+    gives the same result.
+
+    Example:
+
+    ```python
+    T.gemm(A_shared, B_shared, C_local, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+    ```
+    """
+
+    Square, FullRow, FullCol = "Square", "FullRow", "FullCol"
+    ALL = (Square, FullRow, FullCol)
 
 
 def Parallel(*extents):
