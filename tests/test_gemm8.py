@@ -81,24 +81,34 @@ def _close_to_fp32(C, A, B):
     assert bool(((C - ref).abs() <= bound).all()), f"max |C - ref| {(C - ref).abs().max().item():.3g}"
 
 
-# (arch, operand dtype, num_stages, block_M): each arch its e4m3 and e5m2 encoding, pipelined and not, and a 32-row
-# block whose four waves take the 16x16 MFMAs
-FLOAT_CASES = [("gfx942", FP8, 1, 64), ("gfx942", BF8, 2, 32), ("gfx950", FP8, 2, 64), ("gfx950", BF8, 1, 32)]
+# (arch, operand dtype, num_stages, block_M, block_K, the MFMA): each arch its e4m3 and e5m2 encoding, pipelined and
+# not, 32x32 and (a 32-row block over four waves) 16x16 tiles; gfx950 takes its f8f6f4 MFMAs (twice the fp8_fp8
+# rate, cbsz / blgp naming the format) where block_K covers their K per read step (64 for 32x32, 128 for 16x16)
+FLOAT_CASES = [("gfx942", FP8, 1, 64, 64, "v_mfma_f32_32x32x16_fp8_fp8"),
+               ("gfx942", BF8, 2, 32, 64, "v_mfma_f32_16x16x32_bf8_bf8"),
+               ("gfx950", FP8, 2, 64, 64, "v_mfma_f32_32x32x64_f8f6f4"),
+               ("gfx950", BF8, 1, 64, 64, "v_mfma_f32_32x32x64_f8f6f4 cbsz:1 blgp:1"),
+               ("gfx950", FP8, 1, 32, 128, "v_mfma_f32_16x16x128_f8f6f4"),
+               ("gfx950", BF8, 2, 32, 64, "v_mfma_f32_16x16x32_bf8_bf8")]
 
 
-@pytest.mark.parametrize("arch,dtypes,stages,block_M", FLOAT_CASES,
-                         ids=[f"{a}-{d[a]}-s{s}-bm{m}".replace("torch.", "") for a, d, s, m in FLOAT_CASES])
-def test_fp8_gemm_matches_torch(arch, dtypes, stages, block_M):
+@pytest.mark.parametrize("arch,dtypes,stages,block_M,block_K,mfma", FLOAT_CASES,
+                         ids=[f"{a}-{d[a]}-s{s}-bm{m}-bk{k}".replace("torch.", "") for a, d, s, m, k, _ in FLOAT_CASES])
+def test_fp8_gemm_matches_torch(arch, dtypes, stages, block_M, block_K, mfma):
     dt = dtypes[arch]
     A, B = _fp8((64, 128), dt, 1), _fp8((64, 128), dt, 2)
     C = torch.full((64, 64), float("nan"))
-    gemm8(A, B, C, arch=arch, num_stages=stages, block_M=block_M)
+    cfg = dict(arch=arch, num_stages=stages, block_M=block_M, block_K=block_K)
+    gemm8(A, B, C, **cfg)
     _close_to_fp32(C, A, B)
-    asm = gemm8.compile(A, B, C, arch=arch, num_stages=stages, block_M=block_M).asm
-    fmt = "fp8" if dt in FP8.values() else "bf8"
-    shape = "32x32x16" if block_M == 64 else "16x16x32"  # 32 rows over four waves: 16x16 tiles
+    asm = gemm8.compile(A, B, C, **cfg).asm
     fills = {name for name, _ in get_arch(arch).acc_fill_mfmas()}  # T.clear: D = 0 * 0 + 0, any input type
-    assert set(re.findall(r"\bv_mfma_\w+", asm)) - fills == {f"v_mfma_f32_{shape}_{fmt}_{fmt}"}
+    used = set()  # each MFMA of the kernel but T.clear's, with its modifiers (cbsz:1 ...)
+    for line in asm.splitlines():
+        words = line.split("//")[0].split()
+        if words and words[0].startswith("v_mfma") and words[0] not in fills:
+            used.add(" ".join([words[0]] + [w for w in words[1:] if re.fullmatch(r"\w+:\d+", w)]))
+    assert used == {mfma}
 
 
 @pytest.mark.parametrize("arch,block_M", [("gfx942", 64), ("gfx950", 32)])

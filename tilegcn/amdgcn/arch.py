@@ -5,6 +5,7 @@ and AMD's matrix instruction calculator. Nothing outside this file should hard-c
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 from ..errors import UnsupportedArchError
@@ -37,6 +38,10 @@ class MfmaShape:
     d_row_block: int = 4
     elem_bytes: int = 2  # operand element width: 2 (bf16 / f16) or 1 (fp8 / bf8 / i8: issue 22)
     acc: str = "f32"  # accumulator type: "f32", or "i32" for the i8 MFMAs
+    # operand register blocks: gfx950's f8f6f4 MFMAs on 8-bit elements read 8 VGPRs per operand as two blocks of 4,
+    # block b holding k in [b * K / 2, (b + 1) * K / 2) (mfma_layout.element_location); 1 for every other MFMA
+    blocks: int = 1
+    modifiers: str = ""  # assembler modifiers of the instruction (f8f6f4: cbsz / blgp name the operand formats)
 
     def name(self, dtype: str) -> str:
         return self.name_template.format(dtype=dtype)
@@ -224,10 +229,10 @@ class Arch:
                 best[shape.d_regs] = shape
         return tuple((s.name(dtype), s) for _, s in sorted(best.items(), reverse=True))
 
-    @property
+    @functools.cached_property
     def every_mfma_hazard(self) -> MfmaHazards:
-        """mfma_hazards with the rows of lowp_mfma_hazards added: the emulated device's table, for any MFMA it runs
-        (tilegcn's compiler reads mfma_hazards alone, for the MFMAs it emits)."""
+        """mfma_hazards with the rows of lowp_mfma_hazards added: the one table the emulated device (any MFMA it runs)
+        and the compiler's hazard pass (the MFMAs T.gemm emits, gfx950's 16-pass f8f6f4 ones included) read."""
         extra = self.lowp_mfma_hazards
         if extra is None:
             return self.mfma_hazards
@@ -277,12 +282,20 @@ def _eight_bit_shapes(lowp: dict, names: dict) -> dict:
     """The 8-bit MFMAs T.gemm emits (issue 22), dtype short name -> MfmaShapes, preferred first, built from the
     emulator's table `lowp` (mnemonic -> LowpMfma) so the compiler and the emulated device read one set of shapes and
     passes (the compiler's hazard rows are keyed by those passes). `names`: dtype -> mnemonics, preferred first.
-    Only forms whose operand is one 16-byte LDS read or half of one (2 or 4 VGPRs) are listed: gfx950's f8f6f4
-    MFMAs read 8 VGPRs per operand, which the read plan does not feed yet."""
+    gfx950's f8f6f4 MFMAs come first for fp8 / bf8: twice the rate of the fp8_fp8 ones, their 8 VGPRs per operand
+    filled by two 16-byte LDS reads (`blocks`)."""
     out = {}
     for dtype, mnemonics in names.items():
-        out[dtype] = tuple(MfmaShape(m, lowp[m].M, lowp[m].N, lowp[m].K, passes=lowp[m].passes, elem_bytes=1,
-                                     acc=lowp[m].acc) for m in mnemonics)
+        shapes = []
+        for m in mnemonics:
+            mfma, blocks, mods = lowp[m], 1, ""
+            if mfma.a_type == "f8f6f4":  # both operands in `dtype`'s format: passes and registers of 8-bit operands
+                code = next(c for c, (fmt, _) in F8F6F4_FORMATS.items() if fmt == dtype)
+                blocks, mods = 2, f"cbsz:{code} blgp:{code}" if code else ""
+            passes = f8f6f4_passes(mfma, 0, 0) if mfma.a_type == "f8f6f4" else mfma.passes
+            shapes.append(MfmaShape(m, mfma.M, mfma.N, mfma.K, passes=passes, elem_bytes=1, acc=mfma.acc,
+                                    blocks=blocks, modifiers=mods))
+        out[dtype] = tuple(shapes)
     return out
 
 
@@ -291,7 +304,8 @@ _CDNA3_EIGHT_BIT = {
     "bf8": ("v_mfma_f32_32x32x16_bf8_bf8", "v_mfma_f32_16x16x32_bf8_bf8"),
     "i8": ("v_mfma_i32_32x32x16_i8", "v_mfma_i32_16x16x32_i8"),
 }
-_CDNA4_EIGHT_BIT = {**_CDNA3_EIGHT_BIT,
+_F8F6F4 = ("v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4")  # twice the fp8_fp8 rate
+_CDNA4_EIGHT_BIT = {"fp8": _F8F6F4 + _CDNA3_EIGHT_BIT["fp8"], "bf8": _F8F6F4 + _CDNA3_EIGHT_BIT["bf8"],
                     "i8": ("v_mfma_i32_32x32x32_i8", "v_mfma_i32_16x16x64_i8") + _CDNA3_EIGHT_BIT["i8"]}
 
 _CDNA4_MFMA = {

@@ -542,7 +542,7 @@ def lower_gemm(ctx: Context, s: TileOp):
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
-    op_name = plan.mfma.name(s.A.dtype.short)
+    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for buf in (s.A, s.B)):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
         # written before the first one); the stage's next copy waits for these reads at a barrier
@@ -551,7 +551,7 @@ def lower_gemm(ctx: Context, s: TileOp):
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
-    sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
+    sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
             for _ in range(min(2, plan.read_steps))]
     families = {op: plan.read_offsets(op) for op in "AB"}
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
@@ -574,7 +574,7 @@ def lower_gemm(ctx: Context, s: TileOp):
             src_a = _piece(frag_b[rep_b], first_b, n_b)
             src_b = _piece(frag_a[rep_a], first_a, n_a)
             d = _piece(acc, acc_first, acc_count)
-            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA))
+            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
     for group in sets:
         for regs in group.values():
             for r in regs:

@@ -596,12 +596,18 @@ class GemmPlan:
 
     @property
     def mfma_per_read(self) -> int:
-        return self.elems_per_chunk // self.mfma.k_per_lane
+        """MFMAs one read step feeds (its `blocks` reads of a 16-byte chunk each)."""
+        return self.elems_per_chunk * self.mfma.blocks // self.mfma.k_per_lane
+
+    @property
+    def frag_regs(self) -> int:
+        """VGPRs of one operand fragment: 4 per 16-byte read, two reads (8 VGPRs) for gfx950's f8f6f4 MFMAs."""
+        return 4 * self.mfma.blocks
 
     @property
     def k_per_read(self) -> int:
-        """k elements covered by one ds_read_b128 per lane across the wave (one chunk per lane group)."""
-        return self.elems_per_chunk * self.lane_groups
+        """k elements covered by one read step across the wave (a chunk per lane group and operand block)."""
+        return self.elems_per_chunk * self.lane_groups * self.mfma.blocks
 
     @property
     def read_steps(self) -> int:
@@ -615,7 +621,7 @@ class GemmPlan:
     @property
     def operand_regs_per_step(self) -> dict:
         """VGPRs per lane the fragments of one k-step pair take: 4 per ds_read_b128."""
-        return {"A": 4 * self.repeats_M, "B": 4 * self.repeats_N}
+        return {"A": self.frag_regs * self.repeats_M, "B": self.frag_regs * self.repeats_N}
 
     @property
     def row_bytes(self) -> int:
@@ -699,7 +705,8 @@ class GemmPlan:
         from a tile stored (K, X) (module doc, point 7)."""
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
-        return (ReadPiece("ds_read_b128", 0, 4),)
+        # f8f6f4: block b of the operand (VGPRs 4b..4b+3) from its own chunk (_read_offset)
+        return tuple(ReadPiece("ds_read_b128", 4 * b, 4) for b in range(self.mfma.blocks))
 
     def _read_offset(self, operand, wave, lane, rep, step, stage=0, piece=0):
         ops = _ops_for(wave, lane)
@@ -715,7 +722,9 @@ class GemmPlan:
             within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
             return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
-        chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)  # one chunk = k_per_read / G consecutive k
+        # lane group g reads chunk g of the step's G (per operand block `piece`: G * blocks chunks a step); A and B
+        # take the same k order, so the sum over k is the one of A @ B
+        chunk = (step * self.mfma.blocks + piece) * self.lane_groups + ops.fdiv(lane, self.dim)
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
     def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0, piece: int = 0):
@@ -765,8 +774,9 @@ class GemmPlan:
 
     def reads(self, kstep_pair: int) -> list:
         """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB)."""
-        return [OperandRead("B", rn, kstep_pair, 4 * rn) for rn in range(self.repeats_N)] + [
-            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(self.repeats_M)
+        n = self.frag_regs
+        return [OperandRead("B", rn, kstep_pair, n * rn) for rn in range(self.repeats_N)] + [
+            OperandRead("A", rm, kstep_pair, n * rm) for rm in range(self.repeats_M)
         ]
 
     def mfma_sequence(self, kstep_pair: int) -> list:
@@ -780,8 +790,8 @@ class GemmPlan:
                     acc = (rm * self.repeats_N + rn) * self.mfma.d_regs
                     seq.append(MfmaIssue(
                         rm, rn, kstep_pair, sub, kstep_pair * self.mfma_per_read + sub, acc, self.mfma.d_regs,
-                        src_a=(OperandRead("B", rn, kstep_pair, 4 * rn), sub * na, na),
-                        src_b=(OperandRead("A", rm, kstep_pair, 4 * rm), sub * na, na),
+                        src_a=(OperandRead("B", rn, kstep_pair, self.frag_regs * rn), sub * na, na),
+                        src_b=(OperandRead("A", rm, kstep_pair, self.frag_regs * rm), sub * na, na),
                     ))
         return seq
 
@@ -804,9 +814,12 @@ class GemmPlan:
     def mfma_k(self, kstep_pair: int, sub: int, kk):
         """Real k (0 .. block_K-1) of the MFMA's logical k index kk (0 .. mfma.K-1) in step (kstep_pair, sub), for
         both operands."""
-        kpl = self.mfma.k_per_lane
+        kpl, epc = self.mfma.k_per_lane, self.elems_per_chunk
         kk = np.asarray(kk) if not isinstance(kk, int) else kk
-        return self.k_per_read * kstep_pair + self.elems_per_chunk * (kk // kpl) + kpl * sub + kk % kpl
+        if self.mfma.blocks > 1:  # block b of the operand is the step's chunk set b (_read_offset's `piece`)
+            block, kb = kk // (self.mfma.K // self.mfma.blocks), kk % (self.mfma.K // self.mfma.blocks)
+            return self.k_per_read * kstep_pair + epc * self.lane_groups * block + kb
+        return self.k_per_read * kstep_pair + epc * (kk // kpl) + kpl * sub + kk % kpl
 
     # -- accumulators and the epilogue -----------------------------------------------------------------------------
     def acc_element(self, rep_m: int, rep_n: int, reg: int, wave, lane):
@@ -961,10 +974,13 @@ def _check_operand_layout(shape: MfmaShape) -> None:
     register r / half h being k offset 2r + h (mfma_layout.a_location / b_location); for 8-bit elements byte slot
     s being k offset s (mfma_layout.element_location, which the emulator's 8-bit MFMAs read by)."""
     kpl = shape.k_per_lane
-    if shape.elem_bytes == 1:
+    if shape.elem_bytes == 1:  # block b (of `blocks`) in VGPRs 4b..: kpl / blocks consecutive k of one chunk each
+        sub_k, sub = shape.K // shape.blocks, kpl // shape.blocks
         for row in range(shape.M):
             for kk in range(shape.K):
-                if mfma_layout.element_location(shape.M, shape.K, row, kk) != (shape.M * (kk // kpl) + row, kk % kpl):
+                block, kb = divmod(kk, sub_k)
+                want = (shape.M * (kb // sub) + row, block * sub + kb % sub)
+                if mfma_layout.element_location(shape.M, shape.K, row, kk, shape.blocks) != want:
                     raise CompileError(f"T.gemm: MFMA {shape.M}x{shape.N}x{shape.K} 8-bit operand layout is not the "
                                        "one planned for")
         return
@@ -1008,7 +1024,7 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     reasons = []
     for shape in shapes:
         dim, G = shape.M, WAVE // shape.M
-        k_read = CHUNK // dt.bytes * G
+        k_read = CHUNK // dt.bytes * G * shape.blocks
         pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 * dt.bytes == CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
