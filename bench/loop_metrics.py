@@ -20,8 +20,8 @@ loaded GPU achieves.
 `--dtype fp8` compiles the same kernel on the arch's e4m3 (float8_e4m3fnuz on gfx942, float8_e4m3fn on gfx950; B
 K-major, so `--layout NT` only) with a bf16 C, and takes the bound at the arch's full fp8 rate: the best fp8 FLOPs per
 pass of any fp8 MFMA the arch has (arch.lowp_mfmas: gfx942 32x32x16 fp8, 4096 per pass; gfx950 the f8f6f4 32x32x64,
-8192 per pass, which tilegcn does not emit yet: its fp8_fp8 MFMAs run at half that, so a gfx950 fp8 loop's ratio is
-at least 2).
+8192 per pass, which T.gemm emits for fp8 on gfx950). llvm-mca books an f8f6f4 MFMA at the fp4 rate (8 cycles for
+32x32x64); on 8-bit operands it is booked twice here, at the 16 passes it takes (`_booked`).
 
 Two more columns, after those: `salu`, the scalar instructions per K=64 step that do work (every `s_` instruction
 but s_waitcnt, s_barrier, s_nop, s_setprio and branches: descriptor rebuilds and address arithmetic left in the
@@ -52,7 +52,7 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 import tilegcn  # noqa: E402
-from tilegcn.amdgcn.arch import f8f6f4_passes, get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import F8F6F4_FORMATS, f8f6f4_passes, get_arch  # noqa: E402
 from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -86,10 +86,24 @@ def full_rate_flops_per_pass(arch, dtype: str = "bf16") -> float:
 
 def mca_cycles(body: list, arch_name: str) -> float:
     mca = find_llvm(arch_name).tool("llvm-mca")
-    text = "\n".join(i for i in body if not i.startswith("s_cbranch")) + "\n"
+    text = "\n".join(line for i in body if not i.startswith("s_cbranch") for line in _booked(i)) + "\n"
     out = subprocess.run([mca, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch_name}", f"-iterations={MCA_ITERATIONS}"],
                          input=text, capture_output=True, text=True, check=True).stdout
     return int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / MCA_ITERATIONS
+
+
+def _booked(instruction: str) -> list:
+    """The lines llvm-mca gets for one instruction: an f8f6f4 MFMA on two 8-bit operands twice. LLVM 22's scheduling
+    model books v_mfma_f32_32x32x64_f8f6f4 at 8 cycles whatever cbsz / blgp say (measured: a stream of them has
+    RThroughput 8, as the fp8_fp8 32x32x16), the fp4 rate; with 8-bit operands it takes 16 passes (llc's hazard
+    recognizer, arch.f8f6f4_passes; MI355X's fp8 peak is twice its bf16 one, not four times), so each stands for
+    two bookings here."""
+    op = instruction.split()[0] if instruction.split() else ""
+    if not op.endswith("_f8f6f4"):
+        return [instruction]
+    mods = dict(w.split(":") for w in instruction.split() if re.fullmatch(r"(cbsz|blgp):\d+", w))
+    eight_bit = any(F8F6F4_FORMATS[int(mods.get(m, 0))][1] == 8 for m in ("cbsz", "blgp"))
+    return [instruction] * (2 if eight_bit else 1)
 
 
 def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int, dtype: str = "bf16") -> dict:
