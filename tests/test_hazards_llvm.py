@@ -40,8 +40,10 @@ MIR_MFMA = {
     "v_mfma_f32_32x32x16_bf16": "V_MFMA_F32_32X32X16_BF16", "v_mfma_f32_16x16x32_bf16": "V_MFMA_F32_16X16X32_BF16",
     "v_mfma_f32_32x32x16_f16": "V_MFMA_F32_32X32X16_F16", "v_mfma_f32_16x16x32_f16": "V_MFMA_F32_16X16X32_F16",
     # the 8-bit MFMAs T.gemm emits (issue 22): arch.mfma_shapes takes them, passes included, from arch.lowp_mfmas
-    "v_mfma_f32_32x32x16_fp8_fp8": "V_MFMA_F32_32X32X16_FP8_FP8", "v_mfma_f32_16x16x32_fp8_fp8": "V_MFMA_F32_16X16X32_FP8_FP8",
-    "v_mfma_f32_32x32x16_bf8_bf8": "V_MFMA_F32_32X32X16_BF8_BF8", "v_mfma_f32_16x16x32_bf8_bf8": "V_MFMA_F32_16X16X32_BF8_BF8",
+    "v_mfma_f32_32x32x16_fp8_fp8": "V_MFMA_F32_32X32X16_FP8_FP8",
+    "v_mfma_f32_16x16x32_fp8_fp8": "V_MFMA_F32_16X16X32_FP8_FP8",
+    "v_mfma_f32_32x32x16_bf8_bf8": "V_MFMA_F32_32X32X16_BF8_BF8",
+    "v_mfma_f32_16x16x32_bf8_bf8": "V_MFMA_F32_16X16X32_BF8_BF8",
     "v_mfma_i32_32x32x16_i8": "V_MFMA_I32_32X32X16I8", "v_mfma_i32_16x16x32_i8": "V_MFMA_I32_16X16X32I8",
     "v_mfma_i32_32x32x32_i8": "V_MFMA_I32_32X32X32_I8", "v_mfma_i32_16x16x64_i8": "V_MFMA_I32_16X16X64_I8",
     # gfx950's f8f6f4 on two 8-bit operands (MIR: the operand widths in the name, cbsz / blgp as immediates)

@@ -2,8 +2,8 @@
 from ..ir.types import (bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float16, float32,
                          int8, int16, int32, int64, uint8)
 from .atomic import atomic_add, atomic_max, atomic_min
-from .builtins import (GemmWarpPolicy, Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv, clear, copy,
-                       empty, fill, gemm, print, use_swizzle)
+from .builtins import (GemmWarpPolicy, Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv,
+                       clear, copy, empty, fill, gemm, print, use_swizzle)
 from .control import Persistent, Serial, serial
 from .dynamic import dynamic, symbolic
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,

@@ -551,8 +551,8 @@ def lower_gemm(ctx: Context, s: TileOp):
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in (("A", s.A), ("B", s.B))}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
-    sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op in "AB"}
-            for _ in range(min(2, plan.read_steps))]
+    sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])]
+             for op in "AB"} for _ in range(min(2, plan.read_steps))]
     families = {op: plan.read_offsets(op) for op in "AB"}
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
     # thousands of them, the same few shapes over and over.

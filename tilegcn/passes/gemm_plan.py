@@ -61,6 +61,14 @@ Design
    read phase is conflict free; the LDS-DMA copy applies the swizzle on the global side as in point 4. Rows of
    32 bytes (X = 16) and X not a power of two leave some conflicts (correct, slower).
 
+8. 8-bit operands (fp8 / bf8 / int8, issue 22): the same plan in bytes. A 16-byte chunk holds 16 elements
+   (`elems_per_chunk`), so k_per_read, the copies' runs and the read offsets count 16 per chunk; the 8-bit MFMAs
+   hold k_per_lane consecutive bytes of a row per lane (mfma_layout.element_location), 8 bytes for gfx942's
+   32x32x16 / 16x16x32 (one chunk feeds two k-steps, as pair_k for 16-bit) and 16 for gfx950's i8 32x32x32 /
+   16x16x64. gfx950's f8f6f4 MFMAs read 8 VGPRs per operand as two blocks of 4 (`MfmaShape.blocks`): a read step
+   then reads two chunks per lane (`read_pieces`, piece b into VGPRs 4b..4b+3, chunk (step * 2 + b) * G + l // dim)
+   and feeds one MFMA. 8-bit tiles must be K-major (no transposing copy or LDS read of bytes).
+
 Offsets as VGPR base + immediate
 --------------------------------
 The emitter wants each LDS (and global) address as `base(tid) + constant` so one VGPR serves many instructions
