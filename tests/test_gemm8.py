@@ -139,7 +139,7 @@ def test_refusals_name_the_way_around():
     with pytest.raises(CompileError, match=r"float8_e4m3fn, an fp8 format gfx942 does not have.*use T.float8_e4m3fnuz"):
         gemm8(A, A, torch.zeros(64, 64), arch="gfx942")
     A = torch.zeros(64, 64, dtype=torch.int8)
-    with pytest.raises(CompileError, match=r"C must be a int32 fragment for int8"):
+    with pytest.raises(CompileError, match=r"C must be an int32 fragment for int8"):
         gemm8(A, A, torch.zeros(64, 64, dtype=torch.int32), arch="gfx950")
     with pytest.raises(CompileError, match=r"K-major.*transpose_B=True"):
         plan_gemm("gfx950", "float8_e4m3fn", 64, 64, 64, 256, transpose_B=False)

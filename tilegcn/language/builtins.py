@@ -470,7 +470,8 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
                            f"(got {a.dtype.name}, {b.dtype.name})", location=loc)
     acc = "int32" if a.dtype.name == "int8" else "float32"
     if c.scope != N.FRAGMENT or c.dtype.name != acc:
-        raise CompileError(f"T.gemm: C must be a {acc} fragment for {a.dtype.name} operands (got {c.scope} "
+        article = "an" if acc == "int32" else "a"
+        raise CompileError(f"T.gemm: C must be {article} {acc} fragment for {a.dtype.name} operands (got {c.scope} "
                            f"{c.dtype.name} {c.name})", location=loc)
     if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
         raise CompileError("T.gemm operands must be 2-d", location=loc)
