@@ -29,15 +29,15 @@ def emulator(monkeypatch):
 
 
 @tilegcn.jit
-def gemm8(A, B, C, *, acc_dtype="float32", block_M=64, block_N=64, block_K=64, threads=256, num_stages=1):
-    """C = A @ B^T with B given as (N, K) (8-bit operands are K-major), accumulated in `acc_dtype`."""
+def gemm8(A, B, C, *, acc_dtype="float32", block_M=64, block_N=64, block_K=64, threads=256, num_stages=1, init=0):
+    """C = init + A @ B^T with B given as (N, K) (8-bit operands are K-major), accumulated in `acc_dtype`."""
     M, K = A.shape
     N = B.shape[0]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
         A_s = T.alloc_shared((block_M, block_K), A.dtype)
         B_s = T.alloc_shared((block_N, block_K), B.dtype)
         acc = T.alloc_fragment((block_M, block_N), acc_dtype)
-        T.clear(acc)
+        T.fill(acc, init)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
             T.copy(A[by * block_M, k * block_K], A_s)
             T.copy(B[bx * block_N, k * block_K], B_s)
@@ -111,14 +111,15 @@ def test_fp8_gemm_matches_torch(arch, dtypes, stages, block_M, block_K, mfma):
     assert used == {mfma}
 
 
-@pytest.mark.parametrize("arch,block_M", [("gfx942", 64), ("gfx950", 32)])
-def test_int8_gemm_is_exact(arch, block_M):
+@pytest.mark.parametrize("arch,block_M,init", [("gfx942", 64, 0), ("gfx950", 32, -100000)])
+def test_int8_gemm_is_exact(arch, block_M, init):
+    """int32 accumulation, from 0 (an MFMA fill) or from a value that is no inline constant (v_accvgpr_write)."""
     gen = torch.Generator().manual_seed(3)
     A = torch.randint(-128, 128, (64, 128), generator=gen, dtype=torch.int8)
     B = torch.randint(-128, 128, (64, 128), generator=gen, dtype=torch.int8)
     C = torch.full((64, 64), -1, dtype=torch.int32)
-    gemm8(A, B, C, acc_dtype="int32", arch=arch, block_M=block_M, num_stages=2)
-    assert torch.equal(C.long(), A.long() @ B.long().T)
+    gemm8(A, B, C, acc_dtype="int32", arch=arch, block_M=block_M, num_stages=2, init=init)
+    assert torch.equal(C.long(), init + A.long() @ B.long().T)
 
 
 @pytest.mark.parametrize("arch,out", [("gfx942", torch.bfloat16), ("gfx950", torch.float8_e4m3fn)])

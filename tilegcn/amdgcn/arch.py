@@ -278,6 +278,7 @@ _CDNA3_MFMA = {
     for dtype in ("bf16", "f16")
 }
 
+
 def _eight_bit_shapes(lowp: dict, names: dict) -> dict:
     """The 8-bit MFMAs T.gemm emits (issue 22), dtype short name -> MfmaShapes, preferred first, built from the
     emulator's table `lowp` (mnemonic -> LowpMfma) so the compiler and the emulated device read one set of shapes and
