@@ -111,6 +111,15 @@ def test_fp8_gemm_matches_torch(arch, dtypes, stages, block_M, block_K, mfma):
     assert used == {mfma}
 
 
+def test_ragged_fp8_gemm_matches_torch():
+    """M, N past the tile's edge and K = 100 (rows of 100 bytes: 4-byte loads, a masked last K tile) on the f8f6f4
+    MFMAs of gfx950."""
+    A, B = _fp8((80, 100), torch.float8_e4m3fn, 7), _fp8((48, 100), torch.float8_e4m3fn, 8)
+    C = torch.full((80, 48), float("nan"))
+    gemm8(A, B, C, arch="gfx950", num_stages=2)
+    _close_to_fp32(C, A, B)
+
+
 @pytest.mark.parametrize("arch,block_M,init", [("gfx942", 64, 0), ("gfx950", 32, -100000)])
 def test_int8_gemm_is_exact(arch, block_M, init):
     """int32 accumulation, from 0 (an MFMA fill) or from a value that is no inline constant (v_accvgpr_write)."""
