@@ -1,7 +1,7 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
-                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate]
+                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate] [--dtype fp8]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads unless --threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
@@ -16,6 +16,12 @@ MFMA pass (a 32x32 MFMA occupies the XDL pipe for 8 of its cycles), so the bound
 divided by its number of steps. llvm-mca models one wave alone on a SIMD with every memory access hitting its
 scheduling model's latency: the ratio says how well the instruction stream keeps the MFMA pipe fed, not what a
 loaded GPU achieves.
+
+`--dtype fp8` compiles the same kernel on the arch's e4m3 (float8_e4m3fnuz on gfx942, float8_e4m3fn on gfx950; B
+K-major, so `--layout NT` only) with a bf16 C, and takes the bound at the arch's full fp8 rate: the best fp8 FLOPs per
+pass of any fp8 MFMA the arch has (arch.lowp_mfmas: gfx942 32x32x16 fp8, 4096 per pass; gfx950 the f8f6f4 32x32x64,
+8192 per pass, which T.gemm emits for fp8 on gfx950). llvm-mca books an f8f6f4 MFMA at the fp4 rate (8 cycles for
+32x32x64); on 8-bit operands it is booked twice here, at the 16 passes it takes (`_booked`).
 
 Two more columns, after those: `salu`, the scalar instructions per K=64 step that do work (every `s_` instruction
 but s_waitcnt, s_barrier, s_nop, s_setprio and branches: descriptor rebuilds and address arithmetic left in the
@@ -46,7 +52,7 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 import tilegcn  # noqa: E402
-from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import F8F6F4_FORMATS, f8f6f4_passes, get_arch  # noqa: E402
 from tilegcn.amdgcn.schedule import INTERLEAVE  # noqa: E402
 from tilegcn.toolchain import find_llvm  # noqa: E402
 
@@ -68,27 +74,46 @@ def loop_body(asm: str) -> list:
     raise ValueError("no loop (label + backward s_cbranch) in the assembly")
 
 
-def full_rate_flops_per_pass(arch) -> float:
-    """Best bf16 MFMA FLOPs per pass of one SIMD: max over the arch's shapes of 2*M*N*K / passes."""
-    return max(2 * s.M * s.N * s.K / s.passes for s in arch.mfma_shapes["bf16"])
+def full_rate_flops_per_pass(arch, dtype: str = "bf16") -> float:
+    """Best MFMA FLOPs per pass of one SIMD for `dtype` operands: max over the arch's shapes of 2*M*N*K / passes;
+    for "fp8" over every MFMA with fp8 operands the arch has (the f8f6f4 forms with their 8-bit passes included)."""
+    if dtype == "fp8":
+        fp8 = [(m, f8f6f4_passes(m, 0, 0) if m.a_type == "f8f6f4" else m.passes) for m in arch.lowp_mfmas.values()
+               if m.a_type in ("fp8", "f8f6f4") and not m.scaled]
+        return max(2 * m.M * m.N * m.K / passes for m, passes in fp8)
+    return max(2 * s.M * s.N * s.K / s.passes for s in arch.mfma_shapes[dtype])
 
 
 def mca_cycles(body: list, arch_name: str) -> float:
     mca = find_llvm(arch_name).tool("llvm-mca")
-    text = "\n".join(i for i in body if not i.startswith("s_cbranch")) + "\n"
+    text = "\n".join(line for i in body if not i.startswith("s_cbranch") for line in _booked(i)) + "\n"
     out = subprocess.run([mca, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={arch_name}", f"-iterations={MCA_ITERATIONS}"],
                          input=text, capture_output=True, text=True, check=True).stdout
     return int(re.search(r"Total Cycles:\s+(\d+)", out).group(1)) / MCA_ITERATIONS
 
 
-def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int) -> dict:
+def _booked(instruction: str) -> list:
+    """The lines llvm-mca gets for one instruction: an f8f6f4 MFMA on two 8-bit operands twice. LLVM 22's scheduling
+    model books v_mfma_f32_32x32x64_f8f6f4 at 8 cycles whatever cbsz / blgp say (measured: a stream of them has
+    RThroughput 8, as the fp8_fp8 32x32x16), the fp4 rate; with 8-bit operands it takes 16 passes (llc's hazard
+    recognizer, arch.f8f6f4_passes; MI355X's fp8 peak is twice its bf16 one, not four times), so each stands for
+    two bookings here."""
+    op = instruction.split()[0] if instruction.split() else ""
+    if not op.endswith("_f8f6f4"):
+        return [instruction]
+    mods = dict(w.split(":") for w in instruction.split() if re.fullmatch(r"(cbsz|blgp):\d+", w))
+    eight_bit = any(F8F6F4_FORMATS[int(mods.get(m, 0))][1] == 8 for m in ("cbsz", "blgp"))
+    return [instruction] * (2 if eight_bit else 1)
+
+
+def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int, dtype: str = "bf16") -> dict:
     arch = get_arch(arch_name)
     body = loop_body(asm)
     ops = [i.split()[0] for i in body]
     mfma_flops = sum(2 * int(a) * int(b) * int(c) for i in body for a, b, c in _MFMA.findall(i.split()[0]))
     waves = threads // 64
     steps = mfma_flops / (2 * block_M * block_N // waves * 64)  # K=64 steps of one wave per loop iteration
-    bound = mfma_flops / full_rate_flops_per_pass(arch)
+    bound = mfma_flops / full_rate_flops_per_pass(arch, dtype)
     cycles = mca_cycles(body, arch_name)
     mfmas = sum(op.startswith("v_mfma") for op in ops)
     count = lambda pred: sum(1 for i in body if pred(i)) / steps  # noqa: E731
@@ -110,15 +135,15 @@ def is_salu(instruction: str) -> bool:
     return instruction.startswith("s_") and not instruction.startswith(_NOT_SALU)
 
 
-def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto") -> dict:
-    """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 bf16 problem (the arch's device)."""
-    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule, copy).estimate()
+def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16") -> dict:
+    """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 problem (the arch's device)."""
+    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule, copy, dtype).estimate()
     return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
 
-def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto"):
+def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16"):
     bm, bn, bk = tile
-    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule, copy).asm
+    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule, copy, dtype).asm
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,11 +154,16 @@ def jit_gemm(schedule: str, copy: str = "auto"):
     return tilegcn.jit(kernels.gemm.fn, schedule=schedule, copy=copy)
 
 
-def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto"):
-    """tests/kernels.py `gemm` compiled (not run) for bf16 operands of `shape` (M, N, K)."""
+def operand_dtype(arch, dtype: str):
+    """The torch dtype of `dtype` ("bf16", or "fp8": the arch's e4m3 encoding)."""
+    return getattr(torch, get_arch(arch).fp8_dtypes[0]) if dtype == "fp8" else torch.bfloat16
+
+
+def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16"):
+    """tests/kernels.py `gemm` compiled (not run) for `dtype` operands of `shape` (M, N, K), C in bf16."""
     (bm, bn, bk), (M, N, K) = tile, shape
-    A = torch.empty(M, K, dtype=torch.bfloat16)
-    B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=torch.bfloat16)
+    A = torch.empty(M, K, dtype=operand_dtype(arch, dtype))
+    B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=operand_dtype(arch, dtype))
     C = torch.empty(M, N, dtype=torch.bfloat16)
     return jit_gemm(schedule, copy).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
                                       transpose_B=layout == "NT", num_stages=stages)
@@ -159,6 +189,8 @@ def main(argv=None):
                     help="copy paths compared (tilegcn.jit(copy=...)), for num_stages >= 2 rows")
     ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (gfx942's 256x256 tile at "
                     "num_stages=2 needs 256: its VGPR-staged stage does not fit two waves per SIMD)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"),
+                    help="operand dtype (fp8: the arch's e4m3, B K-major: use --layout NT)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
@@ -175,16 +207,17 @@ def main(argv=None):
                     for schedule in (schedules if stages == 2 else schedules[:1]):
                         for copy in (copies if stages > 1 else ["auto"]):
                             _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate,
-                                 args.threads)
+                                 args.threads, args.dtype)
 
 
-def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate, threads=256):
+def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate, threads=256, dtype="bf16"):
     name = f"{arch} {tile} {layout} stages={stages} {schedule} {copy}" + (f" {threads} thr" if threads != 256 else "")
+    name += f" {dtype}" if dtype != "bf16" else ""
     try:
-        asm = compile_asm(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy)
-        m = metrics(asm, arch, dims[0], dims[1], threads)
-        m.update(model_estimate(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy)
-                 if estimate else {})
+        asm = compile_asm(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy, dtype=dtype)
+        m = metrics(asm, arch, dims[0], dims[1], threads, dtype)
+        m.update(model_estimate(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy,
+                                dtype=dtype) if estimate else {})
     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
         print(f"{name:<58} {type(e).__name__}: {str(e)[:110]}")
         return

@@ -29,8 +29,8 @@ COMMANDS = {
     # (tests/test_tilelang_ports.py runs them on both arches and three dtypes)
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
                                               "per_token_cast_to_fp8", "elementwise_add", "gemm",
-                                              "gemm_splitk",
-                                              "gemm_splitk_vectorize_atomicadd")},
+                                              "gemm_splitk", "gemm_splitk_vectorize_atomicadd",
+                                              "gemm_fp8_amd")},
     "tilelang/topk.py": ["--M", "64", "--N", "32", "--topk", "4"],  # (main() tunes: 9 configs)
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],

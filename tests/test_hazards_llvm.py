@@ -39,6 +39,16 @@ MIR_MFMA = {
     "v_mfma_f32_32x32x8_f16": "V_MFMA_F32_32X32X8F16", "v_mfma_f32_16x16x16_f16": "V_MFMA_F32_16X16X16F16",
     "v_mfma_f32_32x32x16_bf16": "V_MFMA_F32_32X32X16_BF16", "v_mfma_f32_16x16x32_bf16": "V_MFMA_F32_16X16X32_BF16",
     "v_mfma_f32_32x32x16_f16": "V_MFMA_F32_32X32X16_F16", "v_mfma_f32_16x16x32_f16": "V_MFMA_F32_16X16X32_F16",
+    # the 8-bit MFMAs T.gemm emits (issue 22): arch.mfma_shapes takes them, passes included, from arch.lowp_mfmas
+    "v_mfma_f32_32x32x16_fp8_fp8": "V_MFMA_F32_32X32X16_FP8_FP8",
+    "v_mfma_f32_16x16x32_fp8_fp8": "V_MFMA_F32_16X16X32_FP8_FP8",
+    "v_mfma_f32_32x32x16_bf8_bf8": "V_MFMA_F32_32X32X16_BF8_BF8",
+    "v_mfma_f32_16x16x32_bf8_bf8": "V_MFMA_F32_16X16X32_BF8_BF8",
+    "v_mfma_i32_32x32x16_i8": "V_MFMA_I32_32X32X16I8", "v_mfma_i32_16x16x32_i8": "V_MFMA_I32_16X16X32I8",
+    "v_mfma_i32_32x32x32_i8": "V_MFMA_I32_32X32X32_I8", "v_mfma_i32_16x16x64_i8": "V_MFMA_I32_16X16X64_I8",
+    # gfx950's f8f6f4 on two 8-bit operands (MIR: the operand widths in the name, cbsz / blgp as immediates)
+    "v_mfma_f32_32x32x64_f8f6f4": "V_MFMA_F32_32X32X64_F8F6F4_f8_f8",
+    "v_mfma_f32_16x16x128_f8f6f4": "V_MFMA_F32_16X16X128_F8F6F4_f8_f8",
 }
 
 
@@ -83,11 +93,14 @@ class Op:
     inst: Inst
 
 
-def mfma(name, dst: R, a: R, b: R, c: R) -> Op:
+def mfma(name, dst: R, a: R, b: R, c: R, modifiers: str = "") -> Op:
+    """The MFMA `name` with `modifiers` (an f8f6f4's "cbsz:1 blgp:1"; its MIR takes them as two immediates)."""
     mir_name = MIR_MFMA[name] + ("_vgprcd_e64" if dst.file == "v" else "_e64")
-    return Op(f"{name} {dst.asm}, {a.asm}, {b.asm}, {c.asm}",
-              f"{dst.mir} = {mir_name} {a.mir}, {b.mir}, {c.mir}, 0, 0, 0, implicit $mode, implicit $exec",
-              Inst(name, (dst.reg, a.reg, b.reg, c.reg), (dst.reg,), (a.reg, b.reg, c.reg), isa.MFMA))
+    mods = dict(m.split(":") for m in modifiers.split())
+    imms = f"{mods.get('cbsz', 0)}, {mods.get('blgp', 0)}" if "f8f6f4" in name else "0, 0, 0"
+    return Op(f"{name} {dst.asm}, {a.asm}, {b.asm}, {c.asm}" + (f" {modifiers}" if modifiers else ""),
+              f"{dst.mir} = {mir_name} {a.mir}, {b.mir}, {c.mir}, {imms}, implicit $mode, implicit $exec",
+              Inst(name, (dst.reg, a.reg, b.reg, c.reg), (dst.reg,), (a.reg, b.reg, c.reg), isa.MFMA, modifiers))
 
 
 def accvgpr_read(dst: R, src: R) -> Op:
@@ -128,33 +141,37 @@ def buffer_store(data: R) -> Op:
 
 # ---- the cases: (hazard class, the table entry it checks, first op, second op) -------------------------------
 def mfma_cases(arch, name, shape):
-    hz = get_arch(arch).mfma_hazards
+    hz = get_arch(arch).every_mfma_hazard  # the compiler's table (the 16-pass f8f6f4 rows are the emulator's too)
     n_ab, n_d = shape.a_regs, shape.d_regs
-    A, B = R("v", 0, n_ab), R("v", 4, n_ab)
+    A, B = R("v", 0, n_ab), R("v", 4 if n_ab <= 4 else 24, n_ab)  # 8-VGPR operands: B clear of A and vacc
     acc = R("a", 0, n_d)
     vacc = R("v", 8, n_d)  # the VGPR-destination form; 8..23 stays clear of ADDR and the operands
     shifted = R("a", 2, n_d)  # partially overlaps acc
     p = shape.passes
-    first = mfma(name, acc, A, B, acc)
-    first_v = mfma(name, vacc, A, B, vacc)
+    mf = functools.partial(mfma, modifiers=shape.modifiers)  # this shape's cbsz / blgp
+    first = mf(name, acc, A, B, acc)
+    first_v = mf(name, vacc, A, B, vacc)
     return [
         ("vdst -> v_accvgpr_read", hz.vdst_to_read[p], first, accvgpr_read(R("v", 30), R("a", 1))),
         ("vdst -> VALU read", hz.vdst_to_read[p], first_v, valu_add(R("v", 30), R("v", 9))),
         ("vdst -> ds_write data", hz.vdst_to_read[p], first_v, ds_write(R("v", 9))),
         ("vdst -> buffer_store data", hz.vdst_to_read[p], first_v, buffer_store(R("v", 9))),
-        ("vdst -> MFMA srcA", hz.vdst_to_read[p], first_v, mfma(name, acc, R("v", 8, n_ab), B, acc)),
-        ("vdst -> MFMA srcB", hz.vdst_to_read[p], first_v, mfma(name, acc, A, R("v", 8, n_ab), acc)),
-        ("vdst -> same srcC", 0, first, mfma(name, acc, A, B, acc)),
-        ("vdst -> overlapping srcC", hz.vdst_to_srcc_overlap[p], first, mfma(name, shifted, A, B, shifted)),
+        ("vdst -> MFMA srcA", hz.vdst_to_read[p], first_v, mf(name, acc, R("v", 8, n_ab), B, acc)),
+        ("vdst -> MFMA srcB", hz.vdst_to_read[p], first_v, mf(name, acc, A, R("v", 8, n_ab), acc)),
+        ("vdst -> same srcC", 0, first, mf(name, acc, A, B, acc)),
+        ("vdst -> overlapping srcC", hz.vdst_to_srcc_overlap[p], first, mf(name, shifted, A, B, shifted)),
         ("VALU write -> MFMA srcA", hz.valu_write_to_mfma_src, valu_mov(R("v", 1), R("v", 30)), first),
         ("VALU write -> MFMA srcB", hz.valu_write_to_mfma_src, valu_mov(R("v", 4), R("v", 30)), first),
         ("v_accvgpr_write -> MFMA srcC", hz.valu_write_to_mfma_src, accvgpr_write(R("a", 1), R("v", 30)), first),
     ]
 
 
+# the 8-bit MFMAs: one case per row of the table (the rows are keyed by passes; these check each MFMA has the passes
+# and pipe the table gives it) rather than every spelling of a read, which the 16-bit MFMAs cover: the file stays cheap
+EIGHT_BIT_CASES = ("vdst -> VALU read", "vdst -> overlapping srcC", "VALU write -> MFMA srcA")
 CASES = [(arch, name, shape, *case) for arch in ARCHES for name, shape in _shapes(arch)
-         for case in mfma_cases(arch, name, shape)]
-IDS = [f"{c[0]}-{c[1]}-{c[3]}" for c in CASES]
+         for case in mfma_cases(arch, name, shape) if shape.elem_bytes == 2 or case[0] in EIGHT_BIT_CASES]
+IDS = [f"{c[0]}-{c[1]}{'-' + c[2].modifiers.replace(' ', '-') if c[2].modifiers else ''}-{c[3]}" for c in CASES]
 
 
 # ---- the oracle -------------------------------------------------------------------------------------------------
@@ -720,7 +737,7 @@ def cross_lane_cases(arch):
         ("SALU write of M0 -> v_readlane lane select m0", 0, salu_m0(), readlane(17, v(4), M0, "m0", "$m0")),
         ("SALU write of M0 -> ds_bpermute (reads no M0 on gfx9)", 0, salu_m0(), ds_bpermute(v(5), x, x)),
     ]
-    name, shape = _shapes(arch)[0]
+    name, shape = next((n, s) for n, s in _shapes(arch) if s.elem_bytes == 2)
     acc = R("a", 0, shape.d_regs)
     cases.append(("v_cmpx (EXEC) -> MFMA", vh.valu_exec_to_mfma, cmpx(v(30)),
                   mfma(name, acc, R("v", 0, shape.a_regs), R("v", 4, shape.a_regs), acc)))

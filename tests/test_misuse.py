@@ -283,9 +283,9 @@ def _copy_at(X, Y, s):
 def gemm_b_in_fragment(): gemm(*abc(), b_scope="fragment")
 @misuse(CompileError, r"C must be a float32 fragment")
 def gemm_bf16_accumulator(): gemm(*abc(), c_dtype="bfloat16")
-@misuse(CompileError, r"must both be bfloat16 or both float16 \(got float32, float32\)")
+@misuse(CompileError, r"must have one dtype of bfloat16, float16, .*int8 \(got float32, float32\)")
 def gemm_fp32_operands(): gemm(*abc(dtype=torch.float32))
-@misuse(CompileError, r"must both be bfloat16 or both float16 \(got bfloat16, float16\)")
+@misuse(CompileError, r"must have one dtype of bfloat16, float16, .*int8 \(got bfloat16, float16\)")
 def gemm_mixed_dtypes():
     a, b, c = abc()
     gemm(a, b.half(), c)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 import cumsum  # noqa: E402
 import elementwise_add  # noqa: E402
 import gemm  # noqa: E402
+import gemm_fp8_amd  # noqa: E402
 import gemm_persistent  # noqa: E402
 import gemm_splitk  # noqa: E402
 import gemm_splitk_vectorize_atomicadd  # noqa: E402
@@ -199,6 +200,25 @@ def test_gemm_returns_its_output(arch):
     a, b = _randn(96, 64, dtype=torch.float16), _randn(64, 80, dtype=torch.float16, seed=1)
     c = gemm.matmul(a, b, block_M=64, block_N=64, block_K=32, arch=arch)
     torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_fp8_amd(arch, monkeypatch):
+    """fp8 T.gemm (e4m3: FNUZ on gfx942, OCP on gfx950, as the port's determine_fp8_type picks for the target arch):
+    upstream's check, and the fp32 matmul of exactly the fp8 inputs (products exact, fp32 sums in another order)."""
+    monkeypatch.setenv("TILEGCN_ARCH", arch)
+    # the factory picks its dtype for the target when called, and a kernel factory keeps one kernel per argument set
+    # (not per target): a fresh memo per arch, as two processes targeting the two arches would have
+    monkeypatch.setattr(gemm_fp8_amd.fp8_matmul, "_kernels", {})
+    fp8 = gemm_fp8_amd.determine_torch_fp8_type()
+    assert fp8 == {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}[arch]
+    a, b = (_randn(*shape, dtype=torch.float16, seed=seed).mul(4).to(fp8) for seed, shape in ((0, (96, 256)),
+                                                                                                 (1, (64, 256))))
+    kernel = gemm_fp8_amd.fp8_matmul(96, 64, 256, block_M=32, block_N=64, block_K=128, num_stages=0,
+                                     num_threads=256, k_pack=1, gemm_type="ss")
+    c = kernel(a, b)
+    torch.testing.assert_close(c, gemm_fp8_amd.ref_program(a, b), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -5,6 +5,7 @@ and AMD's matrix instruction calculator. Nothing outside this file should hard-c
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 from ..errors import UnsupportedArchError
@@ -35,6 +36,12 @@ class MfmaShape:
     # D (and C) layout: each lane holds `d_row_block` consecutive rows of one column in consecutive
     # registers (calculator data: 4 for every CDNA3 fp32-accumulating shape; the same for gfx950's).
     d_row_block: int = 4
+    elem_bytes: int = 2  # operand element width: 2 (bf16 / f16) or 1 (fp8 / bf8 / i8: issue 22)
+    acc: str = "f32"  # accumulator type: "f32", or "i32" for the i8 MFMAs
+    # operand register blocks: gfx950's f8f6f4 MFMAs on 8-bit elements read 8 VGPRs per operand as two blocks of 4,
+    # block b holding k in [b * K / 2, (b + 1) * K / 2) (mfma_layout.element_location); 1 for every other MFMA
+    blocks: int = 1
+    modifiers: str = ""  # assembler modifiers of the instruction (f8f6f4: cbsz / blgp name the operand formats)
 
     def name(self, dtype: str) -> str:
         return self.name_template.format(dtype=dtype)
@@ -46,8 +53,9 @@ class MfmaShape:
 
     @property
     def a_regs(self) -> int:
-        """VGPRs per lane for A (and B): k_per_lane 16-bit values, two per register."""
-        return self.k_per_lane // 2
+        """VGPRs per lane for A (and B): k_per_lane elements packed from bit 0 up (two 16-bit or four 8-bit per
+        register)."""
+        return self.k_per_lane * self.elem_bytes // 4
 
     @property
     def d_regs(self) -> int:
@@ -177,7 +185,7 @@ class Arch:
     sgpr_alloc_granule: int
     vector_tuple_align: int  # a VGPR/AGPR tuple starts at a multiple of this (gfx90a+; llvm-mc rejects v[1:4])
     sgpr_tuple_align: dict  # SGPRs in a tuple -> its start's alignment (s[3:4] and s[6:9] are rejected)
-    mfma_shapes: dict  # dtype ("bf16"/"f16") -> tuple of MfmaShape, preferred first
+    mfma_shapes: dict  # dtype ("bf16"/"f16"/"fp8"/"bf8"/"i8") -> tuple of MfmaShape, preferred first
     mfma_hazards: MfmaHazards
     valu_hazards: ValuHazards
     lds_dma_bytes: tuple  # legal per-lane widths of `buffer_load_* ... lds`
@@ -221,10 +229,10 @@ class Arch:
                 best[shape.d_regs] = shape
         return tuple((s.name(dtype), s) for _, s in sorted(best.items(), reverse=True))
 
-    @property
+    @functools.cached_property
     def every_mfma_hazard(self) -> MfmaHazards:
-        """mfma_hazards with the rows of lowp_mfma_hazards added: the emulated device's table, for any MFMA it runs
-        (tilegcn's compiler reads mfma_hazards alone, for the MFMAs it emits)."""
+        """mfma_hazards with the rows of lowp_mfma_hazards added: the one table the emulated device (any MFMA it runs)
+        and the compiler's hazard pass (the MFMAs T.gemm emits, gfx950's 16-pass f8f6f4 ones included) read."""
         extra = self.lowp_mfma_hazards
         if extra is None:
             return self.mfma_hazards
@@ -270,6 +278,37 @@ _CDNA3_MFMA = {
     for dtype in ("bf16", "f16")
 }
 
+
+def _eight_bit_shapes(lowp: dict, names: dict) -> dict:
+    """The 8-bit MFMAs T.gemm emits (issue 22), dtype short name -> MfmaShapes, preferred first, built from the
+    emulator's table `lowp` (mnemonic -> LowpMfma) so the compiler and the emulated device read one set of shapes and
+    passes (the compiler's hazard rows are keyed by those passes). `names`: dtype -> mnemonics, preferred first.
+    gfx950's f8f6f4 MFMAs come first for fp8 / bf8: twice the rate of the fp8_fp8 ones, their 8 VGPRs per operand
+    filled by two 16-byte LDS reads (`blocks`)."""
+    out = {}
+    for dtype, mnemonics in names.items():
+        shapes = []
+        for m in mnemonics:
+            mfma, blocks, mods = lowp[m], 1, ""
+            if mfma.a_type == "f8f6f4":  # both operands in `dtype`'s format: passes and registers of 8-bit operands
+                code = next(c for c, (fmt, _) in F8F6F4_FORMATS.items() if fmt == dtype)
+                blocks, mods = 2, f"cbsz:{code} blgp:{code}" if code else ""
+            passes = f8f6f4_passes(mfma, 0, 0) if mfma.a_type == "f8f6f4" else mfma.passes
+            shapes.append(MfmaShape(m, mfma.M, mfma.N, mfma.K, passes=passes, elem_bytes=1, acc=mfma.acc,
+                                    blocks=blocks, modifiers=mods))
+        out[dtype] = tuple(shapes)
+    return out
+
+
+_CDNA3_EIGHT_BIT = {
+    "fp8": ("v_mfma_f32_32x32x16_fp8_fp8", "v_mfma_f32_16x16x32_fp8_fp8"),
+    "bf8": ("v_mfma_f32_32x32x16_bf8_bf8", "v_mfma_f32_16x16x32_bf8_bf8"),
+    "i8": ("v_mfma_i32_32x32x16_i8", "v_mfma_i32_16x16x32_i8"),
+}
+_F8F6F4 = ("v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4")  # twice the fp8_fp8 rate
+_CDNA4_EIGHT_BIT = {"fp8": _F8F6F4 + _CDNA3_EIGHT_BIT["fp8"], "bf8": _F8F6F4 + _CDNA3_EIGHT_BIT["bf8"],
+                    "i8": ("v_mfma_i32_32x32x32_i8", "v_mfma_i32_16x16x64_i8") + _CDNA3_EIGHT_BIT["i8"]}
+
 _CDNA4_MFMA = {
     dtype: (
         MfmaShape("v_mfma_f32_32x32x16_{dtype}", 32, 32, 16, passes=8),
@@ -312,7 +351,7 @@ GFX942 = Arch(
     family="CDNA3 (MI300X)",
     min_llvm_major=17,
     lds_bytes=65536,
-    mfma_shapes=_CDNA3_MFMA,
+    mfma_shapes={**_CDNA3_MFMA, **_eight_bit_shapes(_lowp_mfmas(gfx950=False), _CDNA3_EIGHT_BIT)},
     # LLVM GCNHazardRecognizer (checked by tests/test_hazards_llvm.py against llc): XDL NumPasses + 3 to a read,
     # NumPasses + 1 to a partially overlapping srcC, 2 after a VALU write; a VALU overwriting the result as a read
     # does, one overwriting a srcC read NumPasses - 1 after it
@@ -345,7 +384,7 @@ GFX950 = Arch(
     family="CDNA4 (MI355X)",
     min_llvm_major=20,
     lds_bytes=163840,
-    mfma_shapes=_CDNA4_MFMA,
+    mfma_shapes={**_CDNA4_MFMA, **_eight_bit_shapes(_lowp_mfmas(gfx950=True), _CDNA4_EIGHT_BIT)},
     # gfx950 adds one wait state to both MFMA-result rows (LLVM: NumPasses + 3 + (NumPasses != 2 && gfx950))
     mfma_hazards=MfmaHazards(
         vdst_to_read={4: 8, 8: 12},

@@ -138,7 +138,7 @@ def _events(blks: list, arch) -> dict:
     mfmas = [inst for blk in blks for inst in blk.insts if inst.kind == isa.MFMA]
     mfma_writes = set().union(*[inst.def_units for inst in mfmas])
     mfma_reads = set().union(*[inst.use_units for inst in mfmas])
-    hz = arch.mfma_hazards
+    hz = arch.every_mfma_hazard
     events = {}
     valu_writes = set()  # units VALU instructions write that MFMAs read
     valu, mfma_kind = isa.VALU, isa.MFMA
@@ -223,7 +223,7 @@ def _pad_with_nops(out: list, need: int, max_nop: int) -> int:
 
 
 def _transfer(arch, events: dict):
-    hz = arch.mfma_hazards
+    hz = arch.every_mfma_hazard
     vdst_to_read, vdst_to_srcc_overlap, valu_to_mfma = hz.vdst_to_read, hz.vdst_to_srcc_overlap, \
         hz.valu_write_to_mfma_src
     m0_to_dma = arch.m0_write_to_lds_dma_nops + 1
@@ -324,7 +324,7 @@ class Written:
 
 def _valu_windows(arch) -> dict:
     """Class -> the most wait states a rule of it needs (a state entry is forgotten after that many)."""
-    vh, mh = arch.valu_hazards, arch.mfma_hazards
+    vh, mh = arch.valu_hazards, arch.every_mfma_hazard
     return {_TRANS: vh.trans_to_valu_read,
             _SGPR: max(vh.valu_sgpr_to_valu_read, vh.valu_sgpr_to_vmem_read, vh.valu_vcc_to_div_fmas,
                        vh.valu_sgpr_to_lane_select),
@@ -422,7 +422,7 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
     states = int(inst.operands[0]) + 1 if inst.op == "s_nop" else 1
     makes, needs = [], []
     if kind == isa.VALU:
-        vh, mh = arch.valu_hazards, arch.mfma_hazards
+        vh, mh = arch.valu_hazards, arch.every_mfma_hazard
         uses, defs = inst.use_units, inst.def_units
         roles = roles_of(inst.op)
         trans = roles.trans

@@ -435,8 +435,15 @@ def clear(buf):
     fill(buf, 0.0)
 
 
+# the arch decides which fp8 encodings it has (arch.fp8_dtypes: fnuz on gfx942, OCP on gfx950): the gemm plan says
+_GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2",
+                        "int8")
+
+
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
-    """C += A @ B on matrix cores. A, B: shared 16-bit tiles; C: a float32 fragment.
+    """C += A @ B on matrix cores. A, B: shared tiles of bfloat16 / float16, fp8 (float8_e4m3fnuz / e5m2fnuz on
+    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8; C: a float32 fragment (int32 for int8 operands). 8-bit operands
+    must be K-major: A as (M, K), B as (N, K) with transpose_B=True.
 
     A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
@@ -476,12 +483,17 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if a.scope == N.FRAGMENT and transpose_A:
         raise CompileError(f"T.gemm: A fragment {a.name} with transpose_A: a fragment A operand is [M, K]; "
                            "store it untransposed, or stage it in a shared buffer", location=loc)
-    if c.scope != N.FRAGMENT or c.dtype.name != "float32":
-        raise CompileError(f"T.gemm: C must be a float32 fragment (got {c.scope} {c.dtype.name} {c.name})",
-                           location=loc)
-    if a.dtype != b.dtype or a.dtype.name not in ("bfloat16", "float16"):
-        raise CompileError(f"T.gemm: A and B must both be bfloat16 or both float16 "
+    if a.scope == N.FRAGMENT and a.dtype.name not in ("bfloat16", "float16"):
+        raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
+                           "float16 (copy an 8-bit tile into a shared buffer)", location=loc)
+    if a.dtype != b.dtype or a.dtype.name not in _GEMM_OPERAND_DTYPES:
+        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} "
                            f"(got {a.dtype.name}, {b.dtype.name})", location=loc)
+    acc = "int32" if a.dtype.name == "int8" else "float32"
+    if c.scope != N.FRAGMENT or c.dtype.name != acc:
+        article = "an" if acc == "int32" else "a"
+        raise CompileError(f"T.gemm: C must be {article} {acc} fragment for {a.dtype.name} operands (got {c.scope} "
+                           f"{c.dtype.name} {c.name})", location=loc)
     if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
         raise CompileError("T.gemm operands must be 2-d", location=loc)
     M, K = a.shape[::-1] if transpose_A else a.shape

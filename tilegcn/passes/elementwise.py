@@ -902,6 +902,9 @@ def lower_fill(ctx: Context, s: TileOp):
     lay = ctx.layouts[s.buffer]
     if s.buffer.dtype.is_int or s.buffer.dtype.is_fp8:  # the value converted as T.cast converts it
         value = elemfn.convert_constant(s.buffer.dtype.name, s.value)
+        if lay.regs.file == "a":  # an int32 T.gemm accumulator (int8 operands)
+            _fill_int_accumulator(ctx, lay.regs, value)
+            return
         for i in range(lay.nregs):
             ctx.b.valu("v_mov_b32", lay.regs[i], value)
         return
@@ -949,6 +952,20 @@ def _fill_accumulator(ctx: Context, acc: Reg, value: float):
         b.valu("v_mov_b32", src, value)
     for i in range(first, acc.count):
         b.valu("v_accvgpr_write_b32", acc[i], src)
+
+
+def _fill_int_accumulator(ctx: Context, acc: Reg, value: int):
+    """Set every AGPR of an int32 accumulator to `value`: 0 has the bits of +0.0, so the MFMA fill of
+    `_fill_accumulator` serves; another value goes through a VGPR, one v_accvgpr_write each."""
+    if value == 0:
+        _fill_accumulator(ctx, acc, 0.0)
+        return
+    b = ctx.b
+    src = b.v.alloc(what="accumulator fill value")
+    b.valu("v_mov_b32", src, value)
+    for i in range(acc.count):
+        b.valu("v_accvgpr_write_b32", acc[i], src)
+    b.v.free(src)
 
 
 def _is_inline_f32(value: float) -> bool:

@@ -219,7 +219,7 @@ def _check_shared_copy(ctx: Context, s: TileOp):
         raise CompileError(f"{src.name} has strides {src.spec.strides}: tilegcn needs the last dimension "
                            "contiguous (stride 1); call .contiguous()", location=s.loc)
     mask = masked_dims(src, region.starts, region.extents)
-    width = access_width(src, 8, len(src.shape) - 1 in mask)
+    width = access_width(src, plan.elems_per_chunk, len(src.shape) - 1 in mask)
     if width < 4:
         raise CompileError(f"{src.name}: {_misalignment(src)}", location=s.loc)
     return plan, operand, mask, width
@@ -249,7 +249,7 @@ def _load_to_registers(ctx: Context, s: TileOp, cp, mask, width: int, regs: list
         for slot in range(cp.slots):
             index, shift = _slot_index(region, cp, slot, origins)
             with _ExecMask(ctx, cp.active_threads(slot)):
-                for piece in range(8 // per):
+                for piece in range(cp.plan.elems_per_chunk // per):
                     ctx.access.load(regs[slot][piece * dw:(piece + 1) * dw], width, src, index, mask,
                                     comment=f"{src.name} -> {s.dst.buffer.name} slot {slot}",
                                     shift=shift[:-1] + (shift[-1] + piece * per,), resource=resource)
@@ -545,7 +545,7 @@ def lower_gemm(ctx: Context, s: TileOp):
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
-    op_name = plan.mfma.name(s.A.dtype.short)
+    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
@@ -555,8 +555,8 @@ def lower_gemm(ctx: Context, s: TileOp):
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in lds_operands}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
-    sets = [{op: [b.v.alloc(4, align=4, what=f"{op} fragment") for _ in range(reps[op])] for op, _ in lds_operands}
-            for _ in range(min(2, plan.read_steps))]
+    sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])]
+             for op, _ in lds_operands} for _ in range(min(2, plan.read_steps))]
     families = {op: plan.read_offsets(op) for op, _ in lds_operands}
     a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
@@ -582,7 +582,7 @@ def lower_gemm(ctx: Context, s: TileOp):
             else:
                 src_b = _piece(a_regs, _operand_vgpr(plan, rep_a, step, first_a // n_a), n_a)
             d = _piece(acc, acc_first, acc_count)
-            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA))
+            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
     for group in sets:
         for regs in group.values():
             for r in regs:

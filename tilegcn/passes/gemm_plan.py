@@ -67,6 +67,14 @@ Design
    sweep, so the K-major B tile the transposing copy writes (gfx942) also swaps the 8-byte halves of rows 8..15 of
    every 16 (`halves_swizzled`, `half_flip`): reads and the copy's writes (at most 4 k each) are conflict free.
 
+9. 8-bit operands (fp8 / bf8 / int8, issue 22): the same plan in bytes. A 16-byte chunk holds 16 elements
+   (`elems_per_chunk`), so k_per_read, the copies' runs and the read offsets count 16 per chunk; the 8-bit MFMAs
+   hold k_per_lane consecutive bytes of a row per lane (mfma_layout.element_location), 8 bytes for gfx942's
+   32x32x16 / 16x16x32 (one chunk feeds two k-steps, as pair_k for 16-bit) and 16 for gfx950's i8 32x32x32 /
+   16x16x64. gfx950's f8f6f4 MFMAs read 8 VGPRs per operand as two blocks of 4 (`MfmaShape.blocks`): a read step
+   then reads two chunks per lane (`read_pieces`, piece b into VGPRs 4b..4b+3, chunk (step * 2 + b) * G + l // dim)
+   and feeds one MFMA. 8-bit tiles must be K-major (no transposing copy or LDS read of bytes).
+
 Offsets as VGPR base + immediate
 --------------------------------
 The emitter wants each LDS (and global) address as `base(tid) + constant` so one VGPR serves many instructions
@@ -451,7 +459,8 @@ class CopyPlan:
         p = self.plan
         r = slot * self.threads + tid
         rows, cols = self.tile_shape
-        cpr = cols // ELEMS_PER_CHUNK  # runs per user row
+        epc = p.elems_per_chunk
+        cpr = cols // epc  # runs per user row
         if self.kind == "transpose":
             # user tile (K, X): a run is 8 consecutive x at one k; unit u holds `pack` runs at consecutive k. Units go
             # along k first, then along x, so the writes of element e by a wave cover whole K-major LDS rows, whose
@@ -467,8 +476,8 @@ class CopyPlan:
         urow, pc = ops.fdiv(r, cpr), ops.mod(r, cpr)
         if self.kind == "lds_dma":
             lc = p.lds_swizzle(self.operand, urow, pc)  # the logical chunk whose home is physical chunk pc
-            return urow, ELEMS_PER_CHUNK * lc + piece * (ELEMS_PER_CHUNK // self.pieces), urow, lc
-        return urow, ELEMS_PER_CHUNK * pc, urow, pc
+            return urow, epc * lc + piece * (epc // self.pieces), urow, lc
+        return urow, epc * pc, urow, pc
 
     def _transpose_unit(self, tid, slot):
         """'transpose': (k group, run j within it, x chunk) of slot `slot`: the run's k is pack * k_group + j."""
@@ -593,18 +602,30 @@ class GemmPlan:
         return self.block_K // self.mfma.K
 
     @property
+    def elems_per_chunk(self) -> int:
+        """Operand elements in one 16-byte chunk: 8 of 16 bits, 16 of 8 bits (fp8 / bf8 / int8)."""
+        return CHUNK // self.dtype.bytes
+
+    @property
     def pair_k(self) -> bool:
-        """True when one ds_read_b128 feeds two MFMA k-steps (k_per_lane 4: the CDNA3 shapes)."""
-        return self.mfma.k_per_lane * 2 == ELEMS_PER_CHUNK
+        """True when one ds_read_b128 feeds two MFMA k-steps (8 bytes a lane: the CDNA3 16-bit shapes, and the
+        fp8 / i8 shapes of K 16 (32x32) and 32 (16x16))."""
+        return self.mfma.k_per_lane * 2 == self.elems_per_chunk
 
     @property
     def mfma_per_read(self) -> int:
-        return ELEMS_PER_CHUNK // self.mfma.k_per_lane
+        """MFMAs one read step feeds (its `blocks` reads of a 16-byte chunk each)."""
+        return self.elems_per_chunk * self.mfma.blocks // self.mfma.k_per_lane
+
+    @property
+    def frag_regs(self) -> int:
+        """VGPRs of one operand fragment: 4 per 16-byte read, two reads (8 VGPRs) for gfx950's f8f6f4 MFMAs."""
+        return 4 * self.mfma.blocks
 
     @property
     def k_per_read(self) -> int:
-        """k elements covered by one ds_read_b128 per lane across the wave (8 per lane group)."""
-        return ELEMS_PER_CHUNK * self.lane_groups
+        """k elements covered by one read step across the wave (a chunk per lane group and operand block)."""
+        return self.elems_per_chunk * self.lane_groups * self.mfma.blocks
 
     @property
     def read_steps(self) -> int:
@@ -618,7 +639,7 @@ class GemmPlan:
     @property
     def operand_regs_per_step(self) -> dict:
         """VGPRs per lane the fragments of one k-step pair take: 4 per ds_read_b128."""
-        return {"A": 4 * self.repeats_M, "B": 4 * self.repeats_N}
+        return {"A": self.frag_regs * self.repeats_M, "B": self.frag_regs * self.repeats_N}
 
     @property
     def row_bytes(self) -> int:
@@ -667,7 +688,7 @@ class GemmPlan:
     def transposed_read(self, operand: str) -> bool:
         """Whether `operand` sits in LDS as the user stores it, (K, X) with X = M or N contiguous, and its MFMA
         fragments are read with ds_read_b64_tr_b16: an operand that is not K-major, on an arch with that read."""
-        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16
+        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16 and self.dtype.bytes == 2
 
     def copied_as_stored(self, operand: str) -> bool:
         """Whether the LDS tile of `operand` has the user's layout (16-byte runs copy whole: ds_write_b128 or LDS
@@ -705,7 +726,8 @@ class GemmPlan:
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
         if self.a_in_registers and operand == "B":
             return (ReadPiece("ds_read_b64", 0, 2), ReadPiece("ds_read_b64", 2, 2))
-        return (ReadPiece("ds_read_b128", 0, 4),)
+        # f8f6f4: block b of the operand (VGPRs 4b..4b+3) from its own chunk (_read_offset)
+        return tuple(ReadPiece("ds_read_b128", 4 * b, 4) for b in range(self.mfma.blocks))
 
     def register_k(self, step: int, piece: int, lane):
         """With A in registers: the first of the 4 consecutive k that half `piece` (VGPRs 2*piece, 2*piece + 1) of
@@ -755,7 +777,9 @@ class GemmPlan:
             if self.halves_swizzled(operand):
                 within = ops.xor(within, self.half_flip(row), 4)
             return base + swizzled_offset(self.arch, row, ops.fdiv(k0, ELEMS_PER_CHUNK), self.row_bytes) + within
-        chunk = step * self.lane_groups + ops.fdiv(lane, self.dim)
+        # lane group g reads chunk g of the step's G (per operand block `piece`: G * blocks chunks a step); A and B
+        # take the same k order, so the sum over k is the one of A @ B
+        chunk = (step * self.mfma.blocks + piece) * self.lane_groups + ops.fdiv(lane, self.dim)
         return base + swizzled_offset(self.arch, row, chunk, self.row_bytes)
 
     def operand_read_offsets(self, operand, wave, lane, rep, kstep_pair, stage: int = 0, piece: int = 0):
@@ -806,8 +830,9 @@ class GemmPlan:
     def reads(self, kstep_pair: int) -> list:
         """The ds_read_b128 of one k-step pair: B fragments (MFMA srcA) then A fragments (MFMA srcB; none with A in
         registers)."""
-        return [OperandRead("B", rn, kstep_pair, 4 * rn) for rn in range(self.repeats_N)] + [
-            OperandRead("A", rm, kstep_pair, 4 * rm) for rm in range(0 if self.a_in_registers else self.repeats_M)
+        n = self.frag_regs
+        return [OperandRead("B", rn, kstep_pair, n * rn) for rn in range(self.repeats_N)] + [
+            OperandRead("A", rm, kstep_pair, n * rm) for rm in range(0 if self.a_in_registers else self.repeats_M)
         ]
 
     def mfma_sequence(self, kstep_pair: int) -> list:
@@ -821,8 +846,8 @@ class GemmPlan:
                     acc = (rm * self.repeats_N + rn) * self.mfma.d_regs
                     seq.append(MfmaIssue(
                         rm, rn, kstep_pair, sub, kstep_pair * self.mfma_per_read + sub, acc, self.mfma.d_regs,
-                        src_a=(OperandRead("B", rn, kstep_pair, 4 * rn), sub * na, na),
-                        src_b=(OperandRead("A", rm, kstep_pair, 4 * rm), sub * na, na),
+                        src_a=(OperandRead("B", rn, kstep_pair, self.frag_regs * rn), sub * na, na),
+                        src_b=(OperandRead("A", rm, kstep_pair, self.frag_regs * rm), sub * na, na),
                     ))
         return seq
 
@@ -845,9 +870,12 @@ class GemmPlan:
     def mfma_k(self, kstep_pair: int, sub: int, kk):
         """Real k (0 .. block_K-1) of the MFMA's logical k index kk (0 .. mfma.K-1) in step (kstep_pair, sub), for
         both operands."""
-        kpl = self.mfma.k_per_lane
+        kpl, epc = self.mfma.k_per_lane, self.elems_per_chunk
         kk = np.asarray(kk) if not isinstance(kk, int) else kk
-        return self.k_per_read * kstep_pair + ELEMS_PER_CHUNK * (kk // kpl) + kpl * sub + kk % kpl
+        if self.mfma.blocks > 1:  # block b of the operand is the step's chunk set b (_read_offset's `piece`)
+            block, kb = kk // (self.mfma.K // self.mfma.blocks), kk % (self.mfma.K // self.mfma.blocks)
+            return self.k_per_read * kstep_pair + epc * self.lane_groups * block + kb
+        return self.k_per_read * kstep_pair + epc * (kk // kpl) + kpl * sub + kk % kpl
 
     # -- accumulators and the epilogue -----------------------------------------------------------------------------
     def acc_element(self, rep_m: int, rep_n: int, reg: int, wave, lane):
@@ -906,7 +934,7 @@ class GemmPlan:
         key = (operand, kind, lane_bytes)
         if key not in self._copies:
             rows, cols = self.user_tile_shape(operand)
-            runs = rows * cols // ELEMS_PER_CHUNK
+            runs = rows * cols // self.elems_per_chunk
             pack = self._transpose_pack(-(-runs // self.threads)) if kind == "transpose" else 1
             if self.halves_swizzled(operand):
                 pack = min(pack, 4)  # a write must stay within one 8-byte half
@@ -1001,8 +1029,19 @@ def _d_inverse(shape: MfmaShape):
 
 def _check_operand_layout(shape: MfmaShape) -> None:
     """The read plan relies on: lane l holds row l % dim and k_per_lane consecutive k from (l // dim) * k_per_lane,
-    register r / half h being k offset 2r + h (mfma_layout.a_location / b_location)."""
+    register r / half h being k offset 2r + h (mfma_layout.a_location / b_location); for 8-bit elements byte slot
+    s being k offset s (mfma_layout.element_location, which the emulator's 8-bit MFMAs read by)."""
     kpl = shape.k_per_lane
+    if shape.elem_bytes == 1:  # block b (of `blocks`) in VGPRs 4b..: kpl / blocks consecutive k of one chunk each
+        sub_k, sub = shape.K // shape.blocks, kpl // shape.blocks
+        for row in range(shape.M):
+            for kk in range(shape.K):
+                block, kb = divmod(kk, sub_k)
+                want = (shape.M * (kb // sub) + row, block * sub + kb % sub)
+                if mfma_layout.element_location(shape.M, shape.K, row, kk, shape.blocks) != want:
+                    raise CompileError(f"T.gemm: MFMA {shape.M}x{shape.N}x{shape.K} 8-bit operand layout is not the "
+                                       "one planned for")
+        return
     for row in range(shape.M):
         for kk in range(shape.K):
             want = (shape.M * (kk // kpl) + row, (kk % kpl) // 2, kk % 2)
@@ -1028,8 +1067,14 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     arch = get_arch(arch)
     dt = as_dtype(dtype)
     shapes = arch.mfma_shapes.get(dt.short)
-    if not dt.is_16bit or not shapes:
-        raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: bfloat16, float16)")
+    supported = ("bfloat16", "float16", "int8") + tuple(arch.fp8_dtypes)
+    if dt.name not in supported or not shapes:
+        raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: "
+                           f"{', '.join(supported)})")
+    if dt.bytes == 1 and (transpose_A or not transpose_B):
+        raise CompileError(f"T.gemm: {dt.name} operands must be K-major in shared memory (A as (M, K), B as (N, K) "
+                           f"with transpose_B=True): the transposing copy and LDS read move 16-bit elements only; "
+                           f"store the operand transposed in global memory")
     for name, v in (("block_M", block_M), ("block_N", block_N), ("block_K", block_K), ("num_stages", num_stages)):
         if not isinstance(v, int) or v <= 0:
             raise CompileError(f"T.gemm: {name} must be a positive int, got {v!r}")
@@ -1043,8 +1088,8 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     reasons = []
     for shape in shapes:
         dim, G = shape.M, WAVE // shape.M
-        k_read = ELEMS_PER_CHUNK * G
-        pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 == ELEMS_PER_CHUNK else ""
+        k_read = CHUNK // dt.bytes * G * shape.blocks
+        pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 * dt.bytes == CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
         grids = [g for g in grids if _POLICY_KEEPS.get(policy, lambda g: True)(g)]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..amdgcn.arch import f8f6f4_passes
 from ..runtime.emulator.tracing import Const
 from ..runtime.emulator.tracing import mfma_shape as shape_of
 
@@ -53,6 +54,9 @@ def _is_fill(operands) -> bool:
 def classify(ins, handler, arch) -> Op:
     cls, base = handler.cls, ins.base
     if cls == "mfma" or base.startswith("v_mfma"):
+        lowp = arch.lowp_mfmas.get(base)
+        if lowp is not None:  # fp8 / int8 / f32 / f8f6f4: passes and shape from the arch's table (T.gemm's 8-bit too)
+            return _lowp_mfma(ins, lowp)
         info = shape_of(base)
         passes = handler.mfma.passes if handler.mfma is not None else info.passes if info else _passes_from_name(base)
         flops = 2 * info.M * info.N * info.K if info and not _is_fill(ins.operands) else 0
@@ -85,6 +89,17 @@ def classify(ins, handler, arch) -> Op:
     if base == "s_endpgm":
         return Op("end", None)
     return Op("other", "salu")
+
+
+def _lowp_mfma(ins, lowp) -> Op:
+    """An MFMA of arch.lowp_mfmas: an f8f6f4 one takes the passes of the formats cbsz / blgp name (16 on two 8-bit
+    operands, 8 on 6/4-bit ones: arch.f8f6f4_passes, checked against llc)."""
+    passes = lowp.passes
+    if lowp.a_type == "f8f6f4":
+        passes = f8f6f4_passes(lowp, int(ins.mods.get("cbsz", 0)), int(ins.mods.get("blgp", 0)))
+    flops = 0 if _is_fill(ins.operands) else 2 * lowp.M * lowp.N * lowp.K
+    base = ins.base  # co-issue as classify's rule for the other MFMAs says
+    return Op("mfma", "valu", passes=passes, coexec="_f32_" not in base[6:] and "f64" not in base, flops=flops)
 
 
 def _passes_from_name(base):

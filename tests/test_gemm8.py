@@ -1,0 +1,174 @@
+"""T.gemm on 8-bit operands (issue 22): fp8 / bf8 (float8_e4m3fnuz / e5m2fnuz on gfx942, the OCP float8_e4m3fn /
+e5m2 on gfx950) with an fp32 accumulator, int8 with an int32 one, on the emulated device against torch: the fp32
+(int64) matmul of exactly the 8-bit inputs. The per-token / per-channel scaled epilogue stored as bf16 or fp8; the
+refusals; the operand layout the plan relies on against AMD's Matrix Instruction Calculator. Small tiles: the file
+takes about 10 s."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.amdgcn.arch import get_arch
+from tilegcn.errors import CompileError
+from tilegcn.passes.gemm_plan import plan_gemm
+
+CALC = json.loads((pathlib.Path(__file__).parent / "data" / "mfma_layouts_cdna3.json").read_text())["instructions"]
+FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
+BF8 = {"gfx942": torch.float8_e5m2fnuz, "gfx950": torch.float8_e5m2}
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+
+
+@tilegcn.jit
+def gemm8(A, B, C, *, acc_dtype="float32", block_M=64, block_N=64, block_K=64, threads=256, num_stages=1, init=0):
+    """C = init + A @ B^T with B given as (N, K) (8-bit operands are K-major), accumulated in `acc_dtype`."""
+    M, K = A.shape
+    N = B.shape[0]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), acc_dtype)
+        T.fill(acc, init)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            T.copy(B[bx * block_N, k * block_K], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=True)
+        T.copy(acc, C[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def gemm8_scaled(A, B, scale_A, scale_B, C, *, block_M=64, block_N=64, block_K=64, threads=256):
+    """C = (A @ B^T) * scale_A[:, None] * scale_B[None, :] (per token, per channel), rounded to C's dtype on store."""
+    M, K = A.shape
+    N = B.shape[0]
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K), B.dtype)
+        acc = T.alloc_fragment((block_M, block_N), "float32")
+        sa = T.alloc_fragment((block_M,), "float32")
+        sb = T.alloc_fragment((block_N,), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[by * block_M, k * block_K], A_s)
+            T.copy(B[bx * block_N, k * block_K], B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=True)
+        T.copy(scale_A[by * block_M], sa)
+        T.copy(scale_B[bx * block_N], sb)
+        for i, j in T.Parallel(block_M, block_N):
+            acc[i, j] = acc[i, j] * sa[i] * sb[j]
+        T.copy(acc, C[by * block_M, bx * block_N])
+
+
+def _fp8(shape, dtype, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _close_to_fp32(C, A, B):
+    """Products of 8-bit floats are exact in fp32; what is left is the order of fp32 additions: <= K * 2^-24 * the
+    sum of |products| (a dropped or mispaired k term moves an entry by ~1, far outside)."""
+    ref = A.float() @ B.float().T
+    bound = A.shape[1] * 2.0 ** -24 * (A.float().abs() @ B.float().abs().T) + 1e-6
+    assert not C.isnan().any()
+    assert bool(((C - ref).abs() <= bound).all()), f"max |C - ref| {(C - ref).abs().max().item():.3g}"
+
+
+# (arch, operand dtype, num_stages, block_M, block_K, the MFMA): each arch its e4m3 and e5m2 encoding, pipelined and
+# not, 32x32 and (a 32-row block over four waves) 16x16 tiles; gfx950 takes its f8f6f4 MFMAs (twice the fp8_fp8
+# rate, cbsz / blgp naming the format) where block_K covers their K per read step (64 for 32x32, 128 for 16x16)
+FLOAT_CASES = [("gfx942", FP8, 1, 64, 64, "v_mfma_f32_32x32x16_fp8_fp8"),
+               ("gfx942", BF8, 2, 32, 64, "v_mfma_f32_16x16x32_bf8_bf8"),
+               ("gfx950", FP8, 2, 64, 64, "v_mfma_f32_32x32x64_f8f6f4"),
+               ("gfx950", BF8, 1, 64, 64, "v_mfma_f32_32x32x64_f8f6f4 cbsz:1 blgp:1"),
+               ("gfx950", FP8, 1, 32, 128, "v_mfma_f32_16x16x128_f8f6f4"),
+               ("gfx950", BF8, 2, 32, 64, "v_mfma_f32_16x16x32_bf8_bf8")]
+
+
+@pytest.mark.parametrize("arch,dtypes,stages,block_M,block_K,mfma", FLOAT_CASES,
+                         ids=[f"{a}-{d[a]}-s{s}-bm{m}-bk{k}".replace("torch.", "") for a, d, s, m, k, _ in FLOAT_CASES])
+def test_fp8_gemm_matches_torch(arch, dtypes, stages, block_M, block_K, mfma):
+    dt = dtypes[arch]
+    A, B = _fp8((64, 128), dt, 1), _fp8((64, 128), dt, 2)
+    C = torch.full((64, 64), float("nan"))
+    cfg = dict(arch=arch, num_stages=stages, block_M=block_M, block_K=block_K)
+    stats = gemm8(A, B, C, **cfg)
+    _close_to_fp32(C, A, B)
+    # the XOR swizzle of 16-byte chunks keeps byte rows conflict free too (the emulator's LDS bank model)
+    assert not {m: n for m, n in stats.lds_bank_conflicts_by_mnemonic.items() if n}
+    asm = gemm8.compile(A, B, C, **cfg).asm
+    fills = {name for name, _ in get_arch(arch).acc_fill_mfmas()}  # T.clear: D = 0 * 0 + 0, any input type
+    used = set()  # each MFMA of the kernel but T.clear's, with its modifiers (cbsz:1 ...)
+    for line in asm.splitlines():
+        words = line.split("//")[0].split()
+        if words and words[0].startswith("v_mfma") and words[0] not in fills:
+            used.add(" ".join([words[0]] + [w for w in words[1:] if re.fullmatch(r"\w+:\d+", w)]))
+    assert used == {mfma}
+
+
+def test_ragged_fp8_gemm_matches_torch():
+    """M, N past the tile's edge and K = 100 (rows of 100 bytes: 4-byte loads, a masked last K tile) on the f8f6f4
+    MFMAs of gfx950."""
+    A, B = _fp8((80, 100), torch.float8_e4m3fn, 7), _fp8((48, 100), torch.float8_e4m3fn, 8)
+    C = torch.full((80, 48), float("nan"))
+    gemm8(A, B, C, arch="gfx950", num_stages=2)
+    _close_to_fp32(C, A, B)
+
+
+@pytest.mark.parametrize("arch,block_M,init", [("gfx942", 64, 0), ("gfx950", 32, -100000)])
+def test_int8_gemm_is_exact(arch, block_M, init):
+    """int32 accumulation, from 0 (an MFMA fill) or from a value that is no inline constant (v_accvgpr_write)."""
+    gen = torch.Generator().manual_seed(3)
+    A = torch.randint(-128, 128, (64, 128), generator=gen, dtype=torch.int8)
+    B = torch.randint(-128, 128, (64, 128), generator=gen, dtype=torch.int8)
+    C = torch.full((64, 64), -1, dtype=torch.int32)
+    gemm8(A, B, C, acc_dtype="int32", arch=arch, block_M=block_M, num_stages=2, init=init)
+    assert torch.equal(C.long(), init + A.long() @ B.long().T)
+
+
+@pytest.mark.parametrize("arch,out", [("gfx942", torch.bfloat16), ("gfx950", torch.float8_e4m3fn)])
+def test_scaled_epilogue_rounds_to_the_output_dtype(arch, out):
+    A, B = _fp8((64, 128), FP8[arch], 4), _fp8((64, 128), FP8[arch], 5)
+    gen = torch.Generator().manual_seed(6)
+    sa, sb = torch.rand(64, generator=gen) * 0.1, torch.rand(64, generator=gen) * 0.1
+    C = torch.zeros(64, 64, dtype=out)
+    gemm8_scaled(A, B, sa, sb, C, arch=arch)
+    ref = (A.float() @ B.float().T) * sa[:, None] * sb[None, :]
+    ulp = 2.0 ** -(7 if out == torch.bfloat16 else 3)  # one unit in the last place of the output, relative
+    torch.testing.assert_close(C.float(), ref.to(out).float(), rtol=ulp, atol=1e-3)
+    assert (C.float() == ref.to(out).float()).float().mean() > 0.95  # almost all round as torch's cast does
+
+
+def test_refusals_name_the_way_around():
+    A = torch.zeros(64, 64, dtype=torch.float8_e4m3fn)
+    with pytest.raises(CompileError, match=r"float8_e4m3fn, an fp8 format gfx942 does not have.*use T.float8_e4m3fnuz"):
+        gemm8(A, A, torch.zeros(64, 64), arch="gfx942")
+    A = torch.zeros(64, 64, dtype=torch.int8)
+    with pytest.raises(CompileError, match=r"C must be an int32 fragment for int8"):
+        gemm8(A, A, torch.zeros(64, 64, dtype=torch.int32), arch="gfx950")
+    with pytest.raises(CompileError, match=r"K-major.*transpose_B=True"):
+        plan_gemm("gfx950", "float8_e4m3fn", 64, 64, 64, 256, transpose_B=False)
+
+
+@pytest.mark.parametrize("name", ["v_mfma_f32_32x32x16_fp8_fp8", "v_mfma_f32_16x16x32_fp8_fp8"])
+def test_plan_reads_the_calculators_fp8_operand_layout(name):
+    """The plan feeds lane M * (k // kpl) + i the kpl consecutive bytes of row i from k = kpl * (lane // M), byte
+    k % kpl of the operand registers: the calculator's A and B tables say the same, entry by entry."""
+    calc = CALC[name]
+    plan = plan_gemm("gfx942", "float8_e4m3fnuz", 64, 64, 128, 256 if calc["M"] == 32 else 1024, transpose_B=True)
+    shape = plan.mfma
+    assert shape.name("fp8") == name
+    kpl = shape.k_per_lane
+    assert plan.mfma_per_read * kpl * shape.elem_bytes == 16  # one 16-byte read feeds whole MFMAs
+    for table, key_order in ((calc["A"], "ik"), (calc["B"], "kj")):
+        for key, (lane, reg, lo, hi) in table.items():
+            first, second = (int(x) for x in key.split(","))
+            row, k = (first, second) if key_order == "ik" else (second, first)
+            assert (lane, 4 * reg + lo // 8, hi - lo) == (shape.M * (k // kpl) + row, k % kpl, 7), (key, name)
