@@ -511,7 +511,7 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
 class GemmWarpPolicy:
     """How T.gemm splits C over the waves (`policy=`, TileLang's names): `FullRow`, every wave a band of whole rows
     (the waves stacked along M); `FullCol`, whole columns (along N); `Square` (the default), the squarest wave tile.
-    A policy whose split no MFMA shape tiles is refused at the T.gemm line.
+    FullRow / FullCol take the grid with the most waves along M / N that tiles the block, as TileLang does.
 
     Example:
 

@@ -1052,7 +1052,9 @@ def _check_operand_layout(shape: MfmaShape) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-_POLICY_KEEPS = {"FullRow": lambda grid: grid[1] == 1, "FullCol": lambda grid: grid[0] == 1}  # (waves_M, waves_N)
+# (waves_M, waves_N) -> preference: TileLang's compute_warp_partition takes the valid grid with the most waves along M
+# for FullRow (all of them where the block allows) and along N for FullCol
+_POLICY_PREFERS = {"FullRow": lambda grid: grid[0], "FullCol": lambda grid: grid[1]}
 
 
 def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
@@ -1060,7 +1062,8 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
               a_in_registers: bool = False, policy: str | None = None) -> GemmPlan:
     """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc). `a_in_registers`: A is a
     fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order). `policy` (TileLang's
-    GemmWarpPolicy): "FullRow" keeps to wave grids of one wave column (waves_N = 1), "FullCol" to one wave row.
+    GemmWarpPolicy): "FullRow" takes the wave grid with the most waves along M that tiles the block (one wave column
+    where the block allows), "FullCol" the most along N, as TileLang's compute_warp_partition does.
 
     Raises CompileError when no MFMA shape / wave grid tiles the block, and (with `check`) ResourceError when the
     plan needs more LDS or registers than `arch` has."""
@@ -1091,14 +1094,15 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
         k_read = CHUNK // dt.bytes * G * shape.blocks
         pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 * dt.bytes == CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
-        grids = [g for g in grids if _POLICY_KEEPS.get(policy, lambda g: True)(g)]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
+        if policy in _POLICY_PREFERS and fits:  # TileLang's rule: the most waves along M (FullRow) / N (FullCol)
+            fits = [max(fits, key=_POLICY_PREFERS[policy])]
         why = []
         if block_K % k_read:
             why.append(f"block_K % {k_read} == 0{pair}")
         if not fits:
             why.append(f"block_M % ({dim}*waves_M) == 0 and block_N % ({dim}*waves_N) == 0 for some "
-                       f"waves_M*waves_N == {waves}" + (f" (policy {policy}: {grids[0]})" if policy else ""))
+                       f"waves_M*waves_N == {waves}")
         if why:
             reasons.append(f"{shape.name(dt.short)} needs " + " and ".join(why))
             continue
