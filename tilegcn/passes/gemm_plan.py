@@ -1088,15 +1088,13 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     waves = threads // WAVE
     row_bytes = block_K * dt.bytes
     _swizzle_params(arch, row_bytes)  # block_K a power of two
-    reasons = []
+    reasons, candidates = [], []
     for shape in shapes:
         dim, G = shape.M, WAVE // shape.M
         k_read = CHUNK // dt.bytes * G * shape.blocks
         pair = " (two k-steps per ds_read_b128)" if shape.k_per_lane * 2 * dt.bytes == CHUNK else ""
         grids = [(wm, waves // wm) for wm in range(1, waves + 1) if waves % wm == 0]
         fits = [(wm, wn) for wm, wn in grids if block_M % (wm * dim) == 0 and block_N % (wn * dim) == 0]
-        if policy in _POLICY_PREFERS and fits:  # TileLang's rule: the most waves along M (FullRow) / N (FullCol)
-            fits = [max(fits, key=_POLICY_PREFERS[policy])]
         why = []
         if block_K % k_read:
             why.append(f"block_K % {k_read} == 0{pair}")
@@ -1111,7 +1109,14 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
             tm, tn = block_M // g[0], block_N // g[1]
             return (max(tm, tn) / min(tm, tn), -tn)
 
-        wm, wn = min(fits, key=score)
+        if policy in _POLICY_PREFERS:  # TileLang's rule: the most waves along M (FullRow) / N (FullCol)
+            candidates.append((shape, max(fits, key=_POLICY_PREFERS[policy])))
+        else:
+            candidates.append((shape, min(fits, key=score)))
+    if candidates:
+        # the arch's shape order decides, except that a policy first wants the shape that gives it the most waves
+        prefer = _POLICY_PREFERS.get(policy, lambda grid: 0)
+        shape, (wm, wn) = max(candidates, key=lambda c: (prefer(c[1]), -candidates.index(c)))
         _check_operand_layout(shape)
         plan = GemmPlan(arch, dt, block_M, block_N, block_K, threads, bool(transpose_A), bool(transpose_B),
                         num_stages, shape, wm, wn, bool(a_in_registers))
