@@ -304,23 +304,41 @@ def test_mfma_hazard_matches_llvm(arch, name, shape, what, table, first, second)
     assert table == want, f"{arch} {name} {what}: the arch table says {table} wait states, LLVM places {want}"
 
 
+M0_WRITE_MIR = "$m0 = S_MOV_B32 $sgpr4"
+MUBUF_LDS_MIR = "BUFFER_LOAD_DWORD_LDS_OFFEN $vgpr40, $sgpr8_sgpr9_sgpr10_sgpr11, $sgpr4, 0, 0, 0, implicit $exec, implicit $m0"
+GLOBAL_LDS_MIR = "GLOBAL_LOAD_LDS_DWORD $vgpr50_vgpr51, 0, 0, implicit $exec, implicit $m0"
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_m0_write_before_lds_dma_matches_llvm(arch):
-    first = "$m0 = S_MOV_B32 $sgpr4"
-    second = "BUFFER_LOAD_DWORD_LDS_OFFEN $vgpr40, $sgpr8_sgpr9_sgpr10_sgpr11, $sgpr4, 0, 0, 0, implicit $exec, implicit $m0"
-    want = llvm_wait_states(arch, first, second)
+    """tilegcn's pass places LLVM's wait states between a SALU write of M0 and a MUBUF LDS DMA. The emulated device
+    runs the pair without them: the ISA guide's wait-state table does not name MUBUF loads into LDS, and AMD's
+    hand-written aiter FAv3 issues `buffer_load_dword ... lds` right after `s_add_u32 m0` (docs/hazards.md)."""
+    want = llvm_wait_states(arch, M0_WRITE_MIR, MUBUF_LDS_MIR)
     assert get_arch(arch).m0_write_to_lds_dma_nops + 1 == want
     s4, v40, srd_regs = Reg("s", 4), Reg("v", 40), Reg("s", 8, 4)
     write = Inst("s_mov_b32", (M0, s4), (M0,), (s4,), isa.SALU)
     dma_inst = Inst("buffer_load_dword", (v40, srd_regs, 0), (), (v40, srd_regs, M0), isa.LDS_DMA, suffix="offen lds")
     assert tilegcn_wait_states(arch, write, dma_inst) == want
-    dma = "buffer_load_dword v40, s[8:11], 0 offen lds"
-    if want > 1:
-        with pytest.raises(HazardError):
-            run_on_emulator(arch, "s_mov_b32 m0, 0", dma, want - 1)
+    for m0_write in ("s_mov_b32 m0, 0", "s_add_u32 m0, 0x100, m0"):
+        run_on_emulator(arch, m0_write, "buffer_load_dword v40, s[8:11], 0 offen lds", 0)
+
+
+def test_m0_write_before_global_lds_dma_is_refused_without_llvm_wait_states():
+    """gfx950's `global_load_lds_dword` is "global with LDS = 1", named in the ISA guide's table: the emulated device
+    refuses it directly after a SALU write of M0 and runs it after LLVM's count; the pass places that count."""
+    arch = "gfx950"
+    want = llvm_wait_states(arch, M0_WRITE_MIR, GLOBAL_LDS_MIR)
+    assert want == get_arch(arch).m0_write_to_lds_dma_nops + 1
+    v50, s4 = Reg("v", 50, 2), Reg("s", 4)
+    write = Inst("s_mov_b32", (M0, s4), (M0,), (s4,), isa.SALU)
+    dma_inst = Inst("global_load_lds_dword", (v50, "off"), (), (v50, M0), isa.LDS_DMA)
+    assert tilegcn_wait_states(arch, write, dma_inst) == want
+    address = "v_mov_b32 v50, s4\nv_mov_b32 v51, s5\ns_nop 7\n"  # the kernel's buffer, set up before M0's write
+    dma = "global_load_lds_dword v[50:51], off"
     with pytest.raises(HazardError, match="M0"):
-        run_on_emulator(arch, "s_mov_b32 m0, 0", dma, 0)
-    run_on_emulator(arch, "s_mov_b32 m0, 0", dma, want)
+        run_on_emulator(arch, address + "s_add_u32 m0, 0x100, m0", dma, want - 1)
+    run_on_emulator(arch, address + "s_add_u32 m0, 0x100, m0", dma, want)
 
 
 # ---- the accumulator fill: D = 0 * 0 + c (passes/elementwise.py `lower_fill`) ----------------------------------

@@ -194,6 +194,9 @@ class Arch:
     max_vmcnt: int
     max_lgkmcnt: int
     m0_write_to_lds_dma_nops: int  # SALU write of M0 directly before an LDS DMA needs s_nop N
+    # the LDS DMA opcodes (prefixes) that the ISA guide says need those wait states after a SALU write of M0; the
+    # emulated device refuses only these, the compiler places them before every LDS DMA as LLVM does (docs/hazards.md)
+    m0_write_hazard_lds_dma: tuple
     max_nop: int  # s_nop takes 0..max_nop (max_nop + 1 wait states)
     raw_buffer_word3: int  # V# word 3 of a raw buffer (DATA_FORMAT 32, no swizzle)
     num_xcds: int
@@ -336,6 +339,10 @@ _COMMON = dict(
     max_vmcnt=63,
     max_lgkmcnt=15,
     m0_write_to_lds_dma_nops=0,
+    # CDNA3 ISA guide 4.5 "Manually inserted wait states": SALU writes M0 -> "LDS add-TID instruction,
+    # buffer_store_LDS_dword, scratch or global with LDS = 1": 1. MUBUF loads into LDS (buffer_load_* ... lds)
+    # are not in that row, and aiter's hand-written FAv3 code objects issue them right after s_add_u32 m0.
+    m0_write_hazard_lds_dma=("global_load_lds_", "scratch_load_lds_", "buffer_store_lds_dword"),
     max_nop=7,
     valu_hazards=ValuHazards(trans_to_valu_read=1, valu_sgpr_to_valu_read=2, valu_sgpr_to_vmem_read=5,
                              valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2,
