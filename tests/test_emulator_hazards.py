@@ -108,12 +108,29 @@ def test_ds_read_of_lds_dma_data_before_vmcnt_is_a_hazard():
     assert torch.equal(dst[:64], src[:64])
 
 
-def test_lds_dma_right_after_an_m0_write_is_a_hazard():
-    need = get_arch("gfx942").m0_write_to_lds_dma_nops + 1
+def test_buffer_lds_dma_right_after_an_m0_write_runs():
+    """The ISA guide's M0 row names global / scratch LDS loads, not MUBUF ones (docs/hazards.md, "M0 and LDS DMA")."""
     body = DMA_READ.format(wait="s_waitcnt vmcnt(0)").replace("s_nop 0\n", "")
-    with pytest.raises(HazardError, match=rf"buffer_load_dword v2, s\[8:11\], 0 offen lds.*reads M0 0 wait states "
-                                          rf"after it was written; gfx942 needs {need}"):
-        launch(kernel(body, lds=256))
+    src, dst = launch(kernel(body, lds=256))
+    assert torch.equal(dst[:64], src[:64])
+
+
+GLOBAL_DMA_READ = """s_mov_b32 m0, 0
+              {nops}
+              global_load_lds_dword v2, s[4:5]
+              s_waitcnt vmcnt(0)
+              ds_read_b32 v3, v2
+              s_waitcnt lgkmcnt(0)
+              buffer_store_dword v3, v2, s[12:15], 0 offen"""
+
+
+def test_global_lds_dma_right_after_an_m0_write_is_a_hazard():
+    need = get_arch("gfx950").m0_write_to_lds_dma_nops + 1
+    with pytest.raises(HazardError, match=rf"global_load_lds_dword v2, s\[4:5\].*reads M0 0 wait states "
+                                          rf"after it was written; gfx950 needs {need}"):
+        launch(kernel(GLOBAL_DMA_READ.format(nops=""), arch="gfx950", lds=256))
+    src, dst = launch(kernel(GLOBAL_DMA_READ.format(nops=f"s_nop {need - 1}"), arch="gfx950", lds=256))
+    assert torch.equal(dst[:64], src[:64])
 
 
 # Two waves: each writes its own 256 bytes of LDS and reads the other wave's.
