@@ -44,6 +44,23 @@ def test_rows_picked_by_a_loop_variable(arch):
 
 
 @tilegcn.jit
+def two_columns(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((COLS, ROWS), "float32")
+        y = T.alloc_fragment((COLS,), "float32")
+        T.copy(X[0, 0], x)
+        for i in T.Parallel(COLS):
+            y[i] = x[i, 0] + x[i, ROWS - 1] * 2.0  # the constant on the last dim: x whole along it per thread
+        T.copy(y, Y[0])
+
+
+def test_columns_picked_by_constants():
+    X, Y = torch.randn(COLS, ROWS, generator=torch.Generator().manual_seed(1)), torch.empty(COLS)
+    two_columns(X, Y, arch="gfx950")
+    torch.testing.assert_close(Y, X[:, 0] + 2.0 * X[:, ROWS - 1])
+
+
+@tilegcn.jit
 def row_at_device_index(X, Y, n):
     with T.Kernel(1, threads=128) as bx:
         x = T.alloc_fragment((ROWS, COLS), "float32")

@@ -362,7 +362,8 @@ def copy(src, dst, coalesced_width=None, disable_tma=False):
     (`Q[b, s0:s1, h, :]` is a (s1 - s0, D) tile of a BSHD tensor); where the sides differ in how many dims are not
     1, the region's 1s take the tile's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]`). Casts to the
     destination dtype. Rows and columns past a tensor's end read 0 and are not written. Not allowed inside
-    `T.Parallel`.
+    `T.Parallel`. Between fragments the source is whole, or one row of it into a fragment of the row's shape
+    (`T.copy(lse[k, :], row)`, k a constant or the variable of a loop with int bounds, which is then unrolled).
 
     Example:
 
@@ -372,6 +373,7 @@ def copy(src, dst, coalesced_width=None, disable_tma=False):
     T.copy(C_local, C_shared)                     # a gemm accumulator -> shared (fp32 -> C_shared.dtype)
     T.copy(C_shared, C[by * block_M, bx * block_N])
     T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)   # BSHD rows of one head
+    T.copy(lse_local[k, :], lse_split)            # row k of a (num_split, block_M) fragment
     ```
     """
     tracer = current()

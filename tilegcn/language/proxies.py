@@ -207,8 +207,8 @@ class BufferProxy(N.RefusesPythonOperators):
         raise CompileError(
             f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
             f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, [{want}], at some of "
-            "them in order (a broadcast such as x[i]), or at constants (x[0]); other elements live in other "
-            "threads. To permute, copy through a global tensor")
+            "them in order (a broadcast such as x[i]), at constants (x[0]), or at all of them in order beside "
+            "constants (x[k, i]); other elements live in other threads. To permute, copy through a global tensor")
 
     def __setitem__(self, key, value):
         from .tracer import current

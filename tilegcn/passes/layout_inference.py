@@ -70,7 +70,7 @@ class _Inference:
             free = [b for b in self.fragments if b not in self.layouts]
             if not free:
                 return self.layouts
-            first = max(free, key=lambda b: b.numel)  # (stable: the first declared of the largest)
+            first = self._unexpanded(max(free, key=lambda b: b.numel))  # (stable: the first declared of the largest)
             self._set(first, self._default(first), None)
 
     def _set(self, buf: N.Buffer, layout: Layout, stmt) -> bool:
@@ -122,6 +122,15 @@ class _Inference:
         elif isinstance(rule, Whole):
             return self._set(rule.buffer, Replicated(tuple(rule.buffer.shape), self.threads), rule.stmt)
         return False
+
+    def _unexpanded(self, buf: N.Buffer) -> N.Buffer:
+        """The fragment to give a default layout in place of `buf`: where `buf` is read expanded (ExpandOf) over a
+        fragment still free, that one (`buf` then follows it), so the expanded read never disagrees with a
+        default of its own."""
+        for rule in self.rules:
+            if isinstance(rule, ExpandOf) and rule.buffer is buf and rule.child not in self.layouts:
+                return self._unexpanded(rule.child)
+        return buf
 
     def _default(self, buf: N.Buffer) -> Blocked:
         """The blocked layout, with the longest run that keeps every thread's elements in whole 16-byte accesses
