@@ -376,6 +376,45 @@ class Slice(Layout):
         return f"slice({self.parent.describe()}, dim={dims}; {self.elems}/thread)"
 
 
+@dataclass(frozen=True)
+class Expanded(Layout):
+    """`child`'s layout with the dims `dims` (of extents shape[d]) added and held whole by every thread: the layout
+    of x in `y[i] = x[k, i]` with k constant (TileLang's flash decoding reads one split's row of its log-sum-exp
+    fragment so). Register c * child.elems + r holds the child's element r at the c-th index of the added dims, so
+    the child's runs along the last dim stay runs."""
+
+    child: Layout
+    dims: tuple  # the added dims, ascending
+    shape: tuple
+
+    @property
+    def threads(self) -> int:
+        return self.child.threads
+
+    @property
+    def _added(self) -> tuple:
+        return tuple(self.shape[d] for d in self.dims)
+
+    @property
+    def elems(self) -> int:
+        return self.child.elems * math.prod(self._added)
+
+    @property
+    def run(self) -> int:
+        return 1 if len(self.shape) - 1 in self.dims else self.child.run
+
+    def coords(self, r: int) -> tuple:
+        c, child_r = divmod(r, self.child.elems)
+        added, kept = iter(_unravel(c, self._added)), iter(self.child.coords(child_r))
+        return tuple(sympy.Integer(next(added)) if d in self.dims else next(kept) for d in range(len(self.shape)))
+
+    def writer(self, r: int):
+        return self.child.writer(r % self.child.elems)
+
+    def describe(self) -> str:
+        return f"expanded({self.child.describe()}, dim={', '.join(map(str, self.dims))}; {self.elems}/thread)"
+
+
 # ---- what tile ops say about the layouts of the fragments they touch (TileOp.layout_constraints) ------------
 # Layout inference (passes/layout_inference.py) solves them. `stmt` is the op that states it (its line is named
 # when two uses disagree); `read` is the index a T.Parallel reads the fragment at, where a layout conversion of
@@ -411,6 +450,18 @@ class SliceOf:
     stmt: object
     read: tuple | None = None
     keepdims: bool = False
+
+
+@dataclass(frozen=True)
+class ExpandOf:
+    """`buffer` has `child`'s layout with `dims` added, held whole by each thread (a T.Parallel over `child` reading
+    `buffer` at constants on `dims` and at the loop's indices, in order, on the others: x[k, i], k constant)."""
+
+    buffer: object
+    child: object
+    dims: tuple
+    stmt: object
+    read: tuple | None = None
 
 
 @dataclass(frozen=True)

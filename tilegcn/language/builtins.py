@@ -350,18 +350,20 @@ def _squeeze(extents):
     return tuple(e for e in extents if e != 1) or (1,)
 
 
-def copy(src, dst, coalesced_width=None):
+def copy(src, dst, coalesced_width=None, disable_tma=False):
     """Copy a tile: global <-> shared/fragment, shared <-> fragment, shared -> shared, fragment -> fragment.
 
     `coalesced_width` (TileLang's vector-width hint) is accepted and ignored: tilegcn picks the widest access the
-    layout and alignment allow.
+    layout and alignment allow. So is `disable_tma` (TileLang's switch off NVIDIA's TMA engine, which AMD GPUs do
+    not have: every copy here is the plain load/store path).
 
     A global side is given by its start index (`A[by * 128, k * 32]`); its extent is the shape of
     the other side. Or by slices, as TileLang writes regions: a slice spans its extent, an index one element
     (`Q[b, s0:s1, h, :]` is a (s1 - s0, D) tile of a BSHD tensor); where the sides differ in how many dims are not
     1, the region's 1s take the tile's extents from the right (`A[by * bm:(by + 1) * bm, k * bk]`). Casts to the
     destination dtype. Rows and columns past a tensor's end read 0 and are not written. Not allowed inside
-    `T.Parallel`.
+    `T.Parallel`. Between fragments the source is whole, or one row of it into a fragment of the row's shape
+    (`T.copy(lse[k, :], row)`, k a constant or the variable of a loop with int bounds, which is then unrolled).
 
     Example:
 
@@ -371,6 +373,7 @@ def copy(src, dst, coalesced_width=None):
     T.copy(C_local, C_shared)                     # a gemm accumulator -> shared (fp32 -> C_shared.dtype)
     T.copy(C_shared, C[by * block_M, bx * block_N])
     T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)   # BSHD rows of one head
+    T.copy(lse_local[k, :], lse_split)            # row k of a (num_split, block_M) fragment
     ```
     """
     tracer = current()
@@ -387,7 +390,35 @@ def copy(src, dst, coalesced_width=None):
         raise CompileError(e.raw_message, location=loc) from None
     if _squeeze(src_r.extents) != _squeeze(dst_r.extents):
         raise CompileError(f"T.copy extents differ: {src_r.extents} vs {dst_r.extents}", location=loc)
+    if _record_fragment_slice_copy(tracer, src_r, dst_r, loc):
+        return
     tracer.record(ops.Copy(src_r, dst_r, loc=loc))
+
+
+def _record_fragment_slice_copy(tracer, src: N.Region, dst: N.Region, loc) -> bool:
+    """`T.copy(x[k, :], y)` between fragments (TileLang's flash-decoding combine reads one split's row so): the
+    element loop `y[i] = x[k, i]`, which each thread runs on the elements it holds (x held whole along k beside
+    them: ops/parallel.py's ExpandOf). Other fragment regions are left to the verifier's refusal."""
+    if not (src.buffer.scope == dst.buffer.scope == N.FRAGMENT) or \
+            any(s != 0 for s in dst.starts) or tuple(dst.extents) != tuple(dst.buffer.shape):
+        return False
+    looped = [d for d, (start, extent, size) in enumerate(zip(src.starts, src.extents, src.buffer.shape))
+              if start == 0 and extent == size and size > 1]
+    fixed = [d for d in range(len(src.extents)) if d not in looped]
+    if not fixed or any(src.extents[d] != 1 for d in fixed) or \
+            tuple(src.extents[d] for d in looped) != _squeeze(tuple(dst.buffer.shape)) or \
+            len(looped) != len(dst.buffer.shape):
+        return False
+    indices = tuple(sympy.Symbol(f"p_c{axis}", integer=True, nonnegative=True) for axis in range(len(looped)))
+    index = list(src.starts)
+    for d, i in zip(looped, indices):
+        index[d] = i
+    tracer.parallel = (tuple(dst.buffer.shape), indices)
+    try:
+        tracer.record_parallel_store(dst.buffer, indices, N.ElemRef(src.buffer, tuple(index)))
+    finally:
+        tracer.parallel = None
+    return True
 
 
 def _buffer_of(x, what: str) -> N.Buffer:

@@ -169,7 +169,7 @@ class BufferProxy(N.RefusesPythonOperators):
             if is_variable(self.buffer):
                 note_read(ref)
             if self.buffer.scope == N.FRAGMENT:
-                self._check_own_element(index)
+                self._check_own_element(index, uniform_dims=True)
             elif self.buffer.scope == N.SHARED:
                 try:  # any shared element may be updated by T.atomic_*; a read must still be the thread's own
                     self._check_own_element(index)
@@ -182,15 +182,19 @@ class BufferProxy(N.RefusesPythonOperators):
                               if d >= len(keys) or (isinstance(keys[d], slice) and keys[d].stop is None))
         return RegionRef(self.buffer, starts, extents, any(isinstance(k, slice) for k in keys), open_dims)
 
-    def _check_own_element(self, index):
+    def _check_own_element(self, index, uniform_dims=False):
         """Inside T.Parallel a thread reads the fragment elements it holds: those at the T.Parallel indices in
         order (`x[i, j]`), a broadcast of some of them in order (`x[i]` or `x[j]` in T.Parallel(M, N): layout
         inference gives x the layout of the loop with the other dims reduced), or constants (`x[0]`: x held
         whole by every thread). Any other index (`x[j, i]`, `x[63 - i]`, `x[i + 1]`) names another thread's
-        registers, which tilegcn does not fetch: refused rather than read wrongly."""
+        registers, which tilegcn does not fetch: refused rather than read wrongly. With `uniform_dims` (a
+        fragment), every loop index in order beside indices free of them also passes (`x[k, i]` in
+        T.Parallel(M), k a constant or a loop variable: ops/parallel.py's ExpandOf checks it is constant then)."""
         from .tracer import current
 
         indices = list(current().parallel[1])
+        if uniform_dims and _loop_indices_beside_uniform(index, indices):
+            return
         if _in_order(index, indices) or all(sympy.sympify(k).is_Integer for k in index):
             for axis, (k, size) in enumerate(zip(index, self.buffer.shape)):
                 if sympy.sympify(k).is_Integer and not 0 <= int(k) < size:
@@ -203,8 +207,8 @@ class BufferProxy(N.RefusesPythonOperators):
         raise CompileError(
             f"{self.buffer.scope} {self.buffer.name} read at [{got}] inside "
             f"T.Parallel: a fragment can only be read at the T.Parallel indices in order, [{want}], at some of "
-            "them in order (a broadcast such as x[i]), or at constants (x[0]); other elements live in other "
-            "threads. To permute, copy through a global tensor")
+            "them in order (a broadcast such as x[i]), at constants (x[0]), or at all of them in order beside "
+            "constants (x[k, i]); other elements live in other threads. To permute, copy through a global tensor")
 
     def __setitem__(self, key, value):
         from .tracer import current
@@ -237,6 +241,15 @@ def _in_order(index, indices: list) -> bool:
     """index is one or more distinct T.Parallel indices, in the loop's order."""
     positions = [indices.index(k) if k in indices else -1 for k in index]
     return bool(positions) and -1 not in positions and positions == sorted(set(positions))
+
+
+def _loop_indices_beside_uniform(index, indices: list) -> bool:
+    """Every T.Parallel index, in the loop's order, on some dims, and indices free of them (the same on every
+    thread) on at least one other dim: x[k, i] in T.Parallel(M)."""
+    looped = [k for k in index if k in indices]
+    uniform = [k for k in index if k not in indices]
+    return looped == indices and bool(uniform) and \
+        not any(sympy.sympify(k).free_symbols & set(indices) for k in uniform)
 
 
 def _decision_refusal(what: str, value) -> str:

@@ -26,6 +26,7 @@ from ..ir.ops import MFMA_ACCUMULATOR, TileOp
 from ..ir.types import TensorSpec, as_dtype, float32, int32
 from .dynamic import DynamicSize, is_symbolic
 from .proxies import BufferProxy, ScalarProxy
+from .unroll import unroll_fragment_loops
 
 _state = threading.local()
 _ASSIGNED_NAME = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
@@ -396,6 +397,7 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = (), dynam
         raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
                            location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
     grid, block, block_ids, body, loc = tracer.kernel_info
+    body = unroll_fragment_loops(body)  # a fragment indexed by a loop variable needs a constant there
     kernel = N.Kernel(assembler_symbol(fn.__name__), tracer.params, tracer.buffers, grid, block, block_ids, body,
                       loc=loc)
     kernel.prints = tuple(tracer.prints)  # host side of T.print: what to show after a launch (not in the IR)

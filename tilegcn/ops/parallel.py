@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import CompileError
-from ..ir.layout import Same, SliceOf, Whole
+from ..ir.layout import ExpandOf, Same, SliceOf, Whole
 from ..ir.nodes import FRAGMENT, Buffer, Call, Cast, ElemRef, Expr, walk_expr
 from ..ir.ops import TileOp, register, whole
 from ..passes.elementwise import lower_parallel
@@ -65,6 +65,8 @@ class ParallelStore(TileOp):
                 rules.append(Same(x, self.buffer, self, index))
             elif all(getattr(i, "is_Integer", False) for i in index):
                 rules.append(Whole(x, self, index))
+            elif any(i not in self.indices for i in index):
+                rules.append(self._expanded_read(x, index))
             else:
                 kept = [self.indices.index(i) for i in index]  # the tracer lets only loop indices, in order, through
                 if tuple(x.shape) != tuple(self.extents[d] for d in kept):
@@ -75,6 +77,25 @@ class ParallelStore(TileOp):
                 dropped = tuple(d for d in range(len(self.indices)) if d not in kept)
                 rules.append(SliceOf(x, self.buffer, dropped, self, index))
         return tuple(rules)
+
+    def _expanded_read(self, x, index) -> ExpandOf:
+        """x[k, i]: constants on some dims, every loop index in order on the others. Each thread holds x whole
+        along the constant dims beside its own loop elements (a loop variable there is a constant once its loop
+        is unrolled: language/unroll.py)."""
+        added = tuple(d for d, i in enumerate(index) if i not in self.indices)
+        looped = tuple(i for i in index if i in self.indices)
+        named = ", ".join(str(i)[1:] if i in self.indices else str(i) for i in index)  # p_i -> i
+        if looped != tuple(self.indices) or tuple(x.shape[d] for d in range(len(index)) if d not in added) != \
+                tuple(self.extents):
+            raise CompileError(f"{x.name}{list(x.shape)} read at [{named}] in T.Parallel{tuple(self.extents)}: "
+                               "beside constant indices, read every loop index in order over dims of the loop's "
+                               "extents (x[k, i] in T.Parallel(M) with x of shape (K, M))", location=self.loc)
+        for d in added:
+            if not getattr(index[d], "is_Integer", False) or not 0 <= int(index[d]) < x.shape[d]:
+                raise CompileError(f"{x.name}[{named}] in T.Parallel: index {index[d]} on dim {d} must be a "
+                                   f"constant in [0, {x.shape[d]}) (a loop variable of a loop with a compile-time "
+                                   "trip count is one: tilegcn unrolls that loop)", location=self.loc)
+        return ExpandOf(x, self.buffer, added, self, index)
 
     def converted(self, rule, fresh):
         """Read a converted copy of the fragment whose layout disagrees (a ConvertLayout right before)."""

@@ -8,6 +8,8 @@ constraint objects of ir/layout.py):
   Same(x, y)         x and y have one layout (a T.Parallel reading a fragment at its own indices, a fragment copy)
   SliceOf(x, y, d)   x is y's layout with dims d reduced away (a broadcast read x[i] in T.Parallel(M, N) over y,
                      a reduction of y into x)
+  ExpandOf(x, y, d)  x is y's layout with dims d added, whole in every thread (x[k, i] in T.Parallel over y[i],
+                     k constant)
   Whole(x)           every thread holds all of x (a read at a constant index, x[0])
   Vector(x, bytes)   x is copied to or from memory of elements this wide (the blocked layout's run length)
 Forced layouts seed the map; Same and SliceOf propagate it both ways until nothing changes; then the largest
@@ -24,8 +26,8 @@ import dataclasses
 from ..errors import CompileError
 from ..ir import nodes as N
 from ..ir.types import float32 as FLOAT32
-from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, Force, Layout, MfmaAccumulator, MfmaOperand, Replicated, Same,
-                         Slice, SliceOf, Vector, Whole, in_thread_sources)
+from ..ir.layout import (MAX_ACCESS_BYTES, Blocked, ExpandOf, Expanded, Force, Layout, MfmaAccumulator, MfmaOperand,
+                         Replicated, Same, Slice, SliceOf, Vector, Whole, in_thread_sources)
 from ..ir.ops import statements_of
 
 
@@ -68,7 +70,7 @@ class _Inference:
             free = [b for b in self.fragments if b not in self.layouts]
             if not free:
                 return self.layouts
-            first = max(free, key=lambda b: b.numel)  # (stable: the first declared of the largest)
+            first = self._unexpanded(max(free, key=lambda b: b.numel))  # (stable: the first declared of the largest)
             self._set(first, self._default(first), None)
 
     def _set(self, buf: N.Buffer, layout: Layout, stmt) -> bool:
@@ -105,14 +107,30 @@ class _Inference:
                 return self._set(rule.a, lay[rule.b], rule.stmt)
         elif isinstance(rule, SliceOf):
             if rule.parent in lay:
-                return self._set(rule.buffer, Slice(lay[rule.parent], rule.dims, rule.keepdims), rule.stmt)
+                return self._set(rule.buffer, _sliced(lay[rule.parent], rule.dims, rule.keepdims), rule.stmt)
             known = lay.get(rule.buffer)
             if isinstance(known, Slice) and (known.dims, known.keepdims) == (rule.dims, rule.keepdims) \
                     and known.parent.shape == tuple(rule.parent.shape):
                 return self._set(rule.parent, known.parent, rule.stmt)
+        elif isinstance(rule, ExpandOf):
+            if rule.child in lay:
+                return self._set(rule.buffer, Expanded(lay[rule.child], rule.dims, tuple(rule.buffer.shape)),
+                                 rule.stmt)
+            known = lay.get(rule.buffer)
+            if isinstance(known, Expanded) and known.dims == rule.dims:
+                return self._set(rule.child, known.child, rule.stmt)
         elif isinstance(rule, Whole):
             return self._set(rule.buffer, Replicated(tuple(rule.buffer.shape), self.threads), rule.stmt)
         return False
+
+    def _unexpanded(self, buf: N.Buffer) -> N.Buffer:
+        """The fragment to give a default layout in place of `buf`: where `buf` is read expanded (ExpandOf) over a
+        fragment still free, that one (`buf` then follows it), so the expanded read never disagrees with a
+        default of its own."""
+        for rule in self.rules:
+            if isinstance(rule, ExpandOf) and rule.buffer is buf and rule.child not in self.layouts:
+                return self._unexpanded(rule.child)
+        return buf
 
     def _default(self, buf: N.Buffer) -> Blocked:
         """The blocked layout, with the longest run that keeps every thread's elements in whole 16-byte accesses
@@ -133,6 +151,14 @@ class _Inference:
                         group.add(other)
                         todo.append(other)
         return group
+
+
+def _sliced(parent: Layout, dims: tuple, keepdims: bool) -> Layout:
+    """`parent` with `dims` reduced away; an expanded layout reduced along the dims it added is its child again
+    (one object, so the fragment a reduction of it feeds and the one it was expanded from agree)."""
+    if isinstance(parent, Expanded) and parent.dims == dims and not keepdims:
+        return parent.child
+    return Slice(parent, dims, keepdims)
 
 
 class _Disagree(Exception):
