@@ -70,6 +70,21 @@ class Region:
     extents: tuple
 
 
+@dataclass(eq=False)
+class GatherRegion(Region):
+    """The elements of a shared buffer a T.Parallel statement reads at computed indices (`B[i, j // 2]`), as a box
+    of the loop's `extents`: box element (k0, k1, ...) is buffer element `index` with `loop` symbol d set to kd
+    (passes/memspace.py stages such a read through a copy of this region into a fragment)."""
+
+    index: tuple = ()  # SymPy, in the `loop` symbols
+    loop: tuple = ()
+
+    def element(self, coords) -> tuple:
+        """The buffer index of box element `coords`."""
+        subs = dict(zip(self.loop, coords))
+        return tuple(sympy.sympify(k).xreplace(subs) for k in self.index)
+
+
 # ---- element expressions ---------------------------------------------------------------------
 
 _ELEMENT_OPS = "+ - * /, comparisons with T.if_then_else, and the T. math functions (docs/reference.md)"
