@@ -298,6 +298,12 @@ class Expr(RefusesPythonOperators):
     def __mod__(self, o): return apply("mod", self, o)
     def __rmod__(self, o): return apply("mod", o, self)
 
+    def astype(self, dtype) -> "Cast":
+        """TileLang's `x.astype(dtype)`: T.cast(x, dtype)."""
+        from .types import as_dtype
+
+        return Cast(as_dtype(dtype), self)
+
     __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 
     def __bool__(self):
@@ -325,6 +331,11 @@ class ElemRef(Expr):
     buffer: Buffer
     index: tuple  # SymPy expressions
 
+    @property
+    def dtype(self) -> DType:
+        """The element's dtype (TVM's `val.dtype`, as TileLang's helpers check it)."""
+        return self.buffer.dtype
+
 
 @dataclass(eq=False)
 class IndexValue(Expr):
@@ -350,6 +361,11 @@ class Cast(Expr):
 
     dtype: DType
     x: Expr
+
+
+@dataclass(eq=False)
+class Reinterpret(Cast):
+    """The bits of integer x (as wide as `dtype`) read as float `dtype` (T.reinterpret), held as fp32."""
 
 
 @dataclass(eq=False)

@@ -344,6 +344,10 @@ class _DeviceValue(N.RefusesPythonOperators):
     __ge__ = _compare("ge", "comparison `>=`")
     __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
 
+    def astype(self, dtype):
+        """TileLang's `x.astype(dtype)`: the value as an element expression cast to `dtype` (T.cast)."""
+        return N.lift(self).astype(dtype)
+
 
 class ScalarProxy(_DeviceValue):
     """A runtime scalar argument (int or float, passed by value)."""
