@@ -47,7 +47,7 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "jit", "JITFunction", "CompiledKernel", "CompileOptions", "autotune", "Autotuner", "Space", "TuneError",
-    "language", "layout", "errors", "CacheWarning", "aot", "load", "cdiv",
+    "language", "errors", "CacheWarning", "aot", "load", "cdiv",
     "TilegcnError", "ArgumentError", "CacheError", "CompileError", "DeviceError", "EmulatorError", "ExportError",
     "HazardError", "RaceError", "ResourceError", "ToolchainError", "UnsupportedArchError",
 ]

@@ -24,6 +24,7 @@ A T.gemm operand's shared tile is XOR-swizzled (passes/gemm_plan.py), so element
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import sympy
 
@@ -130,6 +131,7 @@ def _stage_gathers(s, stager: Stager) -> tuple:
     out, by_ref, scratch = [], {}, {}
     for ref in (e for e in N.walk_expr(s.value) if getattr(e, "gather", False)):
         source = ref.buffer
+        _check_gather_bounds(ref, s)
         if source.scope == N.FRAGMENT:
             if source not in scratch:
                 scratch[source] = stager.scratch(source, s.loc)
@@ -142,6 +144,21 @@ def _stage_gathers(s, stager: Stager) -> tuple:
         out.append(stager.copy(region, whole(frag), s.loc))
         by_ref[id(ref)] = N.ElemRef(frag, tuple(s.indices))
     return out, (_replacing(s.value, by_ref) if by_ref else s.value)
+
+
+def _check_gather_bounds(ref: N.ElemRef, s) -> None:
+    """A gathered index stays inside its buffer at the corners of the loop (where the affine and floor-divided
+    indices users write take their extremes): an element outside would read another buffer's LDS bytes."""
+    corners = itertools.product(*((0, extent - 1) for extent in s.extents))
+    for corner in corners:
+        values = dict(zip(s.indices, corner))
+        for axis, (k, size) in enumerate(zip(ref.index, ref.buffer.shape)):
+            value = sympy.sympify(sympy.sympify(k).xreplace(values))
+            if value.is_Integer and not 0 <= int(value) < size:
+                where = f"[{_user_index(ref.index, s.indices)}] in T.Parallel{tuple(s.extents)}"
+                raise CompileError(f"{ref.buffer.scope} {ref.buffer.name}{list(ref.buffer.shape)} read at {where}: "
+                                   f"at {dict(zip((str(i)[1:] for i in s.indices), corner))} the index on dim "
+                                   f"{axis} is {value}, outside its size {size}", location=s.loc)
 
 
 def _replacing(e: N.Expr, by_ref: dict) -> N.Expr:
