@@ -64,7 +64,13 @@ def shift_left(x, n):
     y[i] = T.shift_left(1, e[i])  # 2 ** e[i] as an int
     ```
     """
-    return x << n
+    return _int_operand(x) << _int_operand(n)
+
+
+def _int_operand(x):
+    """A number as it is, a device value (a block index, a T.Parallel index) as an element expression: index
+    arithmetic has no shifts."""
+    return x if isinstance(x, numbers.Number) else N.lift(x)
 
 
 def shift_right(x, n):
@@ -76,7 +82,7 @@ def shift_right(x, n):
     hi[i] = T.shift_right(packed[i], 4)  # the high nibble of a byte
     ```
     """
-    return x >> n
+    return _int_operand(x) >> _int_operand(n)
 
 
 def reinterpret(dtype, value):

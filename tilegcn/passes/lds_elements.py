@@ -58,11 +58,19 @@ def _operand_address(ctx: Context, shared: N.Buffer, index) -> object:
         raise CompileError(f"T.copy into {shared.name}, operand B of a T.gemm whose A is a fragment, on this arch: "
                            "its LDS tile also swaps 8-byte halves, which this copy does not do; give A as a shared "
                            "tile")
-    row, col = index[-2:] if plan.copied_as_stored(operand) else index[-2:][::-1]
+    # SymPy folds Mod(4 * Mod(tid, 8), 8) into 4 * Mod(tid, 8) (wrong for tid = 2): the swizzle is computed on
+    # fresh symbols standing for the Mod / floor terms of the coordinates, which are put back after
+    atoms = sorted({a for k in index[-2:] for a in sympy.sympify(k).atoms(sympy.Mod, sympy.floor)}, key=str)
+    fresh = {a: sympy.Symbol(f"lds_term{n}", integer=True, nonnegative=True) for n, a in enumerate(atoms)}
+    row, col = (sympy.sympify(k).xreplace(fresh) for k in index[-2:])
+    if not plan.copied_as_stored(operand):
+        row, col = col, row
     per_chunk = plan.elems_per_chunk
-    chunk, within = sympy.floor(sympy.sympify(col) / per_chunk), sympy.Mod(col, per_chunk)
+    chunk = sympy.floor(col / per_chunk)
+    within = col - per_chunk * chunk
     base = _operand_base(ctx, plan, operand, shared)
-    return base + plan.lds_chunk_offset(operand, row, chunk) + within * shared.dtype.bytes
+    address = base + plan.lds_chunk_offset(operand, row, chunk) + within * shared.dtype.bytes
+    return sympy.sympify(address).xreplace({s: a for a, s in fresh.items()})
 
 
 def _operand_base(ctx: Context, plan, operand: str, shared: N.Buffer) -> int:
