@@ -138,3 +138,23 @@ def test_annotate_layout_of_a_fragment_is_refused():
 
     with pytest.raises(tilegcn.CompileError, match="make_swizzled_layout applies to shared buffers"):
         annotated(torch.zeros(64), torch.zeros(64))
+
+
+def test_uint16_tensor_through_shared_memory():
+    @tilegcn.jit(out_idx=[-1])
+    def widen(N):
+        @T.prim_func
+        def main(X: T.Tensor((N, N), T.uint16), Y: T.Tensor((N, N), T.int32)):
+            with T.Kernel(1, threads=64):
+                s = T.alloc_shared((N, N), T.uint16)
+                x = T.alloc_fragment((N, N), T.int32)
+                T.copy(X, s)
+                T.copy(s, x)
+                for i, j in T.Parallel(N, N):
+                    x[i, j] = x[i, j] + 1
+                T.copy(x, Y)
+
+        return main
+
+    x = torch.randint(0, 65536, (32, 32), generator=torch.Generator().manual_seed(3)).to(torch.uint16)
+    assert torch.equal(widen(32)(x), x.int() + 1)  # zero-extended: values past 32767 stay positive
