@@ -169,7 +169,7 @@ class BufferProxy(N.RefusesPythonOperators):
             if is_variable(self.buffer):
                 note_read(ref)
             if self.buffer.scope in (N.FRAGMENT, N.SHARED):
-                try:  # any shared element may be updated by T.atomic_*; a read must still be the thread's own
+                try:  # a thread's own element is read in place (any shared one may be updated by T.atomic_*)
                     self._check_own_element(index)
                 except CompileError as e:
                     computed = any(not sympy.sympify(k).is_Integer for k in index)

@@ -74,7 +74,7 @@ def _int_operand(x):
 
 
 def shift_right(x, n):
-    """`x >> n` on integers (TileLang's T.shift_right): arithmetic for signed values, logical for unsigned ones.
+    """`x >> n` on integers (TileLang's T.shift_right): `>>` of the element's 32-bit int (docs/dtypes.md).
 
     Example:
 

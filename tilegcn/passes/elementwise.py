@@ -303,7 +303,6 @@ class ElementEvaluator:
         source = e.x.buffer.dtype if isinstance(e.x, N.ElemRef) else None
         return dtype_convert.convert(self.b, self.temp, x, kind, e.dtype, src_dtype=source)
 
-
     def _reinterpret(self, e: N.Reinterpret, r: int, dst):
         """T.reinterpret: the int's low bits as a float, held as fp32 (a bf16 is the top half of its fp32; an fp16
         converts exactly; an fp32 is the word itself)."""

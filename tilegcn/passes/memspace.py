@@ -7,6 +7,10 @@ a copy between two buffers of one 16-bit dtype stages in that dtype, the values 
   indices (`G_smem[j]` in T.Parallel(M, N) becomes the broadcast read of a vector fragment, which layout inference
   gives the slice of the loop's layout);
 - a T.Parallel statement storing into S stores into a fragment of the loop's extents, then copies it to S;
+- one reading a fragment or shared buffer at an index computed from the loop's (`B_local[i, j // 2]`, `x[j, i]`:
+  other threads' elements) first writes a fragment to a scratch shared buffer, then gathers (a copy of a
+  GatherRegion: one ds_read per element at the computed index) into a fragment of the loop's extents, which it
+  reads at the loop indices; the index must stay in the buffer at the loop's corners;
 - one storing into a global tensor at `Mean[bx * blk_m + i]` stores into a fragment, then copies it to the region of
   the tensor the loop indices cover (masked at ragged edges, each element written once: passes/copy.py);
 - T.copy global -> shared (a shared buffer that is not a T.gemm operand), shared -> global and shared -> shared go
