@@ -30,7 +30,7 @@ COMMANDS = {
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
                                               "per_token_cast_to_fp8", "elementwise_add", "gemm",
                                               "gemm_splitk", "gemm_splitk_vectorize_atomicadd",
-                                              "gemm_fp8_amd")},
+                                              "gemm_fp8_amd", "dequant_gemm_bf16_mxfp4_cdna4")},
     "tilelang/topk.py": ["--M", "64", "--N", "32", "--topk", "4"],  # (main() tunes: 9 configs)
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],

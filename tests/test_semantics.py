@@ -93,18 +93,38 @@ def transpose_read(X, Y, *, form="ji"):
 
 
 @pytest.mark.parametrize("form", ["ji", "i0", "63-i"])
-def test_fragment_read_at_another_threads_index_is_refused(form):
+def test_fragment_read_at_another_threads_index(form):
+    """Other threads' elements are read through LDS, every read before the statement's writes (an in-place
+    transpose reads the old values)."""
     x = torch.randn(64, 64)
-    with pytest.raises(CompileError, match="can only be read at the T.Parallel indices") as e:
-        transpose_read(x, torch.empty_like(x), form=form, arch="gfx942")
-    assert e.value.location.endswith(f"{__file__}:{_line_of(transpose_read.fn, form)}")
+    y = torch.empty_like(x)
+    transpose_read(x, y, form=form, arch="gfx942")
+    want = {"ji": x.T, "i0": x[:, :1].expand(64, 64) + 1.0, "63-i": x.flip(0)}[form]
+    assert torch.equal(y, want)
+
+
+@tilegcn.jit
+def read_past_the_end(X, Y):
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((64, 64), "float32")
+        T.copy(X[0, 0], x)
+        for i, j in T.Parallel(64, 64):
+            x[i, j] = x[64 - i, j]
+        T.copy(x, Y[0, 0])
+
+
+def test_fragment_read_past_its_end_is_refused_at_the_line():
+    x = torch.randn(64, 64)
+    with pytest.raises(CompileError, match=r"index on dim 0 is 64, outside its size 64") as e:
+        read_past_the_end(x, torch.empty_like(x), arch="gfx942")
+    assert e.value.location.endswith(f"{__file__}:{_line_of(read_past_the_end.fn, '64-i')}")
 
 
 def _line_of(fn, form: str) -> int:
     import inspect
 
     lines, first = inspect.getsourcelines(fn)
-    marker = {"ji": "x[j, i]", "i0": "x[i, 0]", "63-i": "x[63 - i, j]"}[form]
+    marker = {"ji": "x[j, i]", "i0": "x[i, 0]", "63-i": "x[63 - i, j]", "64-i": "x[64 - i, j]"}[form]
     return first + next(n for n, text in enumerate(lines) if marker in text and "=" in text.split(marker)[0])
 
 

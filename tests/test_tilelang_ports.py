@@ -12,6 +12,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
 import cumsum  # noqa: E402
+import dequant_gemm_bf16_mxfp4_cdna4  # noqa: E402
 import elementwise_add  # noqa: E402
 import gemm  # noqa: E402
 import gemm_fp8_amd  # noqa: E402
@@ -229,3 +230,47 @@ def test_gemm_storing_c_through_shared(arch):
                                                   num_stages=2, arch=arch)
     torch.testing.assert_close(c, gemm_persistent.ref_program(a.float(), b.float()).half(), rtol=1e-2,
                                atol=1e-2)
+
+
+# FP4 E2M1 values of the 8 codes with the sign bit clear, by code (OCP MX spec: exponent bias 1, code 1 subnormal)
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _mxfp4_decode(qB, Scale, scale_size=32):
+    """MXFP4 weights as fp32, from the OCP MX spec rather than upstream's helper: each byte holds two E2M1 codes, the
+    low nibble first; each run of scale_size weights along K is scaled by its E8M0 scale, 2 ** (scale - 127), which
+    the kernel applies as 2 ** scale (TileLang's int32 shift; upstream's reference too)."""
+    codes = torch.stack((qB & 0xF, qB >> 4), dim=-1).reshape(qB.shape[0], -1).long()
+    values = torch.tensor(E2M1)[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+    return values * 2.0 ** Scale.float().repeat_interleave(scale_size, dim=1)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_dequant_gemm_bf16_mxfp4(arch, monkeypatch):
+    """TileLang's MXFP4 dequantize GEMM (simple path: the packed bytes unpacked to bf16 by bit operations in a
+    fragment read at [i, j // 2], scaled, copied into the T.gemm's B tile, bf16 MFMA), with a bias: upstream's
+    reference on random bytes, and the MX spec's decoding on codes whose E2M1 exponent is not 0 (upstream's kernel
+    and reference decode exponent 0 as if normal: 0.5 and 0.75 for the codes that mean 0 and 0.5)."""
+    monkeypatch.setenv("TILEGCN_ARCH", arch)
+    monkeypatch.setattr(dequant_gemm_bf16_mxfp4_cdna4.matmul, "_kernels", {})
+    M, N, K = 64, 64, 128
+    kernel = dequant_gemm_bf16_mxfp4_cdna4.matmul(M, N, K, T.bfloat16, T.bfloat16, T.float32, block_M=64, block_N=64,
+                                                  block_K=64, num_stages=2, threads=128, fast_dequant=False,
+                                                  with_bias=True)
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(M, K, generator=gen).to(torch.bfloat16)
+    Scale = torch.randint(0, 4, (N, K // 32), dtype=torch.uint8, generator=gen)
+    Bias = (torch.randn(M, N, generator=gen) * 64).to(torch.bfloat16)  # large enough for the tolerance to see it
+    qB = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=gen)
+    torch.testing.assert_close(kernel(A, qB, Scale, Bias),
+                               dequant_gemm_bf16_mxfp4_cdna4.ref_program_simple_with_bias(A, qB, Scale, Bias),
+                               rtol=0.01, atol=0.01)
+    normal = qB | 0x22  # every nibble's exponent field (bits 1-2) nonzero: the codes both decodings agree on
+    want = A.float() @ _mxfp4_decode(normal, Scale).T + Bias.float()
+    torch.testing.assert_close(kernel(A, normal, Scale, Bias).float(), want, rtol=8e-3, atol=0.5)
+
+
+def test_dequant_gemm_bf16_mxfp4_fast_path_is_refused():
+    """The fast path compiles a HIP C++ intrinsic: a CompileError that names the simple path."""
+    with pytest.raises(tilegcn.CompileError, match="fast_dequant=False"):
+        dequant_gemm_bf16_mxfp4_cdna4.matmul(64, 64, 128, T.bfloat16, T.bfloat16, T.float32, fast_dequant=True)

@@ -39,10 +39,10 @@ def cdiv(a: int, b: int) -> int:
 
 def __getattr__(name):
     # `tilegcn.language` on first use: it imports torch, which `python -m tilegcn cache ...` does not need.
-    if name == "language":
+    if name in ("language", "layout"):  # `tilegcn.layout` (make_swizzled_layout) imports the language
         import importlib
 
-        return importlib.import_module(".language", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [

@@ -30,8 +30,9 @@ ANY, FLOAT, INT = "any", "float", "int"
 MAX_FINITE = {"float32": float(np.finfo(np.float32).max), "float16": 65504.0,
               "bfloat16": struct.unpack("<f", struct.pack("<I", 0x7F7F0000))[0],
               "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "float8_e4m3fnuz": 240.0, "float8_e5m2fnuz": 57344.0,
-              "int8": 127, "uint8": 255, "int16": 32767, "int32": 2**31 - 1, "int64": 2**63 - 1}
-MIN_INT = {"int8": -128, "uint8": 0, "int16": -32768, "int32": -2**31, "int64": -2**63}  # (T.min_value of ints)
+              "int8": 127, "uint8": 255, "int16": 32767, "uint16": 65535, "int32": 2**31 - 1, "int64": 2**63 - 1}
+MIN_INT = {"int8": -128, "uint8": 0, "int16": -32768, "uint16": 0, "int32": -2**31,
+           "int64": -2**63}  # (T.min_value of ints)
 
 
 @dataclass(frozen=True)
@@ -181,8 +182,8 @@ FP8_FORMATS = {
     "float8_e4m3fnuz": (4, 3, 8, 240.0, "nan"),
     "float8_e5m2fnuz": (5, 2, 16, 57344.0, "nan"),
 }
-INT_RANGES = {"int8": (-2**7, 2**7), "uint8": (0, 2**8), "int16": (-2**15, 2**15), "int32": (-2**31, 2**31),
-              "int64": (-2**31, 2**31)}  # int64 elements hold int32 values (docs/dtypes.md)
+INT_RANGES = {"int8": (-2**7, 2**7), "uint8": (0, 2**8), "int16": (-2**15, 2**15), "uint16": (0, 2**16),
+              "int32": (-2**31, 2**31), "int64": (-2**31, 2**31)}  # int64 elements hold int32 values (docs/dtypes.md)
 
 
 def round_to_fp8(dtype_name: str, x: float) -> float:

@@ -70,6 +70,21 @@ class Region:
     extents: tuple
 
 
+@dataclass(eq=False)
+class GatherRegion(Region):
+    """The elements of a shared buffer a T.Parallel statement reads at computed indices (`B[i, j // 2]`), as a box
+    of the loop's `extents`: box element (k0, k1, ...) is buffer element `index` with `loop` symbol d set to kd
+    (passes/memspace.py stages such a read through a copy of this region into a fragment)."""
+
+    index: tuple = ()  # SymPy, in the `loop` symbols
+    loop: tuple = ()
+
+    def element(self, coords) -> tuple:
+        """The buffer index of box element `coords`."""
+        subs = dict(zip(self.loop, coords))
+        return tuple(sympy.sympify(k).xreplace(subs) for k in self.index)
+
+
 # ---- element expressions ---------------------------------------------------------------------
 
 _ELEMENT_OPS = "+ - * /, comparisons with T.if_then_else, and the T. math functions (docs/reference.md)"
@@ -283,6 +298,12 @@ class Expr(RefusesPythonOperators):
     def __mod__(self, o): return apply("mod", self, o)
     def __rmod__(self, o): return apply("mod", o, self)
 
+    def astype(self, dtype) -> "Cast":
+        """TileLang's `x.astype(dtype)`: T.cast(x, dtype)."""
+        from .types import as_dtype
+
+        return Cast(as_dtype(dtype), self)
+
     __hash__ = object.__hash__  # identity: expressions may key dicts; `==` builds a comparison
 
     def __bool__(self):
@@ -310,6 +331,11 @@ class ElemRef(Expr):
     buffer: Buffer
     index: tuple  # SymPy expressions
 
+    @property
+    def dtype(self) -> DType:
+        """The element's dtype (TVM's `val.dtype`, as TileLang's helpers check it)."""
+        return self.buffer.dtype
+
 
 @dataclass(eq=False)
 class IndexValue(Expr):
@@ -335,6 +361,11 @@ class Cast(Expr):
 
     dtype: DType
     x: Expr
+
+
+@dataclass(eq=False)
+class Reinterpret(Cast):
+    """The bits of integer x (as wide as `dtype`) read as float `dtype` (T.reinterpret), held as fp32."""
 
 
 @dataclass(eq=False)

@@ -45,6 +45,8 @@ def print_expr(e: N.Expr) -> str:
         return f"{e.buffer.name}[{', '.join(str(i) for i in e.index)}]"
     if isinstance(e, N.Call):  # every element function (ir/elemfn.py) prints as its row name applied to its args
         return f"{e.fn}({', '.join(print_expr(a) for a in e.args)})"
+    if isinstance(e, N.Reinterpret):
+        return f"reinterpret({e.dtype.name}, {print_expr(e.x)})"
     if isinstance(e, N.Cast):
         return f"cast<{e.dtype.name}>({print_expr(e.x)})"
     raise TypeError(f"unknown expression {e!r}")

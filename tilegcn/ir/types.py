@@ -64,6 +64,7 @@ bfloat16 = DType("bfloat16", "bf16", 2)
 int8 = DType("int8", "i8", 1, INT)
 uint8 = DType("uint8", "u8", 1, UINT)
 int16 = DType("int16", "i16", 2, INT)
+uint16 = DType("uint16", "u16", 2, UINT)  # bit patterns (T.reinterpret to a 16-bit float)
 int32 = DType("int32", "i32", 4, INT)
 int64 = DType("int64", "i64", 8, INT)  # values within int32's range: docs/dtypes.md
 # fp8: gfx950 has the OCP encodings (e4m3fn: no inf, NaN 0x7F/0xFF; e5m2: IEEE-like), gfx942 the "fnuz" ones (no
@@ -72,7 +73,7 @@ float8_e4m3fn = DType("float8_e4m3fn", "fp8", 1)
 float8_e5m2 = DType("float8_e5m2", "bf8", 1)
 float8_e4m3fnuz = DType("float8_e4m3fnuz", "fp8", 1)
 float8_e5m2fnuz = DType("float8_e5m2fnuz", "bf8", 1)
-DTYPES = {d.name: d for d in (float32, float16, bfloat16, int8, uint8, int16, int32, int64, float8_e4m3fn,
+DTYPES = {d.name: d for d in (float32, float16, bfloat16, int8, uint8, int16, uint16, int32, int64, float8_e4m3fn,
                               float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz)}
 _ALIASES = {"float": float32, "fp32": float32, "f32": float32, "half": float16, "fp16": float16, "f16": float16,
             "bf16": bfloat16, "int": int32, "long": int64, "char": int8, "short": int16, "uchar": uint8}

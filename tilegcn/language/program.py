@@ -14,6 +14,7 @@ import ast
 import copy
 import functools
 import inspect
+import numbers
 import textwrap
 import types
 
@@ -76,7 +77,8 @@ def const(names: str, dtype: str = "int32"):
 
     One name gives one int, several (separated by commas or spaces) a tuple. Each is the size of the tensor
     dimension its name labels in an annotation `A: T.Tensor((M, N), dtype)`; a kernel is specialised on it, as on
-    every shape. `dtype` is accepted for TileLang's spelling; sizes are ints.
+    every shape. `dtype` is accepted for TileLang's spelling; sizes are ints. Given a number instead of names,
+    `T.const(15, T.uint16)` is TVM's typed constant (as TileLang's helpers write it): the number cast to `dtype`.
 
     Example:
 
@@ -99,6 +101,10 @@ def const(names: str, dtype: str = "int32"):
     assert torch.equal(y, 2 * x)
     ```
     """
+    if isinstance(names, numbers.Number) and not isinstance(names, bool):
+        from .elementwise import cast
+
+        return cast(names, dtype)
     tracer = current()
     sizes = getattr(tracer, "named_sizes", None)
     if sizes is None:

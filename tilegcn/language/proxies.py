@@ -168,13 +168,17 @@ class BufferProxy(N.RefusesPythonOperators):
             ref = N.ElemRef(self.buffer, index)
             if is_variable(self.buffer):
                 note_read(ref)
-            if self.buffer.scope == N.FRAGMENT:
-                self._check_own_element(index, uniform_dims=True)
-            elif self.buffer.scope == N.SHARED:
-                try:  # any shared element may be updated by T.atomic_*; a read must still be the thread's own
-                    self._check_own_element(index)
+            if self.buffer.scope in (N.FRAGMENT, N.SHARED):
+                try:  # a thread's own element is read in place (any shared one may be updated by T.atomic_*)
+                    self._check_own_element(index, uniform_dims=self.buffer.scope == N.FRAGMENT)
                 except CompileError as e:
-                    ref.refusal = e.raw_message  # raised where it is read (passes/memspace.py stage_parallel)
+                    computed = any(not sympy.sympify(k).is_Integer for k in index)
+                    if self.buffer.scope == N.FRAGMENT and not computed:
+                        raise
+                    # another thread's element at an index computed from the loop's (`B[i, j // 2]`): a gather
+                    # through LDS (passes/memspace.py stage_parallel); an atomic update raises the refusal
+                    ref.gather = computed
+                    ref.refusal = e.raw_message
             return ref
         starts, extents = _normalise_key(key, self.ndim, f"indexing {self.buffer.name}")
         keys = key if isinstance(key, tuple) else (key,)
@@ -352,6 +356,10 @@ class _DeviceValue(N.RefusesPythonOperators):
     __gt__ = _compare("gt", "comparison `>`")
     __ge__ = _compare("ge", "comparison `>=`")
     __bool__ = _refuse_decision("a truth test (`if`, `while`, `and`, `or`, `not`, bool())")
+
+    def astype(self, dtype):
+        """TileLang's `x.astype(dtype)`: the value as an element expression cast to `dtype` (T.cast)."""
+        return N.lift(self).astype(dtype)
 
 
 class ScalarProxy(_DeviceValue):

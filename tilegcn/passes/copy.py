@@ -23,7 +23,9 @@ def _nontrivial(extents):
 
 def global_index(region: N.Region, frag_shape, frag_index) -> tuple:
     """Global element index of a fragment element: region start + the fragment coords, dims matched
-    in order after dropping extent-1 dims on both sides."""
+    in order after dropping extent-1 dims on both sides (a gather region maps the coords through its index)."""
+    if isinstance(region, N.GatherRegion):
+        return region.element(frag_index)
     index = list(region.starts)
     for gd, fd in zip(_nontrivial(region.extents), _nontrivial(frag_shape)):
         index[gd] = region.starts[gd] + frag_index[fd]

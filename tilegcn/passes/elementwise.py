@@ -291,6 +291,8 @@ class ElementEvaluator:
     def _cast(self, e: N.Cast, r: int, dst):
         """T.cast: the value of e.x converted to e.dtype as torch's .to() (passes/dtype_convert.py), held as that
         dtype's domain (fp32 for float dtypes, a 32-bit int for int dtypes)."""
+        if isinstance(e, N.Reinterpret):
+            return self._reinterpret(e, r, dst)
         x, kind = self.eval_value(e.x, r, want=N.INT if e.dtype.is_int else N.FLOAT)
         if e.dtype.is_16bit and kind == N.FLOAT and not isinstance(x, float):
             out = dst or self.temp()
@@ -300,6 +302,19 @@ class ElementEvaluator:
             return out
         source = e.x.buffer.dtype if isinstance(e.x, N.ElemRef) else None
         return dtype_convert.convert(self.b, self.temp, x, kind, e.dtype, src_dtype=source)
+
+    def _reinterpret(self, e: N.Reinterpret, r: int, dst):
+        """T.reinterpret: the int's low bits as a float, held as fp32 (a bf16 is the top half of its fp32; an fp16
+        converts exactly; an fp32 is the word itself)."""
+        x, _ = self.eval_value(e.x, r, want=N.INT)
+        out = dst or self.temp()
+        if e.dtype.name == "bfloat16":
+            self.b.emit("v_lshlrev_b32", out, 16, self.vgpr(x), comment="bf16 bits -> fp32")
+        elif e.dtype.name == "float16":
+            self.b.emit("v_cvt_f32_f16", out, self.vgpr(x), comment="f16 bits -> fp32")
+        else:
+            self.b.emit("v_mov_b32", out, self.vgpr(x))
+        return out
 
 
 # ---- lowering rows: one per row of ir/elemfn.py, (evaluator, out, *operands) -> the value --------------------------

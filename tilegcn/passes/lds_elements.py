@@ -20,11 +20,12 @@ import sympy
 
 from ..amdgcn.addr import linear_form, split_const
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
+from ..errors import CompileError
 from ..ir import nodes as N
 from .context import Context
 from . import dtype_convert
 from .copy import WriterMask, _by_writer, _convert_run, _converted, _store_element, _Temps, global_index
-from .gemm import lds_barrier
+from .gemm import _lds_base, lds_barrier
 
 READ_BATCH = 16  # elements whose ds_reads are in flight before their values are converted
 DS_READ = {1: "ds_read_u8", 2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}  # by bytes
@@ -42,8 +43,39 @@ def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
     its row-major index (rows `ctx.lds_pitches` elements apart where they are padded) times the element bytes."""
     shared = region.buffer
     index = global_index(region, frag.shape, ctx.layouts[frag].coords(r, ctx.threads))
+    if shared in ctx.gemm_operands:
+        return _operand_address(ctx, shared, index)
     return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, _strides(ctx, shared)))
                         * shared.dtype.bytes)
+
+
+def _operand_address(ctx: Context, shared: N.Buffer, index) -> object:
+    """The LDS byte address of element `index` (row, col of the user's tile) of T.gemm operand tile `shared`, as its
+    plan lays the tile out (passes/gemm_plan.py): LDS rows K-major, or the user's rows for a tile read transposed,
+    their 16-byte chunks XOR-swizzled; a fragment written there feeds the gemm (TileLang's dequantize GEMMs)."""
+    plan, operand = ctx.gemm_operands[shared]
+    if plan.halves_swizzled(operand):
+        raise CompileError(f"T.copy into {shared.name}, operand B of a T.gemm whose A is a fragment, on this arch: "
+                           "its LDS tile also swaps 8-byte halves, which this copy does not do; give A as a shared "
+                           "tile")
+    # SymPy folds Mod(4 * Mod(tid, 8), 8) into 4 * Mod(tid, 8) (wrong for tid = 2): the swizzle is computed on
+    # fresh symbols standing for the Mod / floor terms of the coordinates, which are put back after
+    atoms = sorted({a for k in index[-2:] for a in sympy.sympify(k).atoms(sympy.Mod, sympy.floor)}, key=str)
+    fresh = {a: sympy.Symbol(f"lds_term{n}", integer=True, nonnegative=True) for n, a in enumerate(atoms)}
+    row, col = (sympy.sympify(k).xreplace(fresh) for k in index[-2:])
+    if not plan.copied_as_stored(operand):
+        row, col = col, row
+    per_chunk = plan.elems_per_chunk
+    chunk = sympy.floor(col / per_chunk)
+    within = col - per_chunk * chunk
+    base = _operand_base(ctx, plan, operand, shared)
+    address = base + plan.lds_chunk_offset(operand, row, chunk) + within * shared.dtype.bytes
+    return sympy.sympify(address).xreplace({s: a for a, s in fresh.items()})
+
+
+def _operand_base(ctx: Context, plan, operand: str, shared: N.Buffer) -> int:
+    """The LDS byte offset of stage 0 of gemm operand tile `shared` (the plan's offsets are from its own base)."""
+    return _lds_base(ctx, plan, operand, shared, 0) + plan.operand_lds_offset(operand)
 
 
 def _strides(ctx: Context, shared: N.Buffer) -> list:
@@ -70,7 +102,8 @@ def _runs(ctx: Context, region: N.Region, frag: N.Buffer) -> list:
     address = [_address_expr(ctx, region, frag, r) for r in range(lay.elems)]
     runs, r = [], 0
     while r < lay.elems:
-        per = next((w // es for w in (16, 8, 4) if w > es and _contiguous(address, r, w // es, es, w)), 1)
+        per = 1 if isinstance(region, N.GatherRegion) else \
+            next((w // es for w in (16, 8, 4) if w > es and _contiguous(address, r, w // es, es, w)), 1)
         runs.append((r, per, per * es, address[r]))
         r += per
     return runs

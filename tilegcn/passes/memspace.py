@@ -7,6 +7,10 @@ a copy between two buffers of one 16-bit dtype stages in that dtype, the values 
   indices (`G_smem[j]` in T.Parallel(M, N) becomes the broadcast read of a vector fragment, which layout inference
   gives the slice of the loop's layout);
 - a T.Parallel statement storing into S stores into a fragment of the loop's extents, then copies it to S;
+- one reading a fragment or shared buffer at an index computed from the loop's (`B_local[i, j // 2]`, `x[j, i]`:
+  other threads' elements) first writes a fragment to a scratch shared buffer, then gathers (a copy of a
+  GatherRegion: one ds_read per element at the computed index) into a fragment of the loop's extents, which it
+  reads at the loop indices; the index must stay in the buffer at the loop's corners;
 - one storing into a global tensor at `Mean[bx * blk_m + i]` stores into a fragment, then copies it to the region of
   the tensor the loop indices cover (masked at ragged edges, each element written once: passes/copy.py);
 - T.copy global -> shared (a shared buffer that is not a T.gemm operand), shared -> global and shared -> shared go
@@ -24,6 +28,7 @@ A T.gemm operand's shared tile is XOR-swizzled (passes/gemm_plan.py), so element
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import sympy
 
@@ -38,6 +43,7 @@ class Stager:
 
     def __init__(self, kernel: N.Kernel):
         self.fragments: list = []
+        self.shared: list = []  # scratch shared buffers of gathered fragments
         self.replaced = False  # a statement was replaced (by others, or by one needing no staging fragment)
         self.gemm_operands = {r.buffer for s in statements_of(kernel.body, "gemm") for r in s.reads()
                               if r.buffer.scope == N.SHARED}
@@ -50,6 +56,12 @@ class Stager:
             dtype = of.dtype if of.dtype.is_int or of.dtype.is_fp8 else float32
         buf = N.Buffer(f"{of.name}_staged{len(self.fragments)}", N.FRAGMENT, dtype, tuple(shape), loc=loc)
         self.fragments.append(buf)
+        return buf
+
+    def scratch(self, of: N.Buffer, loc) -> N.Buffer:
+        """A fresh shared buffer of fragment `of`'s shape and dtype, through which other threads read its elements."""
+        buf = N.Buffer(f"{of.name}_lds{len(self.shared)}", N.SHARED, of.dtype, tuple(of.shape), loc=loc)
+        self.shared.append(buf)
         return buf
 
     def check_element_access(self, shared: N.Buffer, what: str, loc) -> None:
@@ -69,7 +81,7 @@ def stage_memory_accesses(kernel: N.Kernel) -> N.Kernel:
     body = _stage_body(kernel.body, stager)
     if not stager.fragments and not stager.replaced:
         return kernel
-    return dataclasses.replace(kernel, body=body, buffers=list(kernel.buffers) + stager.fragments)
+    return dataclasses.replace(kernel, body=body, buffers=list(kernel.buffers) + stager.fragments + stager.shared)
 
 
 def _stage_body(stmts: list, stager: Stager) -> list:
@@ -87,17 +99,21 @@ def _stage_body(stmts: list, stager: Stager) -> list:
 
 def stage_parallel(s, stager: Stager) -> list | None:
     """The statements replacing ParallelStore `s` where it reads shared buffers or stores to shared / global."""
+    out, value = _stage_gathers(s, stager)
+    if out:
+        s = dataclasses.replace(s, value=value)
     reads = {}  # shared buffer -> its staging fragment
     for ref in (e for e in N.walk_expr(s.value) if isinstance(e, N.ElemRef) and e.buffer.scope == N.SHARED):
-        if getattr(ref, "refusal", None):  # an index only an atomic update may use (language/proxies.py)
+        # an index only an atomic update may use (language/proxies.py); a computed one is a gather (staged above)
+        if getattr(ref, "refusal", None) and not getattr(ref, "gather", False):
             raise CompileError(ref.refusal, location=s.loc)
         if ref.buffer not in reads:
             stager.check_element_access(ref.buffer, "T.Parallel reads", s.loc)
             _check_read_shape(ref, s)
             reads[ref.buffer] = stager.fragment(ref.buffer, ref.buffer.shape, s.loc)
-    if not reads and s.buffer.scope == N.FRAGMENT:
+    if not reads and not out and s.buffer.scope == N.FRAGMENT:
         return None
-    out = [stager.copy(whole(shared), whole(frag), s.loc) for shared, frag in reads.items()]
+    out += [stager.copy(whole(shared), whole(frag), s.loc) for shared, frag in reads.items()]
     value = _reading(s.value, reads)
     if s.buffer.scope == N.FRAGMENT:
         return out + [dataclasses.replace(s, value=value)]
@@ -109,6 +125,60 @@ def stage_parallel(s, stager: Stager) -> list | None:
     target = stager.fragment(s.buffer, s.extents, s.loc)
     store = dataclasses.replace(s, buffer=target, value=value, index=None)
     return out + [store, stager.copy(whole(target), dst, s.loc)]
+
+
+def _stage_gathers(s, stager: Stager) -> tuple:
+    """(statements, new value) for the reads of ParallelStore `s` at computed indices of other threads' elements
+    (`B_local[i, j // 2]`, language/proxies.py marks them `gather`): each buffer read so goes to LDS (a fragment
+    through a scratch shared buffer of its shape, written once per read statement), then every thread reads the
+    elements its loop elements name into a fragment of the loop's extents, which the statement reads at [i, j]."""
+    out, by_ref, scratch = [], {}, {}
+    for ref in (e for e in N.walk_expr(s.value) if getattr(e, "gather", False)):
+        source = ref.buffer
+        _check_gather_bounds(ref, s)
+        if source.scope == N.FRAGMENT:
+            if source not in scratch:
+                scratch[source] = stager.scratch(source, s.loc)
+                out.append(stager.copy(whole(source), whole(scratch[source]), s.loc))
+            source = scratch[source]
+        else:
+            stager.check_element_access(source, "T.Parallel reads", s.loc)
+        region = N.GatherRegion(source, (0,) * len(s.extents), tuple(s.extents), tuple(ref.index), tuple(s.indices))
+        frag = stager.fragment(source, s.extents, s.loc)
+        out.append(stager.copy(region, whole(frag), s.loc))
+        by_ref[id(ref)] = N.ElemRef(frag, tuple(s.indices))
+    return out, (_replacing(s.value, by_ref) if by_ref else s.value)
+
+
+def _check_gather_bounds(ref: N.ElemRef, s) -> None:
+    """A gathered index stays inside its buffer at the corners of the loop (where the affine and floor-divided
+    indices users write take their extremes): an element outside would read another buffer's LDS bytes."""
+    corners = itertools.product(*((0, extent - 1) for extent in s.extents))
+    for corner in corners:
+        values = dict(zip(s.indices, corner))
+        for axis, (k, size) in enumerate(zip(ref.index, ref.buffer.shape)):
+            value = sympy.sympify(sympy.sympify(k).xreplace(values))
+            if value.is_Integer and not 0 <= int(value) < size:
+                where = f"[{_user_index(ref.index, s.indices)}] in T.Parallel{tuple(s.extents)}"
+                raise CompileError(f"{ref.buffer.scope} {ref.buffer.name}{list(ref.buffer.shape)} read at {where}: "
+                                   f"at {dict(zip((str(i)[1:] for i in s.indices), corner))} the index on dim "
+                                   f"{axis} is {value}, outside its size {size}", location=s.loc)
+
+
+def _replacing(e: N.Expr, by_ref: dict) -> N.Expr:
+    """`e` with each element read whose id is in `by_ref` replaced by its value there."""
+    if id(e) in by_ref:
+        return by_ref[id(e)]
+    if not dataclasses.is_dataclass(e):
+        return e
+    changes = {}
+    for f in dataclasses.fields(e):
+        value = getattr(e, f.name)
+        if isinstance(value, N.Expr):
+            changes[f.name] = _replacing(value, by_ref)
+        elif isinstance(value, tuple) and any(isinstance(v, N.Expr) for v in value):
+            changes[f.name] = tuple(_replacing(v, by_ref) if isinstance(v, N.Expr) else v for v in value)
+    return dataclasses.replace(e, **changes) if changes else e
 
 
 def _check_read_shape(ref: N.ElemRef, s) -> None:
@@ -177,9 +247,10 @@ def stage_copy(s, stager: Stager) -> list | None:
     a T.gemm operand (global -> fragment -> shared, shared -> fragment -> global); None to keep it."""
     src, dst = s.src.buffer, s.dst.buffer
     scopes = (src.scope, dst.scope)
+    if scopes == (N.FRAGMENT, N.SHARED):
+        return None  # a gemm operand tile too: passes/lds_elements.py writes it swizzled as its plan reads it
     if N.SHARED in scopes and N.FRAGMENT in scopes:
-        shared = src if src.scope == N.SHARED else dst
-        stager.check_element_access(shared, "T.copy of", s.loc)
+        stager.check_element_access(src, "T.copy of", s.loc)
         return None
     if scopes == (N.GLOBAL, N.SHARED) and dst in stager.gemm_operands:
         return None  # passes/gemm.py's swizzled operand copy
