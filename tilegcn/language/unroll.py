@@ -14,7 +14,6 @@ import dataclasses
 
 import sympy
 
-from .. import ops
 from ..ir import nodes as N
 from ..ir.ops import TileOp
 
@@ -27,7 +26,7 @@ def unroll_fragment_loops(body: list) -> list:
     for s in body:
         if s.bodies():
             s = s.with_bodies(tuple(unroll_fragment_loops(b) for b in s.bodies()))
-        if isinstance(s, ops.Loop) and _indexes_a_fragment(s.body, s.var):
+        if s.opname == "for" and _indexes_a_fragment(s.body, s.var):  # a T.Pipelined / T.serial Loop op
             out.extend(_substituted(stmt, {s.var: sympy.Integer(trip)}) for trip in range(s.extent)
                        for stmt in s.body)
         else:
