@@ -309,3 +309,26 @@ def test_a_loop_of_any_shape_is_fast_forwarded():
     assert fast.breakdown["skipped_trips"] >= 30 and full.breakdown["skipped_trips"] == 0
     assert fast.cycles == full.cycles
     assert fast.flops == full.flops == 40 * 4 * 2 * 32 * 32 * 8
+
+
+def test_an_address_exchanged_through_ds_bpermute_is_estimated():
+    # Triton's gfx950 MX matmuls pass global addresses between lanes with ds_bpermute_b32 before an LDS DMA:
+    # the timing model's footprint run must execute lane exchanges (it skips LDS accesses), or the load reads
+    # a never-written address
+    body = "\n".join([
+        "s_load_dwordx2 s[4:5], s[0:1], 0",
+        "v_lshlrev_b32 v1, 2, v0",
+        "v_sub_u32 v6, 252, v1",  # lane i reads lane 63 - i
+        "s_waitcnt lgkmcnt(0)",
+        "v_mov_b32 v3, s5",
+        "v_add_co_u32 v2, vcc, s4, v1",
+        "v_addc_co_u32 v3, vcc, 0, v3, vcc",
+        "ds_bpermute_b32 v4, v6, v2",
+        "ds_bpermute_b32 v5, v6, v3",
+        "s_waitcnt lgkmcnt(0)",
+        "global_load_dword v7, v[4:5], off",
+        "s_waitcnt vmcnt(0)",
+        "s_endpgm",
+    ])
+    _, est = _estimate(body, "gfx950", vgprs=8, sgprs=16)
+    assert est.cycles > TIMING["gfx950"].hbm_latency_clk  # the load was timed, through the exchanged address

@@ -291,10 +291,17 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     return Trace(program, tracer.streams, footprints)
 
 
+# DS instructions that exchange lanes without touching LDS: they compute register values (Triton's gfx950 MX
+# kernels route global addresses through ds_bpermute_b32), so the footprint run must execute them
+_LANE_EXCHANGES = ("ds_bpermute_b32", "ds_permute_b32", "ds_swizzle_b32")
+
+
 def _addresses_only(handlers):
+    """The handlers of a footprint run: MFMAs and LDS accesses skipped (their values never form an address),
+    lane exchanges kept."""
     out = []
     for h in handlers:
-        if h.cls in ("mfma", "ds"):
+        if h.cls == "mfma" or h.cls == "ds" and h.mnemonic not in _LANE_EXCHANGES:
             h = copy.copy(h)
             h.run = _nothing
         out.append(h)
