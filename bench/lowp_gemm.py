@@ -10,9 +10,9 @@ Issue 22's must-show: the model's TFLOP/s at M = N = K = 8192 of
     each config of its manifest is estimated, the best by the model marked `*`.
 MI355X for gfx950, MI300X for gfx942 (each arch's device in tilegcn.amdgcn.arch.TIMING). The published figures
 (issue 22) are printed beside them: measurements on MI355X; none of them set a model parameter. They are other
-kernels (HipKittens, hipBLASLt, Gluon, aiter assembly) and some at another shape (Gluon fp8: 4096x4096x16384,
-same FLOPs per output tile ratio differs): the comparison says where the model puts tilegcn and Triton against
-the best published kernels, not an error of the model. `--quick`: one tilegcn config per arch.
+kernels (HipKittens, hipBLASLt, Gluon, aiter assembly, FlyDSL), one at another shape (Gluon fp8:
+4096x4096x16384): the comparison says where the model puts tilegcn and Triton against the best published
+kernels, not an error of the model. `--quick`: one tilegcn config per arch. Results: docs/benchmarks.md.
 """
 from __future__ import annotations
 
