@@ -297,8 +297,8 @@ _LANE_EXCHANGES = ("ds_bpermute_b32", "ds_permute_b32", "ds_swizzle_b32")
 
 
 def _addresses_only(handlers):
-    """The handlers of a footprint run: MFMAs and LDS accesses skipped (their values never form an address),
-    lane exchanges kept."""
+    """The handlers of a footprint run: MFMAs and LDS reads / writes skipped for speed (an address read back from
+    LDS would be left unwritten), lane exchanges kept."""
     out = []
     for h in handlers:
         if h.cls == "mfma" or h.cls == "ds" and h.mnemonic not in _LANE_EXCHANGES:
