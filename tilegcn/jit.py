@@ -9,7 +9,8 @@
 
 A call is specialised on each tensor's dtype, shape, strides and 16-byte alignment of its data pointer,
 each scalar's Python type, the keyword constants and the target arch; a dim annotated with a `T.dynamic` size (and
-the strides over it) only on whether the size is a multiple of 16 (language/dynamic.py). Three levels serve a call:
+the strides over it) only on whether the size, where some stride is made of it, is a multiple of 16 (an outermost
+dim not at all: language/dynamic.py). Three levels serve a call:
 
 1. the warm path: a flat tuple built straight from the arguments (`_make_keyfn` generates the code per
    function: positional-only, no loops) looks up a prepared `_Launcher` (device module, kernel name, grid,
