@@ -26,8 +26,8 @@ def _example_autotune():
 EXAMPLE = _example_autotune()
 
 
-def _gemm_args():
-    a, b = torch.empty(256, 128, dtype=torch.bfloat16), torch.empty(128, 256, dtype=torch.bfloat16)
+def _gemm_args(k=128):
+    a, b = torch.empty(256, k, dtype=torch.bfloat16), torch.empty(k, 256, dtype=torch.bfloat16)
     return a, b, torch.empty(256, 256, dtype=torch.bfloat16)
 
 
@@ -39,9 +39,9 @@ def _compile_verdict(fn, args, config, arch):
     return None
 
 
-def _agree(configs, arch):
+def _agree(configs, arch, args=None):
     """(config, feasibility's verdict, compile's verdict) for every config where the two differ."""
-    args = _gemm_args()
+    args = args or _gemm_args()
     fn = EXAMPLE.gemm
     fn.cache_clear()
     out = []
@@ -53,11 +53,13 @@ def _agree(configs, arch):
 
 
 def test_feasibility_refuses_exactly_the_register_budget_compile_refuses():
-    """gfx942, 256x256 tiles on 512 threads: 2 stages need more than the 256 registers a wave of 8 keeps (compile
-    refuses with the register budget), 1 stage fits. feasibility says the same, with the same words."""
-    base = dict(block_M=256, block_N=256, block_K=64, threads=512, panel=8)
-    assert _agree([dict(base, num_stages=1), dict(base, num_stages=2)], "gfx942") == []
-    why = feasibility(EXAMPLE.gemm, _gemm_args(), dict(base, num_stages=2), "gfx942")
+    """gfx942, 256x256 tiles on 512 threads: 3 stages (two K steps ahead in VGPRs) need more than the 256 registers
+    a wave of 8 keeps (compile refuses with the register budget), 1 and 2 stages fit. feasibility says the same,
+    with the same words."""
+    base, args = dict(block_M=256, block_N=256, block_K=64, threads=512, panel=8), _gemm_args(k=256)  # 4 K steps
+    assert _agree([dict(base, num_stages=s) for s in (1, 2, 3)], "gfx942", args) == []
+    assert feasibility(EXAMPLE.gemm, args, dict(base, num_stages=2), "gfx942") is None
+    why = feasibility(EXAMPLE.gemm, args, dict(base, num_stages=3), "gfx942")
     assert why.startswith("ResourceError: register budget exceeded")
 
 
@@ -71,15 +73,15 @@ def test_feasibility_and_compile_agree_on_the_example_autotune_space(arch):
 def test_the_sweep_skips_a_config_over_the_register_budget_with_the_compilers_reason():
     """The sweep checks LDS before compiling; the register budget, known once compiled, skips the config too
     (not 'failed'), with the reason feasibility gives."""
-    base = dict(block_M=256, block_N=256, block_K=64, threads=512, panel=8)
-    configs = [dict(base, num_stages=2), dict(base, num_stages=1)]
+    base, args = dict(block_M=256, block_N=256, block_K=64, threads=512, panel=8), _gemm_args(k=256)
+    configs = [dict(base, num_stages=3), dict(base, num_stages=1)]  # 3 stages: two K steps ahead in VGPRs
     tuner = tilegcn.Autotuner(EXAMPLE.gemm, configs, ranker=lambda kernel, args: Score(1e-3), workers=1,
                               progress=False, verbose=False, device="MI300X", verify=False)
     EXAMPLE.gemm.cache_clear()
-    assert tuner.tune(*_gemm_args(), arch="gfx942") == configs[1]
+    assert tuner.tune(*args, arch="gfx942") == configs[1]
     over = tuner.report.rows[0]
     assert over.status == "skipped"
-    assert over.reason == feasibility(EXAMPLE.gemm, _gemm_args(), configs[0], "gfx942")
+    assert over.reason == feasibility(EXAMPLE.gemm, args, configs[0], "gfx942")
 
 
 # -- CompileOptions ---------------------------------------------------------------------------------------------
@@ -152,9 +154,9 @@ def test_machine_passes_on_hand_built_code_start_after_register_allocation():
 
 def test_a_register_budget_refusal_is_raised_by_the_feasibility_prefix_already():
     """The last resource check is in the prefix that feasibility runs: lower fails at the same pass."""
-    a, b, c = _gemm_args()
+    a, b, c = _gemm_args(k=256)
     _, trace_args = EXAMPLE.gemm._signature((a, b, c))
-    config = dict(block_M=256, block_N=256, block_K=64, threads=512, num_stages=2, panel=8)
+    config = dict(block_M=256, block_N=256, block_K=64, threads=512, num_stages=3, panel=8)  # 2 K steps in VGPRs
     kernel = T.trace(EXAMPLE.gemm.fn, trace_args, EXAMPLE.gemm._constants(config), "gfx942")
     with pytest.raises(ResourceError) as prefix:
         compiler.check_resources(kernel, "gfx942")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import sympy
 import pytest
@@ -254,6 +255,7 @@ CASES = [
     ("gfx942", "bf16", "NK", "128x128x64", 256, "one_k_tile", False, 2),
     ("gfx942", "bf16", "KN", "256x256x64", 256, "narrow", True, 2),  # one LDS buffer, the next stage in VGPRs
     ("gfx942", "f16", "NK", "256x256x64", 256, "narrow", False, 2),
+    ("gfx942", "bf16", "KN", "256x256x64", 512, "narrow", True, 2),  # 8 waves: staging registers take turns
     ("gfx950", "bf16", "NK", "256x256x64", 256, "ragged", True, 2),
     ("gfx950", "f16", "KN", "256x256x64", 512, "ragged", False, 2),
     ("gfx950", "bf16", "KN", "128x128x64", 256, "ragged", True, 3),
@@ -320,14 +322,35 @@ def test_lds_budget_error_of_a_k_phased_loop_names_the_users_tile_and_stages():
 def test_register_staged_stages_share_one_lds_buffer_where_two_do_not_fit():
     """gfx942 256x256x64 at num_stages=2: two LDS buffers of A and B would need 128 KiB of its 64 KiB; the stage
     ahead waits in VGPRs, so one LDS buffer (64 KiB) is what the kernel asks for. B stored (K, N) is transposed in
-    registers: v_perm_b32 packs k pairs, ds_write_b128 writes 8 k of one n, no 2-byte ds_write. num_stages=3 would
-    keep two stages in VGPRs: a register budget error naming the staging registers, never a spill."""
+    registers: v_perm_b32 packs k pairs, ds_write_b128 writes 8 k of one n, no 2-byte ds_write. num_stages=3 keeps
+    two stages in VGPRs (64 a stage), which fits once the unrolled loop's three staging sets take turns (lifetime
+    holes); num_stages=4 would keep three: a register budget error naming the staging registers, never a spill."""
     A, B, _, C = inputs(256, 256, 256, torch.bfloat16, False, False, seed=1)
-    k = kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=2)
+    config = dict(arch="gfx942", block_M=256, block_N=256, block_K=64)
+    k = kernels.gemm.compile(A, B, C, num_stages=2, **config)
     assert k.metadata["lds_bytes"] == 65536 and "scratch" not in k.asm
     assert "ds_write_b16" not in k.asm and "v_perm_b32" in k.asm
+    k3 = kernels.gemm.compile(A, B, C, num_stages=3, **config)
+    assert k3.metadata["lds_bytes"] == 65536 and k3.metadata["vgprs"] <= 256 and "scratch" not in k3.asm
     with pytest.raises(ResourceError, match=r"needs \d+ VGPRs, gfx942 has 256 \(live at the peak: .*staging A_s stage"):
-        kernels.gemm.compile(A, B, C, arch="gfx942", block_M=256, block_N=256, block_K=64, num_stages=3)
+        kernels.gemm.compile(A, B, C, num_stages=4, **config)
+
+
+@pytest.mark.parametrize("layout", ["NK", "KN"])
+def test_gfx942_eight_waves_fit_the_256_tile_at_two_stages(layout):
+    """512 threads are 8 waves, 2 on each SIMD, which leaves each wave 256 of the SIMD's 512 registers a lane (VGPRs
+    up to accum_offset, then AGPRs). The 256x256x64 tile at num_stages=2 keeps the next K step in VGPRs (16 + 16 a
+    lane) beside 128 accumulator AGPRs. The loop, unrolled over the two stages, fills one stage's staging registers
+    while the other's hold nothing, so the two share registers (lifetime holes, amdgcn/liveness.py): it fits, with
+    no scratch (before: 260 / 272 registers, refused). num_stages=3 keeps two K steps ahead: still refused."""
+    A, B, _, C = inputs(256, 256, 256, torch.bfloat16, layout == "NK", False, seed=2)
+    config = dict(arch="gfx942", block_M=256, block_N=256, block_K=64, threads=512, transpose_B=layout == "NK")
+    k = kernels.gemm.compile(A, B, C, num_stages=2, **config)
+    next_free = int(re.search(r"\.amdhsa_next_free_vgpr (\d+)", k.asm)[1])
+    assert k.metadata["agprs"] == 128 and next_free <= 256 and "scratch" not in k.asm
+    assert ".private_segment_fixed_size: 0" in k.asm
+    with pytest.raises(ResourceError, match=r"512 threads are 8 waves, 2 on each of the CU's 4 SIMDs"):
+        kernels.gemm.compile(A, B, C, num_stages=3, **config)
 
 
 @pytest.mark.parametrize("tile, stages", [("256x256x64", 2), ("128x128x64", 3)])

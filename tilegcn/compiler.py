@@ -223,15 +223,20 @@ def _allocate_registers(c: Compilation):
 
     The scheduler has no register-pressure limit: moving reads and loads up lengthens their values' lives. When its
     order needs more registers than the file has, the emitted order is allocated instead (it is what
-    schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError."""
+    schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError. When neither
+    fits, both are tried again with lifetime holes (amdgcn/liveness.py): a pipelined loop's staging registers of one
+    stage lend themselves to the other stage's while they hold nothing (gfx942's 8-wave 256x256x64 GEMM at
+    num_stages=2). Holes come last so that every kernel that fit without them keeps its registers."""
     threads = c.kernel.threads
-    if c.insts is not c.builder.insts:
+    orders = [c.insts, c.builder.insts] if c.insts is not c.builder.insts else [c.insts]
+    attempts = [(insts, False) for insts in orders] + [(insts, True) for insts in orders]
+    for n, (insts, holes) in enumerate(attempts, 1):
         try:
-            c.insts, c.counts = allocate(c.insts, c.builder, threads)
+            c.insts, c.counts = allocate(insts, c.builder, threads, holes=holes)  # (checks the workgroup fits)
             return
         except ResourceError:
-            pass
-    c.insts, c.counts = allocate(c.builder.insts, c.builder, threads)  # (checks the workgroup fits first)
+            if n == len(attempts):
+                raise
 
 
 def _insert_waits(c: Compilation):

@@ -68,14 +68,16 @@ class VirtualFile:
         """Nothing to do: a group's life ends at its last use in the instructions."""
 
 
-def allocate(insts: list, b, threads: int | None = None) -> tuple:
+def allocate(insts: list, b, threads: int | None = None, holes: bool = False) -> tuple:
     """(instructions over physical registers, register counts) for the virtual groups of builder `b`. With
     `threads`, the counts are checked against a workgroup of that many threads (check_workgroup_fits) before the
     operands are rewritten: an order that does not fit costs its liveness and scan only (the rewrite is the larger
-    part), so trying the interleaved order first and falling back to the emitted one stays cheap."""
+    part), so trying the interleaved order first and falling back to the emitted one stays cheap. With `holes`, the
+    groups that live around a loop lend their registers where they are dead inside it (liveness.py's lifetime
+    holes; the compiler asks for them only when the plain intervals do not fit)."""
     files = {"v": b.v, "s": b.s, "a": b.a}
     groups = b.v.groups
-    lives = live_ranges(insts, files, groups)
+    lives = live_ranges(insts, files, groups, holes=holes)
     placed = [-1] * len(groups)  # first physical register of each group; -1: in no def or use
     peaks = {}
     for file, vf in files.items():
@@ -95,6 +97,7 @@ def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
     peak, at_peak, available = floor, [], _available(arch, file)
     order = sorted((first[g], g) for g in vf.numbers if first[g] >= 0)
     active: list = []  # heap of (last position, group number)
+    holes = _HoleEvents(lives.holes, vf.numbers, groups, placed, used)
     for start, g in order:
         while active and active[0][0] < start:
             done = heapq.heappop(active)[1]
@@ -102,6 +105,7 @@ def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
             used[at:at + groups[done].count] = bytes(groups[done].count)
         grp = groups[g]
         count = grp.count
+        blocked = holes.advance(start, last[g]) if holes.events else ()
         if count == 1 and grp.align == 1:  # most values: the lowest free register
             at = used.find(0)
             if at < 0:
@@ -113,6 +117,8 @@ def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
             at = _lowest_free(used, count, max(grp.align, arch.register_alignment(file, count)))
             used[at:at + count] = b"\x01" * count
         placed[g] = at
+        for r in blocked:  # registers of holes that close before this group ends: barred for its search only
+            used[r] = 0
         heapq.heappush(active, (last[g], g))
         if at + count > peak:
             peak = at + count
@@ -120,6 +126,49 @@ def _scan(file: str, vf: VirtualFile, lives, placed: list, arch) -> int:
                 at_peak = [groups[x] for _, x in active]
     check_budget(arch, file, peak, at_peak)
     return peak
+
+
+class _HoleEvents:
+    """The lifetime holes of one file's groups (liveness.Lives.holes) as the scan meets them. At a hole's first
+    position its group's registers become free (`used` cleared); at the position after its last they are taken
+    again. A group may take them only if it ends inside the hole: `advance` marks the free registers of every open
+    hole that closes before the group being placed ends as taken and returns them (the scan clears them again once
+    the group is placed)."""
+
+    def __init__(self, holes: dict, numbers: list, groups: list, placed: list, used: bytearray):
+        mine = set(numbers)
+        # (position, 0 opens / 1 closes, group, where the hole closes): closes sort before opens at one position
+        self.events = sorted((pos, kind, g, last + 1) for g, spans in holes.items() if g in mine
+                             for first, last in spans for pos, kind in ((first, 1), (last + 1, 0)))
+        self.groups, self.placed, self.used = groups, placed, used
+        self.open: dict = {}  # group -> the position at which its open hole closes
+        self.next = 0
+
+    def advance(self, start: int, end: int) -> list:
+        """Open and close the holes up to `start`; the registers barred to a group placed at `start`, live to
+        `end`."""
+        used, events = self.used, self.events
+        while self.next < len(events) and events[self.next][0] <= start:
+            _, opens, g, closes = events[self.next]
+            self.next += 1
+            at, count = self.placed[g], self.groups[g].count
+            if at < 0:  # (a hole lies inside its group's life: the group is placed before it opens)
+                continue
+            if opens:
+                used[at:at + count] = bytes(count)
+                self.open[g] = closes
+            elif self.open.pop(g, None) is not None:
+                assert not any(used[at:at + count]), "a group outlived the lifetime hole it borrowed registers from"
+                used[at:at + count] = b"\x01" * count
+        barred = []
+        for g, closes in self.open.items():
+            if closes <= end:
+                at = self.placed[g]
+                for r in range(at, at + self.groups[g].count):
+                    if not used[r]:
+                        used[r] = 1
+                        barred.append(r)
+        return barred
 
 
 def _lowest_free(used: bytearray, count: int, align: int) -> int:
