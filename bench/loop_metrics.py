@@ -187,8 +187,8 @@ def main(argv=None):
                     help="schedules compared (amdgcn/schedule.py); plain rows only for num_stages=2")
     ap.add_argument("--copy", default="auto",
                     help="copy paths compared (tilegcn.jit(copy=...)), for num_stages >= 2 rows")
-    ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (gfx942's 256x256 tile at "
-                    "num_stages=2 needs 256: its VGPR-staged stage does not fit two waves per SIMD)")
+    ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (512: 8 waves, 2 per SIMD; "
+                    "gfx942's 256x256 tile fits them up to num_stages=2, its next K step staged in VGPRs)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"),
                     help="operand dtype (fp8: the arch's e4m3, B K-major: use --layout NT)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",

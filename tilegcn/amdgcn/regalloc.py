@@ -16,7 +16,9 @@ take the lowest free run of registers at their alignment (at least the ISA's tup
 return it after their last position. Intervals are closed: a group that starts at an instruction never takes
 the registers of one that ends there (an MFMA's result may not overlap its sources). A kernel whose peak
 exceeds the arch's register file is a ResourceError (needed vs available, and the values live at the peak);
-nothing ever spills.
+nothing ever spills. `allocate(..., holes=True)` also uses the lifetime holes of groups that live around a loop
+(liveness.py): a group that starts and ends inside another's hole may take its registers (`_HoleEvents`); the
+compiler asks for that only when whole intervals do not fit (docs/internals.md, the 8-wave gfx942 tile).
 """
 from __future__ import annotations
 
