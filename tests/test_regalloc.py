@@ -243,7 +243,8 @@ def staged_loop_kernel(variant: str) -> tuple:
     filled and read in between, where s0 holds nothing. Y[lane] = TRIPS x (4 s0 + 8 x) with s0 = 1 on the first
     trip and x + 1 after it. Variants: "full" (s1 lies in s0's dead span), "partial" (s0[3] is read again after
     s0[0:3] were refilled: its old value is still needed, no dead span), "outlives" (s1 is read after s0's
-    refill)."""
+    refill), "exec" (as "full" in a kernel that writes EXEC: a refill under a partial EXEC would keep the other
+    lanes' old values, so no dead span is trusted)."""
     b = builder("gfx942")
     src, dst = resource(b, 0), resource(b, 8)
     voff, x, acc = (b.v.alloc(what=n) for n in ("voff", "x", "acc"))
@@ -255,6 +256,8 @@ def staged_loop_kernel(variant: str) -> tuple:
         b.emit("v_mov_b32", s0[r], 1.0)
     b.emit("v_mov_b32", acc, 0)
     b.emit("s_mov_b32", count, 0)
+    if variant == "exec":
+        b.emit("s_mov_b64", isa.EXEC, -1)  # every lane on, as before: the values do not change
     b.insts.append(isa.Inst(".Lloop", kind=isa.LABEL))
     for r in range(4):
         b.emit("v_add_f32", acc, acc, s0[r])
@@ -281,7 +284,7 @@ def staged_loop_kernel(variant: str) -> tuple:
     return b, s0, s1
 
 
-@pytest.mark.parametrize("variant", ["full", "partial", "outlives"])
+@pytest.mark.parametrize("variant", ["full", "partial", "outlives", "exec"])
 def test_a_loop_carried_group_lends_its_registers_where_it_is_dead(variant):
     """Lifetime holes (liveness.py): with holes=True the stage read at the loop's top lends its registers to the
     other stage between its last read and its refill, and only there; the emulator checks the values."""

@@ -24,7 +24,7 @@ next trip, so both are live around the loop, yet between the copy to LDS and the
 nothing. `Lives.holes[g]` lists such spans (first, last position, inclusive) where the group's registers are free for
 groups that live entirely inside the span (regalloc._scan). A span is one only if every register of the group is
 written before it is read on every path from it: from the span on to the rewrite the code is straight (no branch),
-and the rewrite writes each register before any read of it.
+the rewrite writes each register before any read of it, and it writes every lane (the kernel never writes EXEC).
 
 Input: instructions whose defs/uses name every register they write/read (virtual or physical). Output:
 `Lives.first[g]`, `Lives.last[g]` per group number (-1: the group appears nowhere), `Lives.holes` (empty unless
@@ -85,8 +85,15 @@ def live_ranges(insts: list, files: dict, groups: list, holes: bool = False) -> 
                 first[g] = min(first[g], head)
                 last[g] = max(last[g], end)
                 widened.setdefault(g, []).append((head, end))
-    found = _holes(insts, widened, place, groups) if holes and widened else {}
+    found = _holes(insts, widened, place, groups) if holes and widened and not _writes_exec(insts) else {}
     return Lives(first, last, floor, found)
+
+
+def _writes_exec(insts: list) -> bool:
+    """Whether any instruction writes EXEC. A write under a partial EXEC leaves the other lanes' old values, which
+    a later read with those lanes on may still need, so a rewrite only kills a group where every vector instruction
+    runs with the kernel's one EXEC: holes are found only in such kernels (the GEMMs they are for set no EXEC)."""
+    return any(r.file == "exec" for inst in insts for r in inst.defs)
 
 
 def _holes(insts: list, widened: dict, place: dict, groups: list) -> dict:
