@@ -28,7 +28,7 @@ from collections import Counter
 from itertools import accumulate, chain
 from typing import NamedTuple
 
-from ..errors import ResourceError
+from ..errors import InternalError, ResourceError
 from .isa import Inst, Reg, regs_of, unit_ids_of
 from .liveness import live_ranges
 
@@ -139,7 +139,7 @@ class _HoleEvents:
 
     def __init__(self, holes: dict, numbers: list, groups: list, placed: list, used: bytearray):
         mine = set(numbers)
-        # (position, 0 opens / 1 closes, group, where the hole closes): closes sort before opens at one position
+        # (position, 1 opens / 0 closes, group, where the hole closes): closes sort before opens at one position
         self.events = sorted((pos, kind, g, last + 1) for g, spans in holes.items() if g in mine
                              for first, last in spans for pos, kind in ((first, 1), (last + 1, 0)))
         self.groups, self.placed, self.used = groups, placed, used
@@ -160,7 +160,9 @@ class _HoleEvents:
                 used[at:at + count] = bytes(count)
                 self.open[g] = closes
             elif self.open.pop(g, None) is not None:
-                assert not any(used[at:at + count]), "a group outlived the lifetime hole it borrowed registers from"
+                if any(used[at:at + count]):  # advance bars every group that would outlive the hole
+                    raise InternalError(f"register allocation: a group outlived the lifetime hole of "
+                                        f"{self.groups[g].what or 'a group'} it took registers from")
                 used[at:at + count] = b"\x01" * count
         barred = []
         for g, closes in self.open.items():
