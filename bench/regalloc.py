@@ -35,9 +35,9 @@ CASES = [("256x256x64 (512 threads)", gemm_256, 256, 256, {}),
 def timed_allocate(times: list):
     real = P.allocate
 
-    def allocate(*args):
+    def allocate(*args, **kwargs):
         start = time.process_time()
-        out = real(*args)
+        out = real(*args, **kwargs)
         times.append(time.process_time() - start)
         return out
     return allocate
