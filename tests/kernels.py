@@ -25,10 +25,8 @@ def axpb_relu(X, Y, *, a=2.0, b=1.0, block_M=256, block_N=128, threads=256):
 
 
 @tilegcn.jit
-def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False, num_stages=1,
-         ping_pong=None):
-    """C = A @ B (B given as (N, K) when transpose_B), fp32 accumulation, stored in C's dtype; `ping_pong`: the K
-    loop's T.Pipelined annotation (None: the compiler's choice)."""
+def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False, num_stages=1, ping_pong=None):
+    """C = A @ B (B given as (N, K) when transpose_B), fp32 accumulation, stored in C's dtype (ping_pong: T.Pipelined's)."""
     M, K = A.shape
     N = C.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):

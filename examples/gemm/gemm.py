@@ -2,7 +2,6 @@
 
     python examples/gemm/gemm.py --check                      # 512^3 bf16 on the default device
     python examples/gemm/gemm.py --arch gfx942 --m 1000 --n 1500 --k 700 --dtype float16 --transpose-b --check
-    python examples/gemm/gemm.py --arch gfx950 --num-stages 2 --ping-pong on --check   # the 8-wave ping-pong K loop
 """
 import argparse
 import os
