@@ -150,6 +150,10 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
             phased = split_k_phases(s, program) if order in (PHASES, PING_PONG) else None
+            if phased is None and order == PING_PONG and getattr(s, "ping_pong", None):
+                raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
+                                   "phases (a shared tile used outside its copies and gemms, a copy of part of a "
+                                   "tile, or a block_K under 64); drop the annotation", location=s.loc)
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
