@@ -323,7 +323,7 @@ class PipeState:
     tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
     wave_lds: dict = field(default_factory=dict)  # lane bytes -> SGPR: the wave's lane_bytes * 64 * wave (LDS-DMA M0)
     masked: dict = field(default_factory=dict)  # (V#, loop variable, threshold) -> its masked copy (_masked)
-    fragments: dict = field(default_factory=dict)  # accumulator -> operand registers a ping-pong gemm's reads filled
+    fragments: list = field(default_factory=list)  # operand registers ping-pong gemms' reads filled, in gemm order
     wave_sgpr: Reg | None = None  # the wave's index in its workgroup (ping-pong wave-group barriers)
     loop_writes: list | None = None  # LDS buffers written before the first barrier of the loop body
 
@@ -574,7 +574,7 @@ def lower_gemm(ctx: Context, s: TileOp):
     part = getattr(s, "part", None)
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
     if part == "mfma":
-        _emit_mfmas(ctx, s, plan, ctx.pipe.fragments.pop(s.C), range(plan.read_steps), prio=True)
+        _emit_mfmas(ctx, s, plan, ctx.pipe.fragments.pop(0), range(plan.read_steps), prio=True)
         return
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
@@ -602,7 +602,7 @@ def lower_gemm(ctx: Context, s: TileOp):
     if part == "reads":
         for step in range(plan.read_steps):
             issue_reads(step)
-        ctx.pipe.fragments[s.C] = sets
+        ctx.pipe.fragments.append(sets)
         return
     issue_reads(0)
     for step in range(plan.read_steps):

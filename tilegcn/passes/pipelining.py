@@ -26,6 +26,13 @@ Which order a steady step takes (`step_order`):
   the copies of a phase are issued 1.5 K tiles ahead instead of 1. A K tile has two barriers instead of one, each
   in front of half the MFMA work (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 / 256 threads: 1.375
   / 1.305 M cycles in phases against 1.435 / 1.390 M waiting first unsplit, same scheduler).
+- PING_PONG (gfx950 at 8 waves, `Arch.gemm_ping_pong_waves`, or T.Pipelined's annotation ping_pong=True): the
+  K-phase loop with the workgroup's waves in two groups one barrier apart, a phase of a wave being its memory
+  cluster (copies, every fragment read) and its MFMA cluster with a barrier after each (`_pipeline_ping_pong`):
+  each SIMD holds a wave of each group, so its matrix pipe runs one wave's MFMAs while the other wave reads and
+  passes its barrier (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 threads: 1.094 M cycles against
+  1.371 M in K phases with the groups in step, 1.422 M waiting first unsplit, one barrier a K step). A loop of
+  fewer than 4 phases (K <= 96 at block_K 64) runs in step.
 - Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
   ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
   worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
