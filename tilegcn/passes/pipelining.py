@@ -301,7 +301,14 @@ def _pipeline_ping_pong(loop) -> list:
     2s + 1, its MFMAs 2s + 2): stage s is read in epochs 2s (first group) and 2s + 1 (second); its slot is
     overwritten by the copies of phase s + S, issued in epochs 2s + 2 and 2s + 3; each wave retires its copies of
     phase s + 1 before the barrier that ends its memory cluster of step s (epoch 2s + 1 or 2s + 2 begins there),
-    so both halves of stage s + 1 are in LDS before epoch 2s + 2 and its first reader."""
+    so both halves of stage s + 1 are in LDS before epoch 2s + 2 and its first reader.
+
+    The shape is HipKittens' 8-wave gfx950 GEMM (HazyResearch/HipKittens f09e968,
+    kernels/gemm/bf16fp32/mi350x/256_256_64_32_with16x32.cpp: `if (warp_row == 1) s_barrier` before its loop, then
+    loads and LDS reads, a barrier, the MFMAs between s_setprio 1 and 0, a barrier), measured at 1610 TFLOP/s on
+    MI355X (S31): the evidence that an s_barrier releases when every wave of the workgroup has arrived at one, at
+    whatever program point, which the emulated device and the timing model assume too. Unlike it, this loop leaves
+    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower)."""
     n, S, k = loop.extent, loop.num_stages, loop.var
     copies, gemms = _loads(loop), _gemms(loop)
     AsyncCopy, CommitGroup, WaitGroup, Barrier = (op_class(name) for name in (
