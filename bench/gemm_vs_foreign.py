@@ -10,10 +10,11 @@ the limit and its ratio to tilegcn's best config:
 - tilegcn: examples/gemm/gemm.py (bf16, B stored (K, N), T.use_swizzle) at CONFIGS: the 256x256x64 tile at 8 waves
   and num_stages=2 with its K loop as a ping-pong and in step (`ping_pong`), at 4 waves, and the best 128x128 one;
   configs the compiler refuses (registers, LDS) say why;
-- foreign: every 16-bit GEMM of bench/model_accuracy.py's FOREIGN list that runs on the card and whose code object
-  is at hand (aiter's bf16 256x256 kernel in bench/calibration/aiter; the Gluon tutorial's fp16 v4 / v5 with
-  --calib DIR, from bench/build_calibration.py), launched at SIZE^3 as model_accuracy.py launches them (the same
-  MFMA rate for fp16 and bf16).
+- foreign: every 16-bit GEMM of bench/model_accuracy.py's FOREIGN list (an (M, N, K) entry, no 8-bit name) that
+  runs on the card and whose code object is at hand (aiter's bf16 256x256 kernel in bench/calibration/aiter; the
+  Gluon tutorial's fp16 v4 / v5 with --calib DIR, from bench/build_calibration.py; any GEMM the list gains, such as
+  HipKittens' compiled per size), launched at SIZE^3 as model_accuracy.py's `foreign_estimate` launches it (the
+  same MFMA rate for fp16 and bf16).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from tilegcn.amdgcn.arch import TIMING, get_arch  # noqa: E402
 
 # (block_M = block_N, threads, num_stages, ping_pong): the K loop's ping-pong applies to 8 waves at num_stages=2
 CONFIGS = ((256, 512, 2, None), (256, 512, 2, False), (256, 256, 2, None), (128, 256, 2, None))
-NOT_16_BIT = ("aiter_i8", "aiter_fav3")  # the FOREIGN kernels that are no 16-bit GEMM
+LOW_PRECISION = ("i8", "fp8", "f8", "fp4", "mx")  # name parts of FOREIGN GEMMs on 8-bit or narrower operands
 
 
 def arch_of(card: str) -> str:
@@ -73,8 +74,8 @@ def _loop_shape(asm: str) -> str:
 def foreign_rows(card: str, size: int, folder) -> list:
     """[(label, estimate)] of the card's 16-bit foreign GEMMs at size^3 (model_accuracy.FOREIGN, one per kernel)."""
     rows, seen = [], set()
-    for kernel, _, published, where, _ in model_accuracy.FOREIGN:
-        if kernel in seen or kernel.startswith(NOT_16_BIT) or model_accuracy.foreign_device(kernel) != card:
+    for kernel, shape, published, where, _ in model_accuracy.FOREIGN:
+        if kernel in seen or not is_16_bit_gemm(kernel, shape) or model_accuracy.foreign_device(kernel) != card:
             continue
         seen.add(kernel)
         est = model_accuracy.foreign_estimate(kernel, (size, size, size), folder)
@@ -83,6 +84,11 @@ def foreign_rows(card: str, size: int, folder) -> list:
             continue
         rows.append((f"{kernel} (foreign)", est))
     return rows
+
+
+def is_16_bit_gemm(kernel: str, shape: tuple) -> bool:
+    """A FOREIGN entry of a GEMM (shape (M, N, K); attention's are (batch, heads, ...) of 4) on 16-bit operands."""
+    return len(shape) == 3 and not any(part in kernel for part in LOW_PRECISION)
 
 
 def main(argv=None):
