@@ -74,7 +74,7 @@ def _loop_shape(asm: str) -> str:
 def foreign_rows(card: str, size: int, folder) -> list:
     """[(label, estimate)] of the card's 16-bit foreign GEMMs at size^3 (model_accuracy.FOREIGN, one per kernel)."""
     rows, seen = [], set()
-    for kernel, shape, published, where, _ in model_accuracy.FOREIGN:
+    for kernel, shape, *_ in model_accuracy.FOREIGN:
         if kernel in seen or not is_16_bit_gemm(kernel, shape) or model_accuracy.foreign_device(kernel) != card:
             continue
         seen.add(kernel)
