@@ -70,3 +70,26 @@ def test_the_model_rates_the_ping_pong_above_the_loop_in_step():
            .estimate(device="MI355X", args=[a, a.clone(), a.clone()]) for pp in (None, False)}
     assert est[None].cycles < 0.95 * est[False].cycles  # measured 81.3 k against 94.2 k
     assert est[None].breakdown["mfma_busy_pct"] > est[False].breakdown["mfma_busy_pct"] + 5  # 83.2 against 71.6 %
+
+
+def test_an_arch_that_raises_the_priority_wraps_each_mfma_cluster_and_still_computes(monkeypatch):
+    """gemm_ping_pong_prio is 0 on both arches (the model rates s_setprio slower); an arch table that sets it gets
+    `s_setprio` around every MFMA cluster of the loop, as HipKittens writes it, and the same result."""
+    import dataclasses
+
+    import tilegcn
+    from tilegcn.amdgcn import arch as arch_table
+
+    monkeypatch.setitem(arch_table.ARCHES, "gfx950",
+                        dataclasses.replace(arch_table.ARCHES["gfx950"], gemm_ping_pong_prio=1))
+    fresh = tilegcn.jit(kernels.gemm.fn)  # no in-memory specialisation compiled with the real table
+    A, B, _, C = inputs(256, 256, 160, torch.bfloat16, False, False, seed=2)
+    lines = [ln.split("//")[0].strip() for ln in fresh.compile(A, B, C, arch="gfx950", **CONFIG).asm.splitlines()]
+    raised = [i for i, ln in enumerate(lines) if ln == "s_setprio 1"]
+    assert len(raised) == 5  # 5 K phases: 4 in the loop's trip, 1 after it
+    for i in raised:  # MFMAs, then the priority back down, then the barrier that ends the cluster
+        end = lines.index("s_setprio 0", i)
+        assert all(ln.startswith("v_mfma") or ln.startswith("s_nop") for ln in lines[i + 1:end])
+        assert lines[end + 1] == "s_barrier"
+    fresh(A, B, C, arch="gfx950", **CONFIG)
+    assert_close(C, reference(A, B, None, False), 160, "ping-pong at raised priority")
