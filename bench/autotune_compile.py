@@ -1,5 +1,6 @@
-"""Wall time of an autotuning sweep's compile phase: the GEMM space of examples/gemm/autotune.py (32 configs,
-512^3 bf16), with 1 compile worker (in this process) vs 2 (spawned processes sharing the disk cache).
+"""Wall time of an autotuning sweep's compile phase: the GEMM space of examples/gemm/autotune.py (512^3 bf16; 40
+configs, 32 before its ping_pong axis), with 1 compile worker (in this process) vs 2 (spawned processes sharing the
+disk cache).
 
     python bench/autotune_compile.py [--repeats 2] [--arch gfx950]
 

@@ -2,6 +2,7 @@
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
                                  [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate] [--dtype fp8]
+                                 [--threads 512] [--ping-pong auto,off]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads unless --threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
@@ -33,7 +34,11 @@ barriers and the other waves). `--no-estimate` leaves them out (the estimates ta
 num_stages=2 rows come once per schedule of `--schedule` (amdgcn/schedule.py: the default list scheduler,
 `interleave`, and `plain`, the order the lowering passes emit), so the interleave's effect is side by side.
 Pipelined rows (num_stages >= 2) come once per copy path of `--copy` (`tilegcn.jit(copy=...)`: "auto", "lds_dma",
-"registers"), so gfx942's 4-byte LDS DMA and its register-staged copies compare side by side.
+"registers"), so gfx942's 4-byte LDS DMA and its register-staged copies compare side by side, and once per K-loop
+shape of `--ping-pong` ("auto": the compiler's choice, a ping-pong for gfx950 at 8 waves; "on"; "off": the wave
+groups in step; T.Pipelined's `ping_pong` annotation). A ping-pong loop's wave runs a K phase's reads and copies,
+a barrier, the phase's MFMAs, a barrier; llvm-mca sees one wave and so the barriers' cost to it, not the other wave
+group's MFMAs that fill them on hardware (and in the timing model).
 """
 from __future__ import annotations
 
@@ -135,15 +140,18 @@ def is_salu(instruction: str) -> bool:
     return instruction.startswith("s_") and not instruction.startswith(_NOT_SALU)
 
 
-def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16") -> dict:
+def model_estimate(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16",
+                   ping_pong=None) -> dict:
     """The timing model's estimate of the whole kernel on an ESTIMATE_SIZE^3 problem (the arch's device)."""
-    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule, copy, dtype).estimate()
+    est = gemm_kernel(arch, tile, layout, stages, (ESTIMATE_SIZE,) * 3, threads, schedule, copy, dtype,
+                      ping_pong).estimate()
     return dict(est_kclk=est.cycles / 1000, mfma_pct=est.breakdown["mfma_busy_pct"])
 
 
-def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16"):
+def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16",
+                ping_pong=None):
     bm, bn, bk = tile
-    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule, copy, dtype).asm
+    return gemm_kernel(arch, tile, layout, stages, (bm, bn, bk * 8), threads, schedule, copy, dtype, ping_pong).asm
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,14 +167,16 @@ def operand_dtype(arch, dtype: str):
     return getattr(torch, get_arch(arch).fp8_dtypes[0]) if dtype == "fp8" else torch.bfloat16
 
 
-def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16"):
-    """tests/kernels.py `gemm` compiled (not run) for `dtype` operands of `shape` (M, N, K), C in bf16."""
+def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16",
+                ping_pong=None):
+    """tests/kernels.py `gemm` compiled (not run) for `dtype` operands of `shape` (M, N, K), C in bf16; `ping_pong`:
+    its K loop's annotation (None: the compiler's choice)."""
     (bm, bn, bk), (M, N, K) = tile, shape
     A = torch.empty(M, K, dtype=operand_dtype(arch, dtype))
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=operand_dtype(arch, dtype))
     C = torch.empty(M, N, dtype=torch.bfloat16)
     return jit_gemm(schedule, copy).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
-                                      transpose_B=layout == "NT", num_stages=stages)
+                                      transpose_B=layout == "NT", num_stages=stages, ping_pong=ping_pong)
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
@@ -191,6 +201,8 @@ def main(argv=None):
                     "gfx942's 256x256 tile fits them up to num_stages=2, its next K step staged in VGPRs)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"),
                     help="operand dtype (fp8: the arch's e4m3, B K-major: use --layout NT)")
+    ap.add_argument("--ping-pong", default="auto", help="K-loop shapes compared for num_stages >= 2 rows: auto, on, "
+                    "off (T.Pipelined's ping_pong annotation: None, True, False)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help=f"skip the timing model's {ESTIMATE_SIZE}^3 estimate (est_kclk, mfma%%)")
     args = ap.parse_args(argv)
@@ -206,18 +218,23 @@ def main(argv=None):
                 for stages in (int(s) for s in args.stages.split(",")):
                     for schedule in (schedules if stages == 2 else schedules[:1]):
                         for copy in (copies if stages > 1 else ["auto"]):
-                            _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate,
-                                 args.threads, args.dtype)
+                            for pp in (args.ping_pong.split(",") if stages > 1 else ["auto"]):
+                                _row(arch, tile, dims, layout, stages, schedule, copy, columns, args.estimate,
+                                     args.threads, args.dtype, pp)
 
 
-def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate, threads=256, dtype="bf16"):
+PING_PONG = {"auto": None, "on": True, "off": False}
+
+
+def _row(arch, tile, dims, layout, stages, schedule, copy, columns, estimate, threads=256, dtype="bf16", pp="auto"):
     name = f"{arch} {tile} {layout} stages={stages} {schedule} {copy}" + (f" {threads} thr" if threads != 256 else "")
-    name += f" {dtype}" if dtype != "bf16" else ""
+    name += (f" {dtype}" if dtype != "bf16" else "") + (f" pp={pp}" if pp != "auto" else "")
     try:
-        asm = compile_asm(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy, dtype=dtype)
+        asm = compile_asm(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy, dtype=dtype,
+                          ping_pong=PING_PONG[pp])
         m = metrics(asm, arch, dims[0], dims[1], threads, dtype)
         m.update(model_estimate(arch, dims, layout, stages, threads=threads, schedule=schedule, copy=copy,
-                                dtype=dtype) if estimate else {})
+                                dtype=dtype, ping_pong=PING_PONG[pp]) if estimate else {})
     except Exception as e:  # a config that does not fit (LDS) is reported, not fatal
         print(f"{name:<58} {type(e).__name__}: {str(e)[:110]}")
         return

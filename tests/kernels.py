@@ -25,8 +25,8 @@ def axpb_relu(X, Y, *, a=2.0, b=1.0, block_M=256, block_N=128, threads=256):
 
 
 @tilegcn.jit
-def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False, num_stages=1):
-    """C = A @ B (B given as (N, K) when transpose_B), fp32 accumulation, stored in C's dtype."""
+def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpose_B=False, num_stages=1, ping_pong=None):
+    """C = A @ B (B given as (N, K) when transpose_B), fp32 accumulation, stored in C's dtype (ping_pong: T.Pipelined's)."""
     M, K = A.shape
     N = C.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
@@ -35,7 +35,7 @@ def gemm(A, B, C, *, block_M=128, block_N=128, block_K=64, threads=256, transpos
         acc = T.alloc_fragment((block_M, block_N), "float32")
         T.use_swizzle(panel_size=4, num_xcds=8)
         T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages, annotations={"ping_pong": ping_pong}):
             T.copy(A[by * block_M, k * block_K], A_s)
             if transpose_B:
                 T.copy(B[bx * block_N, k * block_K], B_s)

@@ -379,12 +379,14 @@ def test_gfx950_loop_with_B_as_KN_copies_by_lds_dma_only(tile, stages):
 
 # ---- every wait and barrier of the pipelined loop is needed --------------------------------------------------------
 def _loop_lines(asm: str) -> range:
-    """Line numbers of the K loop's body: after the loop label, up to its backward branch."""
+    """Line numbers of the K loop's body: after the loop label, up to its backward branch (the last branch to a
+    label above it: a ping-pong loop's wave-group barrier after the loop is skipped by a forward branch)."""
     lines = asm.splitlines()
-    end = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch"))
-    label = lines[end].split()[-1]
-    start = lines.index(f"{label}:")
-    return range(start + 1, end)
+    for end in reversed([i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch")]):
+        start = lines.index(f"{lines[end].split()[-1]}:")
+        if start < end:
+            return range(start + 1, end)
+    raise AssertionError("no K loop (a backward s_cbranch) in the assembly")
 
 
 def _k_loop_kernel(A, B, C, arch, transpose_B):

@@ -16,7 +16,7 @@ from tilegcn.runtime import device_name
 
 @tilegcn.jit
 def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, num_stages=1, threads=512, transpose_B=False,
-         relu=False):
+         relu=False, ping_pong=None):
     M, K = A.shape
     N = C.shape[1]
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
@@ -25,7 +25,7 @@ def gemm(A, B, C, *, block_M=256, block_N=256, block_K=64, num_stages=1, threads
         acc = T.alloc_fragment((block_M, block_N), "float32")
         T.use_swizzle(panel_size=8, num_xcds=8)
         T.clear(acc)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages, annotations={"ping_pong": ping_pong}):
             T.copy(A[by * block_M, k * block_K], A_s)  # region start; the extent is A_s's shape
             if transpose_B:
                 T.copy(B[bx * block_N, k * block_K], B_s)  # B stored (N, K)
@@ -49,6 +49,10 @@ def main():
     p.add_argument("--threads", type=int, default=512)
     p.add_argument("--transpose-b", action="store_true", help="pass B as (N, K)")
     p.add_argument("--relu", action="store_true", help="fuse a ReLU epilogue")
+    p.add_argument("--ping-pong", choices=["auto", "on", "off"], default="auto",
+                   help="run the K loop's two wave groups half a K phase apart (on), in step (off), or as the arch "
+                        "table says (auto: gfx950 at 512 threads, num_stages=2)")
+    p.add_argument("--num-stages", type=int, default=1, help="LDS stages of the K loop (T.Pipelined num_stages)")
     p.add_argument("--check", action="store_true", help="compare with torch (fp32 reference)")
     args = p.parse_args()
 
@@ -59,7 +63,8 @@ def main():
     c = torch.empty(args.m, args.n, dtype=dtype)
     bm, bn, bk = args.block
     config = dict(block_M=bm, block_N=bn, block_K=bk, threads=args.threads, transpose_B=args.transpose_b,
-                  relu=args.relu)
+                  relu=args.relu, num_stages=args.num_stages,
+                  ping_pong={"auto": None, "on": True, "off": False}[args.ping_pong])
 
     start = time.perf_counter()
     kernel = gemm.compile(a, b, c, arch=args.arch, **config)

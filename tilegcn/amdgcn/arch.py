@@ -219,6 +219,11 @@ class Arch:
     # the fp8 / bf8 encodings of v_cvt_pk_fp8_f32, v_cvt_f32_fp8, ... (and the fp8 MFMAs): gfx942 reads the bytes as
     # the "fnuz" formats (CDNA3 ISA guide: no inf, no -0, NaN 0x80), gfx950 as the OCP ones (CDNA4 ISA guide)
     fp8_dtypes: tuple = ("float8_e4m3fnuz", "float8_e5m2fnuz")
+    # a pipelined GEMM K loop of this many waves runs as a ping-pong by default (passes/pipelining.py: two wave
+    # groups half a K phase apart, one's MFMAs beside the other's reads and copies); 0: never unless asked for
+    gemm_ping_pong_waves: int = 0
+    # the s_setprio level of a ping-pong loop's MFMA cluster (0: none emitted)
+    gemm_ping_pong_prio: int = 0
     extra: dict = field(default_factory=dict)
 
     def acc_fill_mfmas(self) -> tuple:
@@ -417,6 +422,10 @@ GFX950 = Arch(
     ),
     has_ds_read_tr_b16=True,
     fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
+    # the model prefers the ping-pong at 8 waves (bench/gemm_vs_foreign.py: 256x256x64 bf16 at 8192^3 on MI355X,
+    # 1.094 M cycles against 1.371 M with both groups in step) and s_setprio 0 in it (1 around the MFMA cluster:
+    # 1.101 M; the two groups issue different categories, so the priority only costs its issue slots)
+    gemm_ping_pong_waves=8,
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,
        "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},

@@ -60,7 +60,10 @@ since another wave overwrites that stage after it (waitcnt.py).
 `s_setprio` is not emitted: raising it around the loop's MFMAs measured slightly worse in both models (gfx950
 128x128x64 NT num_stages=2, 8x8 workgroups: timing model 13971 vs 13960 cycles, llvm-mca 326.7 vs 324.7 cycles an
 iteration): a 256-thread GEMM workgroup has one wave per SIMD, where priority arbitrates little, and the
-instruction costs an issue slot.
+instruction costs an issue slot. The 8-wave ping-pong K loop (passes/pipelining.py), where two waves share a SIMD
+and one runs its MFMAs while the other reads, emits it only where `Arch.gemm_ping_pong_prio` says so; that is 0 on
+both arches: gfx950 256x256x64 bf16 at 8192^3 on MI355X, timing model 1.101 M cycles with s_setprio 1 around the MFMA
+cluster against 1.094 M without (the groups issue different instruction categories, so priority decides little).
 """
 from __future__ import annotations
 

@@ -583,13 +583,18 @@ def Parallel(*extents):
         tracer.parallel = None
 
 
-def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, sync=None, group=None):
+def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, sync=None, group=None,
+              annotations=None):
     """`for k in T.Pipelined(n, num_stages=s):` the K loop over k = 0..n-1; `T.Pipelined(start, stop, ...)` runs
     k = start..stop-1, as TileLang reads it (so `T.Pipelined(1, 3)` is two trips, not three stages). The body is
     recorded once; the loop counts 0..stop-start-1 and the body sees k as that counter plus `start`.
 
     With `num_stages > 1` and a body of global -> shared copies and `T.gemm`, the loop is software-pipelined
-    over that many LDS buffers (docs/internals.md); pass `num_stages` by name. Bounds only the device knows (a
+    over that many LDS buffers (docs/internals.md); pass `num_stages` by name. `annotations={"ping_pong": True}`
+    (tilegcn's key; TileLang's loop annotations) runs the two halves of the workgroup's waves half a K phase apart,
+    one group's MFMAs beside the other's LDS reads and copies, with two barriers a phase (gfx950, 8 waves, LDS DMA,
+    num_stages=2); False keeps both groups in step; not given, the arch table decides (Arch.gemm_ping_pong_waves:
+    gfx950 at 8 waves). Bounds only the device knows (a
     runtime scalar, index arithmetic on block ids: `T.Pipelined(end[0] - start, ...)`) make it a serial loop
     (`T.serial`, not pipelined whatever num_stages says; it may run no trip).
 
@@ -606,6 +611,7 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
         if value is not None:
             raise CompileError(f"T.Pipelined({name}=...) is not supported: tilegcn orders the pipelined loop "
                                "itself; pass num_stages only", location=loc)
+    ping_pong = _pipelined_annotations(annotations, loc)
     first, end = (0, start) if stop is None else (start, stop)
     first = _integer(first, "the T.Pipelined start")
     end = _integer(end, "the T.Pipelined trip count" if stop is None else "the T.Pipelined stop")
@@ -633,7 +639,21 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
         yield IndexProxy.of(var + first, "the T.Pipelined loop variable")
     finally:
         tracer.bodies.pop()
-    tracer.record(ops.Loop(var, n, int(num_stages), body, loc=loc))
+    tracer.record(ops.Loop(var, n, int(num_stages), body, ping_pong=ping_pong, loc=loc))
+
+
+def _pipelined_annotations(annotations, loc):
+    """The ping_pong choice of T.Pipelined's `annotations` (None: not given); any other key is refused."""
+    if annotations is None:
+        return None
+    if not isinstance(annotations, dict) or set(annotations) - {"ping_pong"}:
+        raise CompileError(f"T.Pipelined(annotations={annotations!r}): tilegcn knows only the key 'ping_pong' "
+                           "(True / False / None); leave the others out", location=loc)
+    value = annotations.get("ping_pong")
+    if value not in (None, True, False):
+        raise CompileError(f"T.Pipelined(annotations={{'ping_pong': {value!r}}}): pass True, False or None",
+                           location=loc)
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

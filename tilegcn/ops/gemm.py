@@ -26,11 +26,13 @@ class Gemm(TileOp):
     transpose_B: bool = False
     stage: int = 0  # pipeline stage of A and B read (passes/pipelining.py)
     policy: str | None = None  # T.GemmWarpPolicy FullRow / FullCol: the wave grid's shape; None: the squarest tile
+    part: str | None = None  # a ping-pong K loop's half of it (passes/pipelining.py): "reads" or "mfma"; None: both
 
     def print_to(self, out):
         out.line(f"gemm {self.A.name}{'^T' if self.transpose_A else ''} @ {self.B.name}"
                  f"{'^T' if self.transpose_B else ''} += {self.C.name}"
-                 + (f" stage={self.stage}" if self.stage else "") + (f" policy={self.policy}" if self.policy else ""))
+                 + (f" stage={self.stage}" if self.stage else "") + (f" policy={self.policy}" if self.policy else "")
+                 + (f" part={self.part}" if self.part else ""))
 
     def reads(self):
         return (whole(self.A), whole(self.B), whole(self.C))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..ir.ops import TileOp, register
-from ..passes.gemm import lower_commit_group, lower_wait_group
+from ..passes.gemm import lower_commit_group, lower_wait_group, lower_wave_group_barrier
 
 
 @register
@@ -34,12 +34,32 @@ class WaitGroup(TileOp):
 
     opname: ClassVar[str] = "wait_group"
     pending: int
+    sync: bool = False  # end in an s_barrier even where no group retires (a ping-pong loop counts its barriers)
 
     def print_to(self, out):
-        out.line(f"wait_group {self.pending}")
+        out.line(f"wait_group {self.pending}" + (" sync" if self.sync else ""))
 
     def in_pipeline(self, ctx):
         return True
 
     def lower(self, ctx, lower_body):
         lower_wait_group(ctx, self)
+
+
+@register
+@dataclass(eq=False)
+class WaveGroupBarrier(TileOp):
+    """A barrier of a ping-pong K loop (passes/pipelining.py): `group` None, every wave's; `group` g, only wave group
+    g's (the first or second half of the workgroup's waves), which runs the two groups half a K step apart."""
+
+    opname: ClassVar[str] = "wave_group_barrier"
+    group: int | None = None
+
+    def print_to(self, out):
+        out.line("wave_group_barrier" + ("" if self.group is None else f" group={self.group}"))
+
+    def in_pipeline(self, ctx):
+        return True
+
+    def lower(self, ctx, lower_body):
+        lower_wave_group_barrier(ctx, self)

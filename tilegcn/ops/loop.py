@@ -22,9 +22,11 @@ class Loop(TileOp):
     extent: int
     num_stages: int
     body: list
+    ping_pong: bool | None = None  # T.Pipelined(annotations={"ping_pong": ...}); None: the pipeliner decides
 
     def print_to(self, out):
-        out.line(f"for {self.var} in pipelined({self.extent}, num_stages={self.num_stages}):")
+        pp = "" if self.ping_pong is None else f", ping_pong={self.ping_pong}"
+        out.line(f"for {self.var} in pipelined({self.extent}, num_stages={self.num_stages}{pp}):")
         out.body(self.body)
 
     def bodies(self):

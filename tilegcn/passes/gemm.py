@@ -323,6 +323,8 @@ class PipeState:
     tags: dict = field(default_factory=dict)  # (buffer, stage) -> lds_tag Reg
     wave_lds: dict = field(default_factory=dict)  # lane bytes -> SGPR: the wave's lane_bytes * 64 * wave (LDS-DMA M0)
     masked: dict = field(default_factory=dict)  # (V#, loop variable, threshold) -> its masked copy (_masked)
+    fragments: list = field(default_factory=list)  # operand registers ping-pong gemms' reads filled, in gemm order
+    wave_sgpr: Reg | None = None  # the wave's index in its workgroup (ping-pong wave-group barriers)
     loop_writes: list | None = None  # LDS buffers written before the first barrier of the loop body
 
     def barrier(self):
@@ -506,9 +508,31 @@ def lower_wait_group(ctx: Context, s: TileOp):
         for write in group.writes:
             write()
         tags += group.tags
-    if tags:
+    if tags or getattr(s, "sync", False):
         ctx.b.emit("s_barrier", uses=tuple(dict.fromkeys(tags)), comment=f"wait_group {s.pending}: publish LDS")
         pipe.barrier()
+
+
+def lower_wave_group_barrier(ctx: Context, s: TileOp):
+    """A ping-pong K loop's barriers (passes/pipelining.py): `s.group` None, every wave's `s_barrier` (the end of
+    a wave's MFMA cluster); `s.group` g, an `s_barrier` only the waves of wave group g (the first or second half of
+    the workgroup's waves) execute, which shifts the two groups' barrier sequences by one: `SCC = wave < half;
+    s_cbranch_scc{g} SKIP; s_barrier; SKIP:`."""
+    b, pipe = ctx.b, _pipe(ctx)
+    if s.group is None:
+        b.emit("s_barrier", comment="ping-pong: end of the MFMA cluster")
+        pipe.barrier()
+        return
+    if pipe.wave_sgpr is None:
+        pipe.wave_sgpr = b.alloc_in_frame("s", 0, what="wave index")
+        b.emit("v_readfirstlane_b32", pipe.wave_sgpr, ctx.lower.vgpr(sympy.floor(TID / WAVE)), frame=0)
+    skip = b.label("pingpong")
+    half = ctx.threads // WAVE // 2
+    b.emit("s_cmp_lt_u32", pipe.wave_sgpr, half, comment=f"only wave group {s.group} (waves "
+           f"{'>=' if s.group else '<'} {half}) takes the next barrier: the groups run half a K phase apart")
+    b.emit(f"s_cbranch_scc{s.group}", skip)
+    b.emit("s_barrier", comment=f"ping-pong: wave group {s.group}'s extra barrier")
+    b.frames[-1].insts.append(Inst(skip, kind=isa.LABEL))
 
 
 def _slot_index(region: N.Region, cp, slot: int, origins: dict) -> tuple:
@@ -542,11 +566,16 @@ def _piece(reg: Reg, first: int, count: int) -> Reg:
 
 
 def lower_gemm(ctx: Context, s: TileOp):
+    """The gemm's LDS fragment reads and MFMAs (`s.part` None), or, in a ping-pong K loop (passes/pipelining.py),
+    only its reads ("reads": every k step's, into registers kept for the "mfma" part) or only its MFMAs ("mfma",
+    at raised `s_setprio` where the arch table says it pays: Arch.gemm_ping_pong_prio)."""
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
-    acc = ctx.layouts[s.C].regs
-    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    part = getattr(s, "part", None)
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
+    if part == "mfma":
+        _emit_mfmas(ctx, s, plan, ctx.pipe.fragments.pop(0), range(plan.read_steps), prio=True)
+        return
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
         # written before the first one); the stage's next copy waits for these reads at a barrier
@@ -555,10 +584,10 @@ def lower_gemm(ctx: Context, s: TileOp):
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in lds_operands}
     reps = {"A": plan.repeats_M, "B": plan.repeats_N}
+    n_sets = plan.read_steps if part == "reads" else min(2, plan.read_steps)
     sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])]
-             for op, _ in lds_operands} for _ in range(min(2, plan.read_steps))]
+             for op, _ in lds_operands} for _ in range(n_sets)]
     families = {op: plan.read_offsets(op) for op, _ in lds_operands}
-    a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
     # thousands of them, the same few shapes over and over.
     insts = b.frames[-1].insts
@@ -570,10 +599,39 @@ def lower_gemm(ctx: Context, s: TileOp):
             dst = _piece(regs[operand][rep], first, count)
             insts.append(Inst(mnemonic, (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, suffix))
 
+    if part == "reads":
+        for step in range(plan.read_steps):
+            issue_reads(step)
+        ctx.pipe.fragments.append(sets)
+        return
     issue_reads(0)
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
+        _emit_mfmas(ctx, s, plan, sets, (step,))
+    _free_fragments(ctx, sets)
+
+
+def _free_fragments(ctx: Context, sets: list):
+    for group in sets:
+        for regs in group.values():
+            for r in regs:
+                ctx.b.v.free(r)
+
+
+def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, prio: bool = False):
+    """The MFMAs of k-step pairs `steps`, operands from `sets[step % len(sets)]`; `prio` (a ping-pong gemm's MFMA
+    cluster, whose fragments were read before the barrier in front of it): the cluster is also freed here, and
+    wrapped in `s_setprio` where the arch table says it pays."""
+    b = ctx.b
+    acc = ctx.layouts[s.C].regs
+    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
+    level = b.arch.gemm_ping_pong_prio if prio else 0
+    if level:
+        b.emit("s_setprio", level, comment="MFMA cluster first while the other wave group reads")
+    insts = b.frames[-1].insts
+    for step in steps:
         frag_b, frag_a = sets[step % len(sets)]["B"], sets[step % len(sets)].get("A")
         for rep_b, first_b, n_b, rep_a, first_a, n_a, acc_first, acc_count in plan.mfma_operands[step]:
             src_a = _piece(frag_b[rep_b], first_b, n_b)
@@ -583,10 +641,10 @@ def lower_gemm(ctx: Context, s: TileOp):
                 src_b = _piece(a_regs, _operand_vgpr(plan, rep_a, step, first_a // n_a), n_a)
             d = _piece(acc, acc_first, acc_count)
             insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
-    for group in sets:
-        for regs in group.values():
-            for r in regs:
-                b.v.free(r)
+    if level:
+        b.emit("s_setprio", 0)
+    if prio:
+        _free_fragments(ctx, sets)
 
 
 def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:

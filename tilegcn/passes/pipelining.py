@@ -26,6 +26,13 @@ Which order a steady step takes (`step_order`):
   the copies of a phase are issued 1.5 K tiles ahead instead of 1. A K tile has two barriers instead of one, each
   in front of half the MFMA work (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 / 256 threads: 1.375
   / 1.305 M cycles in phases against 1.435 / 1.390 M waiting first unsplit, same scheduler).
+- PING_PONG (gfx950 at 8 waves, `Arch.gemm_ping_pong_waves`, or T.Pipelined's annotation ping_pong=True): the
+  K-phase loop with the workgroup's waves in two groups one barrier apart, a phase of a wave being its memory
+  cluster (copies, every fragment read) and its MFMA cluster with a barrier after each (`_pipeline_ping_pong`):
+  each SIMD holds a wave of each group, so its matrix pipe runs one wave's MFMAs while the other wave reads and
+  passes its barrier (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 threads: 1.094 M cycles against
+  1.371 M in K phases with the groups in step, 1.422 M waiting first unsplit, one barrier a K step). A loop of
+  fewer than 4 phases (K <= 96 at block_K 64) runs in step.
 - Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
   ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
   worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
@@ -54,10 +61,11 @@ import sympy
 
 from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
+from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
 
 
-ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
+ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
 
 
@@ -67,21 +75,43 @@ def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases:
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers]
     return dataclasses.replace(kernel, body=body, buffers=buffers)
 
 
-def step_order(loop, arch, by_dma) -> str:
-    """ISSUE_FIRST, WAIT_FIRST or PHASES for a pipelinable loop (the module docstring says why)."""
+def step_order(loop, arch, by_dma, threads: int | None = None) -> str:
+    """ISSUE_FIRST, WAIT_FIRST, PHASES or PING_PONG for a pipelinable loop (the module docstring says why);
+    `threads`: the workgroup's (ping-pong needs an even number of waves)."""
+    asked = getattr(loop, "ping_pong", None)
+    order = _unpaired_order(loop, arch, by_dma)
+    if asked is None:
+        asked = bool(arch is not None and arch.gemm_ping_pong_waves and threads == arch.gemm_ping_pong_waves * 64)
+        return PING_PONG if asked and order == PHASES else order
+    if asked and (order != PHASES or threads is None or threads % 128):
+        raise CompileError(_no_ping_pong(order, threads), location=loop.loc)
+    return PING_PONG if asked else order
+
+
+def _unpaired_order(loop, arch, by_dma) -> str:
     if arch is None:
         return WAIT_FIRST
     if not covers_round_trip(loop, arch):
         return ISSUE_FIRST
     dma = any(by_dma(c.dst.buffer) for c in _loads(loop))
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
+
+
+def _no_ping_pong(order: str, threads) -> str:
+    """Why a loop asked for ping_pong=True cannot have it, in the user's terms."""
+    why = {ISSUE_FIRST: "its K step has too little MFMA work to cover a load's round trip (a small tile)",
+           WAIT_FIRST: "its copies are not LDS DMA into num_stages=2 buffers (gfx950, operands stored as T.gemm "
+                       "reads them, num_stages=2)"}.get(order, f"its {threads} threads are not an even number of waves")
+    return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs LDS DMA copies into "
+            f"num_stages=2 buffers, a K step that covers the loads, and an even number of waves, but {why}; "
+            "drop the annotation")
 
 
 def pipelinable(s) -> bool:
@@ -119,22 +149,29 @@ def covers_round_trip(loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None) -> list:
     out = []
     for s in stmts:
         if pipelinable(s):
-            order = step_order(s, arch, by_dma)
-            if order == PHASES and not phases:
+            order = step_order(s, arch, by_dma, threads)
+            if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
-            phased = split_k_phases(s, program) if order == PHASES else None
+            phased = split_k_phases(s, program) if order in (PHASES, PING_PONG) else None
+            if phased is None and order == PING_PONG and getattr(s, "ping_pong", None):
+                raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
+                                   "phases (a shared tile used outside its copies and gemms, a copy of part of a "
+                                   "tile, or a block_K under 64); drop the annotation", location=s.loc)
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
-                out.extend(_pipeline(loop, wait_first=True))
+                if order == PING_PONG and loop.extent >= loop.num_stages:
+                    out.extend(_pipeline_ping_pong(loop))
+                else:
+                    out.extend(_pipeline(loop, wait_first=True))
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases) for body in s.bodies())
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads) for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
             out.append(s)
@@ -249,6 +286,58 @@ def _pipeline(loop, wait_first: bool) -> list:
     for kk in range(S * trips, n):
         out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
     return out
+
+
+def _pipeline_ping_pong(loop) -> list:
+    """The loop over K phases (split_k_phases: S = 4 stages of half a K tile) as a ping-pong: the workgroup's waves
+    in two groups (first and second half) whose barrier sequences are one barrier apart, so that at any time one
+    group runs a phase's MFMAs while the other reads its next fragments and issues its copies. A step s (stage
+    s % S) of a wave: the copies of phase s + S - 1 and all of the gemm's LDS reads of phase s (the memory cluster),
+    a barrier that publishes phase s + 1 (its copies retired: wait_group(S - 2)), the MFMAs (the MFMA cluster), a
+    barrier. The second group's extra barrier before the loop (and the first group's after it) offsets them.
+
+    Why it is correct with a group one barrier behind (epochs e = the intervals between the workgroup's barriers;
+    the first group's memory cluster of step s is epoch 2s, its MFMAs 2s + 1, the second group's memory cluster
+    2s + 1, its MFMAs 2s + 2): stage s is read in epochs 2s (first group) and 2s + 1 (second); its slot is
+    overwritten by the copies of phase s + S, issued in epochs 2s + 2 and 2s + 3; each wave retires its copies of
+    phase s + 1 before the barrier that ends its memory cluster of step s (epoch 2s + 1 or 2s + 2 begins there),
+    so both halves of stage s + 1 are in LDS before epoch 2s + 2 and its first reader.
+
+    The shape is HipKittens' 8-wave gfx950 GEMM (HazyResearch/HipKittens f09e968,
+    kernels/gemm/bf16fp32/mi350x/256_256_64_32_with16x32.cpp: `if (warp_row == 1) s_barrier` before its loop, then
+    loads and LDS reads, a barrier, the MFMAs between s_setprio 1 and 0, a barrier), measured at 1610 TFLOP/s on
+    MI355X (S31): the evidence that an s_barrier releases when every wave of the workgroup has arrived at one, at
+    whatever program point, which the emulated device and the timing model assume too. Unlike it, this loop leaves
+    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower)."""
+    n, S, k = loop.extent, loop.num_stages, loop.var
+    copies, gemms = _loads(loop), _gemms(loop)
+    AsyncCopy, CommitGroup, WaitGroup, Barrier = (op_class(name) for name in (
+        "async_copy", "commit_group", "wait_group", "wave_group_barrier"))
+
+    def issue(kk, stage: int, live=None) -> list:
+        return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
+            [CommitGroup(loc=loop.loc)]
+
+    def step(stage: int, pending: int) -> list:
+        reads = [dataclasses.replace(g, stage=stage, part="reads") for g in gemms]
+        mfmas = [dataclasses.replace(g, stage=stage, part="mfma") for g in gemms]
+        return reads + [WaitGroup(pending, sync=True, loc=loop.loc)] + mfmas + [Barrier(loc=loop.loc)]
+
+    out = []
+    for kk in range(S - 1):
+        out += issue(kk, kk)
+    out += [WaitGroup(S - 2, loc=loop.loc), Barrier(group=1, loc=loop.loc)]
+    trips = n // S
+    var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
+    body = []
+    for j in range(S):
+        tile = S * var + j + S - 1
+        body += issue(tile, (j + S - 1) % S, (tile, n) if S * (trips - 1) + j + S - 1 >= n else None) + step(j, S - 2)
+    out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body, ping_pong=None))
+    newest = S * trips + S - 2  # the newest tile in flight after the loop
+    for kk in range(S * trips, n):  # the phase after kk is published in this step, if there is one
+        out += step(kk % S, max(0, newest - (kk + 1)))
+    return out + [Barrier(group=0, loc=loop.loc)]
 
 
 def _at(region: N.Region, var, value) -> N.Region:

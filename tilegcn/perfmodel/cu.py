@@ -12,6 +12,8 @@ instruction can issue in its SIMD's next slot (4 clk later), except:
 - transcendental VALU ops take `trans_clk`; a taken branch adds `branch_taken_clk`.
 - VMEM and DS go through `memory.py`; their completion times feed vmcnt (in order) and lgkmcnt (DS in
   order; SMEM returns after `smem_latency_clk`, and only lgkmcnt(0) waits for it, as in the emulator).
+  A load no lane of which was in range (trace.SKIPPED_LOAD: a masked tail's copy past the end) reads no memory:
+  it takes its issue slot and no TCP cycles, bytes or round trip (chosen: no published timing of one).
 - s_waitcnt holds the wave until the counted operations have completed.
 - s_barrier holds every wave of the workgroup until the last live one arrives, plus `barrier_release_clk`.
 - s_endpgm: the wave ends when its last MFMA and memory operations have completed.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .memory import LdsPort, VmemPath
-from .trace import Skip
+from .trace import SKIPPED_LOAD, Skip
 
 INF = float("inf")
 STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe")
@@ -125,6 +127,8 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                     continue
                 if kind == "trans":
                     nxt = now + t.trans_clk
+            elif kind == "vmem" and extra == SKIPPED_LOAD:
+                w.vm.append(max(nxt, w.vm[-1]) if w.vm else nxt)
             elif kind == "vmem":
                 blocked = vmem.blocked_until(now)
                 if blocked is not None:

@@ -4,7 +4,9 @@
 that share one XCD in the first dispatch round (workgroup i goes to XCD i % 8) and observes it through
 the emulator's public trace API (tilegcn/runtime/emulator/tracing.py):
 - the *stream* of each wave of the first of those workgroups: its pc sequence, with the extra LDS cycles
-  of every DS instruction (the emulator's bank-conflict phases), and markers where a loop was skipped;
+  of every DS instruction (the emulator's bank-conflict phases), `SKIPPED_LOAD` for a global load of which no
+  lane was in its buffer's range (a masked tail's copy past the end: it returns zeros and reads no memory,
+  docs/isa-notes.md), and markers where a loop was skipped;
 - the *footprint* of every recorded workgroup: the 128-byte lines each of its global loads touches, with the
   load's position in the wave's stream of global loads (its step) and the loop iteration it ran in
   (segments between taken backward branches), for the L2 model.
@@ -35,6 +37,16 @@ from ..runtime.emulator.tracing import Const, Reg, StopRun, run_traced, traced_m
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 MAX_TRIPS = 1 << 20
+SKIPPED_LOAD = -1.0  # a stream entry's "extra" for a global load no lane of which was in range (module docstring)
+
+
+def _none_in_range(access):
+    """Per wave of the group: whether none of its lanes' global reads was in range (`access` = (addresses, active
+    lanes) of a read, or None: not a global read)."""
+    if access is None or access[1] is None:
+        return None
+    act = access[1]
+    return (~act.reshape(act.shape[0], -1).any(1)).tolist()
 
 
 @dataclass
@@ -87,9 +99,10 @@ class Tracer:
         access, self.access = self.access, None
         if self.first_chunk and g.waves[0] < self.wpw:
             extra = conflicts / g.n
-            for w in g.waves:
+            outside = _none_in_range(access)
+            for k, w in enumerate(g.waves):
                 if w < self.wpw:
-                    self.streams[w].append((pc, extra))
+                    self.streams[w].append((pc, SKIPPED_LOAD if outside is not None and outside[k] else extra))
         if access is not None:
             self._footprint(g, *access)
         if h.cls == "salu" and h.mnemonic.startswith("s_cmp"):
