@@ -211,6 +211,7 @@ class Arch:
     # non-XDL f32 MFMAs (llc 22: NumPasses + 2 to a read on both arches, no gfx950 extra)
     lowp_mfma_hazards: MfmaHazards | None = None
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
+    has_ds_read_tr_b8: bool = False  # ds_read_b64_tr_b8: the same for 8-bit elements (8 rows of a 16-lane group)
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
@@ -416,6 +417,7 @@ GFX950 = Arch(
         srcc_to_valu_write={16: 15, ("smfma", 8): 0, ("smfma", 16): 0},
     ),
     has_ds_read_tr_b16=True,
+    has_ds_read_tr_b8=True,
     fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,

@@ -474,7 +474,7 @@ _GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fn
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
     """C += A @ B on matrix cores. A, B: shared tiles of bfloat16 / float16, fp8 (float8_e4m3fnuz / e5m2fnuz on
     gfx942, float8_e4m3fn / e5m2 on gfx950) or int8; C: a float32 fragment (int32 for int8 operands). 8-bit operands
-    must be K-major: A as (M, K), B as (N, K) with transpose_B=True.
+    may be stored either way, as 16-bit ones.
 
     A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is

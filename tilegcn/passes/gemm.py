@@ -272,6 +272,9 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     2d + 1 (high half), from the low or high halves of their VGPR e // 2, by v_perm_b32; a single run writes its
     16-bit half directly."""
     b = ctx.b
+    if cp.plan.dtype.bytes == 1:
+        _write_packed_bytes(ctx, cp, vaddr, imm, runs, e, defs)
+        return
     if cp.pack == 1:
         b.emit(DS_WRITE_HALF[e % 2], vaddr, runs[0][e // 2], suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}")
         return
@@ -280,6 +283,37 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     for d in range(cp.pack // 2):
         b.valu("v_perm_b32", pairs[d], runs[2 * d + 1][e // 2], runs[2 * d][e // 2], select)
     b.emit(f"ds_write_b{16 * cp.pack}", vaddr, pairs, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, k pairs")
+    b.v.free(pairs)
+
+
+def _byte_select(byte: int) -> int:
+    """v_perm_b32 selector: byte `byte` of src1 into byte 0, of src0 into byte 1, zeros above (selector 0x0c)."""
+    return 0x0C0C0000 | (4 + byte) << 8 | byte
+
+
+def _write_packed_bytes(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
+    """ds_write of byte e of `runs` (8-bit, staged at consecutive k), byte e % 4 of their VGPR e // 4: one run
+    shifts it down (ds_write_b8 stores bits 0-7); two runs select it from both into one 16-bit k pair (v_perm_b32),
+    four runs select two pairs and join their low halves (a third v_perm_b32, ds_write_b32)."""
+    b = ctx.b
+    reg, byte = e // 4, e % 4
+    if cp.pack == 1:
+        src = runs[0][reg]
+        if byte:
+            src = b.v.alloc(1, what="byte shifted down")
+            b.valu("v_lshrrev_b32", src, 8 * byte, runs[0][reg])
+        b.emit("ds_write_b8", vaddr, src, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}")
+        if byte:
+            b.v.free(src)
+        return
+    select = b.sgpr_constant(_byte_select(byte))
+    pairs = b.v.alloc(cp.pack // 2, what="packed k pairs")
+    for d in range(cp.pack // 2):
+        b.valu("v_perm_b32", pairs[d], runs[2 * d + 1][reg], runs[2 * d][reg], select)
+    data = pairs[0]
+    if cp.pack == 4:
+        b.valu("v_perm_b32", data, pairs[1], pairs[0], b.sgpr_constant(PERM_LOW_HALVES))
+    b.emit(f"ds_write_b{8 * cp.pack}", vaddr, data, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, {cp.pack} k")
     b.v.free(pairs)
 
 
