@@ -1,8 +1,8 @@
 """T.gemm on 8-bit operands (issue 22): fp8 / bf8 (float8_e4m3fnuz / e5m2fnuz on gfx942, the OCP float8_e4m3fn /
 e5m2 on gfx950) with an fp32 accumulator, int8 with an int32 one, on the emulated device against torch: the fp32
-(int64) matmul of exactly the 8-bit inputs. The per-token / per-channel scaled epilogue stored as bf16 or fp8; the
-refusals; the operand layout the plan relies on against AMD's Matrix Instruction Calculator. Small tiles: the file
-takes about 10 s."""
+(int64) matmul of exactly the 8-bit inputs: K-major operands and ones stored (K, X); e4m3 x e5m2. The per-token /
+per-channel scaled epilogue stored as bf16 or fp8; the refusals; the operand layout the plan relies on against AMD's
+Matrix Instruction Calculator. Small tiles: the file takes about 16 s."""
 from __future__ import annotations
 
 import json
@@ -173,6 +173,24 @@ def test_operands_stored_k_by_x_match_torch(arch, dtypes, ta, tb, block_M, block
     assert transposer in gemm8_stored.compile(*args, **cfg).asm
 
 
+# (arch, A's format, B's format, block_K, the MFMA with its modifiers): T.gemm swaps the operands (srcA takes B), so
+# e4m3 A x e5m2 B is gfx942's bf8_fp8 and, on gfx950's f8f6f4, cbsz (srcA) names B's format, blgp A's
+MIXED = [("gfx942", FP8, BF8, 64, "v_mfma_f32_32x32x16_bf8_fp8"),
+         ("gfx950", BF8, FP8, 64, "v_mfma_f32_32x32x64_f8f6f4 blgp:1"),
+         ("gfx950", FP8, BF8, 32, "v_mfma_f32_32x32x16_bf8_fp8")]
+
+
+@pytest.mark.parametrize("arch,a_dtypes,b_dtypes,block_K,mfma", MIXED, ids=[f"{c[0]}-{c[4]}" for c in MIXED])
+def test_e4m3_times_e5m2_matches_torch(arch, a_dtypes, b_dtypes, block_K, mfma):
+    A, B = _fp8((64, 128), a_dtypes[arch], 21), _fp8((64, 128), b_dtypes[arch], 22)
+    C = torch.full((64, 64), float("nan"))
+    gemm8(A, B, C, arch=arch, block_K=block_K)
+    _close_to_fp32(C, A, B)
+    asm = gemm8.compile(A, B, C, arch=arch, block_K=block_K).asm
+    name, *mods = mfma.split()
+    assert any(line.split()[:1] == [name] and all(m in line.split() for m in mods) for line in asm.splitlines())
+
+
 def test_ragged_fp8_gemm_matches_torch():
     """M, N past the tile's edge and K = 100 (rows of 100 bytes: 4-byte loads, a masked last K tile) on the f8f6f4
     MFMAs of gfx950."""
@@ -213,6 +231,11 @@ def test_refusals_name_the_way_around():
     A = torch.zeros(64, 64, dtype=torch.int8)
     with pytest.raises(CompileError, match=r"C must be an int32 fragment for int8"):
         gemm8(A, A, torch.zeros(64, 64, dtype=torch.int32), arch="gfx950")
+    with pytest.raises(CompileError, match=r"A and B must have one dtype.*or be the arch's e4m3 and e5m2"):
+        gemm8(A, torch.zeros(64, 64, dtype=torch.float8_e4m3fn), torch.zeros(64, 64), arch="gfx950")
+    with pytest.raises(CompileError, match=r"float8_e5m2, an fp8 format gfx942 does not have.*T.float8_e5m2fnuz"):
+        gemm8(torch.zeros(64, 64, dtype=torch.float8_e4m3fnuz), torch.zeros(64, 64, dtype=torch.float8_e5m2),
+              torch.zeros(64, 64), arch="gfx942")
 
 
 @pytest.mark.parametrize("name", ["v_mfma_f32_32x32x16_fp8_fp8", "v_mfma_f32_16x16x32_fp8_fp8"])

@@ -46,6 +46,16 @@ class MfmaShape:
     def name(self, dtype: str) -> str:
         return self.name_template.format(dtype=dtype)
 
+    def mixed_form(self, src_a: str, src_b: str) -> tuple:
+        """(mnemonic, modifiers) of this 8-bit MFMA on srcA in format `src_a` and srcB in `src_b` ("fp8" / "bf8"):
+        f8f6f4 names them in cbsz (srcA) / blgp (srcB), the older MFMAs in the mnemonic's last two words
+        (`v_mfma_f32_32x32x16_fp8_bf8`: A fp8, B bf8)."""
+        if self.blocks > 1:  # f8f6f4
+            codes = {fmt: code for code, (fmt, _) in F8F6F4_FORMATS.items()}
+            mods = [f"{field}:{codes[fmt]}" for field, fmt in (("cbsz", src_a), ("blgp", src_b)) if codes[fmt]]
+            return self.name_template, " ".join(mods)
+        return f"{self.name_template.rsplit('_', 2)[0]}_{src_a}_{src_b}", self.modifiers
+
     @property
     def k_per_lane(self) -> int:
         """Consecutive k elements one lane holds for one row (A) / column (B)."""

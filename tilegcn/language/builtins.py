@@ -473,8 +473,9 @@ _GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fn
 
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
     """C += A @ B on matrix cores. A, B: shared tiles of bfloat16 / float16, fp8 (float8_e4m3fnuz / e5m2fnuz on
-    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8; C: a float32 fragment (int32 for int8 operands). 8-bit operands
-    may be stored either way, as 16-bit ones.
+    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8, A and B of one dtype or one fp8 format each (e4m3 x e5m2:
+    `v_mfma_f32_*_fp8_bf8` on gfx942, f8f6f4 with cbsz / blgp on gfx950); C: a float32 fragment (int32 for int8
+    operands). 8-bit operands may be stored either way, as 16-bit ones.
 
     A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
@@ -517,9 +518,10 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if a.scope == N.FRAGMENT and a.dtype.name not in ("bfloat16", "float16"):
         raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
                            "float16 (copy an 8-bit tile into a shared buffer)", location=loc)
-    if a.dtype != b.dtype or a.dtype.name not in _GEMM_OPERAND_DTYPES:
-        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} "
-                           f"(got {a.dtype.name}, {b.dtype.name})", location=loc)
+    mixed_fp8 = {a.dtype.short, b.dtype.short} == {"fp8", "bf8"}  # e4m3 x e5m2: the fp8_bf8 / bf8_fp8 MFMAs
+    if (a.dtype != b.dtype and not mixed_fp8) or a.dtype.name not in _GEMM_OPERAND_DTYPES:
+        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)}, or be the "
+                           f"arch's e4m3 and e5m2 fp8 formats (got {a.dtype.name}, {b.dtype.name})", location=loc)
     acc = "int32" if a.dtype.name == "int8" else "float32"
     if c.scope != N.FRAGMENT or c.dtype.name != acc:
         article = "an" if acc == "int32" else "a"

@@ -579,7 +579,7 @@ def lower_gemm(ctx: Context, s: TileOp):
     b = ctx.b
     plan = ctx.gemm_plans[s.C]
     acc = ctx.layouts[s.C].regs
-    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    op_name, modifiers = _mfma_form(plan, s)
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
@@ -621,6 +621,14 @@ def lower_gemm(ctx: Context, s: TileOp):
         for regs in group.values():
             for r in regs:
                 b.v.free(r)
+
+
+def _mfma_form(plan, s: TileOp) -> tuple:
+    """(mnemonic, modifiers) of the gemm's MFMA: the plan's for one operand dtype; for e4m3 x e5m2 the mixed form,
+    srcA in B's format and srcB in A's (the plan's swapped operands, gemm_plan point 1)."""
+    if s.A.dtype == s.B.dtype:
+        return plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    return plan.mfma.mixed_form(s.B.dtype.short, s.A.dtype.short)
 
 
 def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:
