@@ -253,3 +253,30 @@ def test_plan_reads_the_calculators_fp8_operand_layout(name):
             first, second = (int(x) for x in key.split(","))
             row, k = (first, second) if key_order == "ik" else (second, first)
             assert (lane, 4 * reg + lo // 8, hi - lo) == (shape.M * (k // kpl) + row, k % kpl, 7), (key, name)
+
+
+@tilegcn.jit
+def scale_by_one_element(X, S, Y, *, shared=False):
+    """Y = X * S[0, bx]: one element of S read outside T.Parallel (global: a value; a shared tile's: refused)."""
+    with T.Kernel(1, threads=64) as bx:
+        x = T.alloc_fragment((64,), "float32")
+        T.copy(X[0], x)
+        if shared:
+            s_s = T.alloc_shared((1, 4), "float32")
+            T.copy(S[0, 0], s_s)
+            s = s_s[0, bx]
+        else:
+            s = S[0, bx + 1]
+        for i in T.Parallel(64):
+            x[i] = x[i] * s
+        T.copy(x, Y[0])
+
+
+def test_one_global_element_outside_parallel_is_a_value():
+    """DeepGEMM's `Scale_B = scales_b[bx * block_N // group_size, k]`: a whole index into a global tensor read where
+    the element expression uses it; a shared tile's element is refused with the way around."""
+    X, S, Y = torch.randn(64), torch.tensor([[2.0, -3.0, 5.0, 7.0]]), torch.zeros(64)
+    scale_by_one_element(X, S, Y, arch="gfx942")
+    assert torch.equal(Y, X * -3.0)
+    with pytest.raises(CompileError, match=r"not a value: read shared elements inside T.Parallel"):
+        scale_by_one_element(X, S, Y, shared=True, arch="gfx942")

@@ -12,6 +12,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
 import cumsum  # noqa: E402
+import deepgemm_fp8_2xacc  # noqa: E402
 import dequant_gemm_bf16_mxfp4_cdna4  # noqa: E402
 import elementwise_add  # noqa: E402
 import gemm  # noqa: E402
@@ -274,3 +275,39 @@ def test_dequant_gemm_bf16_mxfp4_fast_path_is_refused():
     """The fast path compiles a HIP C++ intrinsic: a CompileError that names the simple path."""
     with pytest.raises(tilegcn.CompileError, match="fast_dequant=False"):
         dequant_gemm_bf16_mxfp4_cdna4.matmul(64, 64, 128, T.bfloat16, T.bfloat16, T.float32, fast_dequant=True)
+
+
+def _blockwise_reference(A_fp8, B_fp8, A_scale, B_scale, group=128):
+    """DeepGEMM's scaling from its definition, not upstream's helper: block k of K contributes the fp32 product of
+    the fp8 blocks times the row's scale of that block (A_scale[m, k]) and the scale of B's 128 x 128 block
+    (B_scale[n // 128, k]); the sum over k stays in fp32."""
+    out = torch.zeros(A_fp8.shape[0], B_fp8.shape[0])
+    for k in range(A_fp8.shape[1] // group):
+        part = A_fp8[:, k * group:(k + 1) * group].float() @ B_fp8[:, k * group:(k + 1) * group].float().T
+        out += part * A_scale[:, k:k + 1] * B_scale[:, k].repeat_interleave(group)[None, :B_fp8.shape[0]]
+    return out
+
+
+@pytest.mark.parametrize("out_dtype,block_N", [(T.bfloat16, 64), (T.float32, 16)])
+def test_deepgemm_fp8_blockwise_scales(out_dtype, block_N, monkeypatch):
+    """TileLang's DeepSeek DeepGEMM fp8 GEMM on gfx950 (e4m3fn, the OCP format): A scaled per token and 128 K, B per
+    128 x 128 block, applied to each K step's fp32 accumulator, stored as bf16 / fp32 through a shared tile. Upstream's
+    check (its reference rounds each block's product to bf16), and the blockwise sum in fp32, rounded once."""
+    monkeypatch.setenv("TILEGCN_ARCH", "gfx950")
+    deepgemm_fp8_2xacc.assert_tl_gemm_correctness(128, 128, 256, block_N, T.float8_e4m3fn, out_dtype, T.float32)
+    torch.manual_seed(0)  # inputs drawn and cast as upstream's check does
+    A_fp8, A_scale = deepgemm_fp8_2xacc.per_token_cast_to_fp8(torch.randn(128, 256).to(torch.bfloat16))
+    B_fp8, B_scale = deepgemm_fp8_2xacc.per_block_cast_to_fp8(torch.randn(128, 256).to(torch.bfloat16))
+    want = _blockwise_reference(A_fp8, B_fp8, A_scale, B_scale)
+    got = deepgemm_fp8_2xacc.tl_gemm(A_fp8, B_fp8, A_scale, B_scale, block_N, T.float8_e4m3fn, out_dtype, T.float32)
+    if out_dtype == T.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    else:
+        torch.testing.assert_close(got.float(), want.to(torch.bfloat16).float(), rtol=2 ** -7, atol=1e-3)
+
+
+def test_deepgemm_fp8_names_the_fnuz_format_on_gfx942(monkeypatch):
+    """Upstream's kernel asks for float8_e4m3fn, which gfx942's matrix cores do not read: refused with its format."""
+    monkeypatch.setenv("TILEGCN_ARCH", "gfx942")
+    with pytest.raises(tilegcn.CompileError, match="float8_e4m3fn, an fp8 format gfx942 does not have.*fnuz"):
+        deepgemm_fp8_2xacc.main()
