@@ -481,7 +481,9 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
     that layout (wave grids with the whole row of a tile in one wave, 64 // MFMA-size lane groups) the cast stays in
     registers; elsewhere it goes through LDS. kernel.ir says which (`convert_layout ... via registers` or
-    `via <scratch>`).
+    `via <scratch>`). An 8-bit fragment A (fp8, int8: TileLang's W4A8 dequantize GEMM unpacks int4 weights into one)
+    is copied into a shared tile `<name>_lds` right before the gemm, which reads it from there (kernel.ir shows the
+    copy): the 8-bit MFMAs take A as packed bytes, which tilegcn assembles from LDS reads only.
 
     `k_pack` (TileLang's MFMA packing hint) is accepted and ignored: tilegcn plans the MFMA shape itself. `policy`
     (T.GemmWarpPolicy) picks how the waves split C: FullRow (each wave whole rows: what lets the cast accumulator
@@ -515,13 +517,15 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if a.scope == N.FRAGMENT and transpose_A:
         raise CompileError(f"T.gemm: A fragment {a.name} with transpose_A: a fragment A operand is [M, K]; "
                            "store it untransposed, or stage it in a shared buffer", location=loc)
+    if a.scope == N.FRAGMENT and a.dtype.bytes == 1 and a.dtype.name in _GEMM_OPERAND_DTYPES:
+        a = _staged_in_lds(a, loc)
     if a.scope == N.FRAGMENT and a.dtype.name not in ("bfloat16", "float16"):
         raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
-                           "float16 (copy an 8-bit tile into a shared buffer)", location=loc)
+                           "float16, or an 8-bit type (fp8, int8)", location=loc)
     mixed_fp8 = {a.dtype.short, b.dtype.short} == {"fp8", "bf8"}  # e4m3 x e5m2: the fp8_bf8 / bf8_fp8 MFMAs
     if (a.dtype != b.dtype and not mixed_fp8) or a.dtype.name not in _GEMM_OPERAND_DTYPES:
-        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)}, or be the "
-                           f"arch's e4m3 and e5m2 fp8 formats (got {a.dtype.name}, {b.dtype.name})", location=loc)
+        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} (got "
+                           f"{a.dtype.name}, {b.dtype.name}), or be the arch's e4m3 and e5m2 fp8 formats", location=loc)
     acc = "int32" if a.dtype.name == "int8" else "float32"
     if c.scope != N.FRAGMENT or c.dtype.name != acc:
         article = "an" if acc == "int32" else "a"
@@ -539,6 +543,16 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
                            location=loc)
     tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
                            policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc))
+
+
+def _staged_in_lds(frag: N.Buffer, loc) -> N.Buffer:
+    """A shared tile `<frag>_lds` that an 8-bit fragment A operand is copied into right before its T.gemm (kernel.ir
+    shows the copy): the 8-bit MFMAs read A as packed bytes, 4 to 16 a lane, which tilegcn assembles from LDS reads
+    only (a 16-bit fragment is read in place: its MfmaOperand layout)."""
+    staged = N.Buffer(f"{frag.name}_lds", N.SHARED, frag.dtype, frag.shape, loc=loc)
+    current().buffers.append(staged)
+    copy(BufferProxy(frag), BufferProxy(staged))
+    return staged
 
 
 class GemmWarpPolicy:
