@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import sys
 
 import pytest
 import torch
@@ -280,3 +281,20 @@ def test_one_global_element_outside_parallel_is_a_value():
     assert torch.equal(Y, X * -3.0)
     with pytest.raises(CompileError, match=r"not a value: read shared elements inside T.Parallel"):
         scale_by_one_element(X, S, Y, shared=True, arch="gfx942")
+
+
+def test_int4_weights_unpacked_for_the_bf16_matrix_cores_on_gfx942():
+    """examples/lowp/int4_gemm.py on gfx942 (tests/test_examples.py runs it on the default gfx950): every byte's
+    two signed nibbles, scaled per group of 32 along K, on a bf16 MFMA, against the format's definition."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "examples" / "lowp"))
+    import int4_gemm
+
+    gen = torch.Generator().manual_seed(9)
+    A = torch.randn(64, 128, generator=gen).to(torch.bfloat16)
+    QB = torch.randint(0, 256, (64, 64), dtype=torch.uint8, generator=gen)
+    S = (torch.rand(64, 4, generator=gen) / 8).to(torch.bfloat16)
+    C = torch.empty(64, 64, dtype=torch.bfloat16)
+    int4_gemm.int4_gemm(A, QB, S, C, arch="gfx942")
+    want = (A.float() @ int4_gemm.dequantize(QB, S).to(torch.bfloat16).float().T).to(torch.bfloat16).float()
+    assert bool(((C.float() - want).abs() <= 2 ** -7 * want.abs() + 1e-3).all())
+    assert "v_mfma_f32_32x32x8_bf16" in int4_gemm.int4_gemm.compile(A, QB, S, C, arch="gfx942").asm

@@ -14,11 +14,14 @@ Mechanical changes only:
 - tensors on the CPU (the emulated device): `.cuda()` and `device="cuda"` dropped; `out_dtype.as_torch()` is
   `getattr(torch, str(out_dtype))` (tilegcn's dtypes carry torch's names; its IR does not import torch);
 - no `tilelang.profiler.do_bench` latency in `assert_tl_gemm_correctness` (tilegcn's timing model is bench/);
-  `main()` runs a smaller shape (the emulated device is slow).
+  `main()` runs a smaller shape (the emulated device is slow), and so does upstream's `__main__` loop over both
+  outputs and block_N 16 .. 128, `main_all_configs()`, which `python deepgemm_fp8_2xacc.py --all` runs (without
+  `--all`: `main()`).
 
 The kernel body is TileLang's, line for line. Its in_dtype is float8_e4m3fn, the OCP format gfx950 has; gfx942's
 fp8 is FNUZ, where the call is refused with the format to use.
 """
+import sys
 from typing import Tuple
 
 import torch
@@ -182,8 +185,13 @@ def main():
     assert_tl_gemm_correctness(128, 128, 256, 64, T.float8_e4m3fn, T.bfloat16, T.float32)
 
 
-if __name__ == "__main__":
+def main_all_configs():
+    """upstream's `__main__` loop: both outputs, block_N 16 .. 128."""
     for dtype in [T.float8_e4m3fn]:
         for out_dtype in [T.bfloat16, T.float32]:
             for block_N in [16, 32, 64, 128]:
                 assert_tl_gemm_correctness(128, 128, 256, block_N, dtype, out_dtype, T.float32)
+
+
+if __name__ == "__main__":
+    main_all_configs() if "--all" in sys.argv else main()
