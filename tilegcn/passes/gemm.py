@@ -259,6 +259,9 @@ def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
     """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
     for slot in cp.write_slots:
         with _ExecMask(ctx, cp.active_threads(slot)):
+            if cp.kind == "transpose" and cp.plan.dtype.bytes == 1 and cp.pack == 4:
+                _write_byte_quads(ctx, cp, slot, base, regs[slot:slot + 4], defs)
+                continue
             for e in range(cp.writes_per_slot):
                 vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
                 if cp.kind == "b128":
@@ -291,10 +294,40 @@ def _byte_select(byte: int) -> int:
     return 0x0C0C0000 | (4 + byte) << 8 | byte
 
 
+# v_perm_b32 selectors of a 4 x 4 byte transpose (byte i of the result from byte s of {src0, src1}, src1 bytes 0-3):
+# interleave bytes 0-1 / 2-3 of two runs, then join the 16-bit halves of two interleaved words
+_SEL_LOW_BYTES, _SEL_HIGH_BYTES = 0x05010400, 0x07030602  # {s1.b0, s0.b0, s1.b1, s0.b1} / {s1.b2, s0.b2, ...}
+_SEL_LOW_HALVES, _SEL_HIGH_HALVES = PERM_LOW_HALVES, PERM_HIGH_HALVES
+
+
+def _write_byte_quads(ctx: Context, cp, slot: int, base: int, runs: list, defs):
+    """The 16 bytes of 4 runs at consecutive k (8-bit, pack 4), VGPR by VGPR: a 4 x 4 byte transpose in 8
+    v_perm_b32 (pairs of runs interleaved byte by byte, then pairs of those joined by 16-bit halves) gives, for each
+    of the VGPR's 4 x, one word of its 4 k, written by ds_write_b32 (12 v_perm_b32 one x at a time)."""
+    b = ctx.b
+    sel = {name: b.sgpr_constant(v) for name, v in (("lo", _SEL_LOW_BYTES), ("hi", _SEL_HIGH_BYTES),
+                                                     ("lo16", _SEL_LOW_HALVES), ("hi16", _SEL_HIGH_HALVES))}
+    for reg in range(4):
+        pairs = b.v.alloc(4, what="interleaved k pairs")  # runs 0-1 bytes 0-1, 2-3; runs 2-3 bytes 0-1, 2-3
+        for d in range(2):
+            for half, name in enumerate(("lo", "hi")):
+                b.valu("v_perm_b32", pairs[2 * d + half], runs[2 * d + 1][reg], runs[2 * d][reg], sel[name])
+        words = b.v.alloc(4, what="4 k of one x")
+        for byte in range(4):  # x = 4 * reg + byte: its k 0-1 from pairs[byte // 2], k 2-3 from pairs[2 + ...]
+            half = "hi16" if byte % 2 else "lo16"
+            b.valu("v_perm_b32", words[byte], pairs[2 + byte // 2], pairs[byte // 2], sel[half])
+        b.v.free(pairs)
+        for byte in range(4):
+            e = 4 * reg + byte
+            vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
+            b.emit("ds_write_b32", vaddr, words[byte], suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, 4 k")
+        b.v.free(words)
+
+
 def _write_packed_bytes(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     """ds_write of byte e of `runs` (8-bit, staged at consecutive k), byte e % 4 of their VGPR e // 4: one run
-    shifts it down (ds_write_b8 stores bits 0-7); two runs select it from both into one 16-bit k pair (v_perm_b32),
-    four runs select two pairs and join their low halves (a third v_perm_b32, ds_write_b32)."""
+    shifts it down (ds_write_b8 stores bits 0-7); two runs select it from both into one 16-bit k pair (v_perm_b32,
+    ds_write_b16). Four runs go VGPR by VGPR instead (`_write_byte_quads`)."""
     b = ctx.b
     reg, byte = e // 4, e % 4
     if cp.pack == 1:
@@ -306,15 +339,11 @@ def _write_packed_bytes(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, d
         if byte:
             b.v.free(src)
         return
-    select = b.sgpr_constant(_byte_select(byte))
-    pairs = b.v.alloc(cp.pack // 2, what="packed k pairs")
-    for d in range(cp.pack // 2):
-        b.valu("v_perm_b32", pairs[d], runs[2 * d + 1][reg], runs[2 * d][reg], select)
-    data = pairs[0]
-    if cp.pack == 4:
-        b.valu("v_perm_b32", data, pairs[1], pairs[0], b.sgpr_constant(PERM_LOW_HALVES))
-    b.emit(f"ds_write_b{8 * cp.pack}", vaddr, data, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, {cp.pack} k")
-    b.v.free(pairs)
+    assert cp.pack == 2, "8-bit transposing copies pack 1, 2 or 4 k (4: _write_byte_quads)"
+    pair = b.v.alloc(1, what="packed k pair")
+    b.valu("v_perm_b32", pair, runs[1][reg], runs[0][reg], b.sgpr_constant(_byte_select(byte)))
+    b.emit("ds_write_b16", vaddr, pair, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, 2 k")
+    b.v.free(pair)
 
 
 def lower_shared_copy(ctx: Context, s):

@@ -81,7 +81,8 @@ Design
    2 * blocks such reads, piece p holding the 8 k from 16 * chunk + 8 * (p % 2), chunk the one the K-major read of
    block p // 2 takes (point 9). gfx942 transposes in the register copy as for 16 bits (point 2), a run being 16
    bytes at one k: `pack` k of one x are put together by v_perm_b32 byte selects (pack 1: the byte shifted down,
-   ds_write_b8; 2: one select, ds_write_b16; 4: three, ds_write_b32).
+   ds_write_b8; 2: one select, ds_write_b16; 4: a 4 x 4 byte transpose of each VGPR of the 4 runs in 8 selects,
+   4 ds_write_b32).
 
 Offsets as VGPR base + immediate
 --------------------------------
