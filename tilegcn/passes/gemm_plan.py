@@ -74,15 +74,16 @@ Design
    16x16x64. gfx950's f8f6f4 MFMAs read 8 VGPRs per operand as two blocks of 4 (`MfmaShape.blocks`): a read step
    then reads two chunks per lane (`read_pieces`, piece b into VGPRs 4b..4b+3, chunk (step * 2 + b) * G + l // dim)
    and feeds one MFMA.
-10. 8-bit operands stored (K, X) (A with transpose_A, B without transpose_B). gfx950 keeps the tile as stored and
-   reads it with ds_read_b64_tr_b8: in a 16-lane group lanes 2r, 2r+1 read 8 bytes each of k row r (16 consecutive
-   x) and lane j receives column j, 8 consecutive k (the emulator's `lane_transpose`, checked by Triton's gfx950
-   fp8 / int8 matmuls in tests/corpus, which read their B operand so). A fragment of 4 * blocks VGPRs is then
-   2 * blocks such reads, piece p holding the 8 k from 16 * chunk + 8 * (p % 2), chunk the one the K-major read of
-   block p // 2 takes (point 9). gfx942 transposes in the register copy as for 16 bits (point 2), a run being 16
-   bytes at one k: `pack` k of one x are put together by v_perm_b32 byte selects (pack 1: the byte shifted down,
-   ds_write_b8; 2: one select, ds_write_b16; 4: a 4 x 4 byte transpose of each VGPR of the 4 runs in 8 selects,
-   4 ds_write_b32).
+11. 8-bit operands stored (K, X) (A with transpose_A, B without transpose_B; point 10 is left to the MX-scaled
+   gemm's part of issue 22). gfx950 keeps the tile as stored and reads it with ds_read_b64_tr_b8: in a 16-lane
+   group lanes 2r, 2r+1 read 8 bytes each of k row r (16 consecutive x) and lane j receives column j, 8 consecutive
+   k (the emulator's `lane_transpose`, checked by Triton's gfx950 fp8 / int8 matmuls in tests/corpus, which read
+   their B operand so). A fragment of 4 * blocks VGPRs is then 2 * blocks such reads, piece p holding the 8 k from
+   16 * chunk + 8 * (p % 2), chunk the one the K-major read of block p // 2 takes (point 9), so every lane holds
+   the same k in the same bytes as from a K-major tile. gfx942 transposes in the register copy as for 16 bits
+   (point 2), a run being 16 bytes at one k: `pack` k of one x are put together by v_perm_b32 byte selects (pack 1:
+   the byte shifted down, ds_write_b8; 2: one select, ds_write_b16; 4: a 4 x 4 byte transpose of each VGPR of the 4
+   runs in 8 selects, 4 ds_write_b32).
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -261,7 +262,7 @@ def tr_swizzle_chunk(arch, row, chunk, row_bytes):
 
 def tr8_swizzle_chunk(arch, row, chunk, row_bytes):
     """Physical 16-byte chunk of logical `chunk` in k row `row` of an 8-bit tile stored (K, X) and read with
-    ds_read_b64_tr_b8 (module doc, point 10): chunk with bit 0 flipped by row bit 4 and bits 1, 2, ... by the row
+    ds_read_b64_tr_b8 (module doc, point 11): chunk with bit 0 flipped by row bit 4 and bits 1, 2, ... by the row
     bits that land on no bank bit of their own.
 
     Why: a read phase (banks * 4 / 8 lanes: two 16-lane groups on 64 banks) reads 16 bytes of each of 8 k rows
@@ -760,7 +761,7 @@ class GemmPlan:
         one ds_read_b128 from a K-major tile, or two ds_read_b64_tr_b16 (k 0-3 into VGPRs 0-1, k 4-7 into 2-3)
         from a tile stored (K, X) (module doc, point 7). With A in registers, B's two halves are 4 k apart by 4*G
         (`register_k`), so a K-major B takes two ds_read_b64."""
-        if self.transposed_read(operand) and self.dtype.bytes == 1:  # 8 k of one x a read: point 10
+        if self.transposed_read(operand) and self.dtype.bytes == 1:  # 8 k of one x a read: point 11
             return tuple(ReadPiece("ds_read_b64_tr_b8", 2 * p, 2) for p in range(self.frag_regs // 2))
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
