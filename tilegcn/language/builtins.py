@@ -576,13 +576,17 @@ def Parallel(*extents):
 
     The body may use `+ - * /`, the math functions (`T.exp`, `T.log`, `T.sqrt`, `T.tanh`, `T.max`, ...), comparisons
     with `T.if_then_else`, `T.cast` and read global elements; it is computed in fp32 and rounded to the
-    destination's dtype on store. Not nestable.
+    destination's dtype on store. Not nestable. A global element named before the loop by whole indices
+    (`s = scales_b[bx, k]`, TileLang's BufferLoad) is read where the body uses it.
 
     Example:
 
     ```python
     for i, j in T.Parallel(block_M, block_N):
         x[i, j] = T.max(x[i, j] * a + b, 0.0)
+    Scale_B = scales_b[bx * block_N // 128, k]           # one element, DeepGEMM's per-block scale
+    for i, j in T.Parallel(block_M, block_N):
+        acc_total[i, j] += acc[i, j] * (scales_a[by * block_M + i, k] * Scale_B)
     ```
     """
     tracer = current()
