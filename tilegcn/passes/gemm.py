@@ -294,10 +294,9 @@ def _byte_select(byte: int) -> int:
     return 0x0C0C0000 | (4 + byte) << 8 | byte
 
 
-# v_perm_b32 selectors of a 4 x 4 byte transpose (byte i of the result from byte s of {src0, src1}, src1 bytes 0-3):
-# interleave bytes 0-1 / 2-3 of two runs, then join the 16-bit halves of two interleaved words
-_SEL_LOW_BYTES, _SEL_HIGH_BYTES = 0x05010400, 0x07030602  # {s1.b0, s0.b0, s1.b1, s0.b1} / {s1.b2, s0.b2, ...}
-_SEL_LOW_HALVES, _SEL_HIGH_HALVES = PERM_LOW_HALVES, PERM_HIGH_HALVES
+# v_perm_b32 selectors interleaving bytes 0-1 / 2-3 of two runs (byte i of the result: selector byte i, 0-3 picking
+# src1's bytes, 4-7 src0's): {s1.b0, s0.b0, s1.b1, s0.b1} / {s1.b2, s0.b2, s1.b3, s0.b3}
+INTERLEAVE_LOW_BYTES, INTERLEAVE_HIGH_BYTES = 0x05010400, 0x07030602
 
 
 def _write_byte_quads(ctx: Context, cp, slot: int, base: int, runs: list, defs):
@@ -305,8 +304,8 @@ def _write_byte_quads(ctx: Context, cp, slot: int, base: int, runs: list, defs):
     v_perm_b32 (pairs of runs interleaved byte by byte, then pairs of those joined by 16-bit halves) gives, for each
     of the VGPR's 4 x, one word of its 4 k, written by ds_write_b32 (12 v_perm_b32 one x at a time)."""
     b = ctx.b
-    sel = {name: b.sgpr_constant(v) for name, v in (("lo", _SEL_LOW_BYTES), ("hi", _SEL_HIGH_BYTES),
-                                                     ("lo16", _SEL_LOW_HALVES), ("hi16", _SEL_HIGH_HALVES))}
+    sel = {name: b.sgpr_constant(v) for name, v in (("lo", INTERLEAVE_LOW_BYTES), ("hi", INTERLEAVE_HIGH_BYTES),
+                                                     ("lo16", PERM_LOW_HALVES), ("hi16", PERM_HIGH_HALVES))}
     for reg in range(4):
         pairs = b.v.alloc(4, what="interleaved k pairs")  # runs 0-1 bytes 0-1, 2-3; runs 2-3 bytes 0-1, 2-3
         for d in range(2):

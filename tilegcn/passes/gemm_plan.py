@@ -238,7 +238,7 @@ def _tr_swizzle_params(arch: Arch, row_bytes: int):
     """(m, low) of the transposed-read swizzle: m values of h (a power of two that divides the row's 32-byte units,
     so the XOR stays within the row), `low` = the row bits that already pick a distinct part of a bank sweep."""
     sweep = arch.lds_banks * arch.lds_bank_bytes // TR_UNIT
-    m = np.gcd(max(1, row_bytes // TR_UNIT), sweep).item()  # a 16-byte row (16 8-bit x): no XOR
+    m = np.gcd(row_bytes // TR_UNIT, sweep).item()
     return m, _ilog2(sweep // m)
 
 
@@ -999,7 +999,7 @@ class GemmPlan:
         their banks, and unpacked ds_write_b16 (a 2-byte phase spans 64 lanes: whole rows) stay conflict free."""
         if self.row_bytes < self.arch.lds_banks * self.arch.lds_bank_bytes:
             return 1
-        # 16-bit: up to a whole chunk (ds_write_b128); 8-bit: up to 4 k (ds_write_b32 of three v_perm_b32)
+        # 16-bit: up to a whole chunk (ds_write_b128); 8-bit: up to 4 k (ds_write_b32 after a 4 x 4 byte transpose)
         most = 8 if self.dtype.bytes == 2 else 4
         pack = 2
         while pack < most and 2 * pack <= runs_per_thread and self.block_K % (2 * pack) == 0:
