@@ -8,7 +8,7 @@ arithmetically) and multiplies it on the int8 matrix cores: Ct = B @ A^T, the tr
 
 Mechanical changes only:
 - imports: `tilegcn` and `from tilegcn import language as T`; `@tilegcn.jit(out_idx=...)` for `@tilelang.jit`;
-  TVM's `T.const` / `T.reinterpret` are `T.const` / `T.reinterpret` (the helper's `tirx.PrimExpr` annotation
+  TVM's `tirx.const` / `tirx.reinterpret` are `T.const` / `T.reinterpret` (the helper's `tirx.PrimExpr` annotation
   dropped), `tilelang.layout` is `tilegcn.layout`; `torch.__getattribute__(str(dtypeC))` in `ref_program` (tilegcn's
   dtypes are not str, they carry torch's names);
 - the `@autotune` sweep over `get_configs()` is left out (tilegcn's autotuner ranks with its timing model);
