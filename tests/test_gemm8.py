@@ -298,3 +298,28 @@ def test_int4_weights_unpacked_for_the_bf16_matrix_cores_on_gfx942():
     want = (A.float() @ int4_gemm.dequantize(QB, S).to(torch.bfloat16).float().T).to(torch.bfloat16).float()
     assert bool(((C.float() - want).abs() <= 2 ** -7 * want.abs() + 1e-3).all())
     assert "v_mfma_f32_32x32x8_bf16" in int4_gemm.int4_gemm.compile(A, QB, S, C, arch="gfx942").asm
+
+
+@tilegcn.jit
+def gemm_fragment_a(A, B, C, *, frag_dtype="float32", acc_dtype="int32"):
+    """C = A @ B^T with A copied into a fragment of `frag_dtype` first (TileLang's gemm_rs)."""
+    with T.Kernel(1, threads=256):
+        A_f = T.alloc_fragment((64, 64), frag_dtype)
+        B_s = T.alloc_shared((64, 64), B.dtype)
+        acc = T.alloc_fragment((64, 64), acc_dtype)
+        T.clear(acc)
+        T.copy(A, A_f)
+        T.copy(B, B_s)
+        T.gemm(A_f, B_s, acc, transpose_B=True)
+        T.copy(acc, C)
+
+
+def test_an_8bit_fragment_a_goes_through_lds_and_a_float32_one_is_refused():
+    gen = torch.Generator().manual_seed(5)
+    A, B = (torch.randint(-128, 128, (64, 64), generator=gen, dtype=torch.int8) for _ in range(2))
+    C = torch.zeros(64, 64, dtype=torch.int32)
+    gemm_fragment_a(A, B, C, frag_dtype="int8", arch="gfx942")
+    assert torch.equal(C.long(), A.long() @ B.long().T)
+    assert "A_f_lds" in gemm_fragment_a.compile(A, B, C, frag_dtype="int8", arch="gfx942").ir
+    with pytest.raises(CompileError, match=r"A fragment A_f is float32.*T.copy it into a fragment of one of those"):
+        gemm_fragment_a(A.bfloat16(), B.bfloat16(), torch.zeros(64, 64), acc_dtype="float32", arch="gfx942")

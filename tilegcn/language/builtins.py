@@ -521,7 +521,8 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
         a = _staged_in_lds(a, loc)
     if a.scope == N.FRAGMENT and a.dtype.name not in ("bfloat16", "float16"):
         raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
-                           "float16, or an 8-bit type (fp8, int8)", location=loc)
+                           "float16, or an 8-bit type (fp8, int8): T.copy it into a fragment of one of those first",
+                           location=loc)
     mixed_fp8 = {a.dtype.short, b.dtype.short} == {"fp8", "bf8"}  # e4m3 x e5m2: the fp8_bf8 / bf8_fp8 MFMAs
     if (a.dtype != b.dtype and not mixed_fp8) or a.dtype.name not in _GEMM_OPERAND_DTYPES:
         raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} (got "
