@@ -1,8 +1,9 @@
 """T.gemm on 8-bit operands (issue 22): fp8 / bf8 (float8_e4m3fnuz / e5m2fnuz on gfx942, the OCP float8_e4m3fn /
 e5m2 on gfx950) with an fp32 accumulator, int8 with an int32 one, on the emulated device against torch: the fp32
-(int64) matmul of exactly the 8-bit inputs: K-major operands and ones stored (K, X); e4m3 x e5m2. The per-token /
-per-channel scaled epilogue stored as bf16 or fp8; the refusals; the operand layout the plan relies on against AMD's
-Matrix Instruction Calculator. Small tiles: the file takes about 16 s."""
+(int64) matmul of exactly the 8-bit inputs, K-major operands and ones stored (K, X), e4m3 x e5m2, 8-bit fragment A
+operands. The per-token / per-channel scaled epilogue stored as bf16 or fp8; a global element read before T.Parallel;
+the int4 weight GEMM example on gfx942; the refusals; the operand layout the plan relies on against AMD's Matrix
+Instruction Calculator. Small tiles: the file takes about 20 s."""
 from __future__ import annotations
 
 import json
