@@ -324,3 +324,23 @@ def test_an_8bit_fragment_a_goes_through_lds_and_a_float32_one_is_refused():
     assert "A_f_lds" in gemm_fragment_a.compile(A, B, C, frag_dtype="int8", arch="gfx942").ir
     with pytest.raises(CompileError, match=r"A fragment A_f is float32.*T.copy it into a fragment of one of those"):
         gemm_fragment_a(A.bfloat16(), B.bfloat16(), torch.zeros(64, 64), acc_dtype="float32", arch="gfx942")
+
+
+@tilegcn.jit
+def reinterpret_bytes(X, Y, *, to="int8"):
+    """Y = the low byte of X's elements read as `to` (T.reinterpret: the W4A8 port's sign step)."""
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((256,), "int32")
+        T.copy(X, x)
+        for i in T.Parallel(256):
+            x[i] = T.reinterpret(to, x[i].astype(T.uint8))
+        T.copy(x, Y)
+
+
+def test_reinterpret_to_int8_takes_the_low_byte_signed_and_fp8_is_refused():
+    X = torch.arange(256, dtype=torch.int32) + 0x1200  # junk above the byte
+    Y = torch.zeros(256, dtype=torch.int32)
+    reinterpret_bytes(X, Y, arch="gfx942")
+    assert torch.equal(Y, torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8).int())
+    with pytest.raises(CompileError, match=r"reinterprets integer bits as bfloat16, float16, float32 or an integer"):
+        reinterpret_bytes(X, Y, to="float8_e4m3fn", arch="gfx942")
