@@ -18,8 +18,9 @@ divided by its number of steps. llvm-mca models one wave alone on a SIMD with ev
 scheduling model's latency: the ratio says how well the instruction stream keeps the MFMA pipe fed, not what a
 loaded GPU achieves.
 
-`--dtype fp8` compiles the same kernel on the arch's e4m3 (float8_e4m3fnuz on gfx942, float8_e4m3fn on gfx950; B
-K-major, so `--layout NT` only) with a bf16 C, and takes the bound at the arch's full fp8 rate: the best fp8 FLOPs per
+`--dtype fp8` compiles the same kernel on the arch's e4m3 (float8_e4m3fnuz on gfx942, float8_e4m3fn on gfx950; NT
+has B K-major, NN has B as (K, N): read with ds_read_b64_tr_b8 on gfx950, transposed by the register copy on gfx942)
+with a bf16 C, and takes the bound at the arch's full fp8 rate: the best fp8 FLOPs per
 pass of any fp8 MFMA the arch has (arch.lowp_mfmas: gfx942 32x32x16 fp8, 4096 per pass; gfx950 the f8f6f4 32x32x64,
 8192 per pass, which T.gemm emits for fp8 on gfx950). llvm-mca books an f8f6f4 MFMA at the fp4 rate (8 cycles for
 32x32x64); on 8-bit operands it is booked twice here, at the 16 passes it takes (`_booked`).
@@ -200,7 +201,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (512: 8 waves, 2 per SIMD; "
                     "gfx942's 256x256 tile fits them up to num_stages=2, its next K step staged in VGPRs)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"),
-                    help="operand dtype (fp8: the arch's e4m3, B K-major: use --layout NT)")
+                    help="operand dtype (fp8: the arch's e4m3)")
     ap.add_argument("--ping-pong", default="auto", help="K-loop shapes compared for num_stages >= 2 rows: auto, on, "
                     "off (T.Pipelined's ping_pong annotation: None, True, False)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",

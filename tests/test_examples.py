@@ -30,7 +30,10 @@ COMMANDS = {
     **{f"tilelang/{name}.py": [] for name in ("online_softmax", "rms_norm", "layernorm", "reduce", "gemv", "cumsum",
                                               "per_token_cast_to_fp8", "elementwise_add", "gemm",
                                               "gemm_splitk", "gemm_splitk_vectorize_atomicadd",
-                                              "gemm_fp8_amd", "dequant_gemm_bf16_mxfp4_cdna4")},
+                                              "gemm_fp8_amd", "dequant_gemm_bf16_mxfp4_cdna4",
+                                              "dequant_gemm_w4a8")},
+    # DeepGEMM's main(): one 128 x 128 x 256 check (--all: upstream's loop over 8 configs)
+    "tilelang/deepgemm_fp8_2xacc.py": [],
     "tilelang/topk.py": ["--M", "64", "--N", "32", "--topk", "4"],  # (main() tunes: 9 configs)
     # 4 tiles over 3 workgroups of the persistent grid (--num-sms: its stand-in for the GPU's SM count)
     "tilelang/gemm_persistent.py": ["--M", "64", "--N", "256", "--K", "64", "--num-sms", "3"],
@@ -50,6 +53,8 @@ COMMANDS = {
     # its three shapes are fixed (the 8192^3 estimates alone take minutes): only its command line is run here;
     # bench/autotune_compile.py and tests/test_autotune.py run the same sweep machinery on small shapes
     "gemm/autotune.py": ["--help"],
+    # int4 weights unpacked in registers for the bf16 matrix cores (tests/test_gemm8.py runs it on both arches)
+    "lowp/int4_gemm.py": ["--m", "64", "--n", "64", "--k", "128", "--group", "32", "--check"],
 }
 
 

@@ -341,7 +341,9 @@ def test_arch_table_nan_propagating_max_matches_llvm_mc(arch):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_arch_table_transposing_lds_read_matches_llvm_mc(arch):
-    """The arch fact behind T.gemm's read of B stored (K, N) (ds_read_b64_tr_b16), checked against the assembler."""
+    """The arch facts behind T.gemm's read of an operand stored (K, X) (ds_read_b64_tr_b16, ds_read_b64_tr_b8 for
+    8-bit elements), checked against the assembler."""
     from tilegcn.amdgcn.arch import get_arch
 
     assert _llvm_mc_accepts(arch, "ds_read_b64_tr_b16 v[0:1], v2") == get_arch(arch).has_ds_read_tr_b16
+    assert _llvm_mc_accepts(arch, "ds_read_b64_tr_b8 v[0:1], v2") == get_arch(arch).has_ds_read_tr_b8

@@ -12,7 +12,9 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 
 import cumsum  # noqa: E402
+import deepgemm_fp8_2xacc  # noqa: E402
 import dequant_gemm_bf16_mxfp4_cdna4  # noqa: E402
+import dequant_gemm_w4a8  # noqa: E402
 import elementwise_add  # noqa: E402
 import gemm  # noqa: E402
 import gemm_fp8_amd  # noqa: E402
@@ -274,3 +276,72 @@ def test_dequant_gemm_bf16_mxfp4_fast_path_is_refused():
     """The fast path compiles a HIP C++ intrinsic: a CompileError that names the simple path."""
     with pytest.raises(tilegcn.CompileError, match="fast_dequant=False"):
         dequant_gemm_bf16_mxfp4_cdna4.matmul(64, 64, 128, T.bfloat16, T.bfloat16, T.float32, fast_dequant=True)
+
+
+def _blockwise_reference(A_fp8, B_fp8, A_scale, B_scale, group=128):
+    """DeepGEMM's scaling from its definition, not upstream's helper: block k of K contributes the fp32 product of
+    the fp8 blocks times the row's scale of that block (A_scale[m, k]) and the scale of B's 128 x 128 block
+    (B_scale[n // 128, k]); the sum over k stays in fp32."""
+    out = torch.zeros(A_fp8.shape[0], B_fp8.shape[0])
+    for k in range(A_fp8.shape[1] // group):
+        part = A_fp8[:, k * group:(k + 1) * group].float() @ B_fp8[:, k * group:(k + 1) * group].float().T
+        out += part * A_scale[:, k:k + 1] * B_scale[:, k].repeat_interleave(group)[None, :B_fp8.shape[0]]
+    return out
+
+
+@pytest.mark.parametrize("out_dtype,block_N", [(T.bfloat16, 64), (T.float32, 16)])
+def test_deepgemm_fp8_blockwise_scales(out_dtype, block_N, monkeypatch):
+    """TileLang's DeepSeek DeepGEMM fp8 GEMM on gfx950 (e4m3fn, the OCP format): A scaled per token and 128 K, B per
+    128 x 128 block, applied to each K step's fp32 accumulator, stored as bf16 / fp32 through a shared tile. Upstream's
+    check (its reference rounds each block's product to bf16), and the blockwise sum in fp32, rounded once."""
+    monkeypatch.setenv("TILEGCN_ARCH", "gfx950")
+    deepgemm_fp8_2xacc.assert_tl_gemm_correctness(128, 128, 256, block_N, T.float8_e4m3fn, out_dtype, T.float32)
+    torch.manual_seed(0)  # inputs drawn and cast as upstream's check does
+    A_fp8, A_scale = deepgemm_fp8_2xacc.per_token_cast_to_fp8(torch.randn(128, 256).to(torch.bfloat16))
+    B_fp8, B_scale = deepgemm_fp8_2xacc.per_block_cast_to_fp8(torch.randn(128, 256).to(torch.bfloat16))
+    want = _blockwise_reference(A_fp8, B_fp8, A_scale, B_scale)
+    got = deepgemm_fp8_2xacc.tl_gemm(A_fp8, B_fp8, A_scale, B_scale, block_N, T.float8_e4m3fn, out_dtype, T.float32)
+    if out_dtype == T.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    else:
+        torch.testing.assert_close(got.float(), want.to(torch.bfloat16).float(), rtol=2 ** -7, atol=1e-3)
+
+
+def test_deepgemm_fp8_names_the_fnuz_format_on_gfx942(monkeypatch):
+    """Upstream's kernel asks for float8_e4m3fn, which gfx942's matrix cores do not read: refused with its format."""
+    monkeypatch.setenv("TILEGCN_ARCH", "gfx942")
+    with pytest.raises(tilegcn.CompileError, match="float8_e4m3fn, an fp8 format gfx942 does not have.*fnuz"):
+        deepgemm_fp8_2xacc.main()
+
+
+def _int4_decode(qB):
+    """Signed int4 weights from their bytes, two a byte, low nibble first, each nibble two's complement (-8 .. 7):
+    from the definition, not upstream's torch_convert."""
+    nibbles = torch.stack((qB & 0xF, qB >> 4), dim=-1).reshape(qB.shape[0], -1).long()
+    return nibbles - 16 * (nibbles >= 8)
+
+
+@pytest.mark.parametrize("arch,num_stages", [("gfx942", 1), ("gfx950", 2)])
+def test_dequant_gemm_w4a8(arch, num_stages, monkeypatch):
+    """TileLang's W4A8 dequantize GEMM: int4 weights unpacked in registers to int8 (T.reinterpret to int8 and an
+    arithmetic shift), the int8 fragment the A operand of an int8 T.gemm (through an LDS tile), Ct = B @ A^T stored
+    through a shared tile. Upstream's integer-input check, and every byte and every int8 against the exact product."""
+    monkeypatch.setenv("TILEGCN_ARCH", arch)
+    monkeypatch.setattr(dequant_gemm_w4a8.matmul_int8xint4, "_kernels", {})
+    kernel = dequant_gemm_w4a8.matmul_int8xint4(64, 64, 256, T.int8, T.int32, T.int32, num_bits=4, block_M=32,
+                                                block_N=32, block_K=128, num_stages=num_stages, threads=128)
+    gen = torch.Generator().manual_seed(4)
+    A = torch.randint(-2, 3, (64, 256), dtype=torch.int8, generator=gen)  # as TileLang's profiler draws them
+    qB = torch.randint(0, 3, (64, 128), dtype=torch.uint8, generator=gen)
+    torch.testing.assert_close(kernel(A, qB), dequant_gemm_w4a8.ref_program(A, qB), rtol=1e-2, atol=1e-2)
+    A = torch.randint(-128, 128, (64, 256), dtype=torch.int8, generator=gen)
+    qB = torch.randint(0, 256, (64, 128), dtype=torch.uint8, generator=gen)
+    assert torch.equal(kernel(A, qB).long(), _int4_decode(qB) @ A.long().T)
+
+
+def test_w4a8_int4_to_int8_conversion(monkeypatch):
+    """The port's `_convert_test` kernel: every byte's two nibbles as int8, against the definition."""
+    monkeypatch.setenv("TILEGCN_ARCH", "gfx942")
+    qB = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(16, 16)
+    out = dequant_gemm_w4a8._convert_test(16, 32, 16, 32, T.int8)(qB)
+    assert torch.equal(out.long(), _int4_decode(qB))

@@ -46,6 +46,16 @@ class MfmaShape:
     def name(self, dtype: str) -> str:
         return self.name_template.format(dtype=dtype)
 
+    def mixed_form(self, src_a: str, src_b: str) -> tuple:
+        """(mnemonic, modifiers) of this 8-bit MFMA on srcA in format `src_a` and srcB in `src_b` ("fp8" / "bf8"):
+        f8f6f4 names them in cbsz (srcA) / blgp (srcB), the older MFMAs in the mnemonic's last two words
+        (`v_mfma_f32_32x32x16_fp8_bf8`: A fp8, B bf8)."""
+        if self.blocks > 1:  # f8f6f4
+            codes = {fmt: code for code, (fmt, _) in F8F6F4_FORMATS.items()}
+            mods = [f"{field}:{codes[fmt]}" for field, fmt in (("cbsz", src_a), ("blgp", src_b)) if codes[fmt]]
+            return self.name_template, " ".join(mods)
+        return f"{self.name_template.rsplit('_', 2)[0]}_{src_a}_{src_b}", self.modifiers
+
     @property
     def k_per_lane(self) -> int:
         """Consecutive k elements one lane holds for one row (A) / column (B)."""
@@ -211,6 +221,7 @@ class Arch:
     # non-XDL f32 MFMAs (llc 22: NumPasses + 2 to a read on both arches, no gfx950 extra)
     lowp_mfma_hazards: MfmaHazards | None = None
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
+    has_ds_read_tr_b8: bool = False  # ds_read_b64_tr_b8: the same for 8-bit elements (8 rows of a 16-lane group)
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
@@ -421,6 +432,7 @@ GFX950 = Arch(
         srcc_to_valu_write={16: 15, ("smfma", 8): 0, ("smfma", 16): 0},
     ),
     has_ds_read_tr_b16=True,
+    has_ds_read_tr_b8=True,
     fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # the model prefers the ping-pong at 8 waves (bench/gemm_vs_foreign.py: 256x256x64 bf16 at 8192^3 on MI355X,
     # 1.094 M cycles against 1.371 M with both groups in step) and s_setprio 0 in it (1 around the MFMA cluster:

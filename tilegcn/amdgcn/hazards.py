@@ -50,6 +50,11 @@ def _passes_by_name(op: str, arch_name: str) -> int:
         for shape in shapes:
             if op.startswith(shape.name_template.format(dtype="")):
                 return shape.passes
+    # the mixed fp8 x bf8 forms T.gemm emits for e4m3 x e5m2 (the arch's 8-bit shapes name only the fp8_fp8 and
+    # bf8_bf8 ones): their passes are the emulator's table's, the same as those of the unmixed shape
+    lowp = get_arch(arch_name).lowp_mfmas.get(op)
+    if lowp is not None and lowp.a_type in ("fp8", "bf8"):
+        return lowp.passes
     raise ValueError(f"unknown MFMA {op}")
 
 

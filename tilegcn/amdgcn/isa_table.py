@@ -219,7 +219,7 @@ global_store_dwordx4                       vmem_store U.v U.v4 U.s2          -  
 ds_read_{b32,u16,u8}                       ds_read    D.v U.v                -                 lds      *
 ds_read_b64                                ds_read    D.v2 U.v               -                 lds      *
 ds_read_b128                               ds_read    D.v4 U.v               -                 lds      *
-ds_read_b64_tr_b16                         ds_read    D.v2 U.v               -                 lds      gfx950
+ds_read_b64_tr_b{16,8}                     ds_read    D.v2 U.v               -                 lds      gfx950
 ds_write_{b8,b16,b16_d16_hi,b32}           ds_write   U.v U.v                -                 lds      *
 ds_write_b64                               ds_write   U.v U.v2               -                 lds      *
 ds_write_b128                              ds_write   U.v U.v4               -                 lds      *

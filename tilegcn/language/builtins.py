@@ -473,14 +473,17 @@ _GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fn
 
 def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
     """C += A @ B on matrix cores. A, B: shared tiles of bfloat16 / float16, fp8 (float8_e4m3fnuz / e5m2fnuz on
-    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8; C: a float32 fragment (int32 for int8 operands). 8-bit operands
-    must be K-major: A as (M, K), B as (N, K) with transpose_B=True.
+    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8, A and B of one dtype or one fp8 format each (e4m3 x e5m2:
+    `v_mfma_f32_*_fp8_bf8` on gfx942, f8f6f4 with cbsz / blgp on gfx950); C: a float32 fragment (int32 for int8
+    operands). 8-bit operands may be stored either way, as 16-bit ones.
 
     A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
     that layout (wave grids with the whole row of a tile in one wave, 64 // MFMA-size lane groups) the cast stays in
     registers; elsewhere it goes through LDS. kernel.ir says which (`convert_layout ... via registers` or
-    `via <scratch>`).
+    `via <scratch>`). An 8-bit fragment A (fp8, int8: TileLang's W4A8 dequantize GEMM unpacks int4 weights into one)
+    is copied into a shared tile `<name>_lds` right before the gemm, which reads it from there (kernel.ir shows the
+    copy): the 8-bit MFMAs take A as packed bytes, which tilegcn assembles from LDS reads only.
 
     `k_pack` (TileLang's MFMA packing hint) is accepted and ignored: tilegcn plans the MFMA shape itself. `policy`
     (T.GemmWarpPolicy) picks how the waves split C: FullRow (each wave whole rows: what lets the cast accumulator
@@ -514,12 +517,16 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if a.scope == N.FRAGMENT and transpose_A:
         raise CompileError(f"T.gemm: A fragment {a.name} with transpose_A: a fragment A operand is [M, K]; "
                            "store it untransposed, or stage it in a shared buffer", location=loc)
+    if a.scope == N.FRAGMENT and a.dtype.bytes == 1 and a.dtype.name in _GEMM_OPERAND_DTYPES:
+        a = _staged_in_lds(a, loc)
     if a.scope == N.FRAGMENT and a.dtype.name not in ("bfloat16", "float16"):
         raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
-                           "float16 (copy an 8-bit tile into a shared buffer)", location=loc)
-    if a.dtype != b.dtype or a.dtype.name not in _GEMM_OPERAND_DTYPES:
-        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} "
-                           f"(got {a.dtype.name}, {b.dtype.name})", location=loc)
+                           "float16, or an 8-bit type (fp8, int8): T.copy it into a fragment of one of those first",
+                           location=loc)
+    mixed_fp8 = {a.dtype.short, b.dtype.short} == {"fp8", "bf8"}  # e4m3 x e5m2: the fp8_bf8 / bf8_fp8 MFMAs
+    if (a.dtype != b.dtype and not mixed_fp8) or a.dtype.name not in _GEMM_OPERAND_DTYPES:
+        raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} (got "
+                           f"{a.dtype.name}, {b.dtype.name}), or be the arch's e4m3 and e5m2 fp8 formats", location=loc)
     acc = "int32" if a.dtype.name == "int8" else "float32"
     if c.scope != N.FRAGMENT or c.dtype.name != acc:
         article = "an" if acc == "int32" else "a"
@@ -537,6 +544,16 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
                            location=loc)
     tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
                            policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc))
+
+
+def _staged_in_lds(frag: N.Buffer, loc) -> N.Buffer:
+    """A shared tile `<frag>_lds` that an 8-bit fragment A operand is copied into right before its T.gemm (kernel.ir
+    shows the copy): the 8-bit MFMAs read A as packed bytes, 4 to 16 a lane, which tilegcn assembles from LDS reads
+    only (a 16-bit fragment is read in place: its MfmaOperand layout)."""
+    staged = N.Buffer(f"{frag.name}_lds", N.SHARED, frag.dtype, frag.shape, loc=loc)
+    current().buffers.append(staged)
+    copy(BufferProxy(frag), BufferProxy(staged))
+    return staged
 
 
 class GemmWarpPolicy:
@@ -560,13 +577,17 @@ def Parallel(*extents):
 
     The body may use `+ - * /`, the math functions (`T.exp`, `T.log`, `T.sqrt`, `T.tanh`, `T.max`, ...), comparisons
     with `T.if_then_else`, `T.cast` and read global elements; it is computed in fp32 and rounded to the
-    destination's dtype on store. Not nestable.
+    destination's dtype on store. Not nestable. A global element named before the loop by whole indices
+    (`s = scales_b[bx, k]`, TileLang's BufferLoad) is read where the body uses it.
 
     Example:
 
     ```python
     for i, j in T.Parallel(block_M, block_N):
         x[i, j] = T.max(x[i, j] * a + b, 0.0)
+    Scale_B = scales_b[bx * block_N // 128, k]           # one element, DeepGEMM's per-block scale
+    for i, j in T.Parallel(block_M, block_N):
+        acc_total[i, j] += acc[i, j] * (scales_a[by * block_M + i, k] * Scale_B)
     ```
     """
     tracer = current()

@@ -86,6 +86,17 @@ class RegionRef:
     __eq__ = __ne__ = _not_a_value
     __hash__ = object.__hash__
 
+    def __element_expr__(self):
+        """`s = scales_b[bx, k]` outside T.Parallel, then used in an element expression inside one (TileLang's
+        BufferLoad of one global element, DeepGEMM's per-block scale): the element at those indices, read where the
+        expression is evaluated. Only a whole index into a global tensor is one value."""
+        b = self.buffer
+        if b.scope != N.GLOBAL or self.sliced or any(e is not None for e in self.extents):
+            raise CompileError(f"{b.name}[{', '.join(map(str, self.starts))}] outside T.Parallel is the start of a "
+                               f"{b.scope} region (for T.copy), not a value: read {b.scope} elements inside "
+                               "T.Parallel, or copy them into a fragment first")
+        return N.ElemRef(b, tuple(self.starts))
+
 
 def _whole_tile_math(proxy, *_):
     b = proxy.buffer

@@ -87,22 +87,26 @@ def shift_right(x, n):
 
 def reinterpret(dtype, value):
     """The bits of integer element expression `value` read as float `dtype` (TileLang's / TVM's T.reinterpret):
-    bfloat16 or float16 from the low 16 bits, float32 from 32. Elementwise inside T.Parallel.
+    bfloat16 or float16 from the low 16 bits, float32 from 32; or as an integer dtype: its width of low bits, signed
+    or not (0xF0 as T.int8 is -16: the two's complement wrap of a cast). Elementwise inside T.Parallel.
 
     Example:
 
     ```python
     y[i] = T.reinterpret(T.bfloat16, (bits[i] & 0xFFFF).astype(T.uint16))  # 0x3F80 -> 1.0
+    n[i] = T.reinterpret(T.int8, (u[i] << T.const(4, T.uint8)).astype(T.uint8)) >> T.const(4, T.int8)  # int4 code
     ```
     """
     dtype = as_dtype(dtype)
-    if dtype.name not in ("bfloat16", "float16", "float32"):
+    if dtype.name not in ("bfloat16", "float16", "float32") and not dtype.is_int:
         raise CompileError(f"T.reinterpret({dtype.name}, ...): tilegcn reinterprets integer bits as bfloat16, "
-                           "float16 or float32; for an integer dtype use T.cast")
+                           "float16, float32 or an integer dtype")
     x = N.lift(value)
     if N.value_kind(x) == N.FLOAT:
         raise CompileError(f"T.reinterpret({dtype.name}, x): x is a float expression; tilegcn reinterprets integer "
                            "bits (cast x to an integer dtype with .astype first)")
+    if dtype.is_int:  # the low bits of a two's complement int as another int: what the wrapping cast gives
+        return N.Cast(dtype, x)
     return N.Reinterpret(dtype, x)
 
 

@@ -259,6 +259,9 @@ def _write_staged(ctx: Context, cp, base: int, regs: list, defs=None):
     """ds_write the staged runs into the LDS tile at `base` (+ the plan's offsets); `defs`: LDS region tag."""
     for slot in cp.write_slots:
         with _ExecMask(ctx, cp.active_threads(slot)):
+            if cp.kind == "transpose" and cp.plan.dtype.bytes == 1 and cp.pack == 4:
+                _write_byte_quads(ctx, cp, slot, base, regs[slot:slot + 4], defs)
+                continue
             for e in range(cp.writes_per_slot):
                 vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
                 if cp.kind == "b128":
@@ -272,6 +275,9 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
     2d + 1 (high half), from the low or high halves of their VGPR e // 2, by v_perm_b32; a single run writes its
     16-bit half directly."""
     b = ctx.b
+    if cp.plan.dtype.bytes == 1:
+        _write_packed_bytes(ctx, cp, vaddr, imm, runs, e, defs)
+        return
     if cp.pack == 1:
         b.emit(DS_WRITE_HALF[e % 2], vaddr, runs[0][e // 2], suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}")
         return
@@ -281,6 +287,62 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
         b.valu("v_perm_b32", pairs[d], runs[2 * d + 1][e // 2], runs[2 * d][e // 2], select)
     b.emit(f"ds_write_b{16 * cp.pack}", vaddr, pairs, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, k pairs")
     b.v.free(pairs)
+
+
+def _byte_select(byte: int) -> int:
+    """v_perm_b32 selector: byte `byte` of src1 into byte 0, of src0 into byte 1, zeros above (selector 0x0c)."""
+    return 0x0C0C0000 | (4 + byte) << 8 | byte
+
+
+# v_perm_b32 selectors interleaving bytes 0-1 / 2-3 of two runs (byte i of the result: selector byte i, 0-3 picking
+# src1's bytes, 4-7 src0's): {s1.b0, s0.b0, s1.b1, s0.b1} / {s1.b2, s0.b2, s1.b3, s0.b3}
+INTERLEAVE_LOW_BYTES, INTERLEAVE_HIGH_BYTES = 0x05010400, 0x07030602
+
+
+def _write_byte_quads(ctx: Context, cp, slot: int, base: int, runs: list, defs):
+    """The 16 bytes of 4 runs at consecutive k (8-bit, pack 4), VGPR by VGPR: a 4 x 4 byte transpose in 8
+    v_perm_b32 (pairs of runs interleaved byte by byte, then pairs of those joined by 16-bit halves) gives, for each
+    of the VGPR's 4 x, one word of its 4 k, written by ds_write_b32 (12 v_perm_b32 one x at a time)."""
+    b = ctx.b
+    sel = {name: b.sgpr_constant(v) for name, v in (("lo", INTERLEAVE_LOW_BYTES), ("hi", INTERLEAVE_HIGH_BYTES),
+                                                     ("lo16", PERM_LOW_HALVES), ("hi16", PERM_HIGH_HALVES))}
+    for reg in range(4):
+        pairs = b.v.alloc(4, what="interleaved k pairs")  # runs 0-1 bytes 0-1, 2-3; runs 2-3 bytes 0-1, 2-3
+        for d in range(2):
+            for half, name in enumerate(("lo", "hi")):
+                b.valu("v_perm_b32", pairs[2 * d + half], runs[2 * d + 1][reg], runs[2 * d][reg], sel[name])
+        words = b.v.alloc(4, what="4 k of one x")
+        for byte in range(4):  # x = 4 * reg + byte: its k 0-1 from pairs[byte // 2], k 2-3 from pairs[2 + ...]
+            half = "hi16" if byte % 2 else "lo16"
+            b.valu("v_perm_b32", words[byte], pairs[2 + byte // 2], pairs[byte // 2], sel[half])
+        b.v.free(pairs)
+        for byte in range(4):
+            e = 4 * reg + byte
+            vaddr, imm = _lds_address(ctx, cp.lds_offsets_family, (slot, e), base)
+            b.emit("ds_write_b32", vaddr, words[byte], suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, 4 k")
+        b.v.free(words)
+
+
+def _write_packed_bytes(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
+    """ds_write of byte e of `runs` (8-bit, staged at consecutive k), byte e % 4 of their VGPR e // 4: one run
+    shifts it down (ds_write_b8 stores bits 0-7); two runs select it from both into one 16-bit k pair (v_perm_b32,
+    ds_write_b16). Four runs go VGPR by VGPR instead (`_write_byte_quads`)."""
+    b = ctx.b
+    reg, byte = e // 4, e % 4
+    if cp.pack == 1:
+        src = runs[0][reg]
+        if byte:
+            src = b.v.alloc(1, what="byte shifted down")
+            b.valu("v_lshrrev_b32", src, 8 * byte, runs[0][reg])
+        b.emit("ds_write_b8", vaddr, src, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}")
+        if byte:
+            b.v.free(src)
+        return
+    assert cp.pack == 2, "8-bit transposing copies pack 1, 2 or 4 k (4: _write_byte_quads)"
+    pair = b.v.alloc(1, what="packed k pair")
+    b.valu("v_perm_b32", pair, runs[1][reg], runs[0][reg], b.sgpr_constant(_byte_select(byte)))
+    b.emit("ds_write_b16", vaddr, pair, suffix=f"offset:{imm}", defs=defs, comment=f"x + {e}, 2 k")
+    b.v.free(pair)
 
 
 def lower_shared_copy(ctx: Context, s):
@@ -625,7 +687,7 @@ def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, prio: bool = F
     wrapped in `s_setprio` where the arch table says it pays."""
     b = ctx.b
     acc = ctx.layouts[s.C].regs
-    op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    op_name, modifiers = _mfma_form(plan, s)
     a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
     level = b.arch.gemm_ping_pong_prio if prio else 0
     if level:
@@ -645,6 +707,14 @@ def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, prio: bool = F
         b.emit("s_setprio", 0)
     if prio:
         _free_fragments(ctx, sets)
+
+
+def _mfma_form(plan, s: TileOp) -> tuple:
+    """(mnemonic, modifiers) of the gemm's MFMA: the plan's for one operand dtype; for e4m3 x e5m2 the mixed form,
+    srcA in B's format and srcB in A's (the plan's swapped operands, gemm_plan point 1)."""
+    if s.A.dtype == s.B.dtype:
+        return plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
+    return plan.mfma.mixed_form(s.B.dtype.short, s.A.dtype.short)
 
 
 def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:

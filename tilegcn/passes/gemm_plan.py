@@ -73,7 +73,17 @@ Design
    32x32x16 / 16x16x32 (one chunk feeds two k-steps, as pair_k for 16-bit) and 16 for gfx950's i8 32x32x32 /
    16x16x64. gfx950's f8f6f4 MFMAs read 8 VGPRs per operand as two blocks of 4 (`MfmaShape.blocks`): a read step
    then reads two chunks per lane (`read_pieces`, piece b into VGPRs 4b..4b+3, chunk (step * 2 + b) * G + l // dim)
-   and feeds one MFMA. 8-bit tiles must be K-major (no transposing copy or LDS read of bytes).
+   and feeds one MFMA.
+11. 8-bit operands stored (K, X) (A with transpose_A, B without transpose_B; point 10 is left to the MX-scaled
+   gemm's part of issue 22). gfx950 keeps the tile as stored and reads it with ds_read_b64_tr_b8: in a 16-lane
+   group lanes 2r, 2r+1 read 8 bytes each of k row r (16 consecutive x) and lane j receives column j, 8 consecutive
+   k (the emulator's `lane_transpose`, checked by Triton's gfx950 fp8 / int8 matmuls in tests/corpus, which read
+   their B operand so). A fragment of 4 * blocks VGPRs is then 2 * blocks such reads, piece p holding the 8 k from
+   16 * chunk + 8 * (p % 2), chunk the one the K-major read of block p // 2 takes (point 9), so every lane holds
+   the same k in the same bytes as from a K-major tile. gfx942 transposes in the register copy as for 16 bits
+   (point 2), a run being 16 bytes at one k: `pack` k of one x are put together by v_perm_b32 byte selects (pack 1:
+   the byte shifted down, ds_write_b8; 2: one select, ds_write_b16; 4: a 4 x 4 byte transpose of each VGPR of the 4
+   runs in 8 selects, 4 ds_write_b32).
 
 Offsets as VGPR base + immediate
 --------------------------------
@@ -248,6 +258,29 @@ def tr_swizzle_chunk(arch, row, chunk, row_bytes):
     row_bit = lambda b: ops.mod(ops.fdiv(row, 2**b), 2)  # noqa: E731
     h_bits = ([row_bit(3)] + [row_bit(b) for b in range(low, 2)])[:_ilog2(m)]  # bit i of h, i = 0, 1, ...
     return ops.xor_bits(chunk, {1 + i: bit for i, bit in enumerate(h_bits)})
+
+
+def tr8_swizzle_chunk(arch, row, chunk, row_bytes):
+    """Physical 16-byte chunk of logical `chunk` in k row `row` of an 8-bit tile stored (K, X) and read with
+    ds_read_b64_tr_b8 (module doc, point 11): chunk with bit 0 flipped by row bit 4 and bits 1, 2, ... by the row
+    bits that land on no bank bit of their own.
+
+    Why: a read phase (banks * 4 / 8 lanes: two 16-lane groups on 64 banks) reads 16 bytes of each of 8 k rows
+    k0 .. k0 + 7 per group, the two groups either the two chunks c, c + 1 of the same rows (32x32 tiles) or one
+    chunk of rows 16 apart (16x16 tiles: the next lane group's k). Row r starts at slot r * RC (RC = 2^a chunks a
+    row) of the n-bit slot index of a bank sweep, so row bits 0 .. n - a - 1 already pick distinct slots; the
+    others up to bit 2 are folded into chunk bits 1 .. a - 1, and row bit 4 into chunk bit 0, which the 32x32
+    pair of groups uses with equal rows. An involution within the row; ints, numpy arrays or SymPy."""
+    arch = get_arch(arch)
+    a = _ilog2(row_bytes // CHUNK)
+    n = _ilog2(arch.lds_banks * arch.lds_bank_bytes // CHUNK)
+    if a < 1:
+        return chunk  # a row of one chunk: nothing to permute
+    ops = _ops_for(row, chunk)
+    first = max(0, n - a)
+    bits = {0: ops.mod(ops.fdiv(row, 16), 2)}
+    bits.update({1 + i: ops.mod(ops.fdiv(row, 2 ** (first + i)), 2) for i in range(min(3 - first, a - 1))})
+    return ops.xor_bits(chunk, bits)
 
 
 def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
@@ -434,7 +467,7 @@ class CopyPlan:
     @property
     def writes_per_slot(self) -> int:
         """LDS writes of one write slot (one per element x for 'transpose')."""
-        return ELEMS_PER_CHUNK if self.kind == "transpose" else 1
+        return self.plan.elems_per_chunk if self.kind == "transpose" else 1
 
     @property
     def write_slots(self) -> range:
@@ -443,7 +476,7 @@ class CopyPlan:
 
     @property
     def write_bytes(self) -> int:
-        return 2 * self.pack if self.kind == "transpose" else CHUNK
+        return self.plan.dtype.bytes * self.pack if self.kind == "transpose" else CHUNK
 
     def active_threads(self, slot: int) -> int:
         """Threads 0 .. n-1 are active for `slot` (the others are masked off by EXEC)."""
@@ -469,7 +502,7 @@ class CopyPlan:
             # (rows 8 apart share one swizzle value). The global side still loads whole 16-byte runs.
             kg, j, xc = self._transpose_unit(tid, slot)
             k = self.pack * kg + j
-            return k, ELEMS_PER_CHUNK * xc, ELEMS_PER_CHUNK * xc, ops.fdiv(k, ELEMS_PER_CHUNK)
+            return k, epc * xc, epc * xc, ops.fdiv(k, epc)
         piece = 0
         if self.pieces > 1:  # 4-byte LDS DMA: consecutive lanes fill one chunk, `pieces` lanes a run
             r, piece = ops.fdiv(r, self.pieces), ops.mod(r, self.pieces)
@@ -498,14 +531,15 @@ class CopyPlan:
         base = p.operand_lds_offset(self.operand) + stage * p.lds_stage_bytes
         k, _, lrow, lchunk = self._coords(tid, slot)
         if self.kind == "transpose":
-            # the byte of element k within its chunk: 2 * (k % 8), written so that SymPy keeps it in floor / Mod of
-            # tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
+            # the byte of element k within its chunk: bytes * (k % elems_per_chunk), written so that SymPy keeps it in
+            # floor / Mod of tid (it rewrites Mod(4*x, 8) into a power, which the address lowering does not take)
             kg, j, _ = self._transpose_unit(tid, slot)
-            within = 2 * (self.pack * _ops_for(tid).mod(kg, ELEMS_PER_CHUNK // self.pack) + j)
+            epc = p.elems_per_chunk
+            within = p.dtype.bytes * (self.pack * _ops_for(tid).mod(kg, epc // self.pack) + j)
             if p.halves_swizzled(self.operand):
                 return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes)
                              + _ops_for(tid).xor(within, p.half_flip(lrow + e), 4) for e in range(8))
-            return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(8))
+            return tuple(base + swizzled_offset(p.arch, lrow + e, lchunk, p.row_bytes) + within for e in range(epc))
         if self.kind == "lds_dma":
             return (base + self.lane_bytes * (slot * self.threads + tid),)
         return (base + p.lds_chunk_offset(self.operand, lrow, lchunk),)
@@ -687,8 +721,10 @@ class GemmPlan:
 
     def transposed_read(self, operand: str) -> bool:
         """Whether `operand` sits in LDS as the user stores it, (K, X) with X = M or N contiguous, and its MFMA
-        fragments are read with ds_read_b64_tr_b16: an operand that is not K-major, on an arch with that read."""
-        return not self.is_k_major(operand) and self.arch.has_ds_read_tr_b16 and self.dtype.bytes == 2
+        fragments are read with ds_read_b64_tr_b16 (ds_read_b64_tr_b8 for 8-bit elements): an operand that is not
+        K-major, on an arch with that read."""
+        has_read = self.arch.has_ds_read_tr_b16 if self.dtype.bytes == 2 else self.arch.has_ds_read_tr_b8
+        return not self.is_k_major(operand) and has_read
 
     def copied_as_stored(self, operand: str) -> bool:
         """Whether the LDS tile of `operand` has the user's layout (16-byte runs copy whole: ds_write_b128 or LDS
@@ -703,8 +739,11 @@ class GemmPlan:
 
     def lds_swizzle(self, operand: str, row, chunk):
         """Physical 16-byte chunk of logical `chunk` of LDS row `row` of `operand` (`swizzle_chunk` for K-major
-        tiles, `tr_swizzle_chunk` for tiles read with ds_read_b64_tr_b16); an involution within the row."""
-        swizzle = tr_swizzle_chunk if self.transposed_read(operand) else swizzle_chunk
+        tiles, `tr_swizzle_chunk` for tiles read with ds_read_b64_tr_b16, `tr8_swizzle_chunk` with
+        ds_read_b64_tr_b8); an involution within the row."""
+        swizzle = swizzle_chunk
+        if self.transposed_read(operand):
+            swizzle = tr8_swizzle_chunk if self.dtype.bytes == 1 else tr_swizzle_chunk
         return swizzle(self.arch, row, chunk, self.lds_row_bytes(operand))
 
     def lds_chunk_offset(self, operand: str, row, chunk):
@@ -722,6 +761,8 @@ class GemmPlan:
         one ds_read_b128 from a K-major tile, or two ds_read_b64_tr_b16 (k 0-3 into VGPRs 0-1, k 4-7 into 2-3)
         from a tile stored (K, X) (module doc, point 7). With A in registers, B's two halves are 4 k apart by 4*G
         (`register_k`), so a K-major B takes two ds_read_b64."""
+        if self.transposed_read(operand) and self.dtype.bytes == 1:  # 8 k of one x a read: point 11
+            return tuple(ReadPiece("ds_read_b64_tr_b8", 2 * p, 2) for p in range(self.frag_regs // 2))
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
         if self.a_in_registers and operand == "B":
@@ -759,6 +800,14 @@ class GemmPlan:
         wm, wn = self.wave_coords(wave)
         row0 = wm * self.wave_tile_M if operand == "A" else wn * self.wave_tile_N
         base = self.operand_lds_offset(operand) + stage * self.lds_stage_bytes
+        if self.transposed_read(operand) and self.dtype.bytes == 1:
+            # 16-lane group: lanes 2r, 2r+1 read 8 bytes each of k row r (16 consecutive x), lane j gets column j
+            # (8 k); piece p fills VGPRs 2p, 2p+1 of the fragment: operand block p // 2, its k 8 * (p % 2) on from
+            # the lane group's 16 (the K-major read's chunk (step * blocks + block) * G + l // dim)
+            x = row0 + rep * self.dim + 16 * ops.fdiv(ops.mod(lane, self.dim), 16) + 8 * ops.mod(lane, 2)
+            chunk = (step * self.mfma.blocks + piece // 2) * self.lane_groups + ops.fdiv(lane, self.dim)
+            k = CHUNK * chunk + 8 * (piece % 2) + ops.fdiv(ops.mod(lane, 16), 2)
+            return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, CHUNK)) + ops.mod(x, CHUNK)
         if self.transposed_read(operand):
             # 16-lane group: lanes 4r..4r+3 read 4 x 8 bytes of k row r, lane j gets column j (4 k); the group's
             # columns are 16 consecutive of the MFMA tile's dim, its k the lane group's 8 (l // dim), half `piece`
@@ -950,8 +999,10 @@ class GemmPlan:
         their banks, and unpacked ds_write_b16 (a 2-byte phase spans 64 lanes: whole rows) stay conflict free."""
         if self.row_bytes < self.arch.lds_banks * self.arch.lds_bank_bytes:
             return 1
+        # 16-bit: up to a whole chunk (ds_write_b128); 8-bit: up to 4 k (ds_write_b32 after a 4 x 4 byte transpose)
+        most = 8 if self.dtype.bytes == 2 else 4
         pack = 2
-        while pack < 8 and 2 * pack <= runs_per_thread and self.block_K % (2 * pack) == 0:
+        while pack < most and 2 * pack <= runs_per_thread and self.block_K % (2 * pack) == 0:
             pack *= 2
         return pack
 
@@ -1074,10 +1125,6 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
     if dt.name not in supported or not shapes:
         raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: "
                            f"{', '.join(supported)})")
-    if dt.bytes == 1 and (transpose_A or not transpose_B):
-        raise CompileError(f"T.gemm: {dt.name} operands must be K-major in shared memory (A as (M, K), B as (N, K) "
-                           f"with transpose_B=True): the transposing copy and LDS read move 16-bit elements only; "
-                           f"store the operand transposed in global memory")
     for name, v in (("block_M", block_M), ("block_N", block_N), ("block_K", block_K), ("num_stages", num_stages)):
         if not isinstance(v, int) or v <= 0:
             raise CompileError(f"T.gemm: {name} must be a positive int, got {v!r}")

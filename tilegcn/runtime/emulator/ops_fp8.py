@@ -4,10 +4,10 @@ v_cvt_f32_fp8, v_cvt_f32_bf8 (one byte -> f32) and v_cvt_pk_f32_fp8, v_cvt_pk_f3
 The byte formats are the arch's (arch.Arch.fp8_dtypes): gfx942 reads "fp8" as E4M3 FNUZ (bias 8) and "bf8" as E5M2
 FNUZ (bias 16), neither with inf or -0, 0x80 their one NaN (CDNA3 ISA guide); gfx950 reads them as OCP E4M3 (bias
 7, no inf, S.1111.111 NaN) and E5M2 (bias 15, IEEE inf and NaN) (CDNA4 ISA guide, OCP 8-bit floating point spec).
-f32 -> fp8 rounds to nearest even; these encodings have no clamp modifier (llvm-mc refuses one): with MODE.FP16_OVFL
-set (s_setreg, ops_mode.py) a value past the largest finite one, inf included, saturates to it; else it becomes
-what the format has for overflow: NaN for the FNUZ formats and OCP E4M3, inf for OCP
-E5M2 (the OCP spec's non-saturating conversion); NaN in gives NaN. f32 denormal inputs are far below the smallest
+f32 -> fp8 rounds to nearest even (fp8_encoding.encode, the encoder the scaled conversions share); these encodings
+have no clamp modifier (llvm-mc refuses one): with MODE.FP16_OVFL set (s_setreg, ops_mode.py) a value past the
+largest finite one, inf included, saturates to it; else it becomes what the format has for overflow: NaN for the
+FNUZ formats and OCP E4M3, inf for OCP E5M2 (the OCP spec's non-saturating conversion); NaN in gives NaN. f32 denormal inputs are far below the smallest
 fp8 denormal and round to zero either way. tests/test_dtypes.py checks every code and a sweep of f32 values
 against torch's float8 dtypes on both arches.
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import fp8_encoding
 from .ops_mode import fp16_ovfl
 from .program import BindError, Handler, as_bits, as_f32
 
@@ -34,16 +35,6 @@ class Fp8Format:
     bias: int
     fnuz: bool  # no inf, no -0, 0x80 the one NaN
     has_inf: bool  # OCP E5M2: exponent all ones is inf (mantissa 0) or NaN
-
-    @property
-    def largest(self) -> float:
-        top = (1 << self.exponent_bits) - 1  # the largest exponent field with finite values
-        if self.has_inf:
-            top -= 1
-        mantissa = (1 << self.mantissa_bits) - 1
-        if not self.fnuz and not self.has_inf:
-            mantissa -= 1  # OCP E4M3: S.1111.111 is NaN
-        return (1 + mantissa / (1 << self.mantissa_bits)) * 2.0 ** (top - self.bias)
 
 
 FORMATS = {
@@ -59,38 +50,6 @@ def _format(ctx, kind: str) -> Fp8Format:
     if fmt is None:
         raise BindError(f"the {kind} conversions are not modelled on {ctx.arch.name}")
     return fmt
-
-
-def encode(x: torch.Tensor, fmt: Fp8Format) -> torch.Tensor:
-    """f32 values (a float32 tensor) -> their byte codes (int64 0..255): nearest even, overflow as the module says."""
-    v = x.double()
-    a = v.abs()
-    nan = torch.isnan(v)
-    min_exponent = 1 - fmt.bias
-    exponent = torch.floor(torch.log2(torch.where(a > 0, a, torch.ones_like(a)))).clamp(min=min_exponent)
-    exponent = torch.where(torch.isfinite(a), exponent, torch.zeros_like(a))
-    quantum = torch.pow(2.0, exponent - fmt.mantissa_bits)
-    steps = torch.round(torch.where(torch.isfinite(a), a / quantum, torch.zeros_like(a)))  # half to even
-    rounded = steps * quantum
-    overflow = (rounded > fmt.largest) | torch.isinf(a)
-    # the fields of a finite rounded value (a rounding up may carry into the next exponent)
-    normal = rounded >= 2.0 ** min_exponent
-    e = torch.floor(torch.log2(torch.where(rounded > 0, rounded, torch.ones_like(rounded))))
-    e = torch.where(normal, e, torch.full_like(e, float(min_exponent)))
-    exponent_field = torch.where(normal, e + fmt.bias, torch.zeros_like(e))
-    mantissa = torch.where(normal, rounded / torch.pow(2.0, e) - 1, rounded / 2.0 ** min_exponent)
-    mantissa_field = torch.round(mantissa * (1 << fmt.mantissa_bits))
-    magnitude = (exponent_field.long() << fmt.mantissa_bits) | mantissa_field.long()
-    sign = torch.signbit(v).long() << 7
-    if fmt.fnuz:
-        code = torch.where(magnitude == 0, torch.zeros_like(magnitude), sign | magnitude)
-        return torch.where(nan | overflow, torch.full_like(code, 0x80), code)
-    code = sign | magnitude
-    if fmt.has_inf:
-        inf_code = sign | (((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits)
-        code = torch.where(overflow, inf_code, code)
-        return torch.where(nan, sign | 0x7F, code)
-    return torch.where(nan | overflow, sign | 0x7F, code)
 
 
 def decode(code: torch.Tensor, fmt: Fp8Format) -> torch.Tensor:
@@ -123,7 +82,9 @@ def _no_mods(ins, allowed=()):
 def _to_fp8(ins, b, index):
     """v_cvt_pk_{fp8,bf8}_f32 D, S0, S1: bytes {fp8(S1), fp8(S0)} into word op_sel[2] of D, the other word kept."""
     _no_mods(ins, ("op_sel",))
-    fmt = _format(b.ctx, "fp8" if "fp8" in ins.base else "bf8")
+    kind = "fp8" if "fp8" in ins.base else "bf8"
+    _format(b.ctx, kind)  # modelled on this arch
+    dtype = getattr(torch, b.ctx.arch.fp8_dtypes[("fp8", "bf8").index(kind)])
     ops = ins.operands
     if len(ops) != 3:
         raise BindError("expected 3 operands")
@@ -137,18 +98,12 @@ def _to_fp8(ins, b, index):
 
     def run(g):
         saturate = fp16_ovfl(g)
-        pair = encode(_saturated(as_f32(s0(g)), fmt, saturate), fmt) | \
-            (encode(_saturated(as_f32(s1(g)), fmt, saturate), fmt) << 8)
+        pair = fp8_encoding.encode(as_f32(s0(g)), dtype, saturate) | \
+            (fp8_encoding.encode(as_f32(s1(g)), dtype, saturate) << 8)
         keep = old(g).long() & M32
         word = (keep & 0x0000FFFF) | (pair << 16) if high else (keep & 0xFFFF0000) | pair
         g.wv(dst, _i32(word))
     return Handler(ins, index, run, "valu", b)
-
-
-def _saturated(x: torch.Tensor, fmt: Fp8Format, saturate: torch.Tensor) -> torch.Tensor:
-    """`x` with values past the format's largest finite one (infinities included) clamped to it (+-) in the waves
-    whose MODE.FP16_OVFL is set (ops_mode.py: Triton sets it for every fp32 -> fp8 cast); NaN stays NaN."""
-    return torch.where(saturate & (x.abs() > fmt.largest), torch.sign(x) * fmt.largest, x)
 
 
 def _i32(x):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from . import mfma_lowp
+from . import fp8_encoding, mfma_lowp
 from .decode import HWREG_IDS, MODE_SLOT, HwReg
 from .program import BindError, Handler
 from .state import Fault
@@ -105,25 +105,18 @@ def fp16_ovfl(g) -> torch.Tensor:
 
 
 def fp8_codes(v: torch.Tensor, dtype, saturate: torch.Tensor, active, what: str) -> torch.Tensor:
-    """int32 codes of float values `v` [n, 64] rounded to nearest even to the fp8 `dtype`. A value that rounds past
-    the largest finite one, infinities included, becomes it (+-) where `saturate` (MODE.FP16_OVFL) is set; without
-    it the result is not modelled: a Fault in the `active` lanes (None: all). A NaN becomes the NaN code torch's
-    conversion gives (the guides do not say which NaN; Triton converts pairs whose other half it drops, NaN or not)."""
-    top = torch.finfo(dtype).max
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
-    below = codes[(codes < top) & torch.isfinite(codes)].max().item()  # the next value down from top
-    # round to nearest even keeps top up to the midpoint above it (the midpoint itself when top's last bit is 0)
-    top_even = (torch.tensor(top).to(dtype).view(torch.uint8).item() & 1) == 0
-    midpoint = top + (top - below) / 2
-    mag = v.abs()
-    over = (mag > midpoint) | ((mag == midpoint) & (not top_even))  # (inf too; NaN compares false)
-    bad = over & ~saturate
+    """int32 codes of float values `v` [n, 64] rounded to nearest even to the fp8 `dtype` (fp8_encoding.encode, the
+    non-scaled conversions' encoder too). A value that rounds past the largest finite one, infinities included,
+    becomes it (+-) where `saturate` (MODE.FP16_OVFL) is set; without it the scaled forms' result is not modelled (the
+    CDNA4 guide does not say it is the non-scaled forms' NaN / inf): a Fault in the `active` lanes (None: all). A NaN
+    becomes the NaN code torch's conversion gives (the guides do not say which NaN; Triton converts pairs whose other
+    half it drops, NaN or not)."""
+    bad = fp8_encoding.overflows(v, dtype) & ~saturate
     if active is not None:
         bad = bad & active
     if bool(bad.any()):
         raise Fault(f"{what}: an input past the fp8 range with MODE.FP16_OVFL clear is not modelled")
-    clamped = torch.where(mag > top, v.sign() * top, v)  # within the midpoint it rounds to top anyway
-    return clamped.to(dtype).view(torch.uint8).to(torch.int32)
+    return fp8_encoding.encode(v, dtype, saturate).to(torch.int32)
 
 
 def _to_8bit(ins, b, index, fmt):
