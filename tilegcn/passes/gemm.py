@@ -53,9 +53,10 @@ def _gemm_dims(s: TileOp):
 
 @functools.lru_cache(maxsize=256)
 def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool,
-                a_in_registers: bool = False, policy: str | None = None):
+                a_in_registers: bool = False, policy: str | None = None, scaled: bool = False):
     """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
-    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy)
+    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy,
+                     scaled=scaled)
 
 
 def plan_gemms(kernel: N.Kernel, arch):
@@ -65,7 +66,7 @@ def plan_gemms(kernel: N.Kernel, arch):
         M, N_, K = _gemm_dims(s)
         try:
             plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B,
-                               s.A.scope == N.FRAGMENT, s.policy)
+                               s.A.scope == N.FRAGMENT, s.policy, s.scaled)
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
         shared = [(buf, role) for buf, role in ((s.A, "A"), (s.B, "B")) if buf.scope == N.SHARED]
@@ -285,6 +286,15 @@ def _write_packed(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, defs):
 
 def lower_shared_copy(ctx: Context, s):
     """A T.copy into shared memory outside a pipelined loop (pipelined ones are AsyncCopy ops: lower_async_copy)."""
+    if _is_scale_tile(ctx, s.dst.buffer):
+        copy = _ScaleCopy(ctx, s)
+        regs = [ctx.b.v.alloc(1, what=f"staging {s.dst.buffer.name}") for _ in range(copy.slots)]
+        copy.load(regs)
+        lds_barrier(ctx, "write")
+        copy.write(regs, 0)
+        for r in regs:
+            ctx.b.v.free(r)
+        return
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     if ctx.copy_mode == "lds_dma":
         raise CompileError("copy='lds_dma' applies to the copies of a pipelined K loop (T.Pipelined with "
@@ -370,7 +380,9 @@ def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
 
 def may_use_lds_dma(arch, copy_mode: str, gemm_operands: dict, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` (an operand in `gemm_operands`, plan_gemms' second result) may go
-    by LDS DMA (if their rows allow whole 16-byte runs)."""
+    by LDS DMA (if their rows allow whole 16-byte runs). An MX scale tile is copied through VGPRs (_ScaleCopy)."""
+    if buf not in gemm_operands:
+        return False
     plan, operand = gemm_operands[buf]
     try:
         return bool(dma_lane_bytes(arch, copy_mode, plan, operand, CHUNK))
@@ -390,6 +402,8 @@ def _before_lds_write(ctx: Context, key):
 
 
 def lower_async_copy(ctx: Context, s: TileOp):
+    if _is_scale_tile(ctx, s.dst.buffer):
+        return _async_scale_copy(ctx, s)
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     pipe = _pipe(ctx)
     dst = s.dst.buffer
@@ -532,6 +546,94 @@ def _slot_origin(start, base):
     return start + base
 
 
+# ---- MX scale tiles --------------------------------------------------------------------------------------
+
+DS_WRITE_BYTES = {1: "ds_write_b8", 2: "ds_write_b16", 4: "ds_write_b32"}
+
+
+def _is_scale_tile(ctx: Context, buf: N.Buffer) -> bool:
+    """Whether shared `buf` is the scale_A / scale_B tile of an MX-scaled T.gemm (and no gemm operand)."""
+    if buf in ctx.gemm_operands:
+        return False
+    return any(buf in (g.scale_A, g.scale_B) for g in statements_of(ctx.kernel.body, "gemm") if g.scaled)
+
+
+class _ScaleCopy:
+    """Global -> LDS copy of an E8M0 scale tile (rows x cols bytes, row-major in LDS as the gemm reads it): unit
+    u = slot * threads + tid moves `width` bytes (4 where the rows allow: one buffer_load_dword and one
+    ds_write_b32) of row u // (cols / width). A 256 x 8 tile is 2 KiB: two dword units a thread at 256 threads,
+    against the 16-byte runs of the operand tiles (passes/gemm_plan's CopyPlan), so no swizzle or DMA is needed:
+    the gemm's ds_read_u8 of one byte a lane meet no bank conflict worth one."""
+
+    def __init__(self, ctx: Context, s: TileOp):
+        self.ctx, self.s = ctx, s
+        src, region = s.src.buffer, s.src
+        self.rows, self.cols = s.dst.buffer.shape
+        self.dims = tile_dims(region)
+        if len(self.dims) != 2 or self.dims[1] != len(src.shape) - 1 or \
+                tuple(region.extents[d] for d in self.dims) != (self.rows, self.cols):
+            raise CompileError(f"copy into scale tile {s.dst.buffer.name}{list(s.dst.buffer.shape)} from a "
+                               f"{len(src.shape)}-d tile {tuple(region.extents)}; expected a ({self.rows}, "
+                               f"{self.cols}) tile whose rows run along {src.name}'s last dim", location=s.loc)
+        if src.spec.strides[-1] != 1:
+            raise CompileError(f"{src.name} has strides {src.spec.strides}: tilegcn needs the last dimension "
+                               "contiguous (stride 1); call .contiguous()", location=s.loc)
+        self.mask = masked_dims(src, region.starts, region.extents)
+        legal = access_width(src, self.cols, len(src.shape) - 1 in self.mask)
+        self.width = next(w for w in (4, 2, 1) if w <= legal and self.cols % w == 0)
+        self.units = self.rows * self.cols // self.width
+        self.slots = -(-self.units // ctx.threads)
+
+    def _unit(self, slot: int):
+        return slot * self.ctx.threads + TID
+
+    def load(self, regs: list, resource=None):
+        ctx, s, per_row = self.ctx, self.s, self.cols // self.width
+        for slot in range(self.slots):
+            u = self._unit(slot)
+            index = list(s.src.starts)
+            index[self.dims[0]] += sympy.floor(u / per_row)
+            index[self.dims[1]] += self.width * sympy.Mod(u, per_row)
+            with _ExecMask(ctx, min(ctx.threads, self.units - slot * ctx.threads)):
+                ctx.access.load(regs[slot], self.width, s.src.buffer, tuple(index), self.mask,
+                                comment=f"{s.src.buffer.name} -> {s.dst.buffer.name} slot {slot}", resource=resource)
+
+    def write(self, regs: list, stage: int, defs=None):
+        ctx, buf = self.ctx, self.s.dst.buffer
+        _, index = ctx.lds_slot(buf, stage)
+        base = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0)
+        limit = ctx.b.arch.ds_max_imm_offset + 1
+        for slot in range(self.slots):
+            high, imm = divmod(base + slot * ctx.threads * self.width, limit)
+            vaddr = ctx.lower.vgpr_plus(TID * self.width, high * limit)
+            with _ExecMask(ctx, min(ctx.threads, self.units - slot * ctx.threads)):
+                ctx.b.emit(DS_WRITE_BYTES[self.width], vaddr, regs[slot], suffix=f"offset:{imm}", defs=defs)
+
+
+def _async_scale_copy(ctx: Context, s: TileOp):
+    """A pipelined scale-tile copy: loaded into VGPRs fixed per stage now, written to LDS when its group is waited
+    for (lower_async_copy's register path)."""
+    pipe, b, dst = _pipe(ctx), ctx.b, s.dst.buffer
+    key, slot_key = (dst, s.stage), ctx.lds_slot(dst, s.stage)
+    tag = pipe.tag(key)
+    copy = _ScaleCopy(ctx, s)
+    if key not in pipe.staging:
+        for st in range(stage_counts(ctx.kernel).get(dst, 1)):
+            pipe.staging[(dst, st)] = [b.alloc_in_frame("v", 0, 1, what=f"staging {dst.name} stage {st}")
+                                       for _ in range(copy.slots)]
+    regs = pipe.staging[key]
+    live = s.live
+    with _live_trips(ctx, live):
+        copy.load(regs, None if live is None else functools.partial(_masked, ctx, live))
+
+    def write():
+        _before_lds_write(ctx, slot_key)
+        copy.write(regs, s.stage, defs=(tag,))
+
+    pipe.current.tags.append(tag)
+    pipe.current.writes.append(write)
+
+
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -547,10 +649,11 @@ def lower_gemm(ctx: Context, s: TileOp):
     acc = ctx.layouts[s.C].regs
     op_name, modifiers = plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
+    scale_tiles = [("A", s.scale_A), ("B", s.scale_B)] if s.scaled else []
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
         # written before the first one); the stage's next copy waits for these reads at a barrier
-        ctx.pipe.reads.update({ctx.lds_slot(buf, s.stage) for _, buf in lds_operands})
+        ctx.pipe.reads.update({ctx.lds_slot(buf, s.stage) for _, buf in lds_operands + scale_tiles})
     else:
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in lds_operands}
@@ -559,6 +662,10 @@ def lower_gemm(ctx: Context, s: TileOp):
              for op, _ in lds_operands} for _ in range(min(2, plan.read_steps))]
     families = {op: plan.read_offsets(op) for op, _ in lds_operands}
     a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
+    scales = _ScaleReads(ctx, plan, s, scale_tiles, len(sets)) if s.scaled else None
+    if scales is not None:
+        op_name = op_name.replace("v_mfma_f32_", "v_mfma_scale_f32_", 1)
+        modifiers = f"op_sel_hi:[0,0,0] {modifiers}".rstrip()  # byte 0 of both scale VGPRs (llc's spelling)
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
     # thousands of them, the same few shapes over and over.
     insts = b.frames[-1].insts
@@ -569,6 +676,8 @@ def lower_gemm(ctx: Context, s: TileOp):
             vaddr, suffix = _read_address(ctx, families[operand], key, bases[operand])
             dst = _piece(regs[operand][rep], first, count)
             insts.append(Inst(mnemonic, (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, suffix))
+        if scales is not None:
+            scales.issue(insts, step)
 
     issue_reads(0)
     for step in range(plan.read_steps):
@@ -582,11 +691,67 @@ def lower_gemm(ctx: Context, s: TileOp):
             else:
                 src_b = _piece(a_regs, _operand_vgpr(plan, rep_a, step, first_a // n_a), n_a)
             d = _piece(acc, acc_first, acc_count)
-            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
+            if scales is None:
+                insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
+            else:  # srcA holds B's data (the swapped operands): its scale is B's, srcB's is A's
+                sa, sb = scales.reg(step, "B", rep_b), scales.reg(step, "A", rep_a)
+                insts.append(Inst(op_name, (d, src_a, src_b, d, sa, sb), (d,), (src_a, src_b, d, sa, sb), isa.MFMA,
+                                  modifiers))
     for group in sets:
         for regs in group.values():
             for r in regs:
                 b.v.free(r)
+    if scales is not None:
+        scales.free()
+
+
+class _ScaleReads:
+    """The E8M0 scale bytes of an MX-scaled gemm (gemm_plan point 10): per MFMA k-step, operand and repeat, one
+    ds_read_u8 into byte 0 of a VGPR, lane l reading its tile row's (wave's rows + repeat * dim + l % dim) byte of
+    K block step * G + l // dim. The scale tile is row-major in LDS (K / 32 bytes a row); one VGPR base per operand,
+    the repeat and step in the `offset:`. Read with the fragments of the same step, into `sets` alternating
+    register sets, as the fragments are."""
+
+    def __init__(self, ctx: Context, plan, s: TileOp, tiles: list, sets: int):
+        if plan.mfma_per_read != 1 or "f8f6f4" not in plan.mfma.name_template:
+            raise CompileError(f"T.gemm: MX scales need gfx950's f8f6f4 MFMAs (plan: {plan.describe()})",
+                               location=s.loc)
+        self.ctx, self.plan = ctx, plan
+        self.tiles = dict(tiles)
+        dim, G = plan.dim, WAVE // plan.dim
+        wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
+        origin = {"A": plan.wave_tile_M * sympy.floor(wave / plan.waves_N),
+                  "B": plan.wave_tile_N * sympy.Mod(wave, plan.waves_N)}
+        self.row_bytes = {op: buf.shape[1] for op, buf in tiles}
+        self.lane_offset = {op: (origin[op] + sympy.Mod(lane, dim)) * self.row_bytes[op] + sympy.floor(lane / dim)
+                            for op, _ in tiles}
+        self.base = {}
+        for op, buf in tiles:
+            _, index = ctx.lds_slot(buf, s.stage)
+            self.base[op] = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0)
+        self.G, self.dim = G, dim
+        reps = {"A": plan.repeats_M, "B": plan.repeats_N}
+        b = ctx.b
+        self.regs = [{op: [b.v.alloc(1, what=f"{op} scale") for _ in range(reps[op])] for op, _ in tiles}
+                     for _ in range(sets)]
+
+    def reg(self, step: int, op: str, rep: int) -> Reg:
+        return self.regs[step % len(self.regs)][op][rep]
+
+    def issue(self, insts: list, step: int):
+        limit = self.ctx.b.arch.ds_max_imm_offset + 1
+        for op, regs in self.regs[step % len(self.regs)].items():
+            for rep, dst in enumerate(regs):
+                const = self.base[op] + rep * self.dim * self.row_bytes[op] + step * self.G
+                high, imm = divmod(const, limit)
+                vaddr = self.ctx.lower.vgpr_plus(self.lane_offset[op], high * limit)
+                insts.append(Inst("ds_read_u8", (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, _offset_suffix(imm)))
+
+    def free(self):
+        for group in self.regs:
+            for regs in group.values():
+                for r in regs:
+                    self.ctx.b.v.free(r)
 
 
 def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:
