@@ -56,9 +56,11 @@ def reference(A, B, SA, SB, scaled=True) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype,shape,tile,stages,mfma", [
-    # ragged M, N and K (K = 320 is 2.5 tiles of 128), pipelined: scale tiles copied through staged VGPRs
-    ("fp4", (96, 80, 320), (64, 64, 128, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
-    ("float8_e4m3fn", (64, 64, 256), (64, 64, 128, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
+    # ragged M, N and K (K = 1280 is 2.5 tiles of 512), pipelined in K phases of 256 (the scale tiles split with the
+    # operands): scale rows of 40 bytes, copied by 4-byte LDS DMA, the masked last trips included
+    ("fp4", (160, 144, 1280), (128, 128, 512, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
+    # scale rows of 10 bytes: 2-byte pieces through staged VGPRs
+    ("float8_e4m3fn", (64, 64, 320), (64, 64, 128, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
     ("float8_e5m2", (32, 64, 256), (16, 64, 128, 64), 1, "v_mfma_scale_f32_16x16x128_f8f6f4"),
 ])
 def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):

@@ -380,9 +380,9 @@ def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
 
 def may_use_lds_dma(arch, copy_mode: str, gemm_operands: dict, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` (an operand in `gemm_operands`, plan_gemms' second result) may go
-    by LDS DMA (if their rows allow whole 16-byte runs). An MX scale tile is copied through VGPRs (_ScaleCopy)."""
+    by LDS DMA (if their rows allow whole 16-byte runs)."""
     if buf not in gemm_operands:
-        return False
+        return True  # an MX scale tile (a few KiB): by LDS DMA where its rows allow (_ScaleCopy), a buffer per stage
     plan, operand = gemm_operands[buf]
     try:
         return bool(dma_lane_bytes(arch, copy_mode, plan, operand, CHUNK))
@@ -440,11 +440,7 @@ def _lds_dma(ctx: Context, s: TileOp, cp, mask, lds_base: int, tag: Reg):
     coordinates each lane fetches."""
     b, pipe = ctx.b, ctx.pipe
     width = cp.lane_bytes
-    if width not in pipe.wave_lds:
-        wave_bytes = ctx.lower.vgpr(width * WAVE * sympy.floor(TID / WAVE))
-        pipe.wave_lds[width] = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
-        b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
-    wave_lds = pipe.wave_lds[width]
+    wave_lds = _wave_lds(ctx, width)
     src, region = s.src.buffer, s.src
     origins: dict = {}
     with _live_trips(ctx, s.live):
@@ -460,6 +456,17 @@ def _lds_dma(ctx: Context, s: TileOp, cp, mask, lds_base: int, tag: Reg):
                        comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
                 if a.temp:
                     b.v.free(a.voffset)
+
+
+def _wave_lds(ctx: Context, width: int) -> Reg:
+    """The SGPR holding the wave's first LDS byte offset of a `width`-bytes-a-lane DMA slot (width * 64 * wave), made
+    once per width before any loop."""
+    pipe, b = ctx.pipe, ctx.b
+    if width not in pipe.wave_lds:
+        wave_bytes = ctx.lower.vgpr(width * WAVE * sympy.floor(TID / WAVE))
+        pipe.wave_lds[width] = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
+        b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
+    return pipe.wave_lds[width]
 
 
 @memo  # asked per slot of each masked copy
@@ -560,10 +567,11 @@ def _is_scale_tile(ctx: Context, buf: N.Buffer) -> bool:
 
 class _ScaleCopy:
     """Global -> LDS copy of an E8M0 scale tile (rows x cols bytes, row-major in LDS as the gemm reads it): unit
-    u = slot * threads + tid moves `width` bytes (4 where the rows allow: one buffer_load_dword and one
-    ds_write_b32) of row u // (cols / width). A 256 x 8 tile is 2 KiB: two dword units a thread at 256 threads,
-    against the 16-byte runs of the operand tiles (passes/gemm_plan's CopyPlan), so no swizzle or DMA is needed:
-    the gemm's ds_read_u8 of one byte a lane meet no bank conflict worth one."""
+    u = slot * threads + tid moves `width` bytes (4 where the rows allow) of row u // (cols / width), so the units
+    fill the tile's bytes in order: a pipelined copy of 4-byte units is one buffer_load_dword ... lds per slot (M0 +
+    4 * lane, `dma`), others a load into a VGPR and a ds_write (`load`, `write`). A 256 x 8 tile is 2 KiB, two units
+    a thread at 256 threads, against the 16-byte runs of the operand tiles (passes/gemm_plan's CopyPlan): no
+    swizzle, as the gemm's ds_read_u8 of one byte a lane meet no bank conflict worth one."""
 
     def __init__(self, ctx: Context, s: TileOp):
         self.ctx, self.s = ctx, s
@@ -584,47 +592,82 @@ class _ScaleCopy:
         self.units = self.rows * self.cols // self.width
         self.slots = -(-self.units // ctx.threads)
 
-    def _unit(self, slot: int):
-        return slot * self.ctx.threads + TID
+    def _index(self, slot: int) -> tuple:
+        """The global element unit `slot * threads + tid` starts at."""
+        u, per_row = slot * self.ctx.threads + TID, self.cols // self.width
+        index = list(self.s.src.starts)
+        index[self.dims[0]] += sympy.floor(u / per_row)
+        index[self.dims[1]] += self.width * sympy.Mod(u, per_row)
+        return tuple(index)
+
+    def _active(self, slot: int):
+        return _ExecMask(self.ctx, min(self.ctx.threads, self.units - slot * self.ctx.threads))
+
+    def _base(self, stage: int) -> int:
+        buf = self.s.dst.buffer
+        _, index = self.ctx.lds_slot(buf, stage)
+        return self.ctx.shared[buf] + index * self.ctx.stage_bytes.get(buf, 0)
+
+    def by_dma(self) -> bool:
+        """Whether the pipelined copy goes by LDS DMA: 4-byte units (buffer_load_dword ... lds, both arches) land
+        at M0 + 4 * lane, the tile's row-major bytes in unit order; narrower rows go through VGPRs."""
+        return self.width == 4 and 4 in self.ctx.b.arch.lds_dma_bytes and self.ctx.copy_mode != "registers"
 
     def load(self, regs: list, resource=None):
-        ctx, s, per_row = self.ctx, self.s, self.cols // self.width
+        ctx, s = self.ctx, self.s
         for slot in range(self.slots):
-            u = self._unit(slot)
-            index = list(s.src.starts)
-            index[self.dims[0]] += sympy.floor(u / per_row)
-            index[self.dims[1]] += self.width * sympy.Mod(u, per_row)
-            with _ExecMask(ctx, min(ctx.threads, self.units - slot * ctx.threads)):
-                ctx.access.load(regs[slot], self.width, s.src.buffer, tuple(index), self.mask,
+            with self._active(slot):
+                ctx.access.load(regs[slot], self.width, s.src.buffer, self._index(slot), self.mask,
                                 comment=f"{s.src.buffer.name} -> {s.dst.buffer.name} slot {slot}", resource=resource)
 
+    def dma(self, stage: int, tag: Reg, resource=None):
+        ctx, b, src = self.ctx, self.ctx.b, self.s.src.buffer
+        wave_lds, base = _wave_lds(ctx, 4), self._base(stage)
+        for slot in range(self.slots):
+            with self._active(slot):
+                a = ctx.access.address(src, self._index(slot), self.mask, 4, max_imm=0)
+                if resource is not None:
+                    a = a._replace(srd=resource(a.srd))
+                b.emit("s_add_u32", M0, wave_lds, base + 4 * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
+                b.emit(DMA_LOAD[4], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
+                       uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
+                       comment=f"{src.name} -> {self.s.dst.buffer.name} slot {slot} (LDS DMA)")
+                if a.temp:
+                    b.v.free(a.voffset)
+
     def write(self, regs: list, stage: int, defs=None):
-        ctx, buf = self.ctx, self.s.dst.buffer
-        _, index = ctx.lds_slot(buf, stage)
-        base = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0)
+        ctx = self.ctx
+        base = self._base(stage)
         limit = ctx.b.arch.ds_max_imm_offset + 1
         for slot in range(self.slots):
             high, imm = divmod(base + slot * ctx.threads * self.width, limit)
             vaddr = ctx.lower.vgpr_plus(TID * self.width, high * limit)
-            with _ExecMask(ctx, min(ctx.threads, self.units - slot * ctx.threads)):
+            with self._active(slot):
                 ctx.b.emit(DS_WRITE_BYTES[self.width], vaddr, regs[slot], suffix=f"offset:{imm}", defs=defs)
 
 
 def _async_scale_copy(ctx: Context, s: TileOp):
-    """A pipelined scale-tile copy: loaded into VGPRs fixed per stage now, written to LDS when its group is waited
-    for (lower_async_copy's register path)."""
+    """A pipelined scale-tile copy: by LDS DMA where its rows allow (_ScaleCopy.by_dma), else loaded into VGPRs
+    fixed per stage now and written to LDS when its group is waited for (lower_async_copy's register path)."""
     pipe, b, dst = _pipe(ctx), ctx.b, s.dst.buffer
     key, slot_key = (dst, s.stage), ctx.lds_slot(dst, s.stage)
     tag = pipe.tag(key)
     copy = _ScaleCopy(ctx, s)
+    live = s.live
+    resource = None if live is None else functools.partial(_masked, ctx, live)
+    if copy.by_dma():
+        _before_lds_write(ctx, slot_key)
+        with _live_trips(ctx, live):
+            copy.dma(s.stage, tag, resource)
+        pipe.current.tags.append(tag)
+        return
     if key not in pipe.staging:
         for st in range(stage_counts(ctx.kernel).get(dst, 1)):
             pipe.staging[(dst, st)] = [b.alloc_in_frame("v", 0, 1, what=f"staging {dst.name} stage {st}")
                                        for _ in range(copy.slots)]
     regs = pipe.staging[key]
-    live = s.live
     with _live_trips(ctx, live):
-        copy.load(regs, None if live is None else functools.partial(_masked, ctx, live))
+        copy.load(regs, resource)
 
     def write():
         _before_lds_write(ctx, slot_key)
@@ -672,12 +715,16 @@ def lower_gemm(ctx: Context, s: TileOp):
 
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
-        for operand, rep, mnemonic, first, count, key in plan.read_issues[step]:
+        issues = plan.read_issues[step]
+        if scales is not None:  # in the order the step's MFMAs first use them: the first MFMAs wait for fewer reads
+            use = _first_use(plan.mfma_operands[step])
+            issues = sorted(issues, key=lambda issue: use[issue[0], issue[1]])
+        for operand, rep, mnemonic, first, count, key in issues:
+            if scales is not None and first == 0:  # the LDS counter retires in order: each MFMA's scale byte
+                scales.issue(insts, step, operand, rep)  # is read just before its fragment, not all of them first
             vaddr, suffix = _read_address(ctx, families[operand], key, bases[operand])
             dst = _piece(regs[operand][rep], first, count)
             insts.append(Inst(mnemonic, (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, suffix))
-        if scales is not None:
-            scales.issue(insts, step)
 
     issue_reads(0)
     for step in range(plan.read_steps):
@@ -705,19 +752,31 @@ def lower_gemm(ctx: Context, s: TileOp):
         scales.free()
 
 
+def _first_use(mfmas: tuple) -> dict:
+    """{(operand, repeat): rank} in the order a k-step's MFMAs (plan.mfma_operands rows: srcA is B's repeat, srcB
+    A's) first read each fragment."""
+    order = {}
+    for rep_b, _, _, rep_a, *_ in mfmas:
+        for key in (("B", rep_b), ("A", rep_a)):
+            order.setdefault(key, len(order))
+    return order
+
+
 class _ScaleReads:
-    """The E8M0 scale bytes of an MX-scaled gemm (gemm_plan point 10): per MFMA k-step, operand and repeat, one
-    ds_read_u8 into byte 0 of a VGPR, lane l reading its tile row's (wave's rows + repeat * dim + l % dim) byte of
-    K block step * G + l // dim. The scale tile is row-major in LDS (K / 32 bytes a row); one VGPR base per operand,
-    the repeat and step in the `offset:`. Read with the fragments of the same step, into `sets` alternating
-    register sets, as the fragments are."""
+    """The E8M0 scale bytes of an MX-scaled gemm (gemm_plan point 10): lane l of MFMA k-step `step` needs, per
+    operand and repeat, the byte of its tile row (wave's rows + repeat * dim + l % dim) at K block step * G + l // dim
+    (G = 64 / dim): one ds_read_u8 into byte 0 of a VGPR (op_sel 0). The scale tile is row-major in LDS (K / 32 bytes
+    a row); one VGPR base per operand, the repeat and step in the `offset:`. Each is read just before its operand
+    fragment, into alternating register sets as the fragments are: the LDS counter retires in order, so a phase's
+    first MFMA waits for its own scales only (all scales first: llvm-mca 1.11x the bound on gfx950's 256x256x256
+    MXFP4 loop, 1.10x so). Reading a pair of steps' bytes as one dword needs a per-lane shift (the lane's bytes are
+    G apart): 1.14x, the VALU shifts waiting for the reads."""
 
     def __init__(self, ctx: Context, plan, s: TileOp, tiles: list, sets: int):
         if plan.mfma_per_read != 1 or "f8f6f4" not in plan.mfma.name_template:
             raise CompileError(f"T.gemm: MX scales need gfx950's f8f6f4 MFMAs (plan: {plan.describe()})",
                                location=s.loc)
         self.ctx, self.plan = ctx, plan
-        self.tiles = dict(tiles)
         dim, G = plan.dim, WAVE // plan.dim
         wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
         origin = {"A": plan.wave_tile_M * sympy.floor(wave / plan.waves_N),
@@ -738,14 +797,13 @@ class _ScaleReads:
     def reg(self, step: int, op: str, rep: int) -> Reg:
         return self.regs[step % len(self.regs)][op][rep]
 
-    def issue(self, insts: list, step: int):
-        limit = self.ctx.b.arch.ds_max_imm_offset + 1
-        for op, regs in self.regs[step % len(self.regs)].items():
-            for rep, dst in enumerate(regs):
-                const = self.base[op] + rep * self.dim * self.row_bytes[op] + step * self.G
-                high, imm = divmod(const, limit)
-                vaddr = self.ctx.lower.vgpr_plus(self.lane_offset[op], high * limit)
-                insts.append(Inst("ds_read_u8", (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, _offset_suffix(imm)))
+    def issue(self, insts: list, step: int, op: str, rep: int):
+        """The ds_read_u8 of operand `op` repeat `rep`'s scale byte for `step`."""
+        ctx, dst = self.ctx, self.reg(step, op, rep)
+        limit = ctx.b.arch.ds_max_imm_offset + 1
+        high, imm = divmod(self.base[op] + rep * self.dim * self.row_bytes[op] + step * self.G, limit)
+        vaddr = ctx.lower.vgpr_plus(self.lane_offset[op], high * limit)
+        insts.append(Inst("ds_read_u8", (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, _offset_suffix(imm)))
 
     def free(self):
         for group in self.regs:

@@ -54,7 +54,9 @@ import sympy
 
 from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
+from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
+from .gemm_plan import plan_gemm
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
@@ -67,7 +69,7 @@ def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases:
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers]
@@ -119,14 +121,14 @@ def covers_round_trip(loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads: int) -> list:
     out = []
     for s in stmts:
         if pipelinable(s):
             order = step_order(s, arch, by_dma)
             if order == PHASES and not phases:
                 order = WAIT_FIRST
-            phased = split_k_phases(s, program) if order == PHASES else None
+            phased = split_k_phases(s, program, arch, threads) if order == PHASES else None
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
@@ -134,14 +136,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases) for body in s.bodies())
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads) for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
             out.append(s)
     return out
 
 
-def split_k_phases(loop, program: list):
+def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
     """(the loop over K phases, {shared buffer: its phase buffer}), or None where the loop cannot be split.
 
     Each shared tile of block_K along K becomes a tile of block_K / PHASES_PER_TILE; the loop runs over phases
@@ -149,15 +151,22 @@ def split_k_phases(loop, program: list):
     num_stages x PHASES_PER_TILE stages: the same LDS bytes. A copy's K start s(k), affine in k, becomes
     s(k / PHASES_PER_TILE) in the phase index. Not split (None): a shared buffer used anywhere in `program` (the
     kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
-    by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it)."""
+    by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it).
+    An MX-scaled gemm's scale tiles (K / 32 columns) split with its operands; where the phase tile leaves that gemm
+    no MFMA shape (the f8f6f4 forms need 64 or 128 K, `arch` and `threads` given to plan it), the loop is not split."""
     p, k = PHASES_PER_TILE, loop.var
     copies, gemms = _loads(loop), _gemms(loop)
     k_dims = {}  # shared buffer -> its K dim
+    scales = set()  # MX scale tiles: K / 32 columns
     for g in gemms:
         k_dims[g.A], k_dims[g.B] = (0 if g.transpose_A else 1), (1 if g.transpose_B else 0)
+        if g.scaled:
+            scales |= {g.scale_A, g.scale_B}
+            k_dims[g.scale_A] = k_dims[g.scale_B] = 1
     if any(c.dst.buffer not in k_dims or not _whole(c.dst) for c in copies):
         return None
-    if _used_outside(set(k_dims), loop, program) or any(b.shape[d] % (p * 32) for b, d in k_dims.items()):
+    if _used_outside(set(k_dims), loop, program) or \
+            any(b.shape[d] % (p if b in scales else p * 32) for b, d in k_dims.items()):
         return None
     phase = sympy.Symbol(f"{k}_phase", integer=True, nonnegative=True)
     buffers = {b: dataclasses.replace(b, shape=_divided(b.shape, d, p)) for b, d in k_dims.items()}
@@ -176,9 +185,27 @@ def split_k_phases(loop, program: list):
     extent = loop.extent * p
     while extent > 1 and all(_starts_past(start.subs(phase, extent - 1), end) for start, end in ends):
         extent -= 1  # a trailing phase wholly past K (ragged K): nothing to load or compute
-    new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B]) for g in gemms]
+    new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B],
+                                     **({"scale_A": buffers[g.scale_A], "scale_B": buffers[g.scale_B]}
+                                        if g.scaled else {})) for g in gemms]
+    if not all(_plannable(g, arch, threads) for g in new_gemms):
+        return None
     body = [new_copies.pop(0) if s.k_loop_role() == LOAD else new_gemms.pop(0) for s in loop.body]
     return dataclasses.replace(loop, var=phase, extent=extent, num_stages=loop.num_stages * p, body=body), buffers
+
+
+def _plannable(g, arch, threads) -> bool:
+    """Whether gemm `g` (its phase tiles) has a plan, for the gemms whose K step has no fallback shape: fp4 and
+    MX-scaled ones (the f8f6f4 MFMAs only); the others' shapes all divide a 32-K phase."""
+    if arch is None or threads is None or not (g.scaled or g.A.dtype.is_packed_fp4):
+        return True
+    M, N_ = g.C.shape
+    try:
+        plan_gemm(arch, g.A.dtype, M, N_, g.A.shape[0 if g.transpose_A else 1], threads, g.transpose_A,
+                  g.transpose_B, check=False, policy=g.policy, scaled=g.scaled)
+    except CompileError:
+        return False
+    return True
 
 
 def _src_dim(c, dst_dim: int) -> int:
