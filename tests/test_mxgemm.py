@@ -95,6 +95,15 @@ def test_mx_gemm_refusals():
     bf = torch.zeros(64, 128, dtype=torch.bfloat16)
     with pytest.raises(CompileError, match="scale MX operands.*not bfloat16"):
         mx_gemm.compile(bf, bf, SA, SB, C, arch="gfx950")
+    with pytest.raises(CompileError, match="packed fp4 values .* are T.gemm operands only"):
+        _fp4_fragment.compile(A, C, arch="gfx950")
+
+
+@tilegcn.jit
+def _fp4_fragment(A, C):
+    with T.Kernel(1, threads=64) as bx:
+        a = T.alloc_fragment((64, 64), T.float4_e2m1fn_x2)  # fp4 has no element math: refused
+        T.copy(A[0, 0], a)
 
 
 @tilegcn.jit

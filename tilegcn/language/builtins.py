@@ -468,7 +468,7 @@ def clear(buf):
 
 # the arch decides which fp8 encodings it has (arch.fp8_dtypes: fnuz on gfx942, OCP on gfx950): the gemm plan says
 _GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2",
-                        "int8", "float4_e2m1fn_x2")
+                        "float4_e2m1fn_x2", "int8")
 _MX_OPERAND_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")  # MXFP8 / MXFP4 elements (OCP MX)
 MX_BLOCK = 32  # K elements sharing one E8M0 scale (OCP MX)
 
