@@ -1,7 +1,8 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
-                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate] [--dtype fp8|mxfp8|mxfp4]
+                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate]
+                                 [--dtype fp8|mxfp8|mxfp4]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads unless --threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:

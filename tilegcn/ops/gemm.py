@@ -1,6 +1,6 @@
 """`T.gemm(A, B, C)`: C += A @ B on matrix cores, A a shared tile or a 16-bit fragment (the MFMA operand layout), B
-a shared tile (with `scale_A` / `scale_B`: MX-scaled, gfx950), C a float32 fragment that takes the MFMA accumulator layout (passes/gemm_plan.py plans it,
-passes/gemm.py lowers it)."""
+a shared tile, C a float32 fragment that takes the MFMA accumulator layout (passes/gemm_plan.py plans it,
+passes/gemm.py lowers it); with `scale_A` / `scale_B` (shared E8M0 tiles), MX-scaled on gfx950."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -381,8 +381,8 @@ def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
 def may_use_lds_dma(arch, copy_mode: str, gemm_operands: dict, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` (an operand in `gemm_operands`, plan_gemms' second result) may go
     by LDS DMA (if their rows allow whole 16-byte runs)."""
-    if buf not in gemm_operands:
-        return True  # an MX scale tile (a few KiB): by LDS DMA where its rows allow (_ScaleCopy), a buffer per stage
+    if buf not in gemm_operands:  # an MX scale tile (a few KiB): by LDS DMA where its rows allow (_ScaleCopy.by_dma),
+        return copy_mode != "registers"  # so an LDS buffer per stage (pipelining's step order asks the operands only)
     plan, operand = gemm_operands[buf]
     try:
         return bool(dma_lane_bytes(arch, copy_mode, plan, operand, CHUNK))
@@ -768,9 +768,10 @@ class _ScaleReads:
     (G = 64 / dim): one ds_read_u8 into byte 0 of a VGPR (op_sel 0). The scale tile is row-major in LDS (K / 32 bytes
     a row); one VGPR base per operand, the repeat and step in the `offset:`. Each is read just before its operand
     fragment, into alternating register sets as the fragments are: the LDS counter retires in order, so a phase's
-    first MFMA waits for its own scales only (all scales first: llvm-mca 1.11x the bound on gfx950's 256x256x256
-    MXFP4 loop, 1.10x so). Reading a pair of steps' bytes as one dword needs a per-lane shift (the lane's bytes are
-    G apart): 1.14x, the VALU shifts waiting for the reads."""
+    first MFMA waits for its own scales only, and a scaled step reads its fragments in the order its MFMAs first use
+    them (llvm-mca on gfx950's 256x256x256 MXFP4 loop: 1.12x the MFMA bound with every scale read first, 1.10x each
+    before its fragment, 1.08x in first-use order). Reading a pair of steps' bytes as one dword needs a per-lane
+    shift (a lane's bytes are G apart): 1.14x, the VALU shifts waiting for the reads."""
 
     def __init__(self, ctx: Context, plan, s: TileOp, tiles: list, sets: int):
         if plan.mfma_per_read != 1 or "f8f6f4" not in plan.mfma.name_template:

@@ -82,7 +82,8 @@ def step_order(loop, arch, by_dma) -> str:
         return WAIT_FIRST
     if not covers_round_trip(loop, arch):
         return ISSUE_FIRST
-    dma = any(by_dma(c.dst.buffer) for c in _loads(loop))
+    operands = {b for g in _gemms(loop) for b in (g.A, g.B)}  # MX scale tiles follow the operands' schedule
+    dma = any(by_dma(c.dst.buffer) for c in _loads(loop) if c.dst.buffer in operands)
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
