@@ -2,7 +2,7 @@
 e5m2) operands with E8M0 block scales, one per 32 K of a row of A and of a column of the product, on the emulated
 device against numpy: the elements decoded from the OCP MX tables (fp4) or torch's float8 dtypes, times
 2**(e - 127), multiplied in float64. The refusals (gfx942, mismatched scale tiles). Small tiles: the file takes
-about 10 s."""
+about 12 s."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,9 +72,10 @@ def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     mx_gemm(A, B, SA, SB, C, **kw)
     ref = reference(A, B, SA, SB)
     np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    formats = {"fp4": "cbsz:4 blgp:4", "float8_e5m2": "cbsz:1 blgp:1", "float8_e4m3fn": ""}[dtype]
+    formats = {"fp4": "cbsz:4 blgp:4", "float8_e5m2": "cbsz:1 blgp:1", "float8_e4m3fn": None}[dtype]  # e4m3: code 0
     lines = [ln for ln in mx_gemm.compile(A, B, SA, SB, C, **kw).asm.splitlines() if "f8f6f4" in ln]
-    assert lines and all(ln.split()[0] == mfma and ln.rstrip().endswith(formats) for ln in lines), lines[:2]
+    assert lines and all(ln.split()[0] == mfma for ln in lines), lines[:2]
+    assert all(ln.rstrip().endswith(formats) if formats else "cbsz" not in ln for ln in lines), lines[:2]
 
 
 def test_fp4_gemm_without_scales():
