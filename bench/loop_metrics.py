@@ -1,8 +1,8 @@
 """The GEMM's K loop as the hardware would see it: instruction mix and llvm-mca cycles per K=64 step of one wave.
 
     python bench/loop_metrics.py [--arch gfx950] [--tile 256x256x64] [--stages 1,2,3] [--layout NN,NT]
-                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate] [--dtype fp8]
-                                 [--threads 512] [--ping-pong auto,off]
+                                 [--schedule interleave,plain] [--copy auto,lds_dma] [--no-estimate]
+                                 [--dtype fp8|mxfp8|mxfp4] [--threads 512] [--ping-pong auto,off]
 
 For each config, compiles tests/kernels.py `gemm` (bf16, 256 threads unless --threads) without running it, finds the K loop in
 the kernel's `.s` (the last label that a `s_cbranch_*` jumps back to) and prints, per K=64 step of one wave:
@@ -24,6 +24,12 @@ with a bf16 C, and takes the bound at the arch's full fp8 rate: the best fp8 FLO
 pass of any fp8 MFMA the arch has (arch.lowp_mfmas: gfx942 32x32x16 fp8, 4096 per pass; gfx950 the f8f6f4 32x32x64,
 8192 per pass, which T.gemm emits for fp8 on gfx950). llvm-mca books an f8f6f4 MFMA at the fp4 rate (8 cycles for
 32x32x64); on 8-bit operands it is booked twice here, at the 16 passes it takes (`_booked`).
+
+`--dtype mxfp4` / `--dtype mxfp8` (gfx950) compile tests/kernels.py `mx_gemm`: the MX-scaled T.gemm on packed fp4
+(float4_e2m1fn_x2) / e4m3 with E8M0 scales copied beside the operands, bound at the scaled f8f6f4 MFMA's full rate
+for that format: 16384 FLOPs per pass for fp4 (32x32x64 in 8 passes, llc's hazard recognizer; llvm-mca books every
+f8f6f4 form, scaled too, at 8 cycles, which is right for fp4 and booked twice for 8-bit operands as for fp8), 8192
+for fp8. The scale bytes add one ds_read_u8 per MFMA k-step and operand tile.
 
 Two more columns, after those: `salu`, the scalar instructions per K=64 step that do work (every `s_` instruction
 but s_waitcnt, s_barrier, s_nop, s_setprio and branches: descriptor rebuilds and address arithmetic left in the
@@ -64,6 +70,7 @@ from tilegcn.toolchain import find_llvm  # noqa: E402
 
 MCA_ITERATIONS = 50
 ESTIMATE_SIZE = 2048  # M = N = K of the problem the timing model estimates
+MX_FORMAT_CODES = {"mxfp8": 0, "mxfp4": 4}  # the f8f6f4 cbsz / blgp of the MX operand formats (e4m3, e2m1)
 # scalar instructions that do no work of the loop: waits, barriers, padding, priority hints and branches
 _NOT_SALU = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_branch", "s_cbranch")
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
@@ -82,7 +89,12 @@ def loop_body(asm: str) -> list:
 
 def full_rate_flops_per_pass(arch, dtype: str = "bf16") -> float:
     """Best MFMA FLOPs per pass of one SIMD for `dtype` operands: max over the arch's shapes of 2*M*N*K / passes;
-    for "fp8" over every MFMA with fp8 operands the arch has (the f8f6f4 forms with their 8-bit passes included)."""
+    for "fp8" over every MFMA with fp8 operands the arch has (the f8f6f4 forms with their 8-bit passes included);
+    for "mxfp8" / "mxfp4" over the scaled f8f6f4 forms (gfx950) with 8-bit / fp4 operands (cbsz = blgp = 0 / 4)."""
+    if dtype in MX_FORMAT_CODES:
+        code = MX_FORMAT_CODES[dtype]
+        scaled = [m for m in arch.lowp_mfmas.values() if m.scaled]
+        return max(2 * m.M * m.N * m.K / f8f6f4_passes(m, code, code) for m in scaled)
     if dtype == "fp8":
         fp8 = [(m, f8f6f4_passes(m, 0, 0) if m.a_type == "f8f6f4" else m.passes) for m in arch.lowp_mfmas.values()
                if m.a_type in ("fp8", "f8f6f4") and not m.scaled]
@@ -156,11 +168,13 @@ def compile_asm(arch, tile, layout, stages, threads=256, schedule=INTERLEAVE, co
 
 
 @functools.lru_cache(maxsize=None)
-def jit_gemm(schedule: str, copy: str = "auto"):
-    """tests/kernels.py `gemm` with `schedule` and `copy` (the default decorator's: "interleave", "auto")."""
+def jit_gemm(schedule: str, copy: str = "auto", kernel: str = "gemm"):
+    """tests/kernels.py `gemm` (or `mx_gemm`) with `schedule` and `copy` (the default decorator's: "interleave",
+    "auto")."""
+    jitted = getattr(kernels, kernel)
     if (schedule, copy) == (INTERLEAVE, "auto"):
-        return kernels.gemm
-    return tilegcn.jit(kernels.gemm.fn, schedule=schedule, copy=copy)
+        return jitted
+    return tilegcn.jit(jitted.fn, schedule=schedule, copy=copy)
 
 
 def operand_dtype(arch, dtype: str):
@@ -170,14 +184,28 @@ def operand_dtype(arch, dtype: str):
 
 def gemm_kernel(arch, tile, layout, stages, shape, threads=256, schedule=INTERLEAVE, copy="auto", dtype="bf16",
                 ping_pong=None):
-    """tests/kernels.py `gemm` compiled (not run) for `dtype` operands of `shape` (M, N, K), C in bf16; `ping_pong`:
-    its K loop's annotation (None: the compiler's choice)."""
+    """tests/kernels.py `gemm` compiled (not run) for `dtype` operands of `shape` (M, N, K), C in bf16 (`mx_gemm`,
+    B K-major, for the MX dtypes); `ping_pong`: its K loop's annotation (None: the compiler's choice)."""
     (bm, bn, bk), (M, N, K) = tile, shape
+    if dtype in MX_FORMAT_CODES:
+        return mx_gemm_kernel(arch, tile, stages, shape, threads, schedule, copy, dtype)
     A = torch.empty(M, K, dtype=operand_dtype(arch, dtype))
     B = torch.empty(*((N, K) if layout == "NT" else (K, N)), dtype=operand_dtype(arch, dtype))
     C = torch.empty(M, N, dtype=torch.bfloat16)
     return jit_gemm(schedule, copy).compile(A, B, C, arch=arch, block_M=bm, block_N=bn, block_K=bk, threads=threads,
                                       transpose_B=layout == "NT", num_stages=stages, ping_pong=ping_pong)
+
+
+def mx_gemm_kernel(arch, tile, stages, shape, threads, schedule, copy, dtype):
+    """tests/kernels.py `mx_gemm` compiled (not run): MXFP8 (e4m3) or MXFP4 operands of `shape`, E8M0 scales."""
+    (bm, bn, bk), (M, N, K) = tile, shape
+    per_byte = 2 if dtype == "mxfp4" else 1
+    elem = torch.float4_e2m1fn_x2 if dtype == "mxfp4" else torch.float8_e4m3fn
+    A, B = (torch.empty(rows, K // per_byte, dtype=torch.uint8).view(elem) for rows in (M, N))
+    SA, SB = (torch.empty(rows, K // 32, dtype=torch.uint8) for rows in (M, N))
+    C = torch.empty(M, N, dtype=torch.bfloat16)
+    return jit_gemm(schedule, copy, "mx_gemm").compile(A, B, SA, SB, C, arch=arch, block_M=bm, block_N=bn,
+                                                       block_K=bk, threads=threads, num_stages=stages)
 
 
 COLUMNS = ("insts", "mfma", "other_per_mfma", "ds_read", "ds_write", "lds_dma", "vgpr_loads", "waitcnt", "vmcnt0",
@@ -200,8 +228,9 @@ def main(argv=None):
                     help="copy paths compared (tilegcn.jit(copy=...)), for num_stages >= 2 rows")
     ap.add_argument("--threads", type=int, default=256, help="threads per workgroup (512: 8 waves, 2 per SIMD; "
                     "gfx942's 256x256 tile fits them up to num_stages=2, its next K step staged in VGPRs)")
-    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8"),
-                    help="operand dtype (fp8: the arch's e4m3)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp8", "mxfp8", "mxfp4"),
+                    help="operand dtype (fp8: the arch's e4m3, B K-major: use --layout NT; mxfp8 / mxfp4: gfx950's "
+                    "MX-scaled T.gemm on e4m3 / packed fp4 with E8M0 scales, tests/kernels.py mx_gemm)")
     ap.add_argument("--ping-pong", default="auto", help="K-loop shapes compared for num_stages >= 2 rows: auto, on, "
                     "off (T.Pipelined's ping_pong annotation: None, True, False)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",

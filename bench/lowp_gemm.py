@@ -1,10 +1,12 @@
-"""fp8 / MXFP4 GEMM at 8192^3: the timing model's TFLOP/s for tilegcn and for Triton 3.9, beside published figures.
+"""fp8 / MXFP4 / MXFP8 GEMM at 8192^3: the timing model's TFLOP/s for tilegcn and Triton 3.9, beside published figures.
 
     PYTHONPATH=$PWD python bench/lowp_gemm.py [--triton DIR] [--arch gfx950,gfx942] [--quick]
 
 Issue 22's must-show: the model's TFLOP/s at M = N = K = 8192 of
 (a) tilegcn's fp8 T.gemm (tests/kernels.py `gemm` on the arch's e4m3, B K-major, C bf16; bench/loop_metrics.py
-    compiles the same kernel) at each tile config of TILEGCN_CONFIGS; the best by the model is marked `*`;
+    compiles the same kernel) at each tile config of TILEGCN_CONFIGS; the best by the model is marked `*`; on gfx950
+    also its MX-scaled T.gemm (tests/kernels.py `mx_gemm`: packed fp4 or e4m3 operands with E8M0 scales per 32 K,
+    B K-major, C bf16) at each config of MX_CONFIGS;
 (b) Triton 3.9's fp8 matmul and (c, gfx950 only) its `tl.dot_scaled` MXFP4 matmul, from the code objects that
     bench/triton_lowp.py writes into DIR (run it first with /work/venvs/triton/bin/python; not committed);
     each config of its manifest is estimated, the best by the model marked `*`.
@@ -43,16 +45,21 @@ PUBLISHED = {
     "mxfp4": [("aiter assembly MXFP4", 5096, "8192^3"), ("FlyDSL MXFP4", 5033, "8192^3"),
               ("Gluon MXFP4", 5255, "8192^3"), ("Triton tl.dot_scaled MXFP4", 3300, "8192^3 (about)")],
 }
+# (BM, BN, BK, num_stages, threads) of tilegcn's MX-scaled T.gemm, BK in values; the first is the --quick one
+MX_CONFIGS = {"mxfp4": [(256, 256, 256, 2, 256), (256, 128, 256, 2, 256), (128, 128, 256, 2, 256),
+                        (256, 256, 128, 2, 256), (256, 256, 256, 2, 512)],
+              "mxfp8": [(256, 256, 128, 2, 256), (256, 128, 128, 2, 256), (128, 128, 256, 2, 256),
+                        (256, 256, 64, 2, 256)]}
 FLOPS = 2 * SIZE ** 3
 
 
-def tilegcn_rows(arch, configs):
-    """[(label, estimate or error text)] of tilegcn's fp8 GEMM at each config."""
+def tilegcn_rows(arch, configs, dtype="fp8"):
+    """[(label, estimate or error text)] of tilegcn's `dtype` GEMM (fp8, mxfp4, mxfp8) at each config."""
     rows = []
     for bm, bn, bk, stages, threads in configs:
-        label = f"tilegcn fp8 T.gemm {bm}x{bn}x{bk} stages={stages} threads={threads}"
+        label = f"tilegcn {dtype} T.gemm {bm}x{bn}x{bk} stages={stages} threads={threads}"
         try:
-            k = gemm_kernel(arch, (bm, bn, bk), "NT", stages, (SIZE,) * 3, threads=threads, dtype="fp8")
+            k = gemm_kernel(arch, (bm, bn, bk), "NT", stages, (SIZE,) * 3, threads=threads, dtype=dtype)
             rows.append((label, k.estimate(device=TIMING[arch].device, flops=FLOPS)))
         except Exception as exc:  # a config that does not fit (LDS, registers) is reported, not fatal
             rows.append((label, f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"))
@@ -126,10 +133,13 @@ def main(argv=None):
             print_rows(triton_rows(args.triton, "fp8", arch))
         if arch == "gfx950":
             print_published("fp8")
-            print(f"== {arch} ({device}), MXFP4 GEMM {SIZE}^3: model TFLOP/s (tilegcn: no MX T.gemm yet)")
+            print(f"== {arch} ({device}), MXFP4 GEMM {SIZE}^3: model TFLOP/s")
+            print_rows(tilegcn_rows(arch, MX_CONFIGS["mxfp4"][:1] if args.quick else MX_CONFIGS["mxfp4"], "mxfp4"))
             if args.triton:
                 print_rows(triton_rows(args.triton, "mxfp4", arch))
             print_published("mxfp4")
+            print(f"== {arch} ({device}), MXFP8 GEMM {SIZE}^3: model TFLOP/s")
+            print_rows(tilegcn_rows(arch, MX_CONFIGS["mxfp8"][:1] if args.quick else MX_CONFIGS["mxfp8"], "mxfp8"))
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

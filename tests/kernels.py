@@ -111,3 +111,31 @@ def gemm_dynamic_m(A: T.Tensor((M_rows, "K")), B, C: T.Tensor((M_rows, "N")), *,
                 T.copy(B[k * block_K, bx * block_N], B_s)
             T.gemm(A_s, B_s, acc, transpose_B=transpose_B)
         T.copy(acc, C[by * block_M, bx * block_N])
+
+
+@tilegcn.jit
+def mx_gemm(A, B, SA, SB, C, *, block_M=64, block_N=64, block_K=128, threads=256, num_stages=1, scaled=True):
+    """C = (A * 2**(SA - 127)) @ (B * 2**(SB - 127))^T: MXFP8 / MXFP4 operands A (M, K), B (N, K) with E8M0 scales SA
+    (M, K / 32), SB (N, K / 32) (gfx950); packed fp4 (float4_e2m1fn_x2) operands are (M, K / 2) / (N, K / 2) bytes.
+    `scaled=False`: A @ B^T (the scales unread)."""
+    M, N = C.shape
+    per_byte = 2 if A.dtype == T.float4_e2m1fn_x2 else 1
+    K = A.shape[1] * per_byte
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_s = T.alloc_shared((block_M, block_K // per_byte), A.dtype)
+        B_s = T.alloc_shared((block_N, block_K // per_byte), B.dtype)
+        SA_s = T.alloc_shared((block_M, block_K // 32), T.uint8)
+        SB_s = T.alloc_shared((block_N, block_K // 32), T.uint8)
+        acc = T.alloc_fragment((block_M, block_N), T.float32)
+        T.use_swizzle(panel_size=4, num_xcds=8)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K // per_byte], A_s)
+            T.copy(B[bx * block_N, k * block_K // per_byte], B_s)
+            if scaled:
+                T.copy(SA[by * block_M, k * block_K // 32], SA_s)
+                T.copy(SB[bx * block_N, k * block_K // 32], SB_s)
+                T.gemm(A_s, B_s, acc, transpose_B=True, scale_A=SA_s, scale_B=SB_s)
+            else:
+                T.gemm(A_s, B_s, acc, transpose_B=True)
+        T.copy(acc, C[by * block_M, bx * block_N])

@@ -95,8 +95,12 @@ class Op:
 
 def mfma(name, dst: R, a: R, b: R, c: R, modifiers: str = "") -> Op:
     """The MFMA `name` with `modifiers` (an f8f6f4's "cbsz:1 blgp:1"; its MIR takes them as two immediates)."""
-    mir_name = MIR_MFMA[name] + ("_vgprcd_e64" if dst.file == "v" else "_e64")
     mods = dict(m.split(":") for m in modifiers.split())
+    mir_name = MIR_MFMA[name]
+    if "f8f6f4" in name:  # MIR names the operand widths: fp4 operands (cbsz / blgp 4) are 4 VGPRs, _f4
+        width = {**dict.fromkeys("01", "f8"), **dict.fromkeys("23", "f6"), "4": "f4"}
+        mir_name = mir_name.removesuffix("_f8_f8") + f"_{width[mods.get('cbsz', '0')]}_{width[mods.get('blgp', '0')]}"
+    mir_name += "_vgprcd_e64" if dst.file == "v" else "_e64"
     imms = f"{mods.get('cbsz', 0)}, {mods.get('blgp', 0)}" if "f8f6f4" in name else "0, 0, 0"
     return Op(f"{name} {dst.asm}, {a.asm}, {b.asm}, {c.asm}" + (f" {modifiers}" if modifiers else ""),
               f"{dst.mir} = {mir_name} {a.mir}, {b.mir}, {c.mir}, {imms}, implicit $mode, implicit $exec",

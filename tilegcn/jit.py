@@ -697,7 +697,9 @@ def _placeholder(spec):
     if not isinstance(spec, TensorSpec):
         return spec(1)
     size = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.strides)) if all(spec.shape) else 0
-    return torch.zeros(size, dtype=getattr(torch, spec.dtype.name)).as_strided(spec.shape, spec.strides)
+    # zero bytes viewed as the dtype: torch cannot fill a float4_e2m1fn_x2 tensor
+    zeros = torch.zeros(size * spec.dtype.bytes, dtype=torch.uint8).view(getattr(torch, spec.dtype.name))
+    return zeros.as_strided(spec.shape, spec.strides)
 
 
 def _describe(names, signature) -> str:

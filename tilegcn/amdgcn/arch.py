@@ -308,12 +308,16 @@ def _eight_bit_shapes(lowp: dict, names: dict) -> dict:
     for dtype, mnemonics in names.items():
         shapes = []
         for m in mnemonics:
-            mfma, blocks, mods = lowp[m], 1, ""
-            if mfma.a_type == "f8f6f4":  # both operands in `dtype`'s format: passes and registers of 8-bit operands
+            mfma, blocks, mods, K = lowp[m], 1, "", lowp[m].K
+            if mfma.a_type == "f8f6f4":  # both operands in `dtype`'s format: passes and registers of its width
                 code = next(c for c, (fmt, _) in F8F6F4_FORMATS.items() if fmt == dtype)
-                blocks, mods = 2, f"cbsz:{code} blgp:{code}" if code else ""
-            passes = f8f6f4_passes(mfma, 0, 0) if mfma.a_type == "f8f6f4" else mfma.passes
-            shapes.append(MfmaShape(m, mfma.M, mfma.N, mfma.K, passes=passes, elem_bytes=1, acc=mfma.acc,
+                mods = f"cbsz:{code} blgp:{code}" if code else ""
+                if F8F6F4_FORMATS[code][1] == 8:
+                    blocks = 2  # 8 VGPRs an operand, two blocks of 4
+                else:  # fp4: the plan counts K in bytes of two values (float4_e2m1fn_x2), 4 VGPRs = one 16-byte chunk
+                    K = mfma.K * F8F6F4_FORMATS[code][1] // 8
+            passes = f8f6f4_passes(mfma, code, code) if mfma.a_type == "f8f6f4" else mfma.passes
+            shapes.append(MfmaShape(m, mfma.M, mfma.N, K, passes=passes, elem_bytes=1, acc=mfma.acc,
                                     blocks=blocks, modifiers=mods))
         out[dtype] = tuple(shapes)
     return out
@@ -326,7 +330,8 @@ _CDNA3_EIGHT_BIT = {
 }
 _F8F6F4 = ("v_mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4")  # twice the fp8_fp8 rate
 _CDNA4_EIGHT_BIT = {"fp8": _F8F6F4 + _CDNA3_EIGHT_BIT["fp8"], "bf8": _F8F6F4 + _CDNA3_EIGHT_BIT["bf8"],
-                    "i8": ("v_mfma_i32_32x32x32_i8", "v_mfma_i32_16x16x64_i8") + _CDNA3_EIGHT_BIT["i8"]}
+                    "i8": ("v_mfma_i32_32x32x32_i8", "v_mfma_i32_16x16x64_i8") + _CDNA3_EIGHT_BIT["i8"],
+                    "fp4": _F8F6F4}  # packed fp4 (float4_e2m1fn_x2): the f8f6f4 forms only, cbsz:4 blgp:4
 
 _CDNA4_MFMA = {
     dtype: (

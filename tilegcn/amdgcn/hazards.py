@@ -38,15 +38,21 @@ _FORGET_AFTER = 32  # no hazard needs more wait states than this
 _NO_VECTOR_READ = (isa.LABEL, isa.COMMENT, isa.WAIT, isa.BARRIER, isa.BRANCH, isa.SOPP, isa.SALU, isa.SMEM)
 
 
-def _mfma_passes(op: str, arch) -> int:
-    return _passes_by_name(op, arch.name)
+def _mfma_passes(inst: Inst, arch) -> int:
+    return _passes_by_name(inst.op, arch.name, inst.suffix if "f8f6f4" in inst.op else "")
 
 
 @functools.lru_cache(maxsize=None)
-def _passes_by_name(op: str, arch_name: str) -> int:
-    from .arch import get_arch
+def _passes_by_name(op: str, arch_name: str, modifiers: str = "") -> int:
+    """Passes of MFMA `op`; gfx950's f8f6f4 forms (scaled or not) by the operand formats their cbsz / blgp
+    modifiers name (arch.f8f6f4_passes: 16 with an 8-bit operand, 8 with two fp4 ones for 32x32x64)."""
+    from .arch import f8f6f4_passes, get_arch
 
-    for shapes in get_arch(arch_name).mfma_shapes.values():
+    arch = get_arch(arch_name)
+    if "f8f6f4" in op:
+        mods = dict(w.split(":") for w in modifiers.split() if w.startswith(("cbsz:", "blgp:")))
+        return f8f6f4_passes(arch.lowp_mfmas[op], int(mods.get("cbsz", 0)), int(mods.get("blgp", 0)))
+    for shapes in arch.mfma_shapes.values():
         for shape in shapes:
             if op.startswith(shape.name_template.format(dtype="")):
                 return shape.passes
@@ -121,10 +127,11 @@ def _facts(inst: Inst, arch) -> tuple:
         return _ISSUED if states == 1 and not m0 else (states, m0, False, (), (), None)
     if kind == isa.MFMA:
         uses = inst.uses
-        src_ab = tuple([u for r in uses[:2] for u in r.unit_ids])
+        # srcA, srcB and a scaled MFMA's two scale registers (uses[3:]) are read at issue as srcA / srcB are
+        src_ab = tuple([u for r in uses[:2] + uses[3:] for u in r.unit_ids])
         src_c_reg = uses[2] if len(uses) > 2 else None
         src_c = src_c_reg.unit_ids if src_c_reg is not None else ()
-        mfma = (src_ab, src_c_reg, src_c, src_ab + src_c, _mfma_passes(inst.op, arch), inst.defs[0],
+        mfma = (src_ab, src_c_reg, src_c, src_ab + src_c, _mfma_passes(inst, arch), inst.defs[0],
                 inst.defs[0].unit_ids)
         return states, m0, False, (), (), mfma
     valu_units = inst.def_units if kind == isa.VALU else ()
@@ -411,7 +418,7 @@ def _produced(insts: list, arch) -> dict:
     if not exec_readers:
         made[(_EXEC,)] = set()
     for inst in mfmas:
-        p = _mfma_passes(inst.op, arch)
+        p = _mfma_passes(inst, arch)
         made.setdefault(("dst", p), set()).update(valu_defs.intersection(inst.defs[0].unit_ids))
         if len(inst.uses) > 2:  # srcC a register (the accumulator fill's is a constant)
             made.setdefault(("srcc", p), set()).update(valu_defs.intersection(inst.uses[2].unit_ids))
@@ -451,7 +458,7 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
         if roles.reads_vcc_late or roles.reads_exec_late:  # (rare: v_div_fmas and the cross-lane instructions)
             needs += _cross_lane_needs(inst, roles, vh, made)
     elif kind == isa.MFMA:
-        p = _mfma_passes(inst.op, arch)
+        p = _mfma_passes(inst, arch)
         for key, units in ((("dst", p), inst.defs[0].unit_ids), (("srcc", p), inst.uses[2].unit_ids if
                                                                     len(inst.uses) > 2 else ())):
             if key in made and not made[key].isdisjoint(units):

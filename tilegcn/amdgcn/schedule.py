@@ -188,7 +188,7 @@ class _Latency:
     def of(self, producer) -> int:
         """Slots until a register `producer` writes may be read."""
         if producer.kind == isa.MFMA:
-            return _mfma_passes(producer.op, self.arch)
+            return _mfma_passes(producer, self.arch)
         return self.after.get(producer.kind, 1)
 
 

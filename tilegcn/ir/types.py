@@ -41,7 +41,13 @@ class DType:
 
     @property
     def is_fp8(self) -> bool:
-        return self.kind == FLOAT and self.bytes == 1
+        return self.kind == FLOAT and self.bytes == 1 and not self.is_packed_fp4
+
+    @property
+    def is_packed_fp4(self) -> bool:
+        """float4_e2m1fn_x2: two fp4 (e2m1) values a byte, the even element in the low nibble (torch's dtype of
+        that name, OCP MX); only T.gemm reads them (gfx950's f8f6f4 MFMAs), global and shared tiles hold them."""
+        return self.name == "float4_e2m1fn_x2"
 
     def __call__(self, value):
         """`T.float32(1.0)`, `T.float16(x[i, j])`, as TileLang writes constants and casts: a number rounded to this
@@ -73,8 +79,10 @@ float8_e4m3fn = DType("float8_e4m3fn", "fp8", 1)
 float8_e5m2 = DType("float8_e5m2", "bf8", 1)
 float8_e4m3fnuz = DType("float8_e4m3fnuz", "fp8", 1)
 float8_e5m2fnuz = DType("float8_e5m2fnuz", "bf8", 1)
+# packed fp4 (MXFP4 operands, issue 22): a tensor of K/2 bytes holds K values, element 2b in the low nibble of byte b
+float4_e2m1fn_x2 = DType("float4_e2m1fn_x2", "fp4", 1)
 DTYPES = {d.name: d for d in (float32, float16, bfloat16, int8, uint8, int16, uint16, int32, int64, float8_e4m3fn,
-                              float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz)}
+                              float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float4_e2m1fn_x2)}
 _ALIASES = {"float": float32, "fp32": float32, "f32": float32, "half": float16, "fp16": float16, "f16": float16,
             "bf16": bfloat16, "int": int32, "long": int64, "char": int8, "short": int16, "uchar": uint8}
 

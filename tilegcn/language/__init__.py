@@ -1,6 +1,6 @@
 """The tile language, imported as `from tilegcn import language as T`."""
-from ..ir.types import (bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float16, float32,
-                         int8, int16, int32, int64, uint8, uint16)
+from ..ir.types import (bfloat16, float4_e2m1fn_x2, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz,
+                         float16, float32, int8, int16, int32, int64, uint8, uint16)
 from .atomic import atomic_add, atomic_max, atomic_min
 from .builtins import (GemmWarpPolicy, Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv,
                        clear, copy, empty, fill, gemm, print, use_swizzle)
@@ -26,5 +26,6 @@ __all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc
            "atomic_add", "atomic_max", "atomic_min",
            "serial", "Serial", "Persistent", "alloc_local", "alloc_var", "alloc_reducer", "finalize_reducer", "prim_func", "const",
            "dtype", "float", "float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32", "int64",
-           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "dynamic", "symbolic",
+           "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float4_e2m1fn_x2", "dynamic",
+           "symbolic",
            "macro", "get_block_binding", "shift_left", "shift_right", "reinterpret", "annotate_layout"]

@@ -468,14 +468,31 @@ def clear(buf):
 
 # the arch decides which fp8 encodings it has (arch.fp8_dtypes: fnuz on gfx942, OCP on gfx950): the gemm plan says
 _GEMM_OPERAND_DTYPES = ("bfloat16", "float16", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e5m2",
-                        "int8")
+                        "float4_e2m1fn_x2", "int8")
+_MX_OPERAND_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn_x2")  # MXFP8 / MXFP4 elements (OCP MX)
+MX_BLOCK = 32  # K elements sharing one E8M0 scale (OCP MX)
 
 
-def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None):
+def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: int = 1, policy=None, *,
+         scale_A=None, scale_B=None):
     """C += A @ B on matrix cores. A, B: shared tiles of bfloat16 / float16, fp8 (float8_e4m3fnuz / e5m2fnuz on
-    gfx942, float8_e4m3fn / e5m2 on gfx950) or int8, A and B of one dtype or one fp8 format each (e4m3 x e5m2:
+    gfx942, float8_e4m3fn / e5m2 on gfx950), int8 or, on gfx950, packed fp4 (float4_e2m1fn_x2: a (M, K / 2) byte
+    tile holds K values, the even one in the low nibble); A and B of one dtype or one fp8 format each (e4m3 x e5m2:
     `v_mfma_f32_*_fp8_bf8` on gfx942, f8f6f4 with cbsz / blgp on gfx950); C: a float32 fragment (int32 for int8
-    operands). 8-bit operands may be stored either way, as 16-bit ones.
+    operands). 8-bit operands may be stored either way, as 16-bit ones; packed fp4 must be K-major: A as (M, K / 2),
+    B as (N, K / 2) with transpose_B=True.
+
+    MX block scales (gfx950, OCP MXFP8 / MXFP4): `scale_A` and `scale_B` are shared uint8 tiles of E8M0 exponents,
+    scale_A[i, k // 32] scaling A[i, k] by 2**(e - 127) and scale_B[j, k // 32] scaling B's row j (column j of the
+    product); the operands are float8_e4m3fn / float8_e5m2 or float4_e2m1fn_x2, both of one dtype. It lowers to
+    `v_mfma_scale_f32_32x32x64_f8f6f4` / `16x16x128`. gfx942 has no scaled MFMA: dequantize the operand in
+    registers and use a bf16 T.gemm (examples/tilelang/dequant_gemm_bf16_mxfp4_cdna4.py).
+
+    ```python
+    T.copy(A[by * block_M, k * block_K // 2], A_s)              # float4_e2m1fn_x2, (block_M, block_K // 2)
+    T.copy(SA[by * block_M, k * block_K // 32], SA_s)           # uint8, (block_M, block_K // 32)
+    T.gemm(A_s, B_s, acc, transpose_B=True, scale_A=SA_s, scale_B=SB_s)
+    ```
 
     A may also be a 16-bit fragment (TileLang's `gemm_rs`), such as a T.gemm accumulator cast to 16 bits by
     `T.copy(acc_s, acc_s_cast)`: it takes the MFMA operand layout, and where the accumulator's layout already is
@@ -542,8 +559,36 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     if policy not in (None, *GemmWarpPolicy.ALL):
         raise CompileError(f"T.gemm: policy={policy!r}; use one of T.GemmWarpPolicy.Square, .FullRow, .FullCol",
                            location=loc)
+    scales = _mx_scales(scale_A, scale_B, a, M, Nb, K, loc)
     tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
-                           policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc))
+                           policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc, **scales))
+
+
+def _mx_scales(scale_A, scale_B, a, M: int, N_: int, K: int, loc) -> dict:
+    """{scale_A, scale_B: shared uint8 Buffers} of an MX-scaled T.gemm, checked against the operands ({} unscaled).
+    K counts the operand tile's columns: bytes, two values each, for float4_e2m1fn_x2."""
+    if scale_A is None and scale_B is None:
+        return {}
+    if scale_A is None or scale_B is None:
+        raise CompileError("T.gemm: scale_A and scale_B come together (an MX-scaled product scales both operands; "
+                           "pass a tile of 127s, 2**0, for an operand without scales)", location=loc)
+    if a.dtype.name not in _MX_OPERAND_DTYPES:
+        raise CompileError(f"T.gemm: scale_A / scale_B scale MX operands ({', '.join(_MX_OPERAND_DTYPES)}), not "
+                           f"{a.dtype.name}; scale a {a.dtype.name} product in the epilogue instead", location=loc)
+    values = K * 2 if a.dtype.is_packed_fp4 else K
+    if values % MX_BLOCK:
+        raise CompileError(f"T.gemm: an MX-scaled tile needs K a multiple of {MX_BLOCK} values (one E8M0 scale a "
+                           f"block), got K = {values}", location=loc)
+    out = {}
+    for name, x, rows in (("scale_A", scale_A, M), ("scale_B", scale_B, N_)):
+        buf = _buffer_of(x, f"T.gemm {name}")
+        want = (rows, values // MX_BLOCK)
+        if buf.scope != N.SHARED or buf.dtype.name != "uint8" or tuple(buf.shape) != want:
+            raise CompileError(f"T.gemm: {name} must be a shared uint8 tile of shape {want} (E8M0 exponents, one per "
+                               f"{MX_BLOCK} K values of each {'row of A' if name == 'scale_A' else 'column of C'}); "
+                               f"got {buf.scope} {buf.dtype.name} {buf.name}{list(buf.shape)}", location=loc)
+        out[name] = buf
+    return out
 
 
 def _staged_in_lds(frag: N.Buffer, loc) -> N.Buffer:

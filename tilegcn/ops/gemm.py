@@ -1,6 +1,6 @@
 """`T.gemm(A, B, C)`: C += A @ B on matrix cores, A a shared tile or a 16-bit fragment (the MFMA operand layout), B
 a shared tile, C a float32 fragment that takes the MFMA accumulator layout (passes/gemm_plan.py plans it,
-passes/gemm.py lowers it)."""
+passes/gemm.py lowers it); with `scale_A` / `scale_B` (shared E8M0 tiles), MX-scaled on gfx950."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,15 +27,25 @@ class Gemm(TileOp):
     stage: int = 0  # pipeline stage of A and B read (passes/pipelining.py)
     policy: str | None = None  # T.GemmWarpPolicy FullRow / FullCol: the wave grid's shape; None: the squarest tile
     part: str | None = None  # a ping-pong K loop's half of it (passes/pipelining.py): "reads" or "mfma"; None: both
+    # MX block scales (gfx950, issue 22): shared uint8 tiles of E8M0 exponents, one per 32 K of a row of A
+    # (scale_A: (M, K / 32)) and of a column of B (scale_B: (N, K / 32)); v_mfma_scale_f32_* applies them
+    scale_A: Buffer | None = None
+    scale_B: Buffer | None = None
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale_A is not None
 
     def print_to(self, out):
+        scales = f" scales={self.scale_A.name},{self.scale_B.name}" if self.scaled else ""
         out.line(f"gemm {self.A.name}{'^T' if self.transpose_A else ''} @ {self.B.name}"
-                 f"{'^T' if self.transpose_B else ''} += {self.C.name}"
+                 f"{'^T' if self.transpose_B else ''} += {self.C.name}" + scales
                  + (f" stage={self.stage}" if self.stage else "") + (f" policy={self.policy}" if self.policy else "")
                  + (f" part={self.part}" if self.part else ""))
 
     def reads(self):
-        return (whole(self.A), whole(self.B), whole(self.C))
+        scales = (whole(self.scale_A), whole(self.scale_B)) if self.scaled else ()
+        return (whole(self.A), whole(self.B), whole(self.C)) + scales
 
     def writes(self):
         return (whole(self.C),)

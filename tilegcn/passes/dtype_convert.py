@@ -207,11 +207,17 @@ def pack(b, alloc, dst, values: list, dtype, src_dtype=None):
 
 def check_arch_dtypes(kernel, arch) -> None:
     """Refuse an fp8 dtype `arch` lacks (a buffer's or a T.cast's), naming the one of the same kind it has: gfx942
-    has the FNUZ encodings, gfx950 the OCP ones (arch.Arch.fp8_dtypes)."""
+    has the FNUZ encodings, gfx950 the OCP ones (arch.Arch.fp8_dtypes); and packed fp4 anywhere but a global or
+    shared tile (no conversion or element access reads it)."""
     from ..ir import nodes as N
     from ..errors import CompileError
 
     def check(dtype, what: str, loc):
+        if dtype.is_packed_fp4 and not what.startswith(("global", "shared")):
+            raise CompileError(f"{what} is float4_e2m1fn_x2: packed fp4 values (two a byte) are T.gemm operands only, "
+                               "in global and shared tiles; to compute on them, read the bytes as uint8 "
+                               "(tensor.view(torch.uint8)) and decode them (examples/tilelang/"
+                               "dequant_gemm_bf16_mxfp4_cdna4.py)", location=loc)
         if dtype.is_fp8 and dtype.name not in arch.fp8_dtypes:
             instead = arch.fp8_dtypes[0 if "e4m3" in dtype.name else 1]
             raise CompileError(f"{what} is {dtype.name}, an fp8 format {arch.name} does not have (its conversions "

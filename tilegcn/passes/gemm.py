@@ -53,9 +53,10 @@ def _gemm_dims(s: TileOp):
 
 @functools.lru_cache(maxsize=256)
 def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool,
-                a_in_registers: bool = False, policy: str | None = None):
+                a_in_registers: bool = False, policy: str | None = None, scaled: bool = False):
     """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
-    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy)
+    return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy,
+                     scaled=scaled)
 
 
 def plan_gemms(kernel: N.Kernel, arch):
@@ -65,7 +66,7 @@ def plan_gemms(kernel: N.Kernel, arch):
         M, N_, K = _gemm_dims(s)
         try:
             plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B,
-                               s.A.scope == N.FRAGMENT, s.policy)
+                               s.A.scope == N.FRAGMENT, s.policy, s.scaled)
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
         shared = [(buf, role) for buf, role in ((s.A, "A"), (s.B, "B")) if buf.scope == N.SHARED]
@@ -347,6 +348,15 @@ def _write_packed_bytes(ctx: Context, cp, vaddr, imm: int, runs: list, e: int, d
 
 def lower_shared_copy(ctx: Context, s):
     """A T.copy into shared memory outside a pipelined loop (pipelined ones are AsyncCopy ops: lower_async_copy)."""
+    if _is_scale_tile(ctx, s.dst.buffer):
+        copy = _ScaleCopy(ctx, s)
+        regs = [ctx.b.v.alloc(1, what=f"staging {s.dst.buffer.name}") for _ in range(copy.slots)]
+        copy.load(regs)
+        lds_barrier(ctx, "write")
+        copy.write(regs, 0)
+        for r in regs:
+            ctx.b.v.free(r)
+        return
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     if ctx.copy_mode == "lds_dma":
         raise CompileError("copy='lds_dma' applies to the copies of a pipelined K loop (T.Pipelined with "
@@ -435,6 +445,8 @@ def dma_lane_bytes(arch, copy_mode: str, plan, operand: str, width: int) -> int:
 def may_use_lds_dma(arch, copy_mode: str, gemm_operands: dict, buf: N.Buffer) -> bool:
     """Whether pipelined copies into shared `buf` (an operand in `gemm_operands`, plan_gemms' second result) may go
     by LDS DMA (if their rows allow whole 16-byte runs)."""
+    if buf not in gemm_operands:  # an MX scale tile (a few KiB): by LDS DMA where its rows allow (_ScaleCopy.by_dma),
+        return copy_mode != "registers"  # so an LDS buffer per stage (pipelining's step order asks the operands only)
     plan, operand = gemm_operands[buf]
     try:
         return bool(dma_lane_bytes(arch, copy_mode, plan, operand, CHUNK))
@@ -454,6 +466,8 @@ def _before_lds_write(ctx: Context, key):
 
 
 def lower_async_copy(ctx: Context, s: TileOp):
+    if _is_scale_tile(ctx, s.dst.buffer):
+        return _async_scale_copy(ctx, s)
     plan, operand, mask, width = _check_shared_copy(ctx, s)
     pipe = _pipe(ctx)
     dst = s.dst.buffer
@@ -490,11 +504,7 @@ def _lds_dma(ctx: Context, s: TileOp, cp, mask, lds_base: int, tag: Reg):
     coordinates each lane fetches."""
     b, pipe = ctx.b, ctx.pipe
     width = cp.lane_bytes
-    if width not in pipe.wave_lds:
-        wave_bytes = ctx.lower.vgpr(width * WAVE * sympy.floor(TID / WAVE))
-        pipe.wave_lds[width] = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
-        b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
-    wave_lds = pipe.wave_lds[width]
+    wave_lds = _wave_lds(ctx, width)
     src, region = s.src.buffer, s.src
     origins: dict = {}
     with _live_trips(ctx, s.live):
@@ -510,6 +520,17 @@ def _lds_dma(ctx: Context, s: TileOp, cp, mask, lds_base: int, tag: Reg):
                        comment=f"{src.name} -> {s.dst.buffer.name} slot {slot} (LDS DMA)")
                 if a.temp:
                     b.v.free(a.voffset)
+
+
+def _wave_lds(ctx: Context, width: int) -> Reg:
+    """The SGPR holding the wave's first LDS byte offset of a `width`-bytes-a-lane DMA slot (width * 64 * wave), made
+    once per width before any loop."""
+    pipe, b = ctx.pipe, ctx.b
+    if width not in pipe.wave_lds:
+        wave_bytes = ctx.lower.vgpr(width * WAVE * sympy.floor(TID / WAVE))
+        pipe.wave_lds[width] = b.alloc_in_frame("s", 0, what="LDS-DMA wave offset")
+        b.emit("v_readfirstlane_b32", pipe.wave_lds[width], wave_bytes, frame=0)
+    return pipe.wave_lds[width]
 
 
 @memo  # asked per slot of each masked copy
@@ -618,6 +639,130 @@ def _slot_origin(start, base):
     return start + base
 
 
+# ---- MX scale tiles --------------------------------------------------------------------------------------
+
+DS_WRITE_BYTES = {1: "ds_write_b8", 2: "ds_write_b16", 4: "ds_write_b32"}
+
+
+def _is_scale_tile(ctx: Context, buf: N.Buffer) -> bool:
+    """Whether shared `buf` is the scale_A / scale_B tile of an MX-scaled T.gemm (and no gemm operand)."""
+    if buf in ctx.gemm_operands:
+        return False
+    return any(buf in (g.scale_A, g.scale_B) for g in statements_of(ctx.kernel.body, "gemm") if g.scaled)
+
+
+class _ScaleCopy:
+    """Global -> LDS copy of an E8M0 scale tile (rows x cols bytes, row-major in LDS as the gemm reads it): unit
+    u = slot * threads + tid moves `width` bytes (4 where the rows allow) of row u // (cols / width), so the units
+    fill the tile's bytes in order: a pipelined copy of 4-byte units is one buffer_load_dword ... lds per slot (M0 +
+    4 * lane, `dma`), others a load into a VGPR and a ds_write (`load`, `write`). A 256 x 8 tile is 2 KiB, two units
+    a thread at 256 threads, against the 16-byte runs of the operand tiles (passes/gemm_plan's CopyPlan): no
+    swizzle, as the gemm's ds_read_u8 of one byte a lane meet no bank conflict worth one."""
+
+    def __init__(self, ctx: Context, s: TileOp):
+        self.ctx, self.s = ctx, s
+        src, region = s.src.buffer, s.src
+        self.rows, self.cols = s.dst.buffer.shape
+        self.dims = tile_dims(region)
+        if len(self.dims) != 2 or self.dims[1] != len(src.shape) - 1 or \
+                tuple(region.extents[d] for d in self.dims) != (self.rows, self.cols):
+            raise CompileError(f"copy into scale tile {s.dst.buffer.name}{list(s.dst.buffer.shape)} from a "
+                               f"{len(src.shape)}-d tile {tuple(region.extents)}; expected a ({self.rows}, "
+                               f"{self.cols}) tile whose rows run along {src.name}'s last dim", location=s.loc)
+        if src.spec.strides[-1] != 1:
+            raise CompileError(f"{src.name} has strides {src.spec.strides}: tilegcn needs the last dimension "
+                               "contiguous (stride 1); call .contiguous()", location=s.loc)
+        self.mask = masked_dims(src, region.starts, region.extents)
+        legal = access_width(src, self.cols, len(src.shape) - 1 in self.mask)
+        self.width = next(w for w in (4, 2, 1) if w <= legal and self.cols % w == 0)
+        self.units = self.rows * self.cols // self.width
+        self.slots = -(-self.units // ctx.threads)
+
+    def _index(self, slot: int) -> tuple:
+        """The global element unit `slot * threads + tid` starts at."""
+        u, per_row = slot * self.ctx.threads + TID, self.cols // self.width
+        index = list(self.s.src.starts)
+        index[self.dims[0]] += sympy.floor(u / per_row)
+        index[self.dims[1]] += self.width * sympy.Mod(u, per_row)
+        return tuple(index)
+
+    def _active(self, slot: int):
+        return _ExecMask(self.ctx, min(self.ctx.threads, self.units - slot * self.ctx.threads))
+
+    def _base(self, stage: int) -> int:
+        buf = self.s.dst.buffer
+        _, index = self.ctx.lds_slot(buf, stage)
+        return self.ctx.shared[buf] + index * self.ctx.stage_bytes.get(buf, 0)
+
+    def by_dma(self) -> bool:
+        """Whether the pipelined copy goes by LDS DMA: 4-byte units (buffer_load_dword ... lds, both arches) land
+        at M0 + 4 * lane, the tile's row-major bytes in unit order; narrower rows go through VGPRs."""
+        return self.width == 4 and 4 in self.ctx.b.arch.lds_dma_bytes and self.ctx.copy_mode != "registers"
+
+    def load(self, regs: list, resource=None):
+        ctx, s = self.ctx, self.s
+        for slot in range(self.slots):
+            with self._active(slot):
+                ctx.access.load(regs[slot], self.width, s.src.buffer, self._index(slot), self.mask,
+                                comment=f"{s.src.buffer.name} -> {s.dst.buffer.name} slot {slot}", resource=resource)
+
+    def dma(self, stage: int, tag: Reg, resource=None):
+        ctx, b, src = self.ctx, self.ctx.b, self.s.src.buffer
+        wave_lds, base = _wave_lds(ctx, 4), self._base(stage)
+        for slot in range(self.slots):
+            with self._active(slot):
+                a = ctx.access.address(src, self._index(slot), self.mask, 4, max_imm=0)
+                if resource is not None:
+                    a = a._replace(srd=resource(a.srd))
+                b.emit("s_add_u32", M0, wave_lds, base + 4 * slot * ctx.threads, defs=(M0,), uses=(wave_lds,))
+                b.emit(DMA_LOAD[4], a.voffset, a.srd, a.soffset, suffix="offen lds", defs=(tag,),
+                       uses=(a.voffset, a.srd, M0) + ((a.soffset,) if isinstance(a.soffset, Reg) else ()),
+                       comment=f"{src.name} -> {self.s.dst.buffer.name} slot {slot} (LDS DMA)")
+                if a.temp:
+                    b.v.free(a.voffset)
+
+    def write(self, regs: list, stage: int, defs=None):
+        ctx = self.ctx
+        base = self._base(stage)
+        limit = ctx.b.arch.ds_max_imm_offset + 1
+        for slot in range(self.slots):
+            high, imm = divmod(base + slot * ctx.threads * self.width, limit)
+            vaddr = ctx.lower.vgpr_plus(TID * self.width, high * limit)
+            with self._active(slot):
+                ctx.b.emit(DS_WRITE_BYTES[self.width], vaddr, regs[slot], suffix=f"offset:{imm}", defs=defs)
+
+
+def _async_scale_copy(ctx: Context, s: TileOp):
+    """A pipelined scale-tile copy: by LDS DMA where its rows allow (_ScaleCopy.by_dma), else loaded into VGPRs
+    fixed per stage now and written to LDS when its group is waited for (lower_async_copy's register path)."""
+    pipe, b, dst = _pipe(ctx), ctx.b, s.dst.buffer
+    key, slot_key = (dst, s.stage), ctx.lds_slot(dst, s.stage)
+    tag = pipe.tag(key)
+    copy = _ScaleCopy(ctx, s)
+    live = s.live
+    resource = None if live is None else functools.partial(_masked, ctx, live)
+    if copy.by_dma():
+        _before_lds_write(ctx, slot_key)
+        with _live_trips(ctx, live):
+            copy.dma(s.stage, tag, resource)
+        pipe.current.tags.append(tag)
+        return
+    if key not in pipe.staging:
+        for st in range(stage_counts(ctx.kernel).get(dst, 1)):
+            pipe.staging[(dst, st)] = [b.alloc_in_frame("v", 0, 1, what=f"staging {dst.name} stage {st}")
+                                       for _ in range(copy.slots)]
+    regs = pipe.staging[key]
+    with _live_trips(ctx, live):
+        copy.load(regs, resource)
+
+    def write():
+        _before_lds_write(ctx, slot_key)
+        copy.write(regs, s.stage, defs=(tag,))
+
+    pipe.current.tags.append(tag)
+    pipe.current.writes.append(write)
+
+
 # ---- the MFMA loop body ---------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -635,13 +780,15 @@ def lower_gemm(ctx: Context, s: TileOp):
     plan = ctx.gemm_plans[s.C]
     part = getattr(s, "part", None)
     lds_operands = [(op, buf) for op, buf in (("A", s.A), ("B", s.B)) if buf.scope == N.SHARED]
+    scale_tiles = [("A", s.scale_A), ("B", s.scale_B)] if s.scaled else []
     if part == "mfma":
-        _emit_mfmas(ctx, s, plan, ctx.pipe.fragments.pop(0), range(plan.read_steps), prio=True)
+        sets, scales = ctx.pipe.fragments.pop(0)
+        _emit_mfmas(ctx, s, plan, sets, range(plan.read_steps), scales, prio=True)
         return
     if ctx.pipe is not None and any((buf, s.stage) in ctx.pipe.tags for _, buf in lds_operands):
         # published by its wait_group's barrier (an operand copied before the loop, flash attention's Q tile, was
         # written before the first one); the stage's next copy waits for these reads at a barrier
-        ctx.pipe.reads.update({ctx.lds_slot(buf, s.stage) for _, buf in lds_operands})
+        ctx.pipe.reads.update({ctx.lds_slot(buf, s.stage) for _, buf in lds_operands + scale_tiles})
     else:
         lds_barrier(ctx, "read")
     bases = {op: _lds_base(ctx, plan, op, buf, s.stage) for op, buf in lds_operands}
@@ -650,13 +797,20 @@ def lower_gemm(ctx: Context, s: TileOp):
     sets = [{op: [b.v.alloc(plan.frag_regs, align=4, what=f"{op} fragment") for _ in range(reps[op])]
              for op, _ in lds_operands} for _ in range(n_sets)]
     families = {op: plan.read_offsets(op) for op, _ in lds_operands}
+    scales = _ScaleReads(ctx, plan, s, scale_tiles, len(sets)) if s.scaled else None
     # The MFMAs and reads are built as Insts here, with the defs and uses emit() would infer: a GEMM lowers
     # thousands of them, the same few shapes over and over.
     insts = b.frames[-1].insts
 
     def issue_reads(step: int):
         regs = sets[step % len(sets)]
-        for operand, rep, mnemonic, first, count, key in plan.read_issues[step]:
+        issues = plan.read_issues[step]
+        if scales is not None:  # in the order the step's MFMAs first use them: the first MFMAs wait for fewer reads
+            use = _first_use(plan.mfma_operands[step])
+            issues = sorted(issues, key=lambda issue: use[issue[0], issue[1]])
+        for operand, rep, mnemonic, first, count, key in issues:
+            if scales is not None and first == 0:  # the LDS counter retires in order: each MFMA's scale byte
+                scales.issue(insts, step, operand, rep)  # is read just before its fragment, not all of them first
             vaddr, suffix = _read_address(ctx, families[operand], key, bases[operand])
             dst = _piece(regs[operand][rep], first, count)
             insts.append(Inst(mnemonic, (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, suffix))
@@ -664,30 +818,36 @@ def lower_gemm(ctx: Context, s: TileOp):
     if part == "reads":
         for step in range(plan.read_steps):
             issue_reads(step)
-        ctx.pipe.fragments.append(sets)
+        ctx.pipe.fragments.append((sets, scales))
         return
     issue_reads(0)
     for step in range(plan.read_steps):
         if step + 1 < plan.read_steps:
             issue_reads(step + 1)
-        _emit_mfmas(ctx, s, plan, sets, (step,))
-    _free_fragments(ctx, sets)
+        _emit_mfmas(ctx, s, plan, sets, (step,), scales)
+    _free_fragments(ctx, sets, scales)
 
 
-def _free_fragments(ctx: Context, sets: list):
+def _free_fragments(ctx: Context, sets: list, scales=None):
     for group in sets:
         for regs in group.values():
             for r in regs:
                 ctx.b.v.free(r)
+    if scales is not None:
+        scales.free()
 
 
-def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, prio: bool = False):
-    """The MFMAs of k-step pairs `steps`, operands from `sets[step % len(sets)]`; `prio` (a ping-pong gemm's MFMA
-    cluster, whose fragments were read before the barrier in front of it): the cluster is also freed here, and
-    wrapped in `s_setprio` where the arch table says it pays."""
+def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, scales=None, prio: bool = False):
+    """The MFMAs of k-step pairs `steps`, operands from `sets[step % len(sets)]` (and, MX-scaled, their scale bytes
+    from `scales`, a _ScaleReads); `prio` (a ping-pong gemm's MFMA cluster, whose fragments were read before the
+    barrier in front of it): the cluster is also freed here, and wrapped in `s_setprio` where the arch table says it
+    pays."""
     b = ctx.b
     acc = ctx.layouts[s.C].regs
     op_name, modifiers = _mfma_form(plan, s)
+    if scales is not None:
+        op_name = op_name.replace("v_mfma_f32_", "v_mfma_scale_f32_", 1)
+        modifiers = f"op_sel_hi:[0,0,0] {modifiers}".rstrip()  # byte 0 of both scale VGPRs (llc's spelling)
     a_regs = ctx.layouts[s.A].regs if plan.a_in_registers else None
     level = b.arch.gemm_ping_pong_prio if prio else 0
     if level:
@@ -702,11 +862,16 @@ def _emit_mfmas(ctx: Context, s: TileOp, plan, sets: list, steps, prio: bool = F
             else:
                 src_b = _piece(a_regs, _operand_vgpr(plan, rep_a, step, first_a // n_a), n_a)
             d = _piece(acc, acc_first, acc_count)
-            insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
+            if scales is None:
+                insts.append(Inst(op_name, (d, src_a, src_b, d), (d,), (src_a, src_b, d), isa.MFMA, modifiers))
+            else:  # srcA holds B's data (the swapped operands): its scale is B's, srcB's is A's
+                sa, sb = scales.reg(step, "B", rep_b), scales.reg(step, "A", rep_a)
+                insts.append(Inst(op_name, (d, src_a, src_b, d, sa, sb), (d,), (src_a, src_b, d, sa, sb), isa.MFMA,
+                                  modifiers))
     if level:
         b.emit("s_setprio", 0)
     if prio:
-        _free_fragments(ctx, sets)
+        _free_fragments(ctx, sets, scales)
 
 
 def _mfma_form(plan, s: TileOp) -> tuple:
@@ -715,6 +880,67 @@ def _mfma_form(plan, s: TileOp) -> tuple:
     if s.A.dtype == s.B.dtype:
         return plan.mfma.name(s.A.dtype.short), plan.mfma.modifiers
     return plan.mfma.mixed_form(s.B.dtype.short, s.A.dtype.short)
+
+
+def _first_use(mfmas: tuple) -> dict:
+    """{(operand, repeat): rank} in the order a k-step's MFMAs (plan.mfma_operands rows: srcA is B's repeat, srcB
+    A's) first read each fragment."""
+    order = {}
+    for rep_b, _, _, rep_a, *_ in mfmas:
+        for key in (("B", rep_b), ("A", rep_a)):
+            order.setdefault(key, len(order))
+    return order
+
+
+class _ScaleReads:
+    """The E8M0 scale bytes of an MX-scaled gemm (gemm_plan point 10): lane l of MFMA k-step `step` needs, per
+    operand and repeat, the byte of its tile row (wave's rows + repeat * dim + l % dim) at K block step * G + l // dim
+    (G = 64 / dim): one ds_read_u8 into byte 0 of a VGPR (op_sel 0). The scale tile is row-major in LDS (K / 32 bytes
+    a row); one VGPR base per operand, the repeat and step in the `offset:`. Each is read just before its operand
+    fragment, into alternating register sets as the fragments are: the LDS counter retires in order, so a phase's
+    first MFMA waits for its own scales only, and a scaled step reads its fragments in the order its MFMAs first use
+    them (llvm-mca on gfx950's 256x256x256 MXFP4 loop: 1.12x the MFMA bound with every scale read first, 1.10x each
+    before its fragment, 1.08x in first-use order). Reading a pair of steps' bytes as one dword needs a per-lane
+    shift (a lane's bytes are G apart): 1.14x, the VALU shifts waiting for the reads."""
+
+    def __init__(self, ctx: Context, plan, s: TileOp, tiles: list, sets: int):
+        if plan.mfma_per_read != 1 or "f8f6f4" not in plan.mfma.name_template:
+            raise CompileError(f"T.gemm: MX scales need gfx950's f8f6f4 MFMAs (plan: {plan.describe()})",
+                               location=s.loc)
+        self.ctx, self.plan = ctx, plan
+        dim, G = plan.dim, WAVE // plan.dim
+        wave, lane = sympy.floor(TID / WAVE), sympy.Mod(TID, WAVE)
+        origin = {"A": plan.wave_tile_M * sympy.floor(wave / plan.waves_N),
+                  "B": plan.wave_tile_N * sympy.Mod(wave, plan.waves_N)}
+        self.row_bytes = {op: buf.shape[1] for op, buf in tiles}
+        self.lane_offset = {op: (origin[op] + sympy.Mod(lane, dim)) * self.row_bytes[op] + sympy.floor(lane / dim)
+                            for op, _ in tiles}
+        self.base = {}
+        for op, buf in tiles:
+            _, index = ctx.lds_slot(buf, s.stage)
+            self.base[op] = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0)
+        self.G, self.dim = G, dim
+        reps = {"A": plan.repeats_M, "B": plan.repeats_N}
+        b = ctx.b
+        self.regs = [{op: [b.v.alloc(1, what=f"{op} scale") for _ in range(reps[op])] for op, _ in tiles}
+                     for _ in range(sets)]
+
+    def reg(self, step: int, op: str, rep: int) -> Reg:
+        return self.regs[step % len(self.regs)][op][rep]
+
+    def issue(self, insts: list, step: int, op: str, rep: int):
+        """The ds_read_u8 of operand `op` repeat `rep`'s scale byte for `step`."""
+        ctx, dst = self.ctx, self.reg(step, op, rep)
+        limit = ctx.b.arch.ds_max_imm_offset + 1
+        high, imm = divmod(self.base[op] + rep * self.dim * self.row_bytes[op] + step * self.G, limit)
+        vaddr = ctx.lower.vgpr_plus(self.lane_offset[op], high * limit)
+        insts.append(Inst("ds_read_u8", (dst, vaddr), (dst,), (vaddr,), isa.DS_READ, _offset_suffix(imm)))
+
+    def free(self):
+        for group in self.regs:
+            for regs in group.values():
+                for r in regs:
+                    self.ctx.b.v.free(r)
 
 
 def _operand_vgpr(plan, rep_m: int, step: int, sub: int) -> int:

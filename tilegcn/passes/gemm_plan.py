@@ -74,8 +74,13 @@ Design
    16x16x64. gfx950's f8f6f4 MFMAs read 8 VGPRs per operand as two blocks of 4 (`MfmaShape.blocks`): a read step
    then reads two chunks per lane (`read_pieces`, piece b into VGPRs 4b..4b+3, chunk (step * 2 + b) * G + l // dim)
    and feeds one MFMA.
-11. 8-bit operands stored (K, X) (A with transpose_A, B without transpose_B; point 10 is left to the MX-scaled
-   gemm's part of issue 22). gfx950 keeps the tile as stored and reads it with ds_read_b64_tr_b8: in a 16-lane
+10. Packed fp4 and MX scales (gfx950, issue 22): a float4_e2m1fn_x2 tile is planned in bytes, two values each, so
+   its MfmaShapes count K in bytes (32x32x64 f8f6f4 with cbsz:4 blgp:4 is "32x32x32": 16 bytes, one chunk, 4 VGPRs
+   a lane, as the i8 32x32x32; arch._eight_bit_shapes). A scaled gemm reads, per MFMA and operand repeat, the E8M0
+   byte lane l needs: the scale of its row (l % dim) for K block (step * G + l // dim) of 32 values, G = 64 / dim
+   (the CDNA4 ISA guide's scale lanes; mfma_lowp's `_gather`), which is the K range lane group l // dim holds for
+   fp4 and, through `mfma_k`'s two blocks, the 32-value block the MFMA's logical K block maps to for fp8.
+11. 8-bit operands stored (K, X) (A with transpose_A, B without transpose_B; packed fp4 stays K-major). gfx950 keeps the tile as stored and reads it with ds_read_b64_tr_b8: in a 16-lane
    group lanes 2r, 2r+1 read 8 bytes each of k row r (16 consecutive x) and lane j receives column j, 8 consecutive
    k (the emulator's `lane_transpose`, checked by Triton's gfx950 fp8 / int8 matmuls in tests/corpus, which read
    their B operand so). A fragment of 4 * blocks VGPRs is then 2 * blocks such reads, piece p holding the 8 k from
@@ -1110,18 +1115,32 @@ _POLICY_PREFERS = {"FullRow": lambda grid: grid[0], "FullCol": lambda grid: grid
 
 def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
               transpose_B: bool = False, num_stages: int = 1, check: bool = True,
-              a_in_registers: bool = False, policy: str | None = None) -> GemmPlan:
+              a_in_registers: bool = False, policy: str | None = None, scaled: bool = False) -> GemmPlan:
     """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc). `a_in_registers`: A is a
     fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order). `policy` (TileLang's
     GemmWarpPolicy): "FullRow" takes the wave grid with the most waves along M that tiles the block (one wave column
     where the block allows), "FullCol" the most along N, as TileLang's compute_warp_partition does.
+
+    `scaled` (MX block scales, point 10): only the f8f6f4 shapes, which have the v_mfma_scale_f32_* forms.
 
     Raises CompileError when no MFMA shape / wave grid tiles the block, and (with `check`) ResourceError when the
     plan needs more LDS or registers than `arch` has."""
     arch = get_arch(arch)
     dt = as_dtype(dtype)
     shapes = arch.mfma_shapes.get(dt.short)
-    supported = ("bfloat16", "float16", "int8") + tuple(arch.fp8_dtypes)
+    if scaled or dt.is_packed_fp4:
+        shapes = tuple(s for s in shapes or () if "f8f6f4" in s.name_template)
+        if not shapes:
+            what = "MX-scaled (v_mfma_scale_f32_*)" if scaled else "fp4"
+            raise CompileError(f"T.gemm: {arch.name} has no {what} MFMA; decode the {dt.name} operand in registers "
+                               "and multiply in bf16 (TileLang's dequantize GEMM, examples/tilelang/"
+                               "dequant_gemm_bf16_mxfp4_cdna4.py), or compile for gfx950")
+    if dt.is_packed_fp4 and (transpose_A or not transpose_B):
+        raise CompileError(f"T.gemm: {dt.name} operands must be K-major in shared memory (A as (M, K / 2), B as "
+                           "(N, K / 2) with transpose_B=True): two values share a byte along K, which no transposing "
+                           "copy or LDS read separates; store the operand transposed in global memory")
+    supported = ("bfloat16", "float16", "int8") + tuple(arch.fp8_dtypes) + (("float4_e2m1fn_x2",) if
+                                                                             "fp4" in arch.mfma_shapes else ())
     if dt.name not in supported or not shapes:
         raise CompileError(f"T.gemm: {arch.name} has no MFMA for {dt.name} operands (supported: "
                            f"{', '.join(supported)})")

@@ -63,6 +63,7 @@ from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
 from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
+from .gemm_plan import plan_gemm
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
@@ -100,7 +101,8 @@ def _unpaired_order(loop, arch, by_dma) -> str:
         return WAIT_FIRST
     if not covers_round_trip(loop, arch):
         return ISSUE_FIRST
-    dma = any(by_dma(c.dst.buffer) for c in _loads(loop))
+    operands = {b for g in _gemms(loop) for b in (g.A, g.B)}  # MX scale tiles follow the operands' schedule
+    dma = any(by_dma(c.dst.buffer) for c in _loads(loop) if c.dst.buffer in operands)
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
@@ -156,7 +158,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             order = step_order(s, arch, by_dma, threads)
             if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
-            phased = split_k_phases(s, program) if order in (PHASES, PING_PONG) else None
+            phased = split_k_phases(s, program, arch, threads) if order in (PHASES, PING_PONG) else None
             if phased is None and order == PING_PONG and getattr(s, "ping_pong", None):
                 raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
                                    "phases (a shared tile used outside its copies and gemms, a copy of part of a "
@@ -178,7 +180,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
     return out
 
 
-def split_k_phases(loop, program: list):
+def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
     """(the loop over K phases, {shared buffer: its phase buffer}), or None where the loop cannot be split.
 
     Each shared tile of block_K along K becomes a tile of block_K / PHASES_PER_TILE; the loop runs over phases
@@ -186,15 +188,22 @@ def split_k_phases(loop, program: list):
     num_stages x PHASES_PER_TILE stages: the same LDS bytes. A copy's K start s(k), affine in k, becomes
     s(k / PHASES_PER_TILE) in the phase index. Not split (None): a shared buffer used anywhere in `program` (the
     kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
-    by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it)."""
+    by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it).
+    An MX-scaled gemm's scale tiles (K / 32 columns) split with its operands; where the phase tile leaves that gemm
+    no MFMA shape (the f8f6f4 forms need 64 or 128 K, `arch` and `threads` given to plan it), the loop is not split."""
     p, k = PHASES_PER_TILE, loop.var
     copies, gemms = _loads(loop), _gemms(loop)
     k_dims = {}  # shared buffer -> its K dim
+    scales = set()  # MX scale tiles: K / 32 columns
     for g in gemms:
         k_dims[g.A], k_dims[g.B] = (0 if g.transpose_A else 1), (1 if g.transpose_B else 0)
+        if g.scaled:
+            scales |= {g.scale_A, g.scale_B}
+            k_dims[g.scale_A] = k_dims[g.scale_B] = 1
     if any(c.dst.buffer not in k_dims or not _whole(c.dst) for c in copies):
         return None
-    if _used_outside(set(k_dims), loop, program) or any(b.shape[d] % (p * 32) for b, d in k_dims.items()):
+    if _used_outside(set(k_dims), loop, program) or \
+            any(b.shape[d] % (p if b in scales else p * 32) for b, d in k_dims.items()):
         return None
     phase = sympy.Symbol(f"{k}_phase", integer=True, nonnegative=True)
     buffers = {b: dataclasses.replace(b, shape=_divided(b.shape, d, p)) for b, d in k_dims.items()}
@@ -213,9 +222,27 @@ def split_k_phases(loop, program: list):
     extent = loop.extent * p
     while extent > 1 and all(_starts_past(start.subs(phase, extent - 1), end) for start, end in ends):
         extent -= 1  # a trailing phase wholly past K (ragged K): nothing to load or compute
-    new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B]) for g in gemms]
+    new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B],
+                                     **({"scale_A": buffers[g.scale_A], "scale_B": buffers[g.scale_B]}
+                                        if g.scaled else {})) for g in gemms]
+    if not all(_plannable(g, arch, threads) for g in new_gemms):
+        return None
     body = [new_copies.pop(0) if s.k_loop_role() == LOAD else new_gemms.pop(0) for s in loop.body]
     return dataclasses.replace(loop, var=phase, extent=extent, num_stages=loop.num_stages * p, body=body), buffers
+
+
+def _plannable(g, arch, threads) -> bool:
+    """Whether gemm `g` (its phase tiles) has a plan, for the gemms whose K step has no fallback shape: fp4 and
+    MX-scaled ones (the f8f6f4 MFMAs only); the others' shapes all divide a 32-K phase."""
+    if arch is None or threads is None or not (g.scaled or g.A.dtype.is_packed_fp4):
+        return True
+    M, N_ = g.C.shape
+    try:
+        plan_gemm(arch, g.A.dtype, M, N_, g.A.shape[0 if g.transpose_A else 1], threads, g.transpose_A,
+                  g.transpose_B, check=False, policy=g.policy, scaled=g.scaled)
+    except CompileError:
+        return False
+    return True
 
 
 def _src_dim(c, dst_dim: int) -> int:

@@ -26,7 +26,9 @@ def entry_args(entry) -> list:
         if dtype:
             shape, strides = _ints(shape), _ints(strides)
             size = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
-            params[name] = torch.zeros(size, dtype=getattr(torch, DTYPES[dtype].name)).as_strided(shape, strides)
+            dt = DTYPES[dtype]  # zero bytes viewed as the dtype: torch cannot fill a float4_e2m1fn_x2 tensor
+            zeros = torch.zeros(size * dt.bytes, dtype=torch.uint8).view(getattr(torch, dt.name))
+            params[name] = zeros.as_strided(shape, strides)
         else:
             params[name] = 1.0 if scalar.startswith("f") else 1
     return [params[a["name"]] for a in entry.meta.get("args", [])]
