@@ -98,6 +98,8 @@ def test_mx_gemm_refusals():
         mx_gemm.compile(bf, bf, SA, SB, C, arch="gfx950")
     with pytest.raises(CompileError, match="packed fp4 values .* are T.gemm operands only"):
         _fp4_fragment.compile(A, C, arch="gfx950")
+    with pytest.raises(CompileError, match="float4_e2m1fn_x2 operands must be K-major"):
+        _fp4_b_k_rows.compile(A, B, C, arch="gfx950")
 
 
 @tilegcn.jit
@@ -105,6 +107,15 @@ def _fp4_fragment(A, C):
     with T.Kernel(1, threads=64) as bx:
         a = T.alloc_fragment((64, 64), T.float4_e2m1fn_x2)  # fp4 has no element math: refused
         T.copy(A[0, 0], a)
+
+
+@tilegcn.jit
+def _fp4_b_k_rows(A, B, C):
+    with T.Kernel(1, 1, threads=256) as (bx, by):
+        A_s = T.alloc_shared((64, 64), A.dtype)
+        B_s = T.alloc_shared((64, 64), B.dtype)  # read as (K / 2, N): two values a byte along K cannot be transposed
+        acc = T.alloc_fragment((64, 64), T.float32)
+        T.gemm(A_s, B_s, acc)
 
 
 @tilegcn.jit
