@@ -27,6 +27,7 @@ from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
 from .amdgcn.hazards import insert_hazard_nops
+from .amdgcn.multikernel import merge_kernel_asm
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
@@ -46,6 +47,7 @@ from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
+           "lower_program",
            "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
 
 
@@ -360,3 +362,17 @@ def lower(kernel: N.Kernel, options) -> Lowered:
     """Compile a traced kernel with every pass of `PASSES`; `options`: CompileOptions, or an arch name for the
     default options (`lower(kernel, "gfx942")`)."""
     return run_passes(kernel, options).lowered
+
+
+def lower_program(program: N.Program, options) -> Lowered:
+    """Compile a program of several T.Kernel blocks: each kernel through every pass of `PASSES` on its own, then
+    one code object holding them all (amdgcn/multikernel.py). meta.json: the program's `name` and `args` (what a
+    call passes), the first kernel's launch and resources at the top level, and `kernels`, each kernel's own meta
+    with `args` the names of the program's parameters it takes, in launch order."""
+    lowered = [lower(k, options) for k in program.kernels]
+    meta = dict(lowered[0].meta)
+    meta.update(name=program.name, args=[{"name": p.name, "kind": p.kind} for p in program.params],
+                source=program.loc, kernels=[dict(m.meta) for m in lowered])
+    ir = "".join(f"// kernel {k.name} (launch {i} of {len(lowered)}):\n{m.ir or print_kernel(k)}"
+                 for i, (k, m) in enumerate(zip(program.kernels, lowered)))
+    return Lowered(merge_kernel_asm([m.asm for m in lowered]), meta, ir)

@@ -92,9 +92,12 @@ def recording_launches():
 
 
 class Program:
-    """A kernel's instructions bound to its descriptor: handlers indexed by instruction number."""
+    """A kernel's instructions bound to its descriptor: handlers indexed by instruction number. Only the kernel's
+    own instructions are bound, from its entry to the next kernel's entry (`entries`: every kernel's entry address
+    in the code object) or the end: a code object of several kernels (a program of several T.Kernel blocks) would
+    otherwise bind every kernel's code for each; an instruction outside them faults if reached."""
 
-    def __init__(self, name, arch, kernel, instrs, device):
+    def __init__(self, name, arch, kernel, instrs, device, entries=()):
         self.name = name
         self.arch = arch
         self.descriptor = kernel.descriptor
@@ -106,7 +109,11 @@ class Program:
         self.entry_index = addr_index[kernel.entry_address]
         self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
         regions = index_regions(instrs)
-        bound = [_bind(ins, i, self.ctx, regions.get(i, ())) for i, ins in enumerate(instrs)]
+        later = [addr_index[a] for a in entries if a > kernel.entry_address and a in addr_index]
+        own = range(self.entry_index, min(later, default=len(instrs)))
+        bound = [_bind(ins, i, self.ctx, regions.get(i, ())) if i in own else
+                 (fault_handler(ins, i, f"execution left kernel {name!r} (this instruction is another kernel's)"), None)
+                 for i, ins in enumerate(instrs)]
         self.handlers = [h for h, _ in bound]
         # instruction index -> why it cannot run (it faults if reached); see coverage.py
         self.unsupported = {i: why for i, (_, why) in enumerate(bound) if why}
@@ -182,7 +189,8 @@ class Module:
         with _LOCK:
             prog = _BOUND.get(key)
             if prog is None:
-                prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device)
+                entries = [k.entry_address for k in self.kernels.values()]
+                prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device, entries)
         return prog
 
     def launch(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_mem=0, kernarg=None,
