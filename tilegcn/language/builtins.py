@@ -159,7 +159,9 @@ def Kernel(*grid, threads: int = 128):
     """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
 
     Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid). `threads` is a
-    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once. TileLang's
+    multiple of 64 (the wave size), at most 1024. A program may hold several blocks one after the other (not
+    nested), as TileLang's flash decoding does: each is a kernel and a launch of its own, run in program order, a
+    later one seeing the earlier ones' global writes (`T.alloc_global` scratch hands data over). TileLang's
     `threads=(x, y)` / `(x, y, z)` gives a workgroup of x * y * z threads (tilegcn's tile ops spread work over the
     workgroup's threads in one linear order, x fastest, so the split into dimensions changes nothing else).
 

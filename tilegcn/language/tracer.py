@@ -417,6 +417,7 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = (), dynam
                           blk.block_ids, body, loc=blk.loc)
         kernels = [kernel]
     else:
+        _check_block_allocations(tracer)
         kernels = [_block_kernel(tracer, fn.__name__, i, blk) for i, blk in enumerate(tracer.kernel_blocks)]
         kernel = N.Program(assembler_symbol(fn.__name__), tracer.params, kernels, loc=tracer.kernel_blocks[0].loc)
     kernel.prints = tuple(tracer.prints)  # host side of T.print: what to show after a launch (not in the IR)
@@ -427,6 +428,17 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = (), dynam
         _check_fragment_budgets(k, arch)
     _check_written_tensors(kernel)
     return kernel
+
+
+def _check_block_allocations(tracer: Tracer) -> None:
+    """With several T.Kernel blocks, a shared or fragment buffer lives in one kernel's LDS or registers: it must be
+    allocated inside the block that uses it."""
+    local = {id(b) for blk in tracer.kernel_blocks for b in blk.local_buffers}
+    for buf in tracer.buffers:
+        if buf.scope != N.GLOBAL and id(buf) not in local:
+            raise CompileError(f"{buf.scope} buffer {buf.name} is allocated outside the program's T.Kernel blocks; "
+                               "with several blocks each is a kernel of its own: allocate it inside the `with "
+                               "T.Kernel(...)` block that uses it", location=buf.loc)
 
 
 def _block_kernel(tracer: Tracer, name: str, index: int, blk: KernelBlock) -> N.Kernel:
