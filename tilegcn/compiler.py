@@ -326,16 +326,22 @@ def plan_resources(kernel: N.Kernel, options) -> Compilation:
     """The compiler's resource checks made before any statement is lowered: `PASSES` up to `PLAN_LAST` (IR
     verification, software pipelining, the MFMA plan of every T.gemm and the LDS allocation of every pipeline
     stage); a CompileError (ResourceError) names what does not fit. Cheap: tilegcn.autotune's sweep runs it on
-    every config before compiling any."""
-    return run_passes(kernel, options, last=PLAN_LAST)
+    every config before compiling any. A Program (several T.Kernel blocks): each kernel, the last one's Compilation
+    returned."""
+    return _each_kernel(kernel, options, PLAN_LAST)
 
 
 def check_resources(kernel: N.Kernel, options) -> Compilation:
     """Every resource check of the compiler: `PASSES` up to `FEASIBILITY_LAST` (`plan_resources`, then the
     statement lowering, scheduling and register allocation, whose register budget is the last check). `lower`
     runs these very passes first, so a kernel this accepts compiles and one it refuses fails `lower` with the
-    same error: tilegcn.autotune.feasibility is this."""
-    return run_passes(kernel, options, last=FEASIBILITY_LAST)
+    same error: tilegcn.autotune.feasibility is this. A Program: each kernel, as `plan_resources`."""
+    return _each_kernel(kernel, options, FEASIBILITY_LAST)
+
+
+def _each_kernel(kernel, options, last: str) -> Compilation:
+    kernels = kernel.kernels if isinstance(kernel, N.Program) else [kernel]
+    return [run_passes(k, options, last=last) for k in kernels][-1]
 
 
 def _gc_paused(fn):

@@ -242,7 +242,7 @@ class _SizedArgs:
         self.plan = tuple((True, positional.index(n)) if n in positional else (False, sizes[n]) for n in names)
 
     def launch(self, name, grid, block, args):
-        if all(grid):
+        if all(grid) or isinstance(self.module, _KernelSequence):  # a sequence decides per kernel
             return self.module.launch(name, grid, block, [args[v] if passed else v for passed, v in self.plan])
         return None
 
@@ -285,7 +285,9 @@ class _HiddenArgsModule:
         hidden.update({n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.scratch.items()})
         hidden.update(self.sizes)
         passed = [hidden[i] if isinstance(i, str) else args[i] for i in self.indices]
-        result = self.module.launch(name, grid, block, passed) if all(grid) else None  # a size 0: nothing to run
+        # a size 0: nothing to run (a sequence of kernels decides per kernel, each on its own grid)
+        run = all(grid) or isinstance(self.module, _KernelSequence)
+        result = self.module.launch(name, grid, block, passed) if run else None
         if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
             result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
         if _RECORDING.get() is not None or not self.sites:  # nothing ran (do_bench) or nothing to print
