@@ -6,7 +6,7 @@ import torch
 
 import tilegcn
 from tilegcn import language as T
-from tilegcn.errors import CompileError
+from tilegcn.errors import ArgumentError, CompileError
 
 
 @tilegcn.jit(out_idx=[1])
@@ -156,3 +156,13 @@ def test_bad_use_is_a_compile_error_at_the_line(body, message):
 def test_alloc_global_outside_a_program():
     with pytest.raises(CompileError, match="outside a @tilegcn.jit kernel"):
         T.alloc_global((4,), "float32")
+
+
+def test_hand_edited_assembly_of_a_program_runs_every_kernel(tmp_path):
+    x = torch.rand(40, 32) + 0.5
+    k = sums_then_scale(40, 32).compile(x, arch="gfx942")
+    path = tmp_path / "program.s"
+    path.write_text(k.asm)  # the merged text, both kernels in it, assembled again as a hand edit would be
+    torch.testing.assert_close(k.with_asm(path)(x), x / x.sum(dim=1, keepdim=True))
+    with pytest.raises(ArgumentError, match="several T.Kernel blocks or T.alloc_global scratch"):
+        k.with_asm(path, verify=True, args=(x,))
