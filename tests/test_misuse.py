@@ -141,7 +141,7 @@ def _grid_scalar_kernel(X, n):
 
 
 
-@misuse(CompileError, r"opens `T.Kernel` exactly once")
+@misuse(CompileError, r"`with T.Kernel\(...\)` inside another T.Kernel block")
 def kernel_nested():
     def body(X, Y):
         with T.Kernel(1):

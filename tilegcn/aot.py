@@ -83,6 +83,10 @@ def _build(tuner, jitfn, calls, archs, work: Path) -> dict:
                 raise ExportError(f"tilegcn export: {jitfn.name} has dynamic sizes ({', '.join(kernel.dynamic)}: "
                                   "T.dynamic), which exported kernels do not support yet; drop T.dynamic (each "
                                   "exported example shape is then a kernel of its own)")
+            if kernel.launches or kernel.scratch:  # the jit's launch runs the blocks in order and allocates scratch
+                raise ExportError(f"tilegcn export: {jitfn.name} has several T.Kernel blocks or T.alloc_global "
+                                  "scratch, which exported kernels do not support yet; export each block as a program "
+                                  "of its own, the scratch a parameter the caller passes")
             if kernel.outputs:  # allocated and returned by the jit's call, which tilegcn.load's kernels do not have
                 raise ExportError(f"tilegcn export: {jitfn.name} returns outputs it allocates "
                                   f"({', '.join(o[0] for o in kernel.outputs)}: out_idx or T.empty), which exported "

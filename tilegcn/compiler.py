@@ -27,6 +27,7 @@ from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
 from .amdgcn.hazards import insert_hazard_nops
+from .amdgcn.multikernel import merge_kernel_asm
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
@@ -46,6 +47,7 @@ from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
+           "lower_program",
            "plan_resources", "check_resources", "run_passes", "run_machine_passes"]
 
 
@@ -329,16 +331,22 @@ def plan_resources(kernel: N.Kernel, options) -> Compilation:
     """The compiler's resource checks made before any statement is lowered: `PASSES` up to `PLAN_LAST` (IR
     verification, software pipelining, the MFMA plan of every T.gemm and the LDS allocation of every pipeline
     stage); a CompileError (ResourceError) names what does not fit. Cheap: tilegcn.autotune's sweep runs it on
-    every config before compiling any."""
-    return run_passes(kernel, options, last=PLAN_LAST)
+    every config before compiling any. A Program (several T.Kernel blocks): each kernel, the last one's Compilation
+    returned."""
+    return _each_kernel(kernel, options, PLAN_LAST)
 
 
 def check_resources(kernel: N.Kernel, options) -> Compilation:
     """Every resource check of the compiler: `PASSES` up to `FEASIBILITY_LAST` (`plan_resources`, then the
     statement lowering, scheduling and register allocation, whose register budget is the last check). `lower`
     runs these very passes first, so a kernel this accepts compiles and one it refuses fails `lower` with the
-    same error: tilegcn.autotune.feasibility is this."""
-    return run_passes(kernel, options, last=FEASIBILITY_LAST)
+    same error: tilegcn.autotune.feasibility is this. A Program: each kernel, as `plan_resources`."""
+    return _each_kernel(kernel, options, FEASIBILITY_LAST)
+
+
+def _each_kernel(kernel, options, last: str) -> Compilation:
+    kernels = kernel.kernels if isinstance(kernel, N.Program) else [kernel]
+    return [run_passes(k, options, last=last) for k in kernels][-1]
 
 
 def _gc_paused(fn):
@@ -365,3 +373,17 @@ def lower(kernel: N.Kernel, options) -> Lowered:
     """Compile a traced kernel with every pass of `PASSES`; `options`: CompileOptions, or an arch name for the
     default options (`lower(kernel, "gfx942")`)."""
     return run_passes(kernel, options).lowered
+
+
+def lower_program(program: N.Program, options) -> Lowered:
+    """Compile a program of several T.Kernel blocks: each kernel through every pass of `PASSES` on its own, then
+    one code object holding them all (amdgcn/multikernel.py). meta.json: the program's `name` and `args` (what a
+    call passes), the first kernel's launch and resources at the top level, and `kernels`, each kernel's own meta
+    with `args` the names of the program's parameters it takes, in launch order."""
+    lowered = [lower(k, options) for k in program.kernels]
+    meta = dict(lowered[0].meta)
+    meta.update(name=program.name, args=[{"name": p.name, "kind": p.kind} for p in program.params],
+                source=program.loc, kernels=[dict(m.meta) for m in lowered])
+    ir = "".join(f"// kernel {k.name} (launch {i} of {len(lowered)}):\n{m.ir or print_kernel(k)}"
+                 for i, (k, m) in enumerate(zip(program.kernels, lowered)))
+    return Lowered(merge_kernel_asm([m.asm for m in lowered]), meta, ir)

@@ -190,6 +190,32 @@ class _SelectArgs:
         return self.module.launch(name, grid, block, [args[i] for i in self.indices])
 
 
+class _KernelSequence:
+    """The loaded code object of a program with several T.Kernel blocks (meta.json's `kernels`): one launch runs
+    each kernel in order, on its own grid (evaluated at the launcher's dynamic sizes) and with the program's
+    arguments it takes, as TileLang launches a prim_func's blocks; a later kernel sees the earlier ones' global
+    writes (launches on one stream, or the emulator, run in order). Returns the last kernel's launch result."""
+
+    __slots__ = ("module", "plan")
+
+    def __init__(self, module, kernels: list, program_args: list, values: dict):
+        self.module = module
+        self.plan = tuple((k["name"], _evaluate_grid(k["grid"], values), tuple(k["block"]),
+                           tuple(program_args.index(a["name"]) for a in k["args"])) for k in kernels)
+
+    def launch(self, name, grid, block, args):
+        result = None
+        for kernel, kernel_grid, kernel_block, indices in self.plan:
+            if all(kernel_grid):  # a dynamic size 0: this kernel has nothing to run
+                result = self.module.launch(kernel, kernel_grid, kernel_block, [args[i] for i in indices])
+        return result
+
+
+def _evaluate_grid(grid, values: dict) -> tuple:
+    """meta.json's grid (ints, or the text of a dynamic-size expression) at the dynamic sizes' `values`."""
+    return tuple(g if isinstance(g, int) else max(_evaluate(g, values), 0) for g in grid)
+
+
 @dataclass
 class PrintedTile:
     """What one `T.print` showed for one workgroup: `msg`, the tile's `name`, the `block` id (bx, by, bz as
@@ -216,7 +242,7 @@ class _SizedArgs:
         self.plan = tuple((True, positional.index(n)) if n in positional else (False, sizes[n]) for n in names)
 
     def launch(self, name, grid, block, args):
-        if all(grid):
+        if all(grid) or isinstance(self.module, _KernelSequence):  # a sequence decides per kernel
             return self.module.launch(name, grid, block, [args[v] if passed else v for passed, v in self.plan])
         return None
 
@@ -228,7 +254,7 @@ class _HiddenArgsModule:
     function. Outputs (`out_idx`, `T.empty`): each launch allocates them (torch.empty) and returns them. T.dynamic
     sizes: `sizes` ({name: value}, fixed per launcher) are passed by value, and the outputs take their shapes."""
 
-    __slots__ = ("module", "kernel", "indices", "sites", "outputs", "sizes")
+    __slots__ = ("module", "kernel", "indices", "sites", "outputs", "scratch", "sizes")
 
     def __init__(self, module, kernel: "CompiledKernel", names: list, sizes=None):
         import torch
@@ -241,6 +267,8 @@ class _HiddenArgsModule:
         values = kernel.dynamic_values_of(self.sizes)
         self.outputs = {n: (_evaluate_shape(shape, values), getattr(torch, dtype))
                         for n, shape, dtype in kernel.outputs}
+        self.scratch = {n: (_evaluate_shape(shape, values), getattr(torch, dtype))
+                        for n, shape, dtype in kernel.scratch}
 
     def launch(self, name, grid, block, args):
         import torch
@@ -253,9 +281,13 @@ class _HiddenArgsModule:
                   for param, site in self.sites.items()}
         outputs = {n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.outputs.items()}
         hidden.update(outputs)
+        # T.alloc_global: fresh scratch per call, uninitialised as in TileLang, never returned
+        hidden.update({n: torch.empty(shape, dtype=dtype, device=device) for n, (shape, dtype) in self.scratch.items()})
         hidden.update(self.sizes)
         passed = [hidden[i] if isinstance(i, str) else args[i] for i in self.indices]
-        result = self.module.launch(name, grid, block, passed) if all(grid) else None  # a size 0: nothing to run
+        # a size 0: nothing to run (a sequence of kernels decides per kernel, each on its own grid)
+        run = all(grid) or isinstance(self.module, _KernelSequence)
+        result = self.module.launch(name, grid, block, passed) if run else None
         if outputs:  # out_idx / T.empty: the call returns them, one tensor or a tuple in order
             result = tuple(outputs.values()) if len(outputs) > 1 else next(iter(outputs.values()))
         if _RECORDING.get() is not None or not self.sites:  # nothing ran (do_bench) or nothing to print
@@ -336,6 +368,12 @@ def _outputs(kernel) -> tuple:
     """(name, shape, torch dtype name) of each parameter a traced kernel returns (out_idx, T.empty), in order."""
     params = {p.name: p for p in kernel.params}
     return tuple((n, tuple(params[n].buffer.shape), params[n].dtype.name) for n in getattr(kernel, "outputs", ()))
+
+
+def _scratch(kernel) -> tuple:
+    """(name, shape, torch dtype name) of each T.alloc_global buffer of a traced kernel or program."""
+    params = {p.name: p for p in kernel.params}
+    return tuple((n, tuple(params[n].buffer.shape), params[n].dtype.name) for n in getattr(kernel, "scratch", ()))
 
 
 def _span(spec) -> int:
@@ -480,7 +518,7 @@ class CompiledKernel:
     """
 
     def __init__(self, fn: "JITFunction", entry, signature: tuple, constants: dict, arch: str, timings: dict,
-                 written=None, prints=(), outputs=(), dynamic=None):
+                 written=None, prints=(), outputs=(), dynamic=None, scratch=()):
         from .ir.types import TensorSpec
         from .language.dynamic import is_symbolic
 
@@ -489,7 +527,7 @@ class CompiledKernel:
         self.dynamic = dict(dynamic or {})
         self.dynamic_tensors = {n for n, spec in zip(fn.arg_names, signature) if isinstance(spec, TensorSpec)
                                 and any(map(is_symbolic, spec.shape + spec.strides))}
-        self.dynamic_tensors |= {n for n, shape, _ in outputs if any(map(is_symbolic, shape))}
+        self.dynamic_tensors |= {n for n, shape, _ in tuple(outputs) + tuple(scratch) if any(map(is_symbolic, shape))}
         self.key = entry.key
         self.metadata = entry.meta
         self.arch = arch
@@ -511,6 +549,9 @@ class CompiledKernel:
         self.printed = []  # after a launch with T.print: one PrintedTile per site and workgroup
         # (name, shape, torch dtype name) per parameter the call allocates and returns (out_idx, T.empty), in order
         self.outputs = tuple(outputs)
+        self.scratch = tuple(scratch)  # (name, shape, torch dtype name) per T.alloc_global buffer: allocated per call
+        # a program of several T.Kernel blocks: each kernel's meta (name, grid, block, args), in launch order
+        self.launches = tuple(entry.meta.get("kernels", ()))
         self._launchers = {}  # (device, grid) -> _Launcher
         self._modules = {}  # device -> the loaded code object
 
@@ -552,9 +593,11 @@ class CompiledKernel:
             names = [a["name"] for a in self.metadata["args"]]
             positional = self.fn.arg_names
             outputs = {}
-            if self.prints or self.outputs:
+            if self.launches:
+                module = _KernelSequence(module, self.launches, names, self.dynamic_values_of(sizes))
+            if self.prints or self.outputs or self.scratch:
                 module = _HiddenArgsModule(module, self, names, sizes)
-                outputs = module.outputs
+                outputs = {**module.outputs, **module.scratch}
             elif sizes:
                 module = _SizedArgs(module, positional, names, sizes)
             elif names and names != list(positional):
@@ -606,7 +649,7 @@ class CompiledKernel:
 
         entry, _ = Cache().get_or_build(key, build)
         edited = CompiledKernel(self.fn, entry, self.signature, self.constants, self.arch, {}, written=self.written,
-                                prints=self.prints, outputs=self.outputs, dynamic=self.dynamic)
+                                prints=self.prints, outputs=self.outputs, dynamic=self.dynamic, scratch=self.scratch)
         if verify:
             report = compare(self, edited, args)
             edited.verification = report
@@ -628,12 +671,14 @@ class CompiledKernel:
 
     def estimate(self, device=None, args=None, **options):
         """The timing model's estimate of one launch on `device` ("MI300X" for gfx942, "MI355X" for gfx950;
-        default: this kernel's arch): see `tilegcn.perfmodel`. `args` default to zero tensors
+        default: this kernel's arch): see `tilegcn.perfmodel`. A program of several T.Kernel blocks: the sum of its
+        launches, in order (a `SequenceEstimate`, `.launches` holding each one's). `args` default to zero tensors
         of the specialised shapes (and 1 for scalars). Options: flops, clock_hz, trace, detail_iterations."""
         import torch
 
         from .amdgcn.arch import TIMING
         from .perfmodel import estimate
+        from .perfmodel.sequence import SequenceEstimate
         from .runtime.emulator import load
 
         if args is None:
@@ -649,11 +694,18 @@ class CompiledKernel:
         if names and names != list(self.fn.arg_names):
             hidden = {site.param: torch.zeros(site.shape, dtype=torch.float32) for site in self.prints}
             hidden.update({n: torch.zeros(_evaluate_shape(shape, values), dtype=getattr(torch, dtype))
-                           for n, shape, dtype in self.outputs})
+                           for n, shape, dtype in self.outputs + self.scratch})
             hidden.update(sizes)
             args = [hidden[n] if n in hidden else args[self.fn.arg_names.index(n)] for n in names]
-        return estimate(module, self.name, grid, self.block, args, device=device or TIMING[self.arch].device,
-                        **options)
+        device = device or TIMING[self.arch].device
+        if not self.launches:
+            return estimate(module, self.name, grid, self.block, args, device=device, **options)
+        # several T.Kernel blocks: each launch estimated in order on the same tensors (a later kernel reads what
+        # the earlier ones wrote), their cycles summed (launches on one stream run one after the other)
+        return SequenceEstimate([
+            estimate(module, k["name"], _evaluate_grid(k["grid"], values), tuple(k["block"]),
+                     [args[names.index(a["name"])] for a in k["args"]], device=device, **options)
+            for k in self.launches])
 
     def __repr__(self):
         return f"<CompiledKernel {self.name} {self.arch} key={self.key[:12]}>"
@@ -1013,7 +1065,8 @@ class JITFunction:
         else:
             self.cache_stats.disk_hits += 1
         kernel = CompiledKernel(self, entry, signature, constants, arch, timings, written=_written_params(kernel),
-                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel), dynamic=dynamic)
+                                prints=getattr(kernel, "prints", ()), outputs=_outputs(kernel), dynamic=dynamic,
+                                scratch=_scratch(kernel))
         return kernel._overridden()  # $TILEGCN_ASM_OVERRIDE/<key>.s, announced
 
     def _described(self, constants: dict) -> dict:
@@ -1030,6 +1083,7 @@ def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds
     (entry, built, timings); `options` name the arch. `described`: meta.json's source, function and constants
     (JSON values), so that a process without the Python function (tilegcn.autotune's compile workers) builds the
     very entry a call would."""
+    from .ir import nodes as N
     from .ir import print_kernel
 
     arch = options.arch
@@ -1042,10 +1096,10 @@ def build_traced(kernel, options: CompileOptions, described: dict, trace_seconds
     timings["key"] = t2 - t1
 
     def build(tmp: Path) -> dict:
-        from .compiler import lower  # only on a miss: a cache hit never imports the lowering passes
+        from .compiler import lower, lower_program  # only on a miss: a cache hit never imports the lowering passes
 
         tb0 = time.perf_counter()
-        lowered = _lower_or_report(lower, kernel, options)
+        lowered = _lower_or_report(lower_program if isinstance(kernel, N.Program) else lower, kernel, options)
         passes = f"{_PASSES_MARKER}{lowered.ir}" if lowered.ir else ""
         (tmp / "kernel.ir").write_text(ir + passes)
         (tmp / "kernel.s").write_text(lowered.asm)
@@ -1113,6 +1167,23 @@ def _entry_problem(ir: str, kernel, arch: str, entry) -> str | None:
     names = [a.get("name") if isinstance(a, dict) else None for a in args] if isinstance(args, list) else None
     if names != [p.name for p in kernel.params]:
         return f"meta.json's args {names} are not the kernel's parameters {[p.name for p in kernel.params]}"
+    return _launches_problem(meta.get("kernels"), getattr(kernel, "kernels", None))
+
+
+def _launches_problem(stored, kernels) -> str | None:
+    """Why meta.json's `kernels` (the launches of a program of several T.Kernel blocks) are not the traced
+    program's, or None; a single-kernel entry has none."""
+    if kernels is None:
+        return None if stored is None else "meta.json lists kernels, the traced program has one T.Kernel block"
+    expected = [{"name": k.name, "grid": grid_json(k.grid), "block": list(k.block),
+                 "args": [p.name for p in k.params]} for k in kernels]
+    try:
+        found = [{"name": m["name"], "grid": m["grid"], "block": m["block"], "args": [a["name"] for a in m["args"]]}
+                 for m in stored]
+    except (TypeError, KeyError):
+        return "meta.json's kernels are not a list of launches"
+    if found != expected:
+        return f"meta.json's kernels {found} are not the traced program's launches {expected}"
     return None
 
 

@@ -316,6 +316,10 @@ def compare(generated, edited, args) -> AsmReport:
     """Run both kernels on copies of `args` on the emulated device and report (see AsmReport)."""
     import torch
 
+    if getattr(generated, "launches", ()) or getattr(generated, "scratch", ()):
+        raise ArgumentError(f"tilegcn: with_asm(verify=True) runs one kernel on the caller's tensors; {generated.name} "
+                            "has several T.Kernel blocks or T.alloc_global scratch: verify by calling the program "
+                            "with the override in place ($TILEGCN_ASM_OVERRIDE) and comparing its outputs")
     outputs, hazard = [], None
     for k in (generated, edited):
         run_on = copies(args)

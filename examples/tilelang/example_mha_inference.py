@@ -3,12 +3,10 @@ examples/flash_decoding/example_mha_inference.py at tile-ai/tilelang commit a350
 
 Mechanical changes only:
 - imports: `tilegcn` and `from tilegcn import language as T`; `tilelang.autotuner` is dropped (unused upstream);
-- upstream's one prim_func holds two `with T.Kernel` blocks that share two `T.alloc_global` scratch buffers (glse and
-  Output_partial). A tilegcn kernel opens T.Kernel once and has no T.alloc_global (docs/refusals.md), so the two
-  blocks are two jitted prim_funcs, `flashattn_split` and `flashattn_combine`, their bodies line for line upstream's,
-  and the scratch buffers are passed between them as the split kernel's outputs (`out_idx=[3, 4]`: allocated by the
-  jit like upstream's Output) and the combine kernel's inputs; `flashattn(...)` returns a callable running both, as
-  upstream's kernel runs its two launches;
+  `@tilelang.jit` -> `@tilegcn.jit`;
+- the prim_func is upstream's, line for line: two `T.alloc_global` scratch buffers (glse, Output_partial) and two
+  `with T.Kernel` blocks (split, then combine) that each call launches in order, the combine kernel reading what
+  the split kernel wrote;
 - `main()` checks the result on CPU tensors of the emulated device with `torch.testing.assert_close` against
   `ref_program` (upstream: the profiler's `assert_allclose` with rtol = atol = 0.01), at a smaller default shape; the
   profiler's timings, `flash_split_ref` (a CUDA-only debugging reference main() never calls) and
@@ -29,8 +27,8 @@ from tilegcn import language as T
 num_split = 4
 
 
-@tilegcn.jit(out_idx=[3, 4])
-def flashattn_split(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N):
+@tilegcn.jit(out_idx=[3])
+def flashattn(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N):
     scale = (1.0 / dim) ** 0.5 * 1.44269504  # log2(e)
     shape_q = [batch, seqlen_q, heads, dim]
     shape_kv = [batch, seqlen_kv, heads, dim]
@@ -39,13 +37,14 @@ def flashattn_split(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, 
     accum_dtype = T.float32
 
     @T.prim_func
-    def flashattn_mha_inference_split(
+    def flashattn_mha_inference(
         Q: T.Tensor(shape_q, dtype),
         K: T.Tensor(shape_kv, dtype),
         V: T.Tensor(shape_kv, dtype),
-        glse: T.Tensor([batch, heads, num_split, seqlen_q], dtype),
-        Output_partial: T.Tensor(part_shape, dtype),  # [batch, seqlen_q, heads, num_split, dim]
+        Output: T.Tensor(shape_q, dtype),
     ):
+        glse = T.alloc_global([batch, heads, num_split, seqlen_q], dtype)
+        Output_partial = T.alloc_global(part_shape, dtype)  # [batch, seqlen_q, heads, num_split, dim]
         # split
         with T.Kernel(T.ceildiv(seqlen_q, block_M), heads * batch, num_split, threads=128) as (bx, by, bz):
             Q_shared = T.alloc_shared([block_M, dim], dtype)
@@ -132,22 +131,6 @@ def flashattn_split(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, 
             T.copy(acc_o, O_shared)
             T.copy(O_shared, Output_partial[bid, mid * block_M : (mid + 1) * block_M, hid, sid, :], disable_tma=True)
 
-    return flashattn_mha_inference_split
-
-
-@tilegcn.jit(out_idx=[2])
-def flashattn_combine(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N):
-    shape_q = [batch, seqlen_q, heads, dim]
-    part_shape = [batch, seqlen_q, heads, num_split, dim]
-    dtype = T.float16
-    accum_dtype = T.float32
-
-    @T.prim_func
-    def flashattn_mha_inference_combine(
-        glse: T.Tensor([batch, heads, num_split, seqlen_q], dtype),
-        Output_partial: T.Tensor(part_shape, dtype),  # [batch, seqlen_q, heads, num_split, dim]
-        Output: T.Tensor(shape_q, dtype),
-    ):
         # combine
         with T.Kernel(T.ceildiv(seqlen_q, block_M), heads, batch, threads=128) as (bx, by, bz):
             po_local = T.alloc_fragment([block_M, dim], dtype)
@@ -188,20 +171,7 @@ def flashattn_combine(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M
             T.copy(o_accum_local, o_shared)
             T.copy(o_shared, Output[bz, bx * block_M : (bx + 1) * block_M, by, :], disable_tma=True)
 
-    return flashattn_mha_inference_combine
-
-
-def flashattn(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N):
-    """Upstream's `flashattn`: a callable `kernel(Q, K, V, **launch) -> Output` running the split kernel, then the
-    combine kernel on its glse / Output_partial."""
-    split = flashattn_split(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N)
-    combine = flashattn_combine(batch, heads, seqlen_q, seqlen_kv, dim, is_causal, block_M, block_N)
-
-    def kernel(Q, K, V, **launch):
-        glse, Output_partial = split(Q, K, V, **launch)
-        return combine(glse, Output_partial, **launch)
-
-    return kernel
+    return flashattn_mha_inference
 
 
 def ref_program(Q, K, V, causal):

@@ -421,6 +421,36 @@ class Kernel:
         return self.block[0] * self.block[1] * self.block[2]
 
 
+@dataclass(eq=False)
+class Program:
+    """A tile program of several `T.Kernel` blocks: one Kernel per block, launched in order on each call (each sees
+    the global writes of those before). `params` are the program's (what a call passes, allocates or returns); each
+    kernel takes the subsequence of them it uses."""
+    name: str
+    params: list
+    kernels: list  # Kernel per T.Kernel block, in program order
+    loc: str | None = None
+
+    @property
+    def body(self) -> list:
+        """Every kernel's statements, in launch order (what the program reads and writes)."""
+        return [s for k in self.kernels for s in k.body]
+
+    @property
+    def buffers(self) -> list:
+        return [p.buffer for p in self.params if p.kind == "tensor"] + [
+            b for k in self.kernels for b in k.buffers if b.scope != GLOBAL]
+
+    @property
+    def grid(self) -> tuple:
+        """The first launch's grid (meta.json's top level; `kernels` there has each launch's)."""
+        return self.kernels[0].grid
+
+    @property
+    def block(self) -> tuple:
+        return self.kernels[0].block
+
+
 def walk(stmts):
     """Every statement, nested bodies (a loop's) included, in program order."""
     for s in stmts:

@@ -84,19 +84,13 @@ class IRPrinter:
 
 
 def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
-    """`layouts` ({fragment Buffer: ir.layout.Layout}, after layout inference) adds each fragment's layout."""
+    """`layouts` ({fragment Buffer: ir.layout.Layout}, after layout inference) adds each fragment's layout. A
+    Program (several T.Kernel blocks): its parameters, then each kernel in launch order."""
+    if isinstance(k, N.Program):
+        head = [f"program {k.name}: {len(k.kernels)} kernels launched in order"] + [_param_line(p) for p in k.params]
+        return "\n".join(head) + "\n" + "".join(print_kernel(kernel, layouts) for kernel in k.kernels)
     out = [f"kernel {k.name} grid={k.grid} block={k.block}"]
-    for p in k.params:
-        if p.kind == "tensor":
-            b = p.buffer
-            out.append(f"  param {p.name}: tensor<{b.dtype.name}> shape={b.shape} strides={b.spec.strides}"
-                       f" aligned16={b.spec.aligned16}")
-        elif p.size_of is not None:
-            tensor, axis, divisor = p.size_of
-            out.append(f"  param {p.name}: dynamic size {p.symbol} = {tensor}.shape[{axis}]"
-                       + (f" / {divisor}" if divisor != 1 else ""))
-        else:
-            out.append(f"  param {p.name}: scalar<{p.dtype.name}>")
+    out += [_param_line(p) for p in k.params]
     for b in k.buffers:
         if b.scope != N.GLOBAL:
             layout = f" layout={layouts[b].describe()}" if layouts and b in layouts else ""
@@ -105,3 +99,15 @@ def print_kernel(k: N.Kernel, layouts: dict | None = None) -> str:
     for s in k.body:
         s.print_to(printer)
     return "\n".join(out + printer.lines) + "\n"
+
+
+def _param_line(p: N.Param) -> str:
+    if p.kind == "tensor":
+        b = p.buffer
+        return (f"  param {p.name}: tensor<{b.dtype.name}> shape={b.shape} strides={b.spec.strides}"
+                f" aligned16={b.spec.aligned16}")
+    if p.size_of is not None:
+        tensor, axis, divisor = p.size_of
+        return f"  param {p.name}: dynamic size {p.symbol} = {tensor}.shape[{axis}]" + (
+            f" / {divisor}" if divisor != 1 else "")
+    return f"  param {p.name}: scalar<{p.dtype.name}>"

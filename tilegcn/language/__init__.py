@@ -2,8 +2,8 @@
 from ..ir.types import (bfloat16, float4_e2m1fn_x2, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz,
                          float16, float32, int8, int16, int32, int64, uint8, uint16)
 from .atomic import atomic_add, atomic_max, atomic_min
-from .builtins import (GemmWarpPolicy, Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_shared, ceildiv,
-                       clear, copy, empty, fill, gemm, print, use_swizzle)
+from .builtins import (GemmWarpPolicy, Kernel, Parallel, Pipelined, Tensor, alloc_fragment, alloc_global, alloc_shared,
+                       ceildiv, clear, copy, empty, fill, gemm, print, use_swizzle)
 from .control import Persistent, Serial, serial
 from .dynamic import dynamic, symbolic
 from .elementwise import (Cast, abs, cast, clamp, erf, exp, exp2, if_then_else, infinity, log, log2, max, max_value,
@@ -18,8 +18,8 @@ from .tracer import trace
 
 float = float32  # noqa: A001 - TileLang's spelling of float32 (`T.float`)
 
-__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc_shared", "ceildiv", "clear", "copy",
-           "empty", "fill", "gemm", "GemmWarpPolicy", "print", "use_swizzle", "trace",
+__all__ = ["Kernel", "Parallel", "Pipelined", "Tensor", "alloc_fragment", "alloc_global", "alloc_shared", "ceildiv",
+           "clear", "copy", "empty", "fill", "gemm", "GemmWarpPolicy", "print", "use_swizzle", "trace",
            "abs", "max", "min", "clamp", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
            "if_then_else", "cast", "Cast", "infinity", "max_value", "min_value",
            "reduce_sum", "reduce_max", "reduce_min", "reduce_absmax", "reduce_abssum", "cumsum",

@@ -15,7 +15,7 @@ from ..errors import CompileError, user_location
 from ..ir import nodes as N
 from ..ir.types import TensorSpec, float32
 from .proxies import BufferProxy, IndexProxy, RegionRef, ScalarProxy
-from .tracer import TensorAnnotation, current
+from .tracer import KernelBlock, TensorAnnotation, current
 
 Tensor = TensorAnnotation
 
@@ -159,7 +159,9 @@ def Kernel(*grid, threads: int = 128):
     """`with T.Kernel(gx, gy=1, gz=1, threads=N) as (bx, by):` opens the kernel body.
 
     Yields one block-id symbol per grid dimension given (a single symbol for a 1-d grid). `threads` is a
-    multiple of 64 (the wave size), at most 1024; a kernel opens `T.Kernel` exactly once. TileLang's
+    multiple of 64 (the wave size), at most 1024. A program may hold several blocks one after the other (not
+    nested), as TileLang's flash decoding does: each is a kernel and a launch of its own, run in program order, a
+    later one seeing the earlier ones' global writes (`T.alloc_global` scratch hands data over). TileLang's
     `threads=(x, y)` / `(x, y, z)` gives a workgroup of x * y * z threads (tilegcn's tile ops spread work over the
     workgroup's threads in one linear order, x fastest, so the split into dimensions changes nothing else).
 
@@ -174,8 +176,10 @@ def Kernel(*grid, threads: int = 128):
     """
     tracer = current()
     loc = user_location()
-    if tracer.kernel_info is not None or tracer.bodies:
-        raise CompileError("a tilegcn kernel opens `T.Kernel` exactly once", location=loc)
+    if tracer.bodies:
+        raise CompileError("`with T.Kernel(...)` inside another T.Kernel block: a T.Kernel block is one grid launch; "
+                           "close the first block before opening the next (several blocks run in program order)",
+                           location=loc)
     if not 1 <= len(grid) <= 3:
         raise CompileError(f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", location=loc)
     arch = get_arch(tracer.arch)
@@ -186,6 +190,7 @@ def Kernel(*grid, threads: int = 128):
     sizes = _grid_sizes(grid, threads)
     ids = tuple(sympy.Symbol(n, integer=True, nonnegative=True) for n in ("bx", "by", "bz"))
     body: list = []
+    first_buffer = len(tracer.buffers)  # the buffers this block allocates follow
     tracer.bodies.append(body)
     try:
         proxies = tuple(IndexProxy.of(s, f"the block index {s}") for s in ids[: len(grid)])
@@ -194,7 +199,8 @@ def Kernel(*grid, threads: int = 128):
     finally:
         tracer.bodies.pop()
         tracer.grid_ids = ()
-    tracer.kernel_info = (sizes, (threads, 1, 1), ids, body, loc)
+    local = [b for b in tracer.buffers[first_buffer:] if b.scope != N.GLOBAL]  # T.alloc_global stays the program's
+    tracer.kernel_blocks.append(KernelBlock(sizes, (threads, 1, 1), ids, body, loc, local))
 
 
 def empty(shape, dtype):
@@ -239,6 +245,60 @@ def empty(shape, dtype):
     tracer.params.append(N.Param(name, "tensor", spec.dtype, buffer=buf))
     tracer.buffers.append(buf)
     tracer.empties.append(buf)
+    return BufferProxy(buf)
+
+
+def alloc_global(shape, dtype, scope="global"):
+    """Scratch global memory for the program (TileLang's spelling): `glse = T.alloc_global(shape, dtype)`. tilegcn
+    allocates it at each call (torch.empty on the inputs' device: uninitialised, as in TileLang) and passes it to
+    every `T.Kernel` block that uses it; the call does not return it. Its main use is handing data from one
+    `T.Kernel` block to the next: the blocks launch in program order, each sees the global writes of those before.
+    Call it inside the program, outside or inside a T.Kernel block.
+
+    Example:
+
+    ```python
+    @tilegcn.jit(out_idx=[1])
+    def twice_then_add_one(N, block=64):
+        @T.prim_func
+        def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+            tmp = T.alloc_global((N,), "float32")          # scratch: the first kernel writes it, the second reads
+            with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+                x = T.alloc_fragment((block,), "float32")
+                T.copy(X[bx * block], x)
+                for i in T.Parallel(block):
+                    x[i] = x[i] * 2.0
+                T.copy(x, tmp[bx * block])
+            with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+                y = T.alloc_fragment((block,), "float32")
+                T.copy(tmp[bx * block], y)
+                for i in T.Parallel(block):
+                    y[i] = y[i] + 1.0
+                T.copy(y, Y[bx * block])
+        return main
+
+    x = torch.randn(100)
+    assert torch.equal(twice_then_add_one(100)(x), x * 2 + 1)
+    ```
+    """
+    from .elementwise import program_dtype
+    from .tracer import contiguous_spec
+
+    tracer = current()
+    loc = user_location()
+    if scope != "global":
+        raise CompileError(f"T.alloc_global(scope={scope!r}): only scope \"global\" is global memory; use "
+                           "T.alloc_shared / T.alloc_fragment for the other scopes", location=loc)
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(_size(s, f"T.alloc_global shape {tuple(dims)}: dimension {axis}") for axis, s in enumerate(dims))
+    if any(isinstance(s, int) and s <= 0 for s in shape):
+        raise CompileError(f"T.alloc_global shape {shape} must be positive", location=loc)
+    spec = contiguous_spec(shape, program_dtype(dtype))
+    name = tracer.name_from_source(loc, "scratch")
+    buf = N.Buffer(name, N.GLOBAL, spec.dtype, shape, spec=spec, param_index=len(tracer.params), loc=loc)
+    tracer.params.append(N.Param(name, "tensor", spec.dtype, buffer=buf))
+    tracer.buffers.append(buf)
+    tracer.scratch.append(buf)
     return BufferProxy(buf)
 
 

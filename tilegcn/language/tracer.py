@@ -6,6 +6,7 @@ innermost open body. Every statement remembers the user's file:line for later er
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import linecache
@@ -81,13 +82,26 @@ class TensorAnnotation:
                         f"from argument {seen[1]}")
 
 
+@dataclasses.dataclass
+class KernelBlock:
+    """One closed `with T.Kernel(...)` block: its launch, its statements and the buffers it allocated (shared,
+    fragment; a T.alloc_global inside it is the program's)."""
+    grid: tuple
+    block: tuple
+    block_ids: tuple
+    body: list
+    loc: str | None
+    local_buffers: list
+
+
 class Tracer:
     def __init__(self, name: str):
         self.name = name
         self.params: list[N.Param] = []
         self.buffers: list[N.Buffer] = []
         self.bodies: list[list] = []
-        self.kernel_info = None  # (grid, block, block_ids, body, loc)
+        self.kernel_blocks: list = []  # KernelBlock per `with T.Kernel(...)`, in program order
+        self.scratch: list = []  # the global buffers T.alloc_global declared (allocated per call, not returned)
         self.parallel = None  # (extents, indices) inside T.Parallel
         self.grid_ids = ()  # (size, block-id symbol) per grid dimension given to T.Kernel, while it is open
         self.prints: list = []  # PrintSite per T.print call, in program order (hidden output tensors)
@@ -393,16 +407,73 @@ def trace(fn, args: list, constants: dict, arch: str, out_idx: tuple = (), dynam
         raise _as_program_error(e) from e
     finally:
         _state.tracer = previous
-    if tracer.kernel_info is None:
+    if not tracer.kernel_blocks:
         raise CompileError(f"{fn.__name__} never opened `with T.Kernel(...)`",
                            location=f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}")
-    grid, block, block_ids, body, loc = tracer.kernel_info
-    body = unroll_fragment_loops(body)  # a fragment indexed by a loop variable needs a constant there
-    kernel = N.Kernel(assembler_symbol(fn.__name__), tracer.params, tracer.buffers, grid, block, block_ids, body,
-                      loc=loc)
+    if len(tracer.kernel_blocks) == 1:
+        blk = tracer.kernel_blocks[0]
+        body = unroll_fragment_loops(blk.body)  # a fragment indexed by a loop variable needs a constant there
+        kernel = N.Kernel(assembler_symbol(fn.__name__), tracer.params, tracer.buffers, blk.grid, blk.block,
+                          blk.block_ids, body, loc=blk.loc)
+        kernels = [kernel]
+    else:
+        _check_block_allocations(tracer)
+        kernels = [_block_kernel(tracer, fn.__name__, i, blk) for i, blk in enumerate(tracer.kernel_blocks)]
+        kernel = N.Program(assembler_symbol(fn.__name__), tracer.params, kernels, loc=tracer.kernel_blocks[0].loc)
     kernel.prints = tuple(tracer.prints)  # host side of T.print: what to show after a launch (not in the IR)
     # what the call returns, in order: the out_idx parameters, then the T.empty buffers the program returns
     kernel.outputs = tuple(params[i].name for i in out_idx) + _returned_empties(fn, tracer, returned)
-    _check_fragment_budgets(kernel, arch)
+    kernel.scratch = tuple(buf.name for buf in tracer.scratch)  # T.alloc_global: allocated per call, not returned
+    for k in kernels:
+        _check_fragment_budgets(k, arch)
     _check_written_tensors(kernel)
     return kernel
+
+
+def _check_block_allocations(tracer: Tracer) -> None:
+    """With several T.Kernel blocks, a shared or fragment buffer lives in one kernel's LDS or registers: it must be
+    allocated inside the block that uses it."""
+    local = {id(b) for blk in tracer.kernel_blocks for b in blk.local_buffers}
+    for buf in tracer.buffers:
+        if buf.scope != N.GLOBAL and id(buf) not in local:
+            raise CompileError(f"{buf.scope} buffer {buf.name} is allocated outside the program's T.Kernel blocks; "
+                               "with several blocks each is a kernel of its own: allocate it inside the `with "
+                               "T.Kernel(...)` block that uses it", location=buf.loc)
+
+
+def _block_kernel(tracer: Tracer, name: str, index: int, blk: KernelBlock) -> N.Kernel:
+    """The Kernel of one of several T.Kernel blocks: named `<program>_kernel<index>`, taking the program's tensor
+    parameters its statements use (in the program's order) and every scalar one."""
+    body = unroll_fragment_loops(blk.body)
+    used = _global_buffers(body)
+    params = [p for p in tracer.params if p.kind != "tensor" or id(p.buffer) in used]
+    buffers = [p.buffer for p in params if p.kind == "tensor"] + list(blk.local_buffers)
+    return N.Kernel(assembler_symbol(f"{name}_kernel{index}"), params, buffers, blk.grid, blk.block, blk.block_ids,
+                    body, loc=blk.loc)
+
+
+def _global_buffers(stmts: list) -> set:
+    """id() of every global buffer the statements (and their expressions and nested bodies) refer to: the fields
+    of the IR's dataclasses, followed down to the buffers."""
+    found, seen = set(), set()
+
+    def visit(x):
+        if isinstance(x, N.Buffer):
+            if x.scope == N.GLOBAL:
+                found.add(id(x))
+            return
+        if isinstance(x, (str, int, float, sympy.Basic)) or x is None or id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, (list, tuple, set, frozenset)):
+            for item in x:
+                visit(item)
+        elif isinstance(x, dict):
+            for item in x.values():
+                visit(item)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                visit(getattr(x, f.name))
+
+    visit(stmts)
+    return found

@@ -11,6 +11,7 @@ from ..errors import ArgumentError
 from ..ir.types import DTYPES
 from ..runtime.emulator import load
 from .grid import estimate
+from .sequence import SequenceEstimate
 
 _PARAM = re.compile(r"^\s*param (\w+): (?:tensor<(\w+)> shape=\(([^)]*)\) strides=\(([^)]*)\)|scalar<(\w+)>)", re.M)
 
@@ -41,5 +42,11 @@ def estimate_entry(entry, device=None, **options):
                             "entry records no shape to estimate it at: estimate it from Python with "
                             "CompiledKernel.estimate(args=...) on tensors of the sizes you want", location="")
     module = load(entry.hsaco_path, arch=meta["arch"])
+    device = device or TIMING[meta["arch"]].device
+    if "kernels" in meta:  # a program of several T.Kernel blocks: its launches in order, summed
+        args = dict(zip((a["name"] for a in meta["args"]), entry_args(entry)))
+        return SequenceEstimate([estimate(module, k["name"], tuple(k["grid"]), tuple(k["block"]),
+                                          [args[a["name"]] for a in k["args"]], device=device, **options)
+                                 for k in meta["kernels"]])
     return estimate(module, meta["name"], tuple(meta["grid"]), tuple(meta["block"]), entry_args(entry),
-                    device=device or TIMING[meta["arch"]].device, **options)
+                    device=device, **options)

@@ -92,9 +92,12 @@ def recording_launches():
 
 
 class Program:
-    """A kernel's instructions bound to its descriptor: handlers indexed by instruction number."""
+    """A kernel's instructions bound to its descriptor: handlers indexed by instruction number. The other kernels'
+    code (each from its entry to the next kernel's entry or the end; `entries`: every kernel's entry address in the
+    code object) is not bound, and faults if reached: a code object of several kernels (a program of several T.Kernel
+    blocks) would otherwise bind every kernel's code for each launch."""
 
-    def __init__(self, name, arch, kernel, instrs, device):
+    def __init__(self, name, arch, kernel, instrs, device, entries=()):
         self.name = name
         self.arch = arch
         self.descriptor = kernel.descriptor
@@ -106,7 +109,10 @@ class Program:
         self.entry_index = addr_index[kernel.entry_address]
         self.ctx = Ctx(arch, kernel.descriptor, addr_index, device)
         regions = index_regions(instrs)
-        bound = [_bind(ins, i, self.ctx, regions.get(i, ())) for i, ins in enumerate(instrs)]
+        others = _other_kernels_code(self.entry_index, [addr_index[a] for a in entries if a in addr_index],
+                                     len(instrs))
+        bound = [(fault_handler(ins, i, f"execution left kernel {name!r} (this instruction is another kernel's)"), None)
+                 if i in others else _bind(ins, i, self.ctx, regions.get(i, ())) for i, ins in enumerate(instrs)]
         self.handlers = [h for h, _ in bound]
         # instruction index -> why it cannot run (it faults if reached); see coverage.py
         self.unsupported = {i: why for i, (_, why) in enumerate(bound) if why}
@@ -118,6 +124,15 @@ class Program:
         self.recent = RecentWrites(self.handlers, instrs, arch, kernel.descriptor.accum_offset)
         self.reg_name = self.ctx.reg_name
         self.sreg_name = self.ctx.sreg_name
+
+
+def _other_kernels_code(entry: int, starts: list, end: int) -> set:
+    """Instruction indices of the other kernels of a code object: each from its entry to the next kernel's entry (or
+    the end). Code before the first entry (a device function) stays bound for every kernel; so does all of a
+    single-kernel object."""
+    starts = sorted(set(starts))
+    spans = zip(starts, starts[1:] + [end])
+    return {i for first, stop in spans if first != entry for i in range(first, stop)}
 
 
 def _bind(ins, index, ctx, gpr_index=()):
@@ -182,7 +197,8 @@ class Module:
         with _LOCK:
             prog = _BOUND.get(key)
             if prog is None:
-                prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device)
+                entries = [k.entry_address for k in self.kernels.values()]
+                prog = _BOUND[key] = Program(name, self.arch, self.kernels[name], self.instrs, device, entries)
         return prog
 
     def launch(self, kernel_name, grid=(1, 1, 1), block=(64, 1, 1), args=(), shared_mem=0, kernarg=None,

@@ -22,6 +22,8 @@ kept per program.
 """
 from __future__ import annotations
 
+import functools
+
 from ...amdgcn.isa_table import TABLE, HazardRoles
 from .decode import EXEC_HI, EXEC_LO, VCC_HI, VCC_LO, Reg
 from .state import Fault
@@ -79,6 +81,7 @@ def _union(groups) -> dict:
     return {kind: frozenset(regs) for kind, regs in out.items()}
 
 
+@functools.lru_cache(maxsize=None)  # a pure lookup, asked per instruction of every program bound
 def table_roles(base: str, suffix: str) -> HazardRoles:
     """The instruction table's hazard roles of a decoded instruction (its base name and encoding suffix, as
     decode.Instr has them). One the table lacks (hand-written assembly the emulator also runs: asm overrides, its
