@@ -92,3 +92,58 @@ def test_a_gfx950_mfma_holds_packed_f32_ops_past_its_end():
     packed = _cycles([mfma, "v_pk_mul_f32 v[40:41], v[42:43], v[44:45]"], "gfx950")
     # the wave ends when the MFMA has left the pipe (32 clk) or s_endpgm's slot, after its last op's, has passed
     assert packed - plain == (8 + 3) * 4 + 2 * 4 - 32
+
+
+# ---- LDS and vector memory paths ---------------------------------------------------------------------------------
+def _last_issue(events, wave, prefix):
+    return max(e["ts"] for e in events if e.get("ph") == "X" and e.get("tid") == wave and e["name"].startswith(prefix))
+
+
+def test_the_two_simds_of_a_pair_share_the_lds_fifo_in_turn(tmp_path):
+    # two waves, on SIMDs 0 and 1 (one LDS port), each with 32 conflict-free ds_read_b128: the FIFO hands its entries
+    # out in arrival order, so both finish their reads together instead of SIMD 0 draining its reads first
+    body = "\n".join(["v_and_b32 v1, 63, v0", "v_lshlrev_b32 v1, 4, v1"] + ["ds_read_b128 v[2:5], v1"] * 32
+                     + ["s_waitcnt lgkmcnt(0)", "s_endpgm"])
+    mod = module(body, arch="gfx950", vgprs=16, lds=1024, max_threads=128)
+    path = tmp_path / "trace.json"
+    estimate(mod, "k", (1, 1, 1), (128, 1, 1), [torch.zeros(16, dtype=torch.int32)], device="MI355X", trace=str(path))
+    events = __import__("json").loads(path.read_text())["traceEvents"]
+    per_read = 1024 / TIMING["gfx950"].lds_port_read_bytes_per_clk  # one wave's b128 read on the port
+    assert abs(_last_issue(events, 0, "ds@") - _last_issue(events, 1, "ds@")) <= 2 * per_read
+
+
+def _loads(n):
+    lines = ["s_load_dwordx2 s[4:5], s[0:1], 0", "v_lshlrev_b32 v1, 4, v0", "s_waitcnt lgkmcnt(0)",
+             "s_mov_b32 s8, s4", "s_and_b32 s9, s5, 0xffff", "s_mov_b32 s10, 0x7fffffff", "s_mov_b32 s11, 0x20000"]
+    lines += [f"buffer_load_dwordx4 v[2:5], v1, s[8:11], 0 offen offset:{1024 * (k % 4)}" for k in range(n)]
+    return "\n".join(lines + ["s_waitcnt vmcnt(0)", "s_endpgm"])
+
+
+def test_gfx950_b128_reads_are_served_in_the_phases_hipkittens_measured():
+    from tilegcn.amdgcn.arch import get_arch
+    from tilegcn.runtime.emulator.stats import bank_conflicts
+
+    arch = get_arch("gfx950")
+
+    def conflicts(a, b):
+        """Lane b reads the next dword of lane a's bank (256 B on); every other lane a bank of its own."""
+        addr = torch.arange(64, dtype=torch.int64) * 16
+        addr[b] = addr[a] + 256
+        return bank_conflicts(addr.view(1, 64), None, 16, arch.lds_banks, arch.lds_read_phases[16])
+
+    # S21p (MI355X, rocprofv3 bank-conflict counts for each pair of lanes): lanes 0 and 12 share a phase, lanes 0
+    # and 4 do not (runs of 16 consecutive lanes would put 0 and 4 together)
+    assert conflicts(0, 12) == 1 and conflicts(0, 4) == 0 and conflicts(4, 8) == 1 and conflicts(0, 32) == 0
+
+
+def test_the_mi355x_clock_rises_as_the_simds_idle():
+    t = TIMING["gfx950"]
+    assert t.clock_at(t.clock_busy_ref) == t.clock_hz
+    # S19's a16w16 table: 57 % MFMA efficiency (v4) ran at 1.86 GHz, 99 % (v8) at 1.55 GHz
+    assert t.clock_at(0.99) < t.clock_hz < t.clock_at(0.57) <= t.peak_clock_hz
+    assert TIMING["gfx942"].clock_at(0.5) == TIMING["gfx942"].clock_hz  # no such data for MI300X: one clock
+    # a kernel of loads alone leaves the MFMA pipes idle: its seconds are at the clock of an idle SIMD
+    est = estimate(module(_loads(4), arch="gfx950", vgprs=8, sgprs=16), "k", (1, 1, 1), (64, 1, 1),
+                   [torch.zeros(4096, dtype=torch.int32)], device="MI355X")
+    assert est.breakdown["mfma_busy_pct"] == 0 and est.clock_hz == t.clock_at(est.breakdown["valu_busy_pct"] / 100)
+    assert est.clock_hz > t.clock_hz

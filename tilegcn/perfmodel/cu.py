@@ -36,7 +36,7 @@ INF = float("inf")
 STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe", "trans_result")
 # what each wave keeps busy (clk; bytes for vmem_bytes), counted per wave so that fast-forwarded trips
 # extrapolate them at the steady loop's rate, like the stalls
-BUSY = ("mfma_busy", "tcp_busy", "lds_busy", "vmem_bytes")
+BUSY = ("mfma_busy", "valu_busy", "tcp_busy", "lds_busy", "vmem_bytes")
 
 
 class Wave:
@@ -68,6 +68,7 @@ class CuResult:
     vmem_bytes: float  # (extrapolated)
     skipped_trips: int
     events: list = field(default_factory=list)
+    valu_busy: float = 0.0  # clk of VALU issue, summed over the SIMDs (extrapolated)
 
 
 def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
@@ -143,6 +144,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                     continue
                 if kind == "trans":
                     _write_trans(w, op, now + t.trans_clk, now)
+                w.acc["valu_busy"] += slot
             elif kind == "vmem":
                 blocked = vmem.blocked_until(now)
                 if blocked is not None:
@@ -155,7 +157,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 w.vm.append(max(done, w.vm[-1]) if w.vm else done)
             elif kind == "ds":
                 port = ports[s // 2 % len(ports)]
-                blocked = port.blocked_until(now)
+                blocked = port.blocked_until(now, w.id)
                 if blocked is not None:
                     w.acc["lds_issue"] += blocked - now
                     w.ready = blocked
@@ -228,6 +230,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
         busy[w.simd] += acc["mfma_busy"]
     total = {k: sum(acc[k] for acc in per_wave) for k in BUSY}
     return CuResult(cycles=end + extra, simulated_cycles=end, per_wave=per_wave, mfma_busy=busy,
+                    valu_busy=total["valu_busy"],
                     lds_busy=total["lds_busy"], tcp_busy=total["tcp_busy"], vmem_bytes=total["vmem_bytes"],
                     skipped_trips=max((sum(n for n, _, _ in w.skipped) for w in waves), default=0),
                     events=events if events is not None else [])

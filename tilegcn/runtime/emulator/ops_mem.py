@@ -541,7 +541,7 @@ def _ds(ins, b, index):
                 if bool(mis.any()):
                     row, ln = first_true(mis)
                     raise Fault(f"{base} needs a {align}-byte aligned LDS address, got {int(addr[row, ln])}", row, ln)
-            _count_conflicts(m, conflict_cache[k], addr, ex, size)
+            _count_conflicts(m, conflict_cache[k], addr, ex, size, is_read)
             first = wg_base + addr
             if ex is not None:
                 first = torch.where(ex, first, lds.dummy)
@@ -612,9 +612,9 @@ def _ds(ins, b, index):
     return Handler(ins, index, run, "ds", b, queue="ds")
 
 
-def _count_conflicts(m, cache, addr, ex, size):
-    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns:
-    a loop re-issues the same LDS addresses every iteration."""
+def _count_conflicts(m, cache, addr, ex, size, is_read=False):
+    """Bank conflicts of one access (stats.bank_conflicts, in the arch's measured phases for reads that have
+    them), remembering the last few address patterns: a loop re-issues the same LDS addresses every iteration."""
     for i, (a, e, count) in enumerate(cache):
         if a.shape == addr.shape and (e is None) == (ex is None) and torch.equal(a, addr) and \
                 (e is None or torch.equal(e, ex)):
@@ -622,7 +622,8 @@ def _count_conflicts(m, cache, addr, ex, size):
                 cache.insert(0, cache.pop(i))
             break
     else:
-        count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
+        phases = m.arch.lds_read_phases.get(size) if is_read else None
+        count = bank_conflicts(addr, ex, size, m.arch.lds_banks, phases)
         cache.insert(0, (addr, ex, count))
         del cache[4:]
     if m.tracer is not None:
