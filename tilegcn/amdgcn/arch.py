@@ -497,14 +497,15 @@ class Timing:
     l2_refetch_per_gap: float
     hbm_bytes_per_s: float  # S13, S10
     launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing-sources §5)
-    # The clock follows power: the less the MFMA pipes work, the faster it runs. clock = clock_hz + clock_slope_hz x
-    # (clock_busy_ref - MFMA pipe busy share), at most peak_clock_hz (timing-sources §1; 0: one clock per card)
+    # The clock follows power: the less the SIMDs work, the faster it runs. clock = clock_hz + clock_slope_hz x
+    # (clock_busy_ref - busy share), at most peak_clock_hz (timing-sources §1; slope 0: one clock per card)
     clock_busy_ref: float = 1.0
     clock_slope_hz: float = 0.0
 
-    def clock_at(self, mfma_busy: float) -> float:
-        """The sustained clock of a kernel whose MFMA pipes are busy `mfma_busy` (0..1) of the time."""
-        return min(self.peak_clock_hz, self.clock_hz + self.clock_slope_hz * (self.clock_busy_ref - mfma_busy))
+    def clock_at(self, busy: float) -> float:
+        """The sustained clock of a kernel whose SIMDs are busy `busy` (0..1) of the time: the timing model passes
+        the MFMA pipes' busy share plus the VALU's issue share (perfmodel/grid.py)."""
+        return min(self.peak_clock_hz, self.clock_hz + self.clock_slope_hz * (self.clock_busy_ref - busy))
 
 
 TIMING = {

@@ -13,7 +13,7 @@ instruction can issue in its SIMD's next slot (4 clk later), except:
   for N + 1 slots) - so a dependent chain costs what the hazard table makes the compiler insert.
 - a transcendental VALU op takes one issue slot like any VALU op, and its result is ready `trans_clk` after
   issue (LLVM's gfx942/gfx950 model, S6: WriteTrans32 holds HWVALU 1 quad-cycle, latency 4 quad-cycles; checked
-  with llvm-mca, tests/test_perfmodel_trans.py): a later vector instruction of the wave that reads it waits
+  with llvm-mca, tests/test_perfmodel_issue.py): a later vector instruction of the wave that reads it waits
   (the hardware interlocks: S7's TransForwardingHazard asks only 1 wait state of the code). Independent
   instructions issue meanwhile (aiter's FAv3 issues 3 v_exp_f32 between its MFMAs).
 - a taken branch adds `branch_taken_clk`.

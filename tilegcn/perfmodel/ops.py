@@ -27,7 +27,6 @@ class Op:
     kind: str  # valu, trans, mfma, salu, smem, vmem, ds, branch, waitcnt, nop, barrier, setprio, end, other
     category: str | None  # issue category, None for sequencer-only instructions
     passes: int = 0  # MFMA
-    coexec: bool = True  # MFMA: other VALU ops may issue while it runs (not the f32/f64 MFMAs, S9)
     valu_hold: int = 0  # MFMA: clk after its issue before any VALU op of its SIMD may issue (S9, S33)
     pk_hold: int = 0  # MFMA: the same for packed-f32 VALU ops and dot products (S33)
     packed_f32: bool = False  # VALU: v_pk_{add,fma,mul}_f32, v_pk_mov_b32 or a v_dot*: held longer by an MFMA
@@ -123,8 +122,7 @@ def _mfma(ins, passes, flops) -> Op:
     else:
         hold = 1 + max(src) // 16
         pk = passes + 2 + (src[0] >= 16)
-    return Op("mfma", "valu", passes=passes, coexec=coexecutes(base), flops=flops, vreads=_vgprs(ops[1:]),
-              valu_hold=4 * hold, pk_hold=4 * pk)
+    return Op("mfma", "valu", passes=passes, flops=flops, vreads=_vgprs(ops[1:]), valu_hold=4 * hold, pk_hold=4 * pk)
 
 
 def _vgprs(operands) -> frozenset:
