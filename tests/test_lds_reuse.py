@@ -132,8 +132,4 @@ def test_the_accumulator_goes_into_padded_rows_of_c_shared_with_few_bank_conflic
     monkeypatch.setenv("TILEGCN_CACHE_DIR", str(cache_dir / "unpadded"))  # a compile of its own
     gemm_c_through_shared.cache_clear()
     unpadded = _c_copy_conflicts(arch)
-    # the 16-byte reads of padded rows: conflict-free on gfx942; on gfx950 2-way in some phases, as the lanes of a
-    # ds_read_b128 phase are the ones HipKittens measured (Arch.lds_read_phases), still far fewer cycles in all
-    reads = padded.get("ds_read_b128", 0)
-    assert (reads == 0 if arch == "gfx942" else reads <= padded["ds_write_b64"])
-    assert 10 * (padded["ds_write_b64"] + reads) < unpadded["ds_write_b64"] + unpadded.get("ds_read_b128", 0)
+    assert padded.get("ds_read_b128", 0) == 0 and 10 * padded["ds_write_b64"] < unpadded["ds_write_b64"]

@@ -147,3 +147,17 @@ def test_the_mi355x_clock_rises_as_the_simds_idle():
                    [torch.zeros(4096, dtype=torch.int32)], device="MI355X")
     assert est.breakdown["mfma_busy_pct"] == 0 and est.clock_hz == t.clock_at(est.breakdown["valu_busy_pct"] / 100)
     assert est.clock_hz > t.clock_hz
+
+
+def test_the_timing_model_charges_gfx950_b128_reads_in_the_measured_phases():
+    # 32 ds_read_b128 of one wave, lane i at 16 i, except lane `moved` at lane 0's bank one row on (where lane 16
+    # reads): lane 12, in lane 0's phase (S21p), costs each read a conflict cycle; lane 4, in lane 16's phase, none
+    # (a broadcast), as if no lane had moved (lane 99)
+    def cycles(moved):
+        body = "\n".join(["v_and_b32 v1, 63, v0", "v_lshlrev_b32 v1, 4, v1", f"v_cmp_eq_u32 vcc, {moved}, v0",
+                          "v_mov_b32 v6, 0x100", "v_cndmask_b32 v1, v1, v6, vcc"] + ["ds_read_b128 v[2:5], v1"] * 32
+                         + ["s_waitcnt lgkmcnt(0)", "s_endpgm"])
+        mod = module(body, arch="gfx950", vgprs=16, lds=1024)
+        return estimate(mod, "k", (1, 1, 1), (64, 1, 1), [torch.zeros(16, dtype=torch.int32)], device="MI355X").cycles
+
+    assert cycles(4) == cycles(99) < cycles(12)

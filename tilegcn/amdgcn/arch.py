@@ -212,7 +212,8 @@ class Arch:
     lowp_mfma_hazards: MfmaHazards | None = None
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
     # LDS reads whose lanes are served in measured phases rather than in runs of consecutive lanes: bytes per lane ->
-    # the phase of each of the 64 lanes (the emulator's bank-conflict model, runtime/emulator/stats.py)
+    # the phase of each of the 64 lanes. The timing model counts bank conflicts in them; the emulator's launch
+    # statistics keep consecutive runs, the model tilegcn's LDS layouts are planned against (passes/gemm_plan.py)
     lds_read_phases: dict = field(default_factory=dict)
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False

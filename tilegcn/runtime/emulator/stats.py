@@ -1,8 +1,9 @@
 """Per-launch statistics of the emulated device, and the LDS bank-conflict model.
 
 Bank-conflict model (one DS instruction, one wave): a DS access of B bytes per lane is served in
-phases of max(1, banks*4 // B) consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks), or in the
-phases the arch table gives for reads of that width (Arch.lds_read_phases: gfx950's ds_read_b128, measured).
+phases of max(1, banks*4 // B) consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks). Given
+`lane_phases`, in those instead: the timing model's count of gfx950's ds_read_b128 uses the phases HipKittens
+measured (Arch.lds_read_phases; ops_mem._count_conflicts), the launch statistics keep consecutive lanes.
 Within a phase every active lane touches the dwords covering its B bytes; a dword lies in bank
 (dword_address % banks) of 4-byte banks (banks = arch.lds_banks). The phase costs one extra cycle for
 each further DISTINCT dword address that lands in its busiest bank: extra = max over banks of
