@@ -1,10 +1,10 @@
-"""The timing model's issue rules for VALU work beside MFMAs, each against its outside source: transcendental ops
+"""The timing model's rules that foreign kernels showed wrong, each against its outside source: transcendental ops
 (LLVM's gfx942/gfx950 scheduling model, read with llvm-mca), VALU co-execution under an MFMA (AMD's Matrix
-Instruction Calculator, S9) and the VALU hold after a gfx950 MFMA (S33). aiter's FAv3 attention overlaps its
-softmax (v_exp_f32, v_pk_mul_f32) with its MFMAs this way."""
+Instruction Calculator, S9), the VALU hold after a gfx950 MFMA (S33), gfx950's ds_read_b128 phases (S21p), the LDS
+FIFO of a SIMD pair and the MI355X clock (S19). aiter's FAv3 attention overlaps its softmax (v_exp_f32,
+v_pk_mul_f32) with its MFMAs; the Gluon GEMMs read LDS in padded rows (docs/timing.md, foreign kernels)."""
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -29,13 +29,17 @@ def _cycles(lines, arch):
 
 def _mca(arch, mnemonic_line):
     """(latency, reciprocal throughput) llvm-mca gives the instruction, in LLVM's quad-cycles; None without it."""
-    tool = shutil.which("llvm-mca-22") or shutil.which("llvm-mca")
-    if tool is None:
+    from tilegcn.toolchain import find_llvm
+
+    mc = find_llvm().mc  # the llvm-mca of the LLVM tilegcn assembles with (an older one may not know gfx950)
+    tool = os.path.join(os.path.dirname(mc), os.path.basename(mc).replace("llvm-mc", "llvm-mca"))
+    if not os.path.exists(tool):
         return None
     out = subprocess.run([tool, "-mtriple=amdgcn", f"-mcpu={arch}", "-iterations=1"], input=mnemonic_line + "\n",
                          capture_output=True, text=True).stdout
     m = re.search(r"^\s*\d+\s+(\d+)\s+([\d.]+)\s.*v_exp_f32", out, re.M)
-    return (int(m[1]), float(m[2])) if m else None
+    assert m, f"llvm-mca printed no instruction info:\n{out}"
+    return int(m[1]), float(m[2])
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
