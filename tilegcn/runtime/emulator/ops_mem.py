@@ -541,7 +541,7 @@ def _ds(ins, b, index):
                 if bool(mis.any()):
                     row, ln = first_true(mis)
                     raise Fault(f"{base} needs a {align}-byte aligned LDS address, got {int(addr[row, ln])}", row, ln)
-            _count_conflicts(m, conflict_cache[k], addr, ex, size)
+            _count_conflicts(m, conflict_cache[k], addr, ex, size, is_read)
             first = wg_base + addr
             if ex is not None:
                 first = torch.where(ex, first, lds.dummy)
@@ -612,10 +612,12 @@ def _ds(ins, b, index):
     return Handler(ins, index, run, "ds", b, queue="ds")
 
 
-def _count_conflicts(m, cache, addr, ex, size):
-    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns:
-    a loop re-issues the same LDS addresses every iteration."""
-    for i, (a, e, count) in enumerate(cache):
+def _count_conflicts(m, cache, addr, ex, size, is_read=False):
+    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns: a loop
+    re-issues the same LDS addresses every iteration. The launch's statistics count them in runs of consecutive
+    lanes (the model tilegcn's LDS layouts are planned and tested against, passes/gemm_plan.py); the trace hook
+    (the timing model) gets them in the phases the arch measured for reads of this width (Arch.lds_read_phases)."""
+    for i, (a, e, count, timed) in enumerate(cache):
         if a.shape == addr.shape and (e is None) == (ex is None) and torch.equal(a, addr) and \
                 (e is None or torch.equal(e, ex)):
             if i:
@@ -623,10 +625,12 @@ def _count_conflicts(m, cache, addr, ex, size):
             break
     else:
         count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
-        cache.insert(0, (addr, ex, count))
+        phases = m.arch.lds_read_phases.get(size) if is_read else None
+        timed = count if phases is None else bank_conflicts(addr, ex, size, m.arch.lds_banks, phases)
+        cache.insert(0, (addr, ex, count, timed))
         del cache[4:]
     if m.tracer is not None:
-        m.tracer.ds_conflicts(count)
+        m.tracer.ds_conflicts(timed)
     if count:
         st = m.stats
         h = m.prog.handlers[m.current_pc]
