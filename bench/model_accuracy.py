@@ -321,6 +321,16 @@ def c4_gluon(folder):
 #   mode", MI300X and MI355X columns) at batch 1, 32 query heads, 8 KV heads, seqlen 1024-8192. Roles alternate
 #   over the four lengths (1024 calibration, 2048 hold-out, ...) on each card, declared after the 1024 rows and
 #   the MI300X 8192 row had been estimated once (while making the kernel arguments right; nothing fitted).
+# - HipKittens' gfx950 bf16 GEMMs and non-causal attention forward (HazyResearch/HipKittens
+#   f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1, MIT), built by bench/build_calibration.py --hipkittens-src with
+#   clang-22 (no ROCm; copies with HipKittens' licence in bench/calibration/hipkittens), with the "tflops" their
+#   benchmarks measured on MI355X: analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json (n^3, n = 1024 ... 16384;
+#   the 8192 figure is S31's 1610) and analysis/attn/fwd/benchmark/mi355x_{gqa,mha}_non_causal_fwd.json (GQA 64
+#   heads / 8 KV heads, MHA 16 heads, head dim 128, batch 16 (15 at GQA 16384), 1024-16384 tokens). Roles fixed
+#   before any of them was estimated: alternating in size order, GEMM 1024 calibration, 2048 hold-out, ...
+#   (8192 hold-out); GQA 1024 calibration, 2048 hold-out, ...; MHA in the opposite phase (1024 hold-out), so each
+#   length has one calibration and one hold-out attention row. No gfx942 (MI325X) HipKittens kernel: their
+#   sources need a library commit that is not public (bench/build_calibration.py).
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
@@ -381,6 +391,22 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter_i8_112x256", (32768, 5120, 1280), 1132.87, "aiter a8w8_bpreshuffle csv", CALIB),
     ("aiter_i8_112x256", (40960, 1536, 5120), 1225.03, "aiter a8w8_bpreshuffle csv", HOLDOUT),
     ("aiter_i8_112x256", (40960, 5120, 1280), 1128.43, "aiter a8w8_bpreshuffle csv", CALIB),
+    # HipKittens, MI355X (roles: comment above)
+    ("hk_gemm", (1024, 1024, 1024), 139.48, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_gemm", (2048, 2048, 2048), 665.06, "HK mi355x_bf16_gemm.json", HOLDOUT),
+    ("hk_gemm", (4096, 4096, 4096), 1412.85, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_gemm", (8192, 8192, 8192), 1610.49, "HK mi355x_bf16_gemm.json", HOLDOUT),
+    ("hk_gemm", (16384, 16384, 16384), 1571.49, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_attn", (16, 64, 8, 1024), 999.67, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 64, 8, 2048), 1153.98, "HK mi355x_gqa_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 64, 8, 4096), 1262.34, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 64, 8, 8192), 1297.82, "HK mi355x_gqa_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (15, 64, 8, 16384), 1325.53, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 1024), 952.99, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 16, 16, 2048), 1147.61, "HK mi355x_mha_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 4096), 1228.44, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 16, 16, 8192), 1282.92, "HK mi355x_mha_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 16384), 1304.27, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
 ]
 
 
@@ -467,12 +493,87 @@ def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128):
                     flops=4 * batch * heads * seqlen * seqlen * dim)
 
 
+HK_DIR = os.path.join(ROOT, "bench", "calibration", "hipkittens")
+
+
+def _hk_manifest(name):
+    import json
+
+    with open(os.path.join(HK_DIR, "manifest.json")) as f:
+        return json.load(f)[name]
+
+
+def _hk_gl(t):
+    """HipKittens' `gl<T, -1, -1, -1, -1>` passed by value (include/types/global/gl.cuh): the pointer, then
+    batch, depth, rows, cols as size_t (the tensor's shape padded with 1s in front, as its pyutils from_object
+    does), then an empty TMA-descriptor dict (1 byte, padded to 8)."""
+    import struct
+
+    shape = [1] * (4 - t.dim()) + list(t.shape)
+    return struct.pack("<QQQQQQ", t.data_ptr(), *shape, 0)
+
+
+def hk_gemm_launch(n, a=None, b=None):
+    """HipKittens' gfx950 bf16 GEMM for n x n x n (its sizes are compile-time) as its pybind dispatch_micro
+    launches it: micro_globals {gl A (M, K), gl B (N, K), gl C (M, N), hipStream_t} by value, C = A B^T in
+    bf16; grid (n / tile)^2 workgroups of 512 threads, 160000 B of dynamic LDS (MAX_SHARED_MEMORY).
+    -> (module, kernel name, launch keywords, C)."""
+    from tilegcn.runtime import emulator
+
+    name = f"hk_bf16_gemm_{n}.gfx950.co"
+    with open(os.path.join(HK_DIR, name), "rb") as f:
+        mod = emulator.load(f.read(), arch="gfx950")
+    info = _hk_manifest(name)
+    a = torch.zeros(n, n, dtype=torch.bfloat16) if a is None else a
+    b = torch.zeros(n, n, dtype=torch.bfloat16) if b is None else b
+    c = torch.zeros(n, n, dtype=torch.bfloat16)
+    kernarg = _hk_gl(a) + _hk_gl(b) + _hk_gl(c) + bytes(8)
+    launch = dict(grid=((n // info["tile"]) ** 2, 1, 1), block=(512, 1, 1), kernarg=kernarg, buffers=[a, b, c],
+                  shared_mem=info["shared_mem"])
+    return mod, next(iter(mod.kernels)), launch, c
+
+
+def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128):
+    """HipKittens' gfx950 attention forward (non-causal, bf16, head dim 128; shapes compile-time) as its
+    dispatch_micro launches it: attn_globals {gl Q, K, V, O (B, N, H, D), gl L (B, H, 1, N) fp32, stream};
+    grid (heads, ceil(N / 32 / 8), batch) of 512 threads, 160000 B of dynamic LDS. `qkv`: BNHD tensors to run
+    on (zeros otherwise). -> (module, kernel name, launch keywords, O, L)."""
+    from tilegcn.runtime import emulator
+
+    name = f"hk_attn_fwd_b{batch}_h{heads}_hkv{kv_heads}_n{seqlen}.gfx950.co"
+    with open(os.path.join(HK_DIR, name), "rb") as f:
+        mod = emulator.load(f.read(), arch="gfx950")
+    q, k, v = qkv or (torch.zeros(batch, seqlen, n, dim, dtype=torch.bfloat16) for n in (heads, kv_heads, kv_heads))
+    o = torch.zeros(batch, seqlen, heads, dim, dtype=torch.bfloat16)
+    lse = torch.zeros(batch, heads, 1, seqlen, dtype=torch.float32)
+    kernarg = b"".join(_hk_gl(t) for t in (q, k, v, o, lse)) + bytes(8)
+    launch = dict(grid=(heads, -(-seqlen // 256), batch), block=(512, 1, 1), kernarg=kernarg,
+                  buffers=[q, k, v, o, lse], shared_mem=_hk_manifest(name)["shared_mem"])
+    return mod, next(iter(mod.kernels)), launch, o, lse
+
+
+def hk_estimate(kernel, shape):
+    """The model's MI355X estimate of a HipKittens kernel; FLOPs as its benchmarks count them (2 n^3; attention
+    4 b n^2 h d)."""
+    if kernel == "hk_gemm":
+        mod, name, launch, _ = hk_gemm_launch(shape[0])
+        flops = 2 * shape[0] ** 3
+    else:
+        mod, name, launch, _, _ = hk_attn_launch(*shape)
+        b, h, _, n = shape
+        flops = 4 * b * n * n * h * 128
+    return estimate(mod, name, launch["grid"], launch["block"], kernarg=launch["kernarg"],
+                    buffers=launch["buffers"], shared_mem=launch["shared_mem"], device="MI355X", flops=flops)
+
+
 def foreign_estimate(kernel, shape, folder):
     """The model's estimate of one foreign launch, or None when its code object is not at hand."""
     from tilegcn.runtime import emulator
 
     if kernel.startswith("aiter_fav3"):
         return aiter_fav3_estimate(kernel.split("_")[-1], *shape)
+    if kernel.startswith("hk_"):
+        return hk_estimate(kernel, shape)
     m, n, k = shape
     if kernel.startswith("aiter_i8"):
         return aiter_i8_estimate(kernel.split("_")[-1], m, n, k)
