@@ -18,17 +18,18 @@ another project's, built from its public source as that project builds it:
 - HazyResearch/HipKittens (a checkout or bare git dir in --hipkittens-src; MIT): the gfx950 bf16 GEMMs its
   analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json measured (analysis/bf16_gemm/mi350x/kernel_<n>.cpp, n =
   1024 ... 16384: kernel_8192.cpp is kernels/gemm/bf16fp32/mi350x/256_256_64_32_with16x32.cpp) and its gfx950
-  attention forward (analysis/attn/fwd/benchmark/attn_fwd_non_causal.cpp, bf16, head dim 128) at every shape of
-  that folder's mi355x_benchmark.sh (-DATTN_B/H/H_KV/N as its Makefile passes them). Built WITHOUT ROCm, with
-  Debian's clang-22 (`apt-get install -y clang-22`: clang, lld and the AMDGPU backend; nothing else is
-  installed) as HIP device code: `-x hip --offload-arch=gfx950 --cuda-device-only -nogpulib -O3 -std=c++20`
-  plus the flags of the kernel's Makefile, against bench/hipkittens_shim/, a minimal stand-in for the HIP
-  headers the kernels include (device code as ROCm's headers define it; host entry points declared only). Two
-  more objects are for the emulator test only: the 8192 GEMM source with its `#define M/N/K 8192` set to 512,
-  and the attention at 1 x 4 heads (2 KV heads) x 256 tokens. Not built: HipKittens' MI325X (gfx942) GEMMs
-  (analysis/bf16_gemm/mi325x/*.cpp need the ThunderKittens-HIP submodule commit 5702ba0f, which is not public,
-  and do not compile against HipKittens' include/), and its fp8 GEMMs (kernels/gemm/fp8fp32: clang-22 spills 12
-  / 33 VGPRs to scratch, so the object would not be the kernel they measured).
+  attention forward, non-causal and causal (analysis/attn/fwd/benchmark/attn_fwd_{non_causal,causal}.cpp, bf16,
+  head dim 128) at every shape of that folder's mi355x_benchmark.sh (-DATTN_B/H/H_KV/N as its Makefile passes
+  them). Built WITHOUT ROCm, with Debian's clang-22 (`apt-get install -y clang-22`: clang, lld and the AMDGPU
+  backend; nothing else is installed) as HIP device code: `-x hip --offload-arch=gfx950 --cuda-device-only
+  -nogpulib -O3 -std=c++20` plus the flags of the kernel's Makefile, against bench/hipkittens_shim/, a minimal
+  stand-in for the HIP headers the kernels include (device code as ROCm's headers define it; host entry points
+  declared only). Three more objects are for the emulator tests only: the 8192 GEMM source with its
+  `#define M/N/K 8192` set to 512, and the attention at 1 x 4 heads (2 KV heads) x 256 tokens (causal: 512).
+  Not built: HipKittens' MI325X (gfx942) GEMMs (analysis/bf16_gemm/mi325x/*.cpp need the ThunderKittens-HIP
+  submodule commit 5702ba0f, which is not public, and do not compile against HipKittens' include/), and its fp8
+  GEMMs (kernels/gemm/fp8fp32: clang-22 spills 12 / 33 VGPRs to scratch, so the object would not be the kernel
+  they measured).
 Nothing here imports tilegcn: the Triton venv has no torch.
 """
 from __future__ import annotations
@@ -103,16 +104,20 @@ HK_ATTN_FLAGS = ["-DKITTENS_CDNA4", "-ffast-math"]  # analysis/attn/fwd/benchmar
 # (batch, heads, KV heads, tokens) of analysis/attn/fwd/benchmark/mi355x_benchmark.sh, non-causal, head dim 128
 HK_ATTN_SHAPES = [(16, 64, 8, n) for n in (1024, 2048, 4096, 8192)] + [(15, 64, 8, 16384)] + \
                  [(16, 16, 16, n) for n in (1024, 2048, 4096, 8192, 16384)]
+HK_ATTN_CAUSAL_SRC = "analysis/attn/fwd/benchmark/attn_fwd_causal.cpp"  # same Makefile, same shapes
+HK_ATTN_CAUSAL_SHAPES = [(16, 64, 8, n) for n in (1024, 2048, 4096, 8192)] + [(15, 64, 8, 16384)] + \
+                        [(16, 16, 16, n) for n in (1024, 2048, 4096, 8192)] + [(15, 16, 16, 16384)]
 HK_TEST_GEMM = 512  # the emulator test's GEMM size (the 8192 source with M = N = K = 512)
 HK_TEST_ATTN = (1, 4, 2, 256)  # the emulator test's attention (its head mapping needs heads = group^2 or group 1)
+HK_TEST_ATTN_CAUSAL = (1, 4, 2, 512)
 
 
 def hk_gemm_name(n):
     return f"hk_bf16_gemm_{n}.gfx950.co"
 
 
-def hk_attn_name(b, h, hkv, n):
-    return f"hk_attn_fwd_b{b}_h{h}_hkv{hkv}_n{n}.gfx950.co"
+def hk_attn_name(b, h, hkv, n, causal=False):
+    return f"hk_attn_fwd{'_causal' if causal else ''}_b{b}_h{h}_hkv{hkv}_n{n}.gfx950.co"
 
 
 def build_hipkittens(src_root, out, manifest):
@@ -124,6 +129,7 @@ def build_hipkittens(src_root, out, manifest):
         root = _checkout(src_root, tmp, ["include", "analysis/bf16_gemm/mi350x", "analysis/attn/fwd/benchmark"])
         base = [clang, "-x", "hip", "--offload-arch=gfx950", "--cuda-device-only", "--no-gpu-bundle-output",
                 "-nogpulib", "-nogpuinc", "-include", "__clang_hip_runtime_wrapper.h", "-O3", "-std=c++20", "-w",
+                "-fuse-cuid=none",  # no per-path unit id symbol: the same source builds the same bytes
                 "-I", shim, "-I", os.path.join(root, "include")]
         jobs = []
         for n in HK_GEMM_SIZES:
@@ -132,10 +138,14 @@ def build_hipkittens(src_root, out, manifest):
         rel = HK_GEMM_SRC.format(8192)
         jobs.append((hk_gemm_name(HK_TEST_GEMM), rel, HK_GEMM_FLAGS, HK_TEST_GEMM,
                      {"size": HK_TEST_GEMM, "tile": _gemm_tile(root, rel), "test_only": True}))
-        for shape in HK_ATTN_SHAPES + [HK_TEST_ATTN]:
+        attention = [(shape, False, shape == HK_TEST_ATTN) for shape in HK_ATTN_SHAPES + [HK_TEST_ATTN]]
+        attention += [(shape, True, shape == HK_TEST_ATTN_CAUSAL)
+                      for shape in HK_ATTN_CAUSAL_SHAPES + [HK_TEST_ATTN_CAUSAL]]
+        for shape, causal, test_only in attention:
             defines = [f"-DATTN_{k}={v}" for k, v in zip(("B", "H", "H_KV", "N"), shape)] + ["-DATTN_D=128"]
-            info = {"shape": list(shape), "test_only": shape == HK_TEST_ATTN}
-            jobs.append((hk_attn_name(*shape), HK_ATTN_SRC, HK_ATTN_FLAGS + defines, None, info))
+            info = {"shape": list(shape), "causal": causal, "test_only": test_only}
+            jobs.append((hk_attn_name(*shape, causal), HK_ATTN_CAUSAL_SRC if causal else HK_ATTN_SRC,
+                         HK_ATTN_FLAGS + defines, None, info))
         for name, rel, flags, size, info in jobs:
             path = os.path.join(root, rel)
             if size is not None:  # the test object: the same source with its compile-time sizes set smaller

@@ -326,7 +326,9 @@ def c4_gluon(folder):
 #   clang-22 (no ROCm; copies with HipKittens' licence in bench/calibration/hipkittens), with the "tflops" their
 #   benchmarks measured on MI355X: analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json (n^3, n = 1024 ... 16384;
 #   the 8192 figure is S31's 1610) and analysis/attn/fwd/benchmark/mi355x_{gqa,mha}_non_causal_fwd.json (GQA 64
-#   heads / 8 KV heads, MHA 16 heads, head dim 128, batch 16 (15 at GQA 16384), 1024-16384 tokens). Roles fixed
+#   heads / 8 KV heads, MHA 16 heads, head dim 128, batch 16 (15 at GQA 16384), 1024-16384 tokens) and
+#   mi355x_{gqa,mha}_causal_fwd.json (its causal kernel, same shapes, FLOPs halved as its benchmark counts them; 15
+#   at 16384 for both). Roles fixed
 #   before any of them was estimated: alternating in size order, GEMM 1024 calibration, 2048 hold-out, ...
 #   (8192 hold-out); GQA 1024 calibration, 2048 hold-out, ...; MHA in the opposite phase (1024 hold-out), so each
 #   length has one calibration and one hold-out attention row. No gfx942 (MI325X) HipKittens kernel: their
@@ -407,6 +409,18 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("hk_attn", (16, 16, 16, 4096), 1228.44, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
     ("hk_attn", (16, 16, 16, 8192), 1282.92, "HK mi355x_mha_non_causal_fwd.json", CALIB),
     ("hk_attn", (16, 16, 16, 16384), 1304.27, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    # HipKittens' causal attention forward, added after the rows above had been estimated (none of these had):
+    # GQA in the phase of the non-causal MHA rows (1024 hold-out, ...), MHA in the other
+    ("hk_attn_causal", (16, 64, 8, 1024), 717.64, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 64, 8, 2048), 932.73, "HK mi355x_gqa_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 64, 8, 4096), 1084.95, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 64, 8, 8192), 1215.52, "HK mi355x_gqa_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (15, 64, 8, 16384), 1259.06, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 16, 16, 1024), 633.52, "HK mi355x_mha_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 16, 16, 2048), 861.36, "HK mi355x_mha_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 16, 16, 4096), 1048.21, "HK mi355x_mha_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 16, 16, 8192), 1146.4, "HK mi355x_mha_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (15, 16, 16, 16384), 1187.57, "HK mi355x_mha_causal_fwd.json", CALIB),
 ]
 
 
@@ -533,14 +547,15 @@ def hk_gemm_launch(n, a=None, b=None):
     return mod, next(iter(mod.kernels)), launch, c
 
 
-def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128):
-    """HipKittens' gfx950 attention forward (non-causal, bf16, head dim 128; shapes compile-time) as its
+def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128, causal=False):
+    """HipKittens' gfx950 attention forward (bf16, head dim 128, shapes compile-time; `causal`: its causal
+    kernel) as its
     dispatch_micro launches it: attn_globals {gl Q, K, V, O (B, N, H, D), gl L (B, H, 1, N) fp32, stream};
     grid (heads, ceil(N / 32 / 8), batch) of 512 threads, 160000 B of dynamic LDS. `qkv`: BNHD tensors to run
     on (zeros otherwise). -> (module, kernel name, launch keywords, O, L)."""
     from tilegcn.runtime import emulator
 
-    name = f"hk_attn_fwd_b{batch}_h{heads}_hkv{kv_heads}_n{seqlen}.gfx950.co"
+    name = f"hk_attn_fwd{'_causal' if causal else ''}_b{batch}_h{heads}_hkv{kv_heads}_n{seqlen}.gfx950.co"
     with open(os.path.join(HK_DIR, name), "rb") as f:
         mod = emulator.load(f.read(), arch="gfx950")
     q, k, v = qkv or (torch.zeros(batch, seqlen, n, dim, dtype=torch.bfloat16) for n in (heads, kv_heads, kv_heads))
@@ -554,14 +569,15 @@ def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128):
 
 def hk_estimate(kernel, shape):
     """The model's MI355X estimate of a HipKittens kernel; FLOPs as its benchmarks count them (2 n^3; attention
-    4 b n^2 h d)."""
+    4 b n^2 h d, half that when causal)."""
     if kernel == "hk_gemm":
         mod, name, launch, _ = hk_gemm_launch(shape[0])
         flops = 2 * shape[0] ** 3
     else:
-        mod, name, launch, _, _ = hk_attn_launch(*shape)
+        causal = kernel == "hk_attn_causal"
+        mod, name, launch, _, _ = hk_attn_launch(*shape, causal=causal)
         b, h, _, n = shape
-        flops = 4 * b * n * n * h * 128
+        flops = 4 * b * n * n * h * 128 // (2 if causal else 1)
     return estimate(mod, name, launch["grid"], launch["block"], kernarg=launch["kernarg"],
                     buffers=launch["buffers"], shared_mem=launch["shared_mem"], device="MI355X", flops=flops)
 

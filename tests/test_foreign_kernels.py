@@ -6,7 +6,8 @@ lds` that directly follows `s_add_u32 m0` (the ISA guide does not ask a wait sta
 MFMA-to-VALU hazard (about 1 s). HipKittens' gfx950 bf16 GEMM (bench/calibration/hipkittens, built by clang-22
 from its source at 512^3) computes A B^T unchecked (about 3 s) and is refused checked at its unawaited LDS DMA
 read (about 1 s); its attention forward (4 heads on 2 KV heads, 256 tokens) gives torch's output and
-log-sum-exp, checked (about 3 s).
+log-sum-exp, checked (about 2 s), and its causal forward (512 tokens) the causal ones, unchecked (about 3 s: it
+reads an MFMA result sooner than the ISA guide's wait states, as aiter's FAv3 does).
 """
 import sys
 from pathlib import Path
@@ -81,4 +82,21 @@ def test_hipkittens_attention_forward_computes_attention_and_lse():
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kx) * d ** -0.5
     ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vx)
     torch.testing.assert_close(out.float(), ref, atol=4e-3, rtol=2e-2)
+    torch.testing.assert_close(lse[:, :, 0], torch.logsumexp(scores, -1), atol=4e-3, rtol=1e-3)
+
+
+def test_hipkittens_causal_attention_forward_masks_future_tokens():
+    from model_accuracy import hk_attn_launch
+
+    b, h, hk, s, d = 1, 4, 2, 512, 128
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, s, n, d, generator=g).bfloat16() for n in (h, hk, hk))
+    mod, name, launch, out, lse = hk_attn_launch(b, h, hk, s, qkv=(q, k, v), causal=True)
+    # unchecked: a v_max_f32 reads an MFMA accumulator 6 wait states after it, where gfx950 asks 12
+    mod.launch(name, check=False, **launch)
+    kx, vx = (t.float().repeat_interleave(h // hk, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kx) * d ** -0.5
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vx)
+    torch.testing.assert_close(out.float(), ref, atol=8e-3, rtol=2e-2)
     torch.testing.assert_close(lse[:, :, 0], torch.logsumexp(scores, -1), atol=4e-3, rtol=1e-3)
