@@ -1,7 +1,7 @@
 """Timing model vs published, clock-free measurements (docs/timing-sources.md §3).
 
     PYTHONPATH=$PWD python bench/model_accuracy.py [--quick] [--gluon DIR]
-    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--card MI300X] [--calib DIR]   # calibration set
+    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--card MI300X] [--calib DIR] [--only hk_gemm]
 
 Per case: the published figure, the model's figure, the error, and its role: "fit" when a parameter of the
 arch table was read off that very measurement (printed, never counted), "check" when the measurement was
@@ -44,8 +44,9 @@ held out (no parameter was set from it). The error summary is the median |error|
   LDS (published: 256 + 256 / 240). The rows join the numeric checks, and C4's ranking is checked.
 - C14, foreign kernels (--foreign-only [--card MI300X|MI355X]; --calib DIR adds the Gluon ones): code objects
   tilegcn did not write with published MI355X or MI300X figures, split into a calibration and a hold-out half
-  before any fit (FOREIGN below);
-  the hold-out half's errors are the band `python -m tilegcn estimate` prints (tilegcn/perfmodel/band.py).
+  before any fit (FOREIGN below); the hold-out half's errors are the band `python -m tilegcn estimate` prints
+  (tilegcn/perfmodel/band.py). HipKittens' attention rows take minutes each (their grids run 16-128 rounds):
+  `--only` picks kernels by name prefix.
 Not reproduced: C1 with the published kernels (their Gluon sources were not compiled);
 C2/C3/C5/C8/C9/C11/C13 need a clock or kernels we do not have.
 Without --quick it also prints the L2 hit rate with T.use_swizzle and in row-major order at 8192^3 (docs/timing.md,
@@ -618,12 +619,14 @@ def foreign_estimate(kernel, shape, folder):
                     device="MI355X", shared_mem=shared, flops=2 * m * n * k)
 
 
-def foreign(folder, card=None):
-    """[(label, published, model TFLOP/s, role, wall s, card)] for the FOREIGN launches (on `card`, or all)
-    whose code objects are here."""
+def foreign(folder, card=None, only=None):
+    """[(label, published, model TFLOP/s, role, wall s, card)] for the FOREIGN launches (on `card`, or all;
+    `only`: kernel-name prefixes to keep) whose code objects are here."""
     rows = []
     for kernel, shape, published, where, role in FOREIGN:
         if card and foreign_device(kernel) != card:
+            continue
+        if only and not kernel.startswith(tuple(only)):
             continue
         t0 = time.perf_counter()
         est = foreign_estimate(kernel, shape, folder)
@@ -708,12 +711,14 @@ def main():
     ap.add_argument("--calib", metavar="DIR", help="the foreign kernels built by bench/build_calibration.py")
     ap.add_argument("--foreign-only", action="store_true", help="only the foreign kernels (calibration set)")
     ap.add_argument("--card", choices=("MI300X", "MI355X"), help="with --foreign-only: only this card's kernels")
+    ap.add_argument("--only", metavar="PREFIXES", help="with --foreign-only: only kernels whose FOREIGN name starts "
+                    "with one of these comma-separated prefixes (aiter, aiter_fav3, gluon, hk_gemm, hk_attn, ...)")
     args = ap.parse_args()
     if args.fit_l2:
         return fit_l2()
     t0 = time.perf_counter()
     if args.foreign_only:
-        print_foreign(foreign(args.calib, args.card))
+        print_foreign(foreign(args.calib, args.card, args.only.split(",") if args.only else None))
         print(f"({time.perf_counter() - t0:.0f} s)")
         return
     numeric = c12() + c10() + (c4_gluon(args.gluon) if args.gluon else [])
