@@ -16,9 +16,10 @@ a lane whose outcome would differ under the other reading is an EmulatorError ra
 (idxen) < NUM_RECORDS.
 SWIZZLE_ENABLE (V# bit 63) with an access that has no index (no idxen, ADD_TID_ENABLE clear) addresses
 linearly, base + soffset + offset, the STRIDE field (bits 48-61) then being the cache-swizzle stride (bit 62):
-HipKittens' gfx950 / gfx942 GEMM and attention kernels set both bits on their raw buffer_load ... lds and are
-checked against torch on MI355X / MI325X by their tests (bench/calibration/hipkittens/README.md). An indexed
-access to such a resource (the ISA's AoS swizzle) is refused.
+HipKittens' gfx950 GEMM and attention kernels set both bits on their raw `buffer_load ... lds` and match torch
+on MI355X in their benchmarks (docs/isa-notes.md). Its range check stays the STRIDE != 0 rule above (index 0:
+always in range; those kernels load in range). An indexed access to such a resource (the ISA's AoS swizzle)
+is refused.
 """
 from __future__ import annotations
 
