@@ -518,13 +518,16 @@ def _hk_manifest(name):
         return json.load(f)[name]
 
 
-def _hk_gl(t):
+def _hk_gl(t, batch=None):
     """HipKittens' `gl<T, -1, -1, -1, -1>` passed by value (include/types/global/gl.cuh): the pointer, then
     batch, depth, rows, cols as size_t (the tensor's shape padded with 1s in front, as its pyutils from_object
-    does), then an empty TMA-descriptor dict (1 byte, padded to 8)."""
+    does; `batch`: the leading size to declare when `t` holds only the first batches), then an empty
+    TMA-descriptor dict (1 byte, padded to 8)."""
     import struct
 
     shape = [1] * (4 - t.dim()) + list(t.shape)
+    if batch is not None:
+        shape[0] = batch
     return struct.pack("<QQQQQQ", t.data_ptr(), *shape, 0)
 
 
@@ -548,21 +551,23 @@ def hk_gemm_launch(n, a=None, b=None):
     return mod, next(iter(mod.kernels)), launch, c
 
 
-def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128, causal=False):
+def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128, causal=False, mapped_batches=None):
     """HipKittens' gfx950 attention forward (bf16, head dim 128, shapes compile-time; `causal`: its causal
-    kernel) as its
-    dispatch_micro launches it: attn_globals {gl Q, K, V, O (B, N, H, D), gl L (B, H, 1, N) fp32, stream};
-    grid (heads, ceil(N / 32 / 8), batch) of 512 threads, 160000 B of dynamic LDS. `qkv`: BNHD tensors to run
-    on (zeros otherwise). -> (module, kernel name, launch keywords, O, L)."""
+    kernel) as its dispatch_micro launches it: attn_globals {gl Q, K, V, O (B, N, H, D), gl L (B, H, 1, N)
+    fp32, stream}; grid (heads, ceil(N / 32 / 8), batch) of 512 threads, 160000 B of dynamic LDS. `qkv`: BNHD
+    tensors to run on (zeros otherwise). `mapped_batches`: allocate only the first batches (the arguments still
+    say `batch`), for a run of the first workgroups only: one outside them faults on unmapped memory.
+    -> (module, kernel name, launch keywords, O, L)."""
     from tilegcn.runtime import emulator
 
     name = f"hk_attn_fwd{'_causal' if causal else ''}_b{batch}_h{heads}_hkv{kv_heads}_n{seqlen}.gfx950.co"
     with open(os.path.join(HK_DIR, name), "rb") as f:
         mod = emulator.load(f.read(), arch="gfx950")
-    q, k, v = qkv or (torch.zeros(batch, seqlen, n, dim, dtype=torch.bfloat16) for n in (heads, kv_heads, kv_heads))
-    o = torch.zeros(batch, seqlen, heads, dim, dtype=torch.bfloat16)
-    lse = torch.zeros(batch, heads, 1, seqlen, dtype=torch.float32)
-    kernarg = b"".join(_hk_gl(t) for t in (q, k, v, o, lse)) + bytes(8)
+    nb = mapped_batches or batch
+    q, k, v = qkv or (torch.zeros(nb, seqlen, n, dim, dtype=torch.bfloat16) for n in (heads, kv_heads, kv_heads))
+    o = torch.zeros(nb, seqlen, heads, dim, dtype=torch.bfloat16)
+    lse = torch.zeros(nb, heads, 1, seqlen, dtype=torch.float32)
+    kernarg = b"".join(_hk_gl(t, batch) for t in (q, k, v, o, lse)) + bytes(8)
     launch = dict(grid=(heads, -(-seqlen // 256), batch), block=(512, 1, 1), kernarg=kernarg,
                   buffers=[q, k, v, o, lse], shared_mem=_hk_manifest(name)["shared_mem"])
     return mod, next(iter(mod.kernels)), launch, o, lse
@@ -576,8 +581,11 @@ def hk_estimate(kernel, shape):
         flops = 2 * shape[0] ** 3
     else:
         causal = kernel == "hk_attn_causal"
-        mod, name, launch, _, _ = hk_attn_launch(*shape, causal=causal)
         b, h, _, n = shape
+        # the model runs one round of workgroups, ids below 8 XCDs x 32 CUs x 8 (perfmodel/grid.py): map the
+        # batches those reach, not all (GQA at 16384 tokens would need 8.6 GB, which the emulator then copies)
+        reached = -(-8 * 32 * 8 // (h * -(-n // 256)))
+        mod, name, launch, _, _ = hk_attn_launch(*shape, causal=causal, mapped_batches=min(b, reached))
         flops = 4 * b * n * n * h * 128 // (2 if causal else 1)
     return estimate(mod, name, launch["grid"], launch["block"], kernarg=launch["kernarg"],
                     buffers=launch["buffers"], shared_mem=launch["shared_mem"], device="MI355X", flops=flops)
