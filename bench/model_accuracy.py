@@ -45,8 +45,8 @@ held out (no parameter was set from it). The error summary is the median |error|
 - C14, foreign kernels (--foreign-only [--card MI300X|MI355X]; --calib DIR adds the Gluon ones): code objects
   tilegcn did not write with published MI355X or MI300X figures, split into a calibration and a hold-out half
   before any fit (FOREIGN below); the hold-out half's errors are the band `python -m tilegcn estimate` prints
-  (tilegcn/perfmodel/band.py). HipKittens' attention rows take minutes each (their grids run 16-128 rounds):
-  `--only` picks kernels by name prefix.
+  (tilegcn/perfmodel/band.py). HipKittens' 20 attention rows take 10-50 s each here: `--only` picks kernels
+  by name prefix.
 Not reproduced: C1 with the published kernels (their Gluon sources were not compiled);
 C2/C3/C5/C8/C9/C11/C13 need a clock or kernels we do not have.
 Without --quick it also prints the L2 hit rate with T.use_swizzle and in row-major order at 8192^3 (docs/timing.md,
@@ -322,18 +322,18 @@ def c4_gluon(folder):
 #   mode", MI300X and MI355X columns) at batch 1, 32 query heads, 8 KV heads, seqlen 1024-8192. Roles alternate
 #   over the four lengths (1024 calibration, 2048 hold-out, ...) on each card, declared after the 1024 rows and
 #   the MI300X 8192 row had been estimated once (while making the kernel arguments right; nothing fitted).
-# - HipKittens' gfx950 bf16 GEMMs and non-causal attention forward (HazyResearch/HipKittens
+# - HipKittens' gfx950 bf16 GEMMs and attention forward (HazyResearch/HipKittens
 #   f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1, MIT), built by bench/build_calibration.py --hipkittens-src with
 #   clang-22 (no ROCm; copies with HipKittens' licence in bench/calibration/hipkittens), with the "tflops" their
 #   benchmarks measured on MI355X: analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json (n^3, n = 1024 ... 16384;
-#   the 8192 figure is S31's 1610) and analysis/attn/fwd/benchmark/mi355x_{gqa,mha}_non_causal_fwd.json (GQA 64
+#   the 8192 figure is S31's 1610), analysis/attn/fwd/benchmark/mi355x_{gqa,mha}_non_causal_fwd.json (GQA 64
 #   heads / 8 KV heads, MHA 16 heads, head dim 128, batch 16 (15 at GQA 16384), 1024-16384 tokens) and
-#   mi355x_{gqa,mha}_causal_fwd.json (its causal kernel, same shapes, FLOPs halved as its benchmark counts them; 15
-#   at 16384 for both). Roles fixed
-#   before any of them was estimated: alternating in size order, GEMM 1024 calibration, 2048 hold-out, ...
-#   (8192 hold-out); GQA 1024 calibration, 2048 hold-out, ...; MHA in the opposite phase (1024 hold-out), so each
-#   length has one calibration and one hold-out attention row. No gfx942 (MI325X) HipKittens kernel: their
-#   sources need a library commit that is not public (bench/build_calibration.py).
+#   mi355x_{gqa,mha}_causal_fwd.json (its causal kernel, the same shapes but batch 15 at 16384 for both; FLOPs
+#   halved as its benchmark counts them). Roles fixed before any of them was estimated: alternating in size
+#   order, GEMM 1024 calibration, 2048 hold-out, ... (8192 hold-out); non-causal GQA 1024 calibration, 2048
+#   hold-out, ...; non-causal MHA in the opposite phase (1024 hold-out), so each length has one calibration and
+#   one hold-out row; the causal rows (added later, declared before any of them was estimated) likewise. No
+#   gfx942 (MI325X) HipKittens kernel: their sources need a library commit that is not public.
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
