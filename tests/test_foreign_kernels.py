@@ -7,7 +7,8 @@ MFMA-to-VALU hazard (about 1 s). HipKittens' gfx950 bf16 GEMM (bench/calibration
 from its source at 512^3) computes A B^T unchecked (about 3 s) and is refused checked at its unawaited LDS DMA
 read (about 1 s); its attention forward (4 heads on 2 KV heads, 256 tokens) gives torch's output and
 log-sum-exp, checked (about 2 s), and its causal forward (512 tokens) the causal ones, unchecked (about 3 s: it
-reads an MFMA result sooner than the ISA guide's wait states, as aiter's FAv3 does).
+reads an MFMA result sooner than the ISA guide's wait states: clang-22 leaves that read, at a block where two
+paths join, unpadded).
 """
 import sys
 from pathlib import Path
@@ -92,7 +93,8 @@ def test_hipkittens_causal_attention_forward_masks_future_tokens():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(b, s, n, d, generator=g).bfloat16() for n in (h, hk, hk))
     mod, name, launch, out, lse = hk_attn_launch(b, h, hk, s, qkv=(q, k, v), causal=True)
-    # unchecked: a v_max_f32 reads an MFMA accumulator 6 wait states after it, where gfx950 asks 12
+    # unchecked: a v_max_f32 reads an MFMA accumulator 6 wait states after it, where gfx950 asks 12 (clang-22
+    # pads no read at the block after the mask's branch)
     mod.launch(name, check=False, **launch)
     kx, vx = (t.float().repeat_interleave(h // hk, dim=2) for t in (k, v))
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kx) * d ** -0.5
