@@ -14,6 +14,12 @@ be considered in bounds checks" (chipset dependent). The emulator's choice is `S
 a lane whose outcome would differ under the other reading is an EmulatorError rather than a guess
 (`_soffset_decides`). With STRIDE != 0 (structured buffers) a lane is in range iff its index
 (idxen) < NUM_RECORDS.
+SWIZZLE_ENABLE (V# bit 63) with an access that has no index (no idxen, ADD_TID_ENABLE clear) addresses
+linearly, base + soffset + offset, the STRIDE field (bits 48-61) then being the cache-swizzle stride (bit 62):
+HipKittens' gfx950 GEMM and attention kernels set both bits on their raw `buffer_load ... lds` and match torch
+on MI355X in their benchmarks (docs/isa-notes.md). Its range check stays the STRIDE != 0 rule above (index 0:
+always in range; those kernels load in range). An indexed access to such a resource (the ISA's AoS swizzle)
+is refused.
 """
 from __future__ import annotations
 
@@ -217,8 +223,9 @@ def buffer_addresses(ins, b, ops, ndw, elem):
     def addresses(g):
         """(address of each element [n, 64, ndw] int64, in range [n, 64, ndw] bool)."""
         w0, w1, w2 = g.rs(srd), g.rs(srd + 1), g.rs(srd + 2)
-        if bool(((w1 >> 31) & 1).any()):
-            raise Fault("buffer resource with SWIZZLE_ENABLE is not modelled")
+        if bool(((w1 >> 31) & 1).any()) and (idxen or bool(((g.rs(srd + 3) >> 23) & 1).any())):
+            raise Fault("buffer resource with SWIZZLE_ENABLE is not modelled for an indexed (idxen / "
+                        "ADD_TID_ENABLE) access")
         base = (w0 | ((w1 & 0xFFFF) << 32)).view(-1, 1)
         stride = ((w1 >> 16) & 0x3FFF).view(-1, 1)
         nrec = w2.view(-1, 1)
