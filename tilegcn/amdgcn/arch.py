@@ -222,6 +222,8 @@ class Arch:
     # a pipelined GEMM K loop of this many waves runs as a ping-pong by default (passes/pipelining.py: two wave
     # groups half a K phase apart, one's MFMAs beside the other's reads and copies); 0: never unless asked for
     gemm_ping_pong_waves: int = 0
+    # the same for a K loop staged through VGPRs at num_stages=2 (no 16-byte LDS DMA: gfx942): two K-phase LDS slots
+    gemm_ping_pong_staged_waves: int = 0
     # the s_setprio level of a ping-pong loop's MFMA cluster (0: none emitted)
     gemm_ping_pong_prio: int = 0
     extra: dict = field(default_factory=dict)

@@ -67,6 +67,7 @@ from ..ir.ops import COMPUTE, LOAD, op_class
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
+STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-pong: one K phase each
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True) -> N.Kernel:
@@ -87,12 +88,20 @@ def step_order(loop, arch, by_dma, threads: int | None = None) -> str:
     `threads`: the workgroup's (ping-pong needs an even number of waves)."""
     asked = getattr(loop, "ping_pong", None)
     order = _unpaired_order(loop, arch, by_dma)
+    pairable = order == PHASES or _staged_pairable(loop, order, by_dma)
     if asked is None:
-        asked = bool(arch is not None and arch.gemm_ping_pong_waves and threads == arch.gemm_ping_pong_waves * 64)
-        return PING_PONG if asked and order == PHASES else order
-    if asked and (order != PHASES or threads is None or threads % 128):
+        waves = 0 if arch is None else \
+            arch.gemm_ping_pong_waves if order == PHASES else arch.gemm_ping_pong_staged_waves
+        return PING_PONG if pairable and waves and threads == waves * 64 else order
+    if asked and (not pairable or threads is None or threads % 128):
         raise CompileError(_no_ping_pong(order, threads), location=loop.loc)
     return PING_PONG if asked else order
+
+
+def _staged_pairable(loop, order: str, by_dma) -> bool:
+    """A register-staged K loop at num_stages=2 that waits first (gfx942's): its ping-pong is
+    `_pipeline_ping_pong(staged=True)`, two K-phase LDS slots written from staging VGPRs."""
+    return order == WAIT_FIRST and loop.num_stages == 2 and not any(by_dma(c.dst.buffer) for c in _loads(loop))
 
 
 def _unpaired_order(loop, arch, by_dma) -> str:
@@ -107,11 +116,10 @@ def _unpaired_order(loop, arch, by_dma) -> str:
 def _no_ping_pong(order: str, threads) -> str:
     """Why a loop asked for ping_pong=True cannot have it, in the user's terms."""
     why = {ISSUE_FIRST: "its K step has too little MFMA work to cover a load's round trip (a small tile)",
-           WAIT_FIRST: "its copies are not LDS DMA into num_stages=2 buffers (gfx950, operands stored as T.gemm "
-                       "reads them, num_stages=2)"}.get(order, f"its {threads} threads are not an even number of waves")
-    return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs LDS DMA copies into "
-            f"num_stages=2 buffers, a K step that covers the loads, and an even number of waves, but {why}; "
-            "drop the annotation")
+           WAIT_FIRST: "it is not num_stages=2 with every copy of one kind (LDS DMA, or staged through "
+                       "registers)"}.get(order, f"its {threads} threads are not an even number of waves")
+    return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs num_stages=2, a K step that "
+            f"covers the loads, and an even number of waves, but {why}; drop the annotation")
 
 
 def pipelinable(s) -> bool:
@@ -161,11 +169,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
                                    "phases (a shared tile used outside its copies and gemms, a copy of part of a "
                                    "tile, or a block_K under 64); drop the annotation", location=s.loc)
+            staged = order == PING_PONG and _staged_pairable(s, WAIT_FIRST, by_dma)
+            if phased is not None and staged and phased[0].extent < STAGED_SLOTS:
+                phased = None  # a single K phase: the unsplit loop, in step
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
-                if order == PING_PONG and loop.extent >= loop.num_stages:
-                    out.extend(_pipeline_ping_pong(loop))
+                if order == PING_PONG and loop.extent >= (STAGED_SLOTS if staged else loop.num_stages):
+                    out.extend(_pipeline_ping_pong(loop, staged))
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
@@ -288,7 +299,7 @@ def _pipeline(loop, wait_first: bool) -> list:
     return out
 
 
-def _pipeline_ping_pong(loop) -> list:
+def _pipeline_ping_pong(loop, staged: bool = False) -> list:
     """The loop over K phases (split_k_phases: S = 4 stages of half a K tile) as a ping-pong: the workgroup's waves
     in two groups (first and second half) whose barrier sequences are one barrier apart, so that at any time one
     group runs a phase's MFMAs while the other reads its next fragments and issues its copies. A step s (stage
@@ -309,7 +320,9 @@ def _pipeline_ping_pong(loop) -> list:
     MI355X (S31): the evidence that an s_barrier releases when every wave of the workgroup has arrived at one, at
     whatever program point, which the emulated device and the timing model assume too. Unlike it, this loop leaves
     s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower)."""
-    n, S, k = loop.extent, loop.num_stages, loop.var
+    n, k = loop.extent, loop.var
+    # S: stages (LDS slots, and staging VGPR sets) the phases rotate over; ahead: phases in flight at a step's start
+    S, ahead = (STAGED_SLOTS, STAGED_SLOTS) if staged else (loop.num_stages, loop.num_stages - 1)
     copies, gemms = _loads(loop), _gemms(loop)
     AsyncCopy, CommitGroup, WaitGroup, Barrier = (op_class(name) for name in (
         "async_copy", "commit_group", "wait_group", "wave_group_barrier"))
@@ -324,17 +337,18 @@ def _pipeline_ping_pong(loop) -> list:
         return reads + [WaitGroup(pending, sync=True, loc=loop.loc)] + mfmas + [Barrier(loc=loop.loc)]
 
     out = []
-    for kk in range(S - 1):
-        out += issue(kk, kk)
-    out += [WaitGroup(S - 2, loc=loop.loc), Barrier(group=1, loc=loop.loc)]
+    for kk in range(ahead):
+        out += issue(kk, kk % S)
+    out += [WaitGroup(ahead - 1, loc=loop.loc), Barrier(group=1, loc=loop.loc)]
     trips = n // S
     var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
     body = []
     for j in range(S):
-        tile = S * var + j + S - 1
-        body += issue(tile, (j + S - 1) % S, (tile, n) if S * (trips - 1) + j + S - 1 >= n else None) + step(j, S - 2)
+        tile = S * var + j + ahead
+        live = (tile, n) if S * (trips - 1) + j + ahead >= n else None
+        body += issue(tile, (j + ahead) % S, live) + step(j, ahead - 1)
     out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body, ping_pong=None))
-    newest = S * trips + S - 2  # the newest tile in flight after the loop
+    newest = S * trips + ahead - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):  # the phase after kk is published in this step, if there is one
         out += step(kk % S, max(0, newest - (kk + 1)))
     return out + [Barrier(group=0, loc=loop.loc)]
