@@ -32,7 +32,9 @@ Which order a steady step takes (`step_order`):
   each SIMD holds a wave of each group, so its matrix pipe runs one wave's MFMAs while the other wave reads and
   passes its barrier (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 threads: 1.094 M cycles against
   1.371 M in K phases with the groups in step, 1.422 M waiting first unsplit, one barrier a K step). A loop of
-  fewer than 4 phases (K <= 96 at block_K 64) runs in step.
+  fewer than 4 phases (K <= 96 at block_K 64) runs in step. Register-staged copies at S = 2 (gfx942 at 8 waves,
+  `Arch.gemm_ping_pong_staged_waves`) run it over two K-phase LDS slots, each step loading two phases ahead and
+  writing the next one to LDS in its memory cluster (MI300X: 2.151 M cycles against 2.824 M in step, 8192^3 NN).
 - Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
   ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
   worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
@@ -319,7 +321,19 @@ def _pipeline_ping_pong(loop, staged: bool = False) -> list:
     loads and LDS reads, a barrier, the MFMAs between s_setprio 1 and 0, a barrier), measured at 1610 TFLOP/s on
     MI355X (S31): the evidence that an s_barrier releases when every wave of the workgroup has arrived at one, at
     whatever program point, which the emulated device and the timing model assume too. Unlike it, this loop leaves
-    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower)."""
+    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower).
+
+    `staged` (copies through staging VGPRs, gfx942: no 16-byte LDS DMA, and 64 KiB of LDS hold one 256x256x64 bf16
+    stage): the phases rotate over S = 2 LDS slots and 2 staging VGPR sets, and a step issues the copies of phase
+    s + 2 (into the staging set of phase s, whose ds_writes ran in step s - 1), reads phase s, then its wait_group
+    retires phase s + 1 (vmcnt for it, its ds_writes into the slot phase s - 1 had, lgkmcnt, barrier). Correct one
+    barrier behind: both groups read phase s - 1 in epochs 2s - 2 and 2s - 1, and the ds_writes of phase s + 1 into
+    its slot come in epochs 2s and 2s + 1, each finished before the barrier ending it, so phase s + 1 is whole in LDS
+    before its first reader's epoch 2s + 2; within an epoch one group reads slot s % 2 and writes slot (s + 1) % 2
+    while the other runs MFMAs. This is the scheme of Gluon's gfx942 `inter_wave` GEMM (ROCm/gfx950-gluon-tutorials
+    kernels/gemm/gfx942/inter_wave: one LDS buffer, the next K tile in VGPRs, memory and MFMA regions alternating
+    with the two wave groups one region apart), cut by K phase instead of by M/N quadrant: in the last trip the
+    masked phase past the end is written as zeros into a slot nobody reads again."""
     n, k = loop.extent, loop.var
     # S: stages (LDS slots, and staging VGPR sets) the phases rotate over; ahead: phases in flight at a step's start
     S, ahead = (STAGED_SLOTS, STAGED_SLOTS) if staged else (loop.num_stages, loop.num_stages - 1)
