@@ -8,7 +8,8 @@ the limit and its ratio to tilegcn's best config:
   (`Timing.launch_overhead_clk`) plus the FLOPs at the arch's best 16-bit MFMA rate on all CUs, in TFLOP/s at the
   card's sustained clock (`Timing.clock_hz`);
 - tilegcn: examples/gemm/gemm.py (bf16, B stored (K, N), T.use_swizzle) at CONFIGS: the 256x256x64 tile at 8 waves
-  and num_stages=2 with its K loop as a ping-pong and in step (`ping_pong`), at 4 waves, and the best 128x128 one;
+  and num_stages=2 with its K loop as a ping-pong and in step (`ping_pong`), at 4 waves, and the 128x128 tile at
+  num_stages 2 and 1 (the MI300X tile ranking's best before the gfx942 ping-pong);
   configs the compiler refuses (registers, LDS) say why;
 - foreign: every 16-bit GEMM of bench/model_accuracy.py's FOREIGN list (an (M, N, K) entry, no 8-bit name) that
   runs on the card and whose code object is at hand (aiter's bf16 256x256 kernel in bench/calibration/aiter; the
@@ -34,7 +35,7 @@ from tilegcn import TilegcnError  # noqa: E402
 from tilegcn.amdgcn.arch import TIMING, get_arch  # noqa: E402
 
 # (block_M = block_N, threads, num_stages, ping_pong): the K loop's ping-pong applies to 8 waves at num_stages=2
-CONFIGS = ((256, 512, 2, None), (256, 512, 2, False), (256, 256, 2, None), (128, 256, 2, None))
+CONFIGS = ((256, 512, 2, None), (256, 512, 2, False), (256, 256, 2, None), (128, 256, 2, None), (128, 256, 1, None))
 LOW_PRECISION = ("i8", "fp8", "f8", "fp4", "mx")  # name parts of FOREIGN GEMMs on 8-bit or narrower operands
 
 
