@@ -1,5 +1,6 @@
-"""The ping-pong K loop (passes/pipelining.py `_pipeline_ping_pong`): an 8-wave gfx950 GEMM whose two wave groups run
-one barrier apart, one group's MFMAs beside the other's LDS reads and copies. On the emulated device against torch
+"""The ping-pong K loop (passes/pipelining.py `_pipeline_ping_pong`): an 8-wave GEMM whose two wave groups run one
+barrier apart, one group's MFMAs beside the other's LDS reads and copies (gfx950: LDS DMA into four K-phase stages;
+gfx942: copies staged through VGPRs into two K-phase LDS slots). On the emulated device against torch
 (the emulator refuses a read of LDS still in flight and cross-wave races inside a barrier epoch, so a group offset
 that broke the stage hand-over would fail here), the user's choice through T.Pipelined's annotations, and the
 timing model's reason for making it gfx950's default at 8 waves.
