@@ -105,8 +105,9 @@ def main(argv=None):
     t = TIMING[arch_of(args.card)]
     floor = limit_cycles(args.card, flops)
     limit_tflops = flops / (floor / t.clock_hz) / 1e12
-    print(f"{args.card}, {args.size}^3 16-bit GEMM, B {'(N, K)' if args.transpose_b else '(K, N)'}, timing model at {t.clock_hz / 1e9:.2f} GHz: limit {floor / 1e6:.3f}"
-          f" M cycles = {limit_tflops:.0f} TFLOP/s (every matrix pipe busy from launch to end)")
+    layout = "(N, K)" if args.transpose_b else "(K, N)"
+    print(f"{args.card}, {args.size}^3 16-bit GEMM, B {layout}, timing model at {t.clock_hz / 1e9:.2f} GHz: limit "
+          f"{floor / 1e6:.3f} M cycles = {limit_tflops:.0f} TFLOP/s (every matrix pipe busy from launch to end)")
     start = time.perf_counter()
     rows = tilegcn_rows(args.card, args.size, args.transpose_b)
     best = min((e.cycles for _, e in rows if not isinstance(e, str)), default=None)

@@ -3,7 +3,7 @@ barrier apart, one group's MFMAs beside the other's LDS reads and copies (gfx950
 gfx942: copies staged through VGPRs into two K-phase LDS slots). On the emulated device against torch
 (the emulator refuses a read of LDS still in flight and cross-wave races inside a barrier epoch, so a group offset
 that broke the stage hand-over would fail here), the user's choice through T.Pipelined's annotations, and the
-timing model's reason for making it gfx950's default at 8 waves.
+timing model's reason for making it the default at 8 waves on both arches.
 """
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def test_gfx942_register_staged_ping_pong_matches_torch_and_fits(layout):
     A, B, _, C = inputs(256, 256, 160, torch.bfloat16, transpose_B, False, seed=5)
     kernel = kernels.gemm.compile(A, B, C, arch="gfx942", transpose_B=transpose_B, **CONFIG)
     assert PING_PONG_MARK in kernel.asm
-    meta = {k: int(v) for k, v in re.findall(r"\.(vgpr_count|agpr_count|private_segment_fixed_size): (\d+)", kernel.asm)}
+    fields = r"\.(vgpr_count|agpr_count|private_segment_fixed_size): (\d+)"
+    meta = {k: int(v) for k, v in re.findall(fields, kernel.asm)}
     assert meta["private_segment_fixed_size"] == 0 and meta["vgpr_count"] <= 256  # (VGPRs + AGPRs on gfx942)
     kernels.gemm(A, B, C, arch="gfx942", transpose_B=transpose_B, **CONFIG)
     assert_close(C, reference(A, B, None, transpose_B), 160, f"gfx942 ping-pong {layout}")

@@ -96,7 +96,7 @@ def step_order(loop, arch, by_dma, threads: int | None = None) -> str:
             arch.gemm_ping_pong_waves if order == PHASES else arch.gemm_ping_pong_staged_waves
         return PING_PONG if pairable and waves and threads == waves * 64 else order
     if asked and (not pairable or threads is None or threads % 128):
-        raise CompileError(_no_ping_pong(order, threads), location=loop.loc)
+        raise CompileError(_no_ping_pong(order, threads, loop), location=loop.loc)
     return PING_PONG if asked else order
 
 
@@ -115,11 +115,11 @@ def _unpaired_order(loop, arch, by_dma) -> str:
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
-def _no_ping_pong(order: str, threads) -> str:
+def _no_ping_pong(order: str, threads, loop=None) -> str:
     """Why a loop asked for ping_pong=True cannot have it, in the user's terms."""
     why = {ISSUE_FIRST: "its K step has too little MFMA work to cover a load's round trip (a small tile)",
-           WAIT_FIRST: "it is not num_stages=2 with every copy of one kind (LDS DMA, or staged through "
-                       "registers)"}.get(order, f"its {threads} threads are not an even number of waves")
+           WAIT_FIRST: f"it has num_stages={getattr(loop, 'num_stages', '?')}"}.get(
+               order, f"its {threads} threads are not an even number of waves")
     return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs num_stages=2, a K step that "
             f"covers the loads, and an even number of waves, but {why}; drop the annotation")
 
