@@ -26,9 +26,10 @@ held out (no parameter was set from it). The error summary is the median |error|
   gfx942 (passes/lds.py), so both rows use it. The 8-wave kernel fits the 256 registers a wave that 2
   waves/SIMD leave at num_stages=2 since its two staging sets take turns (lifetime holes, docs/internals.md;
   the Gluon kernel fits 240 by sharing A_t/A_b registers); both are also timed at num_stages=1. Our 8-wave
-  kernel is not a ping-pong (no phase offset between its two wave groups): at num_stages=2 the model puts it near
-  inter_wave's measured cycles and our 4-wave kernel, far below intra_wave's, ahead of it (2026-11-27: 700k and
-  686k); the cycles, registers and errors are printed, not counted in the median: the kernels differ. The
+  kernel at num_stages=2 is a ping-pong like inter_wave (its wave groups one barrier apart, copies staged in
+  VGPRs, K phases in two LDS slots): the model puts it at 540k, ahead of our 4-wave kernel's 686k as inter_wave
+  is ahead of intra_wave (2026-11-27; in step it was 700k, behind); the cycles, registers and errors are
+  printed, not counted in the median: the kernels differ. The
   ranking (8-wave fewer cycles than 4-wave) is checked like for like at each num_stages.
 - C4 on the published kernels (--gluon DIR, checks): DIR holds intra_wave.gfx942.hsaco and
   inter_wave.gfx942.hsaco, compiled from ROCm/gfx950-gluon-tutorials kernels/gemm/gfx942/{intra_wave,
