@@ -1,6 +1,6 @@
 """Register-pressure relief: the allocator's last resort before a ResourceError (tilegcn never spills).
 
-Two rewrites, used together and only when every other allocation attempt has failed (compiler._allocate_registers),
+Three rewrites, used together and only when every other allocation attempt has failed (compiler._relieve_pressure),
 so a kernel that fitted before keeps its registers and its code byte for byte:
 
   - `split_groups`: a virtual group is cut into the independent pieces its instructions actually name. A fragment
@@ -9,13 +9,16 @@ so a kernel that fitted before keeps its registers and its code byte for byte:
     VALU op reads 1). Registers that some operand names together stay together (a tuple, an MFMA operand); the rest
     become groups of their own, each with its own live interval, so the part of a fragment already consumed frees
     its registers while the rest is still in use.
+  - `split_webs`: a piece rewritten whole (and not read by the rewrite) where the rewrite surely kills the old value
+    gets fresh virtual registers from there on, so a fragment that an unrolled loop rewrites each step is one value
+    per step instead of one value from the first step to the last.
   - `sink_loads`: within a basic block, a global load is issued at most `window` loads ahead of the first use of
     an earlier load's data (with the address arithmetic only it reads), instead of all loads up front. A copy
     `T.copy(global, fragment)` followed by the T.Parallel that reads the fragment once (flash decoding's combine
     kernel: `o_accum_local += po_local * scale_local`) then holds `window + 1` loads' registers instead of the whole
     fragment. It trades latency hiding for registers: the window is the largest of `WINDOWS` that fits.
 
-Both keep every dependency of the scheduler's graph (schedule._dependencies: registers, SCC/VCC/M0/EXEC, LDS,
+`sink_loads` keeps every dependency of the scheduler's graph (schedule._dependencies: registers, SCC/VCC/M0/EXEC, LDS,
 global memory, barriers, fences), so the rewritten order computes the same thing; the wait-count pass places the
 `s_waitcnt`s for the new order afterwards.
 """
@@ -36,7 +39,7 @@ def split_groups(insts: list, b) -> SimpleNamespace:
     `b`'s, in groups cut to the runs of registers `insts` name together (module doc). The instructions need no
     rewrite: they name virtual registers by index, which the new files map to the new groups."""
     files = {"v": b.v, "s": b.s, "a": b.a}
-    joined = {name: _named_runs(insts, name, vf) for name, vf in files.items()}
+    joined = {name: _named_runs(insts, name) for name in files}
     groups: list = []
     new = {}
     for name, vf in files.items():
@@ -72,7 +75,7 @@ def split_webs(insts: list, b) -> list:
     for pos, inst in enumerate(insts):
         read = {_group_key(files, r) for r in inst.uses if r.virtual}
         renamed = False
-        if not covered[pos]:
+        if not covered[pos] and _writes_every_lane(inst):
             for r in inst.defs:
                 key = _group_key(files, r) if r.virtual else None
                 if key is None or key in read or key not in seen:
@@ -87,6 +90,13 @@ def split_webs(insts: list, b) -> list:
             inst = _renamed(inst, files, delta)
         out.append(inst)
     return out
+
+
+def _writes_every_lane(inst) -> bool:
+    """False for a DPP move whose row or bank mask leaves lanes out (xlane's row_bcast): those lanes keep the old
+    value, so the write does not start a new one."""
+    masks = [m.split(":")[1] for m in inst.suffix.split() if m.startswith(("row_mask:", "bank_mask:"))]
+    return all(m == "0xf" for m in masks)
 
 
 def _group_key(files: dict, r) -> tuple:
@@ -120,7 +130,7 @@ def _renamed(inst, files: dict, delta: dict):
                     tuple(map(move, inst.uses)), inst.kind, inst.suffix, inst.comment)
 
 
-def _named_runs(insts: list, file: str, vf: VirtualFile) -> set:
+def _named_runs(insts: list, file: str) -> set:
     """The virtual indices i of `file` such that some operand names both i and i + 1 (they must stay adjacent)."""
     joined = set()
     for r in {r for inst in insts for r in (*inst.defs, *inst.uses) if r.virtual and r.file == file}:
