@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,6 +29,8 @@ from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
 from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.multikernel import merge_kernel_asm
+from .amdgcn.isa import COMMENT, Inst
+from .amdgcn.pressure import WINDOWS, sink_loads, split_groups, split_webs
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
@@ -121,6 +124,7 @@ class Compilation:
     ctx: Context | None = None
     insts: list = field(default_factory=list)  # the machine instructions, as the last machine pass left them
     counts: dict = field(default_factory=dict)  # register counts (regalloc)
+    register_note: str = ""  # how the registers fitted when the plain allocation did not (kernel.ir, kernel.s)
     lowered: Lowered | None = None  # render's result
     seconds: dict = field(default_factory=dict)  # pass name -> wall seconds it took
 
@@ -236,9 +240,31 @@ def _allocate_registers(c: Compilation):
         try:
             c.insts, c.counts = allocate(insts, c.builder, threads, holes=holes)  # (checks the workgroup fits)
             return
-        except ResourceError:
+        except ResourceError as e:
             if n == len(attempts):
-                raise
+                _relieve_pressure(c, threads, e)
+
+
+def _relieve_pressure(c: Compilation, threads: int, error: ResourceError):
+    """The last resort before `error` (amdgcn/pressure.py): fragments' register groups cut into the pieces the
+    instructions name, first in the emitted order, then with each block's global loads issued at most `window`
+    loads ahead of their consumers, from the widest window down. The asm says which one fitted (a comment line);
+    `error`, which names the values live at the peak of the emitted order, when none does."""
+    insts = c.builder.insts
+    for window in (None, *WINDOWS):
+        order = insts if window is None else sink_loads(insts, c.arch, window)
+        try:
+            files = split_groups(order, c.builder)
+            c.insts, c.counts = allocate(split_webs(order, files), files, threads)
+        except ResourceError:
+            continue
+        how = "" if window is None else f", global loads issued at most {window} ahead of their first use"
+        needed = re.search(r"needs \d+ \w+", str(error))
+        c.register_note = (f"registers: {c.counts['vgprs']} VGPRs with fragment groups split{how} (the emitted "
+                           f"order {needed.group(0) if needed else 'does not fit'})")
+        c.insts.insert(0, Inst("", kind=COMMENT, comment=c.register_note))
+        return
+    raise error
 
 
 def _insert_waits(c: Compilation):
@@ -260,7 +286,10 @@ def _render(c: Compilation):
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
                            dtype=a.param.dtype.name) for a in abi.args],
                 source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    c.lowered = Lowered(asm, meta, print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None)
+    ir = print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None
+    if ir is not None and c.register_note:
+        ir += f"  // {c.register_note}\n"
+    c.lowered = Lowered(asm, meta, ir)
 
 
 PASSES = (
