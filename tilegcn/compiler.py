@@ -114,6 +114,9 @@ class Compilation:
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
     lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its row pitch
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
+    # gemm accumulators that VALU statements beside the gemm touch live in VGPRs (passes/layout.py
+    # vector_accumulators); False after such a kernel ran out of VGPRs: all accumulators in AGPRs
+    vgpr_accumulators: bool = True
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
@@ -198,7 +201,7 @@ def _abi_prologue(c: Compilation):
 
 
 def _layouts(c: Compilation):
-    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts)
+    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts, c.vgpr_accumulators)
 
 
 def _workgroup_remap(c: Compilation):
@@ -223,7 +226,21 @@ def _allocate_registers(c: Compilation):
 
     The scheduler has no register-pressure limit: moving reads and loads up lengthens their values' lives. When its
     order needs more registers than the file has, the emitted order is allocated instead (it is what
-    schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError."""
+    schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError. Likewise a kernel
+    whose VGPR accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on
+    with every accumulator in AGPRs (flash decoding's 64-row tiles at 128 threads: 292 VGPRs, 256 on gfx942)."""
+    try:
+        _allocate_scheduled(c)
+    except ResourceError:
+        if not c.vgpr_accumulators or not any(r.file == "v" for b in c.gemm_plans
+                                              for r in [c.ctx.layouts[b].regs]):
+            raise
+        c.vgpr_accumulators = False
+        _run(c, "abi_prologue", "schedule")
+        _allocate_scheduled(c)
+
+
+def _allocate_scheduled(c: Compilation):
     threads = c.kernel.threads
     if c.insts is not c.builder.insts:
         try:

@@ -55,6 +55,7 @@ import sympy
 from ..amdgcn.arch import TIMING
 from ..ir import nodes as N
 from ..ir.ops import COMPUTE, LOAD, op_class
+from ..ir.substitute import substituted
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
@@ -85,12 +86,32 @@ def step_order(loop, arch, by_dma) -> str:
 
 
 def pipelinable(s) -> bool:
-    """A loop asked for num_stages > 1 whose body is global -> shared tile loads and gemms, at least one of each
-    (the ops' `k_loop_role`; any other statement keeps the loop serial)."""
+    """A loop asked for num_stages > 1 whose body holds global -> shared tile loads and gemms, at least one of each
+    (the ops' `k_loop_role`), and otherwise only statements that leave the loaded tiles alone (`_carried`: flash
+    attention's softmax between its two gemms)."""
     if s.pipeline_stages() <= 1:
         return False
     roles = [x.k_loop_role() for body in s.bodies() for x in body]
-    return LOAD in roles and COMPUTE in roles and all(r in (LOAD, COMPUTE) for r in roles)
+    if not (LOAD in roles and COMPUTE in roles):
+        return False
+    return all(r in (LOAD, COMPUTE) for r in roles) or _carried(s)
+
+
+def _carried(loop) -> bool:
+    """Whether the statements of `loop`'s body that are neither tile loads nor gemms can run unchanged in every
+    pipelined step, the loop variable renamed: no nested body (a loop or branch would hide accesses from this
+    test) and no access to a tile the loop loads (those become rotating stages only a gemm can address); each load
+    is a whole tile (one stage holds it) loaded once in the body (one group per step keeps the waits exact)."""
+    loaded = [c.dst.buffer for c in _loads(loop)]
+    if len(set(loaded)) != len(loaded) or not all(_whole(c.dst) for c in _loads(loop)):
+        return False
+    others = [x for x in loop.body if x.k_loop_role() not in (LOAD, COMPUTE)]
+    return all(not x.bodies() and not ({r.buffer for r in x.reads() + x.writes()} & set(loaded)) for x in others)
+
+
+def _plain(loop) -> bool:
+    """A K loop of tile loads and gemms only (what K phases can split)."""
+    return all(x.k_loop_role() in (LOAD, COMPUTE) for x in loop.body)
 
 
 def _loads(loop) -> list:
@@ -150,6 +171,8 @@ def split_k_phases(loop, program: list):
     s(k / PHASES_PER_TILE) in the phase index. Not split (None): a shared buffer used anywhere in `program` (the
     kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
     by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it)."""
+    if not _plain(loop):
+        return None  # the other statements of the step would have to be split too
     p, k = PHASES_PER_TILE, loop.var
     copies, gemms = _loads(loop), _gemms(loop)
     k_dims = {}  # shared buffer -> its K dim
@@ -217,7 +240,7 @@ def _pipeline(loop, wait_first: bool) -> list:
     (AsyncCopy.live) in the last trip, so the drain is no peeled copy of the loop body (n < S: no loop, the
     prologue issues n tiles and the drain computes them)."""
     n, S, k = loop.extent, loop.num_stages, loop.var
-    copies, gemms = _loads(loop), _gemms(loop)
+    copies = _loads(loop)
     # (passes/ cannot import tilegcn.ops, whose lowerings import passes/: the classes come from the registry)
     AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
 
@@ -225,14 +248,15 @@ def _pipeline(loop, wait_first: bool) -> list:
         return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
             [CommitGroup(loc=loop.loc)]
 
-    def compute(stage: int) -> list:
-        return [dataclasses.replace(g, stage=stage) for g in gemms]
+    def compute(kk, stage: int) -> list:  # the body but its loads, at loop variable kk: gemms read `stage`
+        return [dataclasses.replace(s, stage=stage) if s.k_loop_role() == COMPUTE else substituted(s, {k: kk})
+                for s in loop.body if s.k_loop_role() != LOAD]
 
     def steady(kk, j: int, live) -> list:  # iteration kk, with kk % S == j
         copies = issue(kk + S - 1, (j + S - 1) % S, live)
         if wait_first:
-            return [WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
-        return copies + [WaitGroup(S - 1, loc=loop.loc)] + compute(j)
+            return [WaitGroup(S - 2, loc=loop.loc)] + copies + compute(kk, j)
+        return copies + [WaitGroup(S - 1, loc=loop.loc)] + compute(kk, j)
 
     out = []
     for kk in range(min(S - 1, n)):
@@ -247,7 +271,7 @@ def _pipeline(loop, wait_first: bool) -> list:
         out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
     newest = S * trips + S - 2 if trips else n - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):
-        out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
+        out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(sympy.Integer(kk), kk % S)
     return out
 
 
