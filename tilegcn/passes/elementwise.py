@@ -12,6 +12,7 @@ import math
 import numpy as np
 import sympy
 
+from ..amdgcn.addr import value_range
 from ..amdgcn.isa import VCC, Reg, float_literal
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
@@ -172,6 +173,9 @@ class ElementEvaluator:
         if kind is None:  # a condition: its values compare in their joint domain (float if either is)
             kind = N.join_kinds(N.value_kind(a) for a, k in zip(e.args, row.operand_kinds) if k == elemfn.VALUE)
             kind = N.FLOAT if kind == N.WEAK else kind
+            known = self._index_comparison(e, r)
+            if known is not None:
+                return known
         operands = [None] * row.arity
         for n, k in enumerate(row.evaluation_order):
             if row.operand_kinds[k] == elemfn.CONDITION:
@@ -190,6 +194,35 @@ class ElementEvaluator:
         if kind == N.INT and e.fn in INT_LOWERINGS:
             return INT_LOWERINGS[e.fn](self, out, *operands)
         return LOWERINGS[e.fn](self, out, *operands)
+
+    def _index_comparison(self, e: N.Call, r: int) -> bool | None:
+        """The value of a comparison of two index expressions at element r where it is the same in every lane and
+        every trip of the enclosing loops, else None: the difference's range over the thread ids and the loop
+        variables' ranges (interval arithmetic: a bound, so a fold is never wrong). A key-bound mask
+        `k * block_N + j >= seq_len` of a loop over ceildiv(seq_len, block_N) tiles is false throughout when
+        block_N divides seq_len (flash attention's non-causal step: 3 VALU instructions per score saved)."""
+        if e.fn not in _COMPARE or not all(isinstance(a, (N.IndexValue, N.Const)) for a in e.args):
+            return None
+        a, b = (self._index_expr(x, r) for x in e.args)
+        if a is None or b is None:
+            return None
+        ranges = {**self.ctx.access.loop_ranges, **{t: (0, self.ctx.threads - 1) for t in self.b.lane_symbols}}
+        span = value_range(sympy.expand(a - b), ranges)
+        if span is None:
+            return None
+        lo, hi = span
+        truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
+                 "eq": (lo == hi == 0, lo > 0 or hi < 0), "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.fn]
+        return True if truth[0] else False if truth[1] else None
+
+    def _index_expr(self, e, r: int):
+        """An int index expression at element r (T.Parallel indices replaced by the layout's coordinates), None for
+        a constant that is no int."""
+        if isinstance(e, N.Const):
+            return sympy.Integer(e.value) if isinstance(e.value, int) and not isinstance(e.value, bool) else None
+        store = self.ctx.current_parallel
+        coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
+        return sympy.expand(substitute(e.expr, dict(zip(store.indices, coords))))
 
     def _exp(self, x: Reg, out: Reg):
         """e^x as LLVM expands llvm.exp.f32 for gfx9: x*log2(e) split into an integer n and a small
