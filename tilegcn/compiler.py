@@ -42,6 +42,7 @@ from .passes.lds import allocate_shared, reuse_barrier
 from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
+from .passes.operand_registers import operands_to_registers
 from .passes.pipelining import pipeline_loops
 from .passes.reduce import reductions, scratch_buffers
 
@@ -117,6 +118,10 @@ class Compilation:
     # gemm accumulators that VALU statements beside the gemm touch live in VGPRs (passes/layout.py
     # vector_accumulators); False after such a kernel ran out of VGPRs: all accumulators in AGPRs
     vgpr_accumulators: bool = True
+    # loop-invariant shared A operands become fragments (passes/operand_registers.py); False after such a kernel
+    # ran out of VGPRs: the operands stay in LDS
+    operand_registers: bool = True
+    moved_operands: bool = False  # whether that pass moved one
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
@@ -145,6 +150,13 @@ def _verify(c: Compilation):
 
 def _stage_memory(c: Compilation):
     c.kernel = stage_memory_accesses(c.kernel)
+
+
+def _operand_registers(c: Compilation):
+    if c.operand_registers:
+        kernel = c.kernel
+        c.kernel = operands_to_registers(kernel)
+        c.moved_operands = c.kernel is not kernel
 
 
 def _pipeline(c: Compilation):
@@ -229,15 +241,19 @@ def _allocate_registers(c: Compilation):
     schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError. Likewise a kernel
     whose VGPR accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on
     with every accumulator in AGPRs (flash decoding's 64-row tiles at 128 threads: 292 VGPRs, 256 on gfx942)."""
-    try:
-        _allocate_scheduled(c)
-    except ResourceError:
-        if not c.vgpr_accumulators or not any(r.file == "v" for b in c.gemm_plans
-                                              for r in [c.ctx.layouts[b].regs]):
-            raise
-        c.vgpr_accumulators = False
-        _run(c, "abi_prologue", "schedule")
-        _allocate_scheduled(c)
+    while True:
+        try:
+            _allocate_scheduled(c)
+            return
+        except ResourceError:
+            if c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
+                c.vgpr_accumulators = False
+                _run(c, "abi_prologue", "schedule")
+            elif c.operand_registers and c.moved_operands:
+                c.operand_registers, c.vgpr_accumulators = False, True
+                _run(c, "verify", "schedule")
+            else:
+                raise
 
 
 def _allocate_scheduled(c: Compilation):
@@ -277,6 +293,8 @@ PASSES = (
     Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
     Pass("memory_staging", _stage_memory, "shared / global element access and shared copies through fragments "
          "(passes/memspace.py)"),
+    Pass("operand_registers", _operand_registers, "loop-invariant shared gemm A operands -> registers "
+         "(passes/operand_registers.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("layout_inference", _infer_layouts, "a layout for every fragment from the ops' constraints; layout "
