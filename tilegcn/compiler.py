@@ -241,19 +241,24 @@ def _allocate_registers(c: Compilation):
     schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError. Likewise a kernel
     whose VGPR accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on
     with every accumulator in AGPRs (flash decoding's 64-row tiles at 128 threads: 292 VGPRs, 256 on gfx942)."""
+    first = None  # the error of the kernel as first lowered, which names what the registers hold
     while True:
         try:
             _allocate_scheduled(c)
             return
-        except ResourceError:
-            if c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
-                c.vgpr_accumulators = False
-                _run(c, "abi_prologue", "schedule")
-            elif c.operand_registers and c.moved_operands:
-                c.operand_registers, c.vgpr_accumulators = False, True
-                _run(c, "verify", "schedule")
-            else:
-                raise
+        except ResourceError as e:
+            first = first or e
+            try:
+                if c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
+                    c.vgpr_accumulators = False
+                    _run(c, "abi_prologue", "schedule")
+                elif c.operand_registers and c.moved_operands:
+                    c.operand_registers, c.vgpr_accumulators = False, True
+                    _run(c, "verify", "schedule")  # (the operand's LDS tile back: the LDS budget may refuse it)
+                else:
+                    raise first
+            except ResourceError:
+                raise first from None
 
 
 def _allocate_scheduled(c: Compilation):
