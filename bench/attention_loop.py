@@ -3,10 +3,10 @@ against the MFMA bound, for TileLang's GQA forward port (examples/tilelang/examp
 at the configs its autotune space offers on AMD (block_M / block_N 64 or 128, 128 or 256 threads, 1 or 2 stages):
 
     PYTHONPATH=$PWD python bench/attention_loop.py [--arch gfx950] [--dim 128] [--configs 128x64x2x256,...]
-                                                   [--no-estimate]
+                                                   [--shape gqa|mha] [--no-estimate]
 
 For each config (block_M x block_N x num_stages x threads) it compiles the kernel at issue 21's GQA shape (64 query
-heads over 8 KV heads, d = --dim, b = 1, s = 16384) without running it, finds the KV loop in the `.s` (the last
+heads over 8 KV heads, d = --dim, b = 1, s = 16384; `--shape mha`: HipKittens' 16 heads, b = 16) without running it, finds the KV loop in the `.s` (the last
 label a `s_cbranch_*` jumps back to: bench/loop_metrics.py `loop_body`) and prints per KV tile of one wave:
 instructions, MFMAs, VALU instructions (v_* but MFMAs), v_exp_f32, ds_read, LDS DMA loads, loads into VGPRs,
 s_waitcnt, s_barrier, v_accvgpr_read/write (accumulator round trips) and scratch instructions; then llvm-mca's cycles
@@ -39,15 +39,17 @@ import example_gqa_fwd_bshd  # noqa: E402
 from loop_metrics import loop_body, mca_cycles  # noqa: E402
 from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 
-HEADS, KV_HEADS, SEQ, BATCH = 64, 8, 16384, 1  # issue 21's GQA shape (aiter's published FAv3 figure)
+# issue 21's shapes: (batch, query heads, KV heads, seq): GQA as aiter's published FAv3 figure, MHA as HipKittens'
+SHAPES = {"gqa": (1, 64, 8, 16384), "mha": (16, 16, 16, 16384)}
 CONFIGS = "64x64x2x128,128x64x1x256,128x64x2x256,128x128x2x256,64x128x2x128"
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
 
 
-def compile_attention(arch: str, block_M: int, block_N: int, stages: int, threads: int, dim: int):
-    q = torch.empty(BATCH, SEQ, HEADS, dim, dtype=torch.float16)
-    kv = torch.empty(BATCH, SEQ, KV_HEADS, dim, dtype=torch.float16)
-    kernel = example_gqa_fwd_bshd.flashattn(BATCH, HEADS, SEQ, dim, False, groups=HEADS // KV_HEADS,
+def compile_attention(arch: str, block_M: int, block_N: int, stages: int, threads: int, dim: int, shape="gqa"):
+    batch, heads, kv_heads, seq = SHAPES[shape]
+    q = torch.empty(batch, seq, heads, dim, dtype=torch.float16)
+    kv = torch.empty(batch, seq, kv_heads, dim, dtype=torch.float16)
+    kernel = example_gqa_fwd_bshd.flashattn(batch, heads, seq, dim, False, groups=heads // kv_heads,
                                             block_M=block_M, block_N=block_N, num_stages=stages, threads=threads)
     return kernel.compile(q, kv, kv, arch=arch)
 
@@ -92,20 +94,23 @@ def main(argv=None):
     ap.add_argument("--arch", default="gfx950,gfx942")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--configs", default=CONFIGS, help="block_M x block_N x num_stages x threads, comma separated")
+    ap.add_argument("--shape", default="gqa", choices=sorted(SHAPES),
+                    help="gqa: b=1, 64 query / 8 KV heads, s=16384; mha: b=16, 16 heads, s=16384 (the same BSHD "
+                    "kernel, groups=1)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help="skip the timing model's TFLOP/s at the GQA shape")
     args = ap.parse_args(argv)
     print(f"{'config':<28}" + "".join(f"{h:>8}" for h in HEAD) + f"{'regs':>9}{'TFLOP/s':>9}  limited by")
     for arch in args.arch.split(","):
         for config in args.configs.split(","):
-            _row(arch, config, args.dim, args.estimate)
+            _row(arch, config, args.dim, args.estimate, args.shape)
 
 
-def _row(arch: str, config: str, dim: int, estimate: bool):
+def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa"):
     bm, bn, stages, threads = (int(x) for x in config.split("x"))
     name = f"{arch} d{dim} {bm}x{bn} s{stages} {threads}t"
     try:
-        k = compile_attention(arch, bm, bn, stages, threads, dim)
+        k = compile_attention(arch, bm, bn, stages, threads, dim, shape)
         m = loop_metrics(k.asm, arch, bm, bn, threads, dim)
     except Exception as e:  # a config that does not fit (LDS, registers) is reported, not fatal
         print(f"{name:<28} {type(e).__name__}: {str(e)[:110]}")
@@ -114,7 +119,8 @@ def _row(arch: str, config: str, dim: int, estimate: bool):
     tail = ""
     if estimate:
         e = k.estimate()
-        flops = 4 * BATCH * HEADS * SEQ * SEQ * dim
+        batch, heads, _, seq = SHAPES[shape]
+        flops = 4 * batch * heads * seq * seq * dim
         limit = next(ln for ln in str(e).splitlines() if ln.strip().startswith("limited by")).split(None, 2)[2]
         tail = f"{flops / e.seconds / 1e12:>9.1f}  {limit}"
     print(f"{name:<28}" + "".join(f"{m[c]:>8.1f}" if c != "ratio" else f"{m[c]:>8.2f}" for c in COLUMNS)

@@ -48,9 +48,9 @@ def test_pipelined_attention_matches_torch(arch, seq):
 
 
 def test_kv_loop_streams_k_and_v_and_keeps_q_in_registers():
-    """gfx950: each KV step issues the next K and V tiles by LDS DMA; Q is a fragment
-    after the compiler's passes (read from LDS in no step); no accumulator goes through AGPRs; no scratch; the
-    key-bound mask of a sequence that is a multiple of block_N compares nothing."""
+    """gfx950: each KV step issues the next K and V tiles by LDS DMA; Q is a fragment after the compiler's passes
+    (read from LDS in no step); no accumulator goes through AGPRs; no scratch; the key-bound mask of a sequence
+    that is a multiple of block_N compares nothing and leaves the scores' zeros to the MFMAs."""
     q, k, v = _inputs(192)
     compiled = _kernel(192).compile(q, k, v, arch="gfx950")
     body = loop_body(compiled.asm)
@@ -58,6 +58,9 @@ def test_kv_loop_streams_k_and_v_and_keeps_q_in_registers():
     assert len(dma) == 2 * 2 * 2  # 2 unrolled steps x (K, V) x 2 slots of 16 bytes per lane (64 x 64 fp16 tiles)
     assert not any(i.startswith("v_accvgpr") for i in body)
     assert not any(i.startswith("v_cmp") for i in body)
+    # the scores start from 0 in the MFMA (srcC 0: one per 32 x 32 score block, 2 a wave, 2 steps), not moves
+    assert len([i for i in body if i.startswith("v_mfma") and i.endswith(", 0")]) == 2 * 2
+    assert not any(i.startswith("v_mov_b32") and i.endswith(", 0") for i in body)
     after_passes = compiled.ir.split("// after the tile-IR passes")[1]
     assert "alloc fragment Q_shared" in after_passes
     assert compiled.metadata["agprs"] == 0

@@ -30,6 +30,7 @@ from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
+from .amdgcn.zero_srcc import fold_zeroed_accumulators
 from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
@@ -224,6 +225,7 @@ def _workgroup_remap(c: Compilation):
 def _statements(c: Compilation):
     lower_statements(c.ctx, c.kernel.body)
     c.builder.emit("s_endpgm")
+    c.builder.insts[:] = fold_zeroed_accumulators(c.builder.insts)
     c.insts = c.builder.insts
 
 
@@ -309,7 +311,8 @@ PASSES = (
     Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
     Pass("layouts", _layouts, "the registers of every fragment's layout (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
-    Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
+    Pass("statements", _statements, "each statement -> machine instructions on virtual registers; a zeroed VGPR "
+         "accumulator folded into its first MFMA (amdgcn/zero_srcc.py)"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
     Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
     Pass("waits", _insert_waits, "s_waitcnt for memory counters (amdgcn/waitcnt.py)"),

@@ -935,7 +935,8 @@ def lower_parallel(ctx: Context, s: TileOp):
             if own != kind or dtype.bytes != 4 and not dtype.is_16bit:  # a conversion T.cast's rules make
                 value = dtype_convert.convert(ctx.b, ev.temp, value, own, dtype, pack16=False, src_dtype=source)
             values.append(value)
-        values = [ev.vgpr(v) if not _is_vgpr(v) else v for v in values]
+        if not (direct and isinstance(values[0], float)):  # (a constant goes straight into a VGPR element)
+            values = [ev.vgpr(v) if not _is_vgpr(v) else v for v in values]
         if lay.packed:
             ctx.write_f32(s.buffer, r, values[0], values[1])
         else:
