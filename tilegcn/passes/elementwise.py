@@ -67,12 +67,19 @@ def _is_vgpr(x) -> bool:
     return isinstance(x, Reg) and x.file == "v"
 
 
+# at most this many broadcast subexpression values a T.Parallel store keeps in VGPRs for its later elements (one
+# per row a thread holds, 16 for a 32 x 32 MFMA accumulator block): a bound on the registers the sharing adds
+ROW_VALUES_KEPT = 16
+
+
 class ElementEvaluator:
     """Evaluates one element expression for element r into VGPR temporaries."""
 
-    def __init__(self, ctx: Context, prefetched: dict):
+    def __init__(self, ctx: Context, prefetched: dict, share_rows: bool = False):
         self.ctx, self.b, self.prefetched = ctx, ctx.b, prefetched
         self.temps: list = []
+        # (subexpression, the registers it reads) -> its VGPR, kept across the loop's elements (`_row_key`)
+        self._row_values: dict | None = {} if share_rows else None
         self._registers: dict = {}  # (fragment, index) -> its register for each element of the loop
         self._kinds: dict = {}  # expression node -> its value_kind (see _kind)
 
@@ -143,7 +150,15 @@ class ElementEvaluator:
         if isinstance(e, N.IndexValue):
             return self._index_value(e, r), kind
         if isinstance(e, N.Call):
-            return self._apply(e, r, dst, kind), kind
+            key = self._row_key(e, r)
+            if key is not None and key in self._row_values:
+                return self._row_values[key], kind
+            value = self._apply(e, r, dst, kind)
+            if key is not None and value in self.temps and len(self._row_values) < ROW_VALUES_KEPT:
+                # kept for the other elements that read the same registers
+                self.temps.remove(value)
+                self._row_values[key] = value
+            return value, kind
         if isinstance(e, N.Cast):
             return self._cast(e, r, dst), kind
         raise TypeError(f"unknown expression {e!r}")
@@ -194,6 +209,31 @@ class ElementEvaluator:
         if kind == N.INT and e.fn in INT_LOWERINGS:
             return INT_LOWERINGS[e.fn](self, out, *operands)
         return LOWERINGS[e.fn](self, out, *operands)
+
+    def _row_key(self, e: N.Call, r: int):
+        """For a value subexpression that reads only elements broadcast to the loop (`scores_max[i] * scale` in
+        T.Parallel(M, N): one value per row, which each thread holds for several of its elements), the key under
+        which its value at element r serves every element reading the same registers: (e, those registers). None
+        where it reads the loop's own element, an index, global memory or the fragment the loop writes (T.Parallel
+        reads precede its writes), and outside a T.Parallel store that keeps such values (`share_rows`)."""
+        if self._row_values is None or self._kind(e) is None:
+            return None
+        store = self.ctx.current_parallel
+        refs = []
+        for x in N.walk_expr(e):
+            if isinstance(x, N.IndexValue) or isinstance(x, N.Cast):
+                return None
+            if isinstance(x, N.ElemRef):
+                if x.buffer.scope != N.FRAGMENT or x.buffer is store.buffer or \
+                        tuple(x.index) == tuple(store.indices):
+                    return None
+                refs.append((x.buffer, self.register_of(x, r)))
+        return (e, tuple(refs)) if refs else None
+
+    def free_row_values(self):
+        for reg in self._row_values.values():
+            self.b.v.free(reg)
+        self._row_values.clear()
 
     def _index_comparison(self, e: N.Call, r: int) -> bool | None:
         """The value of a comparison of two index expressions at element r where it is the same in every lane and
@@ -921,7 +961,7 @@ def lower_parallel(ctx: Context, s: TileOp):
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)
-    ev = ElementEvaluator(ctx, prefetched)
+    ev = ElementEvaluator(ctx, prefetched, share_rows=True)
     direct = lay.regs.file == "v" and not lay.packed
     step = 2 if lay.packed else 1
     dtype = s.buffer.dtype
@@ -942,6 +982,7 @@ def lower_parallel(ctx: Context, s: TileOp):
         else:
             ctx.write_f32(s.buffer, r, values[0])
         ev.free_temps()
+    ev.free_row_values()
     for reg in prefetched.values():
         ctx.b.v.free(reg)
     ctx.current_parallel = None
