@@ -962,6 +962,9 @@ def lower_parallel(ctx: Context, s: TileOp):
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)
     ev = ElementEvaluator(ctx, prefetched, share_rows=True)
+    if _scaled_in_pairs(ctx, s, lay, ev):
+        ctx.current_parallel = None
+        return
     direct = lay.regs.file == "v" and not lay.packed
     step = 2 if lay.packed else 1
     dtype = s.buffer.dtype
@@ -986,6 +989,43 @@ def lower_parallel(ctx: Context, s: TileOp):
     for reg in prefetched.values():
         ctx.b.v.free(reg)
     ctx.current_parallel = None
+
+
+def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool:
+    """`x[i, j] = x[i, j] * y[i]` (or `y[i] * x[i, j]`) on an fp32 fragment in VGPRs, y an fp32 fragment read at
+    fewer indices (flash attention's rescale of its output by each row's factor): two elements an instruction,
+    v_pk_mul_f32 on register pairs (gfx90a and later; the emulated device runs it, tests/test_isa_table.py assembles
+    it), y's one register read for both halves (op_sel_hi) where both elements take the same factor. Returns False,
+    emitting nothing, where the statement has another form or x's registers do not pair up."""
+    value, x = s.value, s.buffer
+    if not (isinstance(value, N.Call) and value.fn == "mul" and len(value.args) == 2 and x.dtype == float32
+            and lay.regs.file == "v" and not lay.packed and lay.elems % 2 == 0 and lay.regs.count >= 2):
+        return False
+    own = [a for a in value.args if isinstance(a, N.ElemRef) and a.buffer is x and tuple(a.index) == tuple(s.indices)]
+    factor = [a for a in value.args if not any(a is o for o in own)]
+    if len(own) != 1 or len(factor) != 1 or not isinstance(factor[0], N.ElemRef):
+        return False
+    y = factor[0]
+    y_lay = ctx.layouts.get(y.buffer)
+    if y.buffer.scope != N.FRAGMENT or y.buffer.dtype != float32 or y_lay is None or y_lay.packed \
+            or y_lay.regs.file != "v" or tuple(y.index) == tuple(s.indices):
+        return False
+    pairs = [(ctx.element_reg(x, r), ctx.element_reg(x, r + 1), ev.register_of(y, r), ev.register_of(y, r + 1))
+             for r in range(0, lay.elems, 2)]
+    base = lay.regs.index
+    if any(b0.index != a0.index + 1 or (a0.index - base) % 2 or f0 != f1 for a0, b0, f0, f1 in pairs):
+        return False  # (consecutive factors in one pair would also do; flash attention's rows need only this)
+    b = ctx.b
+    lows = {}  # y's register -> a VGPR pair holding it in its low half
+    for a0, _, f, _ in pairs:
+        if f not in lows:
+            lows[f] = b.v.alloc(2, align=2, what="row factor pair")
+            b.emit("v_mov_b32", lows[f][0], y_lay.regs[f], defs=(lows[f][0],), uses=(y_lay.regs[f],))
+        pair = lay.regs[a0.index - base:a0.index - base + 2]
+        b.emit("v_pk_mul_f32", pair, pair, lows[f], suffix="op_sel_hi:[1,0]", defs=(pair,), uses=(pair, lows[f]))
+    for reg in lows.values():
+        b.v.free(reg)
+    return True
 
 
 def lower_fill(ctx: Context, s: TileOp):
