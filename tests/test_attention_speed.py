@@ -14,9 +14,12 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "tilelang"))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import example_gqa_fwd_bshd  # noqa: E402
+from asm.emukit import run_lanes  # noqa: E402
 from loop_metrics import loop_body  # noqa: E402
+from test_dtypes import _same, fp32_sweep  # noqa: E402
 
 HEADS, KV_HEADS, DIM = 4, 2, 64
 
@@ -65,3 +68,15 @@ def test_kv_loop_streams_k_and_v_and_keeps_q_in_registers():
     assert "alloc fragment Q_shared" in after_passes
     assert compiled.metadata["agprs"] == 0
     assert "scratch_" not in compiled.asm and compiled.metadata["lds_bytes"] == 2 * 2 * 64 * DIM * 2
+
+
+def test_gfx950_packs_two_f32_into_f16_rounding_as_torch():
+    """P's cast to fp16 on gfx950 is one v_cvt_pk_f16_f32 per pair (llc-22 selects it for an IEEE fptrunc of two
+    floats): on the emulated device it rounds both halves to nearest even as torch does, over the edge values (ties,
+    inf, NaN, denormals, past the f16 range) and a sweep of magnitudes."""
+    x = fp32_sweep()
+    y = x.flip(0)
+    (out,) = run_lanes("v_cvt_pk_f16_f32 v20, v10, v11", [x, y], n_out=1, arch="gfx950")
+    bits = out.long() & 0xFFFFFFFF
+    for half, want in ((bits & 0xFFFF, x), (bits >> 16, y)):
+        assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
