@@ -17,6 +17,9 @@ docstring says more). A loop that the pipeliner unrolled over S tiles is divided
 (VGPRs + AGPRs, scratch bytes) and the timing model's TFLOP/s (`kernel.estimate()`, MI355X for gfx950, MI300X for
 gfx942) at the same shape; `--no-estimate` leaves it out.
 
+Memory: the timing model's estimate at `--shape mha` (b = 16) on gfx942 grows to about 18 GB of host memory; run
+it alone, or with `--no-estimate`.
+
 The ratio mca / bound says how well the instruction stream of one wave keeps the MFMA pipe fed (1.0: the MFMAs
 alone); VALU work that depends on the tile's own MFMAs (the softmax between QK^T and PV) and is not overlapped with
 another tile's MFMAs shows as cycles above the bound.
