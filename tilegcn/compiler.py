@@ -44,7 +44,7 @@ from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
 from .passes.operand_registers import operands_to_registers
-from .passes.pipelining import pipeline_loops
+from .passes.pipelining import pipeline_loops, pipelines_carried
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
@@ -123,6 +123,10 @@ class Compilation:
     # ran out of VGPRs: the operands stay in LDS
     operand_registers: bool = True
     moved_operands: bool = False  # whether that pass moved one
+    # K loops that carry other statements (flash attention's softmax) are software pipelined (passes/pipelining.py
+    # `_carried`); False after such a kernel ran out of LDS or registers: they run serially, as they did before
+    pipeline_carried: bool = True
+    carried_pipelined: bool = False  # whether the pipeliner pipelined such a loop
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
@@ -163,7 +167,8 @@ def _operand_registers(c: Compilation):
 def _pipeline(c: Compilation):
     _, operands = plan_gemms(c.kernel, c.arch)  # the pipeliner's step order depends on which copies go by LDS DMA
     c.by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, operands)
-    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma)
+    c.carried_pipelined = c.pipeline_carried and pipelines_carried(c.kernel)
+    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma, carried=c.pipeline_carried)
 
 
 def _plan_gemms(c: Compilation):
@@ -189,16 +194,20 @@ def _allocate_lds(c: Compilation):
     try:
         lds = allocate_shared(c.kernel, c.arch, c.gemm_plans, by_dma=by_dma, scratch=c.reduce_scratch)
     except ResourceError:
-        _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma)
+        if c.carried_pipelined:  # the stages of a loop that ran serially before: run it serially again
+            c.pipeline_carried = False
+            _run(c, "verify", "lds_allocation")
+            return
+        _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma, c.pipeline_carried)
         raise
     c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = lds.offsets, lds.stage_bytes, lds.counts, lds.total
     c.lds_reuse, c.lds_pitches = lds.reuse, lds.pitches
 
 
-def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
+def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma, carried: bool = True):
     """Raise the LDS budget error of `traced` pipelined without K phases (the same bytes), so that it names the
     user's block_K and num_stages; returns if that one fits (then the caller's error stands)."""
-    kernel = pipeline_loops(traced, arch, by_dma, phases=False)
+    kernel = pipeline_loops(traced, arch, by_dma, phases=False, carried=carried)
     plans, operands = plan_gemms(kernel, arch)
     allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
 
@@ -257,6 +266,10 @@ def _allocate_registers(c: Compilation):
                 elif c.operand_registers and c.moved_operands:
                     c.operand_registers, c.vgpr_accumulators = False, True
                     _run(c, "verify", "schedule")  # (the operand's LDS tile back: the LDS budget may refuse it)
+                elif c.carried_pipelined:
+                    c.pipeline_carried = False
+                    c.operand_registers, c.vgpr_accumulators = True, True
+                    _run(c, "verify", "schedule")
                 else:
                     raise first
             except ResourceError:

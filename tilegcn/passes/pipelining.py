@@ -62,13 +62,16 @@ ISSUE_FIRST, WAIT_FIRST, PHASES = "issue_first", "wait_first", "phases"
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
 
 
-def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True) -> N.Kernel:
+def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
+                   carried: bool = True) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
-    (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages)."""
+    (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
+    `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
+    way back where pipelining one needs more LDS or registers than there are)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, carried)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers]
@@ -85,28 +88,41 @@ def step_order(loop, arch, by_dma) -> str:
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
-def pipelinable(s) -> bool:
+def pipelinable(s, carried: bool = True) -> bool:
     """A loop asked for num_stages > 1 whose body holds global -> shared tile loads and gemms, at least one of each
-    (the ops' `k_loop_role`), and otherwise only statements that leave the loaded tiles alone (`_carried`: flash
-    attention's softmax between its two gemms)."""
+    (the ops' `k_loop_role`), and otherwise (`carried`) only statements that leave the loaded tiles alone
+    (`_carried`: flash attention's softmax between its two gemms)."""
     if s.pipeline_stages() <= 1:
         return False
     roles = [x.k_loop_role() for body in s.bodies() for x in body]
     if not (LOAD in roles and COMPUTE in roles):
         return False
-    return all(r in (LOAD, COMPUTE) for r in roles) or _carried(s)
+    return all(r in (LOAD, COMPUTE) for r in roles) or carried and _carried(s)
+
+
+def pipelines_carried(kernel: N.Kernel) -> bool:
+    """Whether `pipeline_loops` pipelines a loop of `kernel` only because it carries other statements."""
+    return any(pipelinable(s) and not pipelinable(s, carried=False) for s in N.walk(kernel.body))
 
 
 def _carried(loop) -> bool:
     """Whether the statements of `loop`'s body that are neither tile loads nor gemms can run unchanged in every
     pipelined step, the loop variable renamed: no nested body (a loop or branch would hide accesses from this
-    test) and no access to a tile the loop loads (those become rotating stages only a gemm can address); each load
-    is a whole tile (one stage holds it) loaded once in the body (one group per step keeps the waits exact)."""
-    loaded = [c.dst.buffer for c in _loads(loop)]
-    if len(set(loaded)) != len(loaded) or not all(_whole(c.dst) for c in _loads(loop)):
+    test), no write to shared memory and no read of a shared tile the loop writes (the step's one barrier orders
+    only the loaded stages: TileLang's dequantizing GEMM writes its B operand tile from a T.Parallel in the loop,
+    which stays serial); each load is a whole tile (one stage holds it) loaded once in the body (one group per
+    step keeps the waits exact)."""
+    loads = _loads(loop)
+    loaded = [c.dst.buffer for c in loads]
+    if len(set(loaded)) != len(loaded) or not all(_whole(c.dst) for c in loads):
         return False
     others = [x for x in loop.body if x.k_loop_role() not in (LOAD, COMPUTE)]
-    return all(not x.bodies() and not ({r.buffer for r in x.reads() + x.writes()} & set(loaded)) for x in others)
+    written = {r.buffer for x in loop.body for r in x.writes() if r.buffer.scope == N.SHARED}
+    for x in others:
+        shared_reads = {r.buffer for r in x.reads() if r.buffer.scope == N.SHARED}
+        if x.bodies() or any(r.buffer.scope == N.SHARED for r in x.writes()) or shared_reads & written:
+            return False
+    return True
 
 
 def _plain(loop) -> bool:
@@ -140,10 +156,10 @@ def covers_round_trip(loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, carried: bool) -> list:
     out = []
     for s in stmts:
-        if pipelinable(s):
+        if pipelinable(s, carried):
             order = step_order(s, arch, by_dma)
             if order == PHASES and not phases:
                 order = WAIT_FIRST
@@ -155,7 +171,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases) for body in s.bodies())
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, carried) for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
             out.append(s)
