@@ -91,3 +91,21 @@ def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
                                             block_N=128, num_stages=2, threads=512)
     compiled = kernel.compile(q, kv, kv, arch="gfx950")
     assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024
+
+
+def test_row_max_and_min_two_elements_an_instruction_match_torch():
+    """gfx950's row max / min take two of a thread's elements per v_maximum3_f32 / v_minimum3_f32 (the softmax's
+    row max): NaN, +-inf and zeros of both signs at several positions of a thread's run still give torch's amax / amin
+    (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_reduce import run_reductions, torch_reductions
+
+    x = torch.randn(8, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
+    x[0, 4], x[1, 7], x[2, 9] = float("nan"), float("nan"), float("inf")
+    x[3, :] = -0.0
+    x[3, 70] = 0.0
+    x[4, 10:20] = float("-inf")
+    x[5, 127] = float("nan")
+    outs = run_reductions(x, 1, "gfx950", block_M=8, block_N=128, threads=64)
+    for op, got, want in zip(("max", "min"), outs[1:3], torch_reductions(x, 1)[1:3]):
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
