@@ -1,7 +1,9 @@
 """Software pipelining of `for k in T.Pipelined(n, num_stages=S)`: a tile-IR -> tile-IR transform.
 
-Input: verified tile IR. A loop with S > 1 whose body holds only global -> shared copies and T.gemm (the GEMM K
-loop) is rewritten; any other loop is left as it is (it runs serially, as with S = 1).
+Input: verified tile IR. A loop with S > 1 whose body holds global -> shared copies and T.gemm (the GEMM K loop),
+and possibly other statements that touch no shared memory the loop writes (`_carried`: flash attention's masking
+and online softmax, which run in every step with the loop variable renamed), is rewritten; any other loop is left
+as it is (it runs serially, as with S = 1).
 Output: the same computation with S rotating LDS buffers per shared tile (`stage` s of a buffer), in which every
 shared copy is an AsyncCopy into a stage, copies are grouped by CommitGroup, and WaitGroup(p) says how many of the
 newest groups may still be in flight before a gemm reads its stage:
