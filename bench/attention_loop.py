@@ -17,7 +17,7 @@ docstring says more). A loop that the pipeliner unrolled over S tiles is divided
 (VGPRs + AGPRs, scratch bytes) and the timing model's TFLOP/s (`kernel.estimate()`, MI355X for gfx950, MI300X for
 gfx942) at the same shape; `--no-estimate` leaves it out.
 
-Memory: the timing model's estimate at `--shape mha` (b = 16) on gfx942 grows to about 18 GB of host memory; run
+Memory: the timing model's estimate at `--shape mha` (b = 16) grows to 13-18 GB of host memory on either arch; run
 it alone, or with `--no-estimate`.
 
 The ratio mca / bound says how well the instruction stream of one wave keeps the MFMA pipe fed (1.0: the MFMAs
