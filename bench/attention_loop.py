@@ -17,6 +17,10 @@ docstring says more). A loop that the pipeliner unrolled over S tiles is divided
 (VGPRs + AGPRs, scratch bytes) and the timing model's TFLOP/s (`kernel.estimate()`, MI355X for gfx950, MI300X for
 gfx942) at the same shape; `--no-estimate` leaves it out.
 
+`--setprio` also prints, per config, the model's TFLOP/s of the same kernel with `s_setprio 1` before each run of
+MFMAs of the KV loop and `s_setprio 0` before the VALU instruction after it (the edited `.s` through
+`CompiledKernel.with_asm`): whether raising the MFMA issuer's priority pays, by the model.
+
 Memory: the timing model's estimate at `--shape mha` (b = 16) grows to 13-18 GB of host memory on either arch; run
 it alone, or with `--no-estimate`.
 
@@ -30,6 +34,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -100,16 +105,18 @@ def main(argv=None):
     ap.add_argument("--shape", default="gqa", choices=sorted(SHAPES),
                     help="gqa: b=1, 64 query / 8 KV heads, s=16384; mha: b=16, 16 heads, s=16384 (the same BSHD "
                     "kernel, groups=1)")
+    ap.add_argument("--setprio", action="store_true",
+                    help="also estimate the kernel with s_setprio 1 / 0 around the loop's MFMA runs")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help="skip the timing model's TFLOP/s at the GQA shape")
     args = ap.parse_args(argv)
     print(f"{'config':<28}" + "".join(f"{h:>8}" for h in HEAD) + f"{'regs':>9}{'TFLOP/s':>9}  limited by")
     for arch in args.arch.split(","):
         for config in args.configs.split(","):
-            _row(arch, config, args.dim, args.estimate, args.shape)
+            _row(arch, config, args.dim, args.estimate, args.shape, args.setprio)
 
 
-def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa"):
+def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", setprio: bool = False):
     bm, bn, stages, threads = (int(x) for x in config.split("x"))
     name = f"{arch} d{dim} {bm}x{bn} s{stages} {threads}t"
     try:
@@ -126,8 +133,32 @@ def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa"):
         flops = 4 * batch * heads * seq * seq * dim
         limit = next(ln for ln in str(e).splitlines() if ln.strip().startswith("limited by")).split(None, 2)[2]
         tail = f"{flops / e.seconds / 1e12:>9.1f}  {limit}"
+        if setprio:
+            path = Path(tempfile.mkdtemp()) / "setprio.s"
+            path.write_text(with_mfma_priority(k.asm))
+            tail += f"; with s_setprio: {flops / k.with_asm(str(path)).estimate().seconds / 1e12:.1f}"
     print(f"{name:<28}" + "".join(f"{m[c]:>8.1f}" if c != "ratio" else f"{m[c]:>8.2f}" for c in COLUMNS)
           + f"{regs:>9}" + tail, flush=True)
+
+
+def with_mfma_priority(asm: str) -> str:
+    """`asm` with `s_setprio 1` before each run of MFMAs in the last loop and `s_setprio 0` before the first VALU
+    instruction after it."""
+    lines = asm.splitlines()
+    head = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch") and ".L" in ln)
+    label = lines[head].split()[-1] + ":"
+    start = max(i for i in range(head) if lines[i].strip() == label)
+    out, raised = lines[:start], False
+    for ln in lines[start:head + 1]:
+        op = ln.strip().split(" ")[0]
+        if op.startswith("v_mfma") and not raised:
+            out.append("  s_setprio 1")
+            raised = True
+        elif raised and op.startswith("v_") and not op.startswith("v_mfma"):
+            out.append("  s_setprio 0")
+            raised = False
+        out.append(ln)
+    return "\n".join(out + lines[head + 1:]) + "\n"
 
 
 if __name__ == "__main__":
