@@ -226,6 +226,9 @@ class Arch:
     # the phase of each of the 64 lanes. The timing model counts bank conflicts in them; the emulator's launch
     # statistics keep consecutive runs, the model tilegcn's LDS layouts are planned against (passes/gemm_plan.py)
     lds_read_phases: dict = field(default_factory=dict)
+    # v_cvt_pk_f16_f32 (two f32 -> packed f16, round to nearest even: llc-22 selects it for IEEE `fptrunc <2 x float>
+    # to <2 x half>` on gfx950, and v_cvt_f16_f32 twice + v_pack_b32_f16 on gfx942)
+    has_cvt_pk_f16_f32: bool = False
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
@@ -443,6 +446,7 @@ GFX950 = Arch(
     lds_dma_bytes=(1, 2, 4, 12, 16),
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
+    has_cvt_pk_f16_f32=True,
     has_ieee_maximum3=True,
     has_permlane_swap=True,
     peak_bf16_tflops=2500.0,
