@@ -288,21 +288,23 @@ def tr8_swizzle_chunk(arch, row, chunk, row_bytes):
     return ops.xor_bits(chunk, bits)
 
 
-def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
+def ds_extra_cycles(arch, addrs, nbytes: int, active=None, *, read: bool) -> int:
     """Extra LDS cycles of one wave-wide DS access under the emulator's bank model.
 
-    `addrs`: the 64 per-lane byte addresses, `nbytes`: bytes per lane (2, 4, 8, 16). The access is served in phases
-    of banks*4/nbytes consecutive lanes; in a phase each bank costs the number of distinct dword addresses it is
-    asked for (one dword read by several lanes is a broadcast); extra cycles = sum over phases of (max - 1)."""
+    `addrs`: the 64 per-lane byte addresses, `nbytes`: bytes per lane (2, 4, 8, 16), `read`: a ds_read (else a
+    ds_write). The access is served in the phases arch.lds_phases gives the lanes (measured ones for gfx950's
+    ds_read_b128, else runs of banks*4/nbytes consecutive lanes); in a phase each bank costs the number of distinct
+    dword addresses it is asked for (one dword read by several lanes is a broadcast); extra cycles = sum over phases
+    of (max - 1)."""
     arch = get_arch(arch)
     addrs = np.asarray(addrs, dtype=np.int64).reshape(-1)
     active = np.ones(addrs.shape, bool) if active is None else np.asarray(active, bool).reshape(-1)
+    phases = np.asarray(arch.lds_phases(nbytes, read))[:addrs.size]
     banks = arch.lds_banks
-    phase = max(1, banks * arch.lds_bank_bytes // nbytes)
     ndw = max(1, nbytes // arch.lds_bank_bytes)
     extra = 0
-    for p0 in range(0, addrs.size, phase):
-        sel = addrs[p0:p0 + phase][active[p0:p0 + phase]]
+    for p in np.unique(phases):
+        sel = addrs[(phases == p) & active]
         if sel.size == 0:
             continue
         dwords = np.unique((sel[:, None] // arch.lds_bank_bytes + np.arange(ndw)[None, :]).reshape(-1))
