@@ -114,7 +114,7 @@ class Compilation:
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
-    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its row pitch
+    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its RowPadding
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
