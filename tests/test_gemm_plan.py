@@ -349,7 +349,8 @@ def test_bank_model_sees_unswizzled_conflicts():
     plan = plan_of("gfx942", (128, 128, 64), 256)
     lanes = np.arange(64)
     row, chunk = lanes % plan.dim, lanes // plan.dim
-    assert ds_extra_cycles("gfx942", row * plan.row_bytes + 16 * chunk, 16, read=True) == 8 * 7  # 8 phases, 8 lanes on 4 banks
+    # 8 phases, 8 lanes on 4 banks
+    assert ds_extra_cycles("gfx942", row * plan.row_bytes + 16 * chunk, 16, read=True) == 8 * 7
     assert ds_extra_cycles("gfx942", np.zeros(64, np.int64), 16, read=True) == 0
     assert ds_extra_cycles("gfx950", np.arange(64) * 256, 4, read=True) == 63  # 64 lanes on bank 0
 

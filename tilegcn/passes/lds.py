@@ -26,9 +26,10 @@ in measured phases (gfx950, Arch.lds_phases: each phase 16 lanes of one 32-lane 
 half wave reading 512 contiguous bytes of a row-major tile in 16-byte pieces is conflict free however the rows lie,
 but rows of one sweep (256 bytes) put two rows in a half wave, and a pad between them moves the second row's
 chunks 4..11 (phase 0 of the half) onto the first row's chunks 12..15 / 0..3: 2-way conflicts for any pad that is
-not a whole sweep. So the pad goes after every `rows_per_half` = 512 / row bytes rows (`RowPadding.rows`): the rows
-of a half wave lie unpadded, and the accumulator's lanes (one row each) still spread over the banks, two rows on
-the same ones (as with a pad a row: lanes 16 rows apart share banks).
+not a whole sweep. So the pad goes after every HALF_WAVE_READ_BYTES / row bytes rows (`RowPadding.rows`; a pad a
+row where the buffer's row count is not a multiple of that): the rows of a half wave lie unpadded, and the
+accumulator's lanes (one row each) still spread over the banks, two rows on the same ones (as with a pad a row:
+lanes 16 rows apart share banks).
 
 Output: an `LdsAllocation`; ResourceError when even the least LDS the copy paths need exceeds arch.lds_bytes, naming
 the bytes needed and available, the buffers live together at the peak, and which num_stages / block_K would fit.
