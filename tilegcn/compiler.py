@@ -119,7 +119,7 @@ class Compilation:
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
-    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its row pitch
+    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its RowPadding
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
     # gemm accumulators that VALU statements beside the gemm touch live in VGPRs (passes/layout.py
     # vector_accumulators); False after such a kernel ran out of VGPRs: all accumulators in AGPRs
