@@ -721,8 +721,9 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
     one group's MFMAs beside the other's LDS reads and copies, with two barriers a phase (num_stages=2: LDS DMA on
     gfx950, copies staged through VGPRs on gfx942); False keeps both groups in step; not given, the arch table
     decides (Arch.gemm_ping_pong_waves, Arch.gemm_ping_pong_staged_waves: 8 waves on both). Bounds only the
-    device knows (a runtime scalar, index arithmetic on block ids: `T.Pipelined(end[0] - start, ...)`) make it a
-    serial loop (`T.serial`, not pipelined whatever num_stages says; it may run no trip).
+    device knows (a runtime scalar, a dynamic K, a causal bound on block ids: `T.Pipelined(T.min(n, bx + 1), ...)`)
+    make it a device loop, pipelined the same way with the trip count the device computes (zero or more trips;
+    the steps past the end load nothing), in step (no K phases, no ping-pong).
 
     Example:
 
@@ -741,11 +742,15 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
     first, end = (0, start) if stop is None else (start, stop)
     first = _integer(first, "the T.Pipelined start")
     end = _integer(end, "the T.Pipelined trip count" if stop is None else "the T.Pipelined stop")
-    if not (isinstance(first, int) and isinstance(end, int)):  # bounds only the device knows: a serial loop
+    if not (isinstance(first, int) and isinstance(end, int)):  # bounds only the device knows: a device loop
         from .control import device_loop
 
-        _concrete(num_stages, "num_stages")
-        yield from device_loop(tracer, first, end, 1, "the T.Pipelined loop variable", loc)
+        stages = max(_concrete(num_stages, "num_stages"), 1)
+        if ping_pong:
+            raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop's trip count is a device "
+                               "value, and a ping-pong loop needs one known when compiling; drop the annotation "
+                               "(the loop is pipelined in step)", location=loc)
+        yield from device_loop(tracer, first, end, 1, "the T.Pipelined loop variable", loc, stages)
         return
     if first < 0:
         raise CompileError(f"T.Pipelined({first}, {end}): a negative start is not supported (it would address "

@@ -65,9 +65,10 @@ def serial(start, stop=None, step=None):
         tracer.record(ops.Loop(var, trips, 1, body, loc=loc))
 
 
-def device_loop(tracer, first, end, step: int, role: str, loc):
+def device_loop(tracer, first, end, step: int, role: str, loc, num_stages: int = 1):
     """The body of a loop whose bounds only the device knows (a runtime scalar, a block id, index arithmetic on
-    them): a DeviceLoop op; its variable counts first, first + step, ... while below end (maybe no trip)."""
+    them): a DeviceLoop op; its variable counts first, first + step, ... while below end (maybe no trip);
+    `num_stages`: T.Pipelined's (the pipeliner's to take or leave)."""
     var = sympy.Symbol(tracer.unique_name(f"s{len(list(N.walk(tracer.body())))}"), integer=True)  # nested: distinct
     body: list = []
     tracer.bodies.append(body)
@@ -75,7 +76,7 @@ def device_loop(tracer, first, end, step: int, role: str, loc):
         yield IndexProxy.of(var, role)
     finally:
         tracer.bodies.pop()
-    tracer.record(ops.DeviceLoop(var, sympy.sympify(first), sympy.sympify(end), step, body, loc=loc))
+    tracer.record(ops.DeviceLoop(var, sympy.sympify(first), sympy.sympify(end), step, body, num_stages, loc=loc))
 
 
 def Serial(start, stop=None, step=None):  # noqa: N802 - TileLang's spelling

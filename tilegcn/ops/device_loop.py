@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import sympy
 
+from ..ir import nodes as N
 from ..ir.ops import TileOp, register
 from ..passes.control import lower_device_loop
 
@@ -16,7 +17,9 @@ from ..passes.control import lower_device_loop
 @dataclass(eq=False)
 class DeviceLoop(TileOp):
     """for var in range(start, stop, step): body, with start and stop SymPy index expressions evaluated once on the
-    device before the first trip; step a positive int. The body sees `var` itself (start, start + step, ...)."""
+    device before the first trip; step a positive int. The body sees `var` itself (start, start + step, ...).
+    `num_stages` > 1 (T.Pipelined with a device bound): the software pipeliner (passes/pipelining.py) rewrites a
+    loop of step 1 whose body it can pipeline; any other runs serially."""
 
     opname: ClassVar[str] = "serial"
     var: sympy.Symbol
@@ -24,10 +27,14 @@ class DeviceLoop(TileOp):
     stop: object
     step: int
     body: list
+    num_stages: int = 1
 
     def print_to(self, out):
         step = f", {self.step}" if self.step != 1 else ""
-        out.line(f"for {self.var} in serial({self.start}, {self.stop}{step}):")
+        if self.num_stages > 1:
+            out.line(f"for {self.var} in pipelined({self.start}, {self.stop}{step}, num_stages={self.num_stages}):")
+        else:
+            out.line(f"for {self.var} in serial({self.start}, {self.stop}{step}):")
         out.body(self.body)
 
     def bodies(self):
@@ -36,6 +43,13 @@ class DeviceLoop(TileOp):
     def with_bodies(self, bodies):
         (body,) = bodies
         return dataclasses.replace(self, body=body)
+
+    def pipeline_stages(self):
+        return self.num_stages if self.step == 1 else 1
+
+    def in_pipeline(self, ctx):
+        """The steady loop of a pipelined device loop issues async copies (in its steps' branches too)."""
+        return any(x.stage_writes() for x in N.walk(self.body))
 
     def lower(self, ctx, lower_body):
         lower_device_loop(ctx, self, lower_body)

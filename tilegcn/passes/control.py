@@ -32,7 +32,7 @@ from ..ir.layout import register_of
 from ..ir.printer import print_expr
 from .context import Context
 from .elementwise import ElementEvaluator
-from .pipeline import _enter_loop_lds_state
+from .pipeline import _enter_loop_lds_state, lower_pipelined_body
 
 _SOPC = {"eq": "eq", "ne": "lg", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 
@@ -190,7 +190,7 @@ def lower_device_loop(ctx: Context, s, lower_body):
         _enter_loop_lds_state(ctx, s.body)
         with b.loop_frame(s.var, counter) as frame:
             frame.insts.append(Inst(head, kind=isa.LABEL))
-            lower_body(ctx, s.body)
+            lower_pipelined_body(ctx, s.body, lower_body, frame)
             b.emit("s_add_u32", counter, counter, s.step)
             b.emit("s_cmp_lt_i32", counter, stop)
             b.emit("s_cbranch_scc1", head)

@@ -549,7 +549,7 @@ def _live_trips(ctx: Context, live: tuple | None):
     """The address analysis of a masked copy over its live trips only (GlobalAccess.loop_ranges): in the others its
     V# has NUM_RECORDS 0, so no lane reaches memory whatever the offsets, and the advance can stay in soffset as in
     the live steps (over the whole range a tile past the end would send it to every lane's voffset)."""
-    if live is None:
+    if live is None or _on_device(ctx, live):
         yield
         return
     var, threshold = _threshold(live)
@@ -567,11 +567,36 @@ def _masked(ctx: Context, live: tuple, srd: Reg) -> Reg:
     (KernelAbi.emptied_resource): the LDS DMA reads no memory and writes zeros to a stage nothing reads, a staged
     load fills VGPRs never written to LDS. The steps of an unrolled body share a threshold where n is a multiple of
     the unroll, so a trip selects each operand's V# once for all its steps."""
+    if _on_device(ctx, live):
+        return _masked_on_device(ctx, live, srd)
     var, threshold = _threshold(live)
     key = (srd, var, threshold)
     if key not in ctx.pipe.masked:
         ctx.pipe.masked[key] = ctx.abi.emptied_resource(srd, ctx.lower.sgpr(var), threshold, f" of {var}")
     return ctx.pipe.masked[key]
+
+
+def _on_device(ctx: Context, live: tuple) -> bool:
+    """Whether AsyncCopy.live = (tile, n) is decided on the device in every step (a pipelined DeviceLoop,
+    passes/pipelining.py `_pipeline_on_device`): n is no constant, or the tile moves with no counted loop's
+    variable (a device loop's, or none: a prologue copy)."""
+    tile, n = live
+    counted = set(ctx.access.loop_ranges)
+    return not sympy.sympify(n).is_number or not (sympy.sympify(tile).free_symbols & counted)
+
+
+def _masked_on_device(ctx: Context, live: tuple, srd: Reg) -> Reg:
+    """`srd` with NUM_RECORDS 0 where tile >= n, both evaluated here (SGPRs): the V# is made at the copy, since a
+    device loop's copy may address its tile from a base that moves every trip (no soffset advance)."""
+    b = ctx.b
+    tile, n = (ctx.lower.sgpr(x) for x in live)  # before the compare: their math writes SCC
+    out = b.s.alloc(4, align=4, what="V# emptied past the end")
+    b.emit("s_mov_b64", out[0:2], srd[0:2])
+    b.emit("s_mov_b32", out[3], srd[3])
+    b.emit("s_cmp_lt_i32", tile, n, defs=(), uses=tuple(x for x in (tile, n) if isinstance(x, Reg)),
+           comment=f"tile {live[0]} < {live[1]}?")
+    b.emit("s_cselect_b32", out[2], srd[2], 0, comment="else NUM_RECORDS 0: nothing read")
+    return out
 
 
 def lower_commit_group(ctx: Context, s: TileOp):

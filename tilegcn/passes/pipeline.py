@@ -38,22 +38,29 @@ def lower_loop(ctx: Context, s, lower_body):
     b.emit("s_mov_b32", counter, 0, comment=f"{s.var} = 0")
     head = b.label("loop")
     _enter_loop_lds_state(ctx, s.body)
-    pipe = ctx.pipe
-    outer_writes = None
-    if pipe is not None:
-        outer_writes, pipe.loop_writes = pipe.loop_writes, []
     ctx.access.loop_ranges[s.var] = (0, max(s.extent - 1, 0))
     with b.loop_frame(s.var, counter) as frame:
         frame.insts.append(Inst(head, kind=isa.LABEL))
-        first = len(frame.insts)
-        lower_body(ctx, s.body)
-        if pipe is not None:
-            before_barrier = set(itertools.takewhile(lambda key: key is not None, pipe.loop_writes))
-            if before_barrier & pipe.reads:
-                frame.insts.insert(first, Inst("s_barrier", kind=isa.BARRIER,
-                                               comment="LDS stage write after the previous trip's reads"))
-            pipe.loop_writes = outer_writes
+        lower_pipelined_body(ctx, s.body, lower_body, frame)
         b.emit("s_add_u32", counter, counter, 1)
         b.emit("s_cmp_lt_u32", counter, s.extent, defs=(), uses=(counter,))
         b.emit("s_cbranch_scc1", head)
     b.frames[-1].insts.extend(frame.insts)
+
+
+def lower_pipelined_body(ctx: Context, body: list, lower_body, frame):
+    """Lower a loop's `body` into `frame` (after its head label); in a pipelined loop, an s_barrier goes at the head
+    when an LDS stage read at the end of a trip is written before the body's first barrier (the next trip's first
+    copy: write after read across the back-edge)."""
+    pipe = ctx.pipe
+    if pipe is None:
+        lower_body(ctx, body)
+        return
+    outer_writes, pipe.loop_writes = pipe.loop_writes, []
+    first = len(frame.insts)
+    lower_body(ctx, body)
+    before_barrier = set(itertools.takewhile(lambda key: key is not None, pipe.loop_writes))
+    if before_barrier & pipe.reads:
+        frame.insts.insert(first, Inst("s_barrier", kind=isa.BARRIER,
+                                       comment="LDS stage write after the previous trip's reads"))
+    pipe.loop_writes = outer_writes

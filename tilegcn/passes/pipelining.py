@@ -204,7 +204,9 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
              carried: bool = True) -> list:
     out = []
     for s in stmts:
-        if pipelinable(s, carried):
+        if pipelinable(s, carried) and _on_device(s):
+            out.extend(_pipeline_on_device(s, wait_first=step_order(s, arch, by_dma, threads) != ISSUE_FIRST))
+        elif pipelinable(s, carried):
             order = step_order(s, arch, by_dma, threads)
             if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
@@ -369,6 +371,57 @@ def _pipeline(loop, wait_first: bool) -> list:
     newest = S * trips + S - 2 if trips else n - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):
         out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(sympy.Integer(kk), kk % S)
+    return out
+
+
+def _on_device(loop) -> bool:
+    """A DeviceLoop (tilegcn/ops/device_loop.py): T.Pipelined with a bound only the device knows."""
+    return hasattr(loop, "stop")
+
+
+def _pipeline_on_device(loop, wait_first: bool) -> list:
+    """`_pipeline` for a trip count n = stop - start only the device knows (a dynamic K, a causal bound), as
+    Triton's pipeliner does for runtime trip counts (predicated prologue and epilogue): every copy is masked by
+    its tile (AsyncCopy.live = (tile, stop): past the end, its V# has NUM_RECORDS 0 and nothing is read), so each
+    step commits one group whatever n is and the wait counts stay exact without knowing n.
+
+        prologue:  copies of tiles start .. start+S-2 into stages 0 .. S-2, one group each (min(n, S-1) of them
+                   load something; n <= 0 loads nothing)
+        steady:    for k_ in range(start, stop, S):  step k_;  if k_+1 < stop: step k_+1; ... if k_+S-1 < stop: ...
+                   step k: wait_group(S-2); copies of k+S-1 into stage (k-start+S-1) % S (masked past the end);
+                   commit; the body at k, its gemms reading stage (k-start) % S  (or, issuing first, copies;
+                   commit; wait_group(S-1); body)
+
+    The steps of a trip are the loop body unrolled S times, so every stage index is a constant; a trip ends early
+    (a scalar branch) where the trips run out, n % S steps in. There is no peeled drain: the last S - 1 steps are
+    steady steps whose copies are masked (the masked tail of `_pipeline`), so steps n - S + 1 .. n - 1 wait for
+    the tiles the earlier steps loaded and n < S runs only those. After the loop at most S - 1 masked groups are
+    in flight, as after `_pipeline`'s masked tail. No K phases, no ping-pong: both need n when compiling."""
+    S, k, start, stop = loop.num_stages, loop.var, loop.start, loop.stop
+    copies = _loads(loop)
+    AsyncCopy, CommitGroup, WaitGroup, If = (op_class(name) for name in (
+        "async_copy", "commit_group", "wait_group", "if"))
+
+    def issue(tile, stage: int) -> list:
+        return [AsyncCopy(_at(c.src, k, tile), c.dst, stage=stage, loc=c.loc, live=(tile, stop)) for c in copies] \
+            + [CommitGroup(loc=loop.loc)]
+
+    def step(kk, j: int) -> list:  # iteration kk, the j-th of its trip: its gemms read stage j
+        body = [dataclasses.replace(s, stage=j) if s.k_loop_role() == COMPUTE else substituted(s, {k: kk})
+                for s in loop.body if s.k_loop_role() != LOAD]
+        loads = issue(kk + S - 1, (j + S - 1) % S)
+        if wait_first:
+            return [WaitGroup(S - 2, loc=loop.loc)] + loads + body
+        return loads + [WaitGroup(S - 1, loc=loop.loc)] + body
+
+    out = []
+    for j in range(S - 1):
+        out += issue(start + j, j)
+    var = sympy.Symbol(f"{k}_", integer=True)
+    rest: list = []  # the steps after the first of a trip, each only where the trips have not run out
+    for j in reversed(range(1, S)):
+        rest = [If(N.Condition("lt", (var + j, stop)), step(var + j, j) + rest, [], loc=loop.loc)]
+    out.append(dataclasses.replace(loop, var=var, step=S, num_stages=1, body=step(var, 0) + rest))
     return out
 
 

@@ -1,0 +1,85 @@
+"""`T.Pipelined` with a trip count only the device knows (a block id, a causal bound, a dynamic K) is software
+pipelined like a compile-time one (passes/pipelining.py `_pipeline_on_device`): masked copies past the end, a trip
+that ends where the steps run out. Every trip count the device can pick must be right (0, 1, fewer than num_stages,
+num_stages and more), with the emulator's checks on (a missing wait is refused)."""
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilegcn
+from tilegcn import language as T
+from tilegcn.errors import CompileError
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "examples" / "tilelang"))
+import example_gqa_fwd_bshd  # noqa: E402
+
+ARCHES = ["gfx942", "gfx950"]
+TILES, BK = 4, 32
+
+
+@tilegcn.jit
+def tile_range_gemm(A: T.Tensor((64, TILES * BK), "float16"), B: T.Tensor((TILES * BK, 64), "float16"),
+                    C: T.Tensor((2, TILES + 1, 64, 64), "float32"), *, num_stages=3):
+    """Workgroup (bx, by) sums the K tiles [0, bx) (by = 0) or [bx, TILES) (by = 1): 0 to TILES trips, by block id."""
+    with T.Kernel(TILES + 1, 2, threads=128) as (bx, by):
+        A_s = T.alloc_shared((64, BK), "float16")
+        B_s = T.alloc_shared((BK, 64), "float16")
+        acc = T.alloc_fragment((64, 64), "float32")
+        T.clear(acc)
+        for k in T.Pipelined(by * bx, bx + by * (TILES - bx), num_stages=num_stages):
+            T.copy(A[0, k * BK], A_s)
+            T.copy(B[k * BK, 0], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C[by, bx, :, :])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_k_loop_of_0_to_4_device_trips_over_3_stages(arch):
+    """Trip counts 0 .. 4 at num_stages=3 (none, one, fewer than the stages, as many, more), starting at tile 0 or
+    at tile bx, in one launch; the loop is pipelined (its copies are async copies into stages)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, TILES * BK, generator=g).half()
+    b = torch.randn(TILES * BK, 64, generator=g).half()
+    c = torch.full((2, TILES + 1, 64, 64), float("nan"))
+    tile_range_gemm(a, b, c, arch=arch)
+    for bx in range(TILES + 1):
+        for by, (lo, hi) in enumerate(((0, bx), (bx, TILES))):
+            hi = max(lo, hi)
+            ref = a[:, lo * BK:hi * BK].float() @ b[lo * BK:hi * BK].float()
+            torch.testing.assert_close(c[by, bx], ref, rtol=1e-3, atol=1e-3, msg=f"tiles [{lo}, {hi})")
+    ir = tile_range_gemm.compile(a, b, c, arch=arch).ir.split("after the tile-IR passes")[1]
+    assert "async_copy" in ir and "stage=2" in ir
+
+
+@pytest.mark.parametrize("arch,stages", [("gfx950", 3), ("gfx942", 2)])
+def test_causal_gqa_pipelined_over_a_ragged_sequence(arch, stages):
+    """TileLang's GQA forward (causal: its KV loop ends at min(ceildiv(seq, 64), bx + 1), a device value) at 200
+    tokens: query tiles 0 .. 3 run 1 .. 4 KV tiles, the last ragged, against torch's causal SDPA."""
+    g = torch.Generator().manual_seed(1)
+    Q = torch.randn(1, 200, 2, 64, generator=g).half()
+    K, V = (torch.randn(1, 200, 1, 64, generator=g).half() for _ in range(2))
+    kernel = example_gqa_fwd_bshd.flashattn(1, 2, 200, 64, True, groups=2, block_M=64, block_N=64,
+                                            num_stages=stages, threads=128)
+    out = kernel(Q, K, V, arch=arch)
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(2 // x.size(2), dim=1) for x in (Q, K, V)]
+    ref = F.scaled_dot_product_attention(*bhsd, is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)  # upstream's tolerance
+    assert f"stage={stages - 1}" in kernel.compile(Q, K, V, arch=arch).ir
+
+
+def test_ping_pong_on_a_device_trip_count_is_refused():
+    @tilegcn.jit
+    def bad(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 32), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(bx + 2, num_stages=2, annotations={"ping_pong": True}):
+                T.copy(A[0, k * 32], A_s)
+            T.copy(acc, C)
+
+    with pytest.raises(CompileError, match="device value.*drop the annotation"):
+        bad.compile(torch.zeros(64, 64).half(), torch.zeros(64, 64), arch="gfx950")
