@@ -155,10 +155,15 @@ def _carried(loop) -> bool:
     test), no write to shared memory and no read of a shared tile the loop writes (the step's one barrier orders
     only the loaded stages: TileLang's dequantizing GEMM writes its B operand tile from a T.Parallel in the loop,
     which stays serial); each load is a whole tile (one stage holds it) loaded once in the body (one group per
-    step keeps the waits exact)."""
+    step keeps the waits exact); no load addresses its tile by a symbol a statement of the step defines (a
+    T.alloc_var read, `let`: the copies issued S - 1 steps ahead and in the prologue would name it before it is
+    read; TileLang's stream-k GEMM, whose K loop's copies read `start_iter[0]`, stays serial)."""
     loads = _loads(loop)
     loaded = [c.dst.buffer for c in loads]
     if len(set(loaded)) != len(loaded) or not all(_whole(c.dst) for c in loads):
+        return False
+    defined = {x.var for x in loop.body if x.opname == "let"}
+    if any(sympy.sympify(e).free_symbols & defined for c in loads for e in c.src.starts):
         return False
     others = [x for x in loop.body if x.k_loop_role() not in (LOAD, COMPUTE)]
     written = {r.buffer for x in loop.body for r in x.writes() if r.buffer.scope == N.SHARED}
