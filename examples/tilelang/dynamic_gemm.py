@@ -2,8 +2,8 @@
 testing/python/jit/test_tilelang_jit_gemm_cython.py at tile-ai/tilelang commit
 a35008a42531c62b976ae4cec3855d4383db0f3c: the kernel factory `matmul` and the runner `run_cython_dynamic_shape`
 (its first case, `test_cython_dynamic_shape`: `T.dynamic("m")`, N = 256, K = 192). TileLang's
-examples/dynamic_shape/example_dynamic.py makes K dynamic too, which tilegcn refuses for now (a `T.Pipelined` trip
-count must be known at compile time), so the test's kernel is the port.
+examples/dynamic_shape/example_dynamic.py makes K dynamic too (tilegcn runs a dynamic K as a device loop,
+software pipelined: tests/test_dynamic.py), but the test's kernel is the port.
 
 Mechanical changes only:
 - imports: `tilegcn` and `from tilegcn import language as T`; `tilegcn.jit(program)` for

@@ -1,4 +1,5 @@
-"""Device loops that are not pipelined: `T.serial` (and TileLang's alias `T.Serial`)."""
+"""Device loops: `T.serial` (and TileLang's alias `T.Serial`), never pipelined, and `device_loop`, which a `T.Pipelined`
+with a bound only the device knows shares (the software pipeliner may rewrite that one)."""
 from __future__ import annotations
 
 import math

@@ -44,7 +44,9 @@ Which order a steady step takes (`step_order`):
   780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
-Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part.
+Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part. A trip count
+only the device knows (a DeviceLoop with num_stages: a causal bound, a dynamic K) is `_pipeline_on_device`'s: every
+copy masked by its tile, trips of S steps that end where the steps run out, waiting first or issuing first.
 
 Masked tail (n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is steady, and in the last
 trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the lowering selects a V# with
