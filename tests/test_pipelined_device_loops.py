@@ -54,6 +54,25 @@ def test_a_k_loop_of_0_to_4_device_trips_over_3_stages(arch):
     assert "async_copy" in ir and "stage=2" in ir
 
 
+def test_every_wait_of_the_device_loop_is_needed():
+    """Delete every other s_waitcnt / s_barrier of the gfx942 loop (copies staged through VGPRs, issued first) in
+    turn and run 0 .. 4 trips: the emulator must refuse each deletion (HazardError / RaceError). A wait it does not
+    miss would be one the trips' exits made inexact (a step's early exit joined the back-edge once)."""
+    from test_pipelining import _loop_lines, _run_edited
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, TILES * BK, generator=g).half()
+    b = torch.randn(TILES * BK, 64, generator=g).half()
+    kernel = tile_range_gemm.compile(a, b, torch.zeros(2, TILES + 1, 64, 64), arch="gfx942")
+    lines = kernel.asm.splitlines()
+    waits = [i for i in _loop_lines(kernel.asm) if lines[i].strip().startswith(("s_waitcnt", "s_barrier"))]
+    assert any("vmcnt" in lines[i] for i in waits)
+    missed = [lines[i].strip() for i in waits[::2]
+              if not _run_edited(lines[:i] + lines[i + 1:], kernel, "gfx942",
+                                 [a, b, torch.zeros(2, TILES + 1, 64, 64)])]
+    assert not missed, f"deleted and not missed: {missed}"
+
+
 @pytest.mark.parametrize("arch,stages", [("gfx950", 3), ("gfx942", 2)])
 def test_causal_gqa_pipelined_over_a_ragged_sequence(arch, stages):
     """TileLang's GQA forward (causal: its KV loop ends at min(ceildiv(seq, 64), bx + 1), a device value) at 200

@@ -8,7 +8,7 @@ from .atomic import Atomic, ParallelAtomic
 from .branch import If
 from .convert_layout import ConvertLayout
 from .copy import Copy
-from .device_loop import DeviceLoop
+from .device_loop import DeviceLoop, LoopExit
 from .fill import Fill
 from .gemm import Gemm
 from .groups import CommitGroup, WaitGroup
@@ -21,4 +21,4 @@ from .swizzle import Swizzle
 from .while_loop import While
 
 __all__ = ["AsyncCopy", "Atomic", "CommitGroup", "ConvertLayout", "Copy", "Cumsum", "DeviceLoop", "Fill", "Gemm", "If",
-           "LetIndex", "Loop", "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]
+           "LetIndex", "Loop", "LoopExit", "ParallelAtomic", "ParallelStore", "Reduce", "Swizzle", "WaitGroup", "While"]

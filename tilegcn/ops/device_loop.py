@@ -10,7 +10,7 @@ import sympy
 
 from ..ir import nodes as N
 from ..ir.ops import TileOp, register
-from ..passes.control import lower_device_loop
+from ..passes.control import lower_device_loop, lower_loop_exit
 
 
 @register
@@ -53,3 +53,20 @@ class DeviceLoop(TileOp):
 
     def lower(self, ctx, lower_body):
         lower_device_loop(ctx, self, lower_body)
+
+
+@register
+@dataclass(eq=False)
+class LoopExit(TileOp):
+    """Leave the innermost device loop unless `condition` holds (the software pipeliner's trips of S steps end
+    where the steps run out, passes/pipelining.py `_pipeline_on_device`); the statements after it run only where
+    it holds."""
+
+    opname: ClassVar[str] = "loop_exit"
+    condition: N.Condition
+
+    def print_to(self, out):
+        out.line(f"exit loop unless {self.condition.text()}")
+
+    def lower(self, ctx, lower_body):
+        lower_loop_exit(ctx, self)

@@ -31,6 +31,7 @@ class Context:
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> shared Buffer of its cross-wave partials
     copy_mode: str = "auto"  # pipelined global -> LDS copies: one of arch.COPY_MODES (tilegcn.jit(copy=...))
     fused: dict | None = None  # Reduce -> the T.Parallel it evaluates element by element (elementwise.fused_producers)
+    loop_ends: list = field(default_factory=list)  # the end labels of the device loops being lowered, innermost last
 
     @property
     def lower(self) -> ExprLowering:

@@ -188,15 +188,29 @@ def lower_device_loop(ctx: Context, s, lower_body):
         b.emit("s_cmp_lt_i32", counter, stop, comment=f"{s.var} < {s.stop}")
         b.emit("s_cbranch_scc0", end, comment="no trip")
         _enter_loop_lds_state(ctx, s.body)
+        ctx.loop_ends.append(end)
         with b.loop_frame(s.var, counter) as frame:
             frame.insts.append(Inst(head, kind=isa.LABEL))
             lower_pipelined_body(ctx, s.body, lower_body, frame)
             b.emit("s_add_u32", counter, counter, s.step)
             b.emit("s_cmp_lt_i32", counter, stop)
             b.emit("s_cbranch_scc1", head)
+        ctx.loop_ends.pop()
         b.frames[-1].insts.extend(frame.insts)
         _label(ctx, end)
     ctx.lds_state = _join_lds_state(ctx.lds_state, before)
+
+
+def lower_loop_exit(ctx: Context, s):
+    """`s`: a LoopExit op. `SCC = condition; s_cbranch_scc0` to the end of the innermost device loop: the trip
+    leaves the loop there rather than at the back-edge, so that the wait counts at the loop head see only the
+    paths that ran the whole trip (a forward branch around the rest of the trip would join them at the back-edge
+    with the paths that left early, and every wait after the head would count for both)."""
+    if not ctx.loop_ends:
+        raise CompileError("internal: a loop exit outside any device loop; please report this kernel",
+                           location=s.loc)
+    condition_to_scc(ctx, s.condition, s.loc)
+    ctx.b.emit("s_cbranch_scc0", ctx.loop_ends[-1], comment=f"leave the loop unless {s.condition.text()}")
 
 
 def lower_while(ctx: Context, s, lower_body):

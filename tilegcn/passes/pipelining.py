@@ -46,7 +46,8 @@ Which order a steady step takes (`step_order`):
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
 Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part. A trip count
 only the device knows (a DeviceLoop with num_stages: a causal bound, a dynamic K) is `_pipeline_on_device`'s: every
-copy masked by its tile, trips of S steps that end where the steps run out, waiting first or issuing first.
+copy masked by its tile, trips of S steps that leave the loop where the steps run out, waiting first or issuing
+first.
 
 Masked tail (n >= S): the S - 1 epilogue steps run as steps of the loop too: every step is steady, and in the last
 trip the copies of tiles past n are issued with nothing in range (`AsyncCopy.live`; the lowering selects a V# with
@@ -394,20 +395,21 @@ def _pipeline_on_device(loop, wait_first: bool) -> list:
 
         prologue:  copies of tiles start .. start+S-2 into stages 0 .. S-2, one group each (min(n, S-1) of them
                    load something; n <= 0 loads nothing)
-        steady:    for k_ in range(start, stop, S):  step k_;  if k_+1 < stop: step k_+1; ... if k_+S-1 < stop: ...
+        steady:    for k_ in range(start, stop, S):  step k_; exit unless k_+1 < stop; step k_+1; ... step k_+S-1
                    step k: wait_group(S-2); copies of k+S-1 into stage (k-start+S-1) % S (masked past the end);
                    commit; the body at k, its gemms reading stage (k-start) % S  (or, issuing first, copies;
                    commit; wait_group(S-1); body)
 
-    The steps of a trip are the loop body unrolled S times, so every stage index is a constant; a trip ends early
-    (a scalar branch) where the trips run out, n % S steps in. There is no peeled drain: the last S - 1 steps are
+    The steps of a trip are the loop body unrolled S times, so every stage index is a constant; a trip leaves the
+    loop (LoopExit: a scalar branch to its end, not to the back-edge, so the wait counts at the loop head see whole
+    trips only) where the steps run out, n % S steps in. There is no peeled drain: the last S - 1 steps are
     steady steps whose copies are masked (the masked tail of `_pipeline`), so steps n - S + 1 .. n - 1 wait for
     the tiles the earlier steps loaded and n < S runs only those. After the loop at most S - 1 masked groups are
     in flight, as after `_pipeline`'s masked tail. No K phases, no ping-pong: both need n when compiling."""
     S, k, start, stop = loop.num_stages, loop.var, loop.start, loop.stop
     copies = _loads(loop)
-    AsyncCopy, CommitGroup, WaitGroup, If = (op_class(name) for name in (
-        "async_copy", "commit_group", "wait_group", "if"))
+    AsyncCopy, CommitGroup, WaitGroup, LoopExit = (op_class(name) for name in (
+        "async_copy", "commit_group", "wait_group", "loop_exit"))
 
     def issue(tile, stage: int) -> list:
         return [AsyncCopy(_at(c.src, k, tile), c.dst, stage=stage, loc=c.loc, live=(tile, stop)) for c in copies] \
@@ -425,10 +427,10 @@ def _pipeline_on_device(loop, wait_first: bool) -> list:
     for j in range(S - 1):
         out += issue(start + j, j)
     var = sympy.Symbol(f"{k}_", integer=True)
-    rest: list = []  # the steps after the first of a trip, each only where the trips have not run out
-    for j in reversed(range(1, S)):
-        rest = [If(N.Condition("lt", (var + j, stop)), step(var + j, j) + rest, [], loc=loop.loc)]
-    out.append(dataclasses.replace(loop, var=var, step=S, num_stages=1, body=step(var, 0) + rest))
+    body = step(var, 0)
+    for j in range(1, S):  # each later step of a trip only where the steps have not run out: else leave the loop
+        body += [LoopExit(N.Condition("lt", (var + j, stop)), loc=loop.loc)] + step(var + j, j)
+    out.append(dataclasses.replace(loop, var=var, step=S, num_stages=1, body=body))
     return out
 
 
