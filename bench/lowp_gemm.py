@@ -36,8 +36,10 @@ from tilegcn.perfmodel import estimate  # noqa: E402
 
 SIZE = 8192
 # (BM, BN, BK, num_stages, threads): tilegcn fp8 tiles (BK in elements); the first is the --quick one
+# (threads 512: 8 waves, gfx950's ping-pong K loop by default, Arch.gemm_ping_pong_waves; gfx942 has none)
 TILEGCN_CONFIGS = [(256, 256, 128, 2, 256), (256, 256, 64, 2, 256), (256, 128, 128, 2, 256),
-                   (128, 128, 128, 2, 256), (256, 256, 128, 1, 256)]
+                   (128, 128, 128, 2, 256), (256, 256, 128, 1, 256), (256, 256, 128, 2, 512),
+                   (256, 256, 64, 2, 512)]
 # (what, kernel, TFLOP/s, shape): issue 22's published MI355X figures
 PUBLISHED = {
     "fp8": [("HipKittens fp8 GEMM", 3327, "8192^3"), ("hipBLASLt fp8 GEMM", 3233, "8192^3"),
@@ -47,9 +49,9 @@ PUBLISHED = {
 }
 # (BM, BN, BK, num_stages, threads) of tilegcn's MX-scaled T.gemm, BK in values; the first is the --quick one
 MX_CONFIGS = {"mxfp4": [(256, 256, 256, 2, 256), (256, 128, 256, 2, 256), (128, 128, 256, 2, 256),
-                        (256, 256, 128, 2, 256), (256, 256, 256, 2, 512)],
+                        (256, 256, 128, 2, 256), (256, 256, 256, 2, 512), (256, 256, 128, 2, 512)],
               "mxfp8": [(256, 256, 128, 2, 256), (256, 128, 128, 2, 256), (128, 128, 256, 2, 256),
-                        (256, 256, 64, 2, 256)]}
+                        (256, 256, 64, 2, 256), (256, 256, 128, 2, 512), (256, 256, 64, 2, 512)]}
 FLOPS = 2 * SIZE ** 3
 
 

@@ -2,7 +2,7 @@
 e5m2) operands with E8M0 block scales, one per 32 K of a row of A and of a column of the product, on the emulated
 device against numpy: the elements decoded from the OCP MX tables (fp4) or torch's float8 dtypes, times
 2**(e - 127), multiplied in float64. The refusals (gfx942, mismatched scale tiles). Small tiles: the file takes
-about 12 s."""
+about 15 s."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,7 @@ import torch
 
 import tilegcn
 from kernels import mx_gemm
+from test_ping_pong import PING_PONG_MARK
 from tilegcn import language as T
 from tilegcn.errors import CompileError
 
@@ -62,6 +63,8 @@ def reference(A, B, SA, SB, scaled=True) -> np.ndarray:
     # scale rows of 10 bytes: 2-byte pieces through staged VGPRs
     ("float8_e4m3fn", (64, 64, 320), (64, 64, 128, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
     ("float8_e5m2", (32, 64, 256), (16, 64, 128, 64), 1, "v_mfma_scale_f32_16x16x128_f8f6f4"),
+    # 8 waves: gfx950's ping-pong K loop (two wave groups a barrier apart), ragged M, N and K (3.125 tiles of 256)
+    ("float8_e4m3fn", (112, 120, 800), (128, 128, 256, 512), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
 ])
 def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     M, N, K = shape
@@ -73,7 +76,9 @@ def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     ref = reference(A, B, SA, SB)
     np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     formats = {"fp4": "cbsz:4 blgp:4", "float8_e5m2": "cbsz:1 blgp:1", "float8_e4m3fn": None}[dtype]  # e4m3: code 0
-    lines = [ln for ln in mx_gemm.compile(A, B, SA, SB, C, **kw).asm.splitlines() if "f8f6f4" in ln]
+    asm = mx_gemm.compile(A, B, SA, SB, C, **kw).asm
+    assert (PING_PONG_MARK in asm) == (threads == 512)  # the ping-pong loop is gfx950's default at 8 waves
+    lines = [ln for ln in asm.splitlines() if "f8f6f4" in ln]
     assert lines and all(ln.split()[0] == mfma for ln in lines), lines[:2]
     assert all(ln.rstrip().endswith(formats) if formats else "cbsz" not in ln for ln in lines), lines[:2]
 
