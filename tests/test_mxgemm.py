@@ -83,6 +83,20 @@ def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     assert all(ln.rstrip().endswith(formats) if formats else "cbsz" not in ln for ln in lines), lines[:2]
 
 
+def test_mxfp8_scale_rows_stay_whole_in_k_phases():
+    """block_K 128 split into K phases of 64 (here the 8-wave ping-pong loop) leaves 2 scale bytes a row a phase;
+    the scale tiles keep the K tile's 4-byte rows instead, copied by LDS DMA in each phase (no 2-byte loads through
+    VGPRs), each phase's gemm reading its half: ragged M and N, 10 phases (2 trips of 4 and 2 drain steps)."""
+    A, B, SA, SB = mx_inputs(240, 120, 640, "float8_e4m3fn", seed=2)
+    C = torch.zeros(240, 120)
+    kw = dict(arch="gfx950", block_M=256, block_N=128, block_K=128, threads=512, num_stages=2)
+    asm = mx_gemm.compile(A, B, SA, SB, C, **kw).asm
+    assert PING_PONG_MARK in asm and "SA -> SA_s slot 0 (LDS DMA)" in asm and "buffer_load_ushort" not in asm
+    mx_gemm(A, B, SA, SB, C, **kw)
+    ref = reference(A, B, SA, SB)
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
 def test_fp4_gemm_without_scales():
     """Packed fp4 operands alone: the f8f6f4 MFMA with cbsz:4 blgp:4 and no scale operands."""
     A, B, SA, SB = mx_inputs(64, 64, 128, "fp4", seed=1)
