@@ -115,6 +115,10 @@ def test_mx_gemm_refusals():
     bf = torch.zeros(64, 128, dtype=torch.bfloat16)
     with pytest.raises(CompileError, match="scale MX operands.*not bfloat16"):
         mx_gemm.compile(bf, bf, SA, SB, C, arch="gfx950")
+    fp8 = mx_inputs(64, 64, 128, "float8_e4m3fn")[0]  # MXFP8 A x MXFP4 B: the way around is named
+    with pytest.raises(CompileError, match=r"mixed MX formats.*widen the fp4 operand to float8_e4m3fn") as err:
+        mx_gemm.compile(fp8, B, SA, SB, C, arch="gfx950")
+    assert "kernels.py" in str(err.value)  # the T.gemm line
     with pytest.raises(CompileError, match="packed fp4 values .* are T.gemm operands only"):
         _fp4_fragment.compile(A, C, arch="gfx950")
     with pytest.raises(CompileError, match="float4_e2m1fn_x2 operands must be K-major"):
