@@ -1,14 +1,16 @@
 """tilegcn's GEMM beside the foreign GEMMs of the calibration set at SIZE^3 under the timing model, in one run.
 
-    python bench/gemm_vs_foreign.py [--card MI355X|MI300X] [--calib DIR] [--size 8192]
+    python bench/gemm_vs_foreign.py [--card MI355X|MI300X] [--calib DIR] [--size 8192] [--transpose-b]
 
 Per card it prints the model's limit and, per kernel, the model's cycles, TFLOP/s, MFMA-busy %, its fraction of
 the limit and its ratio to tilegcn's best config:
 - the limit: every SIMD's matrix pipe busy from the launch to the end, i.e. the launch overhead
   (`Timing.launch_overhead_clk`) plus the FLOPs at the arch's best 16-bit MFMA rate on all CUs, in TFLOP/s at the
   card's sustained clock (`Timing.clock_hz`);
-- tilegcn: examples/gemm/gemm.py (bf16, B stored (K, N), T.use_swizzle) at CONFIGS: the 256x256x64 tile at 8 waves
-  and num_stages=2 with its K loop as a ping-pong and in step (`ping_pong`), at 4 waves, and the best 128x128 one;
+- tilegcn: examples/gemm/gemm.py (bf16, B stored (K, N), or (N, K) with --transpose-b as the foreign GEMMs read
+  it, T.use_swizzle) at CONFIGS: the 256x256x64 tile at 8 waves and num_stages=2 with its K loop as a ping-pong and
+  in step (`ping_pong`), the 256x128 and 128x256 tiles at 8 waves, the 256x256 tile at 4 waves, and the 128x128
+  tile at num_stages 2 and 1 (the MI300X tile ranking's best before the gfx942 ping-pong);
   configs the compiler refuses (registers, LDS) say why;
 - foreign: every 16-bit GEMM of bench/model_accuracy.py's FOREIGN list (an (M, N, K) entry, no 8-bit name) that
   runs on the card and whose code object is at hand (aiter's bf16 256x256 kernel in bench/calibration/aiter; the
@@ -33,8 +35,9 @@ from gemm import gemm  # noqa: E402
 from tilegcn import TilegcnError  # noqa: E402
 from tilegcn.amdgcn.arch import TIMING, get_arch  # noqa: E402
 
-# (block_M = block_N, threads, num_stages, ping_pong): the K loop's ping-pong applies to 8 waves at num_stages=2
-CONFIGS = ((256, 512, 2, None), (256, 512, 2, False), (256, 256, 2, None), (128, 256, 2, None))
+# (block_M, block_N, threads, num_stages, ping_pong): the K loop's ping-pong applies to 8 waves at num_stages=2
+CONFIGS = ((256, 256, 512, 2, None), (256, 256, 512, 2, False), (256, 128, 512, 2, None), (128, 256, 512, 2, None),
+           (256, 256, 256, 2, None), (128, 128, 256, 2, None), (128, 128, 256, 1, None))
 LOW_PRECISION = ("i8", "fp8", "f8", "fp4", "mx")  # name parts of FOREIGN GEMMs on 8-bit or narrower operands
 
 
@@ -49,17 +52,17 @@ def limit_cycles(card: str, flops: float) -> float:
     return t.launch_overhead_clk + flops / (per_clk * t.simds_per_cu * t.cus)
 
 
-def tilegcn_rows(card: str, size: int) -> list:
-    """[(label, estimate or the refusal's text)] of CONFIGS."""
+def tilegcn_rows(card: str, size: int, transpose_b: bool = False) -> list:
+    """[(label, estimate or the refusal's text)] of CONFIGS; `transpose_b`: B stored (N, K)."""
     arch = arch_of(card)
     a = torch.zeros(size, size, dtype=torch.bfloat16)
     rows = []
-    for tile, threads, stages, ping_pong in CONFIGS:
-        label = f"tilegcn {tile}x{tile}x64 {threads} thr num_stages={stages}" + \
+    for block_M, block_N, threads, stages, ping_pong in CONFIGS:
+        label = f"tilegcn {block_M}x{block_N}x64 {threads} thr num_stages={stages}" + \
             ("" if ping_pong is None else f" ping_pong={ping_pong}")
         try:
-            k = gemm.compile(a, a, a, block_M=tile, block_N=tile, num_stages=stages, threads=threads,
-                             ping_pong=ping_pong, arch=arch)
+            k = gemm.compile(a, a, a, block_M=block_M, block_N=block_N, num_stages=stages, threads=threads,
+                             ping_pong=ping_pong, arch=arch, transpose_B=transpose_b)
             rows.append((label + _loop_shape(k.asm), k.estimate(device=card, args=[a, a.clone(), a.clone()])))
         except TilegcnError as err:
             rows.append((label, "refused: " + str(err).split(": ", 1)[-1][:100]))
@@ -96,15 +99,17 @@ def main(argv=None):
     p.add_argument("--card", default="MI355X", choices=sorted(t.device for t in TIMING.values()))
     p.add_argument("--calib", default=None, help="folder of bench/build_calibration.py's code objects")
     p.add_argument("--size", type=int, default=8192, help="M = N = K")
+    p.add_argument("--transpose-b", action="store_true", help="tilegcn's B stored (N, K), as the foreign GEMMs read it")
     args = p.parse_args(argv)
     flops = 2.0 * args.size ** 3
     t = TIMING[arch_of(args.card)]
     floor = limit_cycles(args.card, flops)
     limit_tflops = flops / (floor / t.clock_hz) / 1e12
-    print(f"{args.card}, {args.size}^3 16-bit GEMM, timing model at {t.clock_hz / 1e9:.2f} GHz: limit {floor / 1e6:.3f}"
-          f" M cycles = {limit_tflops:.0f} TFLOP/s (every matrix pipe busy from launch to end)")
+    layout = "(N, K)" if args.transpose_b else "(K, N)"
+    print(f"{args.card}, {args.size}^3 16-bit GEMM, B {layout}, timing model at {t.clock_hz / 1e9:.2f} GHz: limit "
+          f"{floor / 1e6:.3f} M cycles = {limit_tflops:.0f} TFLOP/s (every matrix pipe busy from launch to end)")
     start = time.perf_counter()
-    rows = tilegcn_rows(args.card, args.size)
+    rows = tilegcn_rows(args.card, args.size, args.transpose_b)
     best = min((e.cycles for _, e in rows if not isinstance(e, str)), default=None)
     rows += foreign_rows(args.card, args.size, args.calib)
     print(f"{'kernel':64} {'M cycles':>9} {'TFLOP/s':>8} {'MFMA %':>7} {'of limit':>9} {'vs best tilegcn':>16}")

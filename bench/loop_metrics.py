@@ -42,7 +42,7 @@ num_stages=2 rows come once per schedule of `--schedule` (amdgcn/schedule.py: th
 `interleave`, and `plain`, the order the lowering passes emit), so the interleave's effect is side by side.
 Pipelined rows (num_stages >= 2) come once per copy path of `--copy` (`tilegcn.jit(copy=...)`: "auto", "lds_dma",
 "registers"), so gfx942's 4-byte LDS DMA and its register-staged copies compare side by side, and once per K-loop
-shape of `--ping-pong` ("auto": the compiler's choice, a ping-pong for gfx950 at 8 waves; "on"; "off": the wave
+shape of `--ping-pong` ("auto": the compiler's choice, a ping-pong at 8 waves on both arches; "on"; "off": the wave
 groups in step; T.Pipelined's `ping_pong` annotation). A ping-pong loop's wave runs a K phase's reads and copies,
 a barrier, the phase's MFMAs, a barrier; llvm-mca sees one wave and so the barriers' cost to it, not the other wave
 group's MFMAs that fill them on hardware (and in the timing model).

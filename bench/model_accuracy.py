@@ -1,7 +1,7 @@
 """Timing model vs published, clock-free measurements (docs/timing-sources.md §3).
 
     PYTHONPATH=$PWD python bench/model_accuracy.py [--quick] [--gluon DIR]
-    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--card MI300X] [--calib DIR]   # calibration set
+    PYTHONPATH=$PWD python bench/model_accuracy.py --foreign-only [--card MI300X] [--calib DIR] [--only hk_gemm]
 
 Per case: the published figure, the model's figure, the error, and its role: "fit" when a parameter of the
 arch table was read off that very measurement (printed, never counted), "check" when the measurement was
@@ -26,9 +26,10 @@ held out (no parameter was set from it). The error summary is the median |error|
   gfx942 (passes/lds.py), so both rows use it. The 8-wave kernel fits the 256 registers a wave that 2
   waves/SIMD leave at num_stages=2 since its two staging sets take turns (lifetime holes, docs/internals.md;
   the Gluon kernel fits 240 by sharing A_t/A_b registers); both are also timed at num_stages=1. Our 8-wave
-  kernel is not a ping-pong (no phase offset between its two wave groups): at num_stages=2 the model puts it near
-  inter_wave's measured cycles and our 4-wave kernel, far below intra_wave's, ahead of it (2026-11-27: 700k and
-  686k); the cycles, registers and errors are printed, not counted in the median: the kernels differ. The
+  kernel at num_stages=2 is a ping-pong like inter_wave (its wave groups one barrier apart, copies staged in
+  VGPRs, K phases in two LDS slots): the model puts it at 540k, ahead of our 4-wave kernel's 686k as inter_wave
+  is ahead of intra_wave (2026-11-27; in step it was 700k, behind); the cycles, registers and errors are
+  printed, not counted in the median: the kernels differ. The
   ranking (8-wave fewer cycles than 4-wave) is checked like for like at each num_stages.
 - C4 on the published kernels (--gluon DIR, checks): DIR holds intra_wave.gfx942.hsaco and
   inter_wave.gfx942.hsaco, compiled from ROCm/gfx950-gluon-tutorials kernels/gemm/gfx942/{intra_wave,
@@ -42,8 +43,9 @@ held out (no parameter was set from it). The error summary is the median |error|
   LDS (published: 256 + 256 / 240). The rows join the numeric checks, and C4's ranking is checked.
 - C14, foreign kernels (--foreign-only [--card MI300X|MI355X]; --calib DIR adds the Gluon ones): code objects
   tilegcn did not write with published MI355X or MI300X figures, split into a calibration and a hold-out half
-  before any fit (FOREIGN below);
-  the hold-out half's errors are the band `python -m tilegcn estimate` prints (tilegcn/perfmodel/band.py).
+  before any fit (FOREIGN below); the hold-out half's errors are the band `python -m tilegcn estimate` prints
+  (tilegcn/perfmodel/band.py). HipKittens' 20 attention rows take 10-50 s each here: `--only` picks kernels
+  by name prefix.
 Not reproduced: C1 with the published kernels (their Gluon sources were not compiled);
 C2/C3/C5/C8/C9/C11/C13 need a clock or kernels we do not have.
 Without --quick it also prints the L2 hit rate with T.use_swizzle and in row-major order at 8192^3 (docs/timing.md,
@@ -319,6 +321,18 @@ def c4_gluon(folder):
 #   mode", MI300X and MI355X columns) at batch 1, 32 query heads, 8 KV heads, seqlen 1024-8192. Roles alternate
 #   over the four lengths (1024 calibration, 2048 hold-out, ...) on each card, declared after the 1024 rows and
 #   the MI300X 8192 row had been estimated once (while making the kernel arguments right; nothing fitted).
+# - HipKittens' gfx950 bf16 GEMMs and attention forward (HazyResearch/HipKittens
+#   f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1, MIT), built by bench/build_calibration.py --hipkittens-src with
+#   clang-22 (no ROCm; copies with HipKittens' licence in bench/calibration/hipkittens), with the "tflops" their
+#   benchmarks measured on MI355X: analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json (n^3, n = 1024 ... 16384;
+#   the 8192 figure is S31's 1610), analysis/attn/fwd/benchmark/mi355x_{gqa,mha}_non_causal_fwd.json (GQA 64
+#   heads / 8 KV heads, MHA 16 heads, head dim 128, batch 16 (15 at GQA 16384), 1024-16384 tokens) and
+#   mi355x_{gqa,mha}_causal_fwd.json (its causal kernel, the same shapes but batch 15 at 16384 for both; FLOPs
+#   halved as its benchmark counts them). Roles fixed before any of them was estimated: alternating in size
+#   order, GEMM 1024 calibration, 2048 hold-out, ... (8192 hold-out); non-causal GQA 1024 calibration, 2048
+#   hold-out, ...; non-causal MHA in the opposite phase (1024 hold-out), so each length has one calibration and
+#   one hold-out row; the causal rows (added later, declared before any of them was estimated) likewise. No
+#   gfx942 (MI325X) HipKittens kernel: their sources need a library commit that is not public.
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
@@ -379,6 +393,34 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("aiter_i8_112x256", (32768, 5120, 1280), 1132.87, "aiter a8w8_bpreshuffle csv", CALIB),
     ("aiter_i8_112x256", (40960, 1536, 5120), 1225.03, "aiter a8w8_bpreshuffle csv", HOLDOUT),
     ("aiter_i8_112x256", (40960, 5120, 1280), 1128.43, "aiter a8w8_bpreshuffle csv", CALIB),
+    # HipKittens, MI355X (roles: comment above)
+    ("hk_gemm", (1024, 1024, 1024), 139.48, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_gemm", (2048, 2048, 2048), 665.06, "HK mi355x_bf16_gemm.json", HOLDOUT),
+    ("hk_gemm", (4096, 4096, 4096), 1412.85, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_gemm", (8192, 8192, 8192), 1610.49, "HK mi355x_bf16_gemm.json", HOLDOUT),
+    ("hk_gemm", (16384, 16384, 16384), 1571.49, "HK mi355x_bf16_gemm.json", CALIB),
+    ("hk_attn", (16, 64, 8, 1024), 999.67, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 64, 8, 2048), 1153.98, "HK mi355x_gqa_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 64, 8, 4096), 1262.34, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 64, 8, 8192), 1297.82, "HK mi355x_gqa_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (15, 64, 8, 16384), 1325.53, "HK mi355x_gqa_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 1024), 952.99, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 16, 16, 2048), 1147.61, "HK mi355x_mha_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 4096), 1228.44, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    ("hk_attn", (16, 16, 16, 8192), 1282.92, "HK mi355x_mha_non_causal_fwd.json", CALIB),
+    ("hk_attn", (16, 16, 16, 16384), 1304.27, "HK mi355x_mha_non_causal_fwd.json", HOLDOUT),
+    # HipKittens' causal attention forward, added after the rows above had been estimated (none of these had):
+    # GQA in the phase of the non-causal MHA rows (1024 hold-out, ...), MHA in the other
+    ("hk_attn_causal", (16, 64, 8, 1024), 717.64, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 64, 8, 2048), 932.73, "HK mi355x_gqa_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 64, 8, 4096), 1084.95, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 64, 8, 8192), 1215.52, "HK mi355x_gqa_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (15, 64, 8, 16384), 1259.06, "HK mi355x_gqa_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 16, 16, 1024), 633.52, "HK mi355x_mha_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 16, 16, 2048), 861.36, "HK mi355x_mha_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (16, 16, 16, 4096), 1048.21, "HK mi355x_mha_causal_fwd.json", CALIB),
+    ("hk_attn_causal", (16, 16, 16, 8192), 1146.4, "HK mi355x_mha_causal_fwd.json", HOLDOUT),
+    ("hk_attn_causal", (15, 16, 16, 16384), 1187.57, "HK mi355x_mha_causal_fwd.json", CALIB),
 ]
 
 
@@ -465,12 +507,97 @@ def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128):
                     flops=4 * batch * heads * seqlen * seqlen * dim)
 
 
+HK_DIR = os.path.join(ROOT, "bench", "calibration", "hipkittens")
+
+
+def _hk_manifest(name):
+    import json
+
+    with open(os.path.join(HK_DIR, "manifest.json")) as f:
+        return json.load(f)[name]
+
+
+def _hk_gl(t, batch=None):
+    """HipKittens' `gl<T, -1, -1, -1, -1>` passed by value (include/types/global/gl.cuh): the pointer, then
+    batch, depth, rows, cols as size_t (the tensor's shape padded with 1s in front, as its pyutils from_object
+    does; `batch`: the leading size to declare when `t` holds only the first batches), then an empty
+    TMA-descriptor dict (1 byte, padded to 8)."""
+    import struct
+
+    shape = [1] * (4 - t.dim()) + list(t.shape)
+    if batch is not None:
+        shape[0] = batch
+    return struct.pack("<QQQQQQ", t.data_ptr(), *shape, 0)
+
+
+def hk_gemm_launch(n, a=None, b=None):
+    """HipKittens' gfx950 bf16 GEMM for n x n x n (its sizes are compile-time) as its pybind dispatch_micro
+    launches it: micro_globals {gl A (M, K), gl B (N, K), gl C (M, N), hipStream_t} by value, C = A B^T in
+    bf16; grid (n / tile)^2 workgroups of 512 threads, 160000 B of dynamic LDS (MAX_SHARED_MEMORY).
+    -> (module, kernel name, launch keywords, C)."""
+    from tilegcn.runtime import emulator
+
+    name = f"hk_bf16_gemm_{n}.gfx950.co"
+    with open(os.path.join(HK_DIR, name), "rb") as f:
+        mod = emulator.load(f.read(), arch="gfx950")
+    info = _hk_manifest(name)
+    a = torch.zeros(n, n, dtype=torch.bfloat16) if a is None else a
+    b = torch.zeros(n, n, dtype=torch.bfloat16) if b is None else b
+    c = torch.zeros(n, n, dtype=torch.bfloat16)
+    kernarg = _hk_gl(a) + _hk_gl(b) + _hk_gl(c) + bytes(8)
+    launch = dict(grid=((n // info["tile"]) ** 2, 1, 1), block=(512, 1, 1), kernarg=kernarg, buffers=[a, b, c],
+                  shared_mem=info["shared_mem"])
+    return mod, next(iter(mod.kernels)), launch, c
+
+
+def hk_attn_launch(batch, heads, kv_heads, seqlen, qkv=None, dim=128, causal=False, mapped_batches=None):
+    """HipKittens' gfx950 attention forward (bf16, head dim 128, shapes compile-time; `causal`: its causal
+    kernel) as its dispatch_micro launches it: attn_globals {gl Q, K, V, O (B, N, H, D), gl L (B, H, 1, N)
+    fp32, stream}; grid (heads, ceil(N / 32 / 8), batch) of 512 threads, 160000 B of dynamic LDS. `qkv`: BNHD
+    tensors to run on (zeros otherwise). `mapped_batches`: allocate only the first batches (the arguments still
+    say `batch`), for a run of the first workgroups only: one outside them faults on unmapped memory.
+    -> (module, kernel name, launch keywords, O, L)."""
+    from tilegcn.runtime import emulator
+
+    name = f"hk_attn_fwd{'_causal' if causal else ''}_b{batch}_h{heads}_hkv{kv_heads}_n{seqlen}.gfx950.co"
+    with open(os.path.join(HK_DIR, name), "rb") as f:
+        mod = emulator.load(f.read(), arch="gfx950")
+    nb = mapped_batches or batch
+    q, k, v = qkv or (torch.zeros(nb, seqlen, n, dim, dtype=torch.bfloat16) for n in (heads, kv_heads, kv_heads))
+    o = torch.zeros(nb, seqlen, heads, dim, dtype=torch.bfloat16)
+    lse = torch.zeros(nb, heads, 1, seqlen, dtype=torch.float32)
+    kernarg = b"".join(_hk_gl(t, batch) for t in (q, k, v, o, lse)) + bytes(8)
+    launch = dict(grid=(heads, -(-seqlen // 256), batch), block=(512, 1, 1), kernarg=kernarg,
+                  buffers=[q, k, v, o, lse], shared_mem=_hk_manifest(name)["shared_mem"])
+    return mod, next(iter(mod.kernels)), launch, o, lse
+
+
+def hk_estimate(kernel, shape):
+    """The model's MI355X estimate of a HipKittens kernel; FLOPs as its benchmarks count them (2 n^3; attention
+    4 b n^2 h d, half that when causal)."""
+    if kernel == "hk_gemm":
+        mod, name, launch, _ = hk_gemm_launch(shape[0])
+        flops = 2 * shape[0] ** 3
+    else:
+        causal = kernel == "hk_attn_causal"
+        b, h, _, n = shape
+        # the model runs one round of workgroups, ids below 8 XCDs x 32 CUs x 8 (perfmodel/grid.py): map the
+        # batches those reach, not all (GQA at 16384 tokens would need 8.6 GB, which the emulator then copies)
+        reached = -(-8 * 32 * 8 // (h * -(-n // 256)))
+        mod, name, launch, _, _ = hk_attn_launch(*shape, causal=causal, mapped_batches=min(b, reached))
+        flops = 4 * b * n * n * h * 128 // (2 if causal else 1)
+    return estimate(mod, name, launch["grid"], launch["block"], kernarg=launch["kernarg"],
+                    buffers=launch["buffers"], shared_mem=launch["shared_mem"], device="MI355X", flops=flops)
+
+
 def foreign_estimate(kernel, shape, folder):
     """The model's estimate of one foreign launch, or None when its code object is not at hand."""
     from tilegcn.runtime import emulator
 
     if kernel.startswith("aiter_fav3"):
         return aiter_fav3_estimate(kernel.split("_")[-1], *shape)
+    if kernel.startswith("hk_"):
+        return hk_estimate(kernel, shape)
     m, n, k = shape
     if kernel.startswith("aiter_i8"):
         return aiter_i8_estimate(kernel.split("_")[-1], m, n, k)
@@ -499,12 +626,14 @@ def foreign_estimate(kernel, shape, folder):
                     device="MI355X", shared_mem=shared, flops=2 * m * n * k)
 
 
-def foreign(folder, card=None):
-    """[(label, published, model TFLOP/s, role, wall s, card)] for the FOREIGN launches (on `card`, or all)
-    whose code objects are here."""
+def foreign(folder, card=None, only=None):
+    """[(label, published, model TFLOP/s, role, wall s, card)] for the FOREIGN launches (on `card`, or all;
+    `only`: kernel-name prefixes to keep) whose code objects are here."""
     rows = []
     for kernel, shape, published, where, role in FOREIGN:
         if card and foreign_device(kernel) != card:
+            continue
+        if only and not kernel.startswith(tuple(only)):
             continue
         t0 = time.perf_counter()
         est = foreign_estimate(kernel, shape, folder)
@@ -589,12 +718,14 @@ def main():
     ap.add_argument("--calib", metavar="DIR", help="the foreign kernels built by bench/build_calibration.py")
     ap.add_argument("--foreign-only", action="store_true", help="only the foreign kernels (calibration set)")
     ap.add_argument("--card", choices=("MI300X", "MI355X"), help="with --foreign-only: only this card's kernels")
+    ap.add_argument("--only", metavar="PREFIXES", help="with --foreign-only: only kernels whose FOREIGN name starts "
+                    "with one of these comma-separated prefixes (aiter, aiter_fav3, gluon, hk_gemm, hk_attn, ...)")
     args = ap.parse_args()
     if args.fit_l2:
         return fit_l2()
     t0 = time.perf_counter()
     if args.foreign_only:
-        print_foreign(foreign(args.calib, args.card))
+        print_foreign(foreign(args.calib, args.card, args.only.split(",") if args.only else None))
         print(f"({time.perf_counter() - t0:.0f} s)")
         return
     numeric = c12() + c10() + (c4_gluon(args.gluon) if args.gluon else [])

@@ -311,3 +311,21 @@ def test_the_gaps_between_the_rows_of_a_strided_view_are_not_mapped():
                   s_waitcnt vmcnt(0)"""
     two_buffers(gap_read, 64, dst_bytes=128).launch("k", (1, 1, 1), (32, 1, 1), [torch.zeros(64), y])
     assert not x[0, :32].any() and torch.equal(x[1:], before[1:])
+
+
+def test_swizzle_enabled_resource_addresses_a_raw_access_linearly_and_refuses_an_indexed_one():
+    """HipKittens' V#: SWIZZLE_ENABLE, cache swizzle and a 256-byte stride (word 1 = 0xc100xxxx); its raw offen
+    loads read base + offset (docs/isa-notes.md); an idxen access would need the ISA's AoS swizzle: refused."""
+    raw = """s_or_b32 s9, s9, 0xc1000000
+             buffer_load_dword v3, v2, s[8:11], 0 offen
+             s_waitcnt vmcnt(0)
+             buffer_store_dword v3, v2, s[12:15], 0 offen"""
+    src = torch.arange(256, dtype=torch.int32)
+    dst = torch.zeros(64, dtype=torch.int32)
+    two_buffers(raw, 1024).launch("k", (1, 1, 1), (64, 1, 1), [src, dst])
+    assert torch.equal(dst, src[:64])
+    indexed = """s_or_b32 s9, s9, 0xc1000000
+                 buffer_load_dword v3, v1, s[8:11], 0 idxen
+                 s_waitcnt vmcnt(0)"""
+    with pytest.raises(EmulatorError, match="SWIZZLE_ENABLE is not modelled for an indexed"):
+        two_buffers(indexed, 1024).launch("k", (1, 1, 1), (64, 1, 1), [src, dst])

@@ -208,6 +208,22 @@ def test_permlane_swap_trades_odd_rows_of_vdst_with_even_rows_of_vsrc(row):
     assert torch.equal(outs[0], ra) and torch.equal(outs[1], rb)
 
 
+def test_permlane_swap_with_bound_ctrl_runs_with_exec_full_and_is_refused_otherwise():
+    """fi / bound_ctrl only decide what an inactive partner lane gives (HipKittens' attention sets bound_ctrl)."""
+    from tilegcn.errors import EmulatorError
+
+    B = torch.randint(-2**31, 2**31 - 1, (N,), dtype=torch.int32, generator=gen)
+    swap = """v_mov_b32 v20, v10
+              v_mov_b32 v21, v11
+              s_nop 1
+              v_permlane32_swap_b32_e64 v20, v21 bound_ctrl:1"""
+    plain = run_lanes(swap.replace(" bound_ctrl:1", ""), [A, B], n_out=2, block=64, arch="gfx950")
+    assert all(torch.equal(x, y) for x, y in zip(run_lanes(swap, [A, B], n_out=2, block=64, arch="gfx950"), plain))
+    partial = swap.replace("s_nop 1", "s_mov_b32 exec_lo, 0xffff\ns_nop 1")
+    with pytest.raises(EmulatorError, match="fi / bound_ctrl and lanes off in EXEC"):
+        run_lanes(partial, [A, B], n_out=2, block=64, arch="gfx950")
+
+
 def _swizzle_reference(offset, src, active):
     out = torch.zeros_like(src)
     for w in range(0, N, 64):

@@ -3,7 +3,12 @@ emulated device: aiter's hand-written gfx942 FAv3 attention forward (bf16, head 
 past accum_offset and v_nop) computes softmax(Q K^T / sqrt(d)) V as torch does, GQA included. Small: 2 heads
 sharing one KV head, 256 tokens, one workgroup per head (about 3 s). Checked, it runs every `buffer_load_dword ...
 lds` that directly follows `s_add_u32 m0` (the ISA guide does not ask a wait state there) and stops at its first
-MFMA-to-VALU hazard (about 1 s).
+MFMA-to-VALU hazard (about 1 s). HipKittens' gfx950 bf16 GEMM (bench/calibration/hipkittens, built by clang-22
+from its source at 512^3) computes A B^T unchecked (about 3 s) and is refused checked at its unawaited LDS DMA
+read (about 1 s); its attention forward (4 heads on 2 KV heads, 256 tokens) gives torch's output and
+log-sum-exp, checked (about 2 s), and its causal forward (512 tokens) the causal ones, unchecked (about 3 s: it
+reads an MFMA result sooner than the ISA guide's wait states: clang-22 leaves that read, at a block where two
+paths join, unpadded).
 """
 import sys
 from pathlib import Path
@@ -41,3 +46,59 @@ def test_aiter_fav3_checked_run_passes_its_m0_writes():
     # its 34 LDS DMAs right after a SALU write of M0 run; the first refusal is a VALU read of an MFMA result
     with pytest.raises(HazardError, match=r"v_max3_f32.*reads the result of `v_mfma_f32_32x32x8_bf16"):
         mod.launch(name, **launch)
+
+
+def test_hipkittens_gemm_computes_a_times_b_transposed():
+    from model_accuracy import hk_gemm_launch
+
+    n = 512
+    g = torch.Generator().manual_seed(0)
+    a, b = ((torch.randn(n, n, generator=g) / 10).bfloat16() for _ in range(2))
+    mod, name, launch, c = hk_gemm_launch(n, a, b)
+    # unchecked: its loop reads an LDS tile whose LDS DMA no s_waitcnt covers (next test)
+    mod.launch(name, check=False, **launch)
+    ref = a.float() @ b.float().T
+    # its epilogue truncates fp32 to bf16 (base_types.cuh, convertor<bf16, float>): up to 2^-7 relative
+    torch.testing.assert_close(c.float(), ref, rtol=2 ** -7, atol=1e-3)
+
+
+def test_hipkittens_gemm_checked_run_refuses_its_unawaited_lds_read():
+    from model_accuracy import hk_gemm_launch
+    from tilegcn.errors import HazardError
+
+    mod, name, launch, _ = hk_gemm_launch(512)
+    with pytest.raises(HazardError, match=r"ds_read_b128.*while an LDS DMA .* is still in flight"):
+        mod.launch(name, **launch)
+
+
+def test_hipkittens_attention_forward_computes_attention_and_lse():
+    from model_accuracy import hk_attn_launch
+
+    b, h, hk, s, d = 1, 4, 2, 256, 128
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, s, n, d, generator=g).bfloat16() for n in (h, hk, hk))
+    mod, name, launch, out, lse = hk_attn_launch(b, h, hk, s, qkv=(q, k, v))
+    mod.launch(name, **launch)
+    kx, vx = (t.float().repeat_interleave(h // hk, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kx) * d ** -0.5
+    ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vx)
+    torch.testing.assert_close(out.float(), ref, atol=4e-3, rtol=2e-2)
+    torch.testing.assert_close(lse[:, :, 0], torch.logsumexp(scores, -1), atol=4e-3, rtol=1e-3)
+
+
+def test_hipkittens_causal_attention_forward_masks_future_tokens():
+    from model_accuracy import hk_attn_launch
+
+    b, h, hk, s, d = 1, 4, 2, 512, 128
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, s, n, d, generator=g).bfloat16() for n in (h, hk, hk))
+    mod, name, launch, out, lse = hk_attn_launch(b, h, hk, s, qkv=(q, k, v), causal=True)
+    # unchecked: a v_max_f32 reads an MFMA accumulator 6 wait states after it, where gfx950 asks 12 (clang-22
+    # pads no read at the block after the mask's branch)
+    mod.launch(name, check=False, **launch)
+    kx, vx = (t.float().repeat_interleave(h // hk, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kx) * d ** -0.5
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vx)
+    torch.testing.assert_close(out.float(), ref, atol=8e-3, rtol=2e-2)
+    torch.testing.assert_close(lse[:, :, 0], torch.logsumexp(scores, -1), atol=4e-3, rtol=1e-3)

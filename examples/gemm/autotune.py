@@ -22,7 +22,7 @@ SHAPES = [(512, 512, 512), (4096, 4096, 4096), (8192, 8192, 1024)]
 SPACE = tilegcn.Space(block_M=[128, 256], block_N=[128, 256], block_K=[64], threads=[256, 512],
                       num_stages=[1, 2], panel=[1, 8], ping_pong=[None, False],
                       # ping_pong=False (both wave groups in step) differs from the compiler's choice only where
-                      # that is a ping-pong: 8 waves at num_stages=2 (gfx950)
+                      # that is a ping-pong: 8 waves at num_stages=2 (gfx950 and gfx942)
                       prune=lambda c: "ping_pong=False is the default here" if c["ping_pong"] is False and
                       (c["threads"], c["num_stages"]) != (512, 2) else None)
 

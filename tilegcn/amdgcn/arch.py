@@ -222,6 +222,10 @@ class Arch:
     lowp_mfma_hazards: MfmaHazards | None = None
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
     has_ds_read_tr_b8: bool = False  # ds_read_b64_tr_b8: the same for 8-bit elements (8 rows of a 16-lane group)
+    # LDS reads whose lanes are served in measured phases rather than in runs of consecutive lanes: bytes per lane ->
+    # the phase of each of the 64 lanes. The timing model counts bank conflicts in them; the emulator's launch
+    # statistics keep consecutive runs, the model tilegcn's LDS layouts are planned against (passes/gemm_plan.py)
+    lds_read_phases: dict = field(default_factory=dict)
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
@@ -233,6 +237,8 @@ class Arch:
     # a pipelined GEMM K loop of this many waves runs as a ping-pong by default (passes/pipelining.py: two wave
     # groups half a K phase apart, one's MFMAs beside the other's reads and copies); 0: never unless asked for
     gemm_ping_pong_waves: int = 0
+    # the same for a K loop staged through VGPRs at num_stages=2 (no 16-byte LDS DMA: gfx942): two K-phase LDS slots
+    gemm_ping_pong_staged_waves: int = 0
     # the s_setprio level of a ping-pong loop's MFMA cluster (0: none emitted)
     gemm_ping_pong_prio: int = 0
     extra: dict = field(default_factory=dict)
@@ -404,8 +410,21 @@ GFX942 = Arch(
         vdst_to_valu_write={("smfma", 8): 10, ("smfma", 16): 18},
         srcc_to_valu_write={("smfma", 8): 0, ("smfma", 16): 0},
     ),
+    # the model prefers the register-staged ping-pong at 8 waves (bench/gemm_vs_foreign.py --card MI300X:
+    # 256x256x64 bf16 at 8192^3, 2.151 M cycles against 2.824 M with both groups in step, 2.730 M at 4 waves) and
+    # s_setprio 0 in it (1 around the MFMA cluster: 2.157 M)
+    gemm_ping_pong_staged_waves=8,
     **_COMMON,
 )
+
+# ds_read_b128 on gfx950 (64 banks: 16 lanes a phase), the lanes of each phase as HipKittens measured them on an MI355X
+# (S21p in docs/timing-sources.md: rocprofv3 SQ_LDS_BANK_CONFLICT for every pair of lanes reading one bank). Not
+# runs of 16 consecutive lanes: the Gluon tutorial's padded 256x64 fp16 layout, conflict-free on hardware (its ATT
+# traces: a ds_read_b128 every 16 clk with 4 waves), has 2-way conflicts in every phase under that simpler rule.
+_B128_PHASE_LANES = ((0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25, 26, 27),
+                     (4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 28, 29, 30, 31))
+_GFX950_B128_READ_PHASES = tuple(next(2 * (lane >= 32) + k for k, lanes in enumerate(_B128_PHASE_LANES)
+                                      if lane % 32 in lanes) for lane in range(64))
 
 GFX950 = Arch(
     name="gfx950",
@@ -438,6 +457,7 @@ GFX950 = Arch(
     ),
     has_ds_read_tr_b16=True,
     has_ds_read_tr_b8=True,
+    lds_read_phases={16: _GFX950_B128_READ_PHASES},
     fp8_dtypes=("float8_e4m3fn", "float8_e5m2"),
     # the model prefers the ping-pong at 8 waves (bench/gemm_vs_foreign.py: 256x256x64 bf16 at 8192^3 on MI355X,
     # 1.094 M cycles against 1.371 M with both groups in step) and s_setprio 0 in it (1 around the MFMA cluster:
@@ -510,6 +530,15 @@ class Timing:
     l2_refetch_per_gap: float
     hbm_bytes_per_s: float  # S13, S10
     launch_overhead_clk: int  # chosen: dispatch / first-wave start not measured (timing-sources §5)
+    # The clock follows power: the less the SIMDs work, the faster it runs. clock = clock_hz + clock_slope_hz x
+    # (clock_busy_ref - busy share), at most peak_clock_hz (timing-sources §1; slope 0: one clock per card)
+    clock_busy_ref: float = 1.0
+    clock_slope_hz: float = 0.0
+
+    def clock_at(self, busy: float) -> float:
+        """The sustained clock of a kernel whose SIMDs are busy `busy` (0..1) of the time: the timing model passes
+        the MFMA pipes' busy share plus the VALU's issue share (perfmodel/grid.py)."""
+        return min(self.peak_clock_hz, self.clock_hz + self.clock_slope_hz * (self.clock_busy_ref - busy))
 
 
 TIMING = {
@@ -544,6 +573,11 @@ TIMING = {
         hbm_bytes_per_s=8.0e12,
         l2_refetch_base=0.0231, l2_refetch_per_gap=0.0143,
         launch_overhead_clk=2000,
+        # S19's a16w16 table (MI355, 4096x4096x8192 fp16: TFLOP/s and in-loop MFMA efficiency, so clock = TFLOP/s /
+        # (efficiency x 1.048576 M FLOP/clk)): least squares over its rows v3, v4, v6, v7 (x3), v8 gives -0.626 GHz
+        # per unit of efficiency (v3 42 % at 1.76 GHz ... v8 99 % at 1.55 GHz); v5's rows are left out (v5 is a
+        # hold-out kernel of bench/model_accuracy.py). Through clock_hz's own point (1634 TFLOP/s at 98 %).
+        clock_busy_ref=0.98, clock_slope_hz=0.626e9,
     ),
 }
 DEVICES = {"MI300X": "gfx942", "MI355X": "gfx950"}

@@ -733,11 +733,11 @@ def Pipelined(start, stop=None, num_stages: int = 1, order=None, stage=None, syn
     With `num_stages > 1` and a body of global -> shared copies and `T.gemm`, the loop is software-pipelined
     over that many LDS buffers (docs/internals.md); pass `num_stages` by name. `annotations={"ping_pong": True}`
     (tilegcn's key; TileLang's loop annotations) runs the two halves of the workgroup's waves half a K phase apart,
-    one group's MFMAs beside the other's LDS reads and copies, with two barriers a phase (gfx950, 8 waves, LDS DMA,
-    num_stages=2); False keeps both groups in step; not given, the arch table decides (Arch.gemm_ping_pong_waves:
-    gfx950 at 8 waves). Bounds only the device knows (a
-    runtime scalar, index arithmetic on block ids: `T.Pipelined(end[0] - start, ...)`) make it a serial loop
-    (`T.serial`, not pipelined whatever num_stages says; it may run no trip).
+    one group's MFMAs beside the other's LDS reads and copies, with two barriers a phase (num_stages=2: LDS DMA on
+    gfx950, copies staged through VGPRs on gfx942); False keeps both groups in step; not given, the arch table
+    decides (Arch.gemm_ping_pong_waves, Arch.gemm_ping_pong_staged_waves: 8 waves on both). Bounds only the
+    device knows (a runtime scalar, index arithmetic on block ids: `T.Pipelined(end[0] - start, ...)`) make it a
+    serial loop (`T.serial`, not pipelined whatever num_stages says; it may run no trip).
 
     Example:
 

@@ -32,7 +32,9 @@ Which order a steady step takes (`step_order`):
   each SIMD holds a wave of each group, so its matrix pipe runs one wave's MFMAs while the other wave reads and
   passes its barrier (the timing model, 256x256x64 bf16 at 8192^3 on MI355X, 512 threads: 1.094 M cycles against
   1.371 M in K phases with the groups in step, 1.422 M waiting first unsplit, one barrier a K step). A loop of
-  fewer than 4 phases (K <= 96 at block_K 64) runs in step.
+  fewer than 4 phases (K <= 96 at block_K 64) runs in step. Register-staged copies at S = 2 (gfx942 at 8 waves,
+  `Arch.gemm_ping_pong_staged_waves`) run it over two K-phase LDS slots, each step loading two phases ahead and
+  writing the next one to LDS in its memory cluster (MI300X: 2.151 M cycles against 2.824 M in step, 8192^3 NN).
 - Register-staged copies (no LDS DMA), covered, S = 2, keep waiting first: the vmcnt(0) before a stage's
   ds_writes waits for loads issued a whole K step earlier, behind that step's MFMAs. The alternatives measured
   worse in the timing model (C4's gfx942 256x256x64 fp16 GEMM on MI300X, bench/model_accuracy.py): issuing first
@@ -69,6 +71,7 @@ from .gemm_plan import plan_gemm
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
+STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-pong: one K phase each
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True) -> N.Kernel:
@@ -89,12 +92,20 @@ def step_order(loop, arch, by_dma, threads: int | None = None) -> str:
     `threads`: the workgroup's (ping-pong needs an even number of waves)."""
     asked = getattr(loop, "ping_pong", None)
     order = _unpaired_order(loop, arch, by_dma)
+    pairable = order == PHASES or _staged_pairable(loop, order, by_dma)
     if asked is None:
-        asked = bool(arch is not None and arch.gemm_ping_pong_waves and threads == arch.gemm_ping_pong_waves * 64)
-        return PING_PONG if asked and order == PHASES else order
-    if asked and (order != PHASES or threads is None or threads % 128):
-        raise CompileError(_no_ping_pong(order, threads), location=loop.loc)
+        waves = 0 if arch is None else \
+            arch.gemm_ping_pong_waves if order == PHASES else arch.gemm_ping_pong_staged_waves
+        return PING_PONG if pairable and waves and threads == waves * 64 else order
+    if asked and (not pairable or threads is None or threads % 128):
+        raise CompileError(_no_ping_pong(order, threads, loop), location=loop.loc)
     return PING_PONG if asked else order
+
+
+def _staged_pairable(loop, order: str, by_dma) -> bool:
+    """A register-staged K loop at num_stages=2 that waits first (gfx942's): its ping-pong is
+    `_pipeline_ping_pong(staged=True)`, two K-phase LDS slots written from staging VGPRs."""
+    return order == WAIT_FIRST and loop.num_stages == 2 and not any(by_dma(c.dst.buffer) for c in _loads(loop))
 
 
 def _unpaired_order(loop, arch, by_dma) -> str:
@@ -107,14 +118,13 @@ def _unpaired_order(loop, arch, by_dma) -> str:
     return PHASES if dma and loop.num_stages == 2 else WAIT_FIRST
 
 
-def _no_ping_pong(order: str, threads) -> str:
+def _no_ping_pong(order: str, threads, loop=None) -> str:
     """Why a loop asked for ping_pong=True cannot have it, in the user's terms."""
     why = {ISSUE_FIRST: "its K step has too little MFMA work to cover a load's round trip (a small tile)",
-           WAIT_FIRST: "its copies are not LDS DMA into num_stages=2 buffers (gfx950, operands stored as T.gemm "
-                       "reads them, num_stages=2)"}.get(order, f"its {threads} threads are not an even number of waves")
-    return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs LDS DMA copies into "
-            f"num_stages=2 buffers, a K step that covers the loads, and an even number of waves, but {why}; "
-            "drop the annotation")
+           WAIT_FIRST: f"it has num_stages={getattr(loop, 'num_stages', '?')}"}.get(
+               order, f"its {threads} threads are not an even number of waves")
+    return (f"T.Pipelined(annotations={{'ping_pong': True}}): a ping-pong K loop needs num_stages=2, a K step that "
+            f"covers the loads, and an even number of waves, but {why}; drop the annotation")
 
 
 def pipelinable(s) -> bool:
@@ -164,11 +174,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
                                    "phases (a shared tile used outside its copies and gemms, a copy of part of a "
                                    "tile, or a block_K under 64); drop the annotation", location=s.loc)
+            staged = order == PING_PONG and _staged_pairable(s, WAIT_FIRST, by_dma)
+            if phased is not None and staged and phased[0].extent < STAGED_SLOTS:
+                phased = None  # a single K phase: the unsplit loop, in step
             if phased is not None:
                 loop, buffers = phased
                 split.update(buffers)
-                if order == PING_PONG and loop.extent >= loop.num_stages:
-                    out.extend(_pipeline_ping_pong(loop))
+                if order == PING_PONG and loop.extent >= (STAGED_SLOTS if staged else loop.num_stages):
+                    out.extend(_pipeline_ping_pong(loop, staged))
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
@@ -336,7 +349,7 @@ def _pipeline(loop, wait_first: bool) -> list:
     return out
 
 
-def _pipeline_ping_pong(loop) -> list:
+def _pipeline_ping_pong(loop, staged: bool = False) -> list:
     """The loop over K phases (split_k_phases: S = 4 stages of half a K tile) as a ping-pong: the workgroup's waves
     in two groups (first and second half) whose barrier sequences are one barrier apart, so that at any time one
     group runs a phase's MFMAs while the other reads its next fragments and issues its copies. A step s (stage
@@ -356,8 +369,22 @@ def _pipeline_ping_pong(loop) -> list:
     loads and LDS reads, a barrier, the MFMAs between s_setprio 1 and 0, a barrier), measured at 1610 TFLOP/s on
     MI355X (S31): the evidence that an s_barrier releases when every wave of the workgroup has arrived at one, at
     whatever program point, which the emulated device and the timing model assume too. Unlike it, this loop leaves
-    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower)."""
-    n, S, k = loop.extent, loop.num_stages, loop.var
+    s_setprio out (Arch.gemm_ping_pong_prio: the timing model rates it slower).
+
+    `staged` (copies through staging VGPRs, gfx942: no 16-byte LDS DMA, and 64 KiB of LDS hold one 256x256x64 bf16
+    stage): the phases rotate over S = 2 LDS slots and 2 staging VGPR sets, and a step issues the copies of phase
+    s + 2 (into the staging set of phase s, whose ds_writes ran in step s - 1), reads phase s, then its wait_group
+    retires phase s + 1 (vmcnt for it, its ds_writes into the slot phase s - 1 had, lgkmcnt, barrier). Correct one
+    barrier behind: both groups read phase s - 1 in epochs 2s - 2 and 2s - 1, and the ds_writes of phase s + 1 into
+    its slot come in epochs 2s and 2s + 1, each finished before the barrier ending it, so phase s + 1 is whole in LDS
+    before its first reader's epoch 2s + 2; within an epoch one group reads slot s % 2 and writes slot (s + 1) % 2
+    while the other runs MFMAs. This is the scheme of Gluon's gfx942 `inter_wave` GEMM (ROCm/gfx950-gluon-tutorials
+    kernels/gemm/gfx942/inter_wave: one LDS buffer, the next K tile in VGPRs, memory and MFMA regions alternating
+    with the two wave groups one region apart), cut by K phase instead of by M/N quadrant: in the last trip the
+    masked phase past the end is written as zeros into a slot nobody reads again."""
+    n, k = loop.extent, loop.var
+    # S: stages (LDS slots, and staging VGPR sets) the phases rotate over; ahead: phases in flight at a step's start
+    S, ahead = (STAGED_SLOTS, STAGED_SLOTS) if staged else (loop.num_stages, loop.num_stages - 1)
     copies, gemms = _loads(loop), _gemms(loop)
     AsyncCopy, CommitGroup, WaitGroup, Barrier = (op_class(name) for name in (
         "async_copy", "commit_group", "wait_group", "wave_group_barrier"))
@@ -372,17 +399,18 @@ def _pipeline_ping_pong(loop) -> list:
         return reads + [WaitGroup(pending, sync=True, loc=loop.loc)] + mfmas + [Barrier(loc=loop.loc)]
 
     out = []
-    for kk in range(S - 1):
-        out += issue(kk, kk)
-    out += [WaitGroup(S - 2, loc=loop.loc), Barrier(group=1, loc=loop.loc)]
+    for kk in range(ahead):
+        out += issue(kk, kk % S)
+    out += [WaitGroup(ahead - 1, loc=loop.loc), Barrier(group=1, loc=loop.loc)]
     trips = n // S
     var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
     body = []
     for j in range(S):
-        tile = S * var + j + S - 1
-        body += issue(tile, (j + S - 1) % S, (tile, n) if S * (trips - 1) + j + S - 1 >= n else None) + step(j, S - 2)
+        tile = S * var + j + ahead
+        live = (tile, n) if S * (trips - 1) + j + ahead >= n else None
+        body += issue(tile, (j + ahead) % S, live) + step(j, ahead - 1)
     out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body, ping_pong=None))
-    newest = S * trips + S - 2  # the newest tile in flight after the loop
+    newest = S * trips + ahead - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):  # the phase after kk is published in this step, if there is one
         out += step(kk % S, max(0, newest - (kk + 1)))
     return out + [Barrier(group=0, loc=loop.loc)]

@@ -6,10 +6,17 @@ across its waves; waves are tried in s_setprio order (higher first), then oldest
 s_nop, s_barrier and s_setprio take the wave's slot but no category. After issuing, a wave's next
 instruction can issue in its SIMD's next slot (4 clk later), except:
 - MFMA holds the SIMD's matrix pipe for passes x 4 clk; the next MFMA waits for it (LLVM HWXDL, S6); other
-  VALU ops co-issue while it runs, except under an f32/f64 MFMA (S9). The hardware does not interlock
+  VALU ops co-issue while it runs (S9), from `valu_hold` clk after its issue (8 clk behind a gfx950 MFMA with
+  16-byte sources), packed-f32 ops from `pk_hold` (past its end), and under an f32/f64-input MFMA none until
+  2 slots past its end (ops.py, S33). The hardware does not interlock
   on MFMA results: wait states are the code's s_nops, which the model executes (s_nop N holds the wave
   for N + 1 slots) - so a dependent chain costs what the hazard table makes the compiler insert.
-- transcendental VALU ops take `trans_clk`; a taken branch adds `branch_taken_clk`.
+- a transcendental VALU op takes one issue slot like any VALU op, and its result is ready `trans_clk` after
+  issue (LLVM's gfx942/gfx950 model, S6: WriteTrans32 holds HWVALU 1 quad-cycle, latency 4 quad-cycles; checked
+  with llvm-mca, tests/test_perfmodel_issue.py): a later vector instruction of the wave that reads it waits
+  (the hardware interlocks: S7's TransForwardingHazard asks only 1 wait state of the code). Independent
+  instructions issue meanwhile (aiter's FAv3 issues 3 v_exp_f32 between its MFMAs).
+- a taken branch adds `branch_taken_clk`.
 - VMEM and DS go through `memory.py`; their completion times feed vmcnt (in order) and lgkmcnt (DS in
   order; SMEM returns after `smem_latency_clk`, and only lgkmcnt(0) waits for it, as in the emulator).
   A load no lane of which was in range (trace.SKIPPED_LOAD: a masked tail's copy past the end) reads no memory:
@@ -17,7 +24,8 @@ instruction can issue in its SIMD's next slot (4 clk later), except:
 - s_waitcnt holds the wave until the counted operations have completed.
 - s_barrier holds every wave of the workgroup until the last live one arrives, plus `barrier_release_clk`.
 - s_endpgm: the wave ends when its last MFMA and memory operations have completed.
-Nothing else stalls a wave (no register scoreboard: the ISA leaves those hazards to software).
+Nothing else stalls a wave (no register scoreboard beyond transcendental results: the ISA leaves the other
+hazards to software).
 """
 from __future__ import annotations
 
@@ -27,15 +35,15 @@ from .memory import LdsPort, VmemPath
 from .trace import SKIPPED_LOAD, Skip
 
 INF = float("inf")
-STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe")
+STALLS = ("vmcnt", "lgkmcnt", "barrier", "nop", "vmem_issue", "lds_issue", "mfma_pipe", "trans_result")
 # what each wave keeps busy (clk; bytes for vmem_bytes), counted per wave so that fast-forwarded trips
 # extrapolate them at the steady loop's rate, like the stalls
-BUSY = ("mfma_busy", "tcp_busy", "lds_busy", "vmem_bytes")
+BUSY = ("mfma_busy", "valu_busy", "tcp_busy", "lds_busy", "vmem_bytes")
 
 
 class Wave:
     __slots__ = ("id", "wg", "simd", "stream", "i", "ready", "prio", "vm", "ds", "smem", "done", "acc",
-                 "backedges", "skipped", "name")
+                 "backedges", "skipped", "name", "trans")
 
     def __init__(self, wid, wg, simd, stream):
         self.id, self.wg, self.simd, self.stream = wid, wg, simd, stream
@@ -47,6 +55,7 @@ class Wave:
         self.acc = dict.fromkeys(STALLS + BUSY + ("issued", "flops"), 0.0)
         self.backedges = {}  # loop pc -> [(time, acc copy)]
         self.skipped = []  # (trips, clk per trip, acc per trip)
+        self.trans = {}  # VGPR -> when the transcendental op writing it has its result
         self.name = f"wg{wg} wave{wid}"
 
 
@@ -61,6 +70,7 @@ class CuResult:
     vmem_bytes: float  # (extrapolated)
     skipped_trips: int
     events: list = field(default_factory=list)
+    valu_busy: float = 0.0  # clk of VALU issue, summed over the SIMDs (extrapolated)
 
 
 def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
@@ -72,7 +82,8 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
              for k in range(n_wgs) for w in range(wpw)]
     by_simd = [[w for w in waves if w.simd == s] for s in range(t.simds_per_cu)]
     xdl_until = [0.0] * t.simds_per_cu
-    coexec = [True] * t.simds_per_cu
+    valu_from = [0.0] * t.simds_per_cu  # no VALU op of the SIMD issues before (an MFMA's hold, S9, S33)
+    pk_from = [0.0] * t.simds_per_cu  # nor a packed-f32 one before
     ports = [LdsPort(t, banks) for _ in range(max(1, t.simds_per_cu // 2))]
     vmem = VmemPath(t, *vmem_args)
     barrier = {k: [] for k in range(n_wgs)}
@@ -108,6 +119,12 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
             if cat is not None and cat in used:
                 continue
             kind = op.kind
+            if w.trans and op.vreads:
+                due = max(w.trans.get(r, 0.0) for r in op.vreads)
+                if due > now:
+                    w.ready = due
+                    w.acc["trans_result"] += due - now
+                    continue
             nxt = now + slot
             if kind == "mfma":
                 if xdl_until[s] > now:
@@ -116,17 +133,20 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                     continue
                 busy = op.passes * 4
                 xdl_until[s] = now + busy
-                coexec[s] = op.coexec
+                valu_from[s] = now + op.valu_hold
+                pk_from[s] = now + op.pk_hold
                 w.acc["mfma_busy"] += busy
                 w.acc["flops"] += op.flops
                 if ev is not None:
                     ev.append({"name": pc_name(op, pc), "ph": "X", "ts": now, "dur": busy, "pid": 0, "tid": s})
             elif kind in ("valu", "trans"):
-                if xdl_until[s] > now and not coexec[s]:
-                    w.ready = xdl_until[s]
+                held = pk_from[s] if op.packed_f32 else valu_from[s]
+                if held > now:
+                    w.ready = held
                     continue
                 if kind == "trans":
-                    nxt = now + t.trans_clk
+                    _write_trans(w, op, now + t.trans_clk, now)
+                w.acc["valu_busy"] += slot
             elif kind == "vmem" and extra == SKIPPED_LOAD:
                 w.vm.append(max(nxt, w.vm[-1]) if w.vm else nxt)
             elif kind == "vmem":
@@ -141,7 +161,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 w.vm.append(max(done, w.vm[-1]) if w.vm else done)
             elif kind == "ds":
                 port = ports[s // 2 % len(ports)]
-                blocked = port.blocked_until(now)
+                blocked = port.blocked_until(now, w.id)
                 if blocked is not None:
                     w.acc["lds_issue"] += blocked - now
                     w.ready = blocked
@@ -214,6 +234,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
         busy[w.simd] += acc["mfma_busy"]
     total = {k: sum(acc[k] for acc in per_wave) for k in BUSY}
     return CuResult(cycles=end + extra, simulated_cycles=end, per_wave=per_wave, mfma_busy=busy,
+                    valu_busy=total["valu_busy"],
                     lds_busy=total["lds_busy"], tcp_busy=total["tcp_busy"], vmem_bytes=total["vmem_bytes"],
                     skipped_trips=max((sum(n for n, _, _ in w.skipped) for w in waves), default=0),
                     events=events if events is not None else [])
@@ -231,6 +252,14 @@ def _slot_at(x, simd, n):
     """First clk >= x at which SIMD `simd` has its issue slot."""
     x = int(-(-x // 1))
     return x + ((simd - x) % n)
+
+
+def _write_trans(w, op, due, now):
+    """Note when the registers of transcendental op `op` are written; forget results already in."""
+    if len(w.trans) > 64:
+        w.trans = {r: d for r, d in w.trans.items() if d > now}
+    for r in op.vwrites:
+        w.trans[r] = due
 
 
 def _wait(w, op, now):

@@ -119,7 +119,7 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
         raise ArgumentError(f"tilegcn: the code object is for {arch.name} ({other}); {dev_name} runs "
                             f"{DEVICES[dev_name]} code objects: compile for that arch to estimate it there")
     grid, block = dim3(grid, "grid"), dim3(block, "block")
-    clock = float(clock_hz or t.clock_hz)
+    clock = float(clock_hz or t.clock_hz)  # the bandwidth shares per clk: at the full-load clock
     info = module.kernels.get(name)
     if info is None:
         module.program(name, torch.device("cpu"))  # raises the emulator's "no kernel" error
@@ -160,6 +160,10 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     waves = cu.per_wave
     stall = {k: 100.0 * sum(a[k] for a in waves) / len(waves) / c for k in ("vmcnt", "lgkmcnt", "barrier")}
     mfma_pct = 100.0 * sum(cu.mfma_busy) / (len(cu.mfma_busy) * c)
+    # seconds at the clock this load sustains (Timing.clock_at), unless the caller gave one: the SIMDs' MFMA and VALU
+    # busy share together (both draw on the SIMD's power; S19's GEMMs, the clock law's data, issue little VALU work)
+    valu_pct = 100.0 * cu.valu_busy / (len(cu.mfma_busy) * c)
+    clock = float(clock_hz or t.clock_at(min(1.0, (mfma_pct + valu_pct) / 100)))
     lds_pct = 100.0 * cu.lds_busy / (c * max(1, t.simds_per_cu // 2))
     l1_pct = 100.0 * cu.tcp_busy / c
     hbm_pct = 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw
@@ -167,7 +171,8 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
         "cycles_per_round": c, "rounds": rounds, "last_round_cycles": last_cycles, "workgroups": n_wg,
         "workgroups_per_cu": resident,
         "waves_per_simd": resident * wpw / t.simds_per_cu, "occupancy_limit": limit,
-        "mfma_busy_pct": mfma_pct, "stall_vmcnt_pct": stall["vmcnt"], "stall_lgkmcnt_pct": stall["lgkmcnt"],
+        "mfma_busy_pct": mfma_pct, "valu_busy_pct": valu_pct, "stall_vmcnt_pct": stall["vmcnt"],
+        "stall_lgkmcnt_pct": stall["lgkmcnt"],
         "stall_barrier_pct": stall["barrier"], "lds_util_pct": lds_pct, "l1_util_pct": l1_pct,
         "l2_hit_rate": hit, "l2_requests": requests, "l2_misses": misses, "hbm_util_pct": hbm_pct,
         "simulated_cycles": cu.simulated_cycles, "skipped_trips": cu.skipped_trips,

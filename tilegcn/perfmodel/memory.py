@@ -32,12 +32,29 @@ class LdsPort:
         self.banks = banks
         self.free = 0.0
         self.fifo = deque()  # service end times of the instructions in the FIFO
+        self.reserved = {}  # wave -> when the FIFO entry it waits for frees (held for it, in arrival order)
 
-    def blocked_until(self, now):
+    def blocked_until(self, now, wave=None):
+        """None if `wave` may put a DS instruction into the FIFO at `now`, else when to come back. Waves that find
+        the FIFO full get its entries in the order they arrived: the two SIMDs of a pair issue in fixed slots
+        (t % 4), so a free-for-all would hand every entry to the same SIMD (its slot always comes first after an
+        8-clk b128 service) and starve the other until the first drained its reads."""
         fifo = self.fifo
         while fifo and fifo[0] <= now:
             fifo.popleft()
-        return fifo[0] if len(fifo) >= self.t.lds_fifo_entries else None
+        due = self.reserved.get(wave)
+        if due is not None and due <= now:
+            del self.reserved[wave]
+            return None
+        if due is not None:
+            return due
+        if len(fifo) + len(self.reserved) < self.t.lds_fifo_entries:
+            return None
+        k = len(self.reserved)
+        if k >= len(fifo):
+            return fifo[-1] if fifo else now + 1
+        self.reserved[wave] = fifo[k]
+        return fifo[k]
 
     def issue(self, now, op, extra_cycles):
         """(completion time, port clk it takes) of DS instruction `op` issued at `now`."""

@@ -82,7 +82,10 @@ class Tracer:
         self.steps = {}  # chunk-local wave -> global load instructions executed
         self.loop_ranges = set()  # (target, pc) of the back edges taken
         self.loops = {}  # first wave of a wave group -> its _Loops (groups that run apart loop apart)
-        self.last_cmp = None  # (pc, operand values) of the last s_cmp
+        # wave group -> (pc, operand values) of its last s_cmp: SCC is each wave's own, and the emulator runs
+        # the groups of a ping-pong kernel in turns (switching at barriers, between an s_cmp and its branch)
+        self.last_cmp = {}
+        self.pc_of_addr = {ins.addr: k for k, ins in enumerate(instrs)}
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
 
@@ -106,9 +109,9 @@ class Tracer:
         if access is not None:
             self._footprint(g, *access)
         if h.cls == "salu" and h.mnemonic.startswith("s_cmp"):
-            self.last_cmp = (pc, self._operand_values(g, pc))
+            self.last_cmp[g.waves[0]] = (pc, self._operand_values(g, pc))
         elif h.cls == "branch" and g.state != "split":
-            if self.detail and self.last_cmp is not None and h.mnemonic in ("s_cbranch_scc0", "s_cbranch_scc1"):
+            if self.detail and g.waves[0] in self.last_cmp and h.mnemonic in ("s_cbranch_scc0", "s_cbranch_scc1"):
                 self._scc_branch(g, pc, g.pc != pc + 1)  # first: a bottom test belongs to the trip it ends
             if g.pc <= pc:
                 self._back_edge(g, pc, g.pc)
@@ -162,7 +165,7 @@ class Tracer:
 
     def _scc_branch(self, g, pc, taken):
         st = self._loops(g)
-        cmp_pc, values = self.last_cmp
+        cmp_pc, values = self.last_cmp[g.waves[0]]
         st.log.append((pc, cmp_pc, values, taken))
         pending = st.pending.get(pc)
         if pending is not None:
@@ -174,8 +177,10 @@ class Tracer:
                 for w, k in markers:
                     del self.streams[w][k]
                 st.forwarded.pop(pc, None)
+                st.running.pop(pc, None)
         elif pc in st.forwarded and taken != st.forwarded[pc]:
             del st.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
+            st.running.pop(pc, None)
 
     def _loops(self, g):
         return self.loops.setdefault(g.waves[0], _Loops())
@@ -199,10 +204,13 @@ class Tracer:
         st.trips[pc] = n
         marks = st.marks.setdefault(pc, [])
         marks.append(len(st.log))
-        if n >= self.detail and len(marks) >= 4:
-            self._fast_forward(g, st, target, marks[-4:])
+        # one fast-forward per run of a loop: once its counter has been moved to the last trip, another of its
+        # branches (aiter's FAv3 tests a tail-mask counter beside the trip counter) would count the same trips
+        # again, trips the functional run never takes
+        if n >= self.detail and len(marks) >= 4 and pc not in st.running.values():
+            self._fast_forward(g, st, target, marks[-4:], pc)
 
-    def _fast_forward(self, g, st, target, marks):
+    def _fast_forward(self, g, st, target, marks, back_edge):
         trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
         best = None
         for branch in {e[0] for e in trips[-1]} - set(st.forwarded):
@@ -212,6 +220,8 @@ class Tracer:
             (_, cmp_pc, _, taken), = seen[-1]
             if any(x[0][1] != cmp_pc or x[0][3] != taken or x[0][2] is None for x in seen):
                 continue
+            if not self._leaves(branch, taken, target, back_edge):
+                continue  # its other outcome stays in the loop (a tail-mask test): it does not end the loop
             left = self._trips_left(cmp_pc, [x[0][2] for x in seen], taken, self.instrs[branch].base)
             if left is not None and (best is None or left[0] < best[0]):
                 best = (*left, branch, taken)
@@ -232,8 +242,19 @@ class Tracer:
                     markers.append((w, len(self.streams[w])))
                     self.streams[w].append(Skip(target, skip))
         st.forwarded[branch] = taken
+        st.running[branch] = back_edge
         # the next test must see the counter `skip` steps further than the trip after the last one seen
         st.pending[branch] = (slot, (last + (skip + 1) * step) & 0xFFFFFFFF, markers)
+
+    def _leaves(self, branch, taken, top, back_edge):
+        """Whether the other outcome of `branch` (now `taken` or not) goes outside the loop's pcs top..back_edge."""
+        if taken:
+            other = branch + 1
+        else:
+            ins = self.instrs[branch]
+            simm = ins.operands[0].value & 0xFFFF
+            other = self.pc_of_addr.get(ins.addr + 4 + 4 * (simm - 0x10000 if simm & 0x8000 else simm))
+        return other is None or not top <= other <= back_edge
 
     def _trips_left(self, cmp_pc, seen, taken, branch_base):
         """(more trips the branch keeps its outcome, counter SGPR, its step, its last value) or None: `seen`
@@ -274,6 +295,7 @@ class _Loops:
     marks: dict = field(default_factory=dict)  # back-edge pc -> len(log) at each take
     forwarded: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> its outcome meanwhile
     pending: dict = field(default_factory=dict)  # exit branch -> (counter SGPR, value due at its next test, markers)
+    running: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> the loop's back-edge pc
 
 
 def _as_int(v, signed):

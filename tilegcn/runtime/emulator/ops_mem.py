@@ -14,6 +14,12 @@ be considered in bounds checks" (chipset dependent). The emulator's choice is `S
 a lane whose outcome would differ under the other reading is an EmulatorError rather than a guess
 (`_soffset_decides`). With STRIDE != 0 (structured buffers) a lane is in range iff its index
 (idxen) < NUM_RECORDS.
+SWIZZLE_ENABLE (V# bit 63) with an access that has no index (no idxen, ADD_TID_ENABLE clear) addresses
+linearly, base + soffset + offset, the STRIDE field (bits 48-61) then being the cache-swizzle stride (bit 62):
+HipKittens' gfx950 GEMM and attention kernels set both bits on their raw `buffer_load ... lds` and match torch
+on MI355X in their benchmarks (docs/isa-notes.md). Its range check stays the STRIDE != 0 rule above (index 0:
+always in range; those kernels load in range). An indexed access to such a resource (the ISA's AoS swizzle)
+is refused.
 """
 from __future__ import annotations
 
@@ -217,8 +223,9 @@ def buffer_addresses(ins, b, ops, ndw, elem):
     def addresses(g):
         """(address of each element [n, 64, ndw] int64, in range [n, 64, ndw] bool)."""
         w0, w1, w2 = g.rs(srd), g.rs(srd + 1), g.rs(srd + 2)
-        if bool(((w1 >> 31) & 1).any()):
-            raise Fault("buffer resource with SWIZZLE_ENABLE is not modelled")
+        if bool(((w1 >> 31) & 1).any()) and (idxen or bool(((g.rs(srd + 3) >> 23) & 1).any())):
+            raise Fault("buffer resource with SWIZZLE_ENABLE is not modelled for an indexed (idxen / "
+                        "ADD_TID_ENABLE) access")
         base = (w0 | ((w1 & 0xFFFF) << 32)).view(-1, 1)
         stride = ((w1 >> 16) & 0x3FFF).view(-1, 1)
         nrec = w2.view(-1, 1)
@@ -541,7 +548,7 @@ def _ds(ins, b, index):
                 if bool(mis.any()):
                     row, ln = first_true(mis)
                     raise Fault(f"{base} needs a {align}-byte aligned LDS address, got {int(addr[row, ln])}", row, ln)
-            _count_conflicts(m, conflict_cache[k], addr, ex, size)
+            _count_conflicts(m, conflict_cache[k], addr, ex, size, is_read)
             first = wg_base + addr
             if ex is not None:
                 first = torch.where(ex, first, lds.dummy)
@@ -612,10 +619,12 @@ def _ds(ins, b, index):
     return Handler(ins, index, run, "ds", b, queue="ds")
 
 
-def _count_conflicts(m, cache, addr, ex, size):
-    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns:
-    a loop re-issues the same LDS addresses every iteration."""
-    for i, (a, e, count) in enumerate(cache):
+def _count_conflicts(m, cache, addr, ex, size, is_read=False):
+    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns: a loop
+    re-issues the same LDS addresses every iteration. The launch's statistics count them in runs of consecutive
+    lanes (the model tilegcn's LDS layouts are planned and tested against, passes/gemm_plan.py); the trace hook
+    (the timing model) gets them in the phases the arch measured for reads of this width (Arch.lds_read_phases)."""
+    for i, (a, e, count, timed) in enumerate(cache):
         if a.shape == addr.shape and (e is None) == (ex is None) and torch.equal(a, addr) and \
                 (e is None or torch.equal(e, ex)):
             if i:
@@ -623,10 +632,12 @@ def _count_conflicts(m, cache, addr, ex, size):
             break
     else:
         count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
-        cache.insert(0, (addr, ex, count))
+        phases = m.arch.lds_read_phases.get(size) if is_read else None
+        timed = count if phases is None else bank_conflicts(addr, ex, size, m.arch.lds_banks, phases)
+        cache.insert(0, (addr, ex, count, timed))
         del cache[4:]
     if m.tracer is not None:
-        m.tracer.ds_conflicts(count)
+        m.tracer.ds_conflicts(timed)
     if count:
         st = m.stats
         h = m.prog.handlers[m.current_pc]

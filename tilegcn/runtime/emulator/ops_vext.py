@@ -22,6 +22,7 @@ from .decode import EXEC_LO, VCC_LO, Const, Reg
 from .fpmath import FLT_MIN, f16_bits_to_f32, f32_to_f16_bits, f64_to_f32_odd, fma_f64_odd, flush_denorms
 from .ops_f64 import div_fixup
 from .program import BindError, Handler, as_bits, as_f32, u32
+from .state import Fault
 
 M32 = 0xFFFFFFFF
 SIGN64 = -(1 << 63)
@@ -574,11 +575,12 @@ def _cvt_pk_f16_f32(ins, b, index):
 
 def _permlane_swap(ins, b, index):
     """v_permlane16_swap_b32 / v_permlane32_swap_b32 vdst, vsrc (gfx950): the odd rows (of 16 or 32 lanes)
-    of vdst trade places with the even rows of vsrc; both registers are written."""
+    of vdst trade places with the even rows of vsrc; both registers are written. fi / bound_ctrl (DPP's
+    fetch-inactive and out-of-bounds-reads-0 bits) only change what an inactive partner lane gives: with
+    either set, a wave whose EXEC is not full is refused (HipKittens' attention sets bound_ctrl, all lanes on)."""
     _expect(ins, 2)
     _no_mods(ins, ("fi", "bound_ctrl"))
-    if ins.mods.get("fi") or ins.mods.get("bound_ctrl"):
-        raise BindError(f"{ins.base}: fi / bound_ctrl are not modelled")
+    inactive_matters = bool(ins.mods.get("fi") or ins.mods.get("bound_ctrl"))
     row = 16 if "permlane16" in ins.base else 32
     x = b.vdst(ins.operands[0])
     b.vsrc_index(ins.operands[0])
@@ -589,6 +591,9 @@ def _permlane_swap(ins, b, index):
     partner = torch.where(odd, lane - row, lane + row)  # odd row of vdst <-> the even row before it in vsrc
 
     def run(g):
+        if inactive_matters and g.exec_mask() is not None:
+            raise Fault(f"{ins.base} with fi / bound_ctrl and lanes off in EXEC: what an inactive partner "
+                        f"lane gives is not modelled")
         vx, vy = g.rv(x), g.rv(y)
         p = partner.to(vx.device)
         o = odd.to(vx.device)

@@ -1,7 +1,9 @@
 """Per-launch statistics of the emulated device, and the LDS bank-conflict model.
 
 Bank-conflict model (one DS instruction, one wave): a DS access of B bytes per lane is served in
-phases of max(1, banks*4 // B) consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks).
+phases of max(1, banks*4 // B) consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks). Given
+`lane_phases`, in those instead: the timing model's count of gfx950's ds_read_b128 uses the phases HipKittens
+measured (Arch.lds_read_phases; ops_mem._count_conflicts), the launch statistics keep consecutive lanes.
 Within a phase every active lane touches the dwords covering its B bytes; a dword lies in bank
 (dword_address % banks) of 4-byte banks (banks = arch.lds_banks). The phase costs one extra cycle for
 each further DISTINCT dword address that lands in its busiest bank: extra = max over banks of
@@ -54,9 +56,10 @@ class LaunchStats:
                 f"{self.bytes_lds_to_vgpr}, VGPR->LDS {self.bytes_vgpr_to_lds}; {self.seconds:.3f} s")
 
 
-def bank_conflicts(addr: torch.Tensor, active, bytes_per_lane: int, banks: int) -> int:
+def bank_conflicts(addr: torch.Tensor, active, bytes_per_lane: int, banks: int, lane_phases=None) -> int:
     """Extra cycles of one DS access for all waves: addr int64 [W, 64] LDS byte addresses of each lane's
-    first byte, active bool [W, 64] or None (all lanes)."""
+    first byte, active bool [W, 64] or None (all lanes). `lane_phases`: each lane's phase where the arch
+    measured them (Arch.lds_read_phases), else runs of consecutive lanes."""
     W = addr.shape[0]
     lanes_per_phase = max(1, (banks * 4) // bytes_per_lane)
     phases = -(-64 // lanes_per_phase)
@@ -66,7 +69,11 @@ def bank_conflicts(addr: torch.Tensor, active, bytes_per_lane: int, banks: int) 
     dwords = first.unsqueeze(-1) + torch.arange(ndw, dtype=torch.int64, device=addr.device)
     dwords = torch.minimum(dwords, last.unsqueeze(-1))  # unaligned sub-dword accesses touch <= 2 dwords
     lane = torch.arange(64, dtype=torch.int64, device=addr.device)
-    phase = (lane // lanes_per_phase).view(1, 64, 1)
+    if lane_phases is None:
+        phase = (lane // lanes_per_phase).view(1, 64, 1)
+    else:
+        phase = torch.as_tensor(lane_phases, dtype=torch.int64, device=addr.device).view(1, 64, 1)
+        phases = int(phase.max()) + 1
     wave = torch.arange(W, dtype=torch.int64, device=addr.device).view(W, 1, 1)
     bank = dwords % banks
     group = (wave * phases + phase) * banks + bank

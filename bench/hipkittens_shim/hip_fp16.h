@@ -1,0 +1,1 @@
+#include <hip/hip_fp16.h>
