@@ -36,7 +36,7 @@ from tilegcn.perfmodel import estimate  # noqa: E402
 
 SIZE = 8192
 # (BM, BN, BK, num_stages, threads): tilegcn fp8 tiles (BK in elements); the first is the --quick one
-# (threads 512: 8 waves, gfx950's ping-pong K loop by default, Arch.gemm_ping_pong_waves; gfx942 has none)
+# (threads 512: 8 waves, the ping-pong K loop by default: LDS DMA on gfx950, register-staged on gfx942)
 TILEGCN_CONFIGS = [(256, 256, 128, 2, 256), (256, 256, 64, 2, 256), (256, 128, 128, 2, 256),
                    (128, 128, 128, 2, 256), (256, 256, 128, 1, 256), (256, 256, 128, 2, 512),
                    (256, 256, 64, 2, 512)]

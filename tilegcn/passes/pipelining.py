@@ -224,6 +224,9 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None, w
         return None
     phase = sympy.Symbol(f"{k}_phase", integer=True, nonnegative=True)
     whole = {c.dst.buffer for c in copies if whole_scale_rows and c.dst.buffer in scales and _whole_scale_rows(c, p)}
+    for g in gemms:  # a gemm reads both scale tiles at one offset (Gemm.scale_phases): both whole rows, or neither
+        if g.scaled and not {g.scale_A, g.scale_B} <= whole:
+            whole -= {g.scale_A, g.scale_B}
     buffers = {b: dataclasses.replace(b, shape=b.shape if b in whole else _divided(b.shape, d, p))
                for b, d in k_dims.items()}
     new_copies, ends = [], []
