@@ -8,7 +8,7 @@ For each arch, tile config and num_stages (pipelined loops copy by LDS DMA on gf
 M = N = K = --size GEMM on the emulator (TILEGCN_DEVICE=emulator), then, from its LaunchStats, the counts of
 ds_read_b128, of ds_read_b64_tr_b16 (gfx950, B as (K, N)) and of ds_write_* (wave-instructions), the extra cycles
 the emulator's bank model charges them (tilegcn/runtime/emulator/stats.py: per phase of lanes, distinct dwords in
-the busiest bank - 1), the MFMA count, and the max error against torch (fp32 reference, bf16 output). Target: 0
+the busiest bank - 1; the phases of Arch.lds_phases, gfx950's ds_read_b128 in those HipKittens measured), the MFMA count, and the max error against torch (fp32 reference, bf16 output). Target: 0
 ds_read conflict cycles (the XOR swizzles of the K-major LDS tiles and of gfx950's (K, N) tiles); ds_write_b16
 (gfx942's transposing copy of B as (K, N)) is reported, not targeted.
 The emulator's hazard / race checks are on, so every row is also a hazard-free run.

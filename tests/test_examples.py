@@ -44,7 +44,8 @@ COMMANDS = {
     "tilelang/example_mha_fwd_bhsd.py": ["--seq_q", "64", "--seq_kv", "64"],
     "tilelang/example_gqa_fwd_bshd.py": ["--seq_len", "64"],
     "tilelang/example_amd_flash_attn_fwd.py": ["--seq_len", "64"],
-    # flash decoding: 20 queries, 256 keys over the 4 splits (one 64-key tile each), then the combine kernel
+    # flash decoding at upstream main()'s head dim 128 and BLOCK_M 128: 20 queries, 256 keys over the 4 splits (one
+    # 64-key tile each), then the combine kernel
     "tilelang/example_mha_inference.py": ["--heads", "1", "--q_ctx", "20", "--kv_ctx", "256"],
     # GQA 4/2 heads, ragged causal seq 80 over two 64-row tiles, checked against torch
     "attention/attention.py": ["--heads", "4", "--kv-heads", "2", "--seq", "80", "--causal", "--check"],

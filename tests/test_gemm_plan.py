@@ -310,7 +310,7 @@ def test_operand_reads_are_conflict_free(cfg, tA):
             for rd in plan.reads(step):
                 for index, piece in enumerate(plan.read_pieces(rd.operand)):
                     off = plan.operand_read_offsets(rd.operand, w, lanes, rd.rep, step, piece=index)
-                    assert ds_extra_cycles(arch, off, 4 * piece.count) == 0, (rd, w, piece)
+                    assert ds_extra_cycles(arch, off, 4 * piece.count, read=True) == 0, (rd, w, piece)
                 n += 1
     assert n == plan.waves * plan.read_steps * (plan.repeats_M + plan.repeats_N)
     assert plan.transposed_read("B") == (arch == "gfx950")  # B (K, N): ds_read_b64_tr_b16 where the arch has it
@@ -337,7 +337,7 @@ def test_copy_write_conflicts(cfg):
                     act = cp.active(t, s)
                     if act.any():
                         for off in cp.lds_offsets(t, s):
-                            worst = max(worst, ds_extra_cycles(arch, off, cp.write_bytes, act))
+                            worst = max(worst, ds_extra_cycles(arch, off, cp.write_bytes, act, read=False))
             if cp.kind == "b128":
                 assert worst == 0
             else:
@@ -349,34 +349,37 @@ def test_bank_model_sees_unswizzled_conflicts():
     plan = plan_of("gfx942", (128, 128, 64), 256)
     lanes = np.arange(64)
     row, chunk = lanes % plan.dim, lanes // plan.dim
-    assert ds_extra_cycles("gfx942", row * plan.row_bytes + 16 * chunk, 16) == 8 * 7  # 8 phases, 8 lanes on 4 banks
-    assert ds_extra_cycles("gfx942", np.zeros(64, np.int64), 16) == 0
-    assert ds_extra_cycles("gfx950", np.arange(64) * 256, 4) == 63  # 64 lanes on bank 0
+    # 8 phases, 8 lanes on 4 banks
+    assert ds_extra_cycles("gfx942", row * plan.row_bytes + 16 * chunk, 16, read=True) == 8 * 7
+    assert ds_extra_cycles("gfx942", np.zeros(64, np.int64), 16, read=True) == 0
+    assert ds_extra_cycles("gfx950", np.arange(64) * 256, 4, read=True) == 63  # 64 lanes on bank 0
 
 
 def test_bank_model_matches_the_emulator():
-    """ds_extra_cycles is the emulator's model (tilegcn.runtime.emulator.stats.bank_conflicts)."""
+    """ds_extra_cycles is the emulator's model (tilegcn.runtime.emulator.stats.bank_conflicts, in the phases
+    Arch.lds_phases gives: measured ones for gfx950's ds_read_b128)."""
     stats = pytest.importorskip("tilegcn.runtime.emulator.stats")
     rng = np.random.default_rng(0)
     for arch in ARCHES:
         banks = get_arch(arch).lds_banks
         plan = plan_of(arch, (128, 128, 64), 256, True, False)
-        cases = [(plan.operand_read_offsets("A", 1, np.arange(64), 1, 1), 16, None),
-                 (np.arange(64) * 128, 16, None)]
+        cases = [(plan.operand_read_offsets("A", 1, np.arange(64), 1, 1), 16, None, True),
+                 (np.arange(64) * 128, 16, None, True)]
         cp = plan.copy_plan("A")
         t = np.arange(64) + 64
         if cp.kind == "transpose":  # gfx942: A transposed by the register copy
             write_bytes = 2 * cp.pack
-            cases += [(cp.lds_offsets(t, 0)[3], write_bytes, None),
-                      (cp.lds_offsets(t, 0)[3], write_bytes, rng.random(64) < 0.5)]
+            cases += [(cp.lds_offsets(t, 0)[3], write_bytes, None, False),
+                      (cp.lds_offsets(t, 0)[3], write_bytes, rng.random(64) < 0.5, False)]
         else:  # gfx950: A stored (K, M), read with ds_read_b64_tr_b16
-            cases.append((plan.operand_read_offsets("A", 1, np.arange(64), 1, 1, piece=1), 8, None))
-        for nbytes in (2, 4, 8, 16):
-            cases.append((rng.integers(0, 4096, 64) // nbytes * nbytes, nbytes, rng.random(64) < 0.7))
-        for addr, nbytes, act in cases:
+            cases.append((plan.operand_read_offsets("A", 1, np.arange(64), 1, 1, piece=1), 8, None, True))
+        for nbytes, read in itertools.product((2, 4, 8, 16), (True, False)):
+            cases.append((rng.integers(0, 4096, 64) // nbytes * nbytes, nbytes, rng.random(64) < 0.7, read))
+        for addr, nbytes, act, read in cases:
             emu = stats.bank_conflicts(torch.as_tensor(np.asarray(addr, np.int64)).view(1, 64),
-                                       None if act is None else torch.as_tensor(act).view(1, 64), nbytes, banks)
-            assert ds_extra_cycles(arch, addr, nbytes, act) == emu
+                                       None if act is None else torch.as_tensor(act).view(1, 64), nbytes, banks,
+                                       get_arch(arch).lds_phases(nbytes, read))
+            assert ds_extra_cycles(arch, addr, nbytes, act, read=read) == emu
 
 
 def test_swizzle_properties():

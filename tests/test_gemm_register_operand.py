@@ -133,8 +133,8 @@ def test_b_reads_of_a_register_a_gemm_are_conflict_free_on_gfx942(dim):
     lanes = np.arange(64)
     for rep, step, piece in itertools.product(range(plan.repeats_N), range(plan.read_steps), range(2)):
         addrs = plan.operand_read_offsets("B", 0, lanes, rep, step, piece=piece)
-        assert ds_extra_cycles(plan.arch, addrs, 8) == 0
+        assert ds_extra_cycles(plan.arch, addrs, 8, read=True) == 0
     cp = plan.copy_plan("B")
     for slot, e in itertools.product(cp.write_slots, range(8)):
         addrs = np.broadcast_to(cp.lds_offsets(lanes, slot)[e], (64,))
-        assert ds_extra_cycles(plan.arch, addrs, cp.write_bytes, cp.active(lanes, slot)) == 0
+        assert ds_extra_cycles(plan.arch, addrs, cp.write_bytes, cp.active(lanes, slot), read=False) == 0

@@ -125,8 +125,10 @@ def _c_copy_conflicts(arch):
 @pytest.mark.parametrize("arch", ARCHES)
 def test_the_accumulator_goes_into_padded_rows_of_c_shared_with_few_bank_conflicts(arch, monkeypatch, cache_dir):
     """A row of C_shared (128 f16) is a whole sweep of the LDS banks, and a wave's lanes hold one row each of the
-    accumulator's columns: without padding every lane of a half wave writes the same banks; rows 16 bytes longer
-    spread them (what is left: lanes 16 rows apart share banks), and C_shared is still read in 16-byte pieces."""
+    accumulator's columns: without padding every lane of a half wave writes the same banks; a 16-byte pad spreads
+    them (what is left: lanes 16 rows apart share banks), and C_shared is still read in 16-byte pieces, conflict
+    free: on gfx950 the pad comes after every 2 rows, the rows a half wave reads (in the measured phases,
+    Arch.lds_phases, a pad between them would put chunks of both rows in one phase on the same banks)."""
     padded = _c_copy_conflicts(arch)
     monkeypatch.setattr(tilegcn.passes.lds, "row_pitches", lambda kernel, arch: {})
     monkeypatch.setenv("TILEGCN_CACHE_DIR", str(cache_dir / "unpadded"))  # a compile of its own

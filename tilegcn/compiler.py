@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,9 +29,12 @@ from .amdgcn.builder import KernelBuilder
 from .amdgcn.emit import render
 from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.multikernel import merge_kernel_asm
+from .amdgcn.isa import COMMENT, Inst
+from .amdgcn.pressure import WINDOWS, sink_loads, split_groups, split_webs
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
+from .amdgcn.zero_srcc import fold_zeroed_accumulators
 from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
 from .ir.printer import print_kernel
@@ -43,7 +47,8 @@ from .passes.lds import allocate_shared, reuse_barrier
 from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
-from .passes.pipelining import pipeline_loops
+from .passes.operand_registers import operands_to_registers
+from .passes.pipelining import pipeline_loops, pipelines_carried
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
@@ -114,13 +119,25 @@ class Compilation:
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_bytes: int = 0
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> shared buffers taking earlier ones' bytes
-    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its row pitch
+    lds_pitches: dict = field(default_factory=dict)  # shared Buffer stored with padded rows -> its RowPadding
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> the shared Buffer its partials cross waves through
+    # gemm accumulators that VALU statements beside the gemm touch live in VGPRs (passes/layout.py
+    # vector_accumulators); False after such a kernel ran out of VGPRs: all accumulators in AGPRs
+    vgpr_accumulators: bool = True
+    # loop-invariant shared A operands become fragments (passes/operand_registers.py); False after such a kernel
+    # ran out of VGPRs: the operands stay in LDS
+    operand_registers: bool = True
+    moved_operands: bool = False  # whether that pass moved one
+    # K loops that carry other statements (flash attention's softmax) are software pipelined (passes/pipelining.py
+    # `_carried`); False after such a kernel ran out of LDS or registers: they run serially, as they did before
+    pipeline_carried: bool = True
+    carried_pipelined: bool = False  # whether the pipeliner pipelined such a loop
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
     insts: list = field(default_factory=list)  # the machine instructions, as the last machine pass left them
     counts: dict = field(default_factory=dict)  # register counts (regalloc)
+    register_note: str = ""  # how the registers fitted when the plain allocation did not (kernel.ir, kernel.s)
     lowered: Lowered | None = None  # render's result
     seconds: dict = field(default_factory=dict)  # pass name -> wall seconds it took
 
@@ -146,10 +163,18 @@ def _stage_memory(c: Compilation):
     c.kernel = stage_memory_accesses(c.kernel)
 
 
+def _operand_registers(c: Compilation):
+    if c.operand_registers:
+        kernel = c.kernel
+        c.kernel = operands_to_registers(kernel)
+        c.moved_operands = c.kernel is not kernel
+
+
 def _pipeline(c: Compilation):
     _, operands = plan_gemms(c.kernel, c.arch)  # the pipeliner's step order depends on which copies go by LDS DMA
     c.by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, operands)
-    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma)
+    c.carried_pipelined = c.pipeline_carried and pipelines_carried(c.kernel)
+    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma, carried=c.pipeline_carried)
 
 
 def _plan_gemms(c: Compilation):
@@ -175,16 +200,20 @@ def _allocate_lds(c: Compilation):
     try:
         lds = allocate_shared(c.kernel, c.arch, c.gemm_plans, by_dma=by_dma, scratch=c.reduce_scratch)
     except ResourceError:
-        _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma)
+        if c.carried_pipelined:  # the stages of a loop that ran serially before: run it serially again
+            c.pipeline_carried = False
+            _run(c, "verify", "lds_allocation")
+            return
+        _raise_lds_error_unsplit(c.traced, c.arch, c.options.copy, c.by_dma, c.pipeline_carried)
         raise
     c.shared, c.stage_bytes, c.lds_buffers, c.lds_bytes = lds.offsets, lds.stage_bytes, lds.counts, lds.total
     c.lds_reuse, c.lds_pitches = lds.reuse, lds.pitches
 
 
-def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma):
+def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma, carried: bool = True):
     """Raise the LDS budget error of `traced` pipelined without K phases (the same bytes), so that it names the
     user's block_K and num_stages; returns if that one fits (then the caller's error stands)."""
-    kernel = pipeline_loops(traced, arch, by_dma, phases=False)
+    kernel = pipeline_loops(traced, arch, by_dma, phases=False, carried=carried)
     plans, operands = plan_gemms(kernel, arch)
     allocate_shared(kernel, arch, plans, by_dma=functools.partial(may_use_lds_dma, arch, copy_mode, operands))
 
@@ -200,7 +229,7 @@ def _abi_prologue(c: Compilation):
 
 
 def _layouts(c: Compilation):
-    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts)
+    c.ctx.layouts = assign_layouts(c.kernel, c.builder, c.gemm_plans, c.layouts, c.vgpr_accumulators)
 
 
 def _workgroup_remap(c: Compilation):
@@ -211,6 +240,7 @@ def _workgroup_remap(c: Compilation):
 def _statements(c: Compilation):
     lower_statements(c.ctx, c.kernel.body)
     c.builder.emit("s_endpgm")
+    c.builder.insts[:] = fold_zeroed_accumulators(c.builder.insts)
     c.insts = c.builder.insts
 
 
@@ -228,7 +258,38 @@ def _allocate_registers(c: Compilation):
     schedule="plain" gives), so the interleave never turns a kernel that fits into a ResourceError. When neither
     fits, both are tried again with lifetime holes (amdgcn/liveness.py): a pipelined loop's staging registers of one
     stage lend themselves to the other stage's while they hold nothing (gfx942's 8-wave 256x256x64 GEMM at
-    num_stages=2). Holes come last so that every kernel that fit without them keeps its registers."""
+    num_stages=2). Holes come last so that every kernel that fit without them keeps its registers. A kernel whose VGPR
+    accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on with every
+    accumulator in AGPRs, then with a moved operand back in LDS, then with its carried loop serial (flash attention's
+    fallbacks); the last resort is `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
+    first = None  # the error of the kernel as first lowered, which names what the registers hold
+    while True:
+        try:
+            _allocate_scheduled(c)
+            return
+        except ResourceError as e:
+            first = first or e
+            try:
+                if c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
+                    c.vgpr_accumulators = False
+                    _run(c, "abi_prologue", "schedule")
+                elif c.operand_registers and c.moved_operands:
+                    c.operand_registers, c.vgpr_accumulators = False, True
+                    _run(c, "verify", "schedule")  # (the operand's LDS tile back: the LDS budget may refuse it)
+                elif c.carried_pipelined:
+                    c.pipeline_carried = False
+                    c.operand_registers, c.vgpr_accumulators = True, True
+                    _run(c, "verify", "schedule")
+                else:
+                    _relieve_pressure(c, c.kernel.threads, e)
+                    return
+            except ResourceError:
+                raise first from None
+
+
+def _allocate_scheduled(c: Compilation):
+    """The scheduled order, then the emitted one, each without and then with lifetime holes; the last attempt's
+    ResourceError when none fits."""
     threads = c.kernel.threads
     orders = [c.insts, c.builder.insts] if c.insts is not c.builder.insts else [c.insts]
     attempts = [(insts, False) for insts in orders] + [(insts, True) for insts in orders]
@@ -239,6 +300,28 @@ def _allocate_registers(c: Compilation):
         except ResourceError:
             if n == len(attempts):
                 raise
+
+
+def _relieve_pressure(c: Compilation, threads: int, error: ResourceError):
+    """The last resort before `error` (amdgcn/pressure.py): fragments' register groups cut into the pieces the
+    instructions name, first in the emitted order, then with each block's global loads issued at most `window`
+    loads ahead of their consumers, from the widest window down. The asm says which one fitted (a comment line);
+    `error`, which names the values live at the peak of the emitted order, when none does."""
+    insts = c.builder.insts
+    for window in (None, *WINDOWS):
+        order = insts if window is None else sink_loads(insts, c.arch, window)
+        try:
+            files = split_groups(order, c.builder)
+            c.insts, c.counts = allocate(split_webs(order, files), files, threads)
+        except ResourceError:
+            continue
+        how = "" if window is None else f", global loads issued at most {window} ahead of their first use"
+        needed = re.search(r"needs \d+ \w+", str(error))
+        c.register_note = (f"registers: {c.counts['vgprs']} VGPRs with fragment groups split{how} (the emitted "
+                           f"order {needed.group(0) if needed else 'does not fit'})")
+        c.insts.insert(0, Inst("", kind=COMMENT, comment=c.register_note))
+        return
+    raise error
 
 
 def _insert_waits(c: Compilation):
@@ -260,13 +343,18 @@ def _render(c: Compilation):
                 args=[dict(name=a.param.name, kind=a.param.kind, offset=a.offset, size=a.size,
                            dtype=a.param.dtype.name) for a in abi.args],
                 source=kernel.loc, instructions=sum(1 for i in insts if i.kind not in ("label", "comment")))
-    c.lowered = Lowered(asm, meta, print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None)
+    ir = print_kernel(kernel, c.layouts) if c.layouts or kernel is not c.traced else None
+    if ir is not None and c.register_note:
+        ir += f"  // {c.register_note}\n"
+    c.lowered = Lowered(asm, meta, ir)
 
 
 PASSES = (
     Pass("verify", _verify, "the tile IR's own rules (ir/verify.py)"),
     Pass("memory_staging", _stage_memory, "shared / global element access and shared copies through fragments "
          "(passes/memspace.py)"),
+    Pass("operand_registers", _operand_registers, "loop-invariant shared gemm A operands -> registers "
+         "(passes/operand_registers.py)"),
     Pass("pipelining", _pipeline, "T.Pipelined K loops -> prologue, steady loop, epilogue (passes/pipelining.py)"),
     Pass("gemm_planning", _plan_gemms, "the MFMA plan of every T.gemm: shape, accumulators, a VGPR floor"),
     Pass("layout_inference", _infer_layouts, "a layout for every fragment from the ops' constraints; layout "
@@ -276,7 +364,8 @@ PASSES = (
     Pass("abi_prologue", _abi_prologue, "the machine builder, kernel arguments and ids (amdgcn/abi.py)"),
     Pass("layouts", _layouts, "the registers of every fragment's layout (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
-    Pass("statements", _statements, "each statement -> machine instructions on virtual registers"),
+    Pass("statements", _statements, "each statement -> machine instructions on virtual registers; a zeroed VGPR "
+         "accumulator folded into its first MFMA (amdgcn/zero_srcc.py)"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
     Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
     Pass("waits", _insert_waits, "s_waitcnt for memory counters (amdgcn/waitcnt.py)"),

@@ -5,7 +5,12 @@ default device from the command line; `--check` compares with torch's scaled_dot
     python examples/attention/attention.py --arch gfx942 --heads 8 --kv-heads 2 --seq 200 --dim 128 --causal --check
 
 Q, K, V and the output are BSHD (batch, seq, heads, dim); `--kv-heads` below `--heads` is grouped-query attention
-(each K/V head serves heads / kv-heads query heads). A ragged `--seq` (not a multiple of the 64-row tiles) is masked.
+(each K/V head serves heads / kv-heads query heads). A ragged `--seq` (not a multiple of the tiles) is masked.
+
+The tile (`--block-m` query rows x `--block-n` keys per step, `--threads`, `--stages`) defaults per arch to the best
+of the configs upstream's autotune space offers by the timing model at issue 21's GQA shape (bench/attention_loop.py
+prints them all), two stages each (the next K/V tiles in flight during a step, Q in registers): on gfx950 128 x 64
+over 256 threads (K/V by LDS DMA), on gfx942 256 x 64 over 512 threads (register-staged loads).
 """
 import argparse
 import pathlib
@@ -15,14 +20,14 @@ import time
 import torch
 import torch.nn.functional as F
 
+from tilegcn.jit import resolve_arch
 from tilegcn.runtime import device_name
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tilelang"))
 import example_gqa_fwd_bshd  # noqa: E402  (the ported TileLang kernel)
 
-BLOCK_M = BLOCK_N = 64  # upstream main()'s tile: 64 query rows x 64 keys per step
-THREADS = 128
-NUM_STAGES = 2
+# (block_M, block_N, threads, num_stages) per arch: the timing model's best (module docstring)
+BEST = {"gfx950": (128, 64, 256, 2), "gfx942": (256, 64, 512, 2)}
 
 
 def reference(q, k, v, causal):
@@ -44,7 +49,14 @@ def main():
     p.add_argument("--dtype", default="float16", choices=["float16"], help="Q, K, V and output dtype (the ported "
                    "kernel is TileLang's fp16 one)")
     p.add_argument("--check", action="store_true", help="compare with torch's scaled_dot_product_attention (fp32)")
+    p.add_argument("--block-m", type=int, default=None, help="query rows per workgroup (default: per arch, BEST)")
+    p.add_argument("--block-n", type=int, default=None, help="keys per KV step (default: per arch)")
+    p.add_argument("--threads", type=int, default=None, help="threads per workgroup (default: per arch)")
+    p.add_argument("--stages", type=int, default=None, help="T.Pipelined num_stages of the KV loop (default: per arch)")
     args = p.parse_args()
+    arch = resolve_arch(args.arch)
+    block_m, block_n, threads, stages = (given if given is not None else best for given, best in
+                                         zip((args.block_m, args.block_n, args.threads, args.stages), BEST[arch]))
     kv_heads = args.kv_heads or args.heads
     if args.heads % kv_heads:
         p.error(f"--kv-heads {kv_heads} must divide --heads {args.heads}")
@@ -55,13 +67,14 @@ def main():
     q = torch.randn(args.batch, args.seq, args.heads, args.dim, dtype=dtype)
     k, v = (torch.randn(args.batch, args.seq, kv_heads, args.dim, dtype=dtype) for _ in range(2))
     kernel = example_gqa_fwd_bshd.flashattn(args.batch, args.heads, args.seq, args.dim, args.causal, groups=groups,
-                                            block_M=BLOCK_M, block_N=BLOCK_N, num_stages=NUM_STAGES, threads=THREADS)
+                                            block_M=block_m, block_N=block_n, num_stages=stages, threads=threads)
     kind = "causal" if args.causal else "non-causal"
     print(f"tilegcn attention forward b={args.batch} heads={args.heads}/{kv_heads} seq={args.seq} d={args.dim} "
-          f"{args.dtype} {kind} on the {device_name()} device, tile {BLOCK_M}x{BLOCK_N}, {THREADS} threads")
+          f"{args.dtype} {kind} on the {device_name()} device ({arch}), tile {block_m}x{block_n}, {threads} threads, "
+          f"{stages} stage(s)")
 
     start = time.perf_counter()
-    out = kernel(q, k, v, arch=args.arch)
+    out = kernel(q, k, v, arch=arch)
     print(f"compile + run: {time.perf_counter() - start:.2f} s")
     if args.check:
         ref = reference(q, k, v, args.causal)

@@ -223,9 +223,12 @@ class Arch:
     has_ds_read_tr_b16: bool = False  # ds_read_b64_tr_b16: the transposing LDS read (16-bit elements)
     has_ds_read_tr_b8: bool = False  # ds_read_b64_tr_b8: the same for 8-bit elements (8 rows of a 16-lane group)
     # LDS reads whose lanes are served in measured phases rather than in runs of consecutive lanes: bytes per lane ->
-    # the phase of each of the 64 lanes. The timing model counts bank conflicts in them; the emulator's launch
-    # statistics keep consecutive runs, the model tilegcn's LDS layouts are planned against (passes/gemm_plan.py)
+    # the phase of each of the 64 lanes. One fact for every judge: `lds_phases` hands it to the emulator's bank
+    # model (launch statistics and the timing model's trace) and to the compiler's layout checks (passes/gemm_plan.py)
     lds_read_phases: dict = field(default_factory=dict)
+    # v_cvt_pk_f16_f32 (two f32 -> packed f16, round to nearest even: llc-22 selects it for IEEE `fptrunc <2 x float>
+    # to <2 x half>` on gfx950, and v_cvt_f16_f32 twice + v_pack_b32_f16 on gfx942)
+    has_cvt_pk_f16_f32: bool = False
     # v_permlane16_swap_b32 / v_permlane32_swap_b32 (CDNA4 ISA guide): trade rows of 16 / 32 lanes between two VGPRs
     has_permlane_swap: bool = False
     # a workgroup's waves share one CU and spread over its SIMDs, each SIMD with its own register file (CDNA3 ISA
@@ -253,6 +256,17 @@ class Arch:
             if shape.d_regs not in best or shape.passes < best[shape.d_regs].passes:
                 best[shape.d_regs] = shape
         return tuple((s.name(dtype), s) for _, s in sorted(best.items(), reverse=True))
+
+    def lds_phases(self, nbytes: int, read: bool) -> tuple:
+        """The phase (0, 1, ...) each of the 64 lanes of a DS access of `nbytes` bytes a lane is served in: the
+        measured phases where `lds_read_phases` has this read width, else runs of banks*4/nbytes consecutive lanes
+        (all 64 in one phase for accesses of at most 2 bytes on 32 banks). Lanes of one phase that ask one bank for
+        distinct dwords conflict; lanes of different phases never do."""
+        measured = self.lds_read_phases.get(nbytes) if read else None
+        if measured is not None:
+            return measured
+        per_phase = max(1, self.lds_banks * self.lds_bank_bytes // nbytes)
+        return tuple(lane // per_phase for lane in range(self.wave_size))
 
     @functools.cached_property
     def every_mfma_hazard(self) -> MfmaHazards:
@@ -418,9 +432,13 @@ GFX942 = Arch(
 )
 
 # ds_read_b128 on gfx950 (64 banks: 16 lanes a phase), the lanes of each phase as HipKittens measured them on an MI355X
-# (S21p in docs/timing-sources.md: rocprofv3 SQ_LDS_BANK_CONFLICT for every pair of lanes reading one bank). Not
-# runs of 16 consecutive lanes: the Gluon tutorial's padded 256x64 fp16 layout, conflict-free on hardware (its ATT
-# traces: a ds_read_b128 every 16 clk with 4 waves), has 2-way conflicts in every phase under that simpler rule.
+# (S21p in docs/timing-sources.md: HazyResearch/HipKittens commit f09e968,
+# analysis/paper_experiments/phases/ds_read_b128/phase_results.txt, rocprofv3 SQ_LDS_BANK_CONFLICT for every pair of
+# lanes reading one bank; its bank_results.txt: 64 banks). Quads of 4 lanes: within each 32 lanes, quads 0, 3, 5, 6
+# form one phase and quads 1, 2, 4, 7 the other (the parity of lane bits 2-4). Not runs of 16 consecutive lanes: the
+# Gluon tutorial's padded 256x64 fp16 layout, conflict-free on hardware (its ATT traces: a ds_read_b128 every 16 clk
+# with 4 waves), has 2-way conflicts in every phase under that simpler rule. The same study's ds_read_b64 phases are
+# the two runs of 32 consecutive lanes, which `Arch.lds_phases` gives without a table.
 _B128_PHASE_LANES = ((0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25, 26, 27),
                      (4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 28, 29, 30, 31))
 _GFX950_B128_READ_PHASES = tuple(next(2 * (lane >= 32) + k for k, lanes in enumerate(_B128_PHASE_LANES)
@@ -443,6 +461,7 @@ GFX950 = Arch(
     lds_dma_bytes=(1, 2, 4, 12, 16),
     cus_per_xcd=32,
     has_cvt_pk_bf16_f32=True,
+    has_cvt_pk_f16_f32=True,
     has_ieee_maximum3=True,
     has_permlane_swap=True,
     peak_bf16_tflops=2500.0,

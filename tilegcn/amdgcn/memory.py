@@ -449,6 +449,9 @@ def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
 def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):
     """dst = {dtype(hi), dtype(lo)} (RNE). `hi` None packs lo alone (upper half 0)."""
     arch = b.arch
+    if dtype.name == "float16" and arch.has_cvt_pk_f16_f32:
+        b.valu("v_cvt_pk_f16_f32", dst, lo, hi if hi is not None else 0)
+        return
     if dtype.name == "float16":
         t0 = b.v.alloc()
         b.valu("v_cvt_f16_f32", t0, lo)

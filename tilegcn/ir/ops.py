@@ -104,7 +104,8 @@ class TileOp:
 
     # ---- software pipelining facts ----
     def k_loop_role(self) -> str | None:
-        """LOAD, COMPUTE or None (a statement that keeps a loop from being software pipelined)."""
+        """LOAD, COMPUTE or None (other work: a loop holding it is software pipelined only where that work touches
+        no shared memory the loop writes, passes/pipelining.py `_carried`)."""
         return None
 
     def pipeline_stages(self) -> int:

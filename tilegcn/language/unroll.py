@@ -9,15 +9,13 @@ whose variable indexes no fragment are left as they are (byte-identical code).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import sympy
 
 from ..ir import nodes as N
-from ..ir.ops import TileOp
-
-_SUBSTITUTED = (TileOp, N.Expr, N.Region, N.Condition)  # what holds index expressions (Buffers and Params do not)
+from ..ir.substitute import SUBSTITUTED as _SUBSTITUTED
+from ..ir.substitute import substituted as _substituted
 
 
 def unroll_fragment_loops(body: list) -> list:
@@ -50,20 +48,3 @@ def _fragment_refs(obj):
     elif isinstance(obj, _SUBSTITUTED):
         for f in dataclasses.fields(obj):
             yield from _fragment_refs(getattr(obj, f.name))
-
-
-def _substituted(obj, mapping: dict):
-    """A copy of `obj` (a statement, expression or region, with what it nests) with the symbols of `mapping`
-    replaced; buffers, parameters and other leaves are shared."""
-    if isinstance(obj, sympy.Basic):
-        return obj.xreplace(mapping)
-    if isinstance(obj, list):
-        return [_substituted(x, mapping) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(_substituted(x, mapping) for x in obj)
-    if isinstance(obj, _SUBSTITUTED):
-        new = copy.copy(obj)
-        for f in dataclasses.fields(obj):
-            object.__setattr__(new, f.name, _substituted(getattr(obj, f.name), mapping))
-        return new
-    return obj

@@ -26,7 +26,7 @@ class Context:
     stage_bytes: dict = field(default_factory=dict)  # shared Buffer -> LDS bytes between its LDS buffers
     lds_buffers: dict = field(default_factory=dict)  # shared Buffer -> LDS buffers its pipeline stages rotate over
     lds_reuse: dict = field(default_factory=dict)  # top-level statement -> buffers taking earlier ones' LDS bytes
-    lds_pitches: dict = field(default_factory=dict)  # shared Buffer with padded rows -> elements between rows
+    lds_pitches: dict = field(default_factory=dict)  # shared Buffer with padded rows -> passes/lds.RowPadding
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> shared Buffer of its cross-wave partials
     copy_mode: str = "auto"  # pipelined global -> LDS copies: one of arch.COPY_MODES (tilegcn.jit(copy=...))

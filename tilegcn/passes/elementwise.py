@@ -12,6 +12,7 @@ import math
 import numpy as np
 import sympy
 
+from ..amdgcn.addr import value_range
 from ..amdgcn.isa import VCC, Reg, float_literal
 from ..amdgcn.memory import pack_f32_pair, unpack_16bit_to_f32
 from ..errors import CompileError
@@ -66,12 +67,19 @@ def _is_vgpr(x) -> bool:
     return isinstance(x, Reg) and x.file == "v"
 
 
+# at most this many broadcast subexpression values a T.Parallel store keeps in VGPRs for its later elements (one
+# per row a thread holds, 16 for a 32 x 32 MFMA accumulator block): a bound on the registers the sharing adds
+ROW_VALUES_KEPT = 16
+
+
 class ElementEvaluator:
     """Evaluates one element expression for element r into VGPR temporaries."""
 
-    def __init__(self, ctx: Context, prefetched: dict):
+    def __init__(self, ctx: Context, prefetched: dict, share_rows: bool = False):
         self.ctx, self.b, self.prefetched = ctx, ctx.b, prefetched
         self.temps: list = []
+        # (subexpression, the registers it reads) -> its VGPR, kept across the loop's elements (`_row_key`)
+        self._row_values: dict | None = {} if share_rows else None
         self._registers: dict = {}  # (fragment, index) -> its register for each element of the loop
         self._kinds: dict = {}  # expression node -> its value_kind (see _kind)
 
@@ -142,7 +150,15 @@ class ElementEvaluator:
         if isinstance(e, N.IndexValue):
             return self._index_value(e, r), kind
         if isinstance(e, N.Call):
-            return self._apply(e, r, dst, kind), kind
+            key = self._row_key(e, r)
+            if key is not None and key in self._row_values:
+                return self._row_values[key], kind
+            value = self._apply(e, r, dst, kind)
+            if key is not None and value in self.temps and len(self._row_values) < ROW_VALUES_KEPT:
+                # kept for the other elements that read the same registers
+                self.temps.remove(value)
+                self._row_values[key] = value
+            return value, kind
         if isinstance(e, N.Cast):
             return self._cast(e, r, dst), kind
         raise TypeError(f"unknown expression {e!r}")
@@ -172,6 +188,9 @@ class ElementEvaluator:
         if kind is None:  # a condition: its values compare in their joint domain (float if either is)
             kind = N.join_kinds(N.value_kind(a) for a, k in zip(e.args, row.operand_kinds) if k == elemfn.VALUE)
             kind = N.FLOAT if kind == N.WEAK else kind
+            known = self._index_comparison(e, r)
+            if known is not None:
+                return known
         operands = [None] * row.arity
         for n, k in enumerate(row.evaluation_order):
             if row.operand_kinds[k] == elemfn.CONDITION:
@@ -190,6 +209,60 @@ class ElementEvaluator:
         if kind == N.INT and e.fn in INT_LOWERINGS:
             return INT_LOWERINGS[e.fn](self, out, *operands)
         return LOWERINGS[e.fn](self, out, *operands)
+
+    def _row_key(self, e: N.Call, r: int):
+        """For a value subexpression that reads only elements broadcast to the loop (`scores_max[i] * scale` in
+        T.Parallel(M, N): one value per row, which each thread holds for several of its elements), the key under
+        which its value at element r serves every element reading the same registers: (e, those registers). None
+        where it reads the loop's own element, an index, global memory or the fragment the loop writes (T.Parallel
+        reads precede its writes), and outside a T.Parallel store that keeps such values (`share_rows`)."""
+        if self._row_values is None or self._kind(e) is None:
+            return None
+        store = self.ctx.current_parallel
+        refs = []
+        for x in N.walk_expr(e):
+            if isinstance(x, N.IndexValue) or isinstance(x, N.Cast):
+                return None
+            if isinstance(x, N.ElemRef):
+                if x.buffer.scope != N.FRAGMENT or x.buffer is store.buffer or \
+                        tuple(x.index) == tuple(store.indices):
+                    return None
+                refs.append((x.buffer, self.register_of(x, r)))
+        return (e, tuple(refs)) if refs else None
+
+    def free_row_values(self):
+        for reg in self._row_values.values():
+            self.b.v.free(reg)
+        self._row_values.clear()
+
+    def _index_comparison(self, e: N.Call, r: int) -> bool | None:
+        """The value of a comparison of two index expressions at element r where it is the same in every lane and
+        every trip of the enclosing loops, else None: the difference's range over the thread ids and the loop
+        variables' ranges (interval arithmetic: a bound, so a fold is never wrong). A key-bound mask
+        `k * block_N + j >= seq_len` of a loop over ceildiv(seq_len, block_N) tiles is false throughout when
+        block_N divides seq_len (flash attention's non-causal step: 3 VALU instructions per score saved)."""
+        if e.fn not in _COMPARE or not all(isinstance(a, (N.IndexValue, N.Const)) for a in e.args):
+            return None
+        a, b = (self._index_expr(x, r) for x in e.args)
+        if a is None or b is None:
+            return None
+        ranges = {**self.ctx.access.loop_ranges, **{t: (0, self.ctx.threads - 1) for t in self.b.lane_symbols}}
+        span = value_range(sympy.expand(a - b), ranges)
+        if span is None:
+            return None
+        lo, hi = span
+        truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
+                 "eq": (lo == hi == 0, lo > 0 or hi < 0), "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.fn]
+        return True if truth[0] else False if truth[1] else None
+
+    def _index_expr(self, e, r: int):
+        """An int index expression at element r (T.Parallel indices replaced by the layout's coordinates), None for
+        a constant that is no int."""
+        if isinstance(e, N.Const):
+            return sympy.Integer(e.value) if isinstance(e.value, int) and not isinstance(e.value, bool) else None
+        store = self.ctx.current_parallel
+        coords = self.ctx.layouts[store.buffer].coords(r, self.ctx.threads)
+        return sympy.expand(substitute(e.expr, dict(zip(store.indices, coords))))
 
     def _exp(self, x: Reg, out: Reg):
         """e^x as LLVM expands llvm.exp.f32 for gfx9: x*log2(e) split into an integer n and a small
@@ -888,7 +961,10 @@ def lower_parallel(ctx: Context, s: TileOp):
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)
-    ev = ElementEvaluator(ctx, prefetched)
+    ev = ElementEvaluator(ctx, prefetched, share_rows=True)
+    if _scaled_in_pairs(ctx, s, lay, ev):
+        ctx.current_parallel = None
+        return
     direct = lay.regs.file == "v" and not lay.packed
     step = 2 if lay.packed else 1
     dtype = s.buffer.dtype
@@ -902,15 +978,54 @@ def lower_parallel(ctx: Context, s: TileOp):
             if own != kind or dtype.bytes != 4 and not dtype.is_16bit:  # a conversion T.cast's rules make
                 value = dtype_convert.convert(ctx.b, ev.temp, value, own, dtype, pack16=False, src_dtype=source)
             values.append(value)
-        values = [ev.vgpr(v) if not _is_vgpr(v) else v for v in values]
+        if not (direct and isinstance(values[0], float)):  # (a constant goes straight into a VGPR element)
+            values = [ev.vgpr(v) if not _is_vgpr(v) else v for v in values]
         if lay.packed:
             ctx.write_f32(s.buffer, r, values[0], values[1])
         else:
             ctx.write_f32(s.buffer, r, values[0])
         ev.free_temps()
+    ev.free_row_values()
     for reg in prefetched.values():
         ctx.b.v.free(reg)
     ctx.current_parallel = None
+
+
+def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool:
+    """`x[i, j] = x[i, j] * y[i]` (or `y[i] * x[i, j]`) on an fp32 fragment in VGPRs, y an fp32 fragment read at
+    fewer indices (flash attention's rescale of its output by each row's factor): two elements an instruction,
+    v_pk_mul_f32 on register pairs (gfx90a and later; the emulated device runs it, tests/test_isa_table.py assembles
+    it), y's one register read for both halves (op_sel_hi) where both elements take the same factor. Returns False,
+    emitting nothing, where the statement has another form or x's registers do not pair up."""
+    value, x = s.value, s.buffer
+    if not (isinstance(value, N.Call) and value.fn == "mul" and len(value.args) == 2 and x.dtype == float32
+            and lay.regs.file == "v" and not lay.packed and lay.elems % 2 == 0 and lay.regs.count >= 2):
+        return False
+    own = [a for a in value.args if isinstance(a, N.ElemRef) and a.buffer is x and tuple(a.index) == tuple(s.indices)]
+    factor = [a for a in value.args if not any(a is o for o in own)]
+    if len(own) != 1 or len(factor) != 1 or not isinstance(factor[0], N.ElemRef):
+        return False
+    y = factor[0]
+    y_lay = ctx.layouts.get(y.buffer)
+    if y.buffer.scope != N.FRAGMENT or y.buffer.dtype != float32 or y_lay is None or y_lay.packed \
+            or y_lay.regs.file != "v" or tuple(y.index) == tuple(s.indices):
+        return False
+    pairs = [(ctx.element_reg(x, r), ctx.element_reg(x, r + 1), ev.register_of(y, r), ev.register_of(y, r + 1))
+             for r in range(0, lay.elems, 2)]
+    base = lay.regs.index
+    if any(b0.index != a0.index + 1 or (a0.index - base) % 2 or f0 != f1 for a0, b0, f0, f1 in pairs):
+        return False  # (consecutive factors in one pair would also do; flash attention's rows need only this)
+    b = ctx.b
+    lows = {}  # y's register -> a VGPR pair holding it in its low half
+    for a0, _, f, _ in pairs:
+        if f not in lows:
+            lows[f] = b.v.alloc(2, align=2, what="row factor pair")
+            b.emit("v_mov_b32", lows[f][0], y_lay.regs[f], defs=(lows[f][0],), uses=(y_lay.regs[f],))
+        pair = lay.regs[a0.index - base:a0.index - base + 2]
+        b.emit("v_pk_mul_f32", pair, pair, lows[f], suffix="op_sel_hi:[1,0]", defs=(pair,), uses=(pair, lows[f]))
+    for reg in lows.values():
+        b.v.free(reg)
+    return True
 
 
 def lower_fill(ctx: Context, s: TileOp):

@@ -34,13 +34,21 @@ Design
    the same permutation for both operands, so the sum over k is unchanged. gfx950 shapes (k_per_lane 8): one
    read per MFMA and the permutation is the identity.
 4. XOR swizzle of 16-byte chunks (`swizzle_chunk`, `swizzled_offset`): physical chunk = chunk ^ f(row),
-       f(row) = (row // q) % m,   RC = row_bytes/16 chunks per row,  NB = banks*4/16 chunks per bank sweep,
-       q = max(1, NB/RC),  m = min(RC, NB)
+       f(row) = (mult * (row // q)) % m,   RC = row_bytes/16 chunks per row,  NB = banks*4/16 chunks per bank
+       sweep,  q = max(1, NB/RC),  m = min(RC, NB),  mult = 1 (gfx950's measured phases: see below)
    A ds_read_b128 phase is NB consecutive lanes = NB consecutive rows (NB | dim) reading the same logical chunk;
    their 16-byte slots (row*RC + (chunk ^ f(row))) mod NB are all distinct, so the reads are conflict free on 32
-   and on 64 banks. The swizzle permutes chunks within a row only (an involution), so a copy can apply it on
-   either side: the register path on the LDS side; a future LDS-DMA copy, whose LDS side is contiguous per lane,
-   on the global side (`dma_copy_plan`: the lane writing physical chunk pc of a row fetches logical chunk
+   banks. gfx950 serves a ds_read_b128 in the phases HipKittens measured (Arch.lds_phases): within 32 lanes, the
+   quads whose lane bits 2-4 have even parity, then the odd ones. Its 16 lanes are rows whose bits 0, 1 run free
+   and bits 2-4 have one parity (dim 32), or, for dim 16, rows whose bits 0-3 run free but lane bit 4 picks the
+   next chunk instead of a row. With 64-byte rows (RC = 4) the slot's low 2 bits are then chunk ^ f, and
+   f = (row // 4) % 4 repeats a slot for dim 16 (2-way conflicts: gfx950's fp8 GEMM at block_M 32, block_K 64);
+   f = (3 * (row // 4)) % 4, i.e. bits (b2, b2 ^ b3), is distinct for both dims. Other rows keep the rule above:
+   for RC >= 8 its f already spreads both; 32-byte rows are only read with dim 32 (no 16x16 MFMA of gfx950 takes
+   block_K that small), where f = row bit 3 does (dim 16 would need row bit 4). The swizzle permutes chunks
+   within a row only (an involution), so a copy can apply it on either side: the register path on the LDS side;
+   a future LDS-DMA copy, whose LDS side is contiguous per lane, on the global side (`dma_copy_plan`: the lane
+   writing physical chunk pc of a row fetches logical chunk
    pc ^ f(row) of that row, still a whole-row, coalesced global access). No padding: none is needed, and padding
    would break the DMA's contiguous LDS side.
 5. Wave tiling: the first MFMA shape of the arch's list (preferred first) for which some wave grid
@@ -204,7 +212,8 @@ def _ilog2(n: int) -> int:
 
 
 def _swizzle_params(arch: Arch, row_bytes: int):
-    """(RC, q, m): chunks per row, rows per swizzle value, number of swizzle values (f(row) = (row // q) % m)."""
+    """(RC, q, m, mult): chunks per row, rows per swizzle value, number of swizzle values, and the odd multiplier of
+    f(row) = (mult * (row // q)) % m (module doc, point 4)."""
     if row_bytes % CHUNK or not _is_pow2(row_bytes // CHUNK):
         raise CompileError(
             f"T.gemm: the LDS swizzle needs a K-major row of a power-of-two number of 16-byte chunks; "
@@ -212,19 +221,22 @@ def _swizzle_params(arch: Arch, row_bytes: int):
         )
     rc = row_bytes // CHUNK
     nb = arch.lds_banks * arch.lds_bank_bytes // CHUNK  # 16-byte slots in one sweep of the banks
-    return rc, max(1, nb // rc), min(rc, nb)
+    q, m, mult = max(1, nb // rc), min(rc, nb), 1
+    if rc == 4 and arch.lds_read_phases.get(CHUNK) is not None:  # gfx950's measured ds_read_b128 phases (point 4)
+        mult = 3  # f = (b2, b2 ^ b3) of row bits 2, 3
+    return rc, q, m, mult
 
 
 def swizzle_chunk(arch, row, chunk, row_bytes):
-    """Physical 16-byte chunk of logical `chunk` in K-major LDS row `row`: chunk ^ ((row // q) % m).
+    """Physical 16-byte chunk of logical `chunk` in K-major LDS row `row`: chunk ^ ((mult * (row // q)) % m).
 
     An involution within the row (applying it twice gives `chunk` back), so it also answers the LDS-DMA question
     "which logical chunk belongs at physical chunk pc": swizzle_chunk(arch, row, pc, row_bytes).
     Accepts ints, numpy integer arrays or SymPy expressions (then the result is a SymPy expression)."""
     arch = get_arch(arch)
-    _, q, m = _swizzle_params(arch, row_bytes)
+    _, q, m, mult = _swizzle_params(arch, row_bytes)
     ops = _ops_for(row, chunk)
-    return ops.xor(chunk, ops.mod(ops.fdiv(row, q), m), _ilog2(m))
+    return ops.xor(chunk, ops.mod(mult * ops.fdiv(row, q), m), _ilog2(m))
 
 
 def swizzled_offset(arch, row, chunk, row_bytes):
@@ -288,21 +300,23 @@ def tr8_swizzle_chunk(arch, row, chunk, row_bytes):
     return ops.xor_bits(chunk, bits)
 
 
-def ds_extra_cycles(arch, addrs, nbytes: int, active=None) -> int:
+def ds_extra_cycles(arch, addrs, nbytes: int, active=None, *, read: bool) -> int:
     """Extra LDS cycles of one wave-wide DS access under the emulator's bank model.
 
-    `addrs`: the 64 per-lane byte addresses, `nbytes`: bytes per lane (2, 4, 8, 16). The access is served in phases
-    of banks*4/nbytes consecutive lanes; in a phase each bank costs the number of distinct dword addresses it is
-    asked for (one dword read by several lanes is a broadcast); extra cycles = sum over phases of (max - 1)."""
+    `addrs`: the 64 per-lane byte addresses, `nbytes`: bytes per lane (2, 4, 8, 16), `read`: a ds_read (else a
+    ds_write). The access is served in the phases arch.lds_phases gives the lanes (measured ones for gfx950's
+    ds_read_b128, else runs of banks*4/nbytes consecutive lanes); in a phase each bank costs the number of distinct
+    dword addresses it is asked for (one dword read by several lanes is a broadcast); extra cycles = sum over phases
+    of (max - 1)."""
     arch = get_arch(arch)
     addrs = np.asarray(addrs, dtype=np.int64).reshape(-1)
     active = np.ones(addrs.shape, bool) if active is None else np.asarray(active, bool).reshape(-1)
+    phases = np.asarray(arch.lds_phases(nbytes, read))[:addrs.size]
     banks = arch.lds_banks
-    phase = max(1, banks * arch.lds_bank_bytes // nbytes)
     ndw = max(1, nbytes // arch.lds_bank_bytes)
     extra = 0
-    for p0 in range(0, addrs.size, phase):
-        sel = addrs[p0:p0 + phase][active[p0:p0 + phase]]
+    for p in np.unique(phases):
+        sel = addrs[(phases == p) & active]
         if sel.size == 0:
             continue
         dwords = np.unique((sel[:, None] // arch.lds_bank_bytes + np.arange(ndw)[None, :]).reshape(-1))
@@ -878,7 +892,7 @@ class GemmPlan:
     def expected_read_bases(self) -> int:
         """min(read_steps, max(1, m / G)): the number of VGPR bases per K-major operand the XOR swizzle forces
         (module doc)."""
-        _, _, m = _swizzle_params(self.arch, self.row_bytes)
+        _, _, m, _ = _swizzle_params(self.arch, self.row_bytes)
         return min(self.read_steps, max(1, m // self.lane_groups))
 
     def reads(self, kstep_pair: int) -> list:

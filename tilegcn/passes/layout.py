@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import nodes as N
+from ..ir.ops import COMPUTE
 from ..ir.layout import MAX_ACCESS_BYTES, TID, Layout, MfmaAccumulator  # noqa: F401  (TID: the lowering's thread id)
 from ..ir.layout import Same, replicated_bits
 from .layout_inference import infer_layouts
@@ -96,18 +97,51 @@ def fragment_layouts(kernel: N.Kernel, gemm_plans: dict, inferred: dict) -> dict
     return layouts
 
 
-def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None = None) -> dict:
+def assign_layouts(kernel: N.Kernel, b, gemm_plans: dict, inferred: dict | None = None,
+                   vgpr_accumulators: bool = True) -> dict:
     """FragmentLayout per fragment buffer; reserves their registers in builder `b`.
 
     `gemm_plans` maps accumulator buffers to their GemmPlan (from the gemm pass); `inferred` the layouts from
-    passes/layout_inference.py (inferred here when not given: then `kernel` must need no layout conversion).
+    passes/layout_inference.py (inferred here when not given: then `kernel` must need no layout conversion);
+    `vgpr_accumulators=False` keeps every accumulator in AGPRs (else `vector_accumulators` go to VGPRs).
     """
     if inferred is None:
         kernel, inferred = infer_layouts(kernel, gemm_plans)
     layouts = fragment_layouts(kernel, gemm_plans, inferred)
+    in_vgprs = vector_accumulators(kernel.body, gemm_plans) if vgpr_accumulators else set()
     for buf, lay in layouts.items():
-        if buf in gemm_plans:
+        if buf in in_vgprs:
+            lay.regs = b.v.alloc(lay.nregs, align=b.arch.vector_tuple_align, what=f"accumulator {buf.name} (VGPRs)")
+        elif buf in gemm_plans:
             lay.regs = b.a.alloc(lay.nregs, align=4, what=f"accumulator {buf.name}")
         else:
             lay.regs = b.v.alloc(lay.nregs, align=2 if lay.nregs > 1 else 1, what=f"fragment {buf.name}")
     return layouts
+
+
+def vector_accumulators(body: list, gemm_plans: dict) -> set:
+    """The gemm accumulators kept in VGPRs instead of AGPRs: those that a statement writing a fragment (T.Parallel,
+    a reduction, a fragment copy; not a gemm or a fill) reads or writes beside the gemm in a nested statement list,
+    a loop's body: flash attention's scores, masked and exponentiated every KV step, and its output, rescaled every
+    step. In AGPRs each such statement reads every element out with a v_accvgpr_read and writes it back with a
+    v_accvgpr_write (3 instructions per element, and VGPR temporaries for the whole tile); every MFMA tilegcn
+    emits takes VGPRs for srcC and vdst on the archs it targets (gfx90a and later: CDNA3 / CDNA4 ISA guides,
+    matrix core chapter; llvm-mc assembles both). A GEMM's accumulator, touched by its clear and by the epilogue
+    and store after the K loop, stays in AGPRs, where it costs no VGPR."""
+    found = set()
+    for stmts in _nested_lists(body):
+        accs = {x.C for x in stmts if x.k_loop_role() == COMPUTE and x.C in gemm_plans}
+        for x in stmts:
+            if x.k_loop_role() == COMPUTE or x.opname == "fill":
+                continue
+            if any(r.buffer.scope == N.FRAGMENT for r in x.writes()):
+                found |= accs & {r.buffer for r in x.reads() + x.writes()}
+    return found
+
+
+def _nested_lists(body: list):
+    """Every statement list nested in `body` (the bodies of its loops and branches, at any depth)."""
+    for x in body:
+        for inner in x.bodies():
+            yield inner
+            yield from _nested_lists(inner)

@@ -21,7 +21,15 @@ C_shared) and whose rows are a whole number of sweeps of the LDS banks is stored
 (`row_pitches`): a fragment whose threads hold one column each in consecutive rows (the MFMA accumulator) would
 otherwise write every lane of a wave into the same banks, a 32-way conflict (the timing model puts it at a fifth of
 a 4096^3 GEMM's time on gfx950, bench/gemm_c_through_shared.py). Buffers other ops address themselves (T.gemm
-operands, T.cumsum's, a layout conversion's scratch) keep their row-major rows.
+operands, T.cumsum's, a layout conversion's scratch) keep their row-major rows. Where the arch serves ds_read_b128
+in measured phases (gfx950, Arch.lds_phases: each phase 16 lanes of one 32-lane half, not 16 consecutive lanes), a
+half wave reading 512 contiguous bytes of a row-major tile in 16-byte pieces is conflict free however the rows lie,
+but rows of one sweep (256 bytes) put two rows in a half wave, and a pad between them moves the second row's
+chunks 4..11 (phase 0 of the half) onto the first row's chunks 12..15 / 0..3: 2-way conflicts for any pad that is
+not a whole sweep. So the pad goes after every HALF_WAVE_READ_BYTES / row bytes rows (`RowPadding.rows`; a pad a
+row where the buffer's row count is not a multiple of that): the rows of a half wave lie unpadded, and the
+accumulator's lanes (one row each) still spread over the banks, two rows on the same ones (as with a pad a row:
+lanes 16 rows apart share banks).
 
 Output: an `LdsAllocation`; ResourceError when even the least LDS the copy paths need exceeds arch.lds_bytes, naming
 the bytes needed and available, the buffers live together at the peak, and which num_stages / block_K would fit.
@@ -43,20 +51,35 @@ class LdsAllocation:
     counts: dict  # shared Buffer -> LDS buffers its pipeline stages rotate over
     total: int  # LDS bytes the kernel asks for
     reuse: dict = field(default_factory=dict)  # top-level statement -> [(buffer, [buffers whose bytes it takes])]
-    pitches: dict = field(default_factory=dict)  # padded shared Buffer -> elements from one row to the next
+    pitches: dict = field(default_factory=dict)  # padded shared Buffer -> its RowPadding
 
 
 ROW_PAD_BYTES = 16  # a padded row's extra bytes: 4 banks, and rows still start 16-byte aligned (ds_read_b128)
+HALF_WAVE_READ_BYTES = 32 * 16  # what the 32 lanes of a ds_read_b128 half wave read (the measured phases' span)
+
+
+@dataclass(frozen=True)
+class RowPadding:
+    """`elems` more elements after every `rows` rows of a shared buffer's last two dims (module doc, row padding)."""
+    elems: int
+    rows: int = 1
+
+
+def _pad_rows(arch, row_bytes: int, rows: int) -> int:
+    """Rows between two pads: 1, or where ds_read_b128 has measured phases the rows of one half wave's read."""
+    group = max(1, HALF_WAVE_READ_BYTES // row_bytes) if arch.lds_read_phases.get(16) is not None else 1
+    return group if rows % group == 0 else 1
 
 
 def row_pitches(kernel: N.Kernel, arch) -> dict:
-    """{shared Buffer: elements from one row to the next} of the buffers stored with padded rows (module doc)."""
+    """{shared Buffer: RowPadding} of the buffers stored with padded rows (module doc)."""
     sweep = arch.lds_banks * arch.lds_bank_bytes
     users: dict = {}  # shared buffer -> the ops naming it (in any field, not only their access regions)
     for s in N.walk(kernel.body):
         for buf in _shared_buffers(s, {}, nested=False):
             users.setdefault(buf, set()).add(s.opname)
-    return {b: b.shape[-1] + ROW_PAD_BYTES // b.dtype.bytes for b, ops in users.items()
+    return {b: RowPadding(ROW_PAD_BYTES // b.dtype.bytes, _pad_rows(arch, b.shape[-1] * b.dtype.bytes, b.shape[-2]))
+            for b, ops in users.items()
             if ops == {"copy"} and len(b.shape) >= 2 and b.shape[-1] * b.dtype.bytes % sweep == 0}
 
 
@@ -142,7 +165,8 @@ def allocate_shared(kernel: N.Kernel, arch, gemm_plans: dict, by_dma=lambda buf:
 
 def _bytes(buf: N.Buffer, pitches: dict) -> int:
     rows = buf.numel // buf.shape[-1] if buf.shape else 1
-    return rows * pitches[buf] * buf.dtype.bytes if buf in pitches else buf.numel * buf.dtype.bytes
+    pad = pitches.get(buf)
+    return (buf.numel + (rows // pad.rows) * pad.elems if pad else buf.numel) * buf.dtype.bytes
 
 
 def place(buffers: list, nbytes: dict, spans: dict) -> tuple:

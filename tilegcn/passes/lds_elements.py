@@ -45,8 +45,11 @@ def _address_expr(ctx: Context, region: N.Region, frag: N.Buffer, r: int):
     index = global_index(region, frag.shape, ctx.layouts[frag].coords(r, ctx.threads))
     if shared in ctx.gemm_operands:
         return _operand_address(ctx, shared, index)
-    return sympy.expand(ctx.shared[shared] + sum(sympy.sympify(i) * st for i, st in zip(index, _strides(ctx, shared)))
-                        * shared.dtype.bytes)
+    elems = sum(sympy.sympify(i) * st for i, st in zip(index, _strides(ctx, shared)))
+    pad = ctx.lds_pitches.get(shared)
+    if pad is not None and pad.rows > 1:  # a pad after every pad.rows rows (passes/lds.py, row padding)
+        elems += pad.elems * sympy.floor(sympy.sympify(index[-2]) / pad.rows)
+    return sympy.expand(ctx.shared[shared] + elems * shared.dtype.bytes)
 
 
 def _operand_address(ctx: Context, shared: N.Buffer, index) -> object:
@@ -79,11 +82,16 @@ def _operand_base(ctx: Context, plan, operand: str, shared: N.Buffer) -> int:
 
 
 def _strides(ctx: Context, shared: N.Buffer) -> list:
-    """Element strides of `shared`'s dims: row-major, the rows `ctx.lds_pitches[shared]` apart where padded."""
+    """Element strides of `shared`'s dims: row-major, a pad of `elems` after every `rows` rows where padded
+    (ctx.lds_pitches: passes/lds.py's RowPadding; a pad every few rows is added by `_address_expr`)."""
     shape = list(shared.shape)
-    if shared in ctx.lds_pitches:
-        shape[-1] = ctx.lds_pitches[shared]
-    return [math.prod(shape[d + 1:]) for d in range(len(shape) - 1)] + [1]
+    pad = ctx.lds_pitches.get(shared)
+    if pad is None or pad.rows == 1:
+        if pad is not None:
+            shape[-1] += pad.elems
+        return [math.prod(shape[d + 1:]) for d in range(len(shape) - 1)] + [1]
+    plane = shape[-2] * shape[-1] + shape[-2] // pad.rows * pad.elems  # one padded [rows, cols] matrix
+    return [plane * math.prod(shape[d + 1:-2]) for d in range(len(shape) - 2)] + [shape[-1], 1]
 
 
 def _address(ctx: Context, address) -> tuple:

@@ -1,7 +1,9 @@
 """Software pipelining of `for k in T.Pipelined(n, num_stages=S)`: a tile-IR -> tile-IR transform.
 
-Input: verified tile IR. A loop with S > 1 whose body holds only global -> shared copies and T.gemm (the GEMM K
-loop) is rewritten; any other loop is left as it is (it runs serially, as with S = 1).
+Input: verified tile IR. A loop with S > 1 whose body holds global -> shared copies and T.gemm (the GEMM K loop),
+and possibly other statements that touch no shared memory the loop writes (`_carried`: flash attention's masking
+and online softmax, which run in every step with the loop variable renamed), is rewritten; any other loop is left
+as it is (it runs serially, as with S = 1).
 Output: the same computation with S rotating LDS buffers per shared tile (`stage` s of a buffer), in which every
 shared copy is an AsyncCopy into a stage, copies are grouped by CommitGroup, and WaitGroup(p) says how many of the
 newest groups may still be in flight before a gemm reads its stage:
@@ -67,6 +69,7 @@ from ..ir import nodes as N
 from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
 from .gemm_plan import plan_gemm
+from ..ir.substitute import substituted
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
@@ -74,13 +77,16 @@ PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first 
 STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-pong: one K phase each
 
 
-def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True) -> N.Kernel:
+def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
+                   carried: bool = True) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
-    (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages)."""
+    (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
+    `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
+    way back where pipelining one needs more LDS or registers than there are)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers]
@@ -127,13 +133,46 @@ def _no_ping_pong(order: str, threads, loop=None) -> str:
             f"covers the loads, and an even number of waves, but {why}; drop the annotation")
 
 
-def pipelinable(s) -> bool:
-    """A loop asked for num_stages > 1 whose body is global -> shared tile loads and gemms, at least one of each
-    (the ops' `k_loop_role`; any other statement keeps the loop serial)."""
+def pipelinable(s, carried: bool = True) -> bool:
+    """A loop asked for num_stages > 1 whose body holds global -> shared tile loads and gemms, at least one of each
+    (the ops' `k_loop_role`), and otherwise (`carried`) only statements that leave the loaded tiles alone
+    (`_carried`: flash attention's softmax between its two gemms)."""
     if s.pipeline_stages() <= 1:
         return False
     roles = [x.k_loop_role() for body in s.bodies() for x in body]
-    return LOAD in roles and COMPUTE in roles and all(r in (LOAD, COMPUTE) for r in roles)
+    if not (LOAD in roles and COMPUTE in roles):
+        return False
+    return all(r in (LOAD, COMPUTE) for r in roles) or carried and _carried(s)
+
+
+def pipelines_carried(kernel: N.Kernel) -> bool:
+    """Whether `pipeline_loops` pipelines a loop of `kernel` only because it carries other statements."""
+    return any(pipelinable(s) and not pipelinable(s, carried=False) for s in N.walk(kernel.body))
+
+
+def _carried(loop) -> bool:
+    """Whether the statements of `loop`'s body that are neither tile loads nor gemms can run unchanged in every
+    pipelined step, the loop variable renamed: no nested body (a loop or branch would hide accesses from this
+    test), no write to shared memory and no read of a shared tile the loop writes (the step's one barrier orders
+    only the loaded stages: TileLang's dequantizing GEMM writes its B operand tile from a T.Parallel in the loop,
+    which stays serial); each load is a whole tile (one stage holds it) loaded once in the body (one group per
+    step keeps the waits exact)."""
+    loads = _loads(loop)
+    loaded = [c.dst.buffer for c in loads]
+    if len(set(loaded)) != len(loaded) or not all(_whole(c.dst) for c in loads):
+        return False
+    others = [x for x in loop.body if x.k_loop_role() not in (LOAD, COMPUTE)]
+    written = {r.buffer for x in loop.body for r in x.writes() if r.buffer.scope == N.SHARED}
+    for x in others:
+        shared_reads = {r.buffer for r in x.reads() if r.buffer.scope == N.SHARED}
+        if x.bodies() or any(r.buffer.scope == N.SHARED for r in x.writes()) or shared_reads & written:
+            return False
+    return True
+
+
+def _plain(loop) -> bool:
+    """A K loop of tile loads and gemms only (what K phases can split)."""
+    return all(x.k_loop_role() in (LOAD, COMPUTE) for x in loop.body)
 
 
 def _loads(loop) -> list:
@@ -162,10 +201,11 @@ def covers_round_trip(loop, arch) -> bool:
     return (loop.num_stages - 1) * flops / rate >= t.l2_hit_latency_clk
 
 
-def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None) -> list:
+def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None,
+             carried: bool = True) -> list:
     out = []
     for s in stmts:
-        if pipelinable(s):
+        if pipelinable(s, carried):
             order = step_order(s, arch, by_dma, threads)
             if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
@@ -188,7 +228,8 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             else:
                 out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads) for body in s.bodies())
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads, carried)
+                           for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
             out.append(s)
@@ -208,6 +249,8 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None, w
     no MFMA shape (the f8f6f4 forms need 64 or 128 K, `arch` and `threads` given to plan it), the loop is not split.
     `whole_scale_rows`: scale tiles whose phase share of a row would be 2 bytes keep the K tile's rows
     (_whole_scale_rows); the ping-pong does not ask for it (see there)."""
+    if not _plain(loop):
+        return None  # the other statements of the step would have to be split too
     p, k = PHASES_PER_TILE, loop.var
     copies, gemms = _loads(loop), _gemms(loop)
     k_dims = {}  # shared buffer -> its K dim
@@ -324,7 +367,7 @@ def _pipeline(loop, wait_first: bool) -> list:
     (AsyncCopy.live) in the last trip, so the drain is no peeled copy of the loop body (n < S: no loop, the
     prologue issues n tiles and the drain computes them)."""
     n, S, k = loop.extent, loop.num_stages, loop.var
-    copies, gemms = _loads(loop), _gemms(loop)
+    copies = _loads(loop)
     # (passes/ cannot import tilegcn.ops, whose lowerings import passes/: the classes come from the registry)
     AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
 
@@ -332,14 +375,15 @@ def _pipeline(loop, wait_first: bool) -> list:
         return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies] + \
             [CommitGroup(loc=loop.loc)]
 
-    def compute(stage: int) -> list:
-        return [dataclasses.replace(g, stage=stage) for g in gemms]
+    def compute(kk, stage: int) -> list:  # the body but its loads, at loop variable kk: gemms read `stage`
+        return [dataclasses.replace(s, stage=stage) if s.k_loop_role() == COMPUTE else substituted(s, {k: kk})
+                for s in loop.body if s.k_loop_role() != LOAD]
 
     def steady(kk, j: int, live) -> list:  # iteration kk, with kk % S == j
         copies = issue(kk + S - 1, (j + S - 1) % S, live)
         if wait_first:
-            return [WaitGroup(S - 2, loc=loop.loc)] + copies + compute(j)
-        return copies + [WaitGroup(S - 1, loc=loop.loc)] + compute(j)
+            return [WaitGroup(S - 2, loc=loop.loc)] + copies + compute(kk, j)
+        return copies + [WaitGroup(S - 1, loc=loop.loc)] + compute(kk, j)
 
     out = []
     for kk in range(min(S - 1, n)):
@@ -354,7 +398,7 @@ def _pipeline(loop, wait_first: bool) -> list:
         out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
     newest = S * trips + S - 2 if trips else n - 1  # the newest tile in flight after the loop
     for kk in range(S * trips, n):
-        out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(kk % S)
+        out += [WaitGroup(newest - kk, loc=loop.loc)] + compute(sympy.Integer(kk), kk % S)
     return out
 
 

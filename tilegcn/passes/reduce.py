@@ -169,6 +169,8 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
             b.valu("v_and_b32", acc, ABS_MASK, first.reg)
         else:
             b.valu("v_mov_b32", acc, first)
+    elif red.takes_three() and not isinstance(first, Abs):
+        _in_thread_by_threes(ctx, s, red, rs, acc, producer, first, temps)
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
@@ -179,6 +181,30 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
     for t in temps:
         b.v.free(t)
     return acc
+
+
+def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, first, temps: list):
+    """acc = max / min over `rs` two new elements an instruction (v_maximum3_f32: half the instructions of pairwise
+    combining, flash attention's row max over a 32 x 64 score tile per wave: 16 instead of 31 a row slot)."""
+    b = ctx.b
+    second = _read(ctx, s, rs[1], temps, producer)
+    if len(rs) == 2:
+        red.combine(acc, first, second)
+    else:
+        red.combine3(acc, first, second, _read(ctx, s, rs[2], temps, producer))
+    _free(b, temps)
+    rest = rs[3:]
+    for i in range(0, len(rest), 2):
+        x = _read(ctx, s, rest[i], temps, producer)
+        y = _read(ctx, s, rest[i + 1], temps, producer) if i + 1 < len(rest) else x
+        red.combine3(acc, acc, x, y)
+        _free(b, temps)
+
+
+def _free(b, temps: list):
+    for t in temps:
+        b.v.free(t)
+    temps.clear()
 
 
 def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool) -> list:

@@ -121,6 +121,15 @@ class Reducer:
             b.emit(f"{_VOP2[self.op]}{vop3}", dst, a, c, defs=(dst,), uses=(ra, rc))
             b.emit("v_cndmask_b32", dst, dst, b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
 
+    def takes_three(self) -> bool:
+        """Whether `combine3` folds two new values a step: max / min of fp32 values on an arch with the
+        NaN-propagating v_maximum3 / v_minimum3 (exact, so the order in which elements meet does not matter)."""
+        return not self.integer and self.op in ("max", "min") and self.arch.has_ieee_maximum3
+
+    def combine3(self, dst: Reg, a: Reg, c: Reg, d: Reg):
+        """dst = op(a, c, d) in one v_maximum3_f32 / v_minimum3_f32 (`takes_three`)."""
+        self.b.emit(f"v_{self.op}imum3_f32", dst, a, c, d, defs=(dst,), uses=(a, c, d))
+
     # -- across lanes ---------------------------------------------------------------------------
     def across_lanes(self, values: list, bits: int):
         """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set

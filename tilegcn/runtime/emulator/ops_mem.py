@@ -620,24 +620,22 @@ def _ds(ins, b, index):
 
 
 def _count_conflicts(m, cache, addr, ex, size, is_read=False):
-    """Bank conflicts of one access (stats.bank_conflicts), remembering the last few address patterns: a loop
-    re-issues the same LDS addresses every iteration. The launch's statistics count them in runs of consecutive
-    lanes (the model tilegcn's LDS layouts are planned and tested against, passes/gemm_plan.py); the trace hook
-    (the timing model) gets them in the phases the arch measured for reads of this width (Arch.lds_read_phases)."""
-    for i, (a, e, count, timed) in enumerate(cache):
+    """Bank conflicts of one access (stats.bank_conflicts) in the phases the arch serves its lanes in
+    (Arch.lds_phases: measured ones for gfx950's ds_read_b128), remembering the last few address patterns: a loop
+    re-issues the same LDS addresses every iteration. The launch's statistics and the trace hook (the timing model)
+    get the same count."""
+    for i, (a, e, count) in enumerate(cache):
         if a.shape == addr.shape and (e is None) == (ex is None) and torch.equal(a, addr) and \
                 (e is None or torch.equal(e, ex)):
             if i:
                 cache.insert(0, cache.pop(i))
             break
     else:
-        count = bank_conflicts(addr, ex, size, m.arch.lds_banks)
-        phases = m.arch.lds_read_phases.get(size) if is_read else None
-        timed = count if phases is None else bank_conflicts(addr, ex, size, m.arch.lds_banks, phases)
-        cache.insert(0, (addr, ex, count, timed))
+        count = bank_conflicts(addr, ex, size, m.arch.lds_banks, m.arch.lds_phases(size, is_read))
+        cache.insert(0, (addr, ex, count))
         del cache[4:]
     if m.tracer is not None:
-        m.tracer.ds_conflicts(timed)
+        m.tracer.ds_conflicts(count)
     if count:
         st = m.stats
         h = m.prog.handlers[m.current_pc]

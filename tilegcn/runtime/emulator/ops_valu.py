@@ -299,7 +299,7 @@ def build_valu(ins, b: Binder, index):
     if base in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
         return _mbcnt(ins, b, index)
     if base in ("v_cvt_f32_f16", "v_cvt_f16_f32", "v_cvt_pkrtz_f16_f32", "v_pack_b32_f16", "v_cvt_pk_bf16_f32",
-                "v_cvt_f32_bf16"):
+                "v_cvt_f32_bf16", "v_cvt_pk_f16_f32"):
         return _convert16(ins, b, index)
     if base in PK_F16:
         return _packed16(ins, b, index)
@@ -679,13 +679,16 @@ def _convert16(ins, b, index):
         def run(g):  # f16 result in [15:0]; bits [31:16] are zeroed
             g.wv(dst, f32_to_f16_bits(fin(src(g))))
         return Handler(ins, index, run, "valu", b)
-    if base in ("v_cvt_pkrtz_f16_f32", "v_cvt_pk_bf16_f32"):
+    if base in ("v_cvt_pkrtz_f16_f32", "v_cvt_pk_bf16_f32", "v_cvt_pk_f16_f32"):
         _no_mods(ins, ())
-        if base == "v_cvt_pk_bf16_f32" and not ctx.arch.has_cvt_pk_bf16_f32:
-            raise BindError(f"v_cvt_pk_bf16_f32 does not exist on {ctx.arch.name}")
+        if base == "v_cvt_pk_bf16_f32" and not ctx.arch.has_cvt_pk_bf16_f32 or \
+                base == "v_cvt_pk_f16_f32" and not ctx.arch.has_cvt_pk_f16_f32:
+            raise BindError(f"{base} does not exist on {ctx.arch.name}")
         s0, s1 = b.src(ops[1]), b.src(ops[2])
         fin = _f32_in(ctx)
-        conv = f32_to_f16_rtz_bits if base == "v_cvt_pkrtz_f16_f32" else f32_to_bf16_bits
+        # v_cvt_pk_f16_f32 rounds as v_cvt_f16_f32 (to nearest even, the MODE register's default)
+        conv = {"v_cvt_pkrtz_f16_f32": f32_to_f16_rtz_bits, "v_cvt_pk_bf16_f32": f32_to_bf16_bits,
+                "v_cvt_pk_f16_f32": f32_to_f16_bits}[base]
 
         def run(g):
             g.wv(dst, conv(fin(s0(g))) | (conv(fin(s1(g))) << 16))

@@ -1,9 +1,10 @@
 """Per-launch statistics of the emulated device, and the LDS bank-conflict model.
 
 Bank-conflict model (one DS instruction, one wave): a DS access of B bytes per lane is served in
-phases of max(1, banks*4 // B) consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks). Given
-`lane_phases`, in those instead: the timing model's count of gfx950's ds_read_b128 uses the phases HipKittens
-measured (Arch.lds_read_phases; ops_mem._count_conflicts), the launch statistics keep consecutive lanes.
+the phases `Arch.lds_phases` gives each lane (ops_mem._count_conflicts passes them): those measured on hardware where
+the arch table has them (gfx950's ds_read_b128: HipKittens' MI355X phases, S21p), else runs of max(1, banks*4 // B)
+consecutive lanes (all 64 lanes in one phase for B <= 2 on 32 banks). The launch statistics and the timing model's
+trace hook get the same count.
 Within a phase every active lane touches the dwords covering its B bytes; a dword lies in bank
 (dword_address % banks) of 4-byte banks (banks = arch.lds_banks). The phase costs one extra cycle for
 each further DISTINCT dword address that lands in its busiest bank: extra = max over banks of
@@ -58,8 +59,8 @@ class LaunchStats:
 
 def bank_conflicts(addr: torch.Tensor, active, bytes_per_lane: int, banks: int, lane_phases=None) -> int:
     """Extra cycles of one DS access for all waves: addr int64 [W, 64] LDS byte addresses of each lane's
-    first byte, active bool [W, 64] or None (all lanes). `lane_phases`: each lane's phase where the arch
-    measured them (Arch.lds_read_phases), else runs of consecutive lanes."""
+    first byte, active bool [W, 64] or None (all lanes). `lane_phases`: each lane's phase (Arch.lds_phases);
+    None: runs of banks*4 // bytes_per_lane consecutive lanes."""
     W = addr.shape[0]
     lanes_per_phase = max(1, (banks * 4) // bytes_per_lane)
     phases = -(-64 // lanes_per_phase)

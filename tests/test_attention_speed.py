@@ -1,0 +1,111 @@
+"""Flash attention forward's KV loop as issue 21 build 3 wants it (TileLang's GQA port, examples/tilelang/
+example_gqa_fwd_bshd.py, at a 128 x 64 tile over 256 threads, two stages): the K and V tiles of the next step
+are in flight while this one computes (LDS DMA on gfx950, register-staged loads on gfx942), the Q tile stays in
+registers for the whole loop, the scores and the output accumulate in VGPRs (no AGPR round trip per element),
+nothing spills, and the results still match torch's scaled_dot_product_attention on the emulated device with
+checks on. Small shapes: 3 KV tiles (a steady trip, then a drain step), head dim 64."""
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "examples" / "tilelang"))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import example_gqa_fwd_bshd  # noqa: E402
+from asm.emukit import run_lanes  # noqa: E402
+from loop_metrics import loop_body  # noqa: E402
+from test_dtypes import _same, fp32_sweep  # noqa: E402
+
+HEADS, KV_HEADS, DIM = 4, 2, 64
+
+
+def _inputs(seq):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, seq, HEADS, DIM, generator=g).half()
+    k, v = (torch.randn(1, seq, KV_HEADS, DIM, generator=g).half() for _ in range(2))
+    return q, k, v
+
+
+def _kernel(seq):
+    return example_gqa_fwd_bshd.flashattn(1, HEADS, seq, DIM, False, groups=HEADS // KV_HEADS, block_M=128,
+                                          block_N=64, num_stages=2, threads=256)
+
+
+def _reference(q, k, v):
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(HEADS // x.size(2), dim=1) for x in (q, k, v)]
+    return F.scaled_dot_product_attention(*bhsd).transpose(1, 2)
+
+
+@pytest.mark.parametrize("arch,seq", [("gfx950", 192), ("gfx942", 160)], ids=["gfx950-3-tiles", "gfx942-ragged"])
+def test_pipelined_attention_matches_torch(arch, seq):
+    """Pipelined KV loop: 3 key tiles (one steady trip of 2 steps, then one drain step); seq 160 also leaves a
+    ragged last key tile (masked) and a ragged query tile."""
+    q, k, v = _inputs(seq)
+    out = _kernel(seq)(q, k, v, arch=arch)
+    torch.testing.assert_close(out, _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)  # upstream's tolerance
+
+
+def test_kv_loop_streams_k_and_v_and_keeps_q_in_registers():
+    """gfx950: each KV step issues the next K and V tiles by LDS DMA; Q is a fragment after the compiler's passes
+    (read from LDS in no step); no accumulator goes through AGPRs; no scratch; the key-bound mask of a sequence
+    that is a multiple of block_N compares nothing and leaves the scores' zeros to the MFMAs."""
+    q, k, v = _inputs(192)
+    compiled = _kernel(192).compile(q, k, v, arch="gfx950")
+    body = loop_body(compiled.asm)
+    dma = [i for i in body if i.startswith("buffer_load_dwordx4") and i.endswith(" lds")]
+    assert len(dma) == 2 * 2 * 2  # 2 unrolled steps x (K, V) x 2 slots of 16 bytes per lane (64 x 64 fp16 tiles)
+    assert not any(i.startswith("v_accvgpr") for i in body)
+    assert not any(i.startswith("v_cmp") for i in body)
+    # the scores start from 0 in the MFMA (srcC 0: one per 32 x 32 score block, 2 a wave, 2 steps), not moves
+    assert len([i for i in body if i.startswith("v_mfma") and i.endswith(", 0")]) == 2 * 2
+    assert not any(i.startswith("v_mov_b32") and i.endswith(", 0") for i in body)
+    after_passes = compiled.ir.split("// after the tile-IR passes")[1]
+    assert "alloc fragment Q_shared" in after_passes
+    assert compiled.metadata["agprs"] == 0
+    assert "scratch_" not in compiled.asm and compiled.metadata["lds_bytes"] == 2 * 2 * 64 * DIM * 2
+
+
+def test_gfx950_packs_two_f32_into_f16_rounding_as_torch():
+    """P's cast to fp16 on gfx950 is one v_cvt_pk_f16_f32 per pair (llc-22 selects it for an IEEE fptrunc of two
+    floats): on the emulated device it rounds both halves to nearest even as torch does, over the edge values (ties,
+    inf, NaN, denormals, past the f16 range) and a sweep of magnitudes."""
+    x = fp32_sweep()
+    y = x.flip(0)
+    (out,) = run_lanes("v_cvt_pk_f16_f32 v20, v10, v11", [x, y], n_out=1, arch="gfx950")
+    bits = out.long() & 0xFFFFFFFF
+    for half, want in ((bits & 0xFFFF, x), (bits >> 16, y)):
+        assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
+
+
+def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
+    """gfx950 256 x 128 over 512 threads at d = 128, two stages: the pipelined loop (two K/V stages, Q in
+    registers) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in the IR)."""
+    q = torch.empty(1, 256, HEADS, 128, dtype=torch.float16)
+    kv = torch.empty(1, 256, KV_HEADS, 128, dtype=torch.float16)
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 256, 128, False, groups=HEADS // KV_HEADS, block_M=256,
+                                            block_N=128, num_stages=2, threads=512)
+    compiled = kernel.compile(q, kv, kv, arch="gfx950")
+    assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024
+
+
+def test_row_max_and_min_two_elements_an_instruction_match_torch():
+    """gfx950's row max / min take two of a thread's elements per v_maximum3_f32 / v_minimum3_f32 (the softmax's
+    row max): NaN, +-inf and zeros of both signs at several positions of a thread's run still give torch's amax / amin
+    (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_reduce import run_reductions, torch_reductions
+
+    x = torch.randn(8, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
+    x[0, 4], x[1, 7], x[2, 9] = float("nan"), float("nan"), float("inf")
+    x[3, :] = -0.0
+    x[3, 70] = 0.0
+    x[4, 10:20] = float("-inf")
+    x[5, 127] = float("nan")
+    outs = run_reductions(x, 1, "gfx950", block_M=8, block_N=128, threads=64)
+    for op, got, want in zip(("max", "min"), outs[1:3], torch_reductions(x, 1)[1:3]):
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
