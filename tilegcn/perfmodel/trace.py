@@ -37,12 +37,12 @@ from ..runtime.emulator.tracing import Const, Reg, StopRun, run_traced, traced_m
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 MAX_TRIPS = 1 << 20
-# A trip of at least this many instructions (a wave's, between two back edges) is a loop unrolled many times over
-# (HipKittens' gfx950 GEMM: 18 K steps, ~2900 instructions a trip): one trip already repeats its steady pattern
-# many times, so such a loop is fast-forwarded after half the `detail_iterations` trips (at least 2), all its
-# trips but the last skipped, and the footprint run stops after its first steady trip. Shorter than any trip
-# of it, longer than the longest other loop of the foreign set (aiter's int8 and FAv3 loops, ~1000) and of
-# tilegcn's own kernels (a few hundred).
+# A trip of at least this many instructions (a wave's, between two back edges, no inner loop) is a loop unrolled
+# many times over (HipKittens' gfx950 GEMM: 18 K steps, ~2900 instructions a trip): one trip already repeats its
+# steady pattern many times, so such a loop is fast-forwarded after half the `detail_iterations` trips (at least
+# 2), all its trips but the last skipped, and the footprint run stops after its first steady trip. Shorter than
+# any trip of it, longer than the longest other loop of the foreign set (aiter's int8 and FAv3 loops, ~1000
+# instructions) and of tilegcn's own kernels (a few hundred).
 LONG_TRIP = 2048
 SKIPPED_LOAD = -1.0  # a stream entry's "extra" for a global load no lane of which was in range (module docstring)
 
@@ -208,7 +208,8 @@ class Tracer:
             for w in g.waves:
                 self.segment[w] = self.segment.get(w, 0) + 1
             executed = self.executed.get(g.waves[0], 0)
-            if self.segment[g.waves[0]] >= 2 and executed - self.segment_start.get(g.waves[0], 0) >= LONG_TRIP:
+            if self.segment[g.waves[0]] >= 2 and executed - self.segment_start.get(g.waves[0], 0) >= LONG_TRIP \
+                    and not self._has_inner_loop(target, pc):
                 self.long_trips = True
             self.segment_start[g.waves[0]] = executed
         # one steady trip of an unrolled loop (LONG_TRIP) is enough for the L2 model
@@ -229,7 +230,8 @@ class Tracer:
         # one fast-forward per run of a loop: once its counter has been moved to the last trip, another of its
         # branches (aiter's FAv3 tests a tail-mask counter beside the trip counter) would count the same trips
         # again, trips the functional run never takes
-        long_trips = trip_len >= LONG_TRIP
+        # (a trip made long by an inner loop's trips is not an unrolled body: those loops keep `detail` trips)
+        long_trips = trip_len >= LONG_TRIP and not self._has_inner_loop(target, pc)
         if pc in st.running.values() or n < (max(2, self.detail // 2) if long_trips else self.detail):
             return
         if n >= 4:
@@ -242,6 +244,10 @@ class Tracer:
             while start > 0 and target <= st.log[start - 1][0] <= pc:
                 start -= 1
             self._fast_forward(g, st, target, [start] + marks[-n:], pc, long_trips)
+
+    def _has_inner_loop(self, target, back_edge):
+        """Whether another back edge taken so far lies inside the loop target..back_edge."""
+        return any(target <= q and p <= back_edge and (q, p) != (target, back_edge) for q, p in self.loop_ranges)
 
     def _fast_forward(self, g, st, target, marks, back_edge, long_trips=False):
         trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last trips' scalar branches (2 or 3)
