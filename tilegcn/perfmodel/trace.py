@@ -18,9 +18,10 @@ rotated loop's unconditional s_branch back, out-of-line blocks branching back in
 examined: one decided by an s_cmp of an SGPR that moves by a constant step against a fixed value changes its
 outcome after a computable number of trips; the first to change ends the loop. The trace moves that counter
 SGPR to the last trip (in every wave of the group), so the loop runs once more and the epilogue executes, and
-checks at the next test that the counter arrived (else the loop just runs on). The stream gets a `Skip`
-marker with the number of trips left out; the timing model adds that many copies of the steady iteration
-time. The computed values after a fast-forward are garbage (the model needs only control flow and
+checks at the next test that the counter arrived (else the loop just runs on). A loop unrolled many times over
+(LONG_TRIP below) is examined after 2 trips, the first one's test read from the log before its first back edge,
+and every trip but the last is skipped. The stream gets a `Skip` marker with the number of trips left out;
+the timing model adds that many copies of the steady iteration time. The computed values after a fast-forward are garbage (the model needs only control flow and
 addresses); a loop whose exit test cannot be recognised runs to the end.
 """
 from __future__ import annotations
@@ -304,9 +305,8 @@ class Tracer:
             return None
         pred, signed = _CMP[parts[2]], parts[3].startswith("i")
         cols = [[trip[k][1] for trip in seen] for k in range(2)]
-        moving = [k for k in range(2) if seen[0][k][0] is not None and
-                  len({b - a for a, b in zip(cols[k], cols[k][1:])} - {0}) == 1 and
-                  len({b - a for a, b in zip(cols[k], cols[k][1:])}) == 1]
+        steps = [{b - a for a, b in zip(col, col[1:])} for col in cols]
+        moving = [k for k in range(2) if seen[0][k][0] is not None and len(steps[k]) == 1 and 0 not in steps[k]]
         fixed = [k for k in range(2) if len(set(cols[k])) == 1]
         if len(moving) != 1 or len(fixed) != 1:
             return None
