@@ -18,9 +18,10 @@ rotated loop's unconditional s_branch back, out-of-line blocks branching back in
 examined: one decided by an s_cmp of an SGPR that moves by a constant step against a fixed value changes its
 outcome after a computable number of trips; the first to change ends the loop. The trace moves that counter
 SGPR to the last trip (in every wave of the group), so the loop runs once more and the epilogue executes, and
-checks at the next test that the counter arrived (else the loop just runs on). The stream gets a `Skip`
-marker with the number of trips left out; the timing model adds that many copies of the steady iteration
-time. The computed values after a fast-forward are garbage (the model needs only control flow and
+checks at the next test that the counter arrived (else the loop just runs on). A loop unrolled many times over
+(LONG_TRIP below) is examined after 2 trips, the first one's test read from the log before its first back edge,
+and every trip but the last is skipped. The stream gets a `Skip` marker with the number of trips left out;
+the timing model adds that many copies of the steady iteration time. The computed values after a fast-forward are garbage (the model needs only control flow and
 addresses); a loop whose exit test cannot be recognised runs to the end.
 """
 from __future__ import annotations
@@ -37,6 +38,13 @@ from ..runtime.emulator.tracing import Const, Reg, StopRun, run_traced, traced_m
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 MAX_TRIPS = 1 << 20
+# A trip of at least this many instructions (a wave's, between two back edges, no inner loop) is a loop unrolled
+# many times over (HipKittens' gfx950 GEMM: 18 K steps, ~2900 instructions a trip): one trip already repeats its
+# steady pattern many times, so such a loop is fast-forwarded after half the `detail_iterations` trips (at least
+# 2), all its trips but the last skipped, and the footprint run stops after its first steady trip. Shorter than
+# any trip of it, longer than the longest other loop of the foreign set (aiter's int8 and FAv3 loops, ~1000
+# instructions) and of tilegcn's own kernels (a few hundred).
+LONG_TRIP = 2048
 SKIPPED_LOAD = -1.0  # a stream entry's "extra" for a global load no lane of which was in range (module docstring)
 
 
@@ -88,6 +96,9 @@ class Tracer:
         self.pc_of_addr = {ins.addr: k for k, ins in enumerate(instrs)}
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
+        self.executed = {}  # first wave of a wave group -> instructions it has executed (trip lengths)
+        self.segment_start = {}  # first wave of a wave group -> self.executed when its current segment began
+        self.long_trips = False  # a steady segment (loop trip) of LONG_TRIP instructions was seen
 
     # ---- hooks called by the machine ----------------------------------------------------------------
     def ds_conflicts(self, count):
@@ -98,6 +109,7 @@ class Tracer:
             self.access = (addr, act)
 
     def step(self, g, h, pc):
+        self.executed[g.waves[0]] = self.executed.get(g.waves[0], 0) + 1
         conflicts, self.conflicts = self.conflicts, 0
         access, self.access = self.access, None
         if self.first_chunk and g.waves[0] < self.wpw:
@@ -178,6 +190,9 @@ class Tracer:
                     del self.streams[w][k]
                 st.forwarded.pop(pc, None)
                 st.running.pop(pc, None)
+            elif taken != st.forwarded.get(pc, taken):
+                del st.forwarded[pc]  # every trip but the last was skipped: this test ended the loop
+                st.running.pop(pc, None)
         elif pc in st.forwarded and taken != st.forwarded[pc]:
             del st.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
             st.running.pop(pc, None)
@@ -193,8 +208,14 @@ class Tracer:
         if not inner:
             for w in g.waves:
                 self.segment[w] = self.segment.get(w, 0) + 1
-        if self.stop_after is not None and len(self.segment) == self.m.W and \
-                min(self.segment.values()) > self.stop_after:
+            executed = self.executed.get(g.waves[0], 0)
+            if self.segment[g.waves[0]] >= 2 and executed - self.segment_start.get(g.waves[0], 0) >= LONG_TRIP \
+                    and not self._has_inner_loop(target, pc):
+                self.long_trips = True
+            self.segment_start[g.waves[0]] = executed
+        # one steady trip of an unrolled loop (LONG_TRIP) is enough for the L2 model
+        stop_after = min(self.stop_after, 1) if self.stop_after is not None and self.long_trips else self.stop_after
+        if stop_after is not None and len(self.segment) == self.m.W and min(self.segment.values()) > stop_after:
             raise StopRun()
         if not self.detail:
             return
@@ -204,14 +225,33 @@ class Tracer:
         st.trips[pc] = n
         marks = st.marks.setdefault(pc, [])
         marks.append(len(st.log))
+        executed = self.executed.get(g.waves[0], 0)
+        trip_len = executed - st.took.get(pc, executed)
+        st.took[pc] = executed
         # one fast-forward per run of a loop: once its counter has been moved to the last trip, another of its
         # branches (aiter's FAv3 tests a tail-mask counter beside the trip counter) would count the same trips
         # again, trips the functional run never takes
-        if n >= self.detail and len(marks) >= 4 and pc not in st.running.values():
-            self._fast_forward(g, st, target, marks[-4:], pc)
+        # (a trip made long by an inner loop's trips is not an unrolled body: those loops keep `detail` trips)
+        long_trips = trip_len >= LONG_TRIP and not self._has_inner_loop(target, pc)
+        if pc in st.running.values() or n < (max(2, self.detail // 2) if long_trips else self.detail):
+            return
+        if n >= 4:
+            self._fast_forward(g, st, target, marks[-4:], pc, long_trips)
+        elif long_trips:
+            # an unrolled loop after 2 or 3 trips (LONG_TRIP): the first trip's branches are the log's entries
+            # inside the loop just before its first back edge; two samples of the counter already give its step
+            # (a wrong guess is caught at the next test, and the loop runs on)
+            start = marks[-n]
+            while start > 0 and target <= st.log[start - 1][0] <= pc:
+                start -= 1
+            self._fast_forward(g, st, target, [start] + marks[-n:], pc, long_trips)
 
-    def _fast_forward(self, g, st, target, marks, back_edge):
-        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
+    def _has_inner_loop(self, target, back_edge):
+        """Whether another back edge taken so far lies inside the loop target..back_edge."""
+        return any(target <= q and p <= back_edge and (q, p) != (target, back_edge) for q, p in self.loop_ranges)
+
+    def _fast_forward(self, g, st, target, marks, back_edge, long_trips=False):
+        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last trips' scalar branches (2 or 3)
         best = None
         for branch in {e[0] for e in trips[-1]} - set(st.forwarded):
             seen = [[e for e in trip if e[0] == branch] for trip in trips]
@@ -229,9 +269,10 @@ class Tracer:
             return
         remaining, slot, step, last, branch, taken = best
         # `remaining` more back edges would be taken: skip all of them but the last trip
-        if remaining < 2:
+        # (an unrolled loop's trip is long enough to skip them all: the next trip is the last)
+        skip = remaining if long_trips else remaining - 1
+        if skip < 1:
             return
-        skip = remaining - 1
         waves = list(g.waves)
         moved = (int(self.m.sgpr[slot, g.waves[0]]) + skip * step) & 0xFFFFFFFF
         self.m.sgpr[slot, waves] = moved
@@ -258,30 +299,30 @@ class Tracer:
 
     def _trips_left(self, cmp_pc, seen, taken, branch_base):
         """(more trips the branch keeps its outcome, counter SGPR, its step, its last value) or None: `seen`
-        holds the s_cmp's operand values (SGPR index or None, value) in the last three trips."""
+        holds the s_cmp's operand values (SGPR index or None, value) in the last trips (2 or 3)."""
         parts = self.instrs[cmp_pc].base.split("_")  # s_cmp_lt_u32, s_cmpk_gt_i32
         if len(parts) != 4 or parts[2] not in _CMP or len(seen[0]) != 2:
             return None
         pred, signed = _CMP[parts[2]], parts[3].startswith("i")
         cols = [[trip[k][1] for trip in seen] for k in range(2)]
-        moving = [k for k in range(2) if seen[0][k][0] is not None and cols[k][2] - cols[k][1] == cols[k][1] -
-                  cols[k][0] != 0]
-        fixed = [k for k in range(2) if cols[k][0] == cols[k][1] == cols[k][2]]
+        steps = [{b - a for a, b in zip(col, col[1:])} for col in cols]
+        moving = [k for k in range(2) if seen[0][k][0] is not None and len(steps[k]) == 1 and 0 not in steps[k]]
+        fixed = [k for k in range(2) if len(set(cols[k])) == 1]
         if len(moving) != 1 or len(fixed) != 1:
             return None
         k, other = moving[0], fixed[0]
-        step = cols[k][2] - cols[k][1]
+        step = cols[k][-1] - cols[k][-2]
         when_true = branch_base.endswith("scc1")
 
         def outcome(c):
             a, b = (c, cols[other][0]) if k == 0 else (cols[other][0], c)
             return (pred(_as_int(a, signed), _as_int(b, signed)) == when_true)
 
-        remaining, c = 0, cols[k][2]
+        remaining, c = 0, cols[k][-1]
         while remaining < MAX_TRIPS:
             c = (c + step) & 0xFFFFFFFF
             if outcome(c) != taken:
-                return remaining, seen[0][k][0], step, cols[k][2]
+                return remaining, seen[0][k][0], step, cols[k][-1]
             remaining += 1
         return None
 
@@ -296,6 +337,7 @@ class _Loops:
     forwarded: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> its outcome meanwhile
     pending: dict = field(default_factory=dict)  # exit branch -> (counter SGPR, value due at its next test, markers)
     running: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> the loop's back-edge pc
+    took: dict = field(default_factory=dict)  # back-edge pc -> the group's instruction count at its last take
 
 
 def _as_int(v, signed):
