@@ -507,6 +507,108 @@ def aiter_fav3_estimate(arch, batch, heads, kv_heads, seqlen, dim=128):
                     flops=4 * batch * heads * seqlen * seqlen * dim)
 
 
+def aiter_shuffle_weight(w):
+    """aiter's shuffle_weight(w, layout=(16, 16)) (aiter/ops/shuffle.py) of a (N, K bytes) uint8 matrix: 16 rows
+    by 32 bytes become a block, each row's 16-byte halves stored as (half, row, 16 bytes)."""
+    n, kb = w.shape
+    return w.view(n // 16, 16, kb // 32, 2, 16).permute(0, 2, 3, 1, 4).contiguous().view(n, kb)
+
+
+def aiter_shuffle_scale(s):
+    """aiter's shuffle_scale (aiter/ops/shuffle.py, the e8m0_shuffle of MXFP4 scales) of a (rows, K / 32) uint8
+    matrix: padded to 256 rows and 8 columns (0x7F, 1.0, in the pad), then blocks of (32 rows, 8 columns)
+    stored as (column pair, row of 16, column in the pair, row half)."""
+    m, n = s.shape
+    pad = torch.full((-(-m // 256) * 256, -(-n // 8) * 8), 0x7F, dtype=torch.uint8)
+    pad[:m, :n] = s
+    sm, sn = pad.shape
+    return pad.view(sm // 32, 2, 16, sn // 8, 2, 4).permute(0, 3, 5, 2, 4, 1).contiguous().view(sm, sn)
+
+
+def _packed_kernarg(mod, name, fields, last_unpadded=False):
+    """aiter's packed KernelArgs: each field padded to 16 bytes (p2 / p3), then to the kernel's kernarg size."""
+    import struct
+
+    size = mod.kernels[name].metadata[".kernarg_segment_size"]
+    parts = [struct.pack("<" + f, v).ljust(16, b"\0") for f, v in fields]
+    if last_unpadded:
+        parts[-1] = parts[-1][:4]
+    return b"".join(parts)[:size].ljust(size, b"\0")
+
+
+def aiter_fp8bs_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None, split_k=1):
+    """aiter's gfx950 fp8 blockscale GEMM (hsa/gfx950/fp8gemm_blockscale) as csrc/py_itfs_cu/
+    asm_a8w8_blockscale_bpreshuffle.cu launches it: (module, kernel name, launch keywords, C). C (M, N) bf16 =
+    (A * a_scale) (B * b_scale)^T; A (M, K) and B (N, K) fp8 e4m3fn, B stored shuffle_weight'ed; a_scale one
+    fp32 per row and 128 K (stored K-block major: the op test's x_scale_t), b_scale one per 128x128 block of B.
+    KernelArgs C, A, B, A scale, B scale, bias (pointers), M, N, K, lda, ldb (bytes), ldc (bytes), split-K, scale_m
+    = M, scale_n = N / 128, scale_k = K / 128, each padded to 16 bytes; grid (N / tile_n * split_k, ceil(M /
+    tile_m)), 256 threads. Its last row of tiles and next-K-step loads run past the ends: 64 KB of slack."""
+    from tilegcn.runtime import emulator
+
+    tm, tn = map(int, tile.split("x"))
+    mod = emulator.load(open(os.path.join(AITER_DIR, f"fp8gemm_bf16_blockscale_BpreShuffle_{tile}.gfx950.co"),
+                             "rb").read(), arch="gfx950")
+    name = next(iter(mod.kernels))
+    pad, sk, sn = 1 << 16, k // 128, n // 128
+    a_buf, b_buf = (torch.zeros(x * k + 2 * pad, dtype=torch.uint8) for x in (m, n))
+    if a is not None:
+        a_buf[pad:pad + m * k] = a.view(torch.uint8).flatten()
+        b_buf[pad:pad + n * k] = aiter_shuffle_weight(b.view(torch.uint8)).flatten()
+    as_buf = torch.zeros(sk * m + pad // 4, dtype=torch.float32)
+    bs_buf = torch.zeros(sn * sk + pad // 4, dtype=torch.float32)
+    if a_scale is not None:
+        as_buf[:sk * m] = a_scale.t().flatten()
+        bs_buf[:sn * sk] = b_scale.flatten()
+    bias = torch.zeros(n + pad // 4, dtype=torch.float32)
+    c = torch.zeros((-(-m // tm) * tm + 64) * n, dtype=torch.bfloat16)
+    fields = [("Q", t.data_ptr()) for t in (c, a_buf[pad:], b_buf[pad:], as_buf, bs_buf, bias)]
+    fields += [("I", v) for v in (m, n, k, k, k, n * 2, split_k, m, sn, sk)]
+    launch = dict(grid=(n // tn * split_k, -(-m // tm), 1), block=(256, 1, 1),
+                  kernarg=_packed_kernarg(mod, name, fields), buffers=[c, a_buf, b_buf, as_buf, bs_buf, bias])
+    return mod, name, launch, c[:m * n].view(m, n)
+
+
+def aiter_f4_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None):
+    """aiter's gfx950 MXFP4 GEMM (hsa/gfx950/f4gemm) as csrc/py_itfs_cu/asm_gemm_a4w4.cu launches it: (module,
+    kernel name, launch keywords, D). D (M, N) bf16 = (A * 2^a_scale) (B * 2^b_scale)^T; A (M, K / 2) and B (N, K /
+    2) packed e2m1 (element 2i in the low nibble), B stored shuffle_weight'ed; e8m0 scales per 32 K, stored
+    shuffle_scale'd. KernelArgs D, C (none), A, B, alpha 1, beta 0, strides (elements: stride_C0 = N, stride_A0 =
+    stride_B0 = K, the scales' padded row), M, N, K, scale pointers, log2 split-K 0, each padded to 16 bytes but
+    the last; grid (ceil(N / tile_n), ceil(M / tile_m)), 256 threads. The launcher leaves stride_D0 unset (the
+    kernel reads stride_C0): it is 0 here. D has rows to spare as aiter's (M rounded up to 32)."""
+    from tilegcn.runtime import emulator
+
+    tm, tn = map(int, tile.split("x"))
+    mod = emulator.load(open(os.path.join(AITER_DIR, f"f4gemm_bf16_per1x32Fp4_BpreShuffle_{tile}.gfx950.co"),
+                             "rb").read(), arch="gfx950")
+    name = next(iter(mod.kernels))
+    pad, kb = 1 << 16, k // 2
+    a_buf, b_buf = (torch.zeros(x * kb + 2 * pad, dtype=torch.uint8) for x in (m, n))
+    sa = aiter_shuffle_scale(a_scale if a_scale is not None else torch.full((m, k // 32), 0x7F, dtype=torch.uint8))
+    sb = aiter_shuffle_scale(b_scale if b_scale is not None else torch.full((n, k // 32), 0x7F, dtype=torch.uint8))
+    if a is not None:
+        a_buf[pad:pad + m * kb] = a.flatten()
+        b_buf[pad:pad + n * kb] = aiter_shuffle_weight(b).flatten()
+    sa_buf, sb_buf = (torch.cat([s.flatten(), torch.zeros(pad, dtype=torch.uint8)]) for s in (sa, sb))
+    d = torch.zeros((-(-m // tm) * tm + 64) * n, dtype=torch.bfloat16)
+    fields = [("Q", d.data_ptr()), ("Q", 0), ("Q", a_buf[pad:].data_ptr()), ("Q", b_buf[pad:].data_ptr()),
+              ("f", 1.0), ("f", 0.0), ("I", 0), ("I", 0), ("I", n), ("I", 0), ("I", k), ("I", 0), ("I", k),
+              ("I", 0), ("I", m), ("I", n), ("I", k), ("Q", sa_buf.data_ptr()), ("Q", sb_buf.data_ptr()),
+              ("I", sa.shape[1]), ("I", 0), ("I", sb.shape[1]), ("I", 0), ("i", 0)]
+    launch = dict(grid=(-(-n // tn), -(-m // tm), 1), block=(256, 1, 1),
+                  kernarg=_packed_kernarg(mod, name, fields, last_unpadded=True),
+                  buffers=[d, a_buf, b_buf, sa_buf, sb_buf])
+    return mod, name, launch, d[:m * n].view(m, n)
+
+
+def aiter_lowp_estimate(kind, tile, m, n, k):
+    """The model's estimate of aiter's fp8 blockscale ("fp8bs") or MXFP4 ("f4") GEMM on MI355X; FLOPs 2 M N K."""
+    mod, name, launch, _ = (aiter_fp8bs_launch if kind == "fp8bs" else aiter_f4_launch)(tile, m, n, k)
+    return estimate(mod, name, launch["grid"], launch["block"], kernarg=launch["kernarg"],
+                    buffers=launch["buffers"], device="MI355X", flops=2 * m * n * k)
+
+
 HK_DIR = os.path.join(ROOT, "bench", "calibration", "hipkittens")
 
 
