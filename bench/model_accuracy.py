@@ -333,6 +333,17 @@ def c4_gluon(folder):
 #   hold-out, ...; non-causal MHA in the opposite phase (1024 hold-out), so each length has one calibration and
 #   one hold-out row; the causal rows (added later, declared before any of them was estimated) likewise. No
 #   gfx942 (MI325X) HipKittens kernel: their sources need a library commit that is not public.
+# - aiter's hand-written gfx950 low-precision GEMMs (same commit, copies in bench/calibration/aiter): fp8
+#   blockscale hsa/gfx950/fp8gemm_blockscale/fp8gemm_bf16_blockscale_BpreShuffle_{128x128,80x128}.co (fp8 e4m3
+#   A, B; fp32 scales per row x 128 K of A and per 128x128 block of B; bf16 out) with the microseconds aiter's
+#   tuner measured on MI355X in aiter/configs/a8w8_blockscale_bpreshuffle_tuned_gemm.csv and model_configs/
+#   {a8w8_blockscale_bpreshuffle_tuned_gemm_dsv3,dsv4_a8w8_blockscale_bpreshuffle_tuned_gemm}.csv, and MXFP4
+#   hsa/gfx950/f4gemm/f4gemm_bf16_per1x32Fp4_BpreShuffle_{256x256,128x512}.co (e2m1 A, B with e8m0 scales per
+#   32 K; bf16 out) with those of aiter/configs/a4w4_blockscale_tuned_gemm.csv. Rows: only those whose
+#   kernelName is the object and whose splitK is unsplit (1 for fp8, log2 0 for fp4), the highest-TFLOP/s ones
+#   with at most 16384 x 20480 outputs (estimate time), four a tile (five for f4 256x256, to include 8192^3).
+#   Roles declared before any of them was estimated (nothing fitted on them): per tile, rows sorted by the
+#   published figure, the first calibration, then alternating.
 AITER_DIR = os.path.join(ROOT, "bench", "calibration", "aiter")
 AITER_CO = os.path.join(AITER_DIR, "bf16gemm_bf16_tn_256x256.gfx950.co")
 CALIB, HOLDOUT = "calibration", "hold-out"
@@ -421,6 +432,23 @@ FOREIGN = [  # (kernel, (M, N, K), published TFLOP/s, where published, role)
     ("hk_attn_causal", (16, 16, 16, 4096), 1048.21, "HK mi355x_mha_causal_fwd.json", CALIB),
     ("hk_attn_causal", (16, 16, 16, 8192), 1146.4, "HK mi355x_mha_causal_fwd.json", HOLDOUT),
     ("hk_attn_causal", (15, 16, 16, 16384), 1187.57, "HK mi355x_mha_causal_fwd.json", CALIB),
+    ("aiter_fp8bs_128x128", (8192, 512, 7168), 1273.29, "aiter a8w8_blockscale_bpreshuffle csv", CALIB),
+    ("aiter_fp8bs_128x128", (864, 4608, 7168), 1153.65, "aiter dsv3 blockscale csv", HOLDOUT),
+    ("aiter_fp8bs_128x128", (1024, 4096, 3072), 1081.62, "aiter dsv3 blockscale csv", CALIB),
+    ("aiter_fp8bs_128x128", (32768, 128, 7168), 1037.73, "aiter dsv3 blockscale csv", HOLDOUT),
+    ("aiter_fp8bs_80x128", (672, 7168, 16384), 1183.22, "aiter dsv4 blockscale csv", CALIB),
+    ("aiter_fp8bs_80x128", (544, 4608, 7168), 1058.14, "aiter dsv3 blockscale csv", HOLDOUT),
+    ("aiter_fp8bs_80x128", (1280, 2048, 7168), 1056.55, "aiter dsv4 blockscale csv", CALIB),
+    ("aiter_fp8bs_80x128", (1536, 1536, 7168), 1001.32, "aiter a8w8_blockscale_bpreshuffle csv", HOLDOUT),
+    ("aiter_f4_256x256", (16384, 16384, 16384), 5627.26, "aiter a4w4_blockscale csv", CALIB),
+    ("aiter_f4_256x256", (4096, 16384, 8192), 5110.27, "aiter a4w4_blockscale csv", HOLDOUT),
+    ("aiter_f4_256x256", (8192, 8192, 8192), 5089.97, "aiter a4w4_blockscale csv", CALIB),
+    ("aiter_f4_256x256", (1024, 16384, 16384), 4921.11, "aiter a4w4_blockscale csv", HOLDOUT),
+    ("aiter_f4_256x256", (2048, 8192, 8192), 4525.75, "aiter a4w4_blockscale csv", CALIB),
+    ("aiter_f4_128x512", (16384, 20480, 16384), 5608.89, "aiter a4w4_blockscale csv", CALIB),
+    ("aiter_f4_128x512", (8192, 10240, 8192), 4958.6, "aiter a4w4_blockscale csv", HOLDOUT),
+    ("aiter_f4_128x512", (8192, 12288, 6144), 4780.23, "aiter a4w4_blockscale csv", CALIB),
+    ("aiter_f4_128x512", (3200, 5120, 25600), 4762.93, "aiter a4w4_blockscale csv", HOLDOUT),
 ]
 
 
@@ -703,6 +731,8 @@ def foreign_estimate(kernel, shape, folder):
     m, n, k = shape
     if kernel.startswith("aiter_i8"):
         return aiter_i8_estimate(kernel.split("_")[-1], m, n, k)
+    if kernel.startswith(("aiter_fp8bs", "aiter_f4")):
+        return aiter_lowp_estimate(kernel.split("_")[1], kernel.split("_")[-1], m, n, k)
     if kernel == "aiter":
         mod = emulator.load(open(AITER_CO, "rb").read(), arch="gfx950")
         pad = 1 << 16  # its loads of the next K step run past the last one (inside the SRD's range)
