@@ -571,7 +571,8 @@ def aiter_fp8bs_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None
     fp32 per row and 128 K (stored K-block major: the op test's x_scale_t), b_scale one per 128x128 block of B.
     KernelArgs C, A, B, A scale, B scale, bias (pointers), M, N, K, lda, ldb (bytes), ldc (bytes), split-K, scale_m
     = M, scale_n = N / 128, scale_k = K / 128, each padded to 16 bytes; grid (N / tile_n * split_k, ceil(M /
-    tile_m)), 256 threads. Its last row of tiles and next-K-step loads run past the ends: 64 KB of slack."""
+    tile_m)), 256 threads. Its last row of tiles and next-K-step loads run past the ends: A has rows up to a
+    whole tile and 64 KB more, as the caching allocator's slack would give."""
     from tilegcn.runtime import emulator
 
     tm, tn = map(int, tile.split("x"))
@@ -579,7 +580,8 @@ def aiter_fp8bs_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None
                              "rb").read(), arch="gfx950")
     name = next(iter(mod.kernels))
     pad, sk, sn = 1 << 16, k // 128, n // 128
-    a_buf, b_buf = (torch.zeros(x * k + 2 * pad, dtype=torch.uint8) for x in (m, n))
+    # A's SRD gives 4-byte records (stride 4), so a last, partial row of tiles reads up to its full tile_m rows
+    a_buf, b_buf = (torch.zeros(x * k + 2 * pad, dtype=torch.uint8) for x in (-(-m // tm) * tm, n))
     if a is not None:
         a_buf[pad:pad + m * k] = a.view(torch.uint8).flatten()
         b_buf[pad:pad + n * k] = aiter_shuffle_weight(b.view(torch.uint8)).flatten()
@@ -612,7 +614,7 @@ def aiter_f4_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None):
                              "rb").read(), arch="gfx950")
     name = next(iter(mod.kernels))
     pad, kb = 1 << 16, k // 2
-    a_buf, b_buf = (torch.zeros(x * kb + 2 * pad, dtype=torch.uint8) for x in (m, n))
+    a_buf, b_buf = (torch.zeros(-(-x // t) * t * kb + 2 * pad, dtype=torch.uint8) for x, t in ((m, tm), (n, tn)))
     sa = aiter_shuffle_scale(a_scale if a_scale is not None else torch.full((m, k // 32), 0x7F, dtype=torch.uint8))
     sb = aiter_shuffle_scale(b_scale if b_scale is not None else torch.full((n, k // 32), 0x7F, dtype=torch.uint8))
     if a is not None:
