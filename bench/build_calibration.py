@@ -14,8 +14,8 @@ another project's, built from its public source as that project builds it:
 - ROCm/aiter (a checkout or bare git dir in --aiter-src; MIT): hsa/gfx950/bf16gemm/bf16gemm_bf16_tn_256x256.co,
   a precompiled hand-written assembly bf16 GEMM, and hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_*.co,
   its MI300X int8 GEMMs, hsa/gfx950/fp8gemm_blockscale/*_{128x128,80x128}.co and hsa/gfx950/f4gemm/
-  *_BpreShuffle_{256x256,128x512}.co, its MI355X fp8 blockscale and MXFP4 GEMMs, copied as they are (bench/calibration/aiter holds copies with aiter's licence, so the
-  bench runs without this step).
+  *_BpreShuffle_{256x256,128x512}.co, its MI355X fp8 blockscale and MXFP4 GEMMs, copied as they are
+  (bench/calibration/aiter holds copies with aiter's licence, so the bench runs without this step).
 - HazyResearch/HipKittens (a checkout or bare git dir in --hipkittens-src; MIT): the gfx950 bf16 GEMMs its
   analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json measured (analysis/bf16_gemm/mi350x/kernel_<n>.cpp, n =
   1024 ... 16384: kernel_8192.cpp is kernels/gemm/bf16fp32/mi350x/256_256_64_32_with16x32.cpp) and its gfx950
