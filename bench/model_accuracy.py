@@ -544,7 +544,8 @@ def aiter_shuffle_weight(w):
 
 def aiter_shuffle_scale(s):
     """aiter's shuffle_scale (aiter/ops/shuffle.py, the e8m0_shuffle of MXFP4 scales) of a (rows, K / 32) uint8
-    matrix: padded to 256 rows and 8 columns (0x7F, 1.0, in the pad), then blocks of (32 rows, 8 columns)
+    matrix: padded to 256 rows and 8 columns (aiter leaves the pad uninitialised; 0x7F, 1.0, here), then
+    blocks of (32 rows, 8 columns)
     stored as (column pair, row of 16, column in the pair, row half)."""
     m, n = s.shape
     pad = torch.full((-(-m // 256) * 256, -(-n // 8) * 8), 0x7F, dtype=torch.uint8)
@@ -606,7 +607,8 @@ def aiter_f4_launch(tile, m, n, k, a=None, b=None, a_scale=None, b_scale=None):
     shuffle_scale'd. KernelArgs D, C (none), A, B, alpha 1, beta 0, strides (elements: stride_C0 = N, stride_A0 =
     stride_B0 = K, the scales' padded row), M, N, K, scale pointers, log2 split-K 0, each padded to 16 bytes but
     the last; grid (ceil(N / tile_n), ceil(M / tile_m)), 256 threads. The launcher leaves stride_D0 unset (the
-    kernel reads stride_C0): it is 0 here. D has rows to spare as aiter's (M rounded up to 32)."""
+    kernel writes D with stride_C0: tests/test_foreign_kernels.py passes with it 0). D has whole tiles of rows
+    and 64 more."""
     from tilegcn.runtime import emulator
 
     tm, tn = map(int, tile.split("x"))
