@@ -545,8 +545,7 @@ def aiter_shuffle_weight(w):
 def aiter_shuffle_scale(s):
     """aiter's shuffle_scale (aiter/ops/shuffle.py, the e8m0_shuffle of MXFP4 scales) of a (rows, K / 32) uint8
     matrix: padded to 256 rows and 8 columns (aiter leaves the pad uninitialised; 0x7F, 1.0, here), then
-    blocks of (32 rows, 8 columns)
-    stored as (column pair, row of 16, column in the pair, row half)."""
+    blocks of (32 rows, 8 columns) stored as (column pair, row of 16, column in the pair, row half)."""
     m, n = s.shape
     pad = torch.full((-(-m // 256) * 256, -(-n // 8) * 8), 0x7F, dtype=torch.uint8)
     pad[:m, :n] = s
