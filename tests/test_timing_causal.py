@@ -1,6 +1,6 @@
 """The timing model times a grid whose workgroups do unequal work: causal flash attention, where query tile x sees
 x + 1 key tiles. It used to simulate workgroup 0 (one key tile) and extrapolate it to the whole grid, reporting a
-fraction of the FLOPs and a time that meant nothing; it now samples the first, middle and last query tile."""
+fraction of the FLOPs and a time that meant nothing; it now samples five query tiles from first to last."""
 import pathlib
 import sys
 

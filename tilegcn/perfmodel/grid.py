@@ -7,6 +7,11 @@ to the XCD's CUs; with R workgroups resident per CU the busiest CU runs ceil(cei
 R workgroups, each round timed by `cu.simulate` on copies of the detailed workgroup's streams; a partly filled
 last round is simulated with the workgroups it has (fewer per CU, or fewer CUs busy). The bandwidth each CU gets
 is its share of the XCD's L2 and of HBM among the CUs that have work in the round.
+
+Workgroups of unequal work (`sample_workgroups`, `_unequal_grid`): five workgroups along x (first to last) are
+recorded; if their streams differ (causal attention, a persistent kernel's shares), each is simulated, a
+workgroup's cycles and FLOPs are interpolated linearly in x between them, and the grid is dispatched greedily:
+each workgroup, in linear order, to the CU slot that frees up first.
 """
 from __future__ import annotations
 
@@ -82,7 +87,9 @@ class Estimate:
 def _rounds_text(b):
     if "unequal_workgroups" in b:
         per = ", ".join(f"x={x}: {c:,.0f}" for x, c in b["unequal_workgroups"])
-        return f"workgroups of unequal work, {b['workgroups_per_cu']}/CU, each CU taking the next as one ends ({per})"
+        shape = "" if b.get("unequal_linear", True) else "; not linear in x (remapped ids?): an average of the samples"
+        return (f"workgroups of unequal work, {b['workgroups_per_cu']}/CU, each CU taking the next as one ends "
+                f"({per}{shape})")
     text = f"{b['rounds']} round(s) of {b['cycles_per_round']:,.0f}"
     if b.get("last_round_cycles", b["cycles_per_round"]) != b["cycles_per_round"]:
         text += f", the last partly filled: {b['last_round_cycles']:,.0f}"
@@ -185,16 +192,18 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     }
     if unequal is not None:
         breakdown["unequal_workgroups"] = unequal["samples"]
+        breakdown["unequal_linear"] = unequal["linear"]
     breakdown["limiting"] = _limiting(breakdown)
     return Estimate(name, dev_name, arch.name, cycles, clock, flops if flops is not None else mfma_flops, breakdown)
 
 
 def sample_workgroups(grid):
-    """The workgroups whose streams the model records: the first, middle and last along x (y = z = 0), where the
-    work of a causal attention grid (query tile x sees x + 1 key tiles) or of a persistent kernel's workgroups
-    varies. Workgroups that take the same path cost one recorded workgroup (they share the emulator's work)."""
+    """The workgroups whose streams the model records: five along x (y = z = 0), at 0, 1/4, 1/2, 3/4 of the way
+    and the last, where the work of a causal attention grid (query tile x sees x + 1 key tiles) or of a persistent
+    kernel's workgroups varies. Workgroups that take the same path cost one recorded workgroup (they share the
+    emulator's work)."""
     gx = grid[0]
-    return sorted({0, gx // 2, gx - 1})
+    return sorted({0, gx // 4, gx // 2, 3 * gx // 4, gx - 1})
 
 
 def _wg_flops(cu, wpw):
@@ -242,7 +251,16 @@ def _unequal_grid(grid, samples, sims, wpw, slots):
             heapq.heapreplace(free, free[0] + c)
     total = sum(weights)
     return {"makespan": max(free), "flops": flops_x * gy * gz, "weights": [w / total for w in weights],
-            "samples": [(x, c) for x, c in zip(xs, cycles)]}
+            "samples": [(x, c) for x, c in zip(xs, cycles)], "linear": _linear(xs, cycles)}
+
+
+def _linear(xs, cycles, tolerance=0.25):
+    """Do the inner samples lie near the line through the first and last (within `tolerance` of their spread)? Not
+    when the grid remaps workgroup ids (T.use_swizzle: the sampled x are other tiles) or the work varies otherwise:
+    the estimate then averages the sampled workgroups rather than following x."""
+    spread = max(cycles) - min(cycles)
+    line = [cycles[0] + (cycles[-1] - cycles[0]) * (x - xs[0]) / max(1, xs[-1] - xs[0]) for x in xs]
+    return all(abs(c - l) <= tolerance * spread for c, l in zip(cycles, line))
 
 
 def _bandwidth_shares(t, arch, clock, active_cus):

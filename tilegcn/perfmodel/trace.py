@@ -210,7 +210,7 @@ class Tracer:
         remaining, slot, step, last, rule, branch, taken = best
         waves = list(g.waves)
         # waves of several workgroups can loop in one group (the timing model records a few workgroups in one run,
-        # e.g. a causal grid's first, middle and last): each wave's own counter and bound give its trips left
+        # e.g. five along a causal grid's x): each wave's own counter and bound give its trips left
         skips = self._skips_per_wave(waves, slot, last, rule, taken, remaining)
         # `remaining` more back edges would be taken: skip all of them but the last trip
         if max(skips) < 1:
