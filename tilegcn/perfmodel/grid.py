@@ -198,12 +198,14 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
 
 
 def sample_workgroups(grid):
-    """The workgroups whose streams the model records: five along x (y = z = 0), at 0, 1/4, 1/2, 3/4 of the way
-    and the last, where the work of a causal attention grid (query tile x sees x + 1 key tiles) or of a persistent
-    kernel's workgroups varies. Workgroups that take the same path cost one recorded workgroup (they share the
-    emulator's work)."""
+    """The workgroups whose streams the model records: five along x (y = z = 0), the first, the last and three
+    near the quarter points, where the work of a causal attention grid (query tile x sees x + 1 key tiles) or of a
+    persistent kernel's workgroups varies. The k-th is moved k past its quarter point so that no two go to one XCD
+    (workgroup i runs on XCD i % 8): a grid that remaps its ids per XCD (T.use_swizzle) then samples tiles from
+    different parts of its order, not five from XCD 0's first share. Workgroups that take the same path cost one
+    recorded workgroup (they share the emulator's work)."""
     gx = grid[0]
-    return sorted({0, gx // 4, gx // 2, 3 * gx // 4, gx - 1})
+    return sorted({0, *(min(gx - 1, k * gx // 4 + k) for k in (1, 2, 3)), gx - 1})
 
 
 def _wg_flops(cu, wpw):
