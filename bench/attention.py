@@ -1,39 +1,41 @@
 """Flash attention forward: the timing model's TFLOP/s of tilegcn's best config beside Triton's flash attention, at
 the shapes of issue 21's published figures.
 
+    /work/venvs/triton/bin/python bench/triton_attention.py --tutorial PATH/06-fused-attention.py --out DIR
     PYTHONPATH=$PWD python bench/attention.py [--triton DIR] [--arch gfx950,gfx942] [--shape aiter,hipkittens]
-                                              [--causal both|yes|no] [--quick]
+                                              [--causal both|yes|no] [--quick] [--triton-keep 3]
 
 For MI355X (gfx950) and MI300X (gfx942), at aiter's published shape (GQA 64 query / 8 KV heads, d = 128, b = 1,
 s = 16384) and HipKittens' (MHA 16 heads, B = 16, N = 16384, d = 128), causal and not, fp16:
-(a) tilegcn: every config the repository's attention programs offer today, each estimated by the model
-    (`CompiledKernel.estimate`); the best is marked `*` and is "tilegcn's best config". Candidates: the config(s)
-    of examples/attention/attention.py (its CONFIGS list when it has one, else its BLOCK_M / BLOCK_N / THREADS /
-    NUM_STAGES) on the GQA port it runs, and TileLang's three ported forward kernels at upstream's configs
-    (examples/tilelang/example_gqa_fwd_bshd.py, example_mha_fwd_bhsd.py for MHA shapes, example_amd_flash_attn_fwd.py
-    with one query tile per workgroup). Each row says how P reaches P @ V (registers or LDS) and the VGPRs.
+(a) tilegcn: the configs the repository's attention programs offer today, each estimated by the model; the best
+    is marked `*` and is "tilegcn's best config". Candidates: the config(s) examples/attention/attention.py runs
+    for the arch (a CONFIGS list, a per-arch BEST, or its BLOCK_M / BLOCK_N / THREADS / NUM_STAGES) on the GQA port
+    it runs, and TileLang's three ported forward kernels at upstream's configs (examples/tilelang/
+    example_gqa_fwd_bshd.py, example_mha_fwd_bhsd.py for MHA shapes, example_amd_flash_attn_fwd.py with one query
+    tile per workgroup). Each row says how P reaches P @ V (registers or LDS) and the VGPRs.
 (b) Triton 3.9: its tutorial 06-fused-attention.py forward, from the code objects bench/triton_attention.py writes
-    into DIR (run it first with /work/venvs/triton/bin/python; not committed), one per AMD autotune config of the
-    tutorial. Its autotuner picks one config per (N_CTX, HEAD_DIM) by measurement; here every config is ranked by
-    the model at the first shape, non-causal (printed), and the best `--triton-keep` (3) are estimated at every
-    shape, causal and not, the best of them marked `*`. Before any is timed, every object runs on the emulated device at a small shape (1 x 2 heads x 256
-    tokens, d = 128) against torch's scaled_dot_product_attention, as tilegcn's kernels do in tests/: a wrong
-    object is reported, not timed. The tutorial has no grouped-query heads, so at aiter's shape it runs as MHA with 64
-    K/V heads (the same FLOPs, 8x the K/V bytes: at 16384 tokens both kernels are far from the memory roofline).
+    into DIR (not committed), one per AMD autotune config of the tutorial. Its autotuner picks one config per
+    (N_CTX, HEAD_DIM) by measurement; here every config is ranked by the model at the first shape, non-causal
+    (printed), and the best `--triton-keep` are estimated at every shape, causal and not, the best marked `*`.
+    Before any is timed, every object runs on the emulated device at a small shape (1 x 2 heads x 256 tokens,
+    d = 128) against torch's scaled_dot_product_attention: a wrong object is reported, not timed. The tutorial has
+    no grouped-query heads, so at aiter's shape it runs as MHA with 64 K/V heads (the same FLOPs, 8x the K/V bytes;
+    at 16384 tokens attention is far from the memory roofline).
 Printed beside them: tilegcn best / Triton best (target >= 1.3), the non-causal target (>= 1300 TFLOP/s MI355X,
 >= 550 MI300X), the model's error band on published foreign kernels (tilegcn/perfmodel/band.py: the hold-out median
-and worst |error|; its worst rows are aiter's hand-written FAv3 attention, which the model puts 60-70 % too slow),
-and the published figures of issue 21. TFLOP/s count 4 * b * heads * s^2 * d FLOPs, half of that causal (the
+and worst |error|; the worst rows are aiter's hand-written FAv3 attention, which the model puts 60-70 % too slow),
+and issue 21's published figures. TFLOP/s count 4 * b * heads * s^2 * d FLOPs, half of that causal (the
 convention of the published figures and of Triton's tutorial), whatever a kernel computes on the diagonal.
-Causal grids are timed from their first, middle and last query tile (tilegcn/perfmodel/grid.py: workgroups of
-unequal work). `--quick`: the first tilegcn candidate and no Triton ranking (only the tutorial's test config, BLOCK_M 128 /
-BLOCK_N 64 / 4 warps). `--shape small`: 16 heads x 2048 tokens
-(GQA: 4 KV heads), d = 64 and 128, the ports at the size bench/attention_estimate.py used to print.
-Results: docs/benchmarks.md.
+Causal grids are timed from five query tiles, first to last (tilegcn/perfmodel/grid.py: workgroups of unequal
+work); a grid that remaps its workgroup ids (the AMD port's T.use_swizzle) is flagged and not ranked. Each estimate
+runs on tensors of the first batch only (first_batch). `--quick`: the first tilegcn candidate and no Triton ranking
+(the tutorial's test config only, BLOCK_M 128 / BLOCK_N 64 / 4 warps). `--shape small`: 16 heads x 2048 tokens
+(GQA: 4 KV heads), d = 64 and 128 (what bench/attention_estimate.py printed). Results: docs/benchmarks.md.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -97,19 +99,24 @@ QUICK_TRITON_TILE = (128, 64, 4)  # the tutorial's own single test config (BLOCK
 
 
 # ---- tilegcn ---------------------------------------------------------------------------------------------------
-def example_configs():
-    """examples/attention/attention.py's configs: its CONFIGS list of flashattn keyword dicts when it has one, else
-    the one its module constants name."""
+def example_configs(arch):
+    """examples/attention/attention.py's configs for `arch`, as flashattn keyword dicts, in whichever form it gives
+    them: a CONFIGS list of such dicts, a BEST dict of arch -> (block_M, block_N, threads, num_stages), or module
+    constants BLOCK_M / BLOCK_N / NUM_STAGES / THREADS."""
     configs = getattr(attention_example, "CONFIGS", None)
     if configs:
         return [dict(c) for c in configs]
+    best = getattr(attention_example, "BEST", {}).get(arch)
+    if best is not None:
+        block_m, block_n, threads, stages = best
+        return [dict(block_M=block_m, block_N=block_n, num_stages=stages, threads=threads)]
     names = dict(block_M="BLOCK_M", block_N="BLOCK_N", num_stages="NUM_STAGES", threads="THREADS")
     if not all(hasattr(attention_example, n) for n in names.values()):
-        return []  # neither form: the ports' upstream configs below still run
+        return []  # none of these forms: the ports' upstream configs below still run
     return [{k: getattr(attention_example, n) for k, n in names.items()}]
 
 
-def tilegcn_candidates(shape, causal):
+def tilegcn_candidates(arch, shape, causal):
     """[(label, build)] where build() -> (CompiledKernel, args): the configs the repository offers today."""
     b, h, hk, s, d = shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.dim
     # compile-only tensors: torch.empty's pages are never touched (1 GiB each at HipKittens' shape); the estimate
@@ -117,13 +124,13 @@ def tilegcn_candidates(shape, causal):
     q = torch.empty(b, s, h, d, dtype=torch.float16)
     kv = torch.empty(b, s, hk, d, dtype=torch.float16)
     out = []
-    for c in example_configs():
+    for c in example_configs(arch):
         label = (f"attention.py GQA port {c['block_M']}x{c['block_N']} st{c['num_stages']} t{c['threads']}"
                  + "".join(f" {k}={v}" for k, v in c.items() if k not in ("block_M", "block_N", "num_stages", "threads")))
         out.append((label, lambda c=c: (example_gqa_fwd_bshd.flashattn(b, h, s, d, causal, groups=h // hk, **c),
                                         (q, kv, kv))))
     upstream_gqa = dict(block_M=64, block_N=64, num_stages=2, threads=128)  # its main()'s config
-    if upstream_gqa not in example_configs():
+    if upstream_gqa not in example_configs(arch):
         out.append(("TileLang GQA BSHD port 64x64 st2 t128",
                     lambda: (example_gqa_fwd_bshd.flashattn(b, h, s, d, causal, groups=h // hk, **upstream_gqa),
                              (q, kv, kv))))
@@ -168,7 +175,7 @@ def estimate_compiled(k, full_args, flops):
 def tilegcn_rows(arch, shape, causal, quick):
     """[(label, estimate or error text, note)]."""
     rows = []
-    candidates = tilegcn_candidates(shape, causal)
+    candidates = tilegcn_candidates(arch, shape, causal)
     for label, build in candidates[:1] if quick else candidates:
         try:
             kernel, args = build()
@@ -334,7 +341,8 @@ def main(argv=None):
                 theirs = triton_rows(args.triton, arch, shape, causal, tiles[shape.dim], checked) if args.triton else []
                 print_rows(theirs)
                 summary(device, shape, causal, best(mine), best(theirs))
-                print(f"    ({time.perf_counter() - t1:.0f} s)")
+                print(f"    ({time.perf_counter() - t1:.0f} s)", flush=True)
+                gc.collect()
     print(f"({time.perf_counter() - t0:.0f} s in all)")
 
 

@@ -316,6 +316,8 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128, 
     if machine.chunk_size < len(detailed):
         raise RuntimeError("tilegcn timing: the detailed workgroups did not fit one emulator chunk")
     program = machine.prog
+    # the machine's copy of the arguments' memory goes before the next run's (1 GiB each at attention's sizes)
+    tracer.m = machine = None
     machine = traced_machine(module, name, launch_args, wgs, _addresses_only)
     foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
