@@ -8,6 +8,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples" / "tilelang"))
+import example_amd_flash_attn_fwd  # noqa: E402  (TileLang's AMD flash attention forward, ported)
 import example_gqa_fwd_bshd  # noqa: E402  (TileLang's GQA flash attention forward, ported)
 
 BATCH, HEADS, KV_HEADS, DIM, BLOCK = 8, 64, 8, 64, 64
@@ -46,4 +47,16 @@ def test_causal_grid_takes_about_its_share_of_the_time(estimates):
     share = _tile_pairs(seq, True) / _tile_pairs(seq, False)  # 136 / 256
     # the key-tile loop dominates both; the CUs' load balance and the per-workgroup prologue allow some slack
     assert share * 0.85 < causal.cycles / full.cycles < share * 1.4
-    assert "unequal work" in str(causal)
+    assert "unequal work" in str(causal) and causal.breakdown["unequal_linear"]
+
+
+def test_a_remapped_causal_grid_is_flagged():
+    """TileLang's AMD kernel remaps its workgroup ids (T.use_swizzle): the query tile a workgroup takes is not its x,
+    so five samples along x cannot stand for the grid, and the estimate says so instead of passing for a timing."""
+    seq, heads = 1024, 8
+    q = torch.zeros(1, seq, heads, DIM, dtype=torch.float16)
+    config = dict(example_amd_flash_attn_fwd.CONFIG, num_split_q=seq // 64)
+    kernel = example_amd_flash_attn_fwd.fast_flashattn(1, heads, seq, DIM, True, 1, **config)
+    est = kernel.compile(q, q, q, arch="gfx950").estimate()
+    assert not est.breakdown["unequal_linear"]
+    assert "not a linear function of x" in str(est)

@@ -87,7 +87,7 @@ class Estimate:
 def _rounds_text(b):
     if "unequal_workgroups" in b:
         per = ", ".join(f"x={x}: {c:,.0f}" for x, c in b["unequal_workgroups"])
-        shape = "" if b.get("unequal_linear", True) else "; not linear in x (remapped ids?): an average of the samples"
+        shape = "" if b.get("unequal_linear", True) else "; not a linear function of x (remapped ids?): samples only"
         return (f"workgroups of unequal work, {b['workgroups_per_cu']}/CU, each CU taking the next as one ends "
                 f"({per}{shape})")
     text = f"{b['rounds']} round(s) of {b['cycles_per_round']:,.0f}"
@@ -148,7 +148,12 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
     detail = detail_iterations or 4 * resident
     samples = sample_workgroups(grid)
-    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples)
+    # the grid's last workgroup, at the last x too: work that depends on x alone gives it the same path as the
+    # last x sample; a grid that remaps its ids (T.use_swizzle) or whose work varies along y does not
+    probe = [n_wg - 1] if n_wg - 1 not in samples else []
+    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples + probe)
+    along_x = not probe or tr.samples[-1] == tr.samples[len(samples) - 1]
+    tr.samples = tr.samples[:len(samples)]
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
                                      t.l2_refetch_per_gap, t.l1_bytes_per_cu)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
@@ -169,11 +174,12 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     mfma_flops = _wg_flops(cu, wpw) * n_wg
     usage, simulated, skipped = _usage(cu, t, hit, hbm_bw), cu.simulated_cycles, cu.skipped_trips
     unequal = None
-    if any(streams != tr.streams for streams in tr.samples[1:]):
+    if any(streams != tr.streams for streams in tr.samples[1:]) or not along_x:
         # workgroups of unequal work (a causal grid, a persistent kernel's share): time each sampled one
         sims = [cu] + [simulate(streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw))
                        for streams in tr.samples[1:]]
         unequal = _unequal_grid(grid, samples, sims, wpw, t.cus * resident)
+        unequal["linear"] = unequal["linear"] and along_x
         cycles = t.launch_overhead_clk + unequal["makespan"]
         mfma_flops = unequal["flops"]
         usage = {k: sum(w * _usage(sim, t, hit, hbm_bw)[k] for w, sim in zip(unequal["weights"], sims))
