@@ -154,8 +154,8 @@ def p_route(ir):
 
 def first_batch(shape, dtype):
     """Zeros of the first batch of a (batch, ...) tensor. The model runs only the workgroups of one XCD's first
-    round and its sampled ones (tilegcn/perfmodel/grid.py), all in batch 0 at these grids (x fastest, 256 query
-    tiles x heads per batch), so an estimate needs no more memory than that; at HipKittens' shape the whole
+    round and its sampled ones (tilegcn/perfmodel/grid.py: rows y = 0 and 1), all in batch 0 at these grids (x
+    fastest, 256 query tiles x heads per batch), so an estimate needs no more memory than that; at HipKittens' shape the whole
     tensors (1 GiB each) would not fit this machine twice (the emulated device copies its arguments). A workgroup
     of another batch would fault on the unmapped address and the row would say so."""
     return torch.zeros(1, *shape[1:], dtype=dtype)
@@ -321,6 +321,7 @@ def main(argv=None):
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--quick", action="store_true", help="one tilegcn candidate; Triton's 128x64 w4 object only")
     ap.add_argument("--triton-keep", type=int, default=3, help="Triton configs kept from the ranking (default 3)")
+    ap.add_argument("--triton-tiles", help="skip the ranking: these BLOCK_MxBLOCK_Nxwarps, e.g. 128x64x4,128x32x4")
     args = ap.parse_args(argv)
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     checked = {}
@@ -331,8 +332,11 @@ def main(argv=None):
         tiles = {}
         for shape in shapes:
             if args.triton and shape.dim not in tiles:
-                tiles[shape.dim] = ([QUICK_TRITON_TILE] if args.quick else
-                                    triton_ranking(args.triton, arch, shape, checked, args.triton_keep))
+                if args.triton_tiles:
+                    tiles[shape.dim] = [tuple(int(v) for v in t.split("x")) for t in args.triton_tiles.split(",")]
+                else:
+                    tiles[shape.dim] = ([QUICK_TRITON_TILE] if args.quick else
+                                        triton_ranking(args.triton, arch, shape, checked, args.triton_keep))
             for causal in causals:
                 t1 = time.perf_counter()
                 print(f"== {device} ({arch}), {shape}, {'causal' if causal else 'non-causal'}: model TFLOP/s")

@@ -148,9 +148,12 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
     detail = detail_iterations or 4 * resident
     samples = sample_workgroups(grid)
-    # the grid's last workgroup, at the last x too: work that depends on x alone gives it the same path as the
-    # last x sample; a grid that remaps its ids (T.use_swizzle) or whose work varies along y does not
-    probe = [n_wg - 1] if n_wg - 1 not in samples else []
+    # a workgroup at the last x of the next row (y = 1, or z = 1 in a one-row grid): work that depends on x alone
+    # gives it the same path as the last x sample; a grid that remaps its ids (T.use_swizzle) or whose work varies
+    # along y does not. (Not the grid's last workgroup: a caller may map only the first batch's memory, as
+    # bench/attention.py does at 1 GiB tensors, and the model runs nothing past the first rows.)
+    step = grid[0] if grid[1] > 1 else grid[0] * grid[1]
+    probe = [grid[0] - 1 + step] if n_wg > grid[0] else []
     tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples + probe)
     along_x = not probe or tr.samples[-1] == tr.samples[len(samples) - 1]
     tr.samples = tr.samples[:len(samples)]
