@@ -248,21 +248,25 @@ def _unequal_grid(grid, samples, sims, wpw, slots):
     flops = [_wg_flops(sim, wpw) for sim in sims]
     per_x, flops_x = [], 0.0
     weights = [0.0] * len(sims)
+    if len(xs) == 1:  # a one-column grid (its rows differ: only the probe saw it): no line to follow
+        xs, cycles, flops = xs * 2, cycles * 2, flops * 2
+        weights = [0.0, 0.0]
     for x in range(gx):
         k = max(0, min(len(xs) - 2, bisect.bisect_right(xs, x) - 1))
-        f = (x - xs[k]) / (xs[k + 1] - xs[k]) if len(xs) > 1 else 0.0
+        f = (x - xs[k]) / (xs[k + 1] - xs[k]) if xs[k + 1] != xs[k] else 0.0
         c = (1 - f) * cycles[k] + f * cycles[k + 1]
         per_x.append(c)
         flops_x += (1 - f) * flops[k] + f * flops[k + 1]
         weights[k] += (1 - f) * cycles[k]
         weights[k + 1] += f * cycles[k + 1]
+    weights = weights[:len(sims)]
     free = [0.0] * min(slots, gx * gy * gz)
     for _ in range(gy * gz):
         for c in per_x:
             heapq.heapreplace(free, free[0] + c)
     total = sum(weights)
     return {"makespan": max(free), "flops": flops_x * gy * gz, "weights": [w / total for w in weights],
-            "samples": [(x, c) for x, c in zip(xs, cycles)], "linear": _linear(xs, cycles)}
+            "samples": [(x, c) for x, c in zip(xs, cycles)][:len(sims)], "linear": _linear(xs, cycles)}
 
 
 def _linear(xs, cycles, tolerance=0.25):
