@@ -17,8 +17,10 @@ BATCH, HEADS, KV_HEADS, DIM, BLOCK = 8, 64, 8, 64, 64
 def _estimate(seq, causal):
     q = torch.zeros(BATCH, seq, HEADS, DIM, dtype=torch.float16)
     kv = torch.zeros(BATCH, seq, KV_HEADS, DIM, dtype=torch.float16)
+    # num_stages=1: both loops serial, so the per-tile cost is alike and the grid model alone is tested (the
+    # non-causal loop is pipelined at num_stages=2, the causal one, with its runtime trip count, is not)
     kernel = example_gqa_fwd_bshd.flashattn(BATCH, HEADS, seq, DIM, causal, groups=HEADS // KV_HEADS,
-                                            block_M=BLOCK, block_N=BLOCK, num_stages=2, threads=128)
+                                            block_M=BLOCK, block_N=BLOCK, num_stages=1, threads=128)
     return kernel.compile(q, kv, kv, arch="gfx950").estimate()
 
 
@@ -45,8 +47,10 @@ def test_causal_estimate_counts_the_problems_flops(estimates):
 def test_causal_grid_takes_about_its_share_of_the_time(estimates):
     seq, full, causal = estimates
     share = _tile_pairs(seq, True) / _tile_pairs(seq, False)  # 136 / 256
-    # the key-tile loop dominates both; the CUs' load balance and the per-workgroup prologue allow some slack
-    assert share * 0.85 < causal.cycles / full.cycles < share * 1.4
+    # more than its share of the tile pairs (each workgroup's prologue and epilogue, the causal mask's VALU work on
+    # every tile, the grid's tail), less than the whole grid's time; extrapolating workgroup 0 (one key tile) gave
+    # 16 / 136 of the pairs
+    assert share * 0.85 < causal.cycles / full.cycles < 1.0
     assert "unequal work" in str(causal) and causal.breakdown["unequal_linear"]
 
 
