@@ -13,8 +13,9 @@ another project's, built from its public source as that project builds it:
   integer arguments divisible by 16. Their sources import torch for the host wrapper only: a stub stands in.
 - ROCm/aiter (a checkout or bare git dir in --aiter-src; MIT): hsa/gfx950/bf16gemm/bf16gemm_bf16_tn_256x256.co,
   a precompiled hand-written assembly bf16 GEMM, and hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_*.co,
-  its MI300X int8 GEMMs, copied as they are (bench/calibration/aiter holds copies with aiter's licence, so the
-  bench runs without this step).
+  its MI300X int8 GEMMs, hsa/gfx950/fp8gemm_blockscale/*_{128x128,80x128}.co and hsa/gfx950/f4gemm/
+  *_BpreShuffle_{256x256,128x512}.co, its MI355X fp8 blockscale and MXFP4 GEMMs, copied as they are
+  (bench/calibration/aiter holds copies with aiter's licence, so the bench runs without this step).
 - HazyResearch/HipKittens (a checkout or bare git dir in --hipkittens-src; MIT): the gfx950 bf16 GEMMs its
   analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json measured (analysis/bf16_gemm/mi350x/kernel_<n>.cpp, n =
   1024 ... 16384: kernel_8192.cpp is kernels/gemm/bf16fp32/mi350x/256_256_64_32_with16x32.cpp) and its gfx950
@@ -53,6 +54,11 @@ AITER_OBJECTS = {"aiter_bf16gemm_bf16_tn_256x256.gfx950.co": "hsa/gfx950/bf16gem
 AITER_OBJECTS.update({f"I8gemm_bf16_perTokenI8_BpreShuffle_{t}.gfx942.co":
                       f"hsa/gfx942/i8gemm/I8gemm_bf16_perTokenI8_BpreShuffle_{t}.co"
                       for t in ("16x128", "32x128", "48x128", "80x128", "112x256", "128x128")})
+AITER_OBJECTS.update({f"fp8gemm_bf16_blockscale_BpreShuffle_{t}.gfx950.co":
+                      f"hsa/gfx950/fp8gemm_blockscale/fp8gemm_bf16_blockscale_BpreShuffle_{t}.co"
+                      for t in ("128x128", "80x128")})
+AITER_OBJECTS.update({f"f4gemm_bf16_per1x32Fp4_BpreShuffle_{t}.gfx950.co":
+                      f"hsa/gfx950/f4gemm/f4gemm_bf16_per1x32Fp4_BpreShuffle_{t}.co" for t in ("256x256", "128x512")})
 AITER_OBJECTS.update({"fwd_hd128_bf16_rtne.MI300.gfx942.co": "hsa/gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_rtne.co",
                       "fwd_hd128_bf16.gfx950.co": "hsa/gfx950/fmha_v3_fwd/fwd_hd128_bf16.co"})
 

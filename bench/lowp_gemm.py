@@ -9,7 +9,9 @@ Issue 22's must-show: the model's TFLOP/s at M = N = K = 8192 of
     B K-major, C bf16) at each config of MX_CONFIGS;
 (b) Triton 3.9's fp8 matmul and (c, gfx950 only) its `tl.dot_scaled` MXFP4 matmul, from the code objects that
     bench/triton_lowp.py writes into DIR (run it first with /work/venvs/triton/bin/python; not committed);
-    each config of its manifest is estimated, the best by the model marked `*`.
+    each config of its manifest is estimated, the best by the model marked `*`;
+(d, gfx950) aiter's assembly MXFP4 GEMM code object (bench/calibration/aiter) at the tile aiter's tuned CSV ran at
+    8192^3, beside tilegcn's MX rows (marked `*` with them when the model puts it first).
 MI355X for gfx950, MI300X for gfx942 (each arch's device in tilegcn.amdgcn.arch.TIMING). The published figures
 (issue 22) are printed beside them: measurements on MI355X; none of them set a model parameter. They are other
 kernels (HipKittens, hipBLASLt, Gluon, aiter assembly, FlyDSL), one at another shape (Gluon fp8:
@@ -36,8 +38,10 @@ from tilegcn.perfmodel import estimate  # noqa: E402
 
 SIZE = 8192
 # (BM, BN, BK, num_stages, threads): tilegcn fp8 tiles (BK in elements); the first is the --quick one
+# (threads 512: 8 waves, the ping-pong K loop by default: LDS DMA on gfx950, register-staged on gfx942)
 TILEGCN_CONFIGS = [(256, 256, 128, 2, 256), (256, 256, 64, 2, 256), (256, 128, 128, 2, 256),
-                   (128, 128, 128, 2, 256), (256, 256, 128, 1, 256)]
+                   (128, 128, 128, 2, 256), (256, 256, 128, 1, 256), (256, 256, 128, 2, 512),
+                   (256, 256, 64, 2, 512)]
 # (what, kernel, TFLOP/s, shape): issue 22's published MI355X figures
 PUBLISHED = {
     "fp8": [("HipKittens fp8 GEMM", 3327, "8192^3"), ("hipBLASLt fp8 GEMM", 3233, "8192^3"),
@@ -47,9 +51,9 @@ PUBLISHED = {
 }
 # (BM, BN, BK, num_stages, threads) of tilegcn's MX-scaled T.gemm, BK in values; the first is the --quick one
 MX_CONFIGS = {"mxfp4": [(256, 256, 256, 2, 256), (256, 128, 256, 2, 256), (128, 128, 256, 2, 256),
-                        (256, 256, 128, 2, 256), (256, 256, 256, 2, 512)],
+                        (256, 256, 128, 2, 256), (256, 256, 256, 2, 512), (256, 256, 128, 2, 512)],
               "mxfp8": [(256, 256, 128, 2, 256), (256, 128, 128, 2, 256), (128, 128, 256, 2, 256),
-                        (256, 256, 64, 2, 256)]}
+                        (256, 256, 64, 2, 256), (256, 256, 128, 2, 512), (256, 256, 64, 2, 512)]}
 FLOPS = 2 * SIZE ** 3
 
 
@@ -100,6 +104,23 @@ def triton_rows(folder, kind, arch):
     return rows
 
 
+# aiter's assembly MXFP4 GEMM at SIZE^3: the tile its tuned CSV ran there (aiter/configs/a4w4_blockscale_tuned_gemm.csv,
+# ROCm/aiter e4048607: f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256, unsplit, 5,089.97 TFLOP/s); its code object and
+# launch are bench/model_accuracy.py's (bench/calibration/aiter)
+AITER_MXFP4_TILE = "256x256"
+
+
+def aiter_rows():
+    """[(label, estimate or error text)] of aiter's MXFP4 GEMM code object at SIZE^3 on MI355X."""
+    from model_accuracy import aiter_lowp_estimate
+
+    label = f"aiter assembly MXFP4 f4gemm {AITER_MXFP4_TILE} (its tuned CSV's tile)"
+    try:
+        return [(label, aiter_lowp_estimate("f4", AITER_MXFP4_TILE, SIZE, SIZE, SIZE))]
+    except Exception as exc:  # reported, not fatal
+        return [(label, f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}")]
+
+
 def print_rows(rows):
     """Model rows (best by the model marked *), TFLOP/s and MFMA-busy %."""
     good = [est.tflops for _, est in rows if not isinstance(est, str)]
@@ -134,7 +155,8 @@ def main(argv=None):
         if arch == "gfx950":
             print_published("fp8")
             print(f"== {arch} ({device}), MXFP4 GEMM {SIZE}^3: model TFLOP/s")
-            print_rows(tilegcn_rows(arch, MX_CONFIGS["mxfp4"][:1] if args.quick else MX_CONFIGS["mxfp4"], "mxfp4"))
+            print_rows(tilegcn_rows(arch, MX_CONFIGS["mxfp4"][:1] if args.quick else MX_CONFIGS["mxfp4"], "mxfp4")
+                       + aiter_rows())
             if args.triton:
                 print_rows(triton_rows(args.triton, "mxfp4", arch))
             print_published("mxfp4")

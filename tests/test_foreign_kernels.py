@@ -8,7 +8,9 @@ from its source at 512^3) computes A B^T unchecked (about 3 s) and is refused ch
 read (about 1 s); its attention forward (4 heads on 2 KV heads, 256 tokens) gives torch's output and
 log-sum-exp, checked (about 2 s), and its causal forward (512 tokens) the causal ones, unchecked (about 3 s: it
 reads an MFMA result sooner than the ISA guide's wait states: clang-22 leaves that read, at a block where two
-paths join, unpadded).
+paths join, unpadded). aiter's gfx950 fp8 blockscale GEMM computes (A a_scale) (B b_scale)^T unchecked (about
+1 s) and is refused checked at its epilogue's early read of an MFMA result (under 1 s); its MXFP4 GEMM computes
+the e8m0-scaled e2m1 product, checked (about 2 s).
 """
 import sys
 from pathlib import Path
@@ -102,3 +104,52 @@ def test_hipkittens_causal_attention_forward_masks_future_tokens():
     ref = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vx)
     torch.testing.assert_close(out.float(), ref, atol=8e-3, rtol=2e-2)
     torch.testing.assert_close(lse[:, :, 0], torch.logsumexp(scores, -1), atol=4e-3, rtol=1e-3)
+
+
+# the OCP MX e2m1 values of the 16 codes (sign in bit 3), to decode aiter's packed fp4 operands
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def test_aiter_fp8_blockscale_gemm_computes_scaled_a_times_b_transposed():
+    """aiter's gfx950 fp8 blockscale GEMM (128x128 tile), a partial row of tiles (M 100), two K blocks: C =
+    (A a_scale) (B b_scale)^T, fp8 e4m3 decoded by torch. About 1 s."""
+    from model_accuracy import aiter_fp8bs_launch
+
+    m, n, k = 100, 256, 256
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(r, k, generator=g).to(torch.float8_e4m3fn) for r in (m, n))
+    a_scale, b_scale = torch.rand(m, k // 128, generator=g) + .5, torch.rand(n // 128, k // 128, generator=g) + .5
+    mod, name, launch, c = aiter_fp8bs_launch("128x128", m, n, k, a, b, a_scale, b_scale)
+    # unchecked: its epilogue's v_pk_fma_f32 reads an MFMA result 6 wait states after it, where LLVM asks 8 (next test)
+    mod.launch(name, check=False, **launch)
+    ref = (a.float() * a_scale.repeat_interleave(128, 1)) @ (b.float() * b_scale.repeat_interleave(128, 0)
+                                                               .repeat_interleave(128, 1)).T
+    # its epilogue truncates fp32 to bf16: up to 2^-7 relative
+    torch.testing.assert_close(c.float(), ref, rtol=2 ** -7, atol=1e-3)
+
+
+def test_aiter_fp8_blockscale_gemm_checked_run_refuses_its_early_mfma_read():
+    from model_accuracy import aiter_fp8bs_launch
+    from tilegcn.errors import HazardError
+
+    mod, name, launch, _ = aiter_fp8bs_launch("128x128", 128, 128, 128)
+    with pytest.raises(HazardError, match=r"v_pk_fma_f32.*reads the result of `v_mfma_f32_16x16x32_fp8_fp8.*after 6 "
+                                          r"wait states; gfx950 needs 8"):
+        mod.launch(name, **launch)
+
+
+def test_aiter_mxfp4_gemm_computes_scaled_a_times_b_transposed():
+    """aiter's gfx950 MXFP4 GEMM (f4gemm 256x256), checked, M 200 (a partial tile): packed e2m1 operands with
+    e8m0 scales per 32 K, decoded here from the MX tables; its bf16 output rounds to nearest. About 2 s."""
+    from model_accuracy import aiter_f4_launch
+
+    m, n, k = 200, 256, 256
+    g = torch.Generator().manual_seed(0)
+    ca, cb = (torch.randint(0, 16, (r, k), generator=g, dtype=torch.uint8) for r in (m, n))
+    sa, sb = (torch.randint(124, 130, (r, k // 32), generator=g, dtype=torch.uint8) for r in (m, n))
+    pack = lambda codes: (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()  # noqa: E731
+    mod, name, launch, d = aiter_f4_launch("256x256", m, n, k, pack(ca), pack(cb), sa, sb)
+    mod.launch(name, **launch)
+    decode = lambda codes, s: E2M1[codes.long()] * torch.exp2(s.float() - 127).repeat_interleave(32, 1)  # noqa: E731
+    ref = decode(ca, sa) @ decode(cb, sb).T
+    torch.testing.assert_close(d.float(), ref, rtol=2 ** -8, atol=1e-3)

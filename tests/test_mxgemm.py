@@ -11,6 +11,7 @@ import torch
 
 import tilegcn
 from kernels import mx_gemm
+from test_ping_pong import PING_PONG_MARK
 from tilegcn import language as T
 from tilegcn.errors import CompileError
 
@@ -62,6 +63,8 @@ def reference(A, B, SA, SB, scaled=True) -> np.ndarray:
     # scale rows of 10 bytes: 2-byte pieces through staged VGPRs
     ("float8_e4m3fn", (64, 64, 320), (64, 64, 128, 256), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
     ("float8_e5m2", (32, 64, 256), (16, 64, 128, 64), 1, "v_mfma_scale_f32_16x16x128_f8f6f4"),
+    # 8 waves: gfx950's ping-pong K loop (two wave groups a barrier apart), ragged M, N and K (3.125 tiles of 256)
+    ("float8_e4m3fn", (112, 120, 800), (128, 128, 256, 512), 2, "v_mfma_scale_f32_32x32x64_f8f6f4"),
 ])
 def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     M, N, K = shape
@@ -73,9 +76,40 @@ def test_mx_gemm_matches_numpy(dtype, shape, tile, stages, mfma):
     ref = reference(A, B, SA, SB)
     np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     formats = {"fp4": "cbsz:4 blgp:4", "float8_e5m2": "cbsz:1 blgp:1", "float8_e4m3fn": None}[dtype]  # e4m3: code 0
-    lines = [ln for ln in mx_gemm.compile(A, B, SA, SB, C, **kw).asm.splitlines() if "f8f6f4" in ln]
+    asm = mx_gemm.compile(A, B, SA, SB, C, **kw).asm
+    assert (PING_PONG_MARK in asm) == (threads == 512)  # the ping-pong loop is gfx950's default at 8 waves
+    lines = [ln for ln in asm.splitlines() if "f8f6f4" in ln]
     assert lines and all(ln.split()[0] == mfma for ln in lines), lines[:2]
     assert all(ln.rstrip().endswith(formats) if formats else "cbsz" not in ln for ln in lines), lines[:2]
+
+
+def test_mxfp8_scale_rows_stay_whole_in_k_phases():
+    """block_K 128 split into K phases of 64 leaves 2 scale bytes a row a phase; the scale tiles keep the K tile's
+    4-byte rows instead, copied by LDS DMA in each phase (no 2-byte loads through VGPRs), each phase's gemm reading
+    its half: ragged M and N, 10 phases (2 trips of 4 and 2 drain steps)."""
+    A, B, SA, SB = mx_inputs(240, 120, 640, "float8_e4m3fn", seed=2)
+    C = torch.zeros(240, 120)
+    kw = dict(arch="gfx950", block_M=256, block_N=128, block_K=128, threads=256, num_stages=2)
+    kernel = mx_gemm.compile(A, B, SA, SB, C, **kw)
+    assert "_phase" in kernel.ir  # the loop runs in K phases
+    assert "SA -> SA_s slot 0 (LDS DMA)" in kernel.asm and "buffer_load_ushort" not in kernel.asm
+    mx_gemm(A, B, SA, SB, C, **kw)
+    ref = reference(A, B, SA, SB)
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_scale_rows_stay_split_unless_both_tiles_can_keep_them():
+    """A gemm reads its two scale tiles at one offset: a scale_B view whose rows are 21 bytes apart (no 4-byte
+    loads) keeps both tiles in 2-byte phase rows through VGPRs, and the result stays right."""
+    A, B, SA, SB = mx_inputs(240, 120, 640, "float8_e4m3fn", seed=3)
+    wide = torch.zeros(120, 21, dtype=torch.uint8)
+    wide[:, :20] = SB
+    C = torch.zeros(240, 120)
+    kw = dict(arch="gfx950", block_M=256, block_N=128, block_K=128, threads=256, num_stages=2)
+    assert "SA -> SA_s slot 0 (LDS DMA)" not in mx_gemm.compile(A, B, SA, wide[:, :20], C, **kw).asm
+    mx_gemm(A, B, SA, wide[:, :20], C, **kw)
+    ref = reference(A, B, SA, SB)
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 def test_fp4_gemm_without_scales():
@@ -96,6 +130,10 @@ def test_mx_gemm_refusals():
     bf = torch.zeros(64, 128, dtype=torch.bfloat16)
     with pytest.raises(CompileError, match="scale MX operands.*not bfloat16"):
         mx_gemm.compile(bf, bf, SA, SB, C, arch="gfx950")
+    fp8 = mx_inputs(64, 64, 128, "float8_e4m3fn")[0]  # MXFP8 A x MXFP4 B: the way around is named
+    with pytest.raises(CompileError, match=r"mixed MX formats.*widen the fp4 operand to float8_e4m3fn") as err:
+        mx_gemm.compile(fp8, B, SA, SB, C, arch="gfx950")
+    assert "kernels.py" in str(err.value)  # the T.gemm line
     with pytest.raises(CompileError, match="packed fp4 values .* are T.gemm operands only"):
         _fp4_fragment.compile(A, C, arch="gfx950")
     with pytest.raises(CompileError, match="float4_e2m1fn_x2 operands must be K-major"):

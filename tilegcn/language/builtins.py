@@ -600,6 +600,7 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
         raise CompileError(f"T.gemm: A fragment {a.name} is {a.dtype.name}; a fragment A operand is bfloat16 or "
                            "float16, or an 8-bit type (fp8, int8): T.copy it into a fragment of one of those first",
                            location=loc)
+    _refuse_mixed_mx(a, b, loc)
     mixed_fp8 = {a.dtype.short, b.dtype.short} == {"fp8", "bf8"}  # e4m3 x e5m2: the fp8_bf8 / bf8_fp8 MFMAs
     if (a.dtype != b.dtype and not mixed_fp8) or a.dtype.name not in _GEMM_OPERAND_DTYPES:
         raise CompileError(f"T.gemm: A and B must have one dtype of {', '.join(_GEMM_OPERAND_DTYPES)} (got "
@@ -622,6 +623,20 @@ def gemm(A, B, C, transpose_A: bool = False, transpose_B: bool = False, k_pack: 
     scales = _mx_scales(scale_A, scale_B, a, M, Nb, K, loc)
     tracer.record(ops.Gemm(a, b, c, bool(transpose_A), bool(transpose_B),
                            policy=None if policy == GemmWarpPolicy.Square else policy, loc=loc, **scales))
+
+
+def _refuse_mixed_mx(a, b, loc):
+    """MXFP8 x MXFP4 (one packed fp4 operand, the other OCP fp8): gfx950's f8f6f4 MFMA takes a format per operand
+    (cbsz / blgp), but a gemm plan has one element width for both operands' K step, registers and LDS reads."""
+    fp8 = ("float8_e4m3fn", "float8_e5m2")
+    if {a.dtype.is_packed_fp4, b.dtype.is_packed_fp4} != {True, False} or \
+            (b.dtype if a.dtype.is_packed_fp4 else a.dtype).name not in fp8:
+        return
+    wide = (b if a.dtype.is_packed_fp4 else a).dtype.name
+    raise CompileError(f"T.gemm: A {a.dtype.name} x B {b.dtype.name}: mixed MX formats (MXFP8 x MXFP4) are not "
+                       "supported (tilegcn plans one element width for both operands); widen the fp4 operand to "
+                       f"{wide} before the kernel (every e2m1 value is exact in it; its scales stay) and multiply "
+                       "as MXFP8, or give both operands as float4_e2m1fn_x2", location=loc)
 
 
 def _mx_scales(scale_A, scale_B, a, M: int, N_: int, K: int, loc) -> dict:

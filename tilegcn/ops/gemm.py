@@ -31,6 +31,9 @@ class Gemm(TileOp):
     # (scale_A: (M, K / 32)) and of a column of B (scale_B: (N, K / 32)); v_mfma_scale_f32_* applies them
     scale_A: Buffer | None = None
     scale_B: Buffer | None = None
+    # K phases one scale tile row covers (passes/pipelining.py split_k_phases keeps rows of 4 bytes whole where a
+    # phase's share would be 2, so the tiles still go by LDS DMA): the gemm of stage s reads part s % scale_phases
+    scale_phases: int = 1
 
     @property
     def scaled(self) -> bool:

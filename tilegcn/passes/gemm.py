@@ -941,9 +941,10 @@ class _ScaleReads:
         self.lane_offset = {op: (origin[op] + sympy.Mod(lane, dim)) * self.row_bytes[op] + sympy.floor(lane / dim)
                             for op, _ in tiles}
         self.base = {}
+        part = (s.stage % s.scale_phases) * self.row_bytes["A"] // s.scale_phases  # a whole row's K phase's bytes
         for op, buf in tiles:
             _, index = ctx.lds_slot(buf, s.stage)
-            self.base[op] = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0)
+            self.base[op] = ctx.shared[buf] + index * ctx.stage_bytes.get(buf, 0) + part
         self.G, self.dim = G, dim
         reps = {"A": plan.repeats_M, "B": plan.repeats_N}
         b = ctx.b

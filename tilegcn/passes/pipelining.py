@@ -67,6 +67,7 @@ import math
 import sympy
 
 from ..amdgcn.arch import TIMING
+from ..amdgcn.memory import access_width
 from ..ir import nodes as N
 from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
@@ -218,7 +219,8 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
             order = step_order(s, arch, by_dma, threads)
             if order in (PHASES, PING_PONG) and not phases:
                 order = WAIT_FIRST
-            phased = split_k_phases(s, program, arch, threads) if order in (PHASES, PING_PONG) else None
+            phased = split_k_phases(s, program, arch, threads, whole_scale_rows=order == PHASES) \
+                if order in (PHASES, PING_PONG) else None
             if phased is None and order == PING_PONG and getattr(s, "ping_pong", None):
                 raise CompileError("T.Pipelined(annotations={'ping_pong': True}): the loop cannot be split into K "
                                    "phases (a shared tile used outside its copies and gemms, a copy of part of a "
@@ -244,7 +246,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
     return out
 
 
-def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
+def split_k_phases(loop, program: list, arch=None, threads: int | None = None, whole_scale_rows: bool = False):
     """(the loop over K phases, {shared buffer: its phase buffer}), or None where the loop cannot be split.
 
     Each shared tile of block_K along K becomes a tile of block_K / PHASES_PER_TILE; the loop runs over phases
@@ -254,7 +256,9 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
     kernel's body) but this loop's copies and gemms, a copy of part of a shared tile, a copy that does not walk K
     by whole tiles, a phase of fewer than 32 K (the widest MFMA K step: every arch's shapes still divide it).
     An MX-scaled gemm's scale tiles (K / 32 columns) split with its operands; where the phase tile leaves that gemm
-    no MFMA shape (the f8f6f4 forms need 64 or 128 K, `arch` and `threads` given to plan it), the loop is not split."""
+    no MFMA shape (the f8f6f4 forms need 64 or 128 K, `arch` and `threads` given to plan it), the loop is not split.
+    `whole_scale_rows`: scale tiles whose phase share of a row would be 2 bytes keep the K tile's rows
+    (_whole_scale_rows); the ping-pong does not ask for it (see there)."""
     if not _plain(loop):
         return None  # the other statements of the step would have to be split too
     p, k = PHASES_PER_TILE, loop.var
@@ -272,7 +276,12 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
             any(b.shape[d] % (p if b in scales else p * 32) for b, d in k_dims.items()):
         return None
     phase = sympy.Symbol(f"{k}_phase", integer=True, nonnegative=True)
-    buffers = {b: dataclasses.replace(b, shape=_divided(b.shape, d, p)) for b, d in k_dims.items()}
+    whole = {c.dst.buffer for c in copies if whole_scale_rows and c.dst.buffer in scales and _whole_scale_rows(c, p)}
+    for g in gemms:  # a gemm reads both scale tiles at one offset (Gemm.scale_phases): both whole rows, or neither
+        if g.scaled and not {g.scale_A, g.scale_B} <= whole:
+            whole -= {g.scale_A, g.scale_B}
+    buffers = {b: dataclasses.replace(b, shape=b.shape if b in whole else _divided(b.shape, d, p))
+               for b, d in k_dims.items()}
     new_copies, ends = [], []
     for c in copies:
         d, dk = k_dims[c.dst.buffer], _src_dim(c, k_dims[c.dst.buffer])
@@ -280,6 +289,11 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
         if any(x.has(k) for i, x in enumerate(starts) if i != dk) or \
                 sympy.expand(starts[dk] - starts[dk].subs(k, 0)) != k * c.src.extents[dk]:
             return None  # the copy does not walk K by whole tiles
+        if c.dst.buffer in whole:  # every phase of K tile t copies tile t's scale rows (the gemm reads its part)
+            starts[dk] = starts[dk].subs(k, 0) + sympy.floor(phase / p) * c.src.extents[dk]
+            new_copies.append(dataclasses.replace(c, src=N.Region(c.src.buffer, tuple(starts), c.src.extents),
+                                                  dst=N.Region(buffers[c.dst.buffer], c.dst.starts, c.dst.extents)))
+            continue  # the operands' copies say which trailing phases are past K
         starts[dk] = starts[dk].subs(k, 0) + phase * (c.src.extents[dk] // p)
         src = N.Region(c.src.buffer, tuple(starts), _divided(c.src.extents, dk, p))
         dst = N.Region(buffers[c.dst.buffer], c.dst.starts, _divided(c.dst.extents, d, p))
@@ -289,12 +303,28 @@ def split_k_phases(loop, program: list, arch=None, threads: int | None = None):
     while extent > 1 and all(_starts_past(start.subs(phase, extent - 1), end) for start, end in ends):
         extent -= 1  # a trailing phase wholly past K (ragged K): nothing to load or compute
     new_gemms = [dataclasses.replace(g, A=buffers[g.A], B=buffers[g.B],
-                                     **({"scale_A": buffers[g.scale_A], "scale_B": buffers[g.scale_B]}
-                                        if g.scaled else {})) for g in gemms]
+                                     **({"scale_A": buffers[g.scale_A], "scale_B": buffers[g.scale_B],
+                                         "scale_phases": p if g.scale_A in whole else 1} if g.scaled else {}))
+                 for g in gemms]
     if not all(_plannable(g, arch, threads) for g in new_gemms):
         return None
     body = [new_copies.pop(0) if s.k_loop_role() == LOAD else new_gemms.pop(0) for s in loop.body]
     return dataclasses.replace(loop, var=phase, extent=extent, num_stages=loop.num_stages * p, body=body), buffers
+
+
+def _whole_scale_rows(copy, p: int) -> bool:
+    """Whether an MX scale tile's copy keeps its whole rows in every K phase: a phase's share of a row is not 4 bytes
+    but the whole row is, and the source allows 4-byte loads (amdgcn.memory.access_width, as the scale copy asks),
+    so the tile goes by 4-byte LDS DMA (gemm.py _ScaleCopy.by_dma) instead of 2-byte loads through VGPRs written to
+    LDS before each phase's barrier (llvm-mca on gfx950's 256x256x128 MXFP8 loop: 1.095x the MFMA bound against
+    1.101x; the timing model at 8192^3 on MI355X 2,854 against 2,830 TFLOP/s; the same 1 KiB of a 256-row tile copied
+    once per phase, twice per K tile). Not for the 8-wave ping-pong: its memory cluster then carries two DMAs of 256
+    units, EXEC-masked for 512 threads, and the model rates the same tile 3,050 against 3,084 TFLOP/s (MXFP4's
+    256x256x128 ping-pong would gain, 5,648 against 5,535, but its best tile, block_K 256, has 4-byte phase rows)."""
+    cols = copy.dst.buffer.shape[1]
+    if cols % 4 or (cols // p) % 4 == 0:
+        return False
+    return access_width(copy.src.buffer, cols, True) >= 4
 
 
 def _plannable(g, arch, threads) -> bool:

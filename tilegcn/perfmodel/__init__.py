@@ -17,7 +17,8 @@ loops after a few trips; (2) `l2.py` turns the footprints into the XCD's L2 hit 
 replays the streams of the co-resident workgroups of one CU clock by clock (issue slots, MFMA pipe,
 waits, barriers) against `memory.py` (LDS ports, TCP, L2/HBM bandwidth and latency); (4) `grid.py`
 places workgroups (occupancy, dispatch rounds) and adds the fast-forwarded trips at the steady trip
-time. The model counts cycles; `clock_hz` (a sustained clock, far below the peak under MFMA load)
+time; when five workgroups sampled along x take different paths (a causal grid), it times each and
+interpolates between them. The model counts cycles; `clock_hz` (a sustained clock, far below the peak under MFMA load)
 converts them to seconds. Parameters: `tilegcn.amdgcn.arch.TIMING`, each with its source.
 """
 from .grid import Estimate, estimate

@@ -7,9 +7,16 @@ to the XCD's CUs; with R workgroups resident per CU the busiest CU runs ceil(cei
 R workgroups, each round timed by `cu.simulate` on copies of the detailed workgroup's streams; a partly filled
 last round is simulated with the workgroups it has (fewer per CU, or fewer CUs busy). The bandwidth each CU gets
 is its share of the XCD's L2 and of HBM among the CUs that have work in the round.
+
+Workgroups of unequal work (`sample_workgroups`, `_unequal_grid`): five workgroups along x (first to last) are
+recorded; if their streams differ (causal attention, a persistent kernel's shares), each is simulated, a
+workgroup's cycles and FLOPs are interpolated linearly in x between them, and the grid is dispatched greedily:
+each workgroup, in linear order, to the CU slot that frees up first.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 import math
 
@@ -78,6 +85,11 @@ class Estimate:
 
 
 def _rounds_text(b):
+    if "unequal_workgroups" in b:
+        per = ", ".join(f"x={x}: {c:,.0f}" for x, c in b["unequal_workgroups"])
+        shape = "" if b.get("unequal_linear", True) else "; not a linear function of x (remapped ids?): samples only"
+        return (f"workgroups of unequal work, {b['workgroups_per_cu']}/CU, each CU taking the next as one ends "
+                f"({per}{shape})")
     text = f"{b['rounds']} round(s) of {b['cycles_per_round']:,.0f}"
     if b.get("last_round_cycles", b["cycles_per_round"]) != b["cycles_per_round"]:
         text += f", the last partly filled: {b['last_round_cycles']:,.0f}"
@@ -135,7 +147,16 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     xcd_wgs = list(range(0, n_wg, arch.num_xcds)[:cus_per_xcd * resident])  # (a lazy slice: any grid size)
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
     detail = detail_iterations or 4 * resident
-    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes)
+    samples = sample_workgroups(grid)
+    # a workgroup at the last x of the next row (y = 1, or z = 1 in a one-row grid): work that depends on x alone
+    # gives it the same path as the last x sample; a grid that remaps its ids (T.use_swizzle) or whose work varies
+    # along y does not. (Not the grid's last workgroup: a caller may map only the first batch's memory, as
+    # bench/attention.py does at 1 GiB tensors, and the model runs nothing past the first rows.)
+    step = grid[0] if grid[1] > 1 else grid[0] * grid[1]
+    probe = [grid[0] - 1 + step] if n_wg > grid[0] else []
+    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples + probe)
+    along_x = not probe or tr.samples[-1] == tr.samples[len(samples) - 1]
+    tr.samples = tr.samples[:len(samples)]
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
                                      t.l2_refetch_per_gap, t.l1_bytes_per_cu)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
@@ -153,32 +174,112 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     else:
         last_cycles = cu.cycles
     cycles = t.launch_overhead_clk + (rounds - 1) * cu.cycles + last_cycles
-    mfma_flops = sum(acc["flops"] for acc in cu.per_wave[:wpw]) * n_wg
+    mfma_flops = _wg_flops(cu, wpw) * n_wg
+    usage, simulated, skipped = _usage(cu, t, hit, hbm_bw), cu.simulated_cycles, cu.skipped_trips
+    unequal = None
+    if any(streams != tr.streams for streams in tr.samples[1:]) or not along_x:
+        # workgroups of unequal work (a causal grid, a persistent kernel's share): time each sampled one
+        sims = [cu] + [simulate(streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw))
+                       for streams in tr.samples[1:]]
+        unequal = _unequal_grid(grid, samples, sims, wpw, t.cus * resident)
+        unequal["linear"] = unequal["linear"] and along_x
+        cycles = t.launch_overhead_clk + unequal["makespan"]
+        mfma_flops = unequal["flops"]
+        usage = {k: sum(w * _usage(sim, t, hit, hbm_bw)[k] for w, sim in zip(unequal["weights"], sims))
+                 for k in usage}
+        simulated = sum(sim.simulated_cycles for sim in sims)
+        skipped = sum(sim.skipped_trips for sim in sims)
+        cu = max(sims, key=lambda sim: sim.cycles)  # the busiest sampled workgroup's schedule for `trace`
     if trace:
         _write_trace(trace, cu.events, name, dev_name)
+    breakdown = {
+        "cycles_per_round": cu.cycles, "rounds": rounds, "last_round_cycles": last_cycles, "workgroups": n_wg,
+        "workgroups_per_cu": resident,
+        "waves_per_simd": resident * wpw / t.simds_per_cu, "occupancy_limit": limit,
+        **usage, "l2_hit_rate": hit, "l2_requests": requests, "l2_misses": misses,
+        "simulated_cycles": simulated, "skipped_trips": skipped,
+    }
+    if unequal is not None:
+        breakdown["unequal_workgroups"] = unequal["samples"]
+        breakdown["unequal_linear"] = unequal["linear"]
+    breakdown["limiting"] = _limiting(breakdown)
+    # seconds at the clock this load sustains (Timing.clock_at), unless the caller gave one: the SIMDs' MFMA and VALU
+    # busy share together (both draw on the SIMD's power; S19's GEMMs, the clock law's data, issue little VALU work)
+    clock = float(clock_hz or t.clock_at(min(1.0, (usage["mfma_busy_pct"] + usage["valu_busy_pct"]) / 100)))
+    return Estimate(name, dev_name, arch.name, cycles, clock, flops if flops is not None else mfma_flops, breakdown)
+
+
+def sample_workgroups(grid):
+    """The workgroups whose streams the model records: five along x (y = z = 0), the first, the last and three
+    near the quarter points, where the work of a causal attention grid (query tile x sees x + 1 key tiles) or of a
+    persistent kernel's workgroups varies. The k-th is moved k past its quarter point so that no two go to one XCD
+    (workgroup i runs on XCD i % 8): a grid that remaps its ids per XCD (T.use_swizzle) then samples tiles from
+    different parts of its order, not five from XCD 0's first share. Workgroups that take the same path cost one
+    recorded workgroup (they share the emulator's work)."""
+    gx = grid[0]
+    return sorted({0, *(min(gx - 1, k * gx // 4 + k) for k in (1, 2, 3)), gx - 1})
+
+
+def _wg_flops(cu, wpw):
+    """The MFMA FLOPs of one workgroup (the first `wpw` waves of the simulated CU), fast-forwarded trips included."""
+    return sum(acc["flops"] for acc in cu.per_wave[:wpw])
+
+
+def _usage(cu, t, hit, hbm_bw):
+    """The busy and stall shares (%) of one simulated CU."""
     c = cu.cycles
     waves = cu.per_wave
     stall = {k: 100.0 * sum(a[k] for a in waves) / len(waves) / c for k in ("vmcnt", "lgkmcnt", "barrier")}
-    mfma_pct = 100.0 * sum(cu.mfma_busy) / (len(cu.mfma_busy) * c)
-    # seconds at the clock this load sustains (Timing.clock_at), unless the caller gave one: the SIMDs' MFMA and VALU
-    # busy share together (both draw on the SIMD's power; S19's GEMMs, the clock law's data, issue little VALU work)
-    valu_pct = 100.0 * cu.valu_busy / (len(cu.mfma_busy) * c)
-    clock = float(clock_hz or t.clock_at(min(1.0, (mfma_pct + valu_pct) / 100)))
-    lds_pct = 100.0 * cu.lds_busy / (c * max(1, t.simds_per_cu // 2))
-    l1_pct = 100.0 * cu.tcp_busy / c
-    hbm_pct = 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw
-    breakdown = {
-        "cycles_per_round": c, "rounds": rounds, "last_round_cycles": last_cycles, "workgroups": n_wg,
-        "workgroups_per_cu": resident,
-        "waves_per_simd": resident * wpw / t.simds_per_cu, "occupancy_limit": limit,
-        "mfma_busy_pct": mfma_pct, "valu_busy_pct": valu_pct, "stall_vmcnt_pct": stall["vmcnt"],
-        "stall_lgkmcnt_pct": stall["lgkmcnt"],
-        "stall_barrier_pct": stall["barrier"], "lds_util_pct": lds_pct, "l1_util_pct": l1_pct,
-        "l2_hit_rate": hit, "l2_requests": requests, "l2_misses": misses, "hbm_util_pct": hbm_pct,
-        "simulated_cycles": cu.simulated_cycles, "skipped_trips": cu.skipped_trips,
-    }
-    breakdown["limiting"] = _limiting(breakdown)
-    return Estimate(name, dev_name, arch.name, cycles, clock, flops if flops is not None else mfma_flops, breakdown)
+    return {"mfma_busy_pct": 100.0 * sum(cu.mfma_busy) / (len(cu.mfma_busy) * c),
+            "valu_busy_pct": 100.0 * cu.valu_busy / (len(cu.mfma_busy) * c),
+            "stall_vmcnt_pct": stall["vmcnt"], "stall_lgkmcnt_pct": stall["lgkmcnt"],
+            "stall_barrier_pct": stall["barrier"],
+            "lds_util_pct": 100.0 * cu.lds_busy / (c * max(1, t.simds_per_cu // 2)),
+            "l1_util_pct": 100.0 * cu.tcp_busy / c,
+            "hbm_util_pct": 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw}
+
+
+def _unequal_grid(grid, samples, sims, wpw, slots):
+    """Time a grid whose workgroups do unequal work from its sampled workgroups (linear ids `samples`, all at
+    y = z = 0, and their simulated CUs `sims`): a workgroup at x holds one of the `slots` (CUs x resident) for
+    the cycles interpolated linearly in x between the samples (a causal grid's work grows linearly in x), and
+    workgroups take the first slot to free up in dispatch order, as the dispatcher hands a freed CU the next one.
+    Returns the makespan, the launch's MFMA FLOPs, each sample's weight (its share of the interpolated cycles)
+    and (x, cycles) per sample."""
+    gx, gy, gz = grid
+    xs = [s % gx for s in samples]
+    cycles = [sim.cycles for sim in sims]
+    flops = [_wg_flops(sim, wpw) for sim in sims]
+    per_x, flops_x = [], 0.0
+    weights = [0.0] * len(sims)
+    if len(xs) == 1:  # a one-column grid (its rows differ: only the probe saw it): no line to follow
+        xs, cycles, flops = xs * 2, cycles * 2, flops * 2
+        weights = [0.0, 0.0]
+    for x in range(gx):
+        k = max(0, min(len(xs) - 2, bisect.bisect_right(xs, x) - 1))
+        f = (x - xs[k]) / (xs[k + 1] - xs[k]) if xs[k + 1] != xs[k] else 0.0
+        c = (1 - f) * cycles[k] + f * cycles[k + 1]
+        per_x.append(c)
+        flops_x += (1 - f) * flops[k] + f * flops[k + 1]
+        weights[k] += (1 - f) * cycles[k]
+        weights[k + 1] += f * cycles[k + 1]
+    weights = weights[:len(sims)]
+    free = [0.0] * min(slots, gx * gy * gz)
+    for _ in range(gy * gz):
+        for c in per_x:
+            heapq.heapreplace(free, free[0] + c)
+    total = sum(weights)
+    return {"makespan": max(free), "flops": flops_x * gy * gz, "weights": [w / total for w in weights],
+            "samples": [(x, c) for x, c in zip(xs, cycles)][:len(sims)], "linear": _linear(xs, cycles)}
+
+
+def _linear(xs, cycles, tolerance=0.25):
+    """Do the inner samples lie near the line through the first and last (within `tolerance` of their spread)? Not
+    when the grid remaps workgroup ids (T.use_swizzle: the sampled x are other tiles) or the work varies otherwise:
+    the estimate then averages the sampled workgroups rather than following x."""
+    spread = max(cycles) - min(cycles)
+    line = [cycles[0] + (cycles[-1] - cycles[0]) * (x - xs[0]) / max(1, xs[-1] - xs[0]) for x in xs]
+    return all(abs(c - l) <= tolerance * spread for c, l in zip(cycles, line))
 
 
 def _bandwidth_shares(t, arch, clock, active_cus):

@@ -18,9 +18,10 @@ rotated loop's unconditional s_branch back, out-of-line blocks branching back in
 examined: one decided by an s_cmp of an SGPR that moves by a constant step against a fixed value changes its
 outcome after a computable number of trips; the first to change ends the loop. The trace moves that counter
 SGPR to the last trip (in every wave of the group), so the loop runs once more and the epilogue executes, and
-checks at the next test that the counter arrived (else the loop just runs on). The stream gets a `Skip`
-marker with the number of trips left out; the timing model adds that many copies of the steady iteration
-time. The computed values after a fast-forward are garbage (the model needs only control flow and
+checks at the next test that the counter arrived (else the loop just runs on). A loop unrolled many times over
+(LONG_TRIP below) is examined after 2 trips, the first one's test read from the log before its first back edge,
+and every trip but the last is skipped. The stream gets a `Skip` marker with the number of trips left out;
+the timing model adds that many copies of the steady iteration time. The computed values after a fast-forward are garbage (the model needs only control flow and
 addresses); a loop whose exit test cannot be recognised runs to the end.
 """
 from __future__ import annotations
@@ -37,6 +38,13 @@ from ..runtime.emulator.tracing import Const, Reg, StopRun, run_traced, traced_m
 _CMP = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
 MAX_TRIPS = 1 << 20
+# A trip of at least this many instructions (a wave's, between two back edges, no inner loop) is a loop unrolled
+# many times over (HipKittens' gfx950 GEMM: 18 K steps, ~2900 instructions a trip): one trip already repeats its
+# steady pattern many times, so such a loop is fast-forwarded after half the `detail_iterations` trips (at least
+# 2), all its trips but the last skipped, and the footprint run stops after its first steady trip. Shorter than
+# any trip of it, longer than the longest other loop of the foreign set (aiter's int8 and FAv3 loops, ~1000
+# instructions) and of tilegcn's own kernels (a few hundred).
+LONG_TRIP = 2048
 SKIPPED_LOAD = -1.0  # a stream entry's "extra" for a global load no lane of which was in range (module docstring)
 
 
@@ -62,19 +70,21 @@ class Trace:
     program: object  # emulator Program (handlers, descriptor)
     streams: list  # per wave of the detailed workgroup: list of (pc, extra LDS cycles) or Skip
     footprints: dict = field(default_factory=dict)  # (workgroup, segment) -> (steps, lines) arrays (l2.py)
+    samples: list = field(default_factory=list)  # the streams of each detailed workgroup (streams is the first's)
 
 
 class Tracer:
     """The machine's trace hook (see module docstring)."""
 
-    def __init__(self, machine, instrs, detail_iterations, line_bytes, footprint_segments=(0, 1, 2)):
+    def __init__(self, machine, instrs, detail_iterations, line_bytes, footprint_segments=(0, 1, 2), detailed=1):
         self.m = machine
         self.instrs = instrs
         self.detail = detail_iterations
         self.line_shift = line_bytes.bit_length() - 1
         self.segs_wanted = set(footprint_segments)
         self.wpw = machine.waves_per_wg
-        self.streams = [[] for _ in range(self.wpw)]
+        # the streams of the chunk's first `detailed` workgroups, wave by wave (chunk-local wave numbers)
+        self.streams = [[] for _ in range(self.wpw * detailed)]
         self.footprints = {}
         self.conflicts = 0
         self.access = None
@@ -88,6 +98,9 @@ class Tracer:
         self.pc_of_addr = {ins.addr: k for k, ins in enumerate(instrs)}
         self.first_chunk = True
         self.stop_after = None  # stop the run once every wave completed this many loop trips
+        self.executed = {}  # first wave of a wave group -> instructions it has executed (trip lengths)
+        self.segment_start = {}  # first wave of a wave group -> self.executed when its current segment began
+        self.long_trips = False  # a steady segment (loop trip) of LONG_TRIP instructions was seen
 
     # ---- hooks called by the machine ----------------------------------------------------------------
     def ds_conflicts(self, count):
@@ -98,13 +111,15 @@ class Tracer:
             self.access = (addr, act)
 
     def step(self, g, h, pc):
+        self.executed[g.waves[0]] = self.executed.get(g.waves[0], 0) + 1
         conflicts, self.conflicts = self.conflicts, 0
         access, self.access = self.access, None
-        if self.first_chunk and g.waves[0] < self.wpw:
+        recorded = len(self.streams)
+        if self.first_chunk and g.waves[0] < recorded:
             extra = conflicts / g.n
             outside = _none_in_range(access)
             for k, w in enumerate(g.waves):
-                if w < self.wpw:
+                if w < recorded:
                     self.streams[w].append((pc, SKIPPED_LOAD if outside is not None and outside[k] else extra))
         if access is not None:
             self._footprint(g, *access)
@@ -178,6 +193,9 @@ class Tracer:
                     del self.streams[w][k]
                 st.forwarded.pop(pc, None)
                 st.running.pop(pc, None)
+            elif taken != st.forwarded.get(pc, taken):
+                del st.forwarded[pc]  # every trip but the last was skipped: this test ended the loop
+                st.running.pop(pc, None)
         elif pc in st.forwarded and taken != st.forwarded[pc]:
             del st.forwarded[pc]  # the loop exited; its next run may be fast-forwarded again
             st.running.pop(pc, None)
@@ -193,8 +211,14 @@ class Tracer:
         if not inner:
             for w in g.waves:
                 self.segment[w] = self.segment.get(w, 0) + 1
-        if self.stop_after is not None and len(self.segment) == self.m.W and \
-                min(self.segment.values()) > self.stop_after:
+            executed = self.executed.get(g.waves[0], 0)
+            if self.segment[g.waves[0]] >= 2 and executed - self.segment_start.get(g.waves[0], 0) >= LONG_TRIP \
+                    and not self._has_inner_loop(target, pc):
+                self.long_trips = True
+            self.segment_start[g.waves[0]] = executed
+        # one steady trip of an unrolled loop (LONG_TRIP) is enough for the L2 model
+        stop_after = min(self.stop_after, 1) if self.stop_after is not None and self.long_trips else self.stop_after
+        if stop_after is not None and len(self.segment) == self.m.W and min(self.segment.values()) > stop_after:
             raise StopRun()
         if not self.detail:
             return
@@ -204,14 +228,33 @@ class Tracer:
         st.trips[pc] = n
         marks = st.marks.setdefault(pc, [])
         marks.append(len(st.log))
+        executed = self.executed.get(g.waves[0], 0)
+        trip_len = executed - st.took.get(pc, executed)
+        st.took[pc] = executed
         # one fast-forward per run of a loop: once its counter has been moved to the last trip, another of its
         # branches (aiter's FAv3 tests a tail-mask counter beside the trip counter) would count the same trips
         # again, trips the functional run never takes
-        if n >= self.detail and len(marks) >= 4 and pc not in st.running.values():
-            self._fast_forward(g, st, target, marks[-4:], pc)
+        # (a trip made long by an inner loop's trips is not an unrolled body: those loops keep `detail` trips)
+        long_trips = trip_len >= LONG_TRIP and not self._has_inner_loop(target, pc)
+        if pc in st.running.values() or n < (max(2, self.detail // 2) if long_trips else self.detail):
+            return
+        if n >= 4:
+            self._fast_forward(g, st, target, marks[-4:], pc, long_trips)
+        elif long_trips:
+            # an unrolled loop after 2 or 3 trips (LONG_TRIP): the first trip's branches are the log's entries
+            # inside the loop just before its first back edge; two samples of the counter already give its step
+            # (a wrong guess is caught at the next test, and the loop runs on)
+            start = marks[-n]
+            while start > 0 and target <= st.log[start - 1][0] <= pc:
+                start -= 1
+            self._fast_forward(g, st, target, [start] + marks[-n:], pc, long_trips)
 
-    def _fast_forward(self, g, st, target, marks, back_edge):
-        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last three trips' scalar branches
+    def _has_inner_loop(self, target, back_edge):
+        """Whether another back edge taken so far lies inside the loop target..back_edge."""
+        return any(target <= q and p <= back_edge and (q, p) != (target, back_edge) for q, p in self.loop_ranges)
+
+    def _fast_forward(self, g, st, target, marks, back_edge, long_trips=False):
+        trips = [st.log[a:b] for a, b in zip(marks, marks[1:])]  # the last trips' scalar branches (2 or 3)
         best = None
         for branch in {e[0] for e in trips[-1]} - set(st.forwarded):
             seen = [[e for e in trip if e[0] == branch] for trip in trips]
@@ -227,24 +270,45 @@ class Tracer:
                 best = (*left, branch, taken)
         if best is None:
             return
-        remaining, slot, step, last, branch, taken = best
+        remaining, slot, step, last, rule, branch, taken = best
         # `remaining` more back edges would be taken: skip all of them but the last trip
-        if remaining < 2:
-            return
-        skip = remaining - 1
+        # (an unrolled loop's trip is long enough to skip them all: the next trip is the last)
+        keep = 0 if long_trips else 1
         waves = list(g.waves)
-        moved = (int(self.m.sgpr[slot, g.waves[0]]) + skip * step) & 0xFFFFFFFF
-        self.m.sgpr[slot, waves] = moved
+        # waves of several workgroups can loop in one group (the timing model records a few workgroups in one run,
+        # e.g. five along a causal grid's x): each wave's own counter and bound give its trips left
+        skips = self._skips_per_wave(waves, slot, last, rule, taken, remaining, keep)
+        if max(skips) < 1:
+            return
+        now = self.m.sgpr[slot, waves]
+        self.m.sgpr[slot, waves] = (now + torch.tensor(skips, dtype=now.dtype, device=now.device) * step) & 0xFFFFFFFF
         markers = []
         if self.first_chunk:
-            for w in g.waves:
-                if w < self.wpw:
+            for w, skip in zip(waves, skips):
+                if w < len(self.streams) and skip:
                     markers.append((w, len(self.streams[w])))
                     self.streams[w].append(Skip(target, skip))
         st.forwarded[branch] = taken
         st.running[branch] = back_edge
-        # the next test must see the counter `skip` steps further than the trip after the last one seen
-        st.pending[branch] = (slot, (last + (skip + 1) * step) & 0xFFFFFFFF, markers)
+        # the next test must see the first wave's counter `skip` steps further than the trip after the last one seen
+        st.pending[branch] = (slot, (last + (skips[0] + 1) * step) & 0xFFFFFFFF, markers)
+
+    def _skips_per_wave(self, waves, slot, last, rule, taken, remaining, keep):
+        """Trips to skip per wave of the group, leaving `keep` trips to run: `remaining` - keep for the first wave
+        (whose s_cmp values were logged); another wave's counter is where the first's is, shifted by their
+        difference now, against its own bound."""
+        first = max(0, remaining - keep)
+        counters = self.m.sgpr[slot, waves].tolist()
+        fixed_slot, fixed_value = rule[1]
+        bounds = self.m.sgpr[fixed_slot, waves].tolist() if fixed_slot is not None else [fixed_value] * len(waves)
+        if len(set(counters)) == 1 and len(set(bounds)) == 1:
+            return [first] * len(waves)
+        skips = []
+        for c, b in zip(counters, bounds):
+            at_cmp = (c - counters[0] + last) & 0xFFFFFFFF
+            left = _count_trips(rule, at_cmp, b, taken)
+            skips.append(max(0, left - keep) if left is not None else 0)
+        return skips
 
     def _leaves(self, branch, taken, top, back_edge):
         """Whether the other outcome of `branch` (now `taken` or not) goes outside the loop's pcs top..back_edge."""
@@ -257,33 +321,41 @@ class Tracer:
         return other is None or not top <= other <= back_edge
 
     def _trips_left(self, cmp_pc, seen, taken, branch_base):
-        """(more trips the branch keeps its outcome, counter SGPR, its step, its last value) or None: `seen`
-        holds the s_cmp's operand values (SGPR index or None, value) in the last three trips."""
+        """(more trips the branch keeps its outcome, counter SGPR, its step, its last value, the exit rule) or None:
+        `seen` holds the s_cmp's operand values (SGPR index or None, value) in the last trips (2 or 3)."""
         parts = self.instrs[cmp_pc].base.split("_")  # s_cmp_lt_u32, s_cmpk_gt_i32
         if len(parts) != 4 or parts[2] not in _CMP or len(seen[0]) != 2:
             return None
-        pred, signed = _CMP[parts[2]], parts[3].startswith("i")
         cols = [[trip[k][1] for trip in seen] for k in range(2)]
-        moving = [k for k in range(2) if seen[0][k][0] is not None and cols[k][2] - cols[k][1] == cols[k][1] -
-                  cols[k][0] != 0]
-        fixed = [k for k in range(2) if cols[k][0] == cols[k][1] == cols[k][2]]
+        steps = [{b - a for a, b in zip(col, col[1:])} for col in cols]
+        moving = [k for k in range(2) if seen[0][k][0] is not None and len(steps[k]) == 1 and 0 not in steps[k]]
+        fixed = [k for k in range(2) if len(set(cols[k])) == 1]
         if len(moving) != 1 or len(fixed) != 1:
             return None
         k, other = moving[0], fixed[0]
-        step = cols[k][2] - cols[k][1]
-        when_true = branch_base.endswith("scc1")
+        step = cols[k][-1] - cols[k][-2]
+        # (counter operand, (bound SGPR or None, bound value), step, predicate, signed, branch on scc1?)
+        rule = (k, (seen[0][other][0], cols[other][0]), step, _CMP[parts[2]], parts[3].startswith("i"),
+                branch_base.endswith("scc1"))
+        left = _count_trips(rule, cols[k][-1], cols[other][0], taken)
+        return None if left is None else (left, seen[0][k][0], step, cols[k][-1], rule)
 
-        def outcome(c):
-            a, b = (c, cols[other][0]) if k == 0 else (cols[other][0], c)
-            return (pred(_as_int(a, signed), _as_int(b, signed)) == when_true)
 
-        remaining, c = 0, cols[k][2]
-        while remaining < MAX_TRIPS:
-            c = (c + step) & 0xFFFFFFFF
-            if outcome(c) != taken:
-                return remaining, seen[0][k][0], step, cols[k][2]
-            remaining += 1
-        return None
+def _count_trips(rule, counter, bound, taken):
+    """More trips before the branch's outcome changes from `taken`, from the counter's value at the last s_cmp."""
+    k, _, step, pred, signed, when_true = rule
+
+    def outcome(c):
+        a, b = (c, bound) if k == 0 else (bound, c)
+        return pred(_as_int(a, signed), _as_int(b, signed)) == when_true
+
+    remaining, c = 0, counter
+    while remaining < MAX_TRIPS:
+        c = (c + step) & 0xFFFFFFFF
+        if outcome(c) != taken:
+            return remaining
+        remaining += 1
+    return None
 
 
 @dataclass
@@ -296,6 +368,7 @@ class _Loops:
     forwarded: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> its outcome meanwhile
     pending: dict = field(default_factory=dict)  # exit branch -> (counter SGPR, value due at its next test, markers)
     running: dict = field(default_factory=dict)  # exit branch of a fast-forwarded loop -> the loop's back-edge pc
+    took: dict = field(default_factory=dict)  # back-edge pc -> the group's instruction count at its last take
 
 
 def _as_int(v, signed):
@@ -306,24 +379,33 @@ def _as_int(v, signed):
 _WHAT = "tilegcn timing: the functional run that feeds the timing model"
 
 
-def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
+def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128, detailed=None) -> Trace:
     """Two functional runs with the trace hook (`launch_args`: Module.prepare's keyword arguments):
-    - the detailed workgroup `wgs[0]`, exactly (check=False), for the wave streams;
+    - the detailed workgroups (`detailed`, default `wgs[:1]`), exactly (check=False), for the wave streams: they
+      run as one chunk, so workgroups that take the same path share the emulator's work;
     - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math and
       LDS accesses (their values cannot change the addresses of GEMM-like kernels) and stops once every
       wave is past the iterations it records, so it costs a few loop trips of address arithmetic.
     """
-    machine = traced_machine(module, name, launch_args, wgs[:1])
-    tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
+    detailed = list(detailed or wgs[:1])
+    machine = traced_machine(module, name, launch_args, detailed)
+    tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=(),
+                    detailed=len(detailed))
     run_traced(machine, tracer, _WHAT)
+    if machine.chunk_size < len(detailed):
+        raise RuntimeError("tilegcn timing: the detailed workgroups did not fit one emulator chunk")
     program = machine.prog
+    # the machine's copy of the arguments' memory goes before the next run's (1 GiB each at attention's sizes)
+    tracer.m = machine = None
     machine = traced_machine(module, name, launch_args, wgs, _addresses_only)
     foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     run_traced(machine, foot, _WHAT)
     footprints = {key: tuple(np.concatenate(x) for x in zip(*parts)) for key, parts in foot.footprints.items()}
-    return Trace(program, tracer.streams, footprints)
+    wpw = tracer.wpw
+    samples = [tracer.streams[k * wpw:(k + 1) * wpw] for k in range(len(detailed))]
+    return Trace(program, samples[0], footprints, samples)
 
 
 # DS instructions that exchange lanes without touching LDS: they compute register values (Triton's gfx950 MX
