@@ -9,9 +9,9 @@
    is representative.
 2. TileLang's causal GQA forward (examples/tilelang/example_gqa_fwd_bshd.py; 16 query heads over 4 KV heads,
    2048 tokens, head dim 128, block 64 x 64, 128 threads, num_stages=2): its KV loop ends at
-   min(ceildiv(seq, 64), bx + 1). The model times copies of workgroup 0's streams, and workgroup 0 (bx = 0) runs
-   one KV tile: its figure shows the occupancy and the per-workgroup overheads, not the KV loop (the model's causal
-   grid is attnbench's work, issue 21). TFLOP/s here count the causal half of the FLOPs, 2 * B * H * S^2 * D.
+   min(ceildiv(seq, 64), bx + 1). The model simulates five workgroups along x (bx = 0, the quarter points, the
+   last: 1 to 32 KV tiles), interpolates the others' cycles linearly in bx and dispatches the grid greedily
+   (perfmodel/grid.py `sample_workgroups`). TFLOP/s here count the causal half of the FLOPs, 2 * B * H * S^2 * D.
 
 Run it with PYTHONPATH at a checkout before the device-loop pipeliner for the serial figures."""
 
