@@ -78,16 +78,19 @@ STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
-                   carried: bool = True) -> N.Kernel:
+                   carried: bool = True, rotate: bool = True) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
     `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
-    way back where pipelining one needs more LDS or registers than there are)."""
+    way back where pipelining one needs more LDS or registers than there are); `rotate=False`: such loops are not
+    run as in-wave software pipelines (`_pipeline_rotated`: the compiler's way back where one needs more registers;
+    the rotated loop adds fragments to `kernel.buffers`, nothing else does)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
     twins: list = []  # the second fragments of rotated loops (`_pipeline_rotated`)
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried, twins)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried,
+                    twins if rotate else None)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers] + twins
@@ -204,7 +207,7 @@ def covers_round_trip(loop, arch) -> bool:
 
 def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None,
              carried: bool = True, twins: list | None = None) -> list:
-    twins = [] if twins is None else twins
+    """`twins`: where loops may be rotated (`_pipeline_rotated`), the list their second fragments are added to."""
     out = []
     for s in stmts:
         if pipelinable(s, carried):
@@ -227,7 +230,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
-                rotated = _rotated_split(s, program) if order != ISSUE_FIRST else None
+                rotated = _rotated_split(s, program) if order != ISSUE_FIRST and twins is not None else None
                 if rotated is not None:
                     twins.extend(rotated[2].values())
                     out.extend(_pipeline_rotated(s, *rotated))
