@@ -43,6 +43,11 @@ Which order a steady step takes (`step_order`):
   (no vmcnt(0)) puts the loads between the two barriers of the register path, where no MFMA hides their issue:
   780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
+A loop that carries other statements (flash attention's softmax) at S = 2, waiting first, runs as an in-wave
+software pipeline where reordering is exact (`_pipeline_rotated`): the next tile's head (statements up to the first
+gemm, QK^T) beside this tile's tail (softmax, PV), the head's fragments in two alternating copies; the compiler
+drops the rotation first where the second copy leaves no registers (compiler.py `_allocate_registers`).
+
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
 Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part.
 
