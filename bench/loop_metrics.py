@@ -117,11 +117,22 @@ def _booked(instruction: str) -> list:
     recognizer, arch.f8f6f4_passes; MI355X's fp8 peak is twice its bf16 one, not four times), so each stands for
     two bookings here."""
     op = instruction.split()[0] if instruction.split() else ""
+    if op == "v_permlane32_swap_b32":
+        return _swap_as_moves(instruction)
     if not op.endswith("_f8f6f4"):
         return [instruction]
     mods = dict(w.split(":") for w in instruction.split() if re.fullmatch(r"(cbsz|blgp):\d+", w))
     eight_bit = any(F8F6F4_FORMATS[int(mods.get(m, 0))][1] == 8 for m in ("cbsz", "blgp"))
     return [instruction] * (2 if eight_bit else 1)
+
+
+def _swap_as_moves(instruction: str) -> list:
+    """`v_permlane32_swap_b32 a, b` as the two VALU moves llvm-mca books it at (2 micro-ops, RThroughput 2.0 in LLVM
+    22's gfx950 model), writing both registers as the swap does: llvm-mca-22 never finishes a block where the swap
+    comes between a `ds_read` and an MFMA (6 lines suffice: the ds_read, v_maximum3, v_mov, s_nop, the swap, the
+    MFMA; the software-pipelined flash attention loop has them)."""
+    a, b = (r.strip() for r in instruction.split(None, 1)[1].split(","))
+    return [f"v_mov_b32 {a}, {b}", f"v_mov_b32 {b}, {a}"]
 
 
 def metrics(asm: str, arch_name: str, block_M: int, block_N: int, threads: int, dtype: str = "bf16") -> dict:

@@ -132,6 +132,10 @@ class Compilation:
     # `_carried`); False after such a kernel ran out of LDS or registers: they run serially, as they did before
     pipeline_carried: bool = True
     carried_pipelined: bool = False  # whether the pipeliner pipelined such a loop
+    # such loops at num_stages=2 run as in-wave software pipelines (pipelining.py `_pipeline_rotated`: a second
+    # score fragment); False after such a kernel ran out of registers: pipelined as before
+    rotate_carried: bool = True
+    carried_rotated: bool = False  # whether the pipeliner rotated such a loop
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
     ctx: Context | None = None
@@ -174,7 +178,9 @@ def _pipeline(c: Compilation):
     _, operands = plan_gemms(c.kernel, c.arch)  # the pipeliner's step order depends on which copies go by LDS DMA
     c.by_dma = functools.partial(may_use_lds_dma, c.arch, c.options.copy, operands)
     c.carried_pipelined = c.pipeline_carried and pipelines_carried(c.kernel)
-    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma, carried=c.pipeline_carried)
+    before = c.kernel
+    c.kernel = pipeline_loops(c.kernel, c.arch, c.by_dma, carried=c.pipeline_carried, rotate=c.rotate_carried)
+    c.carried_rotated = len(c.kernel.buffers) > len(before.buffers)  # (a rotated loop's second fragments)
 
 
 def _plan_gemms(c: Compilation):
@@ -261,7 +267,8 @@ def _allocate_registers(c: Compilation):
     num_stages=2). Holes come last so that every kernel that fit without them keeps its registers. A kernel whose VGPR
     accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on with every
     accumulator in AGPRs, then with a moved operand back in LDS, then with its carried loop serial (flash attention's
-    fallbacks); the last resort is `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
+    fallbacks, after its in-wave software pipeline's second score fragment); the last resort is
+    `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
     first = None  # the error of the kernel as first lowered, which names what the registers hold
     while True:
         try:
@@ -270,7 +277,10 @@ def _allocate_registers(c: Compilation):
         except ResourceError as e:
             first = first or e
             try:
-                if c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
+                if c.carried_rotated:  # the loop as pipelined before, its one score fragment
+                    c.rotate_carried = False
+                    _run(c, "verify", "schedule")
+                elif c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
                     c.vgpr_accumulators = False
                     _run(c, "abi_prologue", "schedule")
                 elif c.operand_registers and c.moved_operands:

@@ -43,6 +43,11 @@ Which order a steady step takes (`step_order`):
   (no vmcnt(0)) puts the loads between the two barriers of the register path, where no MFMA hides their issue:
   780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
+A loop that carries other statements (flash attention's softmax) at S = 2, waiting first, runs as an in-wave
+software pipeline where reordering is exact (`_pipeline_rotated`): the next tile's head (statements up to the first
+gemm, QK^T) beside this tile's tail (softmax, PV), the head's fragments in two alternating copies; the compiler
+drops the rotation first where the second copy leaves no registers (compiler.py `_allocate_registers`).
+
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
 Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part. A trip count
 only the device knows (a DeviceLoop with num_stages: a causal bound, a dynamic K) is `_pipeline_on_device`'s: every
@@ -61,6 +66,7 @@ AsyncCopy into LDS DMA or register-staged copies and WaitGroup into exact `s_wai
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -72,7 +78,7 @@ from ..ir import nodes as N
 from ..errors import CompileError
 from ..ir.ops import COMPUTE, LOAD, op_class
 from .gemm_plan import plan_gemm
-from ..ir.substitute import substituted
+from ..ir.substitute import SUBSTITUTED, substituted
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
@@ -81,18 +87,22 @@ STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
-                   carried: bool = True) -> N.Kernel:
+                   carried: bool = True, rotate: bool = True) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
     `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
-    way back where pipelining one needs more LDS or registers than there are)."""
+    way back where pipelining one needs more LDS or registers than there are); `rotate=False`: such loops are not
+    run as in-wave software pipelines (`_pipeline_rotated`: the compiler's way back where one needs more registers;
+    the rotated loop adds fragments to `kernel.buffers`, nothing else does)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
-    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried)
+    twins: list = []  # the second fragments of rotated loops (`_pipeline_rotated`)
+    body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried,
+                    twins if rotate else None)
     if body == kernel.body:
         return kernel
-    buffers = [split.get(b, b) for b in kernel.buffers]
+    buffers = [split.get(b, b) for b in kernel.buffers] + twins
     return dataclasses.replace(kernel, body=body, buffers=buffers)
 
 
@@ -210,7 +220,8 @@ def covers_round_trip(loop, arch) -> bool:
 
 
 def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None,
-             carried: bool = True) -> list:
+             carried: bool = True, twins: list | None = None) -> list:
+    """`twins`: where loops may be rotated (`_pipeline_rotated`), the list their second fragments are added to."""
     out = []
     for s in stmts:
         if pipelinable(s, carried) and _on_device(s):
@@ -236,9 +247,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
-                out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
+                rotated = _rotated_split(s, program) if order != ISSUE_FIRST and twins is not None else None
+                if rotated is not None:
+                    twins.extend(rotated[2].values())
+                    out.extend(_pipeline_rotated(s, *rotated))
+                else:
+                    out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads, carried)
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads, carried, twins)
                            for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
@@ -462,6 +478,122 @@ def _pipeline_on_device(loop, wait_first: bool) -> list:
         body += [LoopExit(N.Condition("lt", (var + j, stop)), loc=loop.loc)] + step(var + j, j)
     out.append(dataclasses.replace(loop, var=var, step=S, num_stages=1, body=body))
     return out
+
+
+def _rotated_split(loop, program: list):
+    """(head, tail, twins) where `_pipeline_rotated` can run `loop` as an in-wave software pipeline, else None.
+
+    head: the statements up to and including the body's first gemm (flash attention's score init and QK^T), less
+    the loads; tail: the rest (the online softmax and PV). A step then runs the next tile's head beside this tile's
+    tail, so the list scheduler (amdgcn/schedule.py) fills the head's MFMA gaps with the tail's VALU work: nothing
+    but registers separates them within the step's one barrier. Taken where reordering is exact: num_stages=2 and a
+    known trip count; each tile loaded once, read by the head's or by the tail's statements, not both; the tail
+    writes nothing the head touches; each fragment the head writes (twins: fragment -> its second copy, the steps
+    alternating) is written whole by the head's first statement touching it (a T.Parallel store at its own
+    indices or a T.fill, reading it not) and used nowhere outside the loop."""
+    if loop.num_stages != 2 or not isinstance(loop.extent, int) or not _carried(loop):
+        return None
+    work = [x for x in loop.body if x.k_loop_role() != LOAD]
+    first = next((i for i, x in enumerate(work) if x.k_loop_role() == COMPUTE), None)
+    if first is None or first == len(work) - 1:
+        return None
+    head, tail = work[:first + 1], work[first + 1:]
+    reads = lambda xs: {r.buffer for x in xs for r in x.reads()}  # noqa: E731
+    writes = lambda xs: {r.buffer for x in xs for r in x.writes()}  # noqa: E731
+    loaded = {c.dst.buffer for c in _loads(loop)}
+    if reads(head) & reads(tail) & loaded or not (loaded & reads(head) and loaded & reads(tail)) or \
+            not loaded <= reads(head) | reads(tail):
+        return None
+    if writes(tail) & (reads(head) - writes(head)):
+        return None  # the head of tile k + 1 would read it before the tail of tile k writes it
+    rotated = writes(head)
+    if any(b.scope != N.FRAGMENT or not _written_first(b, head) for b in rotated):
+        return None
+    if _used_outside(rotated, loop, program):
+        return None
+    twins = {b: dataclasses.replace(b, name=f"{b.name}_next") for b in rotated}
+    return head, tail, twins
+
+
+def _written_first(buf, stmts: list) -> bool:
+    """Whether the first of `stmts` that touches `buf` writes every element of it without reading it."""
+    for x in stmts:
+        read, written = (buf in {r.buffer for r in rs} for rs in (x.reads(), x.writes()))
+        if read or written:
+            whole_store = x.opname == "parallel" and x.index is None and tuple(x.extents) == tuple(buf.shape)
+            return written and not read and (x.opname == "fill" or whole_store)
+    return False
+
+
+def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
+    """`loop` (num_stages=2, n steps) as an in-wave software pipeline: step k runs the head of tile k + 1 (its
+    score fragments in the twin set of step k + 1's parity) beside the tail of tile k, so tile k + 1's QK^T MFMAs
+    and tile k's softmax sit between the same two barriers. The head's tiles (K) are loaded a step further ahead
+    than the tail's (V), each in 2 stages:
+
+        prologue:  copies of head tile 0; commit; copies of head tile 1, tail tile 0; commit; wait_group(1); head(0)
+        step k:    wait_group(0) (head tile k + 1 and tail tile k in LDS; every wave past step k - 1, so head stage
+                   k % 2 and tail stage (k + 1) % 2 are free); copies of head tile k + 2, tail tile k + 1; commit;
+                   head(k + 1); tail(k)
+
+    The loop is unrolled twice (constant stages and fragment sets); copies past the end are issued with nothing in
+    range (`AsyncCopy.live`), and the head of tile n, in the last step, computes on such a stage into a fragment
+    nothing reads. An odd n leaves its last step after the loop, without copies or head. The wait for everything
+    in flight (vmcnt(0)) is the wait-first loop's at num_stages=2 too: the loads had one step to land."""
+    n, k = loop.extent, loop.var
+    AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
+    head_reads = {r.buffer for x in head for r in x.reads()}
+    head_copies = [c for c in _loads(loop) if c.dst.buffer in head_reads]
+    tail_copies = [c for c in _loads(loop) if c.dst.buffer not in head_reads]
+
+    def issue(copies, kk, stage: int, live) -> list:
+        return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies]
+
+    def part(stmts, kk, parity: int) -> list:  # the statements at loop variable kk, fragments of set `parity`
+        out = []
+        for x in stmts:
+            x = substituted(x, {k: kk})
+            if x.k_loop_role() == COMPUTE:
+                x = dataclasses.replace(x, stage=parity)
+            out.append(_with_buffers(x, twins) if parity else x)
+        return out
+
+    out = issue(head_copies, 0, 0, None) + [CommitGroup(loc=loop.loc)]
+    out += issue(head_copies, 1, 1, None) if n > 1 else []
+    out += issue(tail_copies, 0, 0, None) + [CommitGroup(loc=loop.loc)]
+    out += [WaitGroup(1, loc=loop.loc)] + part(head, sympy.Integer(0), 0)
+    trips = n // 2
+    if trips:
+        var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
+        body = []
+        for j in range(2):
+            kk = 2 * var + j
+            last = 2 * (trips - 1) + j
+            live = lambda ahead: (kk + ahead, n) if last + ahead >= n else None  # noqa: E731
+            body += [WaitGroup(0, loc=loop.loc)]
+            body += issue(head_copies, kk + 2, j, live(2)) + issue(tail_copies, kk + 1, 1 - j, live(1))
+            body += [CommitGroup(loc=loop.loc)] + part(head, kk + 1, 1 - j) + part(tail, kk, j)
+        out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
+    if n % 2:
+        out += [WaitGroup(0, loc=loop.loc)] + part(tail, sympy.Integer(n - 1), (n - 1) % 2)
+    return out
+
+
+def _with_buffers(obj, mapping: dict):
+    """A copy of statement `obj` with the buffers of `mapping` replaced (in its regions, element references and
+    buffer fields); index expressions are shared."""
+    if isinstance(obj, N.Buffer):
+        return mapping.get(obj, obj)
+    if isinstance(obj, list):
+        return [_with_buffers(x, mapping) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_with_buffers(x, mapping) for x in obj)
+    if isinstance(obj, SUBSTITUTED):
+        new = copy.copy(obj)
+        for f in dataclasses.fields(obj):
+            object.__setattr__(new, f.name, _with_buffers(getattr(obj, f.name), mapping))
+        return new
+    return obj
 
 
 def _pipeline_ping_pong(loop, staged: bool = False) -> list:
