@@ -368,8 +368,9 @@ _WHAT = "tilegcn timing: the functional run that feeds the timing model"
 def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
     """Two functional runs with the trace hook (`launch_args`: Module.prepare's keyword arguments):
     - the detailed workgroup `wgs[0]`, exactly (check=False), for the wave streams;
-    - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math and
-      LDS accesses (their values cannot change the addresses of GEMM-like kernels) and stops once every
+    - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math, LDS
+      accesses and the bytes LDS DMAs move (their values cannot change the addresses of GEMM-like kernels;
+      the DMAs' addresses are still checked and traced) and stops once every
       wave is past the iterations it records, so it costs a few loop trips of address arithmetic.
     Both run on lazy memory: only the pages of the arguments they touch are staged, and their stores are not
     written back into the caller's tensors (an estimate leaves its arguments as they were).
@@ -379,6 +380,7 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     run_traced(machine, tracer, _WHAT)
     program = machine.prog
     machine = traced_machine(module, name, launch_args, wgs, _addresses_only, lazy_memory=True)
+    machine.lds_dma_data = False  # it reads no LDS: global -> LDS DMAs only need their addresses
     foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)

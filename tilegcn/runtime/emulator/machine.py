@@ -299,6 +299,8 @@ class Machine:
         # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
         self.tracer = None
         self.wg_subset = None  # linear workgroup ids to run (None: the whole grid)
+        # False: LDS DMAs check and translate their addresses but move no bytes (a traced run that reads no LDS)
+        self.lds_dma_data = True
 
     # ------------------------------------------------------------------------------------------
     def _check_registers_fit(self, name):
