@@ -165,7 +165,7 @@ class Tracer:
         names the same lines: every lane's elements span less than a line (so lie on the first's line or the
         next) and are all active or all not (a dwordx4's 4 addresses: half the work, same footprint)."""
         k = addr.shape[-1] if addr.dim() == 3 else 1
-        if k <= 2:
+        if k <= 2 or not SHORTCUTS:
             return addr, act
         span = addr[..., -1] - addr[..., 0]
         if not bool(((span >= 0) & (span < (1 << self.line_shift))).all()):
@@ -364,6 +364,12 @@ def _as_int(v, signed):
 
 _WHAT = "tilegcn timing: the functional run that feeds the timing model"
 
+# the functional runs' shortcuts for speed, none of which changes the trace: lazy memory (the arguments' pages
+# staged on first touch, no stores written back), LDS DMAs moving no bytes in the footprint run (which reads no
+# LDS), footprints from each lane's first and last element (Tracer._lane_ends). False: the full runs (a test
+# checks both give the same estimate)
+SHORTCUTS = True
+
 
 def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) -> Trace:
     """Two functional runs with the trace hook (`launch_args`: Module.prepare's keyword arguments):
@@ -375,12 +381,12 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128) 
     Both run on lazy memory: only the pages of the arguments they touch are staged, and their stores are not
     written back into the caller's tensors (an estimate leaves its arguments as they were).
     """
-    machine = traced_machine(module, name, launch_args, wgs[:1], lazy_memory=True)
+    machine = traced_machine(module, name, launch_args, wgs[:1], lazy_memory=SHORTCUTS)
     tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=())
     run_traced(machine, tracer, _WHAT)
     program = machine.prog
-    machine = traced_machine(module, name, launch_args, wgs, _addresses_only, lazy_memory=True)
-    machine.lds_dma_data = False  # it reads no LDS: global -> LDS DMAs only need their addresses
+    machine = traced_machine(module, name, launch_args, wgs, _addresses_only, lazy_memory=SHORTCUTS)
+    machine.lds_dma_data = not SHORTCUTS  # it reads no LDS: global -> LDS DMAs only need their addresses
     foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
