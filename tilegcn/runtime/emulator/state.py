@@ -143,7 +143,7 @@ class GlobalMemory:
         # regions and the scratch bytes hold anything: no access reads them.)
         self.staged = None
         if lazy:
-            self.staged = torch.zeros(((total + 63) >> LAZY_PAGE_SHIFT) + 1, dtype=torch.bool)
+            self.staged = torch.zeros(((total + 63) >> LAZY_PAGE_SHIFT) + 1, dtype=torch.bool, device=device)
             for (lo, hi, _, writable, _), off in zip(regions, offsets):
                 if not writable:
                     self.staged[off >> LAZY_PAGE_SHIFT:((off + hi - lo - 1) >> LAZY_PAGE_SHIFT) + 1] = True
