@@ -532,20 +532,21 @@ def _hk_gl(t, batch=None):
     return struct.pack("<QQQQQQ", t.data_ptr(), *shape, 0)
 
 
-def hk_gemm_launch(n, a=None, b=None):
+def hk_gemm_launch(n, a=None, b=None, alloc=torch.zeros):
     """HipKittens' gfx950 bf16 GEMM for n x n x n (its sizes are compile-time) as its pybind dispatch_micro
     launches it: micro_globals {gl A (M, K), gl B (N, K), gl C (M, N), hipStream_t} by value, C = A B^T in
-    bf16; grid (n / tile)^2 workgroups of 512 threads, 160000 B of dynamic LDS (MAX_SHARED_MEMORY).
-    -> (module, kernel name, launch keywords, C)."""
+    bf16; grid (n / tile)^2 workgroups of 512 threads, 160000 B of dynamic LDS (MAX_SHARED_MEMORY). `alloc`
+    makes the tensors not given (torch.empty for an estimate: its data moves no address, and pages nobody
+    touches are never filled). -> (module, kernel name, launch keywords, C)."""
     from tilegcn.runtime import emulator
 
     name = f"hk_bf16_gemm_{n}.gfx950.co"
     with open(os.path.join(HK_DIR, name), "rb") as f:
         mod = emulator.load(f.read(), arch="gfx950")
     info = _hk_manifest(name)
-    a = torch.zeros(n, n, dtype=torch.bfloat16) if a is None else a
-    b = torch.zeros(n, n, dtype=torch.bfloat16) if b is None else b
-    c = torch.zeros(n, n, dtype=torch.bfloat16)
+    a = alloc(n, n, dtype=torch.bfloat16) if a is None else a
+    b = alloc(n, n, dtype=torch.bfloat16) if b is None else b
+    c = alloc(n, n, dtype=torch.bfloat16)
     kernarg = _hk_gl(a) + _hk_gl(b) + _hk_gl(c) + bytes(8)
     launch = dict(grid=((n // info["tile"]) ** 2, 1, 1), block=(512, 1, 1), kernarg=kernarg, buffers=[a, b, c],
                   shared_mem=info["shared_mem"])
@@ -578,7 +579,7 @@ def hk_estimate(kernel, shape):
     """The model's MI355X estimate of a HipKittens kernel; FLOPs as its benchmarks count them (2 n^3; attention
     4 b n^2 h d, half that when causal)."""
     if kernel == "hk_gemm":
-        mod, name, launch, _ = hk_gemm_launch(shape[0])
+        mod, name, launch, _ = hk_gemm_launch(shape[0], alloc=torch.empty)
         flops = 2 * shape[0] ** 3
     else:
         causal = kernel == "hk_attn_causal"
@@ -606,9 +607,10 @@ def foreign_estimate(kernel, shape, folder):
     if kernel == "aiter":
         mod = emulator.load(open(AITER_CO, "rb").read(), arch="gfx950")
         pad = 1 << 16  # its loads of the next K step run past the last one (inside the SRD's range)
-        a_buf = torch.zeros(m * k + 2 * pad, dtype=torch.bfloat16)
-        b_buf = torch.zeros(n * k + 2 * pad, dtype=torch.bfloat16)
-        d = torch.zeros(m, n, dtype=torch.bfloat16)
+        # torch.empty: the estimate's data moves no address, and the pages it never touches stay unfilled
+        a_buf = torch.empty(m * k + 2 * pad, dtype=torch.bfloat16)
+        b_buf = torch.empty(n * k + 2 * pad, dtype=torch.bfloat16)
+        d = torch.empty(m, n, dtype=torch.bfloat16)
         ka = aiter_kernarg(d, a_buf[pad:], b_buf[pad:], m, n, k)
         return estimate(mod, next(iter(mod.kernels)), (-(-n // 256), -(-m // 256), 1), (256, 1, 1), kernarg=ka,
                         buffers=[d, a_buf, b_buf], device="MI355X", flops=2 * m * n * k)
