@@ -3,7 +3,7 @@
 no bytes in the footprint run, and footprints from each lane's first and last element. The estimate of a small
 foreign GEMM is the same with them as without (trace.SHORTCUTS off: the full runs), and leaves the caller's
 tensors as they were. HipKittens' 512^3 bf16 GEMM (LDS DMA, buffer_load_dwordx4) and aiter's gfx950 bf16 GEMM
-at 512x512x1024: about 5 s in all. Lazy memory itself reads what the tensors hold and faults where eager
+at 512x512x1024: 5-10 s in all here. Lazy memory itself reads what the tensors hold and faults where eager
 memory does (instant).
 """
 import sys
