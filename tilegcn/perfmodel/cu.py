@@ -212,10 +212,7 @@ def simulate(streams, ops, t, banks, n_wgs, vmem_args, events=None) -> CuResult:
                 ev.append(_ev(w, pc_name(op, pc), now, slot))
         if not alive:
             break
-        nxt_any = min(w.ready for w in alive)
-        if nxt_any == INF:
-            raise RuntimeError("tilegcn timing: every live wave waits at a barrier that cannot release")
-        now = min(_slot_at(max(w.ready, now + 1), w.simd, t.simds_per_cu) for w in alive if w.ready < INF)
+        now = _next_turn(alive, now, t.simds_per_cu)
 
     end = max(w.done for w in waves)
     # the CU is done when its slowest wave is: with oldest-first arbitration the younger workgroups stay
@@ -248,10 +245,20 @@ def _ev(w, name, ts, dur):
     return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 1 + w.simd, "tid": w.id}
 
 
-def _slot_at(x, simd, n):
-    """First clk >= x at which SIMD `simd` has its issue slot."""
-    x = int(-(-x // 1))
-    return x + ((simd - x) % n)
+def _next_turn(alive, now, n):
+    """The first clk after `now` at which some live wave is ready and its SIMD has the issue slot (SIMD s
+    issues at the clks x with x % n == s). A plain loop: this runs once per simulated turn."""
+    best = INF
+    for w in alive:
+        ready = w.ready
+        if ready < INF:
+            x = int(-(-max(ready, now + 1) // 1))
+            x += (w.simd - x) % n
+            if x < best:
+                best = x
+    if best == INF:
+        raise RuntimeError("tilegcn timing: every live wave waits at a barrier that cannot release")
+    return best
 
 
 def _write_trans(w, op, due, now):
@@ -302,12 +309,17 @@ def _skip(w, marker):
 def _prepare(stream, ops):
     """(Op, extra LDS cycles, taken?, back-edge target or None, pc) per entry; Skip markers kept as (Skip,)."""
     out = []
+    n = len(stream)
     for k, e in enumerate(stream):
         if isinstance(e, Skip):
             out.append((e,))
             continue
         pc, extra = e
-        nxt = next((x[0] for x in stream[k + 1:k + 3] if not isinstance(x, Skip)), pc + 1)
+        nxt = pc + 1  # the next pc: that of the next entry or the one after it (past a Skip marker)
+        for x in (stream[k + 1] if k + 1 < n else None, stream[k + 2] if k + 2 < n else None):
+            if x is not None and not isinstance(x, Skip):
+                nxt = x[0]
+                break
         taken = nxt != pc + 1
         back = nxt if taken and nxt <= pc else None
         out.append((ops[pc], extra, taken, back, pc))

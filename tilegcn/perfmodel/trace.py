@@ -143,6 +143,7 @@ class Tracer:
             self.steps[w] = step + 1
         if seg not in self.segs_wanted:
             return
+        addr, act = self._lane_ends(addr, act)
         n = addr.shape[0]
         rows = torch.arange(n, dtype=torch.int64, device=addr.device).view(n, 1, 1)
         # lines are counted from each buffer's start, as if it were line aligned (as hipMalloc's are), so
@@ -153,13 +154,29 @@ class Tracer:
         keys = (rows << 44) | lines  # [n, 64, k]
         keys = keys[act] if act is not None else keys.reshape(-1)
         wgs = [self.m.chunk_wgs[w // self.wpw] for w in g.waves]
-        keys = np.unique(keys.cpu().numpy())
+        keys = np.unique(keys.cpu().numpy())  # sorted: by wave row, then line
         rows = keys >> 44
         lines = keys & ((1 << 44) - 1)
         fp = self.footprints
-        for row in np.unique(rows).tolist():  # the waves' workgroups (usually one)
-            mine = lines[rows == row]
-            fp.setdefault((wgs[row], seg), []).append((np.full(len(mine), step, np.int64), mine))
+        starts = np.flatnonzero(np.diff(rows, prepend=-1))  # where each wave row's lines begin
+        ends = np.append(starts[1:], len(keys))
+        for row, a, b in zip(rows[starts].tolist(), starts.tolist(), ends.tolist()):
+            fp.setdefault((wgs[row], seg), []).append((step, lines[a:b]))  # (step, its lines): record() joins them
+
+    def _lane_ends(self, addr, act):
+        """(addresses, active) [n, 64, k] of an access -> only each lane's first and last element, when that
+        names the same lines: every lane's elements span less than a line (so lie on the first's line or the
+        next) and are all active or all not (a dwordx4's 4 addresses: half the work, same footprint)."""
+        k = addr.shape[-1] if addr.dim() == 3 else 1
+        if k <= 2 or not SHORTCUTS:
+            return addr, act
+        span = addr[..., -1] - addr[..., 0]
+        if not bool(((span >= 0) & (span < (1 << self.line_shift))).all()):
+            return addr, act
+        if act is not None and not bool((act.all(-1) == act.any(-1)).all()):
+            return addr, act
+        ends = addr[..., ::k - 1]
+        return ends, (None if act is None else act[..., ::k - 1])
 
     # ---- loops ----------------------------------------------------------------------------------------------
     # A loop is any taken backward branch, whatever its shape: a bottom test (s_cmp + s_cbranch_scc back), a
@@ -378,17 +395,26 @@ def _as_int(v, signed):
 
 _WHAT = "tilegcn timing: the functional run that feeds the timing model"
 
+# the functional runs' shortcuts for speed, none of which changes the trace: lazy memory (the arguments' pages
+# staged on first touch, no stores written back), LDS DMAs moving no bytes in the footprint run (which reads no
+# LDS), footprints from each lane's first and last element (Tracer._lane_ends). False: the full runs (a test
+# checks both give the same estimate)
+SHORTCUTS = True
+
 
 def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128, detailed=None) -> Trace:
     """Two functional runs with the trace hook (`launch_args`: Module.prepare's keyword arguments):
     - the detailed workgroups (`detailed`, default `wgs[:1]`), exactly (check=False), for the wave streams: they
       run as one chunk, so workgroups that take the same path share the emulator's work;
-    - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math and
-      LDS accesses (their values cannot change the addresses of GEMM-like kernels) and stops once every
+    - all of `wgs` (one XCD's workgroups of a round) for their L2 footprints. This run skips MFMA math, LDS
+      accesses and the bytes LDS DMAs move (their values cannot change the addresses of GEMM-like kernels;
+      the DMAs' addresses are still checked and traced) and stops once every
       wave is past the iterations it records, so it costs a few loop trips of address arithmetic.
+    Both run on lazy memory: only the pages of the arguments they touch are staged, and their stores are not
+    written back into the caller's tensors (an estimate leaves its arguments as they were).
     """
     detailed = list(detailed or wgs[:1])
-    machine = traced_machine(module, name, launch_args, detailed)
+    machine = traced_machine(module, name, launch_args, detailed, lazy_memory=SHORTCUTS)
     tracer = Tracer(machine, module.instrs, detail_iterations, line_bytes, footprint_segments=(),
                     detailed=len(detailed))
     run_traced(machine, tracer, _WHAT)
@@ -397,15 +423,23 @@ def record(module, name, launch_args, wgs, detail_iterations=4, line_bytes=128, 
     program = machine.prog
     # the machine's copy of the arguments' memory goes before the next run's (1 GiB each at attention's sizes)
     tracer.m = machine = None
-    machine = traced_machine(module, name, launch_args, wgs, _addresses_only)
+    machine = traced_machine(module, name, launch_args, wgs, _addresses_only, lazy_memory=SHORTCUTS)
+    machine.lds_dma_data = not SHORTCUTS  # it reads no LDS: global -> LDS DMAs only need their addresses
     foot = Tracer(machine, module.instrs, 0, line_bytes)
     foot.first_chunk = False
     foot.stop_after = max(foot.segs_wanted)
     run_traced(machine, foot, _WHAT)
-    footprints = {key: tuple(np.concatenate(x) for x in zip(*parts)) for key, parts in foot.footprints.items()}
+    footprints = {key: _joined(parts) for key, parts in foot.footprints.items()}
     wpw = tracer.wpw
     samples = [tracer.streams[k * wpw:(k + 1) * wpw] for k in range(len(detailed))]
     return Trace(program, samples[0], footprints, samples)
+
+
+def _joined(parts):
+    """[(step, lines)] of one workgroup and segment -> (steps, lines) arrays, each line beside its step."""
+    lines = [p[1] for p in parts]
+    steps = np.repeat(np.array([p[0] for p in parts], np.int64), [len(x) for x in lines])
+    return steps, np.concatenate(lines)
 
 
 # DS instructions that exchange lanes without touching LDS: they compute register values (Triton's gfx950 MX

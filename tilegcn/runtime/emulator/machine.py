@@ -257,7 +257,7 @@ class Machine:
     MAX_CHUNK_VGPR_BYTES = 96 << 20
     MAX_CHUNK_LDS_BYTES = 192 << 20
 
-    def __init__(self, prog, grid, block, dispatch, tensors: list, check: bool, device):
+    def __init__(self, prog, grid, block, dispatch, tensors: list, check: bool, device, lazy_memory=False):
         self.prog = prog
         self.kd = prog.descriptor
         self.arch = prog.arch
@@ -280,7 +280,7 @@ class Machine:
                                 f"({self.kd.group_segment_fixed_size} fixed + {self.lds_size - self.kd.group_segment_fixed_size} "
                                 f"dynamic); {self.arch.name} has {self.arch.lds_bytes} per workgroup")
         self.user_sgprs = dispatch.user_sgprs
-        self.mem = GlobalMemory(tensors, dispatch.segments, device)
+        self.mem = GlobalMemory(tensors, dispatch.segments, device, lazy_memory)
         self.stats = LaunchStats(kernel=prog.name, arch=self.arch.name, grid=tuple(grid), block=tuple(block))
         self.counts = [0] * len(prog.handlers)
         self.seq = 0
@@ -299,6 +299,8 @@ class Machine:
         # global_access / ds_conflicts calls from the memory handlers; None costs one test per step
         self.tracer = None
         self.wg_subset = None  # linear workgroup ids to run (None: the whole grid)
+        # False: LDS DMAs check and translate their addresses but move no bytes (a traced run that reads no LDS)
+        self.lds_dma_data = True
 
     # ------------------------------------------------------------------------------------------
     def _check_registers_fit(self, name):

@@ -394,6 +394,9 @@ def _dma_run(ins, addresses, nbytes, inst_offset):
             row, ln = first_true(bad)
             raise Fault(f"LDS DMA writes LDS bytes [{int(start[row, ln])}, {int(start[row, ln]) + nbytes}) outside "
                         f"the kernel's {m.lds_size} bytes (M0 + offset + lane * {nbytes})", row, ln)
+        if not m.lds_dma_data:  # a run that reads no LDS (the timing model's footprint run): only the addresses
+            m.issue(g, "vm", (), (), _moves_nothing)
+            return
         wg_base = m.lds_base[g.sel].view(-1, 1)
         idx = (wg_base + start).unsqueeze(-1) + torch.arange(nbytes, device=dev)  # [n, 64, nbytes]
         idx = torch.where(writes.unsqueeze(-1), idx, lds.dummy)
@@ -423,6 +426,10 @@ def _dma_run(ins, addresses, nbytes, inst_offset):
                 lds.races.access(ix[..., 0], nbytes, _sub(me, pos), None if ex is None else w, row_waves, True)
         m.issue(g, "vm", (), (), apply)
     return run
+
+
+def _moves_nothing(pos):
+    pass
 
 
 _ONE16 = torch.ones(1, dtype=torch.int16)

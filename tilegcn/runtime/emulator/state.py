@@ -79,10 +79,20 @@ def _element_bytes(views, lo, length, device) -> torch.Tensor:
     return mask.to(device)
 
 
+# bytes per page a lazy GlobalMemory stages on first touch (a page of the host's memory: what torch.empty leaves
+# unallocated until written)
+LAZY_PAGE_SHIFT = 12
+
+
 class GlobalMemory:
-    def __init__(self, tensors: list, segments: list, device):
+    def __init__(self, tensors: list, segments: list, device, lazy: bool = False):
         """`tensors` are mapped read-write at their data pointers; `segments` (dispatch.Segment: address,
         data) read-only at theirs (the kernarg segment, dispatch packet, ...).
+
+        `lazy` (the timing model's functional runs, which touch a few MB of a GEMM's 384 MB of arguments and
+        whose outputs nobody reads): a tensor's bytes are staged page by page when an access first touches
+        them, and stores are never written back into the tensors (`finish` does nothing). Every check is the
+        same: faults depend on the mapping, not on what is staged.
 
         A tensor maps only its own elements: a strided view (x[:, :32] of a 64-wide x) is staged as the
         byte span from its first to its last element, but the gaps between its rows are not mapped, and an
@@ -117,12 +127,29 @@ class GlobalMemory:
             offsets.append(total)
             total += (hi - lo + 15) & ~15
         self.scratch = total  # 64 bytes past the mapped ones: where inactive lanes point
-        self.flat = torch.zeros(total + 64, dtype=torch.uint8, device=device)
+        self.offset_list = offsets
+        self.base_list = [r[0] for r in regions]
+        self.end_list = [r[1] for r in regions]
+        self.lazy = lazy
+        # lazy: nothing written yet, so the host leaves the pages of an unstaged tensor unallocated
+        self.flat = (torch.empty if lazy else torch.zeros)(total + 64, dtype=torch.uint8, device=device)
         for (lo, hi, storage, writable, _), off in zip(regions, offsets):
             if not writable:
                 self.flat[off:off + hi - lo] = torch.frombuffer(bytearray(storage), dtype=torch.uint8).to(device)
-            else:
+            elif not lazy:
                 self.flat[off:off + hi - lo] = self._storage_bytes(storage, lo, hi)
+        # lazy: per page of the flat buffer, is it staged? The pages of the read-only segments (staged above)
+        # and of the scratch bytes are, with the tensors' bytes they share a page with. (The padding between
+        # regions and the scratch bytes hold anything: no access reads them.)
+        self.staged = None
+        if lazy:
+            self.staged = torch.zeros(((total + 63) >> LAZY_PAGE_SHIFT) + 1, dtype=torch.bool, device=device)
+            for (lo, hi, _, writable, _), off in zip(regions, offsets):
+                if not writable:
+                    self.staged[off >> LAZY_PAGE_SHIFT:((off + hi - lo - 1) >> LAZY_PAGE_SHIFT) + 1] = True
+            self.staged[total >> LAZY_PAGE_SHIFT:] = True
+            for page in torch.nonzero(self.staged).reshape(-1).tolist():
+                self._copy_in(page << LAZY_PAGE_SHIFT, (page + 1) << LAZY_PAGE_SHIFT)
         self.flat32 = self.flat.view(torch.int32)
         self.mapped = None  # bool per flat byte, only when some region has gaps (a strided view's)
         self.gapped = [False] * len(regions)  # per region: are some of its bytes unmapped?
@@ -136,9 +163,6 @@ class GlobalMemory:
         self.ends = torch.tensor([r[1] for r in regions], dtype=torch.int64, device=device)
         self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
         self.writable = torch.tensor([r[3] for r in regions], dtype=torch.bool, device=device)
-        self.offset_list = offsets
-        self.base_list = [r[0] for r in regions]
-        self.end_list = [r[1] for r in regions]
         # the bytes the kernel stored to (allocated at the first store): only those go back to the tensors, so
         # a launch never writes back bytes it did not write (another thread's launch on the same storage may
         # have written them meanwhile)
@@ -158,8 +182,9 @@ class GlobalMemory:
         return whole[start:start + hi - lo]
 
     def finish(self):
-        """Copy the bytes the kernel stored to back into the tensors' storage (none when nothing was stored)."""
-        if self.written is None:
+        """Copy the bytes the kernel stored to back into the tensors' storage (none when nothing was stored, or
+        when the memory is lazy)."""
+        if self.written is None or self.lazy:
             return
         for (lo, hi, storage, writable), off in zip(self.regions, self.offset_list):
             if not writable:
@@ -173,17 +198,47 @@ class GlobalMemory:
             if idx.numel():
                 target.index_copy_(0, idx, staged.index_select(0, idx))
 
+    def _stage(self, flat: torch.Tensor, nbytes: int):
+        """Lazy memory: stage the pages of the flat buffer that accesses of nbytes at `flat` touch and that
+        are not staged yet (inactive lanes point at the scratch bytes, always staged)."""
+        touched = [flat >> LAZY_PAGE_SHIFT]
+        if nbytes > 1:
+            touched.append((flat + (nbytes - 1)) >> LAZY_PAGE_SHIFT)
+        if all(bool(self.staged[pages].all()) for pages in touched):
+            return
+        pages = torch.cat([p.reshape(-1) for p in touched])
+        pages = torch.unique(pages[~self.staged[pages]])
+        self.staged[pages] = True
+        for page in pages.tolist():
+            self._copy_in(page << LAZY_PAGE_SHIFT, (page + 1) << LAZY_PAGE_SHIFT)
+
+    def _copy_in(self, start: int, end: int):
+        """Copy the tensors' bytes that flat[start:end] stages (writable regions only: the rest is staged at
+        set-up)."""
+        r = max(bisect.bisect_right(self.offset_list, start) - 1, 0)
+        while r < len(self.regions) and self.offset_list[r] < end:
+            base, stop, storage, writable = self.regions[r]
+            off = self.offset_list[r]
+            lo, hi = max(start, off), min(end, off + stop - base)
+            if writable and lo < hi:
+                self.flat[lo:hi] = self._storage_bytes(storage, base + lo - off, base + hi - off)
+            r += 1
+
     def _written(self):
         if self.written is None:
             self.written = torch.zeros_like(self.flat)
         return self.written
 
     def mark_written(self, byte_index: torch.Tensor):
-        """Record stores to these flat byte indices (any shape)."""
+        """Record stores to these flat byte indices (any shape); lazy memory writes nothing back."""
+        if self.lazy:
+            return
         self._written().index_fill_(0, byte_index.reshape(-1), 1)
 
     def mark_written_words(self, word_index: torch.Tensor, word_bytes: int):
         """Record stores to these flat word indices (words of 4 or 8 bytes)."""
+        if self.lazy:
+            return
         view = self._written().view(torch.int32 if word_bytes == 4 else torch.int64)
         view.index_fill_(0, word_index.reshape(-1), -1)
 
@@ -210,6 +265,8 @@ class GlobalMemory:
             flat = self._translate_lanes(addr, nbytes, active, write)
         if active is not None:
             flat = torch.where(active, flat, self.scratch)
+        if self.lazy:
+            self._stage(flat, nbytes)
         return flat
 
     def _translate_lanes(self, addr, nbytes, active, write):

@@ -14,8 +14,9 @@ An observer has three hooks, called by the machine as it runs:
 It may read the machine's `sgpr` ([register, wave] values, writable: a tool may move a loop counter),
 `mem.bases` (sorted start addresses of the mapped buffers), `chunk_wgs` (the linear workgroup id of each
 workgroup of the current chunk), `W` (waves in the chunk) and `waves_per_wg`; raising `StopRun` from a hook
-ends the run cleanly. Decoded instructions are `module.instrs` (`Instr`: `.base`, `.operands` of `Reg` and
-`Const`), the bound handlers `machine.prog.handlers`.
+ends the run cleanly (what has been written stays written, unless the machine's memory is lazy). Decoded
+instructions are `module.instrs` (`Instr`: `.base`, `.operands` of `Reg` and `Const`), the bound handlers
+`machine.prog.handlers`.
 """
 from __future__ import annotations
 
@@ -50,16 +51,19 @@ def launch_threads() -> int:
     return _launch_threads()
 
 
-def traced_machine(module, name: str, launch_args: dict, workgroups, handlers=None) -> Machine:
+def traced_machine(module, name: str, launch_args: dict, workgroups, handlers=None, lazy_memory=False) -> Machine:
     """A machine set up for the launch `Module.prepare(name, **launch_args)` would make, running only the linear
     workgroup ids `workgroups`, unchecked (check=False). `handlers`: a function of the bound handler list
-    returning the list to run instead (e.g. one that skips MFMA math), applied to a copy of the program."""
+    returning the list to run instead (e.g. one that skips MFMA math), applied to a copy of the program.
+    `lazy_memory`: stage the tensors' bytes page by page as the run first touches them, and write no store
+    back into them (a run whose outputs nobody reads: state.GlobalMemory)."""
     launch = module.prepare(name, **launch_args)
     prog = launch.program
     if handlers is not None:
         prog = copy.copy(prog)
         prog.handlers = handlers(prog.handlers)
-    machine = Machine(prog, launch.grid, launch.block, launch.dispatch, launch.tensors, False, launch.device)
+    machine = Machine(prog, launch.grid, launch.block, launch.dispatch, launch.tensors, False, launch.device,
+                      lazy_memory)
     machine.wg_subset = list(workgroups)
     return machine
 
