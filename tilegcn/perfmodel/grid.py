@@ -8,9 +8,10 @@ R workgroups, each round timed by `cu.simulate` on copies of the detailed workgr
 last round is simulated with the workgroups it has (fewer per CU, or fewer CUs busy). The bandwidth each CU gets
 is its share of the XCD's L2 and of HBM among the CUs that have work in the round.
 
-Workgroups of unequal work (`sample_workgroups`, `_unequal_grid`): five workgroups along x (first to last) are
-recorded; if their streams differ (causal attention, a persistent kernel's shares), each is simulated, a
-workgroup's cycles and FLOPs are interpolated linearly in x between them, and the grid is dispatched greedily:
+Workgroups of unequal work (`sample_workgroups`, `sample_rows`, `_unequal_grid`): five workgroups along x
+(first to last) and the first of four rows along y are recorded; if their streams differ (causal attention with
+the query tile in x or in y, a persistent kernel's shares), each distinct one is simulated, a workgroup's cycles
+and FLOPs are interpolated linearly in x and in y between them (summed), and the grid is dispatched greedily:
 each workgroup, in linear order, to the CU slot that frees up first.
 """
 from __future__ import annotations
