@@ -188,7 +188,7 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     unequal = None
     if any(streams != tr.streams for streams in x_streams[1:]) or vary_y or not along_x:
         # workgroups of unequal work (a causal grid, a persistent kernel's share): time each distinct sampled one
-        sim_of = _distinct_simulations(x_streams + y_streams[1:], lambda streams: simulate(
+        sim_of = _distinct_simulations(lambda streams: simulate(
             streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw)), first=(tr.streams, cu))
         sims_x = [sim_of(streams) for streams in x_streams]
         sims_y = [sims_x[0]] + [sim_of(streams) for streams in y_streams[1:]]
@@ -308,7 +308,7 @@ def _along(points, cycles, flops, n):
     return per_c, per_f, weights
 
 
-def _distinct_simulations(all_streams, run, first):
+def _distinct_simulations(run, first):
     """A function from a sampled workgroup's streams to its simulated CU that runs `run` once per distinct path
     (`first`: the (streams, simulated CU) already at hand)."""
     done = [first]
