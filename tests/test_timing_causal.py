@@ -64,3 +64,30 @@ def test_a_remapped_causal_grid_is_flagged():
     est = kernel.compile(q, q, q, arch="gfx950").estimate()
     assert not est.breakdown["unequal_linear"]
     assert "not a linear function of x" in str(est)
+
+
+def _rows_kernel(along):
+    """Workgroup (x, y) runs (its `along` id + 1) trips of four MFMAs: work that grows along x or along y."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "asm"))
+    from emukit import module
+
+    mfma = "v_mfma_f32_32x32x8_bf16"
+    mfmas = "\n".join(f"{mfma} v[{16 * i}:{16 * i + 15}], v[64:65], v[66:67], v[{16 * i}:{16 * i + 15}]"
+                      for i in range(4))
+    body = "\n".join(["s_mov_b32 s12, 0", f"s_add_u32 s13, {'s2' if along == 'x' else 's3'}, 1", ".Lloop:", mfmas,
+                      "s_add_u32 s12, s12, 1", "s_cmp_lt_u32 s12, s13", "s_cbranch_scc1 .Lloop", "s_endpgm"])
+    return module(body, arch="gfx950", vgprs=72, sgprs=16, wg_ids="xy")
+
+
+def test_work_that_grows_along_y_is_timed_like_work_along_x():
+    """HipKittens' causal attention puts the query block in y (grid (heads, query blocks, batch)): sampling x alone
+    timed every workgroup like row 0's. The same work laid out along y or along x takes about the same time."""
+    from tilegcn.perfmodel import estimate
+
+    short, long_ = 8, 64  # 512 workgroups, one wave each: 2 per CU of an MI355X
+    args = [torch.zeros(64, dtype=torch.int32)]
+    along_y = estimate(_rows_kernel("y"), "k", (short, long_, 1), (64, 1, 1), args, device="MI355X")
+    along_x = estimate(_rows_kernel("x"), "k", (long_, short, 1), (64, 1, 1), args, device="MI355X")
+    trips = short * long_ * (long_ + 1) // 2
+    assert along_y.flops == pytest.approx(trips * 4 * 2 * 32 * 32 * 8, rel=0.01)
+    assert along_y.cycles == pytest.approx(along_x.cycles, rel=0.1)

@@ -8,9 +8,10 @@ R workgroups, each round timed by `cu.simulate` on copies of the detailed workgr
 last round is simulated with the workgroups it has (fewer per CU, or fewer CUs busy). The bandwidth each CU gets
 is its share of the XCD's L2 and of HBM among the CUs that have work in the round.
 
-Workgroups of unequal work (`sample_workgroups`, `_unequal_grid`): five workgroups along x (first to last) are
-recorded; if their streams differ (causal attention, a persistent kernel's shares), each is simulated, a
-workgroup's cycles and FLOPs are interpolated linearly in x between them, and the grid is dispatched greedily:
+Workgroups of unequal work (`sample_workgroups`, `sample_rows`, `_unequal_grid`): five workgroups along x
+(first to last) and the first of four rows along y are recorded; if their streams differ (causal attention with
+the query tile in x or in y, a persistent kernel's shares), each distinct one is simulated, a workgroup's cycles
+and FLOPs are interpolated linearly in x and in y between them (summed), and the grid is dispatched greedily:
 each workgroup, in linear order, to the CU slot that frees up first.
 """
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Estimate:
 def _rounds_text(b):
     if "unequal_workgroups" in b:
         per = ", ".join(f"x={x}: {c:,.0f}" for x, c in b["unequal_workgroups"])
+        if len(b.get("unequal_rows", ())) > 1:
+            per += "; along y: " + ", ".join(f"y={y}: {c:,.0f}" for y, c in b["unequal_rows"])
         shape = "" if b.get("unequal_linear", True) else "; not a linear function of x (remapped ids?): samples only"
         return (f"workgroups of unequal work, {b['workgroups_per_cu']}/CU, each CU taking the next as one ends "
                 f"({per}{shape})")
@@ -148,15 +151,21 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     launch_args = dict(grid=grid, block=block, args=args, shared_mem=shared_mem, kernarg=kernarg, buffers=buffers)
     detail = detail_iterations or 4 * resident
     samples = sample_workgroups(grid)
+    rows = sample_rows(grid)
     # a workgroup at the last x of the next row (y = 1, or z = 1 in a one-row grid): work that depends on x alone
     # gives it the same path as the last x sample; a grid that remaps its ids (T.use_swizzle) or whose work varies
     # along y does not. (Not the grid's last workgroup: a caller may map only the first batch's memory, as
     # bench/attention.py does at 1 GiB tensors, and the model runs nothing past the first rows.)
     step = grid[0] if grid[1] > 1 else grid[0] * grid[1]
     probe = [grid[0] - 1 + step] if n_wg > grid[0] else []
-    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples + probe)
-    along_x = not probe or tr.samples[-1] == tr.samples[len(samples) - 1]
-    tr.samples = tr.samples[:len(samples)]
+    row_ids = [y * grid[0] for y in rows]
+    tr = record(module, name, launch_args, xcd_wgs, detail, t.l2_line_bytes, detailed=samples + row_ids + probe)
+    x_streams = tr.samples[:len(samples)]
+    y_streams = [x_streams[0]] + tr.samples[len(samples):len(samples) + len(rows)]
+    vary_y = any(streams != x_streams[0] for streams in y_streams[1:])
+    # with work along y the probe's path differs from the last x sample's anyway: the row samples say how
+    along_x = not probe or vary_y or tr.samples[-1] == x_streams[-1]
+    tr.samples = x_streams
     hit, requests, misses = hit_rate(tr.footprints, t.l2_bytes_per_xcd, t.l2_line_bytes, t.l2_refetch_base,
                                      t.l2_refetch_per_gap, t.l1_bytes_per_cu)
     ops = [classify(ins, h, arch) for ins, h in zip(module.instrs, tr.program.handlers)]
@@ -177,18 +186,22 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     mfma_flops = _wg_flops(cu, wpw) * n_wg
     usage, simulated, skipped = _usage(cu, t, hit, hbm_bw), cu.simulated_cycles, cu.skipped_trips
     unequal = None
-    if any(streams != tr.streams for streams in tr.samples[1:]) or not along_x:
-        # workgroups of unequal work (a causal grid, a persistent kernel's share): time each sampled one
-        sims = [cu] + [simulate(streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw))
-                       for streams in tr.samples[1:]]
-        unequal = _unequal_grid(grid, samples, sims, wpw, t.cus * resident)
+    if any(streams != tr.streams for streams in x_streams[1:]) or vary_y or not along_x:
+        # workgroups of unequal work (a causal grid, a persistent kernel's share): time each distinct sampled one
+        sim_of = _distinct_simulations(lambda streams: simulate(
+            streams, ops, t, arch.lds_banks, resident, (hit, l2_bw, hbm_bw)), first=(tr.streams, cu))
+        sims_x = [sim_of(streams) for streams in x_streams]
+        sims_y = [sims_x[0]] + [sim_of(streams) for streams in y_streams[1:]]
+        unequal = _unequal_grid(grid, samples, sims_x, [0, *rows], sims_y, wpw, t.cus * resident)
         unequal["linear"] = unequal["linear"] and along_x
         cycles = t.launch_overhead_clk + unequal["makespan"]
         mfma_flops = unequal["flops"]
+        sims = sims_x + sims_y[1:]
         usage = {k: sum(w * _usage(sim, t, hit, hbm_bw)[k] for w, sim in zip(unequal["weights"], sims))
                  for k in usage}
-        simulated = sum(sim.simulated_cycles for sim in sims)
-        skipped = sum(sim.skipped_trips for sim in sims)
+        distinct = {id(sim): sim for sim in sims}.values()
+        simulated = sum(sim.simulated_cycles for sim in distinct)
+        skipped = sum(sim.skipped_trips for sim in distinct)
         cu = max(sims, key=lambda sim: sim.cycles)  # the busiest sampled workgroup's schedule for `trace`
     if trace:
         _write_trace(trace, cu.events, name, dev_name)
@@ -201,6 +214,7 @@ def estimate(module, name, grid=(1, 1, 1), block=(64, 1, 1), args=(), device="MI
     }
     if unequal is not None:
         breakdown["unequal_workgroups"] = unequal["samples"]
+        breakdown["unequal_rows"] = unequal["rows"]
         breakdown["unequal_linear"] = unequal["linear"]
     breakdown["limiting"] = _limiting(breakdown)
     # seconds at the clock this load sustains (Timing.clock_at), unless the caller gave one: the SIMDs' MFMA and VALU
@@ -218,6 +232,15 @@ def sample_workgroups(grid):
     recorded workgroup (they share the emulator's work)."""
     gx = grid[0]
     return sorted({0, *(min(gx - 1, k * gx // 4 + k) for k in (1, 2, 3)), gx - 1})
+
+
+def sample_rows(grid):
+    """The rows (y > 0, at x = z = 0) whose first workgroup the model records besides `sample_workgroups`: near the
+    quarter points and the last, for a grid whose work varies along y (HipKittens' causal attention puts the query
+    block in y). Not along z: a caller may map only the first batches' memory (bench/model_accuracy.py), and the
+    probe past the first row (grid.estimate) still flags a grid whose work varies there."""
+    gy = grid[1]
+    return sorted({*(min(gy - 1, k * gy // 4 + k) for k in (1, 2, 3)), gy - 1} - {0})
 
 
 def _wg_flops(cu, wpw):
@@ -239,38 +262,64 @@ def _usage(cu, t, hit, hbm_bw):
             "hbm_util_pct": 100.0 * cu.vmem_bytes * (1 - hit) / c / hbm_bw}
 
 
-def _unequal_grid(grid, samples, sims, wpw, slots):
-    """Time a grid whose workgroups do unequal work from its sampled workgroups (linear ids `samples`, all at
-    y = z = 0, and their simulated CUs `sims`): a workgroup at x holds one of the `slots` (CUs x resident) for
-    the cycles interpolated linearly in x between the samples (a causal grid's work grows linearly in x), and
-    workgroups take the first slot to free up in dispatch order, as the dispatcher hands a freed CU the next one.
-    Returns the makespan, the launch's MFMA FLOPs, each sample's weight (its share of the interpolated cycles)
-    and (x, cycles) per sample."""
+def _unequal_grid(grid, samples, sims_x, ys, sims_y, wpw, slots):
+    """Time a grid whose workgroups do unequal work from its sampled workgroups: linear ids `samples` at y = z = 0
+    with their simulated CUs `sims_x`, and rows `ys` (at x = z = 0, the first being y = 0) with `sims_y`. A
+    workgroup at (x, y) costs the cycles interpolated linearly in x plus those interpolated in y, less the shared
+    (0, 0) workgroup's: work that varies along x (TileLang's causal ports: query tile x) or along y (HipKittens'
+    causal attention: grid (heads, query blocks, batch)) is followed either way. Workgroups take the first of the
+    `slots` (CUs x resident) to free up, in linear-id order, as the dispatcher hands a freed CU the next one.
+    Returns the makespan, the launch's MFMA FLOPs, each sample's weight (its share of the interpolated cycles,
+    x samples then the rows past y = 0), (x, cycles) per x sample and (y, cycles) per row."""
     gx, gy, gz = grid
     xs = [s % gx for s in samples]
-    cycles = [sim.cycles for sim in sims]
-    flops = [_wg_flops(sim, wpw) for sim in sims]
-    per_x, flops_x = [], 0.0
-    weights = [0.0] * len(sims)
-    if len(xs) == 1:  # a one-column grid (its rows differ: only the probe saw it): no line to follow
-        xs, cycles, flops = xs * 2, cycles * 2, flops * 2
-        weights = [0.0, 0.0]
-    for x in range(gx):
-        k = max(0, min(len(xs) - 2, bisect.bisect_right(xs, x) - 1))
-        f = (x - xs[k]) / (xs[k + 1] - xs[k]) if xs[k + 1] != xs[k] else 0.0
-        c = (1 - f) * cycles[k] + f * cycles[k + 1]
-        per_x.append(c)
-        flops_x += (1 - f) * flops[k] + f * flops[k + 1]
+    cx, fx, wx = _along(xs, [sim.cycles for sim in sims_x], [_wg_flops(sim, wpw) for sim in sims_x], gx)
+    cy, fy, wy = _along(ys, [sim.cycles for sim in sims_y], [_wg_flops(sim, wpw) for sim in sims_y], gy)
+    c0, f0 = sims_x[0].cycles, _wg_flops(sims_x[0], wpw)
+    weights = [w * gy for w in wx] + [w * gx for w in wy[1:]]
+    weights[0] = max(0.0, weights[0] + wy[0] * gx - c0 * gx * gy)
+    free = [0.0] * min(slots, gx * gy * gz)
+    for _ in range(gz):
+        for y in range(gy):
+            row = cy[y] - c0
+            for c in cx:
+                heapq.heapreplace(free, free[0] + max(0.0, c + row))
+    flops = gz * (gy * sum(fx) + gx * sum(fy) - gx * gy * f0)
+    total = sum(weights) or 1.0
+    linear = _linear(xs, [sim.cycles for sim in sims_x]) and _linear(ys, [sim.cycles for sim in sims_y])
+    return {"makespan": max(free), "flops": flops, "weights": [w / total for w in weights],
+            "samples": [(x, sim.cycles) for x, sim in zip(xs, sims_x)],
+            "rows": [(y, sim.cycles) for y, sim in zip(ys, sims_y)], "linear": linear}
+
+
+def _along(points, cycles, flops, n):
+    """Interpolate the samples at coordinates `points` (sorted, the first 0) linearly over 0..n-1 (constant past
+    the last): (cycles per coordinate, FLOPs per coordinate, each sample's share of the summed cycles)."""
+    if len(points) == 1:
+        return [cycles[0]] * n, [flops[0]] * n, [cycles[0] * n]
+    per_c, per_f, weights = [], [], [0.0] * len(points)
+    for x in range(n):
+        k = max(0, min(len(points) - 2, bisect.bisect_right(points, x) - 1))
+        f = min(1.0, (x - points[k]) / (points[k + 1] - points[k]))
+        per_c.append((1 - f) * cycles[k] + f * cycles[k + 1])
+        per_f.append((1 - f) * flops[k] + f * flops[k + 1])
         weights[k] += (1 - f) * cycles[k]
         weights[k + 1] += f * cycles[k + 1]
-    weights = weights[:len(sims)]
-    free = [0.0] * min(slots, gx * gy * gz)
-    for _ in range(gy * gz):
-        for c in per_x:
-            heapq.heapreplace(free, free[0] + c)
-    total = sum(weights)
-    return {"makespan": max(free), "flops": flops_x * gy * gz, "weights": [w / total for w in weights],
-            "samples": [(x, c) for x, c in zip(xs, cycles)][:len(sims)], "linear": _linear(xs, cycles)}
+    return per_c, per_f, weights
+
+
+def _distinct_simulations(run, first):
+    """A function from a sampled workgroup's streams to its simulated CU that runs `run` once per distinct path
+    (`first`: the (streams, simulated CU) already at hand)."""
+    done = [first]
+
+    def sim_of(streams):
+        for seen, sim in done:
+            if seen == streams:
+                return sim
+        done.append((streams, run(streams)))
+        return done[-1][1]
+    return sim_of
 
 
 def _linear(xs, cycles, tolerance=0.25):
