@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 from . import cfg, isa
 from .regalloc import Group, VirtualFile
-from .schedule import _dependencies, _Latency
+from .schedule import _dependencies, _Latency, block_parts
 
 WINDOWS = (8, 4, 2, 1)  # loads in flight ahead of the consumer, most latency hiding first
 
@@ -167,17 +167,7 @@ def sink_loads(insts: list, arch, window: int) -> list:
 
 
 def _sink_block(body: list, arch, window: int) -> list:
-    head = [body[0]] if body and body[0].kind == isa.LABEL else []
-    last = body[-1] if body else None
-    tail = [last] if last is not None and (last.kind == isa.BRANCH or last.op in cfg.ENDS) else []
-    nodes, notes, pending = [], [], []
-    for inst in body[len(head):len(body) - len(tail)]:
-        if inst.kind == isa.COMMENT:
-            pending.append(inst)
-            continue
-        nodes.append(inst)
-        notes.append(pending)
-        pending = []
+    head, nodes, notes, pending, tail = block_parts(body)
     loads = [i for i, n in enumerate(nodes) if n.kind == isa.VMEM_LOAD and n.defs and n.defs[0].virtual]
     if len(loads) <= window:
         return body

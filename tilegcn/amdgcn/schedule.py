@@ -280,12 +280,13 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
     return order
 
 
-def _schedule_block(insts: list, arch) -> list:
-    """One basic block scheduled; its label stays first and its terminator last, comments go with the
-    instruction that follows them."""
-    head = [insts[0]] if insts[0].kind == isa.LABEL else []
-    last = insts[-1]
-    tail = [last] if last.kind == isa.BRANCH or last.op in cfg.ENDS else []
+def block_parts(insts: list) -> tuple:
+    """(head, nodes, notes, pending, tail) of one basic block: its label (head) and terminator (tail), which stay
+    where they are; the instructions between (nodes) that a reordering may move, each with the comments just before
+    it (notes[i]); and the comments after the last node (pending)."""
+    head = [insts[0]] if insts and insts[0].kind == isa.LABEL else []
+    last = insts[-1] if insts else None
+    tail = [last] if last is not None and (last.kind == isa.BRANCH or last.op in cfg.ENDS) else []
     nodes, notes, pending = [], [], []
     for inst in insts[len(head):len(insts) - len(tail)]:
         if inst.kind == isa.COMMENT:
@@ -294,6 +295,13 @@ def _schedule_block(insts: list, arch) -> list:
         nodes.append(inst)
         notes.append(pending)
         pending = []
+    return head, nodes, notes, pending, tail
+
+
+def _schedule_block(insts: list, arch) -> list:
+    """One basic block scheduled; its label stays first and its terminator last, comments go with the
+    instruction that follows them."""
+    head, nodes, notes, pending, tail = block_parts(insts)
     latency = _Latency(arch)
     order = _list_schedule(nodes, _dependencies(nodes, latency), latency)
     out = list(head)
