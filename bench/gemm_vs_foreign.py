@@ -38,7 +38,7 @@ from tilegcn.amdgcn.arch import TIMING, get_arch  # noqa: E402
 # (block_M, block_N, threads, num_stages, ping_pong): the K loop's ping-pong applies to 8 waves at num_stages=2
 CONFIGS = ((256, 256, 512, 2, None), (256, 256, 512, 2, False), (256, 128, 512, 2, None), (128, 256, 512, 2, None),
            (256, 256, 256, 2, None), (128, 128, 256, 2, None), (128, 128, 256, 1, None))
-LOW_PRECISION = ("i8", "fp8", "f8", "fp4", "mx")  # name parts of FOREIGN GEMMs on 8-bit or narrower operands
+LOW_PRECISION = ("i8", "fp8", "f8", "fp4", "f4", "mx")  # name parts of FOREIGN GEMMs on 8-bit or narrower operands
 
 
 def arch_of(card: str) -> str:
