@@ -30,6 +30,7 @@ passes; a pass that must make an op (the pipeliner makes async copies) names its
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -128,6 +129,17 @@ class TileOp:
     def lower(self, ctx, lower_body) -> None:
         """Emit this statement's instructions into `ctx.b`; `lower_body(ctx, stmts)` lowers nested statements."""
         raise NotImplementedError(f"{type(self).__name__}.lower")
+
+
+class OneBody:
+    """Mixin for an op that holds one statement list in its `body` field (loops): its `bodies` and `with_bodies`."""
+
+    def bodies(self) -> tuple:
+        return (self.body,)
+
+    def with_bodies(self, bodies: tuple):
+        (body,) = bodies
+        return dataclasses.replace(self, body=body)
 
 
 def missing_methods(cls) -> list:

@@ -2,20 +2,19 @@
 block id, `T.min(T.ceildiv(K, 32), n)`): the DeviceLoop op, a counted scalar loop that may run no trip."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import sympy
 
 from ..ir import nodes as N
-from ..ir.ops import TileOp, register
+from ..ir.ops import OneBody, TileOp, register
 from ..passes.control import lower_device_loop, lower_loop_exit
 
 
 @register
 @dataclass(eq=False)
-class DeviceLoop(TileOp):
+class DeviceLoop(OneBody, TileOp):
     """for var in range(start, stop, step): body, with start and stop SymPy index expressions evaluated once on the
     device before the first trip; step a positive int. The body sees `var` itself (start, start + step, ...).
     `num_stages` > 1 (T.Pipelined with a device bound): the software pipeliner (passes/pipelining.py) rewrites a
@@ -36,13 +35,6 @@ class DeviceLoop(TileOp):
         else:
             out.line(f"for {self.var} in serial({self.start}, {self.stop}{step}):")
         out.body(self.body)
-
-    def bodies(self):
-        return (self.body,)
-
-    def with_bodies(self, bodies):
-        (body,) = bodies
-        return dataclasses.replace(self, body=body)
 
     def pipeline_stages(self):
         return self.num_stages if self.step == 1 else 1

@@ -2,19 +2,18 @@
 gemms the software pipeliner (passes/pipelining.py) rewrites it, else it runs serially (passes/pipeline.py)."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import sympy
 
-from ..ir.ops import TileOp, register
+from ..ir.ops import OneBody, TileOp, register
 from ..passes.pipeline import lower_loop
 
 
 @register
 @dataclass(eq=False)
-class Loop(TileOp):
+class Loop(OneBody, TileOp):
     """for var in range(extent): body, with `num_stages` pipeline stages asked for."""
 
     opname: ClassVar[str] = "for"
@@ -28,13 +27,6 @@ class Loop(TileOp):
         pp = "" if self.ping_pong is None else f", ping_pong={self.ping_pong}"
         out.line(f"for {self.var} in pipelined({self.extent}, num_stages={self.num_stages}{pp}):")
         out.body(self.body)
-
-    def bodies(self):
-        return (self.body,)
-
-    def with_bodies(self, bodies):
-        (body,) = bodies
-        return dataclasses.replace(self, body=body)
 
     def pipeline_stages(self):
         return self.num_stages
