@@ -430,6 +430,13 @@ class _If:
             raise CompileError(f"an `if` on the device condition `{self.condition.text()}` inside T.Parallel: "
                                "pick per element with T.if_then_else(cond, a, b), or put the `if` around the "
                                "T.Parallel loop", location=loc)
+        bodies = yield from self._both_branches(tracer)
+        self._check_rebound(loc)
+        tracer.record(ops.If(self.condition, *bodies, loc=loc))
+
+    def _both_branches(self, tracer):
+        """Trace the `if` body twice, as the then and the else branch (`self.then` tells the user's code which),
+        each into its own statement list; returns (then statements, else statements)."""
         bodies = ([], [])
         for then, body in zip((True, False), bodies):
             self.then = then
@@ -438,8 +445,7 @@ class _If:
                 yield self
             finally:
                 tracer.bodies.pop()
-        self._check_rebound(loc)
-        tracer.record(ops.If(self.condition, *bodies, loc=loc))
+        return bodies
 
     def _per_element(self):
         """`if x[i, j] > 0:` inside T.Parallel: each element decides. Both branches are traced; every store in them
@@ -448,14 +454,7 @@ class _If:
         tracer = current()
         loc = user_location()
         cond = self.test if N.is_condition(self.test) else N.apply("ne", self.test, 0.0)
-        bodies = ([], [])
-        for then, body in zip((True, False), bodies):
-            self.then = then
-            tracer.bodies.append(body)
-            try:
-                yield self
-            finally:
-                tracer.bodies.pop()
+        bodies = yield from self._both_branches(tracer)
         self._check_rebound(loc)
         read = {e.buffer for e in N.walk_expr(cond) if isinstance(e, N.ElemRef)}
         if any(store.buffer in read for body in bodies for store in body):
