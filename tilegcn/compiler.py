@@ -48,7 +48,7 @@ from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
 from .passes.operand_registers import operands_to_registers
-from .passes.pipelining import pipeline_loops, pipelines_carried
+from .passes.pipelining import ROTATIONS, pipeline_loops, pipelines_carried
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
@@ -132,9 +132,10 @@ class Compilation:
     # `_carried`); False after such a kernel ran out of LDS or registers: they run serially, as they did before
     pipeline_carried: bool = True
     carried_pipelined: bool = False  # whether the pipeliner pipelined such a loop
-    # such loops at num_stages=2 run as in-wave software pipelines (pipelining.py `_pipeline_rotated`: a second
-    # score fragment); False after such a kernel ran out of registers: pipelined as before
-    rotate_carried: bool = True
+    # such loops at num_stages=2 run as in-wave software pipelines (pipelining.py `_pipeline_rotated`: second
+    # copies of the fragments one part hands the other), split as this says (ROTATIONS, in the order tried after
+    # such a kernel ran out of registers); None after the last ran out too: pipelined as before
+    rotate_carried: str | None = ROTATIONS[0]
     carried_rotated: bool = False  # whether the pipeliner rotated such a loop
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
@@ -277,8 +278,8 @@ def _allocate_registers(c: Compilation):
         except ResourceError as e:
             first = first or e
             try:
-                if c.carried_rotated:  # the loop as pipelined before, its one score fragment
-                    c.rotate_carried = False
+                if c.carried_rotated:  # the next split (fewer second fragments), then the loop as before
+                    c.rotate_carried = _next_rotation(c.rotate_carried)
                     _run(c, "verify", "schedule")
                 elif c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
                     c.vgpr_accumulators = False
@@ -295,6 +296,12 @@ def _allocate_registers(c: Compilation):
                     return
             except ResourceError:
                 raise first from None
+
+
+def _next_rotation(rotation: str):
+    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last."""
+    later = ROTATIONS[ROTATIONS.index(rotation) + 1:]
+    return later[0] if later else None
 
 
 def _allocate_scheduled(c: Compilation):
