@@ -268,7 +268,8 @@ def _allocate_registers(c: Compilation):
     num_stages=2). Holes come last so that every kernel that fit without them keeps its registers. A kernel whose VGPR
     accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on with every
     accumulator in AGPRs, then with a moved operand back in LDS, then with its carried loop serial (flash attention's
-    fallbacks, after its in-wave software pipeline's second score fragment); the last resort is
+    fallbacks, after its in-wave software pipeline's splits: pipelining.ROTATIONS, each with its own second
+    fragments, then none); the last resort is
     `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
     first = None  # the error of the kernel as first lowered, which names what the registers hold
     while True:
