@@ -94,7 +94,7 @@ STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
-                   carried: bool = True, rotate: str | None = FIRST_GEMM) -> N.Kernel:
+                   carried: bool = True, rotate: str | None = ROTATIONS[0]) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
