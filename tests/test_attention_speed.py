@@ -91,15 +91,15 @@ def _d128(seq):
     return kernel, (q, k, v)
 
 
-@pytest.mark.parametrize("seq", [64, 192, 256], ids=["1-tile", "3-tiles", "4-tiles"])
+@pytest.mark.parametrize("seq", [64, 128, 192, 256], ids=["1-tile", "2-tiles", "3-tiles", "4-tiles"])
 def test_kv_loop_runs_next_tiles_softmax_beside_this_tiles_pv(seq):
     """gfx950, head dim 128 (a K step that covers the loads: the loop waits first): each step computes the next key
     tile's scores and online softmax beside this tile's rescale and PV (FlashAttention-3's split), K loaded a step
     ahead of V, so the next tile's exp2s issue among this tile's PV MFMAs, between the same two barriers. Only P
     and the rescale factor come in two copies; the running max and sum, which the head alone carries and the
     epilogue reads, stay single, and no head runs past the last tile. Against torch: 1 key tile (no loop: the
-    first head, then the last tail), 3 (a loop trip, then the last tail) and 4 (a trip, a peeled step, the last
-    tail)."""
+    first head, then the last tail), 2 (a loop of one step, so the softmax's fragments stay in VGPRs), 3 (a loop
+    trip of two steps, then the last tail) and 4 (a trip, a peeled step, the last tail)."""
     kernel, (q, k, v) = _d128(seq)
     torch.testing.assert_close(kernel(q, k, v, arch="gfx950"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
     compiled = kernel.compile(q, k, v, arch="gfx950")
@@ -109,8 +109,10 @@ def test_kv_loop_runs_next_tiles_softmax_beside_this_tiles_pv(seq):
     assert "logsum_next" not in after_passes and "scores_max_next" not in after_passes
     if seq == 64:
         return
+    assert compiled.metadata["agprs"] == 0
     body = loop_body(compiled.asm)
-    step = body[:[i for i, x in enumerate(body) if x.startswith("s_barrier")][1]]  # the first unrolled step
+    barriers = [i for i, x in enumerate(body) if x.startswith("s_barrier")] + [len(body)]
+    step = body[:barriers[1]]  # the first unrolled step
     mfmas = [(i, x.split()[1].rstrip(",")) for i, x in enumerate(step) if x.startswith("v_mfma")]
     score_regs = {dst for i, dst in mfmas if step[i].endswith(", 0")}  # QK^T starts its blocks from 0
     pv = [i for i, dst in mfmas if dst not in score_regs]

@@ -618,8 +618,13 @@ def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
             live = lambda kk, ahead: (kk + ahead, n) if last + ahead >= n else None  # noqa: E731
             body += step(2 * var + j, j, live)
         out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
-    if not spare_head and steps % 2:
-        out += step(sympy.Integer(n - 2), n % 2, lambda kk, ahead: None, ahead=False)  # (head tile n: none)
+    if not spare_head and steps % 2:  # (no copies of head tile n)
+        if trips:
+            out += step(sympy.Integer(n - 2), n % 2, lambda kk, ahead: None, ahead=False)
+        else:  # n = 2: the one step as a loop of one trip, whose softmax fragments layout.py keeps in VGPRs
+            var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
+            body = step(var, 0, lambda kk, ahead: None, ahead=False)
+            out.append(dataclasses.replace(loop, var=var, extent=1, num_stages=1, body=body))
     if n % 2 or not spare_head:
         out += [WaitGroup(0, loc=loop.loc)] + part(tail, sympy.Integer(n - 1), (n - 1) % 2)
     return out
