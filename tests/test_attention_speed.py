@@ -82,40 +82,51 @@ def test_gfx950_packs_two_f32_into_f16_rounding_as_torch():
         assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
 
 
-@pytest.mark.parametrize("seq", [192, 128, 256], ids=["3-tiles", "2-tiles", "4-tiles-falls-back"])
-def test_kv_loop_runs_next_tiles_scores_beside_this_tiles_softmax(seq):
-    """gfx950, head dim 128 (a K step that covers the loads: the loop waits first): each step computes the next key
-    tile's scores (QK^T into a second score fragment) beside this tile's softmax and PV, K loaded a step ahead of V,
-    so this tile's exp2s issue among the next tile's MFMAs, between the same two barriers. Against torch: an odd
-    number of key tiles (a last step after the loop) and an even one. At 4 tiles (2 loop trips) the second score
-    fragment leaves no registers: the loop is pipelined as before (one score fragment), its results as right."""
+def _d128(seq):
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, seq, HEADS, 128, generator=g).half()
     k, v = (torch.randn(1, seq, KV_HEADS, 128, generator=g).half() for _ in range(2))
     kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, seq, 128, False, groups=HEADS // KV_HEADS, block_M=128,
                                             block_N=64, num_stages=2, threads=256)
+    return kernel, (q, k, v)
+
+
+@pytest.mark.parametrize("seq", [64, 128, 192, 256], ids=["1-tile", "2-tiles", "3-tiles", "4-tiles"])
+def test_kv_loop_runs_next_tiles_softmax_beside_this_tiles_pv(seq):
+    """gfx950, head dim 128 (a K step that covers the loads: the loop waits first): each step computes the next key
+    tile's scores and online softmax beside this tile's rescale and PV (FlashAttention-3's split), K loaded a step
+    ahead of V, so the next tile's exp2s issue among this tile's PV MFMAs, between the same two barriers. Only P
+    and the rescale factor come in two copies; the running max and sum, which the head alone carries and the
+    epilogue reads, stay single, and no head runs past the last tile. Against torch: 1 key tile (no loop: the
+    first head, then the last tail), 2 (a loop of one step, so the softmax's fragments stay in VGPRs), 3 (a loop
+    trip of two steps, then the last tail) and 4 (a trip, a peeled step, the last tail)."""
+    kernel, (q, k, v) = _d128(seq)
     torch.testing.assert_close(kernel(q, k, v, arch="gfx950"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
     compiled = kernel.compile(q, k, v, arch="gfx950")
-    assert "scratch_" not in compiled.asm and compiled.metadata["agprs"] == 0
+    assert "scratch_" not in compiled.asm
+    after_passes = compiled.ir.split("// after the tile-IR passes")[1]
+    assert "alloc fragment acc_s_cast_next" in after_passes and "alloc fragment scores_scale_next" in after_passes
+    assert "logsum_next" not in after_passes and "scores_max_next" not in after_passes
+    if seq == 64:
+        return
+    assert compiled.metadata["agprs"] == 0
     body = loop_body(compiled.asm)
-    barriers = [i for i, x in enumerate(body) if x.startswith("s_barrier")]
-    step = body[barriers[0]:barriers[1]] if len(barriers) > 1 else body  # the first unrolled step
+    barriers = [i for i, x in enumerate(body) if x.startswith("s_barrier")] + [len(body)]
+    step = body[:barriers[1]]  # the first unrolled step
     mfmas = [(i, x.split()[1].rstrip(",")) for i, x in enumerate(step) if x.startswith("v_mfma")]
     score_regs = {dst for i, dst in mfmas if step[i].endswith(", 0")}  # QK^T starts its blocks from 0
-    scores = [i for i, dst in mfmas if dst in score_regs]
+    pv = [i for i, dst in mfmas if dst not in score_regs]
     exps = [i for i, x in enumerate(step) if x.startswith("v_exp_f32")]
-    rotated = "acc_s_next" in compiled.ir
-    assert rotated == (seq != 256)
-    if rotated:
-        assert scores and exps and exps[0] < scores[-1]  # this tile's exp2s among the next tile's MFMAs
+    assert len(pv) == 16 and any(pv[0] < i < pv[-1] for i in exps)  # the next tile's exp2s among this tile's PV
 
 
 def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
-    """gfx950 256 x 128 over 512 threads at d = 128, two stages: the pipelined loop (two K/V stages, Q in
-    registers) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in the IR)."""
-    q = torch.empty(1, 256, HEADS, 128, dtype=torch.float16)
-    kv = torch.empty(1, 256, KV_HEADS, 128, dtype=torch.float16)
-    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 256, 128, False, groups=HEADS // KV_HEADS, block_M=256,
+    """gfx950 256 x 128 over 512 threads at d = 128, two stages, 3 key tiles: the pipelined loop (two K/V stages, Q
+    in registers, rotated or not) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in
+    the IR)."""
+    q = torch.empty(1, 384, HEADS, 128, dtype=torch.float16)
+    kv = torch.empty(1, 384, KV_HEADS, 128, dtype=torch.float16)
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 384, 128, False, groups=HEADS // KV_HEADS, block_M=256,
                                             block_N=128, num_stages=2, threads=512)
     compiled = kernel.compile(q, kv, kv, arch="gfx950")
     assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024

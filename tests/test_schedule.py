@@ -96,10 +96,39 @@ def test_a_write_inside_a_tuple_waits_for_the_tuples_reader():
     independent = [mfma(b, acc) for acc in range(4)]
     middle = b.emit("v_mov_b32", v(42), 0)  # overwrites the third register of the first source
     after = b.emit("v_add_u32", v(45), v(46), v(47))  # inside the second source, reading two of its registers
+    mfma(b, 5, src=40)  # reads both writes (VALU work no MFMA waits for would go last: _deferred)
     out = scheduled(b)
     assert position(out, reader) < position(out, middle)
     assert position(out, reader) < position(out, after)
     assert position(out, middle) < position(out, independent[-1])  # it did move up: only the reader holds it
+
+
+def test_packed_f32_ops_issue_where_no_mfma_holds_them():
+    """A packed-f32 VALU op (v_pk_mul_f32: the flash attention rescale) waits passes + 2 slots behind an MFMA of its
+    SIMD (S33, arch.mfma_valu_holds; the timing model holds it as long): the scheduler issues them where the
+    matrix pipe is idle (here after the MFMAs), never in an MFMA's shadow, where plain VALU ops fill the gaps
+    though they come later in program order."""
+    b = builder()
+    mfmas = [mfma(b, acc) for acc in range(4)]
+    packed = [b.emit("v_pk_mul_f32", v(60 + 2 * i, 2), v(60 + 2 * i, 2), v(80, 2)) for i in range(6)]
+    plain = [b.emit("v_mul_f32", v(90 + i), v(90 + i), v(81)) for i in range(6)]
+    out = scheduled(b)
+    first, last = position(out, mfmas[0]), max(position(out, m) for m in mfmas)
+    assert all(not first < position(out, x) < last for x in packed)
+    assert any(first < position(out, x) < last for x in plain)
+
+
+def test_valu_work_no_mfma_waits_for_yields_to_the_reads_of_the_next_mfmas():
+    """In an in-wave software pipeline's step the next tile's softmax (VALU work no MFMA of the step reads) comes
+    before this tile's PV reads in program order; the reads go first, so the MFMAs they feed run beside the
+    softmax instead of after it."""
+    b = builder()
+    softmax = [b.emit("v_exp_f32", v(120 + i), v(120 + i)) for i in range(40)]
+    reads = [ds_read(b, 8 * i) for i in range(2)]
+    mfmas = [mfma(b, acc, src=8 * acc) for acc in range(2)]
+    out = scheduled(b)
+    assert max(position(out, r) for r in reads) < min(position(out, x) for x in softmax)
+    assert min(position(out, m) for m in mfmas) < max(position(out, x) for x in softmax)
 
 
 def test_scc_definition_and_its_user_stay_together():

@@ -48,7 +48,7 @@ from .passes.layout import TID, assign_layouts, fragment_layouts
 from .passes.layout_inference import infer_layouts
 from .passes.memspace import stage_memory_accesses
 from .passes.operand_registers import operands_to_registers
-from .passes.pipelining import pipeline_loops, pipelines_carried
+from .passes.pipelining import ROTATIONS, pipeline_loops, pipelines_carried
 from .passes.reduce import reductions, scratch_buffers
 
 __all__ = ["CompileOptions", "Compilation", "Lowered", "PASSES", "PLAN_LAST", "FEASIBILITY_LAST", "lower",
@@ -132,9 +132,10 @@ class Compilation:
     # `_carried`); False after such a kernel ran out of LDS or registers: they run serially, as they did before
     pipeline_carried: bool = True
     carried_pipelined: bool = False  # whether the pipeliner pipelined such a loop
-    # such loops at num_stages=2 run as in-wave software pipelines (pipelining.py `_pipeline_rotated`: a second
-    # score fragment); False after such a kernel ran out of registers: pipelined as before
-    rotate_carried: bool = True
+    # such loops at num_stages=2 run as in-wave software pipelines (pipelining.py `_pipeline_rotated`: second
+    # copies of the fragments one part hands the other), split as this says (ROTATIONS, in the order tried after
+    # such a kernel ran out of registers); None after the last ran out too: pipelined as before
+    rotate_carried: str | None = ROTATIONS[0]
     carried_rotated: bool = False  # whether the pipeliner rotated such a loop
     builder: KernelBuilder | None = None
     abi: KernelAbi | None = None
@@ -268,8 +269,9 @@ def _allocate_registers(c: Compilation):
     accumulators (passes/layout.py vector_accumulators) do not fit first gets the last resort below with them (a
     few registers over: flash attention's causal gfx942 256x64 tile at HipKittens' shape needs 260 of 256, and the
     timing model rates its fragment groups split at 391 TFLOP/s against 319 with AGPR accumulators), then is
-    lowered again from the layouts on with every accumulator in AGPRs, then with a moved operand back in LDS, then with its carried loop serial (flash attention's
-    fallbacks, after its in-wave software pipeline's second score fragment); the last resort is
+    lowered again from the layouts on with every accumulator in AGPRs, then with a moved operand back in LDS, then
+    with its carried loop serial (flash attention's fallbacks, after its in-wave software pipeline's splits:
+    pipelining.ROTATIONS, each with its own second fragments, then none); the last resort is
     `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
     first = None  # the error of the kernel as first lowered, which names what the registers hold
     while True:
@@ -279,8 +281,8 @@ def _allocate_registers(c: Compilation):
         except ResourceError as e:
             first = first or e
             try:
-                if c.carried_rotated:  # the loop as pipelined before, its one score fragment
-                    c.rotate_carried = False
+                if c.carried_rotated:  # the next split (fewer second fragments), then the loop as before
+                    c.rotate_carried = _next_rotation(c.rotate_carried)
                     _run(c, "verify", "schedule")
                 elif c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
                     try:  # a few registers over: cheaper than an accvgpr round trip per element and step
@@ -302,6 +304,12 @@ def _allocate_registers(c: Compilation):
                     return
             except ResourceError:
                 raise first from None
+
+
+def _next_rotation(rotation: str):
+    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last."""
+    later = ROTATIONS[ROTATIONS.index(rotation) + 1:]
+    return later[0] if later else None
 
 
 def _allocate_scheduled(c: Compilation):

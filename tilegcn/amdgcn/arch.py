@@ -6,6 +6,7 @@ and AMD's matrix instruction calculator. Nothing outside this file should hard-c
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field, replace
 
 from ..errors import UnsupportedArchError
@@ -146,6 +147,20 @@ class MfmaHazards:
 # non-TRANS VALU reader one wait state late (ValuHazards.trans_to_valu_read). tests/test_hazards_llvm.py checks
 # each against llc, and that the other VALU instructions tilegcn emits are not TRANS.
 TRANS_OPS = isa_table.trans_ops()  # the instruction table's latency class trans
+
+# What an MFMA holds off on its SIMD's VALU, in 4-clk issue slots from its issue (S33, docs/timing-sources.md: LLVM's
+# rules fitted to ATT thread traces of MI308X and MI350X): an MFMA whose inputs are f32 / f64 every VALU op until
+# passes + 2; any other one a VALU op until 1 + (its widest A / B source, bytes a lane) / 16, and a packed-f32 op
+# (v_pk_add / fma / mul_f32, v_pk_mov_b32) or a dot product until passes + 2, one more with a 16-byte A source. The
+# timing model (perfmodel/ops.py) times it; the list scheduler (schedule.py) keeps packed-f32 ops out of the hold.
+PACKED_F32_VALU = re.compile(r"^v_(pk_(add|fma|mul)_f32|pk_mov_b32|dot)")
+
+
+def mfma_valu_holds(passes: int, widest_src_bytes: int, a_src_bytes: int, coexecutes: bool = True) -> tuple:
+    """(slots any VALU op waits, slots a packed-f32 op waits) after the issue of an MFMA of `passes` (S33)."""
+    if not coexecutes:
+        return passes + 2, passes + 2
+    return 1 + widest_src_bytes // 16, passes + 2 + (a_src_bytes >= 16)
 
 # Which opcodes the other VALU-side rules single out (DPP, lane reads / selects, permlane swaps, v_div_fmas, wide
 # stores) is the instruction table's too: isa_table.HazardRoles.

@@ -45,7 +45,18 @@ latency has passed. The timing model (perfmodel/cu.py) is the same in issue slot
 instruction is ready when its predecessors have issued and their results are due (`ds_read` -> user: the arch's
 LDS latency; buffer / scalar load -> user: L2-hit / SMEM latency; MFMA -> user: its passes; SALU write of M0 ->
 LDS DMA: the M0 hazard's wait states, so useful work fills the gap instead of `s_nop`); each slot issues the ready
-MFMA first when the XDL pipe is free, else the ready instruction earliest in source order. The next group's
+MFMA first when the XDL pipe is free, else the ready instruction earliest in source order, with two exceptions:
+  - a packed-f32 VALU op (v_pk_mul_f32, ...) is not ready until `passes + 2` slots after the last MFMA's issue
+    (arch.mfma_valu_holds, S33: the hardware holds it that long; the timing model too), so it goes where the matrix
+    pipe idles (flash attention's rescale of acc_o: while the step's first operands load) instead of stalling the
+    pipe in an MFMA's shadow;
+  - VALU work that no MFMA and no memory instruction waits for before the next barrier (_deferred) comes after the
+    rest: in an in-wave software pipeline's step (passes/pipelining.py, LAST_GEMM) the next tile's softmax precedes
+    this tile's PV operand reads in source order, and would otherwise hold them back until the softmax is done,
+    leaving PV's MFMAs back to back after it. On gfx950 128x64 d128 (bench/attention_loop.py) the two take the
+    rotated loop from llvm-mca 421.8 to 403.0 cycles a tile and the timing model from 1,249 to 1,432 TFLOP/s; the
+    GEMM loops of bench/dump_asm.py hold no such VALU work and no packed-f32 op, and stay byte-identical.
+The next group's
 `ds_read`s, the next stage's copy issues with their M0 writes and the address arithmetic thus fill the slots between
 back-to-back MFMAs, as early as they may (early loads hide their latency), up to `passes - 1` per MFMA; source-order
 priority keeps the emitted structure (reads of step k+1 before the MFMAs of step k, copies in slot order) and makes
@@ -72,7 +83,7 @@ import heapq
 import math
 
 from . import cfg, isa, isa_table
-from .arch import TIMING
+from .arch import PACKED_F32_VALU, TIMING, mfma_valu_holds
 from .hazards import _mfma_passes
 from .waitcnt import LDS_FILE
 
@@ -83,6 +94,8 @@ _VECTOR = isa_table.vector_kinds()  # the kinds that read EXEC as their lane mas
 _KNOWN = _VECTOR + (isa.SALU, isa.SMEM, isa.BARRIER)
 _LDS, _GLOBAL, _FENCE = -1, -2, -3  # pseudo-units (negative); register units are numbered from 0
 _M0 = isa.M0.unit_ids[0]  # (a single unit: its own key in isa.unit_keys)
+# what a VALU result may be waited for by within its barrier segment, short of which it is deferred (_deferred)
+_WAITED = (isa.MFMA, isa.DS_READ, isa.DS_WRITE, isa.DS_LANE, isa.LDS_DMA, isa.VMEM_LOAD, isa.VMEM_STORE, isa.SMEM)
 
 
 def schedule(insts: list, arch, interleave: bool = True) -> list:
@@ -185,6 +198,11 @@ class _Latency:
         self.load_pace = slots(t.tcp_clk_per_dword[4] * t.simds_per_cu)
         self.arch = arch
 
+    def packed_hold(self, mfma) -> int:
+        """Slots from MFMA `mfma`'s issue until a packed-f32 VALU op of its SIMD may issue."""
+        src = [r.count * 4 for r in mfma.operands[1:3] if isinstance(r, isa.Reg)] or [8]
+        return mfma_valu_holds(_mfma_passes(mfma, self.arch), max(src), src[0])[1]
+
     def of(self, producer) -> int:
         """Slots until a register `producer` writes may be read."""
         if producer.kind == isa.MFMA:
@@ -245,25 +263,30 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
     ready_mfma: list = []
     ready_load: list = []
     ready_other: list = []
+    ready_packed: list = []  # packed-f32 VALU ops: an MFMA holds them off (arch.mfma_valu_holds)
     ready_of = [ready_mfma if node.kind == isa.MFMA else ready_load if node.kind in (isa.VMEM_LOAD, isa.LDS_DMA)
-                else ready_other for node in nodes]
+                else ready_packed if _packed_f32(node) else ready_other for node in nodes]
+    later = _deferred(nodes, succs)
     order: list = []
-    clock = pipe_free = load_free = 0
-    while pending or ready_mfma or ready_load or ready_other:
+    clock = pipe_free = load_free = packed_free = 0
+    while pending or ready_mfma or ready_load or ready_other or ready_packed:
         while pending and pending[0][0] <= clock:
             i = heapq.heappop(pending)[1]
-            heapq.heappush(ready_of[i], i)
+            heapq.heappush(ready_of[i], (later[i], i))
         if ready_mfma and pipe_free <= clock:
-            pick = heapq.heappop(ready_mfma)
+            pick = heapq.heappop(ready_mfma)[1]
             pipe_free = clock + latency.of(nodes[pick])
+            packed_free = max(packed_free, clock + latency.packed_hold(nodes[pick]))
         elif ready_load and load_free <= clock and not (ready_other and ready_other[0] < ready_load[0]):
-            pick = heapq.heappop(ready_load)
+            pick = heapq.heappop(ready_load)[1]
             load_free = clock + latency.load_pace
+        elif ready_packed and packed_free <= clock and not (ready_other and ready_other[0] < ready_packed[0]):
+            pick = heapq.heappop(ready_packed)[1]
         elif ready_other:  # (a ready global load before `load_free` lets the rest pass it)
-            pick = heapq.heappop(ready_other)
+            pick = heapq.heappop(ready_other)[1]
         else:  # nothing can issue in this slot: skip to the first that can
             clock = min(([pending[0][0]] if pending else []) + ([pipe_free] if ready_mfma else []) +
-                        ([load_free] if ready_load else []))
+                        ([load_free] if ready_load else []) + ([packed_free] if ready_packed else []))
             continue
         order.append(pick)
         for i, slots in succs[pick]:
@@ -272,12 +295,31 @@ def _list_schedule(nodes: list, preds: list, latency: _Latency) -> list:
             waiting[i] -= 1
             if not waiting[i]:
                 if due[i] <= clock + 1:  # due by the next slot, whose scan of `pending` would move it at once
-                    heapq.heappush(ready_of[i], i)
+                    heapq.heappush(ready_of[i], (later[i], i))
                 else:
                     heapq.heappush(pending, (due[i], i))
         clock += 1
     assert len(order) == n, "dependency cycle in a basic block"
     return order
+
+
+def _packed_f32(node) -> bool:
+    return node.kind == isa.VALU and PACKED_F32_VALU.match(node.op) is not None
+
+
+def _deferred(nodes: list, succs: list) -> list:
+    """1 for a VALU node that no MFMA and no memory instruction waits for before the block's next barrier (the
+    online softmax of the next tile in an in-wave software pipeline, whose P the next step's MFMAs read), else 0."""
+    n = len(nodes)
+    segment, barriers = [0] * n, 0
+    for i, node in enumerate(nodes):
+        barriers += node.kind == isa.BARRIER
+        segment[i] = barriers
+    feeds = [False] * n  # whether an MFMA or memory instruction of its segment waits for its result
+    for i in range(n - 1, -1, -1):
+        feeds[i] = any(slots and segment[j] == segment[i] and (nodes[j].kind in _WAITED or feeds[j])
+                       for j, slots in succs[i])
+    return [int(node.kind == isa.VALU and not feeds[i]) for i, node in enumerate(nodes)]
 
 
 def block_parts(insts: list) -> tuple:

@@ -44,9 +44,11 @@ Which order a steady step takes (`step_order`):
   780 k cycles against 686 k; K phases: 707 k, and 128x128x64 tiles 39 % slower.
 
 A loop that carries other statements (flash attention's softmax) at S = 2, waiting first, runs as an in-wave
-software pipeline where reordering is exact (`_pipeline_rotated`): the next tile's head (statements up to the first
-gemm, QK^T) beside this tile's tail (softmax, PV), the head's fragments in two alternating copies; the compiler
-drops the rotation first where the second copy leaves no registers (compiler.py `_allocate_registers`).
+software pipeline where reordering is exact (`_rotated_split`, `_pipeline_rotated`): the next tile's head beside
+this tile's tail, the fragments the head hands the tail in two alternating copies. LAST_GEMM (FlashAttention-3's
+split): head = QK^T and the online softmax up to P, tail = the rescale of the output and PV; FIRST_GEMM: head = QK^T,
+tail = the softmax and PV. The compiler tries them in ROTATIONS' order and drops the rotation where the second
+copies leave no registers (compiler.py `_allocate_registers`).
 
 The steady part is a loop unrolled S times, so every stage index is a constant (no per-iteration address math).
 Correct for any n >= 1: with n < S the prologue issues only n groups and there is no steady part. A trip count
@@ -82,24 +84,30 @@ from ..ir.substitute import SUBSTITUTED, substituted
 
 
 ISSUE_FIRST, WAIT_FIRST, PHASES, PING_PONG = "issue_first", "wait_first", "phases", "ping_pong"
+FIRST_GEMM, LAST_GEMM = "first_gemm", "last_gemm"  # where an in-wave software pipeline splits its body
+# the splits in the order the compiler tries them (compiler.py `_allocate_registers`): LAST_GEMM first, as it twins
+# fewer registers (P and the rescale factor: 17 VGPRs a wave at flash attention's 128x64 tile, against the scores'
+# 32) and overlaps more (gfx950 128x64 d128 at 3 and 5 key tiles, llvm-mca a tile: 404.0 against 412.4)
+ROTATIONS = (LAST_GEMM, FIRST_GEMM)
 PHASES_PER_TILE = 2  # K phases a shared tile is split into where waiting first at S = 2 would drain (PHASES)
 STAGED_SLOTS = 2  # LDS slots (and staging VGPR sets) of a register-staged ping-pong: one K phase each
 
 
 def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases: bool = True,
-                   carried: bool = True, rotate: bool = True) -> N.Kernel:
+                   carried: bool = True, rotate: str | None = ROTATIONS[0]) -> N.Kernel:
     """`kernel` with its pipelinable loops rewritten. `arch` decides per loop which order a steady step takes
     (`step_order`; None: every loop waits first, unsplit); `by_dma(buf)`: whether the copies into shared `buf`
     go by LDS DMA (the default assumes they do); `phases=False`: wait first instead of splitting into K phases
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
     `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
-    way back where pipelining one needs more LDS or registers than there are); `rotate=False`: such loops are not
-    run as in-wave software pipelines (`_pipeline_rotated`: the compiler's way back where one needs more registers;
-    the rotated loop adds fragments to `kernel.buffers`, nothing else does)."""
+    way back where pipelining one needs more LDS or registers than there are); `rotate`: where such loops run as
+    in-wave software pipelines, the split to try (FIRST_GEMM or LAST_GEMM, `_rotated_split`); None: none is (the
+    compiler's way back where one needs more registers; the rotated loop adds fragments to `kernel.buffers`,
+    nothing else does)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
     twins: list = []  # the second fragments of rotated loops (`_pipeline_rotated`)
     body = _rewrite(kernel.body, arch, by_dma, split, kernel.body, phases, kernel.threads, carried,
-                    twins if rotate else None)
+                    twins if rotate else None, rotate)
     if body == kernel.body:
         return kernel
     buffers = [split.get(b, b) for b in kernel.buffers] + twins
@@ -220,8 +228,9 @@ def covers_round_trip(loop, arch) -> bool:
 
 
 def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool, threads=None,
-             carried: bool = True, twins: list | None = None) -> list:
-    """`twins`: where loops may be rotated (`_pipeline_rotated`), the list their second fragments are added to."""
+             carried: bool = True, twins: list | None = None, rotate: str | None = None) -> list:
+    """`twins`: where loops may be rotated (`_pipeline_rotated`, split `rotate`), the list their second fragments
+    are added to."""
     out = []
     for s in stmts:
         if pipelinable(s, carried) and _on_device(s):
@@ -247,14 +256,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
-                rotated = _rotated_split(s, program) if order != ISSUE_FIRST and twins is not None else None
+                rotated = _rotated_split(s, program, rotate) if order != ISSUE_FIRST and twins is not None else None
                 if rotated is not None:
                     twins.extend(rotated[2].values())
                     out.extend(_pipeline_rotated(s, *rotated))
                 else:
                     out.extend(_pipeline(s, wait_first=order != ISSUE_FIRST))
         elif s.bodies():
-            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads, carried, twins)
+            bodies = tuple(_rewrite(body, arch, by_dma, split, program, phases, threads, carried, twins, rotate)
                            for body in s.bodies())
             out.append(s if bodies == s.bodies() else s.with_bodies(bodies))
         else:
@@ -480,24 +489,35 @@ def _pipeline_on_device(loop, wait_first: bool) -> list:
     return out
 
 
-def _rotated_split(loop, program: list):
-    """(head, tail, twins) where `_pipeline_rotated` can run `loop` as an in-wave software pipeline, else None.
+def _rotated_split(loop, program: list, at: str = FIRST_GEMM):
+    """(head, tail, twins) where `_pipeline_rotated` can run `loop` as an in-wave software pipeline split `at`, else
+    None. A step then runs the next tile's head beside this tile's tail, so the list scheduler (amdgcn/schedule.py)
+    fills one part's MFMA gaps with the other's VALU work: nothing but registers separates them within the step's
+    one barrier.
 
-    head: the statements up to and including the body's first gemm (flash attention's score init and QK^T), less
-    the loads; tail: the rest (the online softmax and PV). A step then runs the next tile's head beside this tile's
-    tail, so the list scheduler (amdgcn/schedule.py) fills the head's MFMA gaps with the tail's VALU work: nothing
-    but registers separates them within the step's one barrier. Taken where reordering is exact: num_stages=2 and a
-    known trip count; each tile loaded once, read by the head's or by the tail's statements, not both; the tail
-    writes nothing the head touches; each fragment the head writes (twins: fragment -> its second copy, the steps
-    alternating) is written whole by the head's first statement touching it (a T.Parallel store at its own
-    indices or a T.fill, reading it not) and used nowhere outside the loop."""
+    FIRST_GEMM: head = the statements up to and including the body's first gemm, less the loads (flash attention's
+    score init and QK^T); tail = the rest (the online softmax, the rescale, PV). LAST_GEMM (FlashAttention-3's
+    split): tail = the statements from the first that touches the last gemm's accumulator to the end (the rescale of
+    acc_o and PV); head = the ones before (score init, QK^T and the online softmax up to the cast of P), so the
+    softmax of tile k + 1 sits beside PV of tile k.
+
+    Taken where reordering is exact: num_stages=2 and a known trip count; each tile loaded once, read by the head's
+    or by the tail's statements, not both; the head writes fragments only; the tail writes nothing the head reads
+    but has written first (head(k + 1) runs before tail(k)). The fragments the head writes and the tail touches are
+    twinned (twins: fragment -> its second copy, the steps alternating: tail(k) reads tile k's while head(k + 1)
+    writes tile k + 1's), so each must be written whole by the head's first statement touching it (a T.parallel
+    store at its own indices, a T.fill or a whole-buffer T.copy, reading it not: head(k + 1) then needs nothing of
+    head(k - 1)'s copy) and used nowhere outside the loop (its last value may be in either copy). The fragments
+    the head alone touches (the online softmax's running max and sum) stay single: head(0), head(1), ... still
+    run in order, each once, so they may be read after the loop (`_pipeline_rotated` then never runs a head on a
+    tile past the end)."""
     if loop.num_stages != 2 or not isinstance(loop.extent, int) or not _carried(loop):
         return None
     work = [x for x in loop.body if x.k_loop_role() != LOAD]
-    first = next((i for i, x in enumerate(work) if x.k_loop_role() == COMPUTE), None)
-    if first is None or first == len(work) - 1:
+    cut = _first_gemm_cut(work) if at == FIRST_GEMM else _last_accumulator_cut(work)
+    if cut is None or not 0 < cut < len(work):
         return None
-    head, tail = work[:first + 1], work[first + 1:]
+    head, tail = work[:cut], work[cut:]
     reads = lambda xs: {r.buffer for x in xs for r in x.reads()}  # noqa: E731
     writes = lambda xs: {r.buffer for x in xs for r in x.writes()}  # noqa: E731
     loaded = {c.dst.buffer for c in _loads(loop)}
@@ -506,13 +526,28 @@ def _rotated_split(loop, program: list):
         return None
     if writes(tail) & (reads(head) - writes(head)):
         return None  # the head of tile k + 1 would read it before the tail of tile k writes it
-    rotated = writes(head)
-    if any(b.scope != N.FRAGMENT or not _written_first(b, head) for b in rotated):
+    if any(b.scope != N.FRAGMENT for b in writes(head)):
         return None
-    if _used_outside(rotated, loop, program):
+    rotated = writes(head) & (reads(tail) | writes(tail))
+    if any(not _written_first(b, head) for b in rotated) or _used_outside(rotated, loop, program):
         return None
-    twins = {b: dataclasses.replace(b, name=f"{b.name}_next") for b in rotated}
+    twins = {b: dataclasses.replace(b, name=f"{b.name}_next") for b in sorted(rotated, key=lambda b: b.name)}
     return head, tail, twins
+
+
+def _first_gemm_cut(work: list):
+    """Where FIRST_GEMM splits `work` (the loop body less its loads): after its first gemm."""
+    first = next((i for i, x in enumerate(work) if x.k_loop_role() == COMPUTE), None)
+    return None if first is None else first + 1
+
+
+def _last_accumulator_cut(work: list):
+    """Where LAST_GEMM splits `work`: at the first statement touching the last gemm's accumulator."""
+    gemms = [x for x in work if x.k_loop_role() == COMPUTE]
+    if len(gemms) < 2:
+        return None
+    acc = gemms[-1].C
+    return next(i for i, x in enumerate(work) if acc in {r.buffer for r in x.reads() + x.writes()})
 
 
 def _written_first(buf, stmts: list) -> bool:
@@ -521,30 +556,36 @@ def _written_first(buf, stmts: list) -> bool:
         read, written = (buf in {r.buffer for r in rs} for rs in (x.reads(), x.writes()))
         if read or written:
             whole_store = x.opname == "parallel" and x.index is None and tuple(x.extents) == tuple(buf.shape)
-            return written and not read and (x.opname == "fill" or whole_store)
+            whole_copy = x.opname == "copy" and _whole(x.dst)
+            return written and not read and (x.opname == "fill" or whole_store or whole_copy)
     return False
 
 
 def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
     """`loop` (num_stages=2, n steps) as an in-wave software pipeline: step k runs the head of tile k + 1 (its
-    score fragments in the twin set of step k + 1's parity) beside the tail of tile k, so tile k + 1's QK^T MFMAs
-    and tile k's softmax sit between the same two barriers. The head's tiles (K) are loaded a step further ahead
-    than the tail's (V), each in 2 stages:
+    twinned fragments in the set of step k + 1's parity) beside the tail of tile k, so tile k + 1's head MFMAs and
+    tile k's tail sit between the same two barriers. The head's tiles (K) are loaded a step further ahead than the
+    tail's (V), each in 2 stages:
 
         prologue:  copies of head tile 0; commit; copies of head tile 1, tail tile 0; commit; wait_group(1); head(0)
         step k:    wait_group(0) (head tile k + 1 and tail tile k in LDS; every wave past step k - 1, so head stage
                    k % 2 and tail stage (k + 1) % 2 are free); copies of head tile k + 2, tail tile k + 1; commit;
                    head(k + 1); tail(k)
+        last:      wait_group(0); tail(n - 1)
 
     The loop is unrolled twice (constant stages and fragment sets); copies past the end are issued with nothing in
-    range (`AsyncCopy.live`), and the head of tile n, in the last step, computes on such a stage into a fragment
-    nothing reads. An odd n leaves its last step after the loop, without copies or head. The wait for everything
-    in flight (vmcnt(0)) is the wait-first loop's at num_stages=2 too: the loads had one step to land."""
+    range (`AsyncCopy.live`). Where every fragment the head writes is twinned, the loop runs n // 2 trips and the
+    head of tile n, in the last step of an even n, computes on such a stage into a copy nothing reads (an odd n
+    leaves its last step after the loop). Where the head carries state of its own (a running max and sum:
+    `_rotated_split`), no head runs past tile n - 1: the loop runs the steps 0 .. n - 2, its odd one peeled after
+    it. The wait for everything in flight (vmcnt(0)) is the wait-first loop's at num_stages=2 too: the loads had
+    one step to land."""
     n, k = loop.extent, loop.var
     AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
     head_reads = {r.buffer for x in head for r in x.reads()}
     head_copies = [c for c in _loads(loop) if c.dst.buffer in head_reads]
     tail_copies = [c for c in _loads(loop) if c.dst.buffer not in head_reads]
+    spare_head = {r.buffer for x in head for r in x.writes()} <= set(twins)  # a head past the end harms nothing
 
     def issue(copies, kk, stage: int, live) -> list:
         return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies]
@@ -558,23 +599,33 @@ def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
             out.append(_with_buffers(x, twins) if parity else x)
         return out
 
+    def step(kk, j: int, live, ahead=True) -> list:  # step kk (kk % 2 == j): head(kk + 1) beside tail(kk)
+        out = [WaitGroup(0, loc=loop.loc)] + (issue(head_copies, kk + 2, j, live(kk, 2)) if ahead else [])
+        out += issue(tail_copies, kk + 1, 1 - j, live(kk, 1))
+        return out + [CommitGroup(loc=loop.loc)] + part(head, kk + 1, 1 - j) + part(tail, kk, j)
+
     out = issue(head_copies, 0, 0, None) + [CommitGroup(loc=loop.loc)]
     out += issue(head_copies, 1, 1, None) if n > 1 else []
     out += issue(tail_copies, 0, 0, None) + [CommitGroup(loc=loop.loc)]
     out += [WaitGroup(1, loc=loop.loc)] + part(head, sympy.Integer(0), 0)
-    trips = n // 2
+    steps = n if spare_head else n - 1  # the steps that run a head: all, or those of tiles 1 .. n - 1
+    trips = steps // 2
     if trips:
         var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
         body = []
         for j in range(2):
-            kk = 2 * var + j
             last = 2 * (trips - 1) + j
-            live = lambda ahead: (kk + ahead, n) if last + ahead >= n else None  # noqa: E731
-            body += [WaitGroup(0, loc=loop.loc)]
-            body += issue(head_copies, kk + 2, j, live(2)) + issue(tail_copies, kk + 1, 1 - j, live(1))
-            body += [CommitGroup(loc=loop.loc)] + part(head, kk + 1, 1 - j) + part(tail, kk, j)
+            live = lambda kk, ahead: (kk + ahead, n) if last + ahead >= n else None  # noqa: E731
+            body += step(2 * var + j, j, live)
         out.append(dataclasses.replace(loop, var=var, extent=trips, num_stages=1, body=body))
-    if n % 2:
+    if not spare_head and steps % 2:  # (no copies of head tile n)
+        if trips:
+            out += step(sympy.Integer(n - 2), n % 2, lambda kk, ahead: None, ahead=False)
+        else:  # n = 2: the one step as a loop of one trip, whose softmax fragments layout.py keeps in VGPRs
+            var = sympy.Symbol(f"{k}_", integer=True, nonnegative=True)
+            body = step(var, 0, lambda kk, ahead: None, ahead=False)
+            out.append(dataclasses.replace(loop, var=var, extent=1, num_stages=1, body=body))
+    if n % 2 or not spare_head:
         out += [WaitGroup(0, loc=loop.loc)] + part(tail, sympy.Integer(n - 1), (n - 1) % 2)
     return out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..amdgcn.arch import f8f6f4_passes
+from ..amdgcn.arch import PACKED_F32_VALU, f8f6f4_passes, mfma_valu_holds
 from ..runtime.emulator.tracing import Const, Reg
 from ..runtime.emulator.tracing import mfma_shape as shape_of
 
@@ -19,7 +19,6 @@ _WIDTH = [
     (re.compile(r"byte|_u8|_i8"), lambda m: 1),
 ]
 TRANSCENDENTAL = re.compile(r"^v_(exp|log|rcp|rsq|sqrt|sin|cos)_")
-PACKED_F32 = re.compile(r"^v_(pk_(add|fma|mul)_f32|pk_mov_b32|dot)")
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def classify(ins, handler, arch) -> Op:
     if cls == "valu":
         if TRANSCENDENTAL.match(base):
             return Op("trans", "valu", vreads=_vgprs(ins.operands[1:]), vwrites=_vgprs(ins.operands[:1]))
-        return Op("valu", "valu", vreads=_vgprs(ins.operands[1:]), packed_f32=bool(PACKED_F32.match(base)))
+        return Op("valu", "valu", vreads=_vgprs(ins.operands[1:]), packed_f32=bool(PACKED_F32_VALU.match(base)))
     if cls == "vmem":
         n = width(base)
         return Op("vmem", "vmem", bytes_per_lane=n, store="store" in base, lds_dma="lds" in ins.mods,
@@ -117,11 +116,7 @@ def _mfma(ins, passes, flops) -> Op:
     16-byte A source."""
     base, ops = ins.base, ins.operands
     src = [op.count * 4 for op in ops[1:3] if isinstance(op, Reg)] or [8]
-    if not coexecutes(base):
-        hold = pk = passes + 2
-    else:
-        hold = 1 + max(src) // 16
-        pk = passes + 2 + (src[0] >= 16)
+    hold, pk = mfma_valu_holds(passes, max(src), src[0], coexecutes(base))
     return Op("mfma", "valu", passes=passes, flops=flops, vreads=_vgprs(ops[1:]), valu_hold=4 * hold, pk_hold=4 * pk)
 
 
