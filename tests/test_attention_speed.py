@@ -121,19 +121,47 @@ def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
     assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024
 
 
-def test_row_max_and_min_two_elements_an_instruction_match_torch():
-    """gfx950's row max / min take two of a thread's elements per v_maximum3_f32 / v_minimum3_f32 (the softmax's
-    row max): NaN, +-inf and zeros of both signs at several positions of a thread's run still give torch's amax / amin
-    (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_row_max_and_min_two_elements_an_instruction_match_torch(arch):
+    """The row max / min take two of a thread's elements an instruction (the softmax's row max): gfx950's
+    v_maximum3_f32 / v_minimum3_f32 propagate NaN, gfx942's v_max3_f32 / v_min3_f32 drop it and a lane mask of the
+    NaNs met restores it. NaN, +-inf and zeros of both signs at several positions of a thread's run, and a NaN at
+    each column in turn (rows 8..135: every position of the run, the first three, a pair, the single), still give
+    torch's amax / amin (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
     sys.path.insert(0, str(REPO / "tests"))
     from test_reduce import run_reductions, torch_reductions
 
-    x = torch.randn(8, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
+    x = torch.randn(136, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
     x[0, 4], x[1, 7], x[2, 9] = float("nan"), float("nan"), float("inf")
     x[3, :] = -0.0
     x[3, 70] = 0.0
     x[4, 10:20] = float("-inf")
     x[5, 127] = float("nan")
-    outs = run_reductions(x, 1, "gfx950", block_M=8, block_N=128, threads=64)
+    x[8:, :].diagonal().fill_(float("nan"))
+    outs = run_reductions(x, 1, arch, block_M=8, block_N=128, threads=64)
     for op, got, want in zip(("max", "min"), outs[1:3], torch_reductions(x, 1)[1:3]):
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
+
+
+def test_two_waves_a_simd_raise_the_priority_of_the_loops_mfma_runs():
+    """gfx942, 256 x 64 over 512 threads (two waves of the workgroup on each SIMD, one barrier a KV step): every MFMA
+    of the KV loop issues at `s_setprio 1` and every other vector instruction at 0 (one wave's softmax beside the
+    other's MFMAs; amdgcn/priority.py), the code after the loop at 0 again, and the results match torch on the
+    emulated device (2 workgroups, 4 key tiles). At 256 threads (one wave of a workgroup a SIMD) no s_setprio."""
+    q, k, v = _inputs(256)
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 256, DIM, False, groups=HEADS // KV_HEADS, block_M=256,
+                                            block_N=64, num_stages=2, threads=512)
+    torch.testing.assert_close(kernel(q, k, v, arch="gfx942"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    asm = kernel.compile(q, k, v, arch="gfx942").asm
+    body = loop_body(asm)
+    level, seen = 0, set()
+    for inst in body:
+        op = inst.split()[0]
+        if op == "s_setprio":
+            level = int(inst.split()[1])
+        elif op.startswith("v_"):
+            seen.add((op.startswith("v_mfma"), level))
+    assert seen == {(True, 1), (False, 0)}
+    after = asm.split(body[-1], 1)[1].split("\n", 2)[1]  # the line after the back branch
+    assert after.split()[:2] == ["s_setprio", "0"]
+    assert "s_setprio" not in _kernel(256).compile(q, k, v, arch="gfx942").asm
