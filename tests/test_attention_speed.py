@@ -4,11 +4,15 @@ are in flight while this one computes (LDS DMA on gfx950, register-staged loads 
 registers for the whole loop, the scores and the output accumulate in VGPRs (no AGPR round trip per element),
 nothing spills, and the results still match torch's scaled_dot_product_attention on the emulated device with
 checks on. Small shapes: 3 KV tiles (a steady trip, then a drain step), head dim 64."""
+import re
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+import tilegcn
+from tilegcn import language as T
 
 from conftest import REPO
 
@@ -82,20 +86,23 @@ def test_gfx950_packs_two_f32_into_f16_rounding_as_torch():
         assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
 
 
-@pytest.mark.parametrize("seq", [192, 128, 256], ids=["3-tiles", "2-tiles", "4-tiles-falls-back"])
-def test_kv_loop_runs_next_tiles_scores_beside_this_tiles_softmax(seq):
+@pytest.mark.parametrize("arch,seq,block_M,threads", [("gfx950", 192, 128, 256), ("gfx950", 128, 128, 256),
+                                                      ("gfx942", 256, 256, 512)],
+                         ids=["3-tiles", "2-tiles", "gfx942-256x64-falls-back"])
+def test_kv_loop_runs_next_tiles_scores_beside_this_tiles_softmax(arch, seq, block_M, threads):
     """gfx950, head dim 128 (a K step that covers the loads: the loop waits first): each step computes the next key
     tile's scores (QK^T into a second score fragment) beside this tile's softmax and PV, K loaded a step ahead of V,
     so this tile's exp2s issue among the next tile's MFMAs, between the same two barriers. Against torch: an odd
-    number of key tiles (a last step after the loop) and an even one. At 4 tiles (2 loop trips) the second score
-    fragment leaves no registers: the loop is pipelined as before (one score fragment), its results as right."""
+    number of key tiles (a last step after the loop) and an even one. gfx942's 256 x 64 tile over 512 threads (4
+    tiles, 2 loop trips): the second score fragment leaves no registers, so the loop is pipelined as before (one
+    score fragment), its results as right."""
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, seq, HEADS, 128, generator=g).half()
     k, v = (torch.randn(1, seq, KV_HEADS, 128, generator=g).half() for _ in range(2))
-    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, seq, 128, False, groups=HEADS // KV_HEADS, block_M=128,
-                                            block_N=64, num_stages=2, threads=256)
-    torch.testing.assert_close(kernel(q, k, v, arch="gfx950"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
-    compiled = kernel.compile(q, k, v, arch="gfx950")
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, seq, 128, False, groups=HEADS // KV_HEADS, block_M=block_M,
+                                            block_N=64, num_stages=2, threads=threads)
+    torch.testing.assert_close(kernel(q, k, v, arch=arch), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    compiled = kernel.compile(q, k, v, arch=arch)
     assert "scratch_" not in compiled.asm and compiled.metadata["agprs"] == 0
     body = loop_body(compiled.asm)
     barriers = [i for i, x in enumerate(body) if x.startswith("s_barrier")]
@@ -105,7 +112,7 @@ def test_kv_loop_runs_next_tiles_scores_beside_this_tiles_softmax(seq):
     scores = [i for i, dst in mfmas if dst in score_regs]
     exps = [i for i, x in enumerate(step) if x.startswith("v_exp_f32")]
     rotated = "acc_s_next" in compiled.ir
-    assert rotated == (seq != 256)
+    assert rotated == (arch == "gfx950")
     if rotated:
         assert scores and exps and exps[0] < scores[-1]  # this tile's exp2s among the next tile's MFMAs
 
@@ -165,3 +172,36 @@ def test_two_waves_a_simd_raise_the_priority_of_the_loops_mfma_runs():
     after = asm.split(body[-1], 1)[1].split("\n", 2)[1]  # the line after the back branch
     assert after.split()[:2] == ["s_setprio", "0"]
     assert "s_setprio" not in _kernel(256).compile(q, k, v, arch="gfx942").asm
+
+
+@tilegcn.jit
+def index_masks(O1, O2, O3, O4, *, block_M=16, block_N=64, threads=64):
+    """Causal-style masks: the row bx * block_M + i against the column j plus a shift, four comparisons."""
+    with T.Kernel(T.ceildiv(O1.shape[0], block_M), threads=threads) as bx:
+        f = T.alloc_fragment((block_M, block_N), "float32")
+        for out, mask in ((O1, lambda r, j: r >= j + 70), (O2, lambda r, j: r < j - 20),
+                          (O3, lambda r, j: r > j + 5), (O4, lambda r, j: r <= j)):
+            for i, j in T.Parallel(block_M, block_N):
+                f[i, j] = T.if_then_else(mask(bx * block_M + i, j), 1.5, -T.infinity("float32"))
+            T.copy(f, out[bx * block_M, 0])
+
+
+def test_index_masks_compare_each_element_once_against_torch():
+    """A mask comparing two index expressions that differ from element to element by constants (causal attention's
+    row >= key) computes their difference once for the thread's elements: one compare and one select an element
+    (the select's constants moved into VGPRs once), where an add, a compare, two moves and a select were; shifts
+    outside the inline constants' range and of both signs, on both arches, against torch."""
+    rows, cols = 160, 64
+    r = torch.arange(rows)[:, None]
+    j = torch.arange(cols)[None, :]
+    wants = [r >= j + 70, r < j - 20, r > j + 5, r <= j]
+    for arch in ("gfx942", "gfx950"):
+        outs = [torch.zeros(rows, cols) for _ in wants]
+        index_masks(*outs, arch=arch)
+        for got, want in zip(outs, wants):
+            assert torch.equal(got, torch.where(want, 1.5, float("-inf")))
+        asm = index_masks.compile(*outs, arch=arch).asm
+        elements = 4 * 16 * 64 // 64  # four masks of a 16 x 64 tile over 64 lanes
+        assert len(re.findall(r"^\s+v_cmp_", asm, re.M)) <= elements + 4  # (a few elements compare directly)
+        assert len(re.findall(r"^\s+v_cndmask_b32", asm, re.M)) == elements
+        assert len(re.findall(r"^\s+v_mov_b32 v\d+, (?:0x|-3|1\.5)", asm, re.M)) <= 2 * 4

@@ -113,6 +113,21 @@ class ElementEvaluator:
         self.b.emit("v_mov_b32", t, x)
         return t
 
+    def selectable(self, x):
+        """x as a v_cndmask_b32 source: a VGPR or an inline float constant; another constant in a VGPR kept with
+        the row values (one move for the loop's elements), anything else moved into a temporary."""
+        if not isinstance(x, float):
+            return self.vgpr(x)
+        if _is_inline_f32(x):
+            return x
+        key = ("constant", float_literal(x))
+        if self._row_values is None or len(self._row_values) >= ROW_VALUES_KEPT:
+            return self.vgpr(x)
+        if key not in self._row_values:
+            reg = self._row_values[key] = self.b.v.alloc(what="a select's constant")
+            self.b.emit("v_mov_b32", reg, x)
+        return self._row_values[key]
+
     def eval(self, e: N.Expr, r: int, dst: Reg | None = None):
         """fp32 value of `e` at element r: a float constant, an SGPR or a VGPR (an int expression converted)."""
         return self.eval_as(e, r, N.FLOAT, dst)
@@ -191,6 +206,9 @@ class ElementEvaluator:
             known = self._index_comparison(e, r)
             if known is not None:
                 return known
+            by_difference = self._index_difference_comparison(e, r)
+            if by_difference is not None:
+                return by_difference
         operands = [None] * row.arity
         for n, k in enumerate(row.evaluation_order):
             if row.operand_kinds[k] == elemfn.CONDITION:
@@ -254,6 +272,46 @@ class ElementEvaluator:
         truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
                  "eq": (lo == hi == 0, lo > 0 or hi < 0), "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.fn]
         return True if truth[0] else False if truth[1] else None
+
+    def _index_difference_comparison(self, e: N.Call, r: int):
+        """A comparison of two index expressions that differ from element to element by constants only (causal
+        attention's `bx * block_M + i >= k * block_N + j`: the row and key of each score are a thread's first ones
+        plus constants) as `(a - b) OP -constant`, the difference a - b of their shared parts computed once for
+        the loop's elements (kept with the row values): an element takes one compare where it took an add, a
+        compare and the operands' moves. Exact for 32-bit index values whose difference fits 32 bits (a tensor's
+        indices). None where the parts are uniform (no VGPR) or the constants cancel (the direct compare is as
+        cheap)."""
+        if e.fn not in _COMPARE or not all(isinstance(a, (N.IndexValue, N.Const)) for a in e.args):
+            return None
+        a, b = (self._index_expr(x, r) for x in e.args)
+        if a is None or b is None:
+            return None
+        (ca, sa), (cb, sb) = a.as_coeff_Add(), b.as_coeff_Add()
+        if ca == cb:
+            return None
+        difference = self._shared_difference(sa, sb)
+        if difference is None:
+            return None
+        return INT_LOWERINGS[e.fn](self, None, difference, int(cb - ca))
+
+    def _shared_difference(self, sa, sb):
+        """A VGPR holding index expressions sa - sb, kept across the loop's elements where they keep row values."""
+        key = ("index difference", sa, sb)
+        if self._row_values is not None and key in self._row_values:
+            return self._row_values[key]
+        va, vb = self.ctx.lower.operand(sa), self.ctx.lower.operand(sb)
+        if not (_is_vgpr(va) or _is_vgpr(vb)):
+            return None
+        out = self.b.v.alloc(what="index difference")
+        if _is_vgpr(vb):
+            self.b.emit("v_sub_u32", out, va, vb)
+        else:
+            self.b.emit("v_subrev_u32", out, vb, va)
+        if self._row_values is not None and len(self._row_values) < ROW_VALUES_KEPT:
+            self._row_values[key] = out
+        else:
+            self.temps.append(out)
+        return out
 
     def _index_expr(self, e, r: int):
         """An int index expression at element r (T.Parallel indices replaced by the layout's coordinates), None for
@@ -632,10 +690,12 @@ def _compare(op: str, table=_COMPARE, suffix="f32"):
 
 
 def _if_then_else(ev, out, cond, a, b):
+    """cond ? a : b. The mask takes the one constant bus (gfx9), so a source is a VGPR or an inline constant (VOP3
+    takes one in either source); another constant goes into a VGPR once for the loop's elements (causal
+    attention's `T.if_then_else(mask, 0, -inf)`: one instruction an element, where the moves of both made three)."""
     if isinstance(cond, bool):
         return a if cond else b
-    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # the mask takes the one constant bus
-    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), cond)
+    ev.b.emit("v_cndmask_b32", out, ev.selectable(b), ev.selectable(a), cond)
     return out
 
 
