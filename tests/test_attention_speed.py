@@ -179,22 +179,25 @@ def index_masks(O1, O2, O3, O4, *, block_M=16, block_N=64, threads=64):
     """Causal-style masks: the row bx * block_M + i against the column j plus a shift, four comparisons."""
     with T.Kernel(T.ceildiv(O1.shape[0], block_M), threads=threads) as bx:
         f = T.alloc_fragment((block_M, block_N), "float32")
-        for out, mask in ((O1, lambda r, j: r >= j + 70), (O2, lambda r, j: r < j - 20),
-                          (O3, lambda r, j: r > j + 5), (O4, lambda r, j: r <= j)):
+        for out, mask in ((O1, lambda r, j: r >= j + 66), (O2, lambda r, j: r >= j + 79),
+                          (O3, lambda r, j: r < j - 20), (O4, lambda r, j: r > j + 5)):
             for i, j in T.Parallel(block_M, block_N):
                 f[i, j] = T.if_then_else(mask(bx * block_M + i, j), 1.5, -T.infinity("float32"))
             T.copy(f, out[bx * block_M, 0])
 
 
-def test_index_masks_compare_each_element_once_against_torch():
+def test_index_masks_against_torch_one_compare_an_element_or_none():
     """A mask comparing two index expressions that differ from element to element by constants (causal attention's
-    row >= key) computes their difference once for the thread's elements: one compare and one select an element
-    (the select's constants moved into VGPRs once), where an add, a compare, two moves and a select were; shifts
-    outside the inline constants' range and of both signs, on both arches, against torch."""
+    row >= key): where the uniform part says every element is true (or false), a scalar branch writes the constant
+    (a causal loop's tiles below the diagonal); else each element takes one compare and one select, the difference
+    of the shared parts computed once and the select's constants moved into VGPRs once (where an add, a compare, two
+    moves and a select were). Workgroups of each kind, and at the edges: rows 128..143 against `j + 66` hold one
+    false element (row 128, key 63), rows 64..79 against `j + 79` one true one (row 79, key 0); shifts outside the
+    inline constants' range and of both signs; both arches, against torch."""
     rows, cols = 160, 64
     r = torch.arange(rows)[:, None]
     j = torch.arange(cols)[None, :]
-    wants = [r >= j + 70, r < j - 20, r > j + 5, r <= j]
+    wants = [r >= j + 66, r >= j + 79, r < j - 20, r > j + 5]
     for arch in ("gfx942", "gfx950"):
         outs = [torch.zeros(rows, cols) for _ in wants]
         index_masks(*outs, arch=arch)
@@ -202,6 +205,8 @@ def test_index_masks_compare_each_element_once_against_torch():
             assert torch.equal(got, torch.where(want, 1.5, float("-inf")))
         asm = index_masks.compile(*outs, arch=arch).asm
         elements = 4 * 16 * 64 // 64  # four masks of a 16 x 64 tile over 64 lanes
+        assert asm.count("every element true?") == asm.count("every element false?") == 4
         assert len(re.findall(r"^\s+v_cmp_", asm, re.M)) <= elements + 4  # (a few elements compare directly)
         assert len(re.findall(r"^\s+v_cndmask_b32", asm, re.M)) == elements
-        assert len(re.findall(r"^\s+v_mov_b32 v\d+, (?:0x|-3|1\.5)", asm, re.M)) <= 2 * 4
+        constant_moves = len(re.findall(r"^\s+v_mov_b32 v\d+, 0x", asm, re.M))
+        assert constant_moves <= 2 * elements + 2 * 4  # the two constant paths, and two a mask in the other

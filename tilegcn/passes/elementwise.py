@@ -1018,6 +1018,90 @@ def is_fused_producer(ctx: Context, p) -> bool:
 def lower_parallel(ctx: Context, s: TileOp):
     if is_fused_producer(ctx, s):
         return  # the reduction right after computes each element where it uses it (passes/reduce.py)
+    paths = _uniform_select_paths(ctx, s)
+    if paths is None:
+        _lower_elements(ctx, s)
+        return
+    _lower_with_uniform_paths(ctx, s, paths)
+
+
+def _uniform_select_paths(ctx: Context, s: TileOp):
+    """For `x[i, j] = T.if_then_else(a OP b, c1, c2)` with a and b index expressions, c1 and c2 constants and x an
+    fp32 fragment in VGPRs (causal attention's mask `bx * block_M + i >= k * block_N + j`): (SGPR or int U, OP,
+    threshold where all elements are true, threshold where all are false) such that every element's a - b is
+    U + an offset in [lo, hi] (the lanes' part and the elements' constants). Where U says so at run time, a scalar
+    branch writes c1 (or c2) in every element: the tiles of a causal loop below the diagonal (all but one or two)
+    take a move an element instead of a compare and a select. None where the statement is not of that form, the
+    elements differ by more than constants, or nothing uniform varies (the compiler folds that case itself)."""
+    e = s.value
+    if not (isinstance(e, N.Call) and e.fn == "if_then_else") or not all(
+            isinstance(x, N.Const) and isinstance(x.value, (int, float)) for x in e.args[1:]):
+        return None
+    cond = e.args[0]
+    if not (isinstance(cond, N.Call) and cond.fn in ("lt", "le", "gt", "ge")
+            and all(isinstance(x, (N.IndexValue, N.Const)) for x in cond.args)):
+        return None
+    lay = ctx.layouts[s.buffer]
+    if lay.regs.file != "v" or lay.packed or s.buffer.dtype != float32:
+        return None
+    ctx.current_parallel = s
+    ev = ElementEvaluator(ctx, {})
+    pairs = [tuple(ev._index_expr(x, r) for x in cond.args) for r in range(lay.elems)]
+    folded = all(ev._index_comparison(cond, r) is not None for r in range(lay.elems))
+    ctx.current_parallel = None
+    if folded or any(a is None or b is None for a, b in pairs):
+        return None
+    split = [sympy.expand(a - b).as_coeff_Add() for a, b in pairs]
+    shared = {rest for _, rest in split}
+    if len(shared) != 1:
+        return None
+    lanes = ctx.b.lane_symbols
+    terms = sympy.Add.make_args(shared.pop())
+    uniform = sympy.Add(*(t for t in terms if not t.free_symbols & lanes))
+    lane_span = value_range(sympy.Add(*(t for t in terms if t.free_symbols & lanes)),
+                            {t: (0, ctx.threads - 1) for t in lanes})
+    if uniform == 0 or lane_span is None:
+        return None
+    constants = [int(c) for c, _ in split]
+    lo, hi = lane_span[0] + min(constants), lane_span[1] + max(constants)
+    # all true / all false as U >= t (ge-style thresholds) or U <= t (le-style): (op, t_true, t_false)
+    op = cond.fn
+    thresholds = {"ge": ("ge", -lo, "lt", -hi), "gt": ("gt", -lo, "le", -hi),
+                  "le": ("le", -hi, "gt", -lo), "lt": ("lt", -hi, "ge", -lo)}[op]
+    return ctx.lower.operand(uniform), thresholds
+
+
+def _lower_with_uniform_paths(ctx: Context, s: TileOp, paths):
+    """`SCC = all true; s_cbranch_scc1 TRUE; SCC = all false; s_cbranch_scc1 FALSE; elements; s_branch END; TRUE:
+    c1 everywhere; s_branch END; FALSE: c2 everywhere; END:` in a frame of its own, so that what the element path
+    computes for reuse lands before the first branch (passes/control.py says why)."""
+    from ..amdgcn.builder import Frame
+    from ..amdgcn.isa import Inst, LABEL
+
+    b = ctx.b
+    uniform, (true_op, true_at, false_op, false_at) = paths
+    labels = {"true": b.label("all_true"), "false": b.label("all_false"), "end": b.label("end_select")}
+    frame = Frame([])
+    b.frames.append(frame)
+    try:
+        if not isinstance(uniform, Reg):
+            uniform = b.sgpr_constant(uniform)
+        for which, op, at in (("true", true_op, true_at), ("false", false_op, false_at)):
+            b.emit(f"s_cmp_{op}_i32", uniform, int(at), comment=f"every element {which}?")
+            b.emit("s_cbranch_scc1", labels[which])
+        _lower_elements(ctx, s)
+        for which, value in (("true", s.value.args[1]), ("false", s.value.args[2])):
+            b.emit("s_branch", labels["end"])
+            b.frames[-1].insts.append(Inst(labels[which], kind=LABEL))
+            for r in range(ctx.layouts[s.buffer].elems):
+                ctx.write_f32(s.buffer, r, _f32(float(value.value)))
+        b.frames[-1].insts.append(Inst(labels["end"], kind=LABEL))
+    finally:
+        b.frames.pop()
+        b.frames[-1].insts.extend(frame.insts)
+
+
+def _lower_elements(ctx: Context, s: TileOp):
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)
