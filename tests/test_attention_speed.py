@@ -4,11 +4,15 @@ are in flight while this one computes (LDS DMA on gfx950, register-staged loads 
 registers for the whole loop, the scores and the output accumulate in VGPRs (no AGPR round trip per element),
 nothing spills, and the results still match torch's scaled_dot_product_attention on the emulated device with
 checks on. Small shapes: 3 KV tiles (a steady trip, then a drain step), head dim 64."""
+import re
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+import tilegcn
+from tilegcn import language as T
 
 from conftest import REPO
 
@@ -132,19 +136,85 @@ def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
     assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024
 
 
-def test_row_max_and_min_two_elements_an_instruction_match_torch():
-    """gfx950's row max / min take two of a thread's elements per v_maximum3_f32 / v_minimum3_f32 (the softmax's
-    row max): NaN, +-inf and zeros of both signs at several positions of a thread's run still give torch's amax / amin
-    (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_row_max_and_min_two_elements_an_instruction_match_torch(arch):
+    """The row max / min take two of a thread's elements an instruction (the softmax's row max): gfx950's
+    v_maximum3_f32 / v_minimum3_f32 propagate NaN, gfx942's v_max3_f32 / v_min3_f32 drop it and a lane mask of the
+    NaNs met restores it. NaN, +-inf and zeros of both signs at several positions of a thread's run, and a NaN at
+    each column in turn (rows 8..135: every position of the run, the first three, a pair, the single), still give
+    torch's amax / amin (compared as values: torch's amax of -0.0 and 0.0 may give either)."""
     sys.path.insert(0, str(REPO / "tests"))
     from test_reduce import run_reductions, torch_reductions
 
-    x = torch.randn(8, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
+    x = torch.randn(136, 128)  # 16 elements a thread: a first three, then 6 pairs and a single
     x[0, 4], x[1, 7], x[2, 9] = float("nan"), float("nan"), float("inf")
     x[3, :] = -0.0
     x[3, 70] = 0.0
     x[4, 10:20] = float("-inf")
     x[5, 127] = float("nan")
-    outs = run_reductions(x, 1, "gfx950", block_M=8, block_N=128, threads=64)
+    x[8:, :].diagonal().fill_(float("nan"))
+    outs = run_reductions(x, 1, arch, block_M=8, block_N=128, threads=64)
     for op, got, want in zip(("max", "min"), outs[1:3], torch_reductions(x, 1)[1:3]):
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
+
+
+def test_two_waves_a_simd_raise_the_priority_of_the_loops_mfma_runs():
+    """gfx942, 256 x 64 over 512 threads (two waves of the workgroup on each SIMD, one barrier a KV step): every MFMA
+    of the KV loop issues at `s_setprio 1` and every other vector instruction at 0 (one wave's softmax beside the
+    other's MFMAs; amdgcn/priority.py), the code after the loop at 0 again, and the results match torch on the
+    emulated device (2 workgroups, 4 key tiles). At 256 threads (one wave of a workgroup a SIMD) no s_setprio."""
+    q, k, v = _inputs(256)
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 256, DIM, False, groups=HEADS // KV_HEADS, block_M=256,
+                                            block_N=64, num_stages=2, threads=512)
+    torch.testing.assert_close(kernel(q, k, v, arch="gfx942"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    asm = kernel.compile(q, k, v, arch="gfx942").asm
+    body = loop_body(asm)
+    level, seen = 0, set()
+    for inst in body:
+        op = inst.split()[0]
+        if op == "s_setprio":
+            level = int(inst.split()[1])
+        elif op.startswith("v_"):
+            seen.add((op.startswith("v_mfma"), level))
+    assert seen == {(True, 1), (False, 0)}
+    after = asm.split(body[-1], 1)[1].split("\n", 2)[1]  # the line after the back branch
+    assert after.split()[:2] == ["s_setprio", "0"]
+    assert "s_setprio" not in _kernel(256).compile(q, k, v, arch="gfx942").asm
+
+
+@tilegcn.jit
+def index_masks(O1, O2, O3, O4, *, block_M=16, block_N=64, threads=64):
+    """Causal-style masks: the row bx * block_M + i against the column j plus a shift, four comparisons."""
+    with T.Kernel(T.ceildiv(O1.shape[0], block_M), threads=threads) as bx:
+        f = T.alloc_fragment((block_M, block_N), "float32")
+        for out, mask in ((O1, lambda r, j: r >= j + 66), (O2, lambda r, j: r >= j + 79),
+                          (O3, lambda r, j: r < j - 20), (O4, lambda r, j: r > j + 5)):
+            for i, j in T.Parallel(block_M, block_N):
+                f[i, j] = T.if_then_else(mask(bx * block_M + i, j), 1.5, -T.infinity("float32"))
+            T.copy(f, out[bx * block_M, 0])
+
+
+def test_index_masks_against_torch_one_compare_an_element_or_none():
+    """A mask comparing two index expressions that differ from element to element by constants (causal attention's
+    row >= key): where the uniform part says every element is true (or false), a scalar branch writes the constant
+    (a causal loop's tiles below the diagonal); else each element takes one compare and one select, the difference
+    of the shared parts computed once and the select's constants moved into VGPRs once (where an add, a compare, two
+    moves and a select were). Workgroups of each kind, and at the edges: rows 128..143 against `j + 66` hold one
+    false element (row 128, key 63), rows 64..79 against `j + 79` one true one (row 79, key 0); shifts outside the
+    inline constants' range and of both signs; both arches, against torch."""
+    rows, cols = 160, 64
+    r = torch.arange(rows)[:, None]
+    j = torch.arange(cols)[None, :]
+    wants = [r >= j + 66, r >= j + 79, r < j - 20, r > j + 5]
+    for arch in ("gfx942", "gfx950"):
+        outs = [torch.zeros(rows, cols) for _ in wants]
+        index_masks(*outs, arch=arch)
+        for got, want in zip(outs, wants):
+            assert torch.equal(got, torch.where(want, 1.5, float("-inf")))
+        asm = index_masks.compile(*outs, arch=arch).asm
+        elements = 4 * 16 * 64 // 64  # four masks of a 16 x 64 tile over 64 lanes
+        assert asm.count("every element true?") == asm.count("every element false?") == 4
+        assert len(re.findall(r"^\s+v_cmp_", asm, re.M)) <= elements + 4  # (a few elements compare directly)
+        assert len(re.findall(r"^\s+v_cndmask_b32", asm, re.M)) == elements
+        constant_moves = len(re.findall(r"^\s+v_mov_b32 v\d+, 0x", asm, re.M))
+        assert constant_moves <= 2 * elements + 2 * 4  # the two constant paths, and two a mask in the other

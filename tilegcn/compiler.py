@@ -3,13 +3,13 @@
   tile IR:  verify -> pipelining (tile IR -> tile IR) -> gemm_planning -> layout_inference (may add layout
             conversions) -> reduction_scratch -> lds_allocation
   lowering: abi_prologue -> layouts -> workgroup_remap -> statements (copy, elementwise, gemm, loops; virtual registers)
-  machine:  schedule -> regalloc -> waits -> hazards -> render
+  machine:  schedule -> regalloc -> mfma_priority -> waits -> hazards -> render
 
 Everything that compiles runs this list: `lower` (tilegcn.jit, the compile workers, the CLI's export, the
 benches) runs all of it; tilegcn.autotune's feasibility check runs its prefix up to `FEASIBILITY_LAST`
 (`check_resources`; its sweep first runs the cheaper prefix up to `PLAN_LAST`, `plan_resources`), so the two
 cannot drift; tests that start from hand-built instructions run the machine passes through `run_machine_passes`.
-The machine passes (amdgcn/schedule.py, regalloc.py, waitcnt.py, hazards.py) are one file each and run from here
+The machine passes (amdgcn/schedule.py, regalloc.py, priority.py, waitcnt.py, hazards.py) are one file each and run from here
 only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/options.py) decide everything else.
 """
 from __future__ import annotations
@@ -31,12 +31,14 @@ from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.multikernel import merge_kernel_asm
 from .amdgcn.isa import COMMENT, Inst
 from .amdgcn.pressure import WINDOWS, sink_loads, split_groups, split_webs
+from .amdgcn.priority import raise_mfma_priority
 from .amdgcn.regalloc import allocate
 from .amdgcn.schedule import INTERLEAVE, schedule
 from .amdgcn.waitcnt import insert_waits
 from .amdgcn.zero_srcc import fold_zeroed_accumulators
 from .errors import ArgumentError, CompileError, ResourceError
 from .ir import nodes as N
+from .ir.ops import COMPUTE
 from .ir.printer import print_kernel
 from .ir.verify import verify
 from .passes.dtype_convert import check_arch_dtypes
@@ -349,6 +351,28 @@ def _relieve_pressure(c: Compilation, threads: int, error: ResourceError):
     raise error
 
 
+def _mfma_priority(c: Compilation):
+    level = c.arch.mixed_loop_mfma_prio
+    if level and _waves_per_simd(c.kernel, c.arch) >= 2 and _mixes_mfma_and_vector_work(c.traced):
+        c.insts = raise_mfma_priority(c.insts, level)
+
+
+def _waves_per_simd(kernel: N.Kernel, arch) -> int:
+    """The most waves of one workgroup on a SIMD."""
+    return -(-kernel.threads // (arch.wave_size * arch.simds_per_cu))
+
+
+def _mixes_mfma_and_vector_work(kernel: N.Kernel) -> bool:
+    """Whether a loop of `kernel` holds a gemm and vector work on fragments beside it (flash attention's softmax):
+    the loops whose MFMA runs amdgcn/priority.py raises."""
+    for loop in N.walk(kernel.body):
+        body = [x for b in loop.bodies() for x in b]
+        if any(x.k_loop_role() == COMPUTE for x in body) and any(
+                x.k_loop_role() is None and any(w.buffer.scope == N.FRAGMENT for w in x.writes()) for x in body):
+            return True
+    return False
+
+
 def _insert_waits(c: Compilation):
     c.insts = insert_waits(c.insts, c.arch)
 
@@ -393,6 +417,8 @@ PASSES = (
          "accumulator folded into its first MFMA (amdgcn/zero_srcc.py)"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
     Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
+    Pass("mfma_priority", _mfma_priority, "s_setprio around the MFMA runs of loops that mix them with vector work, "
+         "where the arch table says it pays (amdgcn/priority.py)"),
     Pass("waits", _insert_waits, "s_waitcnt for memory counters (amdgcn/waitcnt.py)"),
     Pass("hazards", _insert_hazard_nops, "wait states the hardware does not enforce (amdgcn/hazards.py)"),
     Pass("render", _render, "assembly text, kernel descriptor and metadata (amdgcn/emit.py)"),

@@ -259,6 +259,9 @@ class Arch:
     gemm_ping_pong_staged_waves: int = 0
     # the s_setprio level of a ping-pong loop's MFMA cluster (0: none emitted)
     gemm_ping_pong_prio: int = 0
+    # the s_setprio level of the MFMA runs of a loop that alternates them with vector work (flash attention's KV
+    # loop) in a workgroup of 2+ waves a SIMD (amdgcn/priority.py says why; 0: none emitted)
+    mixed_loop_mfma_prio: int = 0
     extra: dict = field(default_factory=dict)
 
     def acc_fill_mfmas(self) -> tuple:
@@ -443,6 +446,8 @@ GFX942 = Arch(
     # 256x256x64 bf16 at 8192^3, 2.151 M cycles against 2.824 M with both groups in step, 2.730 M at 4 waves) and
     # s_setprio 0 in it (1 around the MFMA cluster: 2.157 M)
     gemm_ping_pong_staged_waves=8,
+    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI300X 428 -> 498 TFLOP/s
+    mixed_loop_mfma_prio=1,
     **_COMMON,
 )
 
@@ -497,6 +502,9 @@ GFX950 = Arch(
     # 1.094 M cycles against 1.371 M with both groups in step) and s_setprio 0 in it (1 around the MFMA cluster:
     # 1.101 M; the two groups issue different categories, so the priority only costs its issue slots)
     gemm_ping_pong_waves=8,
+    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI355X 870 -> 899 TFLOP/s
+    # (its best, 128 x 64 over 256 threads, has one wave of a workgroup a SIMD: no s_setprio)
+    mixed_loop_mfma_prio=1,
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,
        "valu_hazards": replace(_COMMON["valu_hazards"], valu_to_permlane_swap=2, valu_exec_to_permlane_swap=4)},

@@ -113,6 +113,21 @@ class ElementEvaluator:
         self.b.emit("v_mov_b32", t, x)
         return t
 
+    def selectable(self, x):
+        """x as a v_cndmask_b32 source: a VGPR or an inline float constant; another constant in a VGPR kept with
+        the row values (one move for the loop's elements), anything else moved into a temporary."""
+        if not isinstance(x, float):
+            return self.vgpr(x)
+        if _is_inline_f32(x):
+            return x
+        key = ("constant", float_literal(x))
+        if self._row_values is None or len(self._row_values) >= ROW_VALUES_KEPT:
+            return self.vgpr(x)
+        if key not in self._row_values:
+            reg = self._row_values[key] = self.b.v.alloc(what="a select's constant")
+            self.b.emit("v_mov_b32", reg, x)
+        return self._row_values[key]
+
     def eval(self, e: N.Expr, r: int, dst: Reg | None = None):
         """fp32 value of `e` at element r: a float constant, an SGPR or a VGPR (an int expression converted)."""
         return self.eval_as(e, r, N.FLOAT, dst)
@@ -191,6 +206,9 @@ class ElementEvaluator:
             known = self._index_comparison(e, r)
             if known is not None:
                 return known
+            by_difference = self._index_difference_comparison(e, r)
+            if by_difference is not None:
+                return by_difference
         operands = [None] * row.arity
         for n, k in enumerate(row.evaluation_order):
             if row.operand_kinds[k] == elemfn.CONDITION:
@@ -254,6 +272,46 @@ class ElementEvaluator:
         truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
                  "eq": (lo == hi == 0, lo > 0 or hi < 0), "ne": (lo > 0 or hi < 0, lo == hi == 0)}[e.fn]
         return True if truth[0] else False if truth[1] else None
+
+    def _index_difference_comparison(self, e: N.Call, r: int):
+        """A comparison of two index expressions that differ from element to element by constants only (causal
+        attention's `bx * block_M + i >= k * block_N + j`: the row and key of each score are a thread's first ones
+        plus constants) as `(a - b) OP -constant`, the difference a - b of their shared parts computed once for
+        the loop's elements (kept with the row values): an element takes one compare where it took an add, a
+        compare and the operands' moves. Exact for 32-bit index values whose difference fits 32 bits (a tensor's
+        indices). None where the parts are uniform (no VGPR) or the constants cancel (the direct compare is as
+        cheap)."""
+        if e.fn not in _COMPARE or not all(isinstance(a, (N.IndexValue, N.Const)) for a in e.args):
+            return None
+        a, b = (self._index_expr(x, r) for x in e.args)
+        if a is None or b is None:
+            return None
+        (ca, sa), (cb, sb) = a.as_coeff_Add(), b.as_coeff_Add()
+        if ca == cb:
+            return None
+        difference = self._shared_difference(sa, sb)
+        if difference is None:
+            return None
+        return INT_LOWERINGS[e.fn](self, None, difference, int(cb - ca))
+
+    def _shared_difference(self, sa, sb):
+        """A VGPR holding index expressions sa - sb, kept across the loop's elements where they keep row values."""
+        key = ("index difference", sa, sb)
+        if self._row_values is not None and key in self._row_values:
+            return self._row_values[key]
+        va, vb = self.ctx.lower.operand(sa), self.ctx.lower.operand(sb)
+        if not (_is_vgpr(va) or _is_vgpr(vb)):
+            return None
+        out = self.b.v.alloc(what="index difference")
+        if _is_vgpr(vb):
+            self.b.emit("v_sub_u32", out, va, vb)
+        else:
+            self.b.emit("v_subrev_u32", out, vb, va)
+        if self._row_values is not None and len(self._row_values) < ROW_VALUES_KEPT:
+            self._row_values[key] = out
+        else:
+            self.temps.append(out)
+        return out
 
     def _index_expr(self, e, r: int):
         """An int index expression at element r (T.Parallel indices replaced by the layout's coordinates), None for
@@ -632,10 +690,12 @@ def _compare(op: str, table=_COMPARE, suffix="f32"):
 
 
 def _if_then_else(ev, out, cond, a, b):
+    """cond ? a : b. The mask takes the one constant bus (gfx9), so a source is a VGPR or an inline constant (VOP3
+    takes one in either source); another constant goes into a VGPR once for the loop's elements (causal
+    attention's `T.if_then_else(mask, 0, -inf)`: one instruction an element, where the moves of both made three)."""
     if isinstance(cond, bool):
         return a if cond else b
-    false = b if isinstance(b, float) and _is_inline_f32(b) else ev.vgpr(b)  # the mask takes the one constant bus
-    ev.b.emit("v_cndmask_b32", out, false, ev.vgpr(a), cond)
+    ev.b.emit("v_cndmask_b32", out, ev.selectable(b), ev.selectable(a), cond)
     return out
 
 
@@ -958,6 +1018,90 @@ def is_fused_producer(ctx: Context, p) -> bool:
 def lower_parallel(ctx: Context, s: TileOp):
     if is_fused_producer(ctx, s):
         return  # the reduction right after computes each element where it uses it (passes/reduce.py)
+    paths = _uniform_select_paths(ctx, s)
+    if paths is None:
+        _lower_elements(ctx, s)
+        return
+    _lower_with_uniform_paths(ctx, s, paths)
+
+
+def _uniform_select_paths(ctx: Context, s: TileOp):
+    """For `x[i, j] = T.if_then_else(a OP b, c1, c2)` with a and b index expressions, c1 and c2 constants and x an
+    fp32 fragment in VGPRs (causal attention's mask `bx * block_M + i >= k * block_N + j`): (SGPR or int U, OP,
+    threshold where all elements are true, threshold where all are false) such that every element's a - b is
+    U + an offset in [lo, hi] (the lanes' part and the elements' constants). Where U says so at run time, a scalar
+    branch writes c1 (or c2) in every element: the tiles of a causal loop below the diagonal (all but one or two)
+    take a move an element instead of a compare and a select. None where the statement is not of that form, the
+    elements differ by more than constants, or nothing uniform varies (the compiler folds that case itself)."""
+    e = s.value
+    if not (isinstance(e, N.Call) and e.fn == "if_then_else") or not all(
+            isinstance(x, N.Const) and isinstance(x.value, (int, float)) for x in e.args[1:]):
+        return None
+    cond = e.args[0]
+    if not (isinstance(cond, N.Call) and cond.fn in ("lt", "le", "gt", "ge")
+            and all(isinstance(x, (N.IndexValue, N.Const)) for x in cond.args)):
+        return None
+    lay = ctx.layouts[s.buffer]
+    if lay.regs.file != "v" or lay.packed or s.buffer.dtype != float32:
+        return None
+    ctx.current_parallel = s
+    ev = ElementEvaluator(ctx, {})
+    pairs = [tuple(ev._index_expr(x, r) for x in cond.args) for r in range(lay.elems)]
+    folded = all(ev._index_comparison(cond, r) is not None for r in range(lay.elems))
+    ctx.current_parallel = None
+    if folded or any(a is None or b is None for a, b in pairs):
+        return None
+    split = [sympy.expand(a - b).as_coeff_Add() for a, b in pairs]
+    shared = {rest for _, rest in split}
+    if len(shared) != 1:
+        return None
+    lanes = ctx.b.lane_symbols
+    terms = sympy.Add.make_args(shared.pop())
+    uniform = sympy.Add(*(t for t in terms if not t.free_symbols & lanes))
+    lane_span = value_range(sympy.Add(*(t for t in terms if t.free_symbols & lanes)),
+                            {t: (0, ctx.threads - 1) for t in lanes})
+    if uniform == 0 or lane_span is None:
+        return None
+    constants = [int(c) for c, _ in split]
+    lo, hi = lane_span[0] + min(constants), lane_span[1] + max(constants)
+    # all true / all false as U >= t (ge-style thresholds) or U <= t (le-style): (op, t_true, t_false)
+    op = cond.fn
+    thresholds = {"ge": ("ge", -lo, "lt", -hi), "gt": ("gt", -lo, "le", -hi),
+                  "le": ("le", -hi, "gt", -lo), "lt": ("lt", -hi, "ge", -lo)}[op]
+    return ctx.lower.operand(uniform), thresholds
+
+
+def _lower_with_uniform_paths(ctx: Context, s: TileOp, paths):
+    """`SCC = all true; s_cbranch_scc1 TRUE; SCC = all false; s_cbranch_scc1 FALSE; elements; s_branch END; TRUE:
+    c1 everywhere; s_branch END; FALSE: c2 everywhere; END:` in a frame of its own, so that what the element path
+    computes for reuse lands before the first branch (passes/control.py says why)."""
+    from ..amdgcn.builder import Frame
+    from ..amdgcn.isa import Inst, LABEL
+
+    b = ctx.b
+    uniform, (true_op, true_at, false_op, false_at) = paths
+    labels = {"true": b.label("all_true"), "false": b.label("all_false"), "end": b.label("end_select")}
+    frame = Frame([])
+    b.frames.append(frame)
+    try:
+        if not isinstance(uniform, Reg):
+            uniform = b.sgpr_constant(uniform)
+        for which, op, at in (("true", true_op, true_at), ("false", false_op, false_at)):
+            b.emit(f"s_cmp_{op}_i32", uniform, int(at), comment=f"every element {which}?")
+            b.emit("s_cbranch_scc1", labels[which])
+        _lower_elements(ctx, s)
+        for which, value in (("true", s.value.args[1]), ("false", s.value.args[2])):
+            b.emit("s_branch", labels["end"])
+            b.frames[-1].insts.append(Inst(labels[which], kind=LABEL))
+            for r in range(ctx.layouts[s.buffer].elems):
+                ctx.write_f32(s.buffer, r, _f32(float(value.value)))
+        b.frames[-1].insts.append(Inst(labels["end"], kind=LABEL))
+    finally:
+        b.frames.pop()
+        b.frames[-1].insts.extend(frame.insts)
+
+
+def _lower_elements(ctx: Context, s: TileOp):
     ctx.current_parallel = s
     lay = ctx.layouts[s.buffer]
     prefetched = _prefetch_global_reads(ctx, s, lay.elems)

@@ -184,8 +184,9 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
 
 
 def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, first, temps: list):
-    """acc = max / min over `rs` two new elements an instruction (v_maximum3_f32: half the instructions of pairwise
-    combining, flash attention's row max over a 32 x 64 score tile per wave: 16 instead of 31 a row slot)."""
+    """acc = max / min over `rs` two new elements an instruction (v_maximum3_f32, or gfx942's v_max3_f32 with a NaN
+    mask: Reducer.combine3; flash attention's row max over a 32 x 64 score tile per wave: 16 instead of 31 a row
+    slot)."""
     b = ctx.b
     second = _read(ctx, s, rs[1], temps, producer)
     if len(rs) == 2:
@@ -199,6 +200,7 @@ def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, prod
         y = _read(ctx, s, rest[i + 1], temps, producer) if i + 1 < len(rest) else x
         red.combine3(acc, acc, x, y)
         _free(b, temps)
+    red.end_threes(acc)
 
 
 def _free(b, temps: list):

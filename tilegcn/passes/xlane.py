@@ -100,6 +100,7 @@ class Reducer:
     def __init__(self, b, op: str, integer: bool = False):
         self.b, self.arch, self.op, self.integer = b, b.arch, combine_op(op), integer
         self._bpermute_address = None
+        self._nan_lanes = None  # combine3's lane mask of NaNs met, on arches without v_maximum3
         self._add_dpp = "v_add_u32_dpp" if integer else "v_add_f32_dpp"
 
     # -- one pair -------------------------------------------------------------------------------
@@ -122,13 +123,38 @@ class Reducer:
             b.emit("v_cndmask_b32", dst, dst, b.vgpr_constant(QUIET_NAN), VCC, comment="then NaN")
 
     def takes_three(self) -> bool:
-        """Whether `combine3` folds two new values a step: max / min of fp32 values on an arch with the
-        NaN-propagating v_maximum3 / v_minimum3 (exact, so the order in which elements meet does not matter)."""
-        return not self.integer and self.op in ("max", "min") and self.arch.has_ieee_maximum3
+        """Whether `combine3` folds two new values a step: max / min of fp32 values (exact, so the order in which
+        elements meet does not matter)."""
+        return not self.integer and self.op in ("max", "min")
 
     def combine3(self, dst: Reg, a: Reg, c: Reg, d: Reg):
-        """dst = op(a, c, d) in one v_maximum3_f32 / v_minimum3_f32 (`takes_three`)."""
-        self.b.emit(f"v_{self.op}imum3_f32", dst, a, c, d, defs=(dst,), uses=(a, c, d))
+        """dst = op(a, c, d) (`takes_three`; a is dst or a new value, c and d new ones), NaN as torch once
+        `end_threes(dst)` has run: one NaN-propagating v_maximum3_f32 / v_minimum3_f32 where the arch has it; else
+        v_max3_f32 / v_min3_f32 (IEEE maxNum: NaN dropped) with the new values' NaN test (v_cmp_u_f32: either is
+        NaN) ORed into a lane mask, which `end_threes` turns into a quiet NaN: two VALU instructions and a scalar
+        one for two values, where pairwise combining takes six (a compare, the op, a select, each)."""
+        b = self.b
+        if self.arch.has_ieee_maximum3:
+            b.emit(f"v_{self.op}imum3_f32", dst, a, c, d, defs=(dst,), uses=(a, c, d))
+            return
+        b.emit(f"v_{self.op}3_f32", dst, a, c, d, defs=(dst,), uses=(a, c, d))
+        pairs = [(c, d)] if a == dst else [(a, c), (d, d)]
+        for x, y in pairs:
+            if self._nan_lanes is None:
+                self._nan_lanes = b.s.alloc(2, align=2, what="lanes that met a NaN")
+                b.emit("v_cmp_u_f32", self._nan_lanes, x, y, comment="either NaN?")
+            else:
+                b.emit("v_cmp_u_f32", VCC, x, y, defs=(VCC,), comment="either NaN?")
+                b.emit("s_or_b64", self._nan_lanes, self._nan_lanes, VCC)
+
+    def end_threes(self, dst: Reg):
+        """After the last `combine3` into `dst`: dst = NaN in the lanes whose values held one."""
+        if self._nan_lanes is None:
+            return
+        nan = self.b.vgpr_constant(QUIET_NAN)
+        self.b.emit("v_cndmask_b32", dst, dst, nan, self._nan_lanes, comment="then NaN")
+        self.b.s.free(self._nan_lanes)
+        self._nan_lanes = None
 
     # -- across lanes ---------------------------------------------------------------------------
     def across_lanes(self, values: list, bits: int):
