@@ -227,7 +227,7 @@ def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma, car
 def _abi_prologue(c: Compilation):
     c.builder = KernelBuilder(c.arch, c.kernel.name)
     c.abi = KernelAbi(c.builder, c.kernel, TID)
-    c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy)
+    c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy, fp_contract=c.options.fp_contract)
     c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
     c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
     c.ctx.reduce_scratch = c.reduce_scratch

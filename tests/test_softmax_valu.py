@@ -1,0 +1,61 @@
+"""The softmax's VALU forms on the emulated device, against torch and an outside FMA oracle: an fp32 `a * b - c` in
+T.Parallel is one v_fma_f32 with a single rounding (as HIP and Triton contract it) unless the user turns contraction
+off; row sums add a thread's values as a tree of v_pk_add_f32 and still match torch's sum."""
+import pytest
+import torch
+
+import tilegcn
+from tilegcn import language as T
+
+from kernels import fma_f32
+
+ARCHES = ["gfx942", "gfx950"]
+
+
+@pytest.fixture(autouse=True)
+def _emulator(monkeypatch):
+    monkeypatch.setenv("TILEGCN_DEVICE", "emulator")
+
+
+def scaled_minus_row(X, M, Y, *, scale=0.7213475204444817):
+    """Y[i, j] = X[i, j] * scale - M[i] * scale: the exponent of flash attention's softmax (scale not a power of 2,
+    so the product rounds)."""
+    rows, cols = X.shape
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((rows, cols), "float32")
+        m = T.alloc_fragment((rows,), "float32")
+        T.copy(X[0, 0], x)
+        T.copy(M[0], m)
+        for i, j in T.Parallel(rows, cols):
+            x[i, j] = x[i, j] * scale - m[i] * scale
+        T.copy(x, Y[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_times_b_minus_c_is_one_fma_with_a_single_rounding(arch):
+    torch.manual_seed(0)
+    x, m = torch.randn(16, 32) * 8, torch.randn(16) * 8
+    y = torch.empty(16, 32)
+    scale = 0.7213475204444817
+    fused = tilegcn.jit(scaled_minus_row)
+    fused(x, m, y, arch=arch)
+    row = (m * scale)[:, None]  # the per-row product: its own rounding, as HIP's contraction leaves it
+    assert torch.equal(y, fma_f32(x, scale, -row))
+    assert not torch.equal(y, x * scale - row)  # two roundings differ somewhere in these 512 values
+    assert fused.compile(x, m, y, arch=arch).asm.count("v_fma_f32") == 16 * 32 // 64
+
+    apart = tilegcn.jit(scaled_minus_row, compile_flags=["-ffp-contract=off"])  # TileLang's flag to hipcc
+    apart(x, m, y, arch=arch)
+    assert torch.equal(y, x * scale - row)
+    assert "v_fma_f32" not in apart.compile(x, m, y, arch=arch).asm
+
+
+@tilegcn.jit
+def row_sums(X, S, *, threads=64):
+    rows, cols = X.shape
+    with T.Kernel(1, threads=threads):
+        x = T.alloc_fragment((rows, cols), "float32")
+        s = T.alloc_fragment((rows,), "float32")
+        T.copy(X[0, 0], x)
+        T.reduce_sum(x, s, dim=1)
+        T.copy(s, S[0])
