@@ -59,3 +59,19 @@ def row_sums(X, S, *, threads=64):
         T.copy(X[0, 0], x)
         T.reduce_sum(x, s, dim=1)
         T.copy(s, S[0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_row_sums_add_pairs_as_a_tree_and_match_torch(arch):
+    """Rows of 512 over 64 threads (8 values a thread a row, in register pairs) summed with v_pk_add_f32 in a tree:
+    the sums match torch's to fp32 rounding, and exactly where every partial sum is exact (small integers)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 512)
+    s = torch.empty(8)
+    row_sums(x, s, arch=arch)
+    torch.testing.assert_close(s, x.sum(dim=1), rtol=1e-5, atol=1e-5)
+    ints = torch.randint(-1000, 1000, (8, 512)).float()
+    row_sums(ints, s, arch=arch)
+    assert torch.equal(s, ints.sum(dim=1))
+    asm = row_sums.compile(x, s, arch=arch).asm
+    assert "v_pk_add_f32" in asm

@@ -171,6 +171,8 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
             b.valu("v_mov_b32", acc, first)
     elif red.takes_three() and not isinstance(first, Abs):
         _in_thread_by_threes(ctx, s, red, rs, acc, producer, first, temps)
+    elif _summed_in_pairs(ctx, s, red, rs, acc, producer):
+        pass
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
@@ -199,6 +201,56 @@ def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, prod
         y = _read(ctx, s, rest[i + 1], temps, producer) if i + 1 < len(rest) else x
         red.combine3(acc, acc, x, y)
         _free(b, temps)
+
+
+def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
+    """acc = the sum of this thread's elements `rs` as a tree of v_pk_add_f32 (two sums an instruction, gfx90a and
+    later): pair k of the elements plus pair k + n/2 at each level, then the last pair's two halves. About half the
+    instructions of a sequential sum and a chain of log2 depth (flash attention's row sum over 32 values: 16 where it
+    was 31, the longest chain 6 where it was 31). Needs fp32 elements held in VGPR pairs (r, r + 1) that the register
+    allocator places at even registers; False, emitting nothing, elsewhere (the caller sums in element order)."""
+    if red.integer or red.op != "sum" or s.op != "sum" or producer is not None or len(rs) < 4:
+        return False
+    lay = ctx.layouts[s.src]
+    if lay.packed or lay.regs.file != "v" or s.src.dtype != float32:
+        return False
+    pairs = []
+    for a, c in zip(rs[::2], rs[1::2]):
+        pair = _aligned_pair(ctx.b, lay.regs[a], lay.regs[c])
+        if pair is None:
+            return False
+        pairs.append(pair)
+    b = ctx.b
+    level, odd = pairs, rs[len(pairs) * 2:]
+    while len(level) > 1:
+        half = len(level) // 2
+        out = []
+        for x, y in zip(level[:half], level[half:2 * half]):
+            sums = x if x not in pairs else b.v.alloc(2, align=2, what=f"{s.dst.name} pair sums")
+            b.emit("v_pk_add_f32", sums, x, y, defs=(sums,), uses=(x, y))
+            out.append(sums)
+        level = out + level[2 * half:]
+    last = level[0]
+    red.combine(acc, last[0], last[1])
+    for r in odd:
+        red.combine(acc, acc, lay.regs[r])
+    return True
+
+
+def _aligned_pair(b, lo: Reg, hi: Reg) -> Reg | None:
+    """The VGPR pair lo:hi as one 2-register operand where the register allocator will place lo at an even register
+    (its virtual group's alignment, or the ISA's tuple alignment of a group of several registers, is even and lo
+    sits an even distance into the group); None otherwise."""
+    if not (lo.virtual and hi.virtual and hi.index == lo.index + 1):
+        return None
+    groups = b.v.groups
+    group = groups[b.v.group_of[lo.index]]
+    if b.v.group_of[hi.index] != b.v.group_of[lo.index]:
+        return None
+    align = max(group.align, b.arch.register_alignment("v", group.count))
+    if align % 2 or (lo.index - group.base) % 2:
+        return None
+    return Reg("v", lo.index, 2, virtual=True)
 
 
 def _free(b, temps: list):
