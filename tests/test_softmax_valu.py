@@ -75,3 +75,38 @@ def test_row_sums_add_pairs_as_a_tree_and_match_torch(arch):
     assert torch.equal(s, ints.sum(dim=1))
     asm = row_sums.compile(x, s, arch=arch).asm
     assert "v_pk_add_f32" in asm
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
+    """TileLang's GQA forward (examples/tilelang/example_gqa_fwd_bshd.py, 128 x 64 tiles, 256 threads, 2 stages) at a
+    small shape: its KV loop's exponent is one v_fma_f32 a score (`acc_s * scale - max * scale`), each row sum a
+    tree of v_pk_add_f32, and the output rescale's v_pk_mul_f32 reads the row factor's own register (no v_mov_b32
+    into the pair it reads); the result matches torch's attention."""
+    import sys
+
+    import torch.nn.functional as F
+
+    from conftest import REPO
+
+    sys.path[:0] = [str(REPO / "examples" / "tilelang"), str(REPO / "bench")]
+    import example_gqa_fwd_bshd
+    from loop_metrics import loop_body
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 256, 2, 128, generator=g).half()
+    k, v = (torch.randn(1, 256, 1, 128, generator=g).half() for _ in range(2))
+    kernel = example_gqa_fwd_bshd.flashattn(1, 2, 256, 128, False, groups=2, block_M=128, block_N=64, num_stages=2,
+                                            threads=256)
+    body = loop_body(kernel.compile(q, k, v, arch=arch).asm)
+    ops = [line.split()[0] for line in body]
+    assert ops.count("v_fma_f32") >= 32 and "v_sub_f32" not in ops
+    assert ops.count("v_pk_add_f32") >= 15 and ops.count("v_add_f32") < 8
+    factors = {line.split()[3].rstrip(",") for line in body if line.startswith("v_pk_mul_f32")}
+    pair_lows = {f"v{f[2:].split(':')[0]}" for f in factors}
+    copied = [line for line in body if line.startswith("v_mov_b32") and line.split()[1].rstrip(",") in pair_lows]
+    assert factors and not copied, copied
+    out = kernel(q, k, v, arch=arch)
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(2 // x.size(2), dim=1) for x in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*bhsd).transpose(1, 2)
+    torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)

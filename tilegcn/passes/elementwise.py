@@ -1067,7 +1067,9 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
     lows = {}  # y's register -> a VGPR pair holding it in its low half
     for a0, _, f, _ in pairs:
         if f not in lows:
-            lows[f] = b.v.alloc(2, align=2, what="row factor pair")
+            # one pair for this fragment's row factor f in every such statement (flash attention's rescale, once a
+            # tile): the copies into it then name one register, which amdgcn/coalesce.py merges with the factor's
+            lows[f] = ctx.row_factor_pairs.setdefault((x, f), b.v.alloc(2, align=2, what="row factor pair"))
             b.emit("v_mov_b32", lows[f][0], y_lay.regs[f], defs=(lows[f][0],), uses=(y_lay.regs[f],))
         pair = lay.regs[a0.index - base:a0.index - base + 2]
         b.emit("v_pk_mul_f32", pair, pair, lows[f], suffix="op_sel_hi:[1,0]", defs=(pair,), uses=(pair, lows[f]))
