@@ -19,7 +19,7 @@ operand, def and use. A copy is coalesced when:
 """
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_right
 
 from . import cfg
 from .isa import MFMA, Inst, Reg
@@ -30,18 +30,90 @@ def coalesce_copies(insts: list, vfile) -> list:
     virtual VGPR file (regalloc.VirtualFile)."""
     if any(r.file == "exec" for inst in insts for r in inst.defs):
         return insts
+    insts = list(insts)
+    flow = _Flow(insts)
     barred = {k for inst in insts if inst.kind == MFMA for r in _regs(inst.operands) for k in _indices(r)}
-    pos = 0
-    while pos < len(insts):
-        if _self_copy(insts[pos]):  # (what coalescing two copies of one value leaves of the second)
-            insts = insts[:pos] + insts[pos + 1:]
+    for pos in range(len(insts)):
+        inst = insts[pos]
+        if _self_copy(inst):  # (what coalescing two copies of one value leaves of the second)
+            flow.drop(pos, inst.operands[0].index)
+            insts[pos] = None
             continue
-        pair = _copy(insts[pos], vfile, barred)
-        if pair is not None and not _interfere(insts, pos, *pair):
-            insts = _renamed(insts, pos, *pair, vfile)
-            continue  # (the copy at pos is gone: the next instruction is there now)
-        pos += 1
-    return insts
+        pair = _copy(inst, vfile, barred)
+        if pair is None:
+            continue
+        d, s = pair
+        if flow.written_while_live(pos, d.index, s.index) or flow.written_while_live(pos, s.index, d.index):
+            continue
+        old, new = (d, s) if _whole(vfile, d) else (s, d)
+        insts[pos] = None
+        flow.drop(pos, d.index, s.index)
+        for at in flow.rename(old.index, new.index):
+            insts[at] = _renamed(insts[at], old, new)
+    return [inst for inst in insts if inst is not None]
+
+
+class _Flow:
+    """Where each virtual VGPR is read and written (positions in the instruction list, which keeps its length: a
+    dropped copy leaves a hole) and the basic blocks, for liveness questions about one register at a time."""
+
+    def __init__(self, insts: list):
+        self.blocks = cfg.blocks(insts)
+        self.starts, at = [], 0
+        for blk in self.blocks:
+            self.starts.append(at)
+            at += len(blk.insts)
+        self.events: dict = {}  # VGPR index -> sorted [(position, reads, writes)]
+        for pos, inst in enumerate(insts):
+            reads = {k for r in inst.uses for k in _indices(r)}
+            writes = {k for r in inst.defs for k in _indices(r)}
+            for k in reads | writes:
+                self.events.setdefault(k, []).append((pos, k in reads, k in writes))
+
+    def drop(self, pos: int, *indices: int):
+        for k in indices:
+            self.events[k] = [e for e in self.events.get(k, []) if e[0] != pos]
+
+    def rename(self, old: int, new: int) -> list:
+        """Merge `old`'s accesses into `new`'s; returns the positions that named `old`."""
+        moved = self.events.pop(old, [])
+        self.events[new] = sorted(self.events.get(new, []) + moved)
+        return [e[0] for e in moved]
+
+    def written_while_live(self, copy: int, written: int, live: int) -> bool:
+        """Whether an instruction other than the copy at `copy` writes VGPR `written` where VGPR `live` is live."""
+        writes = [e[0] for e in self.events.get(written, []) if e[2] and e[0] != copy]
+        if not writes:
+            return False
+        live_in = self._live_in(live)
+        return any(self._live_after(p, live, live_in) for p in writes)
+
+    def _block_of(self, pos: int) -> int:
+        return bisect_right(self.starts, pos) - 1
+
+    def _live_in(self, index: int) -> list:
+        """Per block, whether VGPR `index` is live at its start (backward dataflow to a fixed point: loops)."""
+        first = {}  # block -> whether the first access in it reads
+        for pos, reads, _ in self.events.get(index, []):
+            first.setdefault(self._block_of(pos), reads)
+        live_in = [first.get(n, False) for n in range(len(self.blocks))]
+        changed = True
+        while changed:
+            changed = False
+            for n in reversed(range(len(self.blocks))):
+                if n in first or live_in[n]:
+                    continue
+                if any(live_in[s] for s in self.blocks[n].succs):
+                    live_in[n] = changed = True
+        return live_in
+
+    def _live_after(self, pos: int, index: int, live_in: list) -> bool:
+        n = self._block_of(pos)
+        end = self.starts[n] + len(self.blocks[n].insts)
+        for at, reads, _ in self.events.get(index, []):
+            if pos < at < end:
+                return reads
+        return any(live_in[s] for s in self.blocks[n].succs)
 
 
 def _regs(operands):
@@ -59,7 +131,7 @@ def _indices(r: Reg) -> range:
 def _copy(inst: Inst, vfile, barred: set):
     """(D, S) of a plain `v_mov_b32 D, S` between single virtual VGPRs neither of which is barred, one of them a whole
     one-register group; else None."""
-    if inst.op != "v_mov_b32" or inst.suffix or len(inst.operands) != 2:
+    if inst is None or inst.op != "v_mov_b32" or inst.suffix or len(inst.operands) != 2:
         return None
     d, s = inst.operands
     if not all(type(x) is Reg and x.file == "v" and x.virtual and x.count == 1 for x in (d, s)) or d is s:
@@ -71,8 +143,8 @@ def _copy(inst: Inst, vfile, barred: set):
     return d, s
 
 
-def _self_copy(inst: Inst) -> bool:
-    return inst.op == "v_mov_b32" and not inst.suffix and len(inst.operands) == 2 and \
+def _self_copy(inst) -> bool:
+    return inst is not None and inst.op == "v_mov_b32" and not inst.suffix and len(inst.operands) == 2 and \
         type(inst.operands[0]) is Reg and inst.operands[0] is inst.operands[1]
 
 
@@ -80,67 +152,11 @@ def _whole(vfile, r: Reg) -> bool:
     return vfile.groups[vfile.group_of[r.index]].count == 1
 
 
-def _interfere(insts: list, copy: int, d: Reg, s: Reg) -> bool:
-    """Whether some instruction other than the copy writes d while s is live after it, or s while d is."""
-    return _written_while_live(insts, copy, d.index, s.index) or _written_while_live(insts, copy, s.index, d.index)
-
-
-def _written_while_live(insts: list, copy: int, written: int, live: int) -> bool:
-    """Whether an instruction other than insts[copy] writes VGPR `written` at a point where VGPR `live` is live."""
-    after = _live_after(insts, live)
-    return any(pos != copy and after[pos] and any(written in _indices(r) for r in inst.defs)
-               for pos, inst in enumerate(insts))
-
-
-def _live_after(insts: list, index: int) -> list:
-    """For each instruction, whether VGPR `index` is live just after it (read on some path from there before any
-    write), by backward dataflow over the basic blocks, loops included."""
-    blks = cfg.blocks(insts)
-    starts, at = [], 0
-    for blk in blks:
-        starts.append(at)
-        at += len(blk.insts)
-    live_in = [False] * len(blks)
-    changed = True
-    while changed:
-        changed = False
-        for n in reversed(range(len(blks))):
-            live = any(live_in[s] for s in blks[n].succs)
-            for inst in reversed(blks[n].insts):
-                live = _step(inst, index, live)
-            if live != live_in[n]:
-                live_in[n], changed = live, True
-    out = [False] * len(insts)
-    for n, blk in enumerate(blks):
-        live = any(live_in[s] for s in blk.succs)
-        for k in reversed(range(len(blk.insts))):
-            out[starts[n] + k] = live
-            live = _step(blk.insts[k], index, live)
-    return out
-
-
-def _step(inst: Inst, index: int, live_after: bool) -> bool:
-    """Liveness of VGPR `index` just before `inst`, from just after it."""
-    if any(index in _indices(r) for r in inst.uses):
-        return True
-    if any(index in _indices(r) for r in inst.defs):
-        return False
-    return live_after
-
-
-def _renamed(insts: list, copy: int, d: Reg, s: Reg, vfile) -> list:
-    """insts without the copy, the one-register group (d's where whole, else s's) named by the other register."""
-    old, new = (d, s) if _whole(vfile, d) else (s, d)
-    out = []
-    for pos, inst in enumerate(insts):
-        if pos == copy:
-            continue
-        if old in inst.defs or old in inst.uses or any(r is old for r in _regs(inst.operands)):
-            inst = Inst(inst.op, tuple(_swap(o, old, new) for o in inst.operands),
-                        tuple(new if r is old else r for r in inst.defs), tuple(new if r is old else r for r in inst.uses),
-                        inst.kind, inst.suffix, inst.comment)
-        out.append(inst)
-    return out
+def _renamed(inst: Inst, old: Reg, new: Reg) -> Inst:
+    """`inst` with the one-register group `old` named `new` in its operands, defs and uses."""
+    return Inst(inst.op, tuple(_swap(o, old, new) for o in inst.operands),
+                tuple(new if r is old else r for r in inst.defs), tuple(new if r is old else r for r in inst.uses),
+                inst.kind, inst.suffix, inst.comment)
 
 
 def _swap(o, old: Reg, new: Reg):
