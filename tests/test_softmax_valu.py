@@ -110,3 +110,38 @@ def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
     bhsd = [x.float().transpose(1, 2).repeat_interleave(2 // x.size(2), dim=1) for x in (q, k, v)]
     ref = F.scaled_dot_product_attention(*bhsd).transpose(1, 2)
     torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)
+
+
+@tilegcn.jit
+def row_max_min(X, Mx, Mn, *, threads=64):
+    rows, cols = X.shape
+    with T.Kernel(1, threads=threads):
+        x = T.alloc_fragment((rows, cols), "float32")
+        mx = T.alloc_fragment((rows,), "float32")
+        mn = T.alloc_fragment((rows,), "float32")
+        T.copy(X[0, 0], x)
+        T.reduce_max(x, mx, dim=1)
+        T.reduce_min(x, mn, dim=1)
+        T.copy(mx, Mx[0])
+        T.copy(mn, Mn[0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_row_max_min_of_many_values_a_thread_propagate_nan_as_torch(arch):
+    """8 values a thread a row: on gfx942 v_max3_f32 / v_min3_f32 (which drop a NaN) with the NaN found apart, a
+    pair of values a v_cmp_u_f32; a NaN in any position of a thread's values gives NaN, infinities and zeros as
+    torch.amax / amin."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 512)
+    for row, col in enumerate([0, 1, 6, 7, 64 * 3 + 2, 511]):  # first / last of a pair, of a thread, of the row
+        x[row, col] = float("nan")
+    x[6, 5], x[6, 300] = float("inf"), float("-inf")
+    x[7] = 0.0
+    x[7, 9] = -0.0
+    mx, mn = torch.empty(8), torch.empty(8)
+    row_max_min(x, mx, mn, arch=arch)
+    for got, want in ((mx, x.amax(dim=1)), (mn, x.amin(dim=1))):
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+    if arch == "gfx942":
+        asm = row_max_min.compile(x, mx, mn, arch=arch).asm
+        assert "v_max3_f32" in asm and "v_min3_f32" in asm and "s_or_b64" in asm
