@@ -145,3 +145,33 @@ def test_row_max_min_of_many_values_a_thread_propagate_nan_as_torch(arch):
     if arch == "gfx942":
         asm = row_max_min.compile(x, mx, mn, arch=arch).asm
         assert "v_max3_f32" in asm and "v_min3_f32" in asm and "s_or_b64" in asm
+
+
+@tilegcn.jit
+def filled_then_max(X, M, *, start=-float("inf")):
+    rows, cols = X.shape
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((rows, cols), "float32")
+        m = T.alloc_fragment((rows,), "float32")
+        T.copy(X[0, 0], x)
+        T.fill(m, start)
+        T.reduce_max(x, m, dim=1, clear=False)
+        T.copy(m, M[0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_fill_with_minus_inf_then_accumulating_max_is_a_plain_max(arch):
+    """flash attention's `T.fill(scores_max, -inf); T.reduce_max(acc_s, scores_max, clear=False)`: the fill's -inf
+    changes no maximum (NaN included), so neither the fill nor the combine is emitted; another start value is
+    still combined."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 256) - 4.0
+    x[3, 17] = float("nan")
+    m = torch.empty(8)
+    filled_then_max(x, m, arch=arch)
+    want = x.amax(dim=1)
+    assert torch.equal(m.isnan(), want.isnan()) and torch.equal(m.nan_to_num(), want.nan_to_num())
+    assert "0xff800000" not in filled_then_max.compile(x, m, arch=arch).asm  # no -inf written anywhere
+    filled_then_max(x, m, arch=arch, start=-3.0)
+    want = torch.maximum(x.amax(dim=1), torch.tensor(-3.0))
+    assert torch.equal(m.isnan(), want.isnan()) and torch.equal(m.nan_to_num(), want.nan_to_num())

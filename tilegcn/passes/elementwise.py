@@ -998,6 +998,33 @@ def fused_producers(ctx: Context) -> dict:
     return ctx.fused
 
 
+# the value a T.fill gives a reduction's destination that combining with clear=False leaves every result as it is:
+# maximum(x, -inf) == x and minimum(x, +inf) == x for every x, NaN and signed zeros included
+_IDENTITIES = {"max": -math.inf, "min": math.inf}
+
+
+def identity_fills(ctx: Context) -> dict:
+    """{Reduce: Fill} for each `T.fill(dst, identity)` right before a `T.reduce_*(src, dst, clear=False)` of an fp32
+    VGPR fragment (flash attention's `T.fill(scores_max, -T.infinity(...)); T.reduce_max(acc_s, scores_max,
+    clear=False)`): the reduction gives what clear=True gives, writing dst directly, and the fill, which it
+    overwrites, emits nothing (a v_mov, a combine and a copy of the result fewer a row, every trip)."""
+    if ctx.identity_filled is None:
+        ctx.identity_filled = {}
+        for body in _bodies(ctx.kernel.body):
+            for f, r in zip(body, body[1:]):
+                if f.opname == "fill" and r.opname == "reduce" and not r.clear and f.buffer is r.dst \
+                        and r.op in _IDENTITIES and float(f.value) == _IDENTITIES[r.op] \
+                        and _direct_f32(ctx, r.dst) and _direct_f32(ctx, r.src):
+                    ctx.identity_filled[r] = f
+    return ctx.identity_filled
+
+
+def _direct_f32(ctx: Context, buf) -> bool:
+    lay = ctx.layouts.get(buf)
+    return buf.scope == N.FRAGMENT and buf.dtype == float32 and lay is not None and not lay.packed \
+        and lay.regs.file == "v"
+
+
 def is_fused_producer(ctx: Context, p) -> bool:
     """True for a T.Parallel that its reduction evaluates (its own lowering emits nothing)."""
     return any(q is p for q in fused_producers(ctx).values())
@@ -1079,6 +1106,8 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
 
 
 def lower_fill(ctx: Context, s: TileOp):
+    if any(f is s for f in identity_fills(ctx).values()):
+        return  # the reduction right after writes every element (identity_fills)
     lay = ctx.layouts[s.buffer]
     if s.buffer.dtype.is_int or s.buffer.dtype.is_fp8:  # the value converted as T.cast converts it
         value = elemfn.convert_constant(s.buffer.dtype.name, s.value)

@@ -29,7 +29,7 @@ from ..ir import nodes as N
 from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
-from .elementwise import ElementEvaluator, fused_producers
+from .elementwise import ElementEvaluator, fused_producers, identity_fills
 from .gemm import lds_barrier
 from .layout import TID
 from .xlane import ABS_MASK, QUIET_NAN, Abs, Reducer, scratch_bytes
@@ -312,7 +312,8 @@ def lower_reduce(ctx: Context, s):
     b = ctx.b
     plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
     dst_lay = ctx.layouts[s.dst]
-    direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
+    clear = s.clear or s in identity_fills(ctx)  # (combining with the identity T.fill gave changes nothing)
+    direct = clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op, integer=_integer_reduction(s))
     values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
@@ -323,7 +324,7 @@ def lower_reduce(ctx: Context, s):
                          lambda access: lds_barrier(ctx, access))
     if direct:
         return
-    if not s.clear:
+    if not clear:
         for slot, x in enumerate(values):
             old, temp = ctx.read_f32(s.dst, slot)
             red.combine(x, x, old)
