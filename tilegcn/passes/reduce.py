@@ -159,8 +159,10 @@ def _read(ctx: Context, s, r: int, temps: list, producer):
     return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> Reg:
-    """acc = op over this thread's source elements `rs`, in element order."""
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, twins: dict | None = None) -> Reg:
+    """acc = op over this thread's source elements `rs`, in element order (a sum: as a tree, see _summed_in_pairs);
+    returns the register holding it: acc, or, where `twins` (a dict) asks for the value in two registers, one of a
+    pair holding it twice (the other recorded in twins)."""
     b = ctx.b
     temps: list = []
     first = _read(ctx, s, rs[0], temps, producer)
@@ -171,7 +173,9 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
             b.valu("v_mov_b32", acc, first)
     elif red.takes_three() and not isinstance(first, Abs):
         _in_thread_by_threes(ctx, s, red, rs, acc, producer, first, temps)
-    elif _summed_in_pairs(ctx, s, red, rs, acc, producer) or _max_min_then_nan(ctx, s, red, rs, acc, producer):
+    elif (summed := _summed_in_pairs(ctx, s, red, rs, acc, producer, twins)) is not None:
+        acc = summed
+    elif _max_min_then_nan(ctx, s, red, rs, acc, producer):
         pass
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
@@ -203,22 +207,25 @@ def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, prod
         _free(b, temps)
 
 
-def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
+def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, twins: dict | None = None):
     """acc = the sum of this thread's elements `rs` as a tree of v_pk_add_f32 (two sums an instruction, gfx90a and
     later): pair k of the elements plus pair k + n/2 at each level, then the last pair's two halves. About half the
     instructions of a sequential sum and a chain of log2 depth (flash attention's row sum over 32 values: 16 where it
     was 31, the longest chain 6 where it was 31). Needs fp32 elements held in VGPR pairs (r, r + 1) that the register
-    allocator places at even registers; False, emitting nothing, elsewhere (the caller sums in element order)."""
+    allocator places at even registers; None, emitting nothing, elsewhere (the caller sums in element order).
+    Returns the register holding the sum: acc, or with `twins` (a dict: the first cross-lane step is a
+    v_permlane*_swap, which needs the value in two registers) the low half of a pair whose last v_pk_add_f32 gives
+    both halves the sum (lo + hi and hi + lo, equal bit for bit), the high half recorded as its twin: no copy."""
     if red.integer or red.op != "sum" or s.op != "sum" or producer is not None or len(rs) < 4:
-        return False
+        return None
     lay = ctx.layouts[s.src]
     if lay.packed or lay.regs.file != "v" or s.src.dtype != float32:
-        return False
+        return None
     pairs = []
     for a, c in zip(rs[::2], rs[1::2]):
         pair = _aligned_pair(ctx.b, lay.regs[a], lay.regs[c])
         if pair is None:
-            return False
+            return None
         pairs.append(pair)
     b = ctx.b
     level, odd = pairs, rs[len(pairs) * 2:]
@@ -231,10 +238,19 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
             out.append(sums)
         level = out + level[2 * half:]
     last = level[0]
+    if twins is not None and not odd:
+        # one pair for this destination slot in every such reduction (flash attention's row sum, once a tile): the
+        # moves into the destination then all read one register, which amdgcn/coalesce.py merges with it
+        key = (s.dst, acc)
+        both = ctx.row_factor_pairs.setdefault(key, b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice"))
+        b.emit("v_pk_add_f32", both, last, last, suffix="op_sel:[0,1] op_sel_hi:[1,0]", defs=(both,),
+               uses=(last,), comment="the two halves' sum in both halves")
+        twins[both[0]] = both[1]
+        return both[0]
     red.combine(acc, last[0], last[1])
     for r in odd:
         red.combine(acc, acc, lay.regs[r])
-    return True
+    return acc
 
 
 def _max_min_then_nan(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
@@ -292,8 +308,9 @@ def _free(b, temps: list):
     temps.clear()
 
 
-def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool) -> list:
-    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`)."""
+def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool, twins: dict | None) -> list:
+    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`,
+    unless the value went to a pair for `twins`: see _in_thread)."""
     dst_lay = ctx.layouts[s.dst]
     fused = fused_producers(ctx).get(s)
     ctx.current_parallel = fused
@@ -301,7 +318,7 @@ def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool
     values = []
     for slot, rs in enumerate(plan.slots):
         acc = dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial")
-        values.append(_in_thread(ctx, s, red, rs, acc, producer))
+        values.append(_in_thread(ctx, s, red, rs, acc, producer, twins))
     ctx.current_parallel = None
     return values
 
@@ -315,14 +332,16 @@ def lower_reduce(ctx: Context, s):
     clear = s.clear or s in identity_fills(ctx)  # (combining with the identity T.fill gave changes nothing)
     direct = clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op, integer=_integer_reduction(s))
-    values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
-    red.across_lanes(values, lane_bits)
+    twins = {} if red.first_step_swaps(lane_bits) else None
+    values = _in_threads(ctx, s, red, plan, direct, twins)
+    red.across_lanes(values, lane_bits, twins)
     red.free()
     if wave_bits:
         red.across_waves(values, lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
                          lambda access: lds_barrier(ctx, access))
     if direct:
+        _store(ctx, s.dst, values)  # (moves only for a value held in a twin pair: amdgcn/coalesce.py drops them)
         return
     if not clear:
         for slot, x in enumerate(values):
