@@ -139,3 +139,29 @@ def mx_gemm(A, B, SA, SB, C, *, block_M=64, block_N=64, block_K=128, threads=256
             else:
                 T.gemm(A_s, B_s, acc, transpose_B=True)
         T.copy(acc, C[by * block_M, bx * block_N])
+
+
+def fma_f32(a, b, c):
+    """fp32 a * b + c with one rounding (to nearest, ties to even), elementwise over torch tensors: the oracle for
+    tilegcn's contracted `a * b + c` (CompileOptions.fp_contract), computed outside tilegcn and torch's fp32 math:
+    exact rationals (fractions), then the nearest fp32 chosen among float32(the value) and its two neighbours.
+    Python 3.11 has no math.fma; NaN / inf inputs go through numpy's float64 (no rounding question there)."""
+    import math
+    from fractions import Fraction
+
+    import numpy as np
+    import torch
+
+    a, b, c = torch.broadcast_tensors(*(torch.as_tensor(t, dtype=torch.float32) for t in (a, b, c)))
+    out = []
+    for x, y, z in zip(a.flatten().tolist(), b.flatten().tolist(), c.flatten().tolist()):
+        if not all(map(math.isfinite, (x, y, z))):
+            out.append(np.float32(np.float64(x) * np.float64(y) + np.float64(z)))
+            continue
+        exact = Fraction(x) * Fraction(y) + Fraction(z)
+        guess = np.float32(float(exact))
+        candidates = [guess, np.nextafter(guess, np.float32(-np.inf)), np.nextafter(guess, np.float32(np.inf))]
+        finite = [f for f in candidates if np.isfinite(f)]
+        best = min(finite, key=lambda f: (abs(Fraction(float(f)) - exact), int(np.float32(f).view(np.uint32)) & 1))
+        out.append(best if finite else guess)
+    return torch.tensor(np.array(out, dtype=np.float32)).reshape(a.shape)

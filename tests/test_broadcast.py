@@ -7,6 +7,8 @@ import tilegcn
 from tilegcn import language as T
 from tilegcn.errors import CompileError
 
+from kernels import fma_f32
+
 ARCHES = ["gfx942", "gfx950"]
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -39,8 +41,8 @@ def test_row_and_column_broadcasts_equal_torch(arch, dtype):
     x, s, c = torch.randn(64, 128).to(dtype), torch.randn(64).to(dtype), torch.randn(128).to(dtype)
     y = torch.full_like(x, float("nan"))
     scale_rows_shift_cols(x, s, c, y, arch=arch)
-    # one fp32 multiply-add per element, rounded once to the output dtype (v_mul then v_add: no fusion)
-    want = ((x.float() * s.float()[:, None]).to(torch.float32) + c.float()[None, :]).to(dtype)
+    # one fp32 fused multiply-add per element (v_fma_f32: CompileOptions.fp_contract), rounded once to the dtype
+    want = fma_f32(x.float(), s.float()[:, None], c.float()[None, :]).to(dtype)
     assert torch.equal(y, want)
 
 
@@ -321,4 +323,4 @@ def test_a_conversion_from_a_replicated_fragment_is_register_moves(arch):
     k = whole_and_sliced.compile(x, v, y, arch=arch)
     assert "convert_layout v -> v_as0 via registers" in k.ir and "_lds" not in k.ir
     whole_and_sliced(x, v, y, arch=arch)
-    assert torch.equal(y, x * v[:, None] + v[0])
+    assert torch.equal(y, fma_f32(x, v[:, None], v[0]))  # (contracted: one rounding)

@@ -117,7 +117,8 @@ def test_every_option_is_part_of_the_cache_key(cache_dir):
         k = fn.compile(x, y, arch="gfx942")
         assert fn.cache_stats.compiles == 1  # built, not found under the other option's key
         keys[schedule] = k.key
-        assert k.metadata["options"] == {"arch": "gfx942", "schedule": schedule, "copy": "auto"}  # cache show
+        assert k.metadata["options"] == {"arch": "gfx942", "schedule": schedule, "copy": "auto",
+                                            "fp_contract": True}  # cache show
         k(x, y)
         torch.testing.assert_close(y, x * 3.0)
     assert keys["interleave"] != keys["plain"]

@@ -19,6 +19,8 @@ from tilegcn import language as T
 from tilegcn.ir import elemfn
 from tilegcn.passes.elementwise import LOWERINGS
 
+from kernels import fma_f32
+
 ARCHES = ["gfx942", "gfx950"]
 UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "neg")
 BLOCK = 256
@@ -150,7 +152,7 @@ def select_and_compare_reference(a, b, s):
         torch.clamp(a, -1.0, 1.0),
         torch.maximum(a, b) - torch.minimum(a, b),
         a.bfloat16().float() + half(b),
-        half(a) * torch.tensor(0.1) + torch.tensor(1e-6),
+        fma_f32(half(a), 0.1, 1e-6),  # contracted into one FMA (CompileOptions.fp_contract)
         torch.maximum(a * 1e38, torch.tensor(-65504.0)) + torch.tensor(-3.3895313892515355e38) * 0.0,
         torch.where(a > -float("inf"), a / b, torch.tensor(7.0)),
         torch.where((a > 0.0) & (b < 1.0) | ~(a >= b), torch.exp(b), a),

@@ -26,6 +26,7 @@ from typing import Callable
 from .amdgcn.abi import KernelAbi
 from .amdgcn.arch import get_arch
 from .amdgcn.builder import KernelBuilder
+from .amdgcn.coalesce import coalesce_copies
 from .amdgcn.emit import render
 from .amdgcn.hazards import insert_hazard_nops
 from .amdgcn.multikernel import merge_kernel_asm
@@ -230,7 +231,7 @@ def _raise_lds_error_unsplit(traced: N.Kernel, arch, copy_mode: str, by_dma, car
 def _abi_prologue(c: Compilation):
     c.builder = KernelBuilder(c.arch, c.kernel.name)
     c.abi = KernelAbi(c.builder, c.kernel, TID)
-    c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy)
+    c.ctx = Context(c.kernel, c.builder, c.abi, copy_mode=c.options.copy, fp_contract=c.options.fp_contract)
     c.ctx.gemm_plans, c.ctx.gemm_operands = c.gemm_plans, c.gemm_operands
     c.ctx.shared, c.ctx.stage_bytes, c.ctx.lds_buffers = c.shared, c.stage_bytes, c.lds_buffers
     c.ctx.reduce_scratch = c.reduce_scratch
@@ -249,7 +250,7 @@ def _workgroup_remap(c: Compilation):
 def _statements(c: Compilation):
     lower_statements(c.ctx, c.kernel.body)
     c.builder.emit("s_endpgm")
-    c.builder.insts[:] = fold_zeroed_accumulators(c.builder.insts)
+    c.builder.insts[:] = coalesce_copies(fold_zeroed_accumulators(c.builder.insts), c.builder.v)
     c.insts = c.builder.insts
 
 
@@ -414,7 +415,8 @@ PASSES = (
     Pass("layouts", _layouts, "the registers of every fragment's layout (passes/layout.py)"),
     Pass("workgroup_remap", _workgroup_remap, "T.use_swizzle's workgroup order (ops' lower_prologue)"),
     Pass("statements", _statements, "each statement -> machine instructions on virtual registers; a zeroed VGPR "
-         "accumulator folded into its first MFMA (amdgcn/zero_srcc.py)"),
+         "accumulator folded into its first MFMA (amdgcn/zero_srcc.py); register copies coalesced "
+         "(amdgcn/coalesce.py)"),
     Pass("schedule", _schedule, "list scheduling around MFMAs, when schedule='interleave' (amdgcn/schedule.py)"),
     Pass("regalloc", _allocate_registers, "virtual -> physical registers; the register budget (amdgcn/regalloc.py)"),
     Pass("mfma_priority", _mfma_priority, "s_setprio around the MFMA runs of loops that mix them with vector work, "

@@ -819,7 +819,7 @@ class JITFunction:
     ```
     """
 
-    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None):
+    def __init__(self, fn, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None, fp_contract=True):
         from .language.program import EagerProgram, PrimFunc
 
         if isinstance(fn, PrimFunc):
@@ -831,7 +831,7 @@ class JITFunction:
         self.name = fn.__name__
         self.arch = None if arch is None else get_arch(arch).name
         # the compile options (cache key); the arch is resolved per call (`_compiled`)
-        self.options = _jit_options(self.arch, schedule=schedule, copy=copy)
+        self.options = _jit_options(self.arch, schedule=schedule, copy=copy, fp_contract=fp_contract)
         self.source_location = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
         self._eager = EagerProgram.of(fn)  # tensors annotated in the body (TileLang's eager style), or None
         self._positional_constants = []  # positional parameters with a default: constants passed by position
@@ -1200,6 +1200,16 @@ def _jsonable(v):
     return repr(v)
 
 
+def _fp_contract(fp_contract, compile_flags) -> bool:
+    """tilegcn.jit's fp_contract, else what TileLang's compile_flags say to hipcc (-ffp-contract=off / on / fast; the
+    last one given wins, as in clang), else True (HIP's default)."""
+    if fp_contract is not None:
+        return fp_contract
+    flags = compile_flags.split() if isinstance(compile_flags, str) else list(compile_flags or ())
+    said = [f.split("=", 1)[1] for f in flags if isinstance(f, str) and f.startswith("-ffp-contract=")]
+    return not said or said[-1] != "off"
+
+
 def _jit_options(arch, **options) -> CompileOptions:
     try:
         return CompileOptions(arch, **options)
@@ -1207,7 +1217,7 @@ def _jit_options(arch, **options) -> CompileOptions:
         raise ArgumentError(str(e).replace("tilegcn:", "tilegcn.jit:", 1)) from None
 
 
-def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None,
+def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None, fp_contract=None,
         pass_configs=None, target=None, execution_backend=None, verbose=None, compile_flags=None):
     """Decorate a tile program: ``@tilegcn.jit``, ``@tilegcn.jit(arch="gfx942")``, ``tilegcn.jit(fn, schedule="plain")``.
 
@@ -1223,8 +1233,11 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None,
     `out_idx`: TileLang's outputs, an int or a list of ints (positions of the kernel's tensor parameters, negative
     from the end): the caller does not pass them; each call allocates them (torch.empty with the annotated shape
     and dtype, on the inputs' device) and returns them, one tensor or a tuple in the listed order.
-    `pass_configs`, `target`, `execution_backend`, `verbose`, `compile_flags` (TileLang's) are accepted and ignored: they configure
-    TileLang's CUDA/HIP passes (TMA, warp specialisation), which tilegcn does not have.
+    `fp_contract`: whether an fp32 `a * b + c` in element code becomes one FMA (one rounding; default True, as HIP's
+    -ffp-contract=fast and Triton's enable_fp_fusion); TileLang's way to say it, `compile_flags=["-ffp-contract=off"]`
+    (the flag its HIP backend hands to hipcc), is read the same way.
+    `pass_configs`, `target`, `execution_backend`, `verbose` and other `compile_flags` (TileLang's) are accepted and
+    ignored: they configure TileLang's CUDA/HIP passes (TMA, warp specialisation), which tilegcn does not have.
 
     Example:
 
@@ -1242,10 +1255,12 @@ def jit(fn=None, *, arch=None, schedule=INTERLEAVE, copy="auto", out_idx=None,
     ```
     """
     if fn is None:
-        return lambda f: jit(f, arch=arch, schedule=schedule, copy=copy, out_idx=out_idx)
+        return lambda f: jit(f, arch=arch, schedule=schedule, copy=copy, out_idx=out_idx, fp_contract=fp_contract,
+                             compile_flags=compile_flags)
     from .language.program import KernelFactory, is_kernel_factory
 
-    options = dict(arch=arch, schedule=schedule, copy=copy, out_idx=out_idx)
+    options = dict(arch=arch, schedule=schedule, copy=copy, out_idx=out_idx,
+                   fp_contract=_fp_contract(fp_contract, compile_flags))
     if inspect.isfunction(fn) and is_kernel_factory(fn):  # TileLang's closure style: returns a @T.prim_func
         return KernelFactory(fn, lambda program: JITFunction(program, **options))
     return JITFunction(fn, **options)

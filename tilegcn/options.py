@@ -20,7 +20,9 @@ class CompileOptions:
     `arch`: the target ("gfx942", "gfx950"); None only on a `tilegcn.jit` function that resolves it per call.
     `schedule`: "interleave" (default) list-schedules the code around MFMAs; "plain" keeps the emitted order
     (to measure what scheduling buys). `copy`: how a pipelined K loop copies GEMM operands into LDS: "auto"
-    (the arch's choice), "lds_dma" or "registers" (see `tilegcn.jit`).
+    (the arch's choice), "lds_dma" or "registers" (see `tilegcn.jit`). `fp_contract`: True (default, as HIP's
+    -ffp-contract=fast and Triton's enable_fp_fusion) contracts an fp32 `a * b + c` in element code into one FMA
+    (one rounding); False rounds the product and the sum apart (`tilegcn.jit(compile_flags=["-ffp-contract=off"])`).
 
     Example:
 
@@ -35,12 +37,14 @@ class CompileOptions:
     arch: str | None = None
     schedule: str = INTERLEAVE
     copy: str = "auto"
+    fp_contract: bool = True
 
     def __post_init__(self):
         if self.arch is not None:
             object.__setattr__(self, "arch", get_arch(self.arch).name)  # UnsupportedArchError names the choices
         _check_choice("schedule", self.schedule, SCHEDULES)
         _check_choice("copy", self.copy, COPY_MODES)
+        _check_choice("fp_contract", self.fp_contract, (True, False))
 
     @classmethod
     def of(cls, options) -> "CompileOptions":

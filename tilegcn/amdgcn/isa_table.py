@@ -123,7 +123,7 @@ v_div_scale_f32                            valu     D.v D.s2 U.vsi U.vsi U.vsi -
 v_div_fmas_f32                             valu     D.v U.vsi U.vsi U.vsi    U.vcc             valu     *
 v_{maximum3,minimum3}_f32                  valu     D.v U.vsi U.vsi U.vsi    -                 valu     gfx950
 v_cvt_pk_bf16_f32                          valu     D.v U.vsi U.vsi          -                 valu     gfx950
-v_pk_mul_f32                               valu     D.v2 U.v2 U.v2           -                 valu     *
+v_pk_{mul,add}_f32                         valu     D.v2 U.v2 U.v2           -                 valu     *
 v_cvt_pk_f16_f32                           valu     D.v U.vsi U.vsi          -                 valu     gfx950
 v_cvt_{f32_f16,f16_f32,f32_i32,i32_f32,f32_u32,u32_f32} valu D.v U.vsi  -                 valu     *
 v_{rndne,floor,ceil,trunc,fract}_f32       valu     D.v U.vsi                -                 valu     *

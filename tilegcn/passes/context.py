@@ -30,6 +30,11 @@ class Context:
     pipe: object = None  # gemm.PipeState while pipelined copies are in flight
     reduce_scratch: dict = field(default_factory=dict)  # Reduce -> shared Buffer of its cross-wave partials
     copy_mode: str = "auto"  # pipelined global -> LDS copies: one of arch.COPY_MODES (tilegcn.jit(copy=...))
+    fp_contract: bool = True  # fp32 a * b + c in element code as one FMA (CompileOptions.fp_contract)
+    # VGPR pairs reused by every statement of a kind: (fragment, factor register) -> the pair v_pk_mul_f32 reads;
+    # (reduction destination, its register) -> the pair a row sum's last v_pk_add_f32 writes twice (passes/reduce.py)
+    row_factor_pairs: dict = field(default_factory=dict)
+    identity_filled: dict | None = None  # Reduce -> the identity T.fill before it (elementwise.identity_fills)
     fused: dict | None = None  # Reduce -> the T.Parallel it evaluates element by element (elementwise.fused_producers)
     loop_ends: list = field(default_factory=list)  # the end labels of the device loops being lowered, innermost last
 

@@ -199,6 +199,10 @@ class ElementEvaluator:
         """An element function: its operands (values first, then a condition: a condition lives in VCC, which the
         value sequences of exp, max, ... overwrite) in the row's domain, folded where all are known, else its
         LOWERINGS row (INT_LOWERINGS for an int computation)."""
+        if kind == N.FLOAT and self.ctx.fp_contract:
+            fused = self._contracted(e, r, dst)
+            if fused is not None:
+                return fused
         row = elemfn.ELEMENT_FUNCTIONS[e.fn]
         if kind is None:  # a condition: its values compare in their joint domain (float if either is)
             kind = N.join_kinds(N.value_kind(a) for a, k in zip(e.args, row.operand_kinds) if k == elemfn.VALUE)
@@ -227,6 +231,45 @@ class ElementEvaluator:
         if kind == N.INT and e.fn in INT_LOWERINGS:
             return INT_LOWERINGS[e.fn](self, out, *operands)
         return LOWERINGS[e.fn](self, out, *operands)
+
+    def _contracted(self, e: N.Call, r: int, dst):
+        """`a * b + c`, `c + a * b`, `a * b - c` and `c - a * b` in fp32 as one v_fma_f32 (a single rounding), where
+        the product has no other use: HIP's default (-ffp-contract=fast), Triton's (enable_fp_fusion) and so
+        TileLang's through hipcc; CompileOptions(fp_contract=False) keeps the two roundings. The first operand's
+        product goes first, as LLVM's DAG combiner takes it. A product shared by a row's elements (`m[i] * s` in
+        T.Parallel(M, N), `_row_key`) has other uses and stays a v_mul. None where no operand contracts."""
+        if e.fn not in ("add", "sub") or len(e.args) != 2:
+            return None
+        k = next((k for k in (0, 1) if self._contractible(e.args[k], e, r)), None)
+        if k is None:
+            return None
+        product, other = e.args[k], e.args[1 - k]
+        a, b = (self.eval_as(x, r, N.FLOAT) for x in product.args)
+        c = self.eval_as(other, r, N.FLOAT)
+        if isinstance(a, float) and isinstance(b, float):  # (a product of constants that no leaf showed)
+            product_value = _f32(a * b)
+            return LOWERINGS[e.fn](self, dst or self.temp(), *((product_value, c) if k == 0 else (c, product_value)))
+        a, b, c = self._vop3_sources(a, b, c, literal_in_sgpr=True)
+        if e.fn == "sub":  # a*b - c: the neg modifier on c; c - a*b: on a
+            if k == 0:
+                c = -c if isinstance(c, float) else _Neg(c)
+            else:
+                a = -a if isinstance(a, float) else _Neg(a)
+        out = dst or self.temp()
+        operands = (a, b, c)
+        uses = tuple(x.reg if isinstance(x, _Neg) else x for x in operands if isinstance(x, (Reg, _Neg)))
+        self.b.emit("v_fma_f32", out, *operands, defs=(out,), uses=uses, comment="contracted a * b +- c")
+        return out
+
+    def _contractible(self, x, parent: N.Call, r: int) -> bool:
+        """Whether `x`, an operand of `parent` (an fp32 add or sub), is a product the FMA may absorb: an fp32 mul of
+        something other than constants alone, not a per-row value that other elements share (unless the parent is
+        one too: then the product is computed once for it)."""
+        if not (isinstance(x, N.Call) and x.fn == "mul" and self._kind(x) == N.FLOAT):
+            return False
+        if all(isinstance(leaf, N.Const) for leaf in N.walk_expr(x) if not isinstance(leaf, N.Call)):
+            return False
+        return self._row_key(x, r) is None or self._row_key(parent, r) is not None
 
     def _row_key(self, e: N.Call, r: int):
         """For a value subexpression that reads only elements broadcast to the loop (`scores_max[i] * scale` in
@@ -393,11 +436,16 @@ class ElementEvaluator:
         self.b.emit("v_cndmask_b32", out, constant, self.vgpr(x), VCC, comment=f"{op}(x, {c}), NaN kept")
         return out
 
-    def _vop3_sources(self, *operands) -> list:
-        """gfx9 VOP3 operands: no literal constant, at most one SGPR (the constant bus)."""
+    def _vop3_sources(self, *operands, literal_in_sgpr: bool = False) -> list:
+        """gfx9 VOP3 operands: no literal constant, at most one SGPR (the constant bus). With `literal_in_sgpr`, a
+        literal goes into the builder's SGPR constant (set once for the kernel) while the bus is free, not into a
+        VGPR at every element."""
         out, sgprs = [], set()
         for x in operands:
             literal = isinstance(x, float) and float_literal(x).startswith("0x")
+            if literal and literal_in_sgpr and not sgprs:
+                x = self.b.sgpr_constant(_f32_bits(x))
+                literal = False
             sgpr = isinstance(x, Reg) and x.file == "s"
             if literal or (sgpr and sgprs - {x}):
                 x = self.vgpr(x)
@@ -1010,6 +1058,33 @@ def fused_producers(ctx: Context) -> dict:
     return ctx.fused
 
 
+# the value a T.fill gives a reduction's destination that combining with clear=False leaves every result as it is:
+# maximum(x, -inf) == x and minimum(x, +inf) == x for every x, NaN and signed zeros included
+_IDENTITIES = {"max": -math.inf, "min": math.inf}
+
+
+def identity_fills(ctx: Context) -> dict:
+    """{Reduce: Fill} for each `T.fill(dst, identity)` right before a `T.reduce_*(src, dst, clear=False)` of an fp32
+    VGPR fragment (flash attention's `T.fill(scores_max, -T.infinity(...)); T.reduce_max(acc_s, scores_max,
+    clear=False)`): the reduction gives what clear=True gives, writing dst directly, and the fill, which it
+    overwrites, emits nothing (a v_mov, a combine and a copy of the result fewer a row, every trip)."""
+    if ctx.identity_filled is None:
+        ctx.identity_filled = {}
+        for body in _bodies(ctx.kernel.body):
+            for f, r in zip(body, body[1:]):
+                if f.opname == "fill" and r.opname == "reduce" and not r.clear and f.buffer is r.dst \
+                        and r.op in _IDENTITIES and float(f.value) == _IDENTITIES[r.op] \
+                        and _direct_f32(ctx, r.dst) and _direct_f32(ctx, r.src):
+                    ctx.identity_filled[r] = f
+    return ctx.identity_filled
+
+
+def _direct_f32(ctx: Context, buf) -> bool:
+    lay = ctx.layouts.get(buf)
+    return buf.scope == N.FRAGMENT and buf.dtype == float32 and lay is not None and not lay.packed \
+        and lay.regs.file == "v"
+
+
 def is_fused_producer(ctx: Context, p) -> bool:
     """True for a T.Parallel that its reduction evaluates (its own lowering emits nothing)."""
     return any(q is p for q in fused_producers(ctx).values())
@@ -1163,7 +1238,9 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
     lows = {}  # y's register -> a VGPR pair holding it in its low half
     for a0, _, f, _ in pairs:
         if f not in lows:
-            lows[f] = b.v.alloc(2, align=2, what="row factor pair")
+            # one pair for this fragment's row factor f in every such statement (flash attention's rescale, once a
+            # tile): the copies into it then name one register, which amdgcn/coalesce.py merges with the factor's
+            lows[f] = ctx.row_factor_pairs.setdefault((x, f), b.v.alloc(2, align=2, what="row factor pair"))
             b.emit("v_mov_b32", lows[f][0], y_lay.regs[f], defs=(lows[f][0],), uses=(y_lay.regs[f],))
         pair = lay.regs[a0.index - base:a0.index - base + 2]
         b.emit("v_pk_mul_f32", pair, pair, lows[f], suffix="op_sel_hi:[1,0]", defs=(pair,), uses=(pair, lows[f]))
@@ -1173,6 +1250,8 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
 
 
 def lower_fill(ctx: Context, s: TileOp):
+    if any(f is s for f in identity_fills(ctx).values()):
+        return  # the reduction right after writes every element (identity_fills)
     lay = ctx.layouts[s.buffer]
     if s.buffer.dtype.is_int or s.buffer.dtype.is_fp8:  # the value converted as T.cast converts it
         value = elemfn.convert_constant(s.buffer.dtype.name, s.value)

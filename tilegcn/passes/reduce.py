@@ -29,10 +29,10 @@ from ..ir import nodes as N
 from ..ir.ops import statements_of
 from ..ir.types import float32
 from .context import Context
-from .elementwise import ElementEvaluator, fused_producers
+from .elementwise import ElementEvaluator, fused_producers, identity_fills
 from .gemm import lds_barrier
 from .layout import TID
-from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
+from .xlane import ABS_MASK, QUIET_NAN, Abs, Reducer, scratch_bytes
 
 
 @dataclass
@@ -159,8 +159,10 @@ def _read(ctx: Context, s, r: int, temps: list, producer):
     return Abs(value) if s.op.startswith("abs") else value
 
 
-def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> Reg:
-    """acc = op over this thread's source elements `rs`, in element order."""
+def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, twins: dict | None = None) -> Reg:
+    """acc = op over this thread's source elements `rs`, in element order (a sum: as a tree, see _summed_in_pairs);
+    returns the register holding it: acc, or, where `twins` (a dict) asks for the value in two registers, one of a
+    pair holding it twice (the other recorded in twins)."""
     b = ctx.b
     temps: list = []
     first = _read(ctx, s, rs[0], temps, producer)
@@ -171,6 +173,10 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> R
             b.valu("v_mov_b32", acc, first)
     elif red.takes_three() and not isinstance(first, Abs):
         _in_thread_by_threes(ctx, s, red, rs, acc, producer, first, temps)
+    elif (summed := _summed_in_pairs(ctx, s, red, rs, acc, producer, twins)) is not None:
+        acc = summed
+    elif _max_min_then_nan(ctx, s, red, rs, acc, producer):
+        pass
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
@@ -203,14 +209,110 @@ def _in_thread_by_threes(ctx: Context, s, red: Reducer, rs: list, acc: Reg, prod
     red.end_threes(acc)
 
 
+def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, twins: dict | None = None):
+    """acc = the sum of this thread's elements `rs` as a tree of v_pk_add_f32 (two sums an instruction, gfx90a and
+    later): pair k of the elements plus pair k + n/2 at each level, then the last pair's two halves. About half the
+    instructions of a sequential sum and a chain of log2 depth (flash attention's row sum over 32 values: 16 where it
+    was 31, the longest chain 6 where it was 31). Needs fp32 elements held in VGPR pairs (r, r + 1) that the register
+    allocator places at even registers; None, emitting nothing, elsewhere (the caller sums in element order).
+    Returns the register holding the sum: acc, or with `twins` (a dict: the first cross-lane step is a
+    v_permlane*_swap, which needs the value in two registers) the low half of a pair whose last v_pk_add_f32 gives
+    both halves the sum (lo + hi and hi + lo, equal bit for bit), the high half recorded as its twin: no copy."""
+    if red.integer or red.op != "sum" or s.op != "sum" or producer is not None or len(rs) < 4:
+        return None
+    lay = ctx.layouts[s.src]
+    if lay.packed or lay.regs.file != "v" or s.src.dtype != float32:
+        return None
+    pairs = []
+    for a, c in zip(rs[::2], rs[1::2]):
+        pair = _aligned_pair(ctx.b, lay.regs[a], lay.regs[c])
+        if pair is None:
+            return None
+        pairs.append(pair)
+    b = ctx.b
+    level, odd = pairs, rs[len(pairs) * 2:]
+    while len(level) > 1:
+        half = len(level) // 2
+        out = []
+        for x, y in zip(level[:half], level[half:2 * half]):
+            sums = x if x not in pairs else b.v.alloc(2, align=2, what=f"{s.dst.name} pair sums")
+            b.emit("v_pk_add_f32", sums, x, y, defs=(sums,), uses=(x, y))
+            out.append(sums)
+        level = out + level[2 * half:]
+    last = level[0]
+    if twins is not None and not odd:
+        # one pair for this destination slot in every such reduction (flash attention's row sum, once a tile): the
+        # moves into the destination then all read one register, which amdgcn/coalesce.py merges with it
+        key = (s.dst, acc)
+        both = ctx.row_factor_pairs.setdefault(key, b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice"))
+        b.emit("v_pk_add_f32", both, last, last, suffix="op_sel:[0,1] op_sel_hi:[1,0]", defs=(both,),
+               uses=(last,), comment="the two halves' sum in both halves")
+        twins[both[0]] = both[1]
+        return both[0]
+    red.combine(acc, last[0], last[1])
+    for r in odd:
+        red.combine(acc, acc, lay.regs[r])
+    return acc
+
+
+def _max_min_then_nan(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
+    """acc = max / min over this thread's fp32 elements `rs`, NaN as torch, where the arch has no NaN-propagating
+    v_maximum3 (gfx942): v_max3_f32 / v_min3_f32 two new elements an instruction (IEEE maxNum / minNum, which drop a
+    NaN), and apart from them one v_cmp_u_f32 a pair of elements (unordered: either is NaN) into an SGPR pair, the
+    pairs OR-ed on the scalar unit, one v_cndmask_b32 to NaN at the end. About 1 + 1/2 VALU instructions an element
+    where combining pairwise takes 3 (v_cmp_u, v_max, v_cndmask): flash attention's row max over 32 scores, 33
+    instead of 96. False, emitting nothing, for an int or |x| reduction, a fused producer or fewer than 3 elements."""
+    if red.integer or red.op not in ("max", "min") or s.op not in ("max", "min") or red.arch.has_ieee_maximum3 \
+            or producer is not None or len(rs) < 3:
+        return False
+    b, temps = ctx.b, []
+    xs = [_read(ctx, s, r, temps, producer) for r in rs]
+    if not all(isinstance(x, Reg) for x in xs):
+        return False
+    three = f"v_{red.op}3_f32"
+    b.emit(three, acc, xs[0], xs[1], xs[2], defs=(acc,), uses=tuple(xs[:3]))
+    rest = xs[3:]
+    for i in range(0, len(rest), 2):
+        x, y = rest[i], rest[i + 1] if i + 1 < len(rest) else rest[i]
+        b.emit(three, acc, acc, x, y, defs=(acc,), uses=(acc, x, y))
+    unordered = None
+    for i in range(0, len(xs), 2):
+        x, y = xs[i], xs[i + 1] if i + 1 < len(xs) else xs[i]
+        flags = b.s.alloc(2, align=2, what=f"{s.dst.name}: a NaN among two elements")
+        b.emit("v_cmp_u_f32", flags, x, y, defs=(flags,), uses=(x, y), comment="either NaN?")
+        if unordered is not None:
+            b.emit("s_or_b64", flags, flags, unordered)
+        unordered = flags
+    b.emit("v_cndmask_b32", acc, acc, b.vgpr_constant(QUIET_NAN), unordered, comment="a NaN among them: NaN")
+    _free(b, temps)
+    return True
+
+
+def _aligned_pair(b, lo: Reg, hi: Reg) -> Reg | None:
+    """The VGPR pair lo:hi as one 2-register operand where the register allocator will place lo at an even register
+    (its virtual group's alignment, or the ISA's tuple alignment of a group of several registers, is even and lo
+    sits an even distance into the group); None otherwise."""
+    if not (lo.virtual and hi.virtual and hi.index == lo.index + 1):
+        return None
+    groups = b.v.groups
+    group = groups[b.v.group_of[lo.index]]
+    if b.v.group_of[hi.index] != b.v.group_of[lo.index]:
+        return None
+    align = max(group.align, b.arch.register_alignment("v", group.count))
+    if align % 2 or (lo.index - group.base) % 2:
+        return None
+    return Reg("v", lo.index, 2, virtual=True)
+
+
 def _free(b, temps: list):
     for t in temps:
         b.v.free(t)
     temps.clear()
 
 
-def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool) -> list:
-    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`)."""
+def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool, twins: dict | None) -> list:
+    """The in-thread step for every destination slot: one fp32 VGPR each (the destination's own where `direct`,
+    unless the value went to a pair for `twins`: see _in_thread)."""
     dst_lay = ctx.layouts[s.dst]
     fused = fused_producers(ctx).get(s)
     ctx.current_parallel = fused
@@ -218,7 +320,7 @@ def _in_threads(ctx: Context, s, red: Reducer, plan: ReductionPlan, direct: bool
     values = []
     for slot, rs in enumerate(plan.slots):
         acc = dst_lay.regs[slot] if direct else ctx.b.v.alloc(what=f"{s.dst.name} partial")
-        values.append(_in_thread(ctx, s, red, rs, acc, producer))
+        values.append(_in_thread(ctx, s, red, rs, acc, producer, twins))
     ctx.current_parallel = None
     return values
 
@@ -229,18 +331,21 @@ def lower_reduce(ctx: Context, s):
     b = ctx.b
     plan = plan_reduction(ctx.layouts[s.src], ctx.layouts[s.dst], s, ctx.threads)
     dst_lay = ctx.layouts[s.dst]
-    direct = s.clear and not dst_lay.packed and dst_lay.regs.file == "v"
+    clear = s.clear or s in identity_fills(ctx)  # (combining with the identity T.fill gave changes nothing)
+    direct = clear and not dst_lay.packed and dst_lay.regs.file == "v"
     red = Reducer(b, s.op, integer=_integer_reduction(s))
-    values = _in_threads(ctx, s, red, plan, direct)
     lane_bits, wave_bits = plan.lane_bits(b.arch.wave_size), plan.wave_bits(b.arch.wave_size)
-    red.across_lanes(values, lane_bits)
+    twins = {} if red.first_step_swaps(lane_bits) else None
+    values = _in_threads(ctx, s, red, plan, direct, twins)
+    red.across_lanes(values, lane_bits, twins)
     red.free()
     if wave_bits:
         red.across_waves(values, lane_bits, wave_bits, ctx.threads, ctx.shared[ctx.reduce_scratch[s]],
                          lambda access: lds_barrier(ctx, access))
     if direct:
+        _store(ctx, s.dst, values)  # (moves only for a value held in a twin pair: amdgcn/coalesce.py drops them)
         return
-    if not s.clear:
+    if not clear:
         for slot, x in enumerate(values):
             old, temp = ctx.read_f32(s.dst, slot)
             red.combine(x, x, old)

@@ -157,23 +157,42 @@ class Reducer:
         self._nan_lanes = None
 
     # -- across lanes ---------------------------------------------------------------------------
-    def across_lanes(self, values: list, bits: int):
+    def across_lanes(self, values: list, bits: int, twins: dict | None = None):
         """Each of `values` (fp32 VGPRs) becomes op over the lanes whose ids differ from this lane's in the set
         bits of `bits` (a mask of lane-id bits 0..5), in every one of those lanes. Step by step over all values:
         the steps of one value depend on each other, those of different values do not (work for the scheduler;
-        the hazard pass pads whatever wait states a DPP step still needs)."""
+        the hazard pass pads whatever wait states a DPP step still needs). `twins`: {value: another VGPR holding
+        the same value}, which a first step by v_permlane*_swap takes instead of copying the value."""
+        twins = dict(twins or {})
+        for k, route in self._routes(bits):
+            if route == "bcast":
+                for x in values:
+                    self._bcast(x)
+                return
+            step = getattr(self, f"_{route}")
+            for x in values:
+                if route == "permlane":
+                    self._permlane(x, k, twins.pop(x, None))
+                else:
+                    step(x, k)
+            twins.clear()  # (after the first step a value is no longer its twin's)
+
+    def _routes(self, bits: int) -> list:
+        """(k, route) of every step of `across_lanes` over `bits`, in order."""
         whole_wave = self.arch.wave_size - 1
+        out = []
         for k in range(self.arch.wave_size.bit_length() - 1):
             if bits >> k & 1:
                 below = (1 << k) - 1
-                route = lane_route(k, (bits & below) == below, self.arch, whole_wave=(bits & whole_wave) == whole_wave)
-                if route == "bcast":
-                    for x in values:
-                        self._bcast(x)
-                    return
-                step = getattr(self, f"_{route}")
-                for x in values:
-                    step(x, k)
+                out.append((k, lane_route(k, (bits & below) == below, self.arch,
+                                          whole_wave=(bits & whole_wave) == whole_wave)))
+        return out
+
+    def first_step_swaps(self, bits: int) -> bool:
+        """Whether the first step of `across_lanes` over `bits` is a v_permlane*_swap (which wants the value in two
+        registers: `twins`)."""
+        routes = self._routes(bits)
+        return bool(routes) and routes[0][1] == "permlane"
 
     def _dpp(self, x: Reg, k: int):
         control = f"{_DPP_QUAD.get(k) or _DPP_MIRROR[k]} {ALL_ROWS}"
@@ -214,9 +233,11 @@ class Reducer:
         self.combine(x, t, x)
         self.b.v.free(t)
 
-    def _permlane(self, x: Reg, k: int):
-        t = self.b.v.alloc(what="partner value")
-        self.b.valu("v_mov_b32", t, x)
+    def _permlane(self, x: Reg, k: int, twin: Reg | None = None):
+        t = twin
+        if t is None:
+            t = self.b.v.alloc(what="partner value")
+            self.b.valu("v_mov_b32", t, x)
         # odd rows of t trade with even rows of x: t = x[l & ~2^k], x = x[l | 2^k] in every lane l
         self.b.emit(f"v_permlane{1 << k}_swap_b32", t, x, defs=(t, x), uses=(t, x), kind=VALU,
                     comment=f"rows of {1 << k} traded")
