@@ -32,7 +32,7 @@ from .context import Context
 from .elementwise import ElementEvaluator, fused_producers, identity_fills
 from .gemm import lds_barrier
 from .layout import TID
-from .xlane import ABS_MASK, QUIET_NAN, Abs, Reducer, scratch_bytes
+from .xlane import ABS_MASK, Abs, Reducer, scratch_bytes
 
 
 @dataclass
@@ -175,8 +175,6 @@ def _in_thread(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer, twin
         _in_thread_by_threes(ctx, s, red, rs, acc, producer, first, temps)
     elif (summed := _summed_in_pairs(ctx, s, red, rs, acc, producer, twins)) is not None:
         acc = summed
-    elif _max_min_then_nan(ctx, s, red, rs, acc, producer):
-        pass
     else:
         red.combine(acc, first, _read(ctx, s, rs[1], temps, producer))
         for r in rs[2:]:
@@ -253,39 +251,6 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
     for r in odd:
         red.combine(acc, acc, lay.regs[r])
     return acc
-
-
-def _max_min_then_nan(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
-    """acc = max / min over this thread's fp32 elements `rs`, NaN as torch, where the arch has no NaN-propagating
-    v_maximum3 (gfx942): v_max3_f32 / v_min3_f32 two new elements an instruction (IEEE maxNum / minNum, which drop a
-    NaN), and apart from them one v_cmp_u_f32 a pair of elements (unordered: either is NaN) into an SGPR pair, the
-    pairs OR-ed on the scalar unit, one v_cndmask_b32 to NaN at the end. About 1 + 1/2 VALU instructions an element
-    where combining pairwise takes 3 (v_cmp_u, v_max, v_cndmask): flash attention's row max over 32 scores, 33
-    instead of 96. False, emitting nothing, for an int or |x| reduction, a fused producer or fewer than 3 elements."""
-    if red.integer or red.op not in ("max", "min") or s.op not in ("max", "min") or red.arch.has_ieee_maximum3 \
-            or producer is not None or len(rs) < 3:
-        return False
-    b, temps = ctx.b, []
-    xs = [_read(ctx, s, r, temps, producer) for r in rs]
-    if not all(isinstance(x, Reg) for x in xs):
-        return False
-    three = f"v_{red.op}3_f32"
-    b.emit(three, acc, xs[0], xs[1], xs[2], defs=(acc,), uses=tuple(xs[:3]))
-    rest = xs[3:]
-    for i in range(0, len(rest), 2):
-        x, y = rest[i], rest[i + 1] if i + 1 < len(rest) else rest[i]
-        b.emit(three, acc, acc, x, y, defs=(acc,), uses=(acc, x, y))
-    unordered = None
-    for i in range(0, len(xs), 2):
-        x, y = xs[i], xs[i + 1] if i + 1 < len(xs) else xs[i]
-        flags = b.s.alloc(2, align=2, what=f"{s.dst.name}: a NaN among two elements")
-        b.emit("v_cmp_u_f32", flags, x, y, defs=(flags,), uses=(x, y), comment="either NaN?")
-        if unordered is not None:
-            b.emit("s_or_b64", flags, flags, unordered)
-        unordered = flags
-    b.emit("v_cndmask_b32", acc, acc, b.vgpr_constant(QUIET_NAN), unordered, comment="a NaN among them: NaN")
-    _free(b, temps)
-    return True
 
 
 def _aligned_pair(b, lo: Reg, hi: Reg) -> Reg | None:
