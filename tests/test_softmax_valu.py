@@ -63,7 +63,8 @@ def row_sums(X, S, *, threads=64):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_row_sums_add_pairs_as_a_tree_and_match_torch(arch):
-    """Rows of 512 over 64 threads (8 values a thread a row, in register pairs) summed with v_pk_add_f32 in a tree:
+    """Rows of 512 over 64 threads (8 values a thread a row, in register pairs) summed with v_pk_add_f32 in a tree
+    on gfx950 (gfx942 adds one value an instruction: its 16-pass MFMAs hold packed-f32 ops, Arch.packed_f32_sums):
     the sums match torch's to fp32 rounding, and exactly where every partial sum is exact (small integers)."""
     torch.manual_seed(0)
     x = torch.randn(8, 512)
@@ -74,14 +75,14 @@ def test_row_sums_add_pairs_as_a_tree_and_match_torch(arch):
     row_sums(ints, s, arch=arch)
     assert torch.equal(s, ints.sum(dim=1))
     asm = row_sums.compile(x, s, arch=arch).asm
-    assert "v_pk_add_f32" in asm
+    assert ("v_pk_add_f32" in asm) == (arch == "gfx950")
 
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
     """TileLang's GQA forward (examples/tilelang/example_gqa_fwd_bshd.py, 128 x 64 tiles, 256 threads, 2 stages) at a
     small shape: its KV loop's exponent is one v_fma_f32 a score (`acc_s * scale - max * scale`), each row sum a
-    tree of v_pk_add_f32, and the output rescale's v_pk_mul_f32 reads the row factor's own register (no v_mov_b32
+    tree of v_pk_add_f32 on gfx950 (Arch.packed_f32_sums), and the output rescale's v_pk_mul_f32 reads the row factor's own register (no v_mov_b32
     into the pair it reads; on gfx950 the row sum's lane swap takes no copy either); the result matches torch's
     attention."""
     import sys
@@ -102,11 +103,18 @@ def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
     body = loop_body(kernel.compile(q, k, v, arch=arch).asm)
     ops = [line.split()[0] for line in body]
     assert ops.count("v_fma_f32") >= 32 and "v_sub_f32" not in ops
-    assert ops.count("v_pk_add_f32") >= 15 and ops.count("v_add_f32") < 8
+    if arch == "gfx950":
+        assert ops.count("v_pk_add_f32") >= 15 and ops.count("v_add_f32") < 8
+    else:
+        assert "v_pk_add_f32" not in ops
     factors = {line.split()[3].rstrip(",") for line in body if line.startswith("v_pk_mul_f32")}
     pair_lows = {f"v{f[2:].split(':')[0]}" for f in factors}
     copied = [line for line in body if line.startswith("v_mov_b32") and line.split()[1].rstrip(",") in pair_lows]
-    assert factors and not copied, copied
+    # the in-wave software pipeline alternates the factor between two fragments (scores_scale and its _next twin):
+    # at most one move a KV tile into the pair the v_pk_mul_f32s read, never one a rescale
+    rotated = "scores_scale_next" in kernel.compile(q, k, v, arch=arch).ir
+    tiles = sum(line.startswith("v_exp_f32") for line in body) // 33  # 32 scores and the factor a tile
+    assert factors and len(copied) <= (max(tiles, 1) if rotated else 0), copied
     if arch == "gfx950":  # the row sum's v_permlane32_swap reads a pair the last v_pk_add_f32 filled twice: no copy
         assert any(line.startswith("v_pk_add_f32") and "op_sel:[0,1] op_sel_hi:[1,0]" in line for line in body)
     out = kernel(q, k, v, arch=arch)

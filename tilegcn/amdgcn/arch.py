@@ -262,6 +262,9 @@ class Arch:
     # the s_setprio level of the MFMA runs of a loop that alternates them with vector work (flash attention's KV
     # loop) in a workgroup of 2+ waves a SIMD (amdgcn/priority.py says why; 0: none emitted)
     mixed_loop_mfma_prio: int = 0
+    # a thread's fp32 values summed as a tree of v_pk_add_f32 (two adds an instruction: passes/reduce.py
+    # _summed_in_pairs) rather than one v_add_f32 each; a packed-f32 op waits out an MFMA's whole hold (S33)
+    packed_f32_sums: bool = True
     extra: dict = field(default_factory=dict)
 
     def acc_fill_mfmas(self) -> tuple:
@@ -448,6 +451,11 @@ GFX942 = Arch(
     gemm_ping_pong_staged_waves=8,
     # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI300X 428 -> 498 TFLOP/s
     mixed_loop_mfma_prio=1,
+    # 16-pass f16 MFMAs hold a packed-f32 op 18 slots (S33), and beside another wave's MFMAs at s_setprio 1 the
+    # row sum's v_pk_add_f32 tree waits them out: the model, issue 21's GQA attention at 256 x 64 over 512 threads
+    # on MI300X, 516 TFLOP/s with the tree against 566 with one v_add_f32 a value (gfx950's 8-pass MFMAs: 1,551
+    # with it, 1,536 without)
+    packed_f32_sums=False,
     **_COMMON,
 )
 

@@ -215,8 +215,10 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
     allocator places at even registers; None, emitting nothing, elsewhere (the caller sums in element order).
     Returns the register holding the sum: acc, or with `twins` (a dict: the first cross-lane step is a
     v_permlane*_swap, which needs the value in two registers) the low half of a pair whose last v_pk_add_f32 gives
-    both halves the sum (lo + hi and hi + lo, equal bit for bit), the high half recorded as its twin: no copy."""
-    if red.integer or red.op != "sum" or s.op != "sum" or producer is not None or len(rs) < 4:
+    both halves the sum (lo + hi and hi + lo, equal bit for bit), the high half recorded as its twin: no copy.
+    Not where the arch says packed-f32 sums do not pay (Arch.packed_f32_sums: gfx942)."""
+    if red.integer or red.op != "sum" or s.op != "sum" or producer is not None or len(rs) < 4 \
+            or not red.arch.packed_f32_sums:
         return None
     lay = ctx.layouts[s.src]
     if lay.packed or lay.regs.file != "v" or s.src.dtype != float32:
