@@ -27,8 +27,10 @@ and worst |error|; the worst rows are aiter's hand-written FAv3 attention, which
 and issue 21's published figures. TFLOP/s count 4 * b * heads * s^2 * d FLOPs, half of that causal (the
 convention of the published figures and of Triton's tutorial), whatever a kernel computes on the diagonal.
 Causal grids are timed from five query tiles, first to last (tilegcn/perfmodel/grid.py: workgroups of unequal
-work); a grid that remaps its workgroup ids (the AMD port's T.use_swizzle) is flagged and not ranked. Each estimate
-runs on tensors of the first batch only (first_batch). `--quick`: the first tilegcn candidate and no Triton ranking
+work); a grid that remaps its workgroup ids (the AMD port's T.use_swizzle) is flagged and not ranked. tilegcn's
+estimates run on tensors of the first batch only (first_batch: their grids put the batch on z, which the model
+does not sample); Triton's grid folds batch and heads into y, which the model samples, so its estimates run on
+whole zero tensors (4.6 GB resident at HipKittens' shape: untouched pages cost nothing). `--quick`: the first tilegcn candidate and no Triton ranking
 (the tutorial's test config only, BLOCK_M 128 / BLOCK_N 64 / 4 warps). `--shape small`: 16 heads x 2048 tokens
 (GQA: 4 KV heads), d = 64 and 128 (what bench/attention_estimate.py printed). Results: docs/benchmarks.md.
 """
@@ -153,11 +155,10 @@ def p_route(ir):
 
 
 def first_batch(shape, dtype):
-    """Zeros of the first batch of a (batch, ...) tensor. The model runs only the workgroups of one XCD's first
-    round and its sampled ones (tilegcn/perfmodel/grid.py: rows y = 0 and 1), all in batch 0 at these grids (x
-    fastest, 256 query tiles x heads per batch), so an estimate needs no more memory than that; at HipKittens' shape the whole
-    tensors (1 GiB each) would not fit this machine twice (the emulated device copies its arguments). A workgroup
-    of another batch would fault on the unmapped address and the row would say so."""
+    """Zeros of the first batch of a (batch, ...) tensor. The model runs the workgroups of one XCD's first round
+    and its samples along x and y (tilegcn/perfmodel/grid.py), all at z = 0: batch 0 at tilegcn's grids (x query
+    tiles, y heads, z batch), so an estimate needs no more memory than that. A workgroup of another batch would
+    fault on the unmapped address and the row would say so."""
     return torch.zeros(1, *shape[1:], dtype=dtype)
 
 
@@ -204,9 +205,9 @@ def tile_of(m):
 
 
 def triton_args(m, batch, heads, seq, dim, q=None, k=None, v=None):
-    """_attn_fwd's launch arguments (the tutorial's forward on AMD) for Z = `batch`, on tensors of the first batch
-    (first_batch) unless q, k, v are given; and Out."""
-    q, k, v = (first_batch((batch, heads, seq, dim), torch.float16) if x is None else x for x in (q, k, v))
+    """_attn_fwd's launch arguments (the tutorial's forward on AMD) for Z = `batch`, on whole zero tensors unless
+    q, k, v are given (its grid's y is batch x heads: the model's samples along y reach every batch); and Out."""
+    q, k, v = (torch.zeros(batch, heads, seq, dim, dtype=torch.float16) if x is None else x for x in (q, k, v))
     o = torch.zeros_like(q)
     lse = torch.zeros(q.shape[0], heads, seq, dtype=torch.float32)
     scratch = [torch.zeros(16, dtype=torch.uint8)] * 2  # Triton's global and profile scratch pointers

@@ -266,10 +266,12 @@ def _allocate_registers(c: Compilation):
     fits, both are tried again with lifetime holes (amdgcn/liveness.py): a pipelined loop's staging registers of one
     stage lend themselves to the other stage's while they hold nothing (gfx942's 8-wave 256x256x64 GEMM at
     num_stages=2). Holes come last so that every kernel that fit without them keeps its registers. A kernel whose VGPR
-    accumulators (passes/layout.py vector_accumulators) do not fit is lowered again from the layouts on with every
-    accumulator in AGPRs, then with a moved operand back in LDS, then with its carried loop serial (flash attention's
-    fallbacks, after its in-wave software pipeline's splits: pipelining.ROTATIONS, each with its own second
-    fragments, then none); the last resort is
+    accumulators (passes/layout.py vector_accumulators) do not fit first gets the last resort below with them (a
+    few registers over: flash attention's causal gfx942 256x64 tile at HipKittens' shape needs 260 of 256, and the
+    timing model rates its fragment groups split at 391 TFLOP/s against 319 with AGPR accumulators), then is
+    lowered again from the layouts on with every accumulator in AGPRs, then with a moved operand back in LDS, then
+    with its carried loop serial (flash attention's fallbacks, after its in-wave software pipeline's splits:
+    pipelining.ROTATIONS, each with its own second fragments, then none); the last resort is
     `_relieve_pressure` (fragment groups split, loads issued closer to their use)."""
     first = None  # the error of the kernel as first lowered, which names what the registers hold
     while True:
@@ -279,10 +281,15 @@ def _allocate_registers(c: Compilation):
         except ResourceError as e:
             first = first or e
             try:
-                if c.carried_rotated:  # the next split (fewer second fragments), then the loop as before
+                if c.carried_rotated:  # the next split, then the loop as before
                     c.rotate_carried = _next_rotation(c.rotate_carried)
                     _run(c, "verify", "schedule")
                 elif c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
+                    try:  # a few registers over: cheaper than an accvgpr round trip per element and step
+                        _relieve_pressure(c, c.kernel.threads, e)
+                        return
+                    except ResourceError:
+                        pass
                     c.vgpr_accumulators = False
                     _run(c, "abi_prologue", "schedule")
                 elif c.operand_registers and c.moved_operands:
