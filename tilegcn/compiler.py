@@ -307,7 +307,8 @@ def _allocate_registers(c: Compilation):
 
 
 def _next_rotation(rotation: str):
-    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last."""
+    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last.
+    (Where `rotation` did not apply and the pipeliner took a later split, that one is tried once more: rare.)"""
     later = ROTATIONS[ROTATIONS.index(rotation) + 1:]
     return later[0] if later else None
 
