@@ -124,6 +124,20 @@ def test_kv_loop_runs_next_tiles_softmax_beside_this_tiles_pv(seq):
     assert len(pv) == 16 and any(pv[0] < i < pv[-1] for i in exps)  # the next tile's exp2s among this tile's PV
 
 
+def test_first_gemm_rotation_still_matches_torch(monkeypatch):
+    """The fallback split (the register chain's next, pipelining.ROTATIONS): head = score init and QK^T into a
+    second score fragment, tail = softmax and PV. Forced here (the LAST_GEMM cut made unavailable; a sequence length
+    no other test compiles, since the jit keeps compiled kernels in memory): 2 key tiles, the last ragged (the last
+    step's head computes on a masked tile into a copy nothing reads), against torch."""
+    seq = 96
+    from tilegcn.passes import pipelining
+    monkeypatch.setattr(pipelining, "_last_accumulator_cut", lambda work: None)
+    kernel, (q, k, v) = _d128(seq)
+    torch.testing.assert_close(kernel(q, k, v, arch="gfx950"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    after_passes = kernel.compile(q, k, v, arch="gfx950").ir.split("// after the tile-IR passes")[1]
+    assert "alloc fragment acc_s_next" in after_passes and "acc_s_cast_next" not in after_passes
+
+
 def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
     """gfx950 256 x 128 over 512 threads at d = 128, two stages, 3 key tiles: the pipelined loop (two K/V stages, Q
     in registers, rotated or not) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in

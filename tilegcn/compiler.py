@@ -284,7 +284,7 @@ def _allocate_registers(c: Compilation):
         except ResourceError as e:
             first = first or e
             try:
-                if c.carried_rotated:  # the next split (fewer second fragments), then the loop as before
+                if c.carried_rotated:  # the next split, then the loop as before
                     c.rotate_carried = _next_rotation(c.rotate_carried)
                     _run(c, "verify", "schedule")
                 elif c.vgpr_accumulators and any(c.ctx.layouts[acc].regs.file == "v" for acc in c.gemm_plans):
@@ -310,7 +310,8 @@ def _allocate_registers(c: Compilation):
 
 
 def _next_rotation(rotation: str):
-    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last."""
+    """The split of an in-wave software pipeline to try after `rotation` ran out of registers; None after the last.
+    (Where `rotation` did not apply and the pipeliner took a later split, that one is tried once more: rare.)"""
     later = ROTATIONS[ROTATIONS.index(rotation) + 1:]
     return later[0] if later else None
 

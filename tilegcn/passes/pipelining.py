@@ -101,7 +101,7 @@ def pipeline_loops(kernel: N.Kernel, arch=None, by_dma=lambda buf: True, phases:
     (the same LDS bytes: the lowering uses it to word an LDS budget error in the user's block_K and num_stages);
     `carried=False`: loops with other statements than loads and gemms (`_carried`) stay serial (the compiler's
     way back where pipelining one needs more LDS or registers than there are); `rotate`: where such loops run as
-    in-wave software pipelines, the split to try (FIRST_GEMM or LAST_GEMM, `_rotated_split`); None: none is (the
+    in-wave software pipelines, the first split to try (ROTATIONS from it on, `_rotation`); None: none is (the
     compiler's way back where one needs more registers; the rotated loop adds fragments to `kernel.buffers`,
     nothing else does)."""
     split: dict = {}  # shared buffer -> its phase buffer, for loops split into K phases
@@ -256,7 +256,7 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
                 else:
                     out.extend(_pipeline(loop, wait_first=True))
             else:
-                rotated = _rotated_split(s, program, rotate) if order != ISSUE_FIRST and twins is not None else None
+                rotated = _rotation(s, program, rotate) if order != ISSUE_FIRST and twins is not None else None
                 if rotated is not None:
                     twins.extend(rotated[2].values())
                     out.extend(_pipeline_rotated(s, *rotated))
@@ -533,6 +533,15 @@ def _rotated_split(loop, program: list, at: str = FIRST_GEMM):
         return None
     twins = {b: dataclasses.replace(b, name=f"{b.name}_next") for b in sorted(rotated, key=lambda b: b.name)}
     return head, tail, twins
+
+
+def _rotation(loop, program: list, rotate: str):
+    """`_rotated_split` at the first of the splits from `rotate` on (ROTATIONS' order) that applies to `loop`."""
+    for at in ROTATIONS[ROTATIONS.index(rotate):]:
+        rotated = _rotated_split(loop, program, at)
+        if rotated is not None:
+            return rotated
+    return None
 
 
 def _first_gemm_cut(work: list):
