@@ -242,7 +242,9 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
         # one pair for this destination slot in every such reduction (flash attention's row sum, once a tile): the
         # moves into the destination then all read one register, which amdgcn/coalesce.py merges with it
         key = (s.dst, acc)
-        both = ctx.row_factor_pairs.setdefault(key, b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice"))
+        if key not in ctx.row_factor_pairs:
+            ctx.row_factor_pairs[key] = b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice")
+        both = ctx.row_factor_pairs[key]
         b.emit("v_pk_add_f32", both, last, last, suffix="op_sel:[0,1] op_sel_hi:[1,0]", defs=(both,),
                uses=(last,), comment="the two halves' sum in both halves")
         twins[both[0]] = both[1]
@@ -255,34 +257,32 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
 
 def _max_min_then_nan(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer) -> bool:
     """acc = max / min over this thread's fp32 elements `rs`, NaN as torch, where the arch has no NaN-propagating
-    v_maximum3 (gfx942): v_max3_f32 / v_min3_f32 two new elements an instruction (IEEE maxNum / minNum, which drop a
-    NaN), and apart from them one v_cmp_u_f32 a pair of elements (unordered: either is NaN) into an SGPR pair, the
-    pairs OR-ed on the scalar unit, one v_cndmask_b32 to NaN at the end. About 1 + 1/2 VALU instructions an element
-    where combining pairwise takes 3 (v_cmp_u, v_max, v_cndmask): flash attention's row max over 32 scores, 33
-    instead of 96. False, emitting nothing, for an int or |x| reduction, a fused producer or fewer than 3 elements."""
+    v_maximum3 (gfx942): the first two by v_max_f32 / v_min_f32, then two more an instruction by v_max3_f32 /
+    v_min3_f32 (IEEE maxNum / minNum, which drop a NaN), and beside them one v_cmp_u_f32 a pair (unordered: either is
+    NaN) into an SGPR pair, the pairs OR-ed on the scalar unit, one v_cndmask_b32 to NaN at the end. About 1 + 1/2
+    VALU instructions an element where combining pairwise takes 3 (v_cmp_u, v_max, v_cndmask): flash attention's row
+    max over 32 scores, 33 instead of 96. Elements are read a pair at a time (accumulators in AGPRs: two VGPR
+    temporaries at once). False, emitting nothing, for an int or |x| reduction, a fused producer or fewer than 3
+    elements."""
     if red.integer or red.op not in ("max", "min") or s.op not in ("max", "min") or red.arch.has_ieee_maximum3 \
             or producer is not None or len(rs) < 3:
         return False
     b, temps = ctx.b, []
-    xs = [_read(ctx, s, r, temps, producer) for r in rs]
-    if not all(isinstance(x, Reg) for x in xs):
-        return False
-    three = f"v_{red.op}3_f32"
-    b.emit(three, acc, xs[0], xs[1], xs[2], defs=(acc,), uses=tuple(xs[:3]))
-    rest = xs[3:]
-    for i in range(0, len(rest), 2):
-        x, y = rest[i], rest[i + 1] if i + 1 < len(rest) else rest[i]
-        b.emit(three, acc, acc, x, y, defs=(acc,), uses=(acc, x, y))
     unordered = None
-    for i in range(0, len(xs), 2):
-        x, y = xs[i], xs[i + 1] if i + 1 < len(xs) else xs[i]
+    for i in range(0, len(rs), 2):
+        x = _read(ctx, s, rs[i], temps, producer)
+        y = _read(ctx, s, rs[i + 1], temps, producer) if i + 1 < len(rs) else x
+        if i == 0:
+            b.emit(f"v_{red.op}_f32", acc, x, y, defs=(acc,), uses=(x, y))
+        else:
+            b.emit(f"v_{red.op}3_f32", acc, acc, x, y, defs=(acc,), uses=(acc, x, y))
         flags = b.s.alloc(2, align=2, what=f"{s.dst.name}: a NaN among two elements")
         b.emit("v_cmp_u_f32", flags, x, y, defs=(flags,), uses=(x, y), comment="either NaN?")
         if unordered is not None:
             b.emit("s_or_b64", flags, flags, unordered)
         unordered = flags
+        _free(b, temps)
     b.emit("v_cndmask_b32", acc, acc, b.vgpr_constant(QUIET_NAN), unordered, comment="a NaN among them: NaN")
-    _free(b, temps)
     return True
 
 
