@@ -186,3 +186,40 @@ def test_fill_with_minus_inf_then_accumulating_max_is_a_plain_max(arch):
     filled_then_max(x, m, arch=arch, start=-3.0)
     want = torch.maximum(x.amax(dim=1), torch.tensor(-3.0))
     assert torch.equal(m.isnan(), want.isnan()) and torch.equal(m.nan_to_num(), want.nan_to_num())
+
+
+@tilegcn.jit
+def running_max_steps(X, Out, *, block=64):
+    """Out[i] = the sum over tiles of how much row i's running max grew: `prev` is a register copy of `m` that must
+    outlive m's next write (the copy flash attention keeps as scores_max_prev), in a loop."""
+    rows, cols = X.shape
+    with T.Kernel(1, threads=64):
+        x = T.alloc_fragment((rows, block), "float32")
+        m = T.alloc_fragment((rows,), "float32")
+        prev = T.alloc_fragment((rows,), "float32")
+        acc = T.alloc_fragment((rows,), "float32")
+        T.fill(m, 0.0)
+        T.fill(acc, 0.0)
+        for k in T.serial(cols // block):
+            T.copy(X[0, k * block], x)
+            T.copy(m, prev)
+            T.reduce_max(x, m, dim=1, clear=False)
+            for i in T.Parallel(rows):
+                acc[i] = acc[i] + (m[i] - prev[i])
+        for i, j in T.Parallel(rows, block):  # (stored through a tile no thread shares: no EXEC mask in the kernel)
+            x[i, j] = acc[i]
+        T.copy(x, Out[0, 0])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_register_copy_whose_source_is_rewritten_stays(arch):
+    """Copy coalescing (amdgcn/coalesce.py) keeps a copy whose source changes while the copy is still read."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 256)  # one row of m and prev a thread: one-register copies, which coalescing considers
+    out = torch.empty(4, 64)
+    running_max_steps(x, out, arch=arch)
+    m, acc = torch.zeros(4), torch.zeros(4)
+    for k in range(4):
+        prev, m = m, torch.maximum(m, x[:, 64 * k:64 * (k + 1)].amax(dim=1))
+        acc = acc + (m - prev)
+    assert torch.equal(out, acc[:, None].expand(4, 64)) and (acc > 0).all()

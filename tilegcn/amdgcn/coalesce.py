@@ -15,7 +15,8 @@ operand, def and use. A copy is coalesced when:
   - they do not interfere: no instruction other than the copy writes one of them while the other is live after it
     (live: read later on some path before being written; loops followed through the CFG's back edges);
   - the kernel never writes EXEC: under a partial EXEC a write keeps the other lanes' old values, so a write does
-    not end a value's life (the same reason liveness.py finds lifetime holes only in such kernels).
+    not end a value's life (the same reason liveness.py finds lifetime holes only in such kernels); for the same
+    reason a DPP or SDWA instruction (row / bank masks, a preserved half) counts as reading what it writes.
 """
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ class _Flow:
         for pos, inst in enumerate(insts):
             reads = {k for r in inst.uses for k in _indices(r)}
             writes = {k for r in inst.defs for k in _indices(r)}
+            if inst.op.endswith(("_dpp", "_sdwa")):  # may leave lanes / bits of its destination as they were
+                reads |= writes
             for k in reads | writes:
                 self.events.setdefault(k, []).append((pos, k in reads, k in writes))
 

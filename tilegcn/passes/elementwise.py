@@ -8,6 +8,7 @@ Invariant kept: every element expression is evaluated in fp32, as TileLang does 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import sympy
@@ -1070,9 +1071,11 @@ def identity_fills(ctx: Context) -> dict:
     overwrites, emits nothing (a v_mov, a combine and a copy of the result fewer a row, every trip)."""
     if ctx.identity_filled is None:
         ctx.identity_filled = {}
+        seen = Counter(id(x) for body in _bodies(ctx.kernel.body) for x in body)  # (a statement placed twice: no)
         for body in _bodies(ctx.kernel.body):
             for f, r in zip(body, body[1:]):
                 if f.opname == "fill" and r.opname == "reduce" and not r.clear and f.buffer is r.dst \
+                        and seen[id(f)] == seen[id(r)] == 1 \
                         and r.op in _IDENTITIES and float(f.value) == _IDENTITIES[r.op] \
                         and _direct_f32(ctx, r.dst) and _direct_f32(ctx, r.src):
                     ctx.identity_filled[r] = f
@@ -1240,7 +1243,9 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
         if f not in lows:
             # one pair for this fragment's row factor f in every such statement (flash attention's rescale, once a
             # tile): the copies into it then name one register, which amdgcn/coalesce.py merges with the factor's
-            lows[f] = ctx.row_factor_pairs.setdefault((x, f), b.v.alloc(2, align=2, what="row factor pair"))
+            if (x, f) not in ctx.row_factor_pairs:
+                ctx.row_factor_pairs[(x, f)] = b.v.alloc(2, align=2, what="row factor pair")
+            lows[f] = ctx.row_factor_pairs[(x, f)]
             b.emit("v_mov_b32", lows[f][0], y_lay.regs[f], defs=(lows[f][0],), uses=(y_lay.regs[f],))
         pair = lay.regs[a0.index - base:a0.index - base + 2]
         b.emit("v_pk_mul_f32", pair, pair, lows[f], suffix="op_sel_hi:[1,0]", defs=(pair,), uses=(pair, lows[f]))

@@ -244,7 +244,9 @@ def _summed_in_pairs(ctx: Context, s, red: Reducer, rs: list, acc: Reg, producer
         # one pair for this destination slot in every such reduction (flash attention's row sum, once a tile): the
         # moves into the destination then all read one register, which amdgcn/coalesce.py merges with it
         key = (s.dst, acc)
-        both = ctx.row_factor_pairs.setdefault(key, b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice"))
+        if key not in ctx.row_factor_pairs:
+            ctx.row_factor_pairs[key] = b.v.alloc(2, align=2, what=f"{s.dst.name} sum, twice")
+        both = ctx.row_factor_pairs[key]
         b.emit("v_pk_add_f32", both, last, last, suffix="op_sel:[0,1] op_sel_hi:[1,0]", defs=(both,),
                uses=(last,), comment="the two halves' sum in both halves")
         twins[both[0]] = both[1]

@@ -247,14 +247,26 @@ class Reducer:
     def _bpermute(self, x: Reg, k: int):
         b = self.b
         if self._bpermute_address is None:
-            addr = self._bpermute_address = b.v.alloc(what="lane ^ 32, in bytes")
-            b.valu("v_lshlrev_b32", addr, 2, WORKITEM_ID)
-            b.valu("v_xor_b32", addr, 4 << k, addr)
+            self._bpermute_address = self._partner_address(k)
         t = b.v.alloc(what="partner value")
         b.emit("ds_bpermute_b32", t, self._bpermute_address, x, defs=(t,), uses=(self._bpermute_address, x),
                kind=DS_READ, comment=f"lane ^ {1 << k}")
         self.combine(x, t, x)
         b.v.free(t)
+
+    def _partner_address(self, k: int) -> Reg:
+        """(lane ^ 2^k) * 4, ds_bpermute's address of the partner lane: computed once for the kernel, before any loop
+        (the builder's outermost frame and CSE: every reduction of a loop body, flash attention's row max and row
+        sum on gfx942 every trip, reads the same register instead of two VALU instructions each)."""
+        b = self.b
+        key = ("ds_bpermute partner", k)
+        addr = b.cse_get("v", key)
+        if addr is None:
+            addr = b.alloc_in_frame("v", 0, what=f"lane ^ {1 << k}, in bytes")
+            b.valu("v_lshlrev_b32", addr, 2, WORKITEM_ID, frame=0)
+            b.valu("v_xor_b32", addr, 4 << k, addr, frame=0)
+            b.cse_put("v", key, addr, 0)
+        return addr
 
     def free(self):
         if self._bpermute_address is not None:
