@@ -86,6 +86,20 @@ def test_gfx950_packs_two_f32_into_f16_rounding_as_torch():
         assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
 
 
+def test_gfx942_packs_two_f32_into_f16_in_two_instructions_rounding_as_torch():
+    """P's cast to fp16 on gfx942 (no v_cvt_pk_f16_f32): v_cvt_f16_f32 into the low half, then the same conversion
+    into the high half by SDWA (dst_sel:WORD_1, the low half kept): both halves round to nearest even as torch does
+    over the edge values and a sweep of magnitudes, on the emulated device with its hazard checks on."""
+    x = fp32_sweep()
+    y = x.flip(0)
+    body = ("v_cvt_f16_f32 v20, v10\n"
+            "v_cvt_f16_f32_sdwa v20, v11 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:DWORD")
+    (out,) = run_lanes(body, [x, y], n_out=1, arch="gfx942")
+    bits = out.long() & 0xFFFFFFFF
+    for half, want in ((bits & 0xFFFF, x), (bits >> 16, y)):
+        assert _same(half.to(torch.int16).view(torch.float16).float(), want.half().float()).all()
+
+
 def _d128(seq):
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, seq, HEADS, 128, generator=g).half()

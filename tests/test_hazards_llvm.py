@@ -513,6 +513,16 @@ def buffer_store_wide(data: R, soffset: int | None = None) -> Op:
                    suffix="offen"))
 
 
+def cvt_f16_high(dst: R, src: R) -> Op:
+    """v_cvt_f16_f32 into the high half of dst, the low half kept (SDWA dst_sel WORD_1, UNUSED_PRESERVE: MIR's
+    sel 5, unused 2, src0_sel DWORD 6, the old dst a tied use): the second half of gfx942's fp16 pack."""
+    sdwa = "dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:DWORD"
+    return Op(f"v_cvt_f16_f32_sdwa {dst.asm}, {src.asm} {sdwa}",
+              f"{dst.mir} = V_CVT_F16_F32_sdwa 0, {src.mir}, 0, 0, 5, 2, 6, implicit $mode, implicit $exec, "
+              f"implicit {dst.mir}(tied-def 0)",
+              Inst("v_cvt_f16_f32_sdwa", (dst.reg, src.reg), (dst.reg,), (src.reg, dst.reg), isa.VALU, suffix=sdwa))
+
+
 def valu_cases(arch):
     vh = get_arch(arch).valu_hazards
     x, y, t, u = v(1), v(2), v(3), v(30)
@@ -538,6 +548,9 @@ def valu_cases(arch):
         ("buffer_store_dwordx2 -> VALU overwriting its data", 0, buffer_store_wide(v(0, 2)), valu_mov(x, u)),
         ("buffer_store_dwordx4 soffset SGPR -> VALU overwriting", 0, buffer_store_wide(v(0, 4), soffset=16),
          valu_mov(x, u)),
+        ("SDWA dst_sel:WORD_1 -> VALU reading it", vh.dst_sel_to_valu_read, cvt_f16_high(y, x), valu_mov(t, y)),
+        ("v_cvt_f16_f32 -> SDWA high half of the same VGPR (the pack)", 0, vop1("v_cvt_f16_f32", y, x),
+         cvt_f16_high(y, u)),
     ]
 
 

@@ -44,6 +44,8 @@ def _modifiers(row) -> str:
         return " offen"
     if row.name == "ds_swizzle_b32":
         return " offset:swizzle(SWAP,1)"
+    if row.name.endswith("_sdwa") and row.operands[0].reads:  # writes half its destination, keeps the other
+        return " dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:DWORD"
     if row.name.endswith("_sdwa"):
         return " src0_sel:BYTE_1"
     if row.name.endswith("_dpp"):

@@ -9,8 +9,9 @@ Everything that compiles runs this list: `lower` (tilegcn.jit, the compile worke
 benches) runs all of it; tilegcn.autotune's feasibility check runs its prefix up to `FEASIBILITY_LAST`
 (`check_resources`; its sweep first runs the cheaper prefix up to `PLAN_LAST`, `plan_resources`), so the two
 cannot drift; tests that start from hand-built instructions run the machine passes through `run_machine_passes`.
-The machine passes (amdgcn/schedule.py, regalloc.py, priority.py, waitcnt.py, hazards.py) are one file each and run from here
-only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/options.py) decide everything else.
+The machine passes (amdgcn/schedule.py, regalloc.py, priority.py, waitcnt.py, hazards.py) are one file each and
+run from here only. Each pass reads and writes one `Compilation`; `CompileOptions` (tilegcn/options.py) decide
+everything else.
 """
 from __future__ import annotations
 

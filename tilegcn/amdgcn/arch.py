@@ -190,6 +190,8 @@ class ValuHazards:
     # 0 where the arch has no permlane swaps)
     valu_exec_to_permlane_swap: int  # VALU write of EXEC (v_cmpx) -> a v_permlane*_swap (checkPermlaneHazards)
     valu_exec_to_mfma: int  # VALU write of EXEC (v_cmpx) -> an MFMA (checkMAIHazards90A)
+    dst_sel_to_valu_read: int  # SDWA write of part of a VGPR (dst_sel not DWORD) -> a VALU reading it
+    # (DstSelForwardingHazard; an MFMA reader takes the longer VALU -> MFMA source row)
 
 
 @dataclass(frozen=True)
@@ -410,7 +412,7 @@ _COMMON = dict(
                              valu_vcc_to_div_fmas=4, valu_to_readlane_src=1, wide_store_to_valu_write=2,
                              vgpr_write_to_dpp_read=2, valu_exec_to_dpp=5, valu_sgpr_to_lane_select=4,
                              valu_exec_to_lane_op=4, valu_to_permlane_swap=0, valu_exec_to_permlane_swap=0,
-                             valu_exec_to_mfma=4),
+                             valu_exec_to_mfma=4, dst_sel_to_valu_read=1),
     raw_buffer_word3=0x00020000,
     num_xcds=8,
 )

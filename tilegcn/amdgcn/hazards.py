@@ -307,6 +307,7 @@ def insert_hazard_nops(insts: list, arch) -> list:
 # instruction wrote (a load's too: only those a DPP reads; an MFMA's VGPR result is the first pass's longer MFMA read
 # row), EXEC a VALU wrote (v_cmpx), the data of a wide store, and ("dst" / "srcc", passes) an MFMA's result and srcC.
 _TRANS, _SGPR, _VGPR, _VDEF, _EXEC, _STORE = "trans", "sgpr", "vgpr", "vdef", "exec", "store"
+_DSTSEL = "dstsel"  # a VGPR an SDWA instruction wrote part of (dst_sel not DWORD)
 _SGPR_FILES = ("s", "vcc")
 
 
@@ -343,8 +344,14 @@ def _valu_windows(arch) -> dict:
             _VGPR: max(vh.valu_to_readlane_src, vh.valu_to_permlane_swap), _VDEF: vh.vgpr_write_to_dpp_read,
             _EXEC: max(vh.valu_exec_to_dpp, vh.valu_exec_to_lane_op, vh.valu_exec_to_permlane_swap,
                        vh.valu_exec_to_mfma),
-            _STORE: vh.wide_store_to_valu_write,
+            _STORE: vh.wide_store_to_valu_write, _DSTSEL: vh.dst_sel_to_valu_read,
             "dst": max(mh.vdst_to_valu_write.values()), "srcc": max(mh.srcc_to_valu_write.values())}
+
+
+def _writes_part(inst: Inst) -> bool:
+    """An SDWA instruction writing part of its destination (dst_sel other than DWORD): LLVM's dst-sel forwarding
+    producer (tilegcn emits no VOP3 op_sel write of a high half, the rule's other producer)."""
+    return inst.op.endswith("_sdwa") and "dst_sel:" in inst.suffix and "dst_sel:DWORD" not in inst.suffix
 
 
 def _wide_store_data(inst: Inst):
@@ -387,7 +394,7 @@ def _produced(insts: list, arch) -> dict:
     permlane swap or a DPP reads, MFMA registers a VALU also writes), so most instructions meet none of them (one
     set test each)."""
     made: dict = {(_TRANS,): set(), (_SGPR,): set(), (_VGPR,): set(), (_VDEF,): set(), (_EXEC,): set(),
-                  (_STORE,): set()}
+                  (_STORE,): set(), (_DSTSEL,): set()}
     valu_defs, mfmas, exec_readers = set(), [], False
     for inst in insts:
         kind = inst.kind
@@ -396,6 +403,8 @@ def _produced(insts: list, arch) -> dict:
             roles = roles_of(inst.op)
             if roles.trans:
                 made[(_TRANS,)].update(inst.def_units)
+            if _writes_part(inst):
+                made[(_DSTSEL,)].update(inst.def_units)
             for r in inst.defs:
                 if r.file in _SGPR_FILES:
                     made[(_SGPR,)].update(r.unit_ids)
@@ -441,7 +450,8 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
         for key, units in made.items():
             cls = key[0]
             if not units.isdisjoint(defs):
-                if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans):
+                if cls in (_SGPR, _VGPR, _VDEF, _EXEC) or (cls == _TRANS and trans) or \
+                        (cls == _DSTSEL and _writes_part(inst)):
                     makes.append((key, units.intersection(defs)))
                 elif cls == _STORE:
                     needs.append((key, units.intersection(defs), vh.wide_store_to_valu_write))
@@ -455,6 +465,8 @@ def _valu_facts(inst: Inst, arch, made: dict) -> tuple:
                 needs.append((key, units.intersection(uses), vh.trans_to_valu_read))
             elif cls == _SGPR:
                 needs.append((key, units.intersection(uses), vh.valu_sgpr_to_valu_read))
+            elif cls == _DSTSEL:
+                needs.append((key, units.intersection(uses), vh.dst_sel_to_valu_read))
         if roles.reads_vcc_late or roles.reads_exec_late:  # (rare: v_div_fmas and the cross-lane instructions)
             needs += _cross_lane_needs(inst, roles, vh, made)
     elif kind == isa.MFMA:

@@ -126,6 +126,7 @@ v_cvt_pk_bf16_f32                          valu     D.v U.vsi U.vsi          -  
 v_pk_{mul,add}_f32                         valu     D.v2 U.v2 U.v2           -                 valu     *
 v_cvt_pk_f16_f32                           valu     D.v U.vsi U.vsi          -                 valu     gfx950
 v_cvt_{f32_f16,f16_f32,f32_i32,i32_f32,f32_u32,u32_f32} valu D.v U.vsi  -                 valu     *
+v_cvt_f16_f32_sdwa                         valu     X.v U.vs                 -                 valu     *
 v_{rndne,floor,ceil,trunc,fract}_f32       valu     D.v U.vsi                -                 valu     *
 v_cvt_f32_{fp8,bf8}                        valu     D.v U.vsi                -                 valu     *
 v_cvt_f32_{fp8,bf8}_sdwa                   valu     D.v U.vs                 -                 valu     *

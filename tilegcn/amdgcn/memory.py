@@ -446,11 +446,22 @@ def _round_f32_to_bf16_high(b, tmp: Reg, x: Reg):
     b.v.free(quiet)
 
 
+def _is_vgpr(x) -> bool:
+    return isinstance(x, Reg) and x.file == "v"
+
+
 def pack_f32_pair(b, dst: Reg, lo: Reg, hi, dtype):
     """dst = {dtype(hi), dtype(lo)} (RNE). `hi` None packs lo alone (upper half 0)."""
     arch = b.arch
     if dtype.name == "float16" and arch.has_cvt_pk_f16_f32:
         b.valu("v_cvt_pk_f16_f32", dst, lo, hi if hi is not None else 0)
+        return
+    if dtype.name == "float16" and _is_vgpr(hi) and dst not in (lo, hi):
+        # lo into the low half (GFX9 zeroes the high one), then hi into the high half, the low kept (SDWA): two
+        # instructions where two conversions and a v_pack_b32_f16 took three; the same v_cvt_f16_f32, so the same
+        # rounding. A VALU reading dst right after waits a state (Arch.valu_hazards.dst_sel_to_valu_read).
+        b.valu("v_cvt_f16_f32", dst, lo)
+        b.emit("v_cvt_f16_f32_sdwa", dst, hi, suffix="dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:DWORD")
         return
     if dtype.name == "float16":
         t0 = b.v.alloc()

@@ -204,6 +204,9 @@ def build_sdwa(ins, b, index, build_plain):
     if unused not in ("UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE"):
         raise BindError(f"dst_unused:{unused} is not an SDWA mode")
     (dst,) = sorted(b.vw)
+    if unused == "UNUSED_PRESERVE":  # the bits dst_sel leaves are the old value's: a read (the hazard checks see it)
+        inner.vr = inner.vr | {dst}
+        inner.vrw = inner.vrw | {dst}
     plain_run = inner.run
     keep_bits = _s32(~(((1 << width) - 1) << shift))
 

@@ -10,7 +10,8 @@ must not touch too soon: a non-transcendental VALU reading a "trans" register, a
 (v_div_fmas: VCC, longer; v_readlane / v_writelane's lane select, longer), a VMEM reading an "sgpr" one,
 v_readfirstlane / v_readlane reading a "vgpr" one as the lane source, a v_permlane*_swap reading a "vgpr" one, a DPP
 instruction reading a "vdef" one (its destination's old value too), a DPP, lane read / write, permlane swap or
-MFMA after an "exec" write, a VALU overwriting a "store" one, and a VALU overwriting an MFMA's result or its srcC.
+MFMA after an "exec" write, a VALU overwriting a "store" one, a VALU reading a "dstsel" one (a VGPR an SDWA
+instruction wrote part of: dst_sel not DWORD), and a VALU overwriting an MFMA's result or its srcC.
 
 The facts are derived here from the decoded instructions, not from the compiler's hazard pass, so the two are
 checked against llc separately. Which part an opcode plays (transcendental, DPP, lane source / select, permlane
@@ -40,6 +41,7 @@ _WHAT = {
     "vdef": "reads {reg} through DPP, written by",
     "exec": "reads EXEC, written by the VALU instruction",
     "store": "overwrites {reg}, the data of the wide store",
+    "dstsel": "reads {reg}, part of which the SDWA instruction wrote",
 }
 
 
@@ -102,6 +104,9 @@ def _facts(h, ins, vh, accum_offset) -> tuple:
         if h.vw:
             made["vgpr"] = made["vdef"] = h.vw
             needs.append(("store", h.vw, vh.wide_store_to_valu_write))
+            if ins.suffix == "sdwa" and ins.mods.get("dst_sel", "DWORD") != "DWORD":
+                made["dstsel"] = h.vw
+        needs.append(("dstsel", h.vr, vh.dst_sel_to_valu_read))
         if h.sw:
             made["sgpr"] = h.sw
             if not h.sw.isdisjoint(_EXEC):
