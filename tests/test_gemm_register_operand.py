@@ -112,6 +112,24 @@ def test_a_fragment_from_memory_takes_one_b_read_an_mfma_on_gfx950():
     assert "ds_read_b128" in asm and "ds_read_b64 " not in asm
 
 
+def test_b_reads_beside_a_loaded_a_fragment_are_conflict_free_on_gfx950():
+    """Flash attention's K (QK^T's B, K-major) beside Q in registers, gfx950 128 x 64 x 128 over 256 threads: its
+    ds_read_b128 of whole chunks are conflict free (the bank model, ds_extra_cycles), where the two ds_read_b64 an
+    accumulator-ordered A asks for conflict."""
+    lanes = np.arange(64)
+
+    def extra(a_k_free):
+        plan = plan_gemm("gfx950", "f16", 128, 64, 128, 256, transpose_B=True, num_stages=2, a_in_registers=True,
+                         a_k_free=a_k_free)
+        return sum(ds_extra_cycles(plan.arch, plan.operand_read_offsets("B", wave, lanes, rep, step, piece=i),
+                                   piece.count * 4, read=True)
+                   for wave, rep, step in itertools.product(range(plan.waves), range(plan.repeats_N),
+                                                            range(plan.read_steps))
+                   for i, piece in enumerate(plan.read_pieces("B")))
+
+    assert extra(a_k_free=True) == 0 < extra(a_k_free=False)
+
+
 def test_transposed_a_fragment_is_refused():
     @tilegcn.jit
     def kernel(A, C):
