@@ -153,15 +153,29 @@ def test_first_gemm_rotation_still_matches_torch(monkeypatch):
 
 
 def test_a_tile_whose_pipeline_does_not_fit_still_compiles_serially():
-    """gfx950 256 x 128 over 512 threads at d = 128, two stages, 3 key tiles: the pipelined loop (two K/V stages, Q
-    in registers, rotated or not) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in
-    the IR)."""
+    """gfx950 256 x 128 over 512 threads at d = 128, three stages, 3 key tiles: the pipelined loop (three K/V stages
+    of 64 KB, 192 KB of LDS) does not fit the CU, so the loop runs serially as before build 3 (no wait_group in the
+    IR). (Two stages fit since Q's registers hold a lane's k as one chunk: 256 VGPRs.)"""
     q = torch.empty(1, 384, HEADS, 128, dtype=torch.float16)
     kv = torch.empty(1, 384, KV_HEADS, 128, dtype=torch.float16)
     kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 384, 128, False, groups=HEADS // KV_HEADS, block_M=256,
-                                            block_N=128, num_stages=2, threads=512)
+                                            block_N=128, num_stages=3, threads=512)
     compiled = kernel.compile(q, kv, kv, arch="gfx950")
     assert "wait_group" not in compiled.ir and compiled.metadata["lds_bytes"] <= 160 * 1024
+
+
+def test_a_256_row_tile_pipelines_at_two_stages_on_gfx950():
+    """gfx950 256 x 128 over 512 threads at d = 128, two stages: Q's registers holding a lane's k as one chunk leave
+    the pipelined loop room (256 VGPRs, no scratch; it ran serially before), and it still matches torch over 3 key
+    tiles."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 384, HEADS, 128, generator=g).half()
+    k, v = (torch.randn(1, 384, KV_HEADS, 128, generator=g).half() for _ in range(2))
+    kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 384, 128, False, groups=HEADS // KV_HEADS, block_M=256,
+                                            block_N=128, num_stages=2, threads=512)
+    torch.testing.assert_close(kernel(q, k, v, arch="gfx950"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    compiled = kernel.compile(q, k, v, arch="gfx950")
+    assert "wait_group" in compiled.ir and "scratch" not in compiled.asm
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])

@@ -83,6 +83,53 @@ def test_a_fragment_loaded_from_global_memory():
     torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
 
 
+@tilegcn.jit
+def _gemm_a_fragment_nt(A, B, C):
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((N, K), T.float16)
+    C: T.Tensor((M, N), T.float32)
+    with T.Kernel(1, threads=128):
+        a = T.alloc_fragment((M, K), T.float16)
+        b = T.alloc_shared((N, K), T.float16)
+        c = T.alloc_fragment((M, N), T.float32)
+        T.clear(c)
+        T.copy(A, a)
+        T.copy(B, b)
+        T.gemm(a, b, c, transpose_B=True)
+        T.copy(c, C)
+
+
+def test_a_fragment_from_memory_takes_one_b_read_an_mfma_on_gfx950():
+    """An A fragment only loaded from memory (flash attention's Q) holds a lane's 8 k of a 32x32x16 MFMA as one
+    16-byte chunk, so a K-major B is read as beside a shared A: one ds_read_b128 an MFMA, no ds_read_b64 pairs
+    (those stay for an accumulator cast to A, whose k order is the accumulator's)."""
+    A, B = _inputs(64, 64, D=64)
+    C = torch.zeros(64, 64)
+    _gemm_a_fragment_nt(A, B, C, arch="gfx950")
+    torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+    asm = _gemm_a_fragment_nt.compile(A, B, C, arch="gfx950").asm
+    assert "ds_read_b128" in asm and "ds_read_b64 " not in asm
+
+
+def test_b_reads_beside_a_loaded_a_fragment_are_conflict_free_on_gfx950():
+    """Flash attention's K (QK^T's B, K-major) beside Q in registers, gfx950 128 x 64 x 128 over 256 threads: its
+    ds_read_b128 of whole chunks are conflict free (the bank model, ds_extra_cycles), where the two ds_read_b64 an
+    accumulator-ordered A asks for conflict."""
+    lanes = np.arange(64)
+
+    def extra(a_k_free):
+        plan = plan_gemm("gfx950", "f16", 128, 64, 128, 256, transpose_B=True, num_stages=2, a_in_registers=True,
+                         a_k_free=a_k_free)
+        return sum(ds_extra_cycles(plan.arch, plan.operand_read_offsets("B", wave, lanes, rep, step, piece=i),
+                                   piece.count * 4, read=True)
+                   for wave, rep, step in itertools.product(range(plan.waves), range(plan.repeats_N),
+                                                            range(plan.read_steps))
+                   for i, piece in enumerate(plan.read_pieces("B")))
+
+    assert extra(a_k_free=True) == 0 < extra(a_k_free=False)
+
+
 def test_transposed_a_fragment_is_refused():
     @tilegcn.jit
     def kernel(A, C):

@@ -118,6 +118,24 @@ def test_packed_f32_ops_issue_where_no_mfma_holds_them():
     assert any(first < position(out, x) < last for x in plain)
 
 
+def test_independent_work_fills_the_wait_states_between_a_valu_write_and_its_mfma():
+    """A VALU write read by an MFMA needs arch.every_mfma_hazard.valu_write_to_mfma_src wait states (2: LLVM's
+    GCNHazardRecognizer, docs/hazards.md): the scheduler puts independent VALU work there (flash attention's
+    rescaled accumulator before its PV MFMA, with the softmax's exp2s to hand), so the hazard pass adds no s_nop."""
+    from tilegcn.amdgcn.hazards import insert_hazard_nops
+    b = builder()
+    acc = Reg("v", 16, 16)
+    scale = [b.emit("v_mul_f32", v(16 + i), v(16 + i), v(80)) for i in range(16)]
+    pv = b.emit(MFMA, acc, v(0, 4), v(4, 4), acc, defs=(acc,), uses=(v(0, 4), v(4, 4), acc))
+    exps = [b.emit("v_exp_f32", v(120 + i), v(120 + i)) for i in range(4)]
+    out = scheduled(b)
+    between = out[position(out, scale[-1]) + 1:position(out, pv)]
+    assert len(between) >= ARCH.every_mfma_hazard.valu_write_to_mfma_src
+    assert all(any(x is e for e in exps) for x in between)
+    padded = insert_hazard_nops(out, ARCH)  # (the next trip's v_mul_f32 behind the MFMA does need some)
+    assert not any(x.op == "s_nop" for x in padded[position(padded, scale[-1]):position(padded, pv)])
+
+
 def test_valu_work_no_mfma_waits_for_yields_to_the_reads_of_the_next_mfmas():
     """In an in-wave software pipeline's step the next tile's softmax (VALU work no MFMA of the step reads) comes
     before this tile's PV reads in program order; the reads go first, so the MFMAs they feed run beside the

@@ -44,8 +44,12 @@ latency has passed. The timing model (perfmodel/cu.py) is the same in issue slot
 4-clk slot, an MFMA holds the pipe `passes x 4` clk. So this is a list scheduler on a clock of issue slots: an
 instruction is ready when its predecessors have issued and their results are due (`ds_read` -> user: the arch's
 LDS latency; buffer / scalar load -> user: L2-hit / SMEM latency; MFMA -> user: its passes; SALU write of M0 ->
-LDS DMA: the M0 hazard's wait states, so useful work fills the gap instead of `s_nop`); each slot issues the ready
-MFMA first when the XDL pipe is free, else the ready instruction earliest in source order, with two exceptions:
+LDS DMA and VALU write -> MFMA reading it: the hazard's wait states, so useful work fills the gap instead of `s_nop`:
+gfx950 128x64 d128 flash attention's rescale -> PV MFMA, 3 s_nop a KV tile fewer, llvm-mca 344.1 -> 341.1, the
+timing model 1,777 -> 1,826 TFLOP/s; an MFMA's result -> VALU reader at its hazard's 12 slots instead of its 8
+passes measured worse, 344.1 and 1,760: the next MFMA takes the slots and the reader waits on); each slot issues
+the ready MFMA first when the XDL pipe is free, else the ready instruction earliest in source order, with two
+exceptions:
   - a packed-f32 VALU op (v_pk_mul_f32, ...) is not ready until `passes + 2` slots after the last MFMA's issue
     (arch.mfma_valu_holds, S33: the hardware holds it that long; the timing model too), so it goes where the matrix
     pipe idles (flash attention's rescale of acc_o: while the step's first operands load) instead of stalling the
@@ -209,6 +213,15 @@ class _Latency:
             return _mfma_passes(producer, self.arch)
         return self.after.get(producer.kind, 1)
 
+    def between(self, producer, consumer) -> int:
+        """Slots from `producer`'s issue until `consumer`, which reads a register it writes, may issue: its result
+        latency, or where the arch asks wait states between the two (hazards.py), one more than those, so other
+        work fills them instead of the hazard pass's s_nop (a VALU write read by an MFMA: flash attention's
+        rescaled accumulator, its PV MFMA's srcC)."""
+        if producer.kind == isa.VALU and consumer.kind == isa.MFMA:
+            return max(self.of(producer), self.arch.every_mfma_hazard.valu_write_to_mfma_src + 1)
+        return self.of(producer)
+
 
 def _dependencies(nodes: list, latency: _Latency) -> list:
     """preds[i]: {j: slots} for every j < i that must issue before node i, with the slots from j's issue."""
@@ -223,7 +236,7 @@ def _dependencies(nodes: list, latency: _Latency) -> list:
             j = last_write.get(u)
             if j is None:
                 continue
-            slots = 1 if u < 0 else result_slots[j]
+            slots = 1 if u < 0 else result_slots[j] if nodes[j].kind != isa.VALU else latency.between(nodes[j], inst)
             if dma and u == _M0:
                 slots = latency.m0_to_dma
             if mine.get(j, -1) < slots:

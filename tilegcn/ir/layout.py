@@ -212,7 +212,10 @@ class MfmaOperand(Layout):
     for its kk' = 0 .. kpl-1, the order of the MFMA accumulator's columns (mfma_acc_offsets). For kpl = 4 that is
     kk itself; for kpl = 8 (gfx950's 32x32x16 and 16x16x32) it is what lets a T.gemm accumulator, cast to 16
     bits, be the A operand of the next T.gemm without leaving its registers (passes/gemm_plan.py's register_k reads
-    B in the same order)."""
+    B in the same order). `k_chunks`: a lane's kpl k are consecutive instead, k = step * mfma_K + kpl*(lane // dim)
+    + kk, the order of a gemm reading both operands from LDS (one 16-byte chunk a lane: B then takes one
+    ds_read_b128 an MFMA, not two ds_read_b64); for an A nothing computes in registers (a tile loaded from memory,
+    flash attention's Q), whose k order is free (passes/gemm.py `plan_gemms`)."""
 
     shape: tuple
     threads: int
@@ -220,6 +223,7 @@ class MfmaOperand(Layout):
     dim: int  # MFMA M == N
     k_per_lane: int
     waves_N: int
+    k_chunks: bool = False
 
     @property
     def waves_M(self) -> int:
@@ -248,7 +252,9 @@ class MfmaOperand(Layout):
 
     @property
     def run(self) -> int:
-        return min(self.k_per_lane, 4) if self.role == "A" else 1  # A's registers run along k, its last dim
+        if self.role != "A":
+            return 1
+        return self.k_per_lane if self.k_chunks else min(self.k_per_lane, 4)  # A's registers run along k, its last dim
 
     def coords(self, r: int) -> tuple:
         rep, kk = divmod(r, self.k_per_lane)
@@ -257,7 +263,10 @@ class MfmaOperand(Layout):
         wm, wn = sympy.floor(wave / self.waves_N), sympy.Mod(wave, self.waves_N)
         x_wave = (wm if self.role == "A" else wn) * self._extents[0]
         x = x_wave + rx * self.dim + sympy.Mod(lane, self.dim)
-        k = rk * self.mfma_K + 4 * (WAVE // self.dim) * (kk // 4) + 4 * sympy.floor(lane / self.dim) + kk % 4
+        if self.k_chunks:
+            k = rk * self.mfma_K + self.k_per_lane * sympy.floor(lane / self.dim) + kk
+        else:
+            k = rk * self.mfma_K + 4 * (WAVE // self.dim) * (kk // 4) + 4 * sympy.floor(lane / self.dim) + kk % 4
         return (x, k) if self.role == "A" else (k, x)
 
     def writer(self, r: int):
@@ -267,7 +276,7 @@ class MfmaOperand(Layout):
 
     def describe(self) -> str:
         return (f"mfma_operand_{self.role}({self.dim}x{self.dim}x{self.mfma_K}, waves {self.waves_M}x{self.waves_N},"
-                f" {self.elems}/thread)")
+                f" {self.elems}/thread{', k chunks' if self.k_chunks else ''})")
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,11 @@ def _gemm_dims(s: TileOp):
 
 @functools.lru_cache(maxsize=256)
 def cached_plan(arch_name: str, dtype_name: str, M: int, N_: int, K: int, threads: int, ta: bool, tb: bool,
-                a_in_registers: bool = False, policy: str | None = None, scaled: bool = False):
+                a_in_registers: bool = False, policy: str | None = None, scaled: bool = False,
+                a_k_free: bool = False):
     """Plans depend on the tile config only, not on the problem shape: new shapes reuse them."""
     return plan_gemm(arch_name, dtype_name, M, N_, K, threads, ta, tb, a_in_registers=a_in_registers, policy=policy,
-                     scaled=scaled)
+                     scaled=scaled, a_k_free=a_k_free)
 
 
 def plan_gemms(kernel: N.Kernel, arch):
@@ -66,7 +67,7 @@ def plan_gemms(kernel: N.Kernel, arch):
         M, N_, K = _gemm_dims(s)
         try:
             plan = cached_plan(arch.name, s.A.dtype.name, M, N_, K, kernel.threads, s.transpose_A, s.transpose_B,
-                               s.A.scope == N.FRAGMENT, s.policy, s.scaled)
+                               s.A.scope == N.FRAGMENT, s.policy, s.scaled, _loaded_only(kernel, s.A))
         except CompileError as e:
             raise type(e)(e.raw_message, location=s.loc) from None
         shared = [(buf, role) for buf, role in ((s.A, "A"), (s.B, "B")) if buf.scope == N.SHARED]
@@ -77,6 +78,15 @@ def plan_gemms(kernel: N.Kernel, arch):
         acc_plans[s.C] = plan
         operands.update({buf: (plan, role) for buf, role in shared})
     return acc_plans, operands
+
+
+def _loaded_only(kernel: N.Kernel, frag: N.Buffer) -> bool:
+    """Whether fragment `frag` is written only by copies from global memory (flash attention's Q after
+    passes/operand_registers.py): its layout is free, no register computation fixes its k order."""
+    if frag.scope != N.FRAGMENT:
+        return False
+    writers = [x for x in N.walk(kernel.body) if not x.bodies() and frag in {w.buffer for w in x.writes()}]
+    return bool(writers) and all(r.buffer.scope == N.GLOBAL for x in writers for r in x.reads())
 
 
 def acc_coords(plan, r: int) -> tuple:

@@ -74,6 +74,9 @@ Design
    16 lanes on 32 banks, 16 rows reading one half of one logical chunk, and the chunk XOR gives 8 positions per bank
    sweep, so the K-major B tile the transposing copy writes (gfx942) also swaps the 8-byte halves of rows 8..15 of
    every 16 (`halves_swizzled`, `half_flip`): reads and the copy's writes (at most 4 k each) are conflict free.
+   An A that nothing computes in registers (a tile loaded from memory, flash attention's Q) has no order to keep:
+   where a lane's k of one MFMA fill a chunk (gfx950's 16-bit 32x32x16 / 16x16x32) it holds them as one
+   (`a_k_chunks`, MfmaOperand.k_chunks) and B is read as beside a shared A, one ds_read_b128 an MFMA.
 
 9. 8-bit operands (fp8 / bf8 / int8, issue 22): the same plan in bytes. A 16-byte chunk holds 16 elements
    (`elems_per_chunk`), so k_per_read, the copies' runs and the read offsets count 16 per chunk; the 8-bit MFMAs
@@ -617,6 +620,8 @@ class GemmPlan:
     waves_M: int
     waves_N: int
     a_in_registers: bool = False  # A is a fragment in registers (MfmaOperand layout): B is read in its k order
+    # ... holding a lane's k as one chunk (MfmaOperand.k_chunks): B is read as from a shared A (`b_in_register_k`)
+    a_k_chunks: bool = False
 
     # -- derived sizes ---------------------------------------------------------------------------------------------
     @property
@@ -784,7 +789,7 @@ class GemmPlan:
             return tuple(ReadPiece("ds_read_b64_tr_b8", 2 * p, 2) for p in range(self.frag_regs // 2))
         if self.transposed_read(operand):
             return (ReadPiece("ds_read_b64_tr_b16", 0, 2), ReadPiece("ds_read_b64_tr_b16", 2, 2))
-        if self.a_in_registers and operand == "B":
+        if self.b_in_register_k(operand):
             return (ReadPiece("ds_read_b64", 0, 2), ReadPiece("ds_read_b64", 2, 2))
         # f8f6f4: block b of the operand (VGPRs 4b..4b+3) from its own chunk (_read_offset)
         return tuple(ReadPiece("ds_read_b128", 4 * b, 4) for b in range(self.mfma.blocks))
@@ -799,14 +804,18 @@ class GemmPlan:
         ops = _ops_for(lane)
         return step * self.k_per_read + 4 * self.lane_groups * piece + 4 * ops.fdiv(lane, self.dim)
 
+    def b_in_register_k(self, operand: str) -> bool:
+        """Whether `operand` is a B read in `register_k`'s order: A in registers in the accumulator's k order (runs of
+        4 spaced 4*G). With A's k in chunks (`a_k_chunks`, 8 consecutive k a lane) B is read as beside a shared A."""
+        return self.a_in_registers and not self.a_k_chunks and operand == "B"
+
     def halves_swizzled(self, operand: str) -> bool:
         """Whether `operand`'s K-major LDS rows also swap the two 8-byte halves of each 16-byte chunk in rows
         8 .. 15 of every 16 (`half_flip`): B of a register-A gemm written by the transposing copy on a 32-bank LDS.
         Its ds_read_b64 phases are 16 lanes, 16 rows reading the same half of one logical chunk, and the chunk XOR
         gives only 8 positions per bank sweep, so rows r and r + 8 would share their banks (2-way conflicts); with
         the flip they take the other half. The copy then packs at most 4 k per write (a write stays in one half)."""
-        return (self.a_in_registers and operand == "B" and not self.copied_as_stored("B")
-                and self.arch.lds_banks == 32)
+        return self.b_in_register_k(operand) and not self.copied_as_stored("B") and self.arch.lds_banks == 32
 
     @staticmethod
     def half_flip(row):
@@ -831,7 +840,7 @@ class GemmPlan:
             # 16-lane group: lanes 4r..4r+3 read 4 x 8 bytes of k row r, lane j gets column j (4 k); the group's
             # columns are 16 consecutive of the MFMA tile's dim, its k the lane group's 8 (l // dim), half `piece`
             x = row0 + rep * self.dim + 16 * ops.fdiv(ops.mod(lane, self.dim), 16) + 4 * ops.mod(lane, 4)
-            if self.a_in_registers and operand == "B":
+            if self.b_in_register_k(operand):
                 k0 = self.register_k(step, piece, lane)
             else:
                 k0 = step * self.k_per_read + ELEMS_PER_CHUNK * ops.fdiv(lane, self.dim) + 4 * piece
@@ -839,7 +848,7 @@ class GemmPlan:
             within = self.dtype.bytes * ops.mod(x, ELEMS_PER_CHUNK)
             return base + self.lds_chunk_offset(operand, k, ops.fdiv(x, ELEMS_PER_CHUNK)) + within
         row = row0 + rep * self.dim + ops.mod(lane, self.dim)
-        if self.a_in_registers and operand == "B":  # K-major: ds_read_b64 of 4 k within a 16-byte chunk
+        if self.b_in_register_k(operand):  # K-major: ds_read_b64 of 4 k within a 16-byte chunk
             k0 = self.register_k(step, piece, lane)
             within = self.dtype.bytes * ops.mod(k0, ELEMS_PER_CHUNK)
             if self.halves_swizzled(operand):
@@ -1129,9 +1138,13 @@ _POLICY_PREFERS = {"FullRow": lambda grid: grid[0], "FullCol": lambda grid: grid
 
 def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: int, transpose_A: bool = False,
               transpose_B: bool = False, num_stages: int = 1, check: bool = True,
-              a_in_registers: bool = False, policy: str | None = None, scaled: bool = False) -> GemmPlan:
+              a_in_registers: bool = False, policy: str | None = None, scaled: bool = False,
+              a_k_free: bool = False) -> GemmPlan:
     """Plan one block tile C[block_M, block_N] += A @ B over block_K (see the module doc). `a_in_registers`: A is a
-    fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order). `policy` (TileLang's
+    fragment held in the MfmaOperand layout (no A reads; B read in `register_k`'s k order). `a_k_free`: that
+    fragment's k order is the plan's to choose (nothing computes it in registers): where a lane's k of one MFMA fill
+    one 16-byte chunk (gfx950's 16-bit shapes) it holds them as one (`a_k_chunks`), and B takes one ds_read_b128 an
+    MFMA as beside a shared A instead of two ds_read_b64 (module doc, point 8). `policy` (TileLang's
     GemmWarpPolicy): "FullRow" takes the wave grid with the most waves along M that tiles the block (one wave column
     where the block allows), "FullCol" the most along N, as TileLang's compute_warp_partition does.
 
@@ -1198,8 +1211,10 @@ def plan_gemm(arch, dtype, block_M: int, block_N: int, block_K: int, threads: in
         prefer = _POLICY_PREFERS.get(policy, lambda grid: 0)
         shape, (wm, wn) = max(candidates, key=lambda c: (prefer(c[1]), -candidates.index(c)))
         _check_operand_layout(shape)
+        a_k_chunks = bool(a_in_registers and a_k_free and shape.blocks == 1
+                          and shape.k_per_lane * dt.bytes == CHUNK)
         plan = GemmPlan(arch, dt, block_M, block_N, block_K, threads, bool(transpose_A), bool(transpose_B),
-                        num_stages, shape, wm, wn, bool(a_in_registers))
+                        num_stages, shape, wm, wn, bool(a_in_registers), a_k_chunks)
         if check:
             plan.check_budget()
         return plan

@@ -38,7 +38,8 @@ def accumulator_layout(plan, threads: int) -> MfmaAccumulator:
 
 def operand_layout(plan, threads: int) -> MfmaOperand:
     """The layout of a fragment A operand of the gemm `plan` (MfmaOperand: the k order its B reads follow)."""
-    return MfmaOperand((plan.block_M, plan.block_K), threads, "A", plan.dim, plan.mfma.k_per_lane, plan.waves_N)
+    return MfmaOperand((plan.block_M, plan.block_K), threads, "A", plan.dim, plan.mfma.k_per_lane, plan.waves_N,
+                       plan.a_k_chunks)
 
 
 def constraints(kernel: N.Kernel, gemm_plans: dict) -> list:
