@@ -804,7 +804,9 @@ def _acquire_current(lock: FileLock, path: Path, timeout: float) -> None:
     while True:
         try:
             lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        except FileNotFoundError:  # `cache clear` removed the emptied shard folder just now
+        # `cache clear` removed the emptied shard folder just now, or mid-way through filelock's own
+        # mkdir(exist_ok=True) of it (which then raises FileExistsError)
+        except (FileNotFoundError, FileExistsError):
             _make_shard(path.parent)
             continue
         if _holds_file_at(lock, path):
