@@ -31,7 +31,13 @@ work); a grid that remaps its workgroup ids (the AMD port's T.use_swizzle) is fl
 estimates run on tensors of the first batch only (first_batch: their grids put the batch on z, which the model
 does not sample); Triton's grid folds batch and heads into y, which the model samples, so its estimates run on
 whole zero tensors (4.6 GB resident at HipKittens' shape: untouched pages cost nothing). `--quick`: the first tilegcn candidate and no Triton ranking
-(the tutorial's test config only, BLOCK_M 128 / BLOCK_N 64 / 4 warps). `--shape small`: 16 heads x 2048 tokens
+(the tutorial's test config only, BLOCK_M 128 / BLOCK_N 64 / 4 warps). Every estimate simulates every loop trip
+(`detail_iterations`, `--detail N` to fast-forward after N trips as the model does by default): the default's
+fast-forward times each wave's remaining trips at the rate of its first few, and two workgroups a CU drift in
+phase over a long KV loop: tilegcn's gfx950 128x64 kernel (2 workgroups a CU) is put at 1,826 TFLOP/s with the
+MFMA pipe 110 % busy when fast-forwarded (100 % with the CU's busiest-SIMD floor, perfmodel/cu.py), at 1,134
+simulated whole (its MFMA pipe 71 % busy while both workgroups run); Triton's objects and gfx942's one-workgroup
+kernels give the same figure either way. `--shape small`: 16 heads x 2048 tokens
 (GQA: 4 KV heads), d = 64 and 128 (what bench/attention_estimate.py printed). Results: docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -162,6 +168,10 @@ def first_batch(shape, dtype):
     return torch.zeros(1, *shape[1:], dtype=dtype)
 
 
+WHOLE_LOOPS = 1 << 20  # detail_iterations past any loop's trip count: every trip simulated, none extrapolated
+DETAIL = [WHOLE_LOOPS]  # main's --detail
+
+
 def estimate_compiled(k, full_args, flops):
     """The model's estimate of CompiledKernel `k` launched as on `full_args`, on first_batch tensors."""
     from tilegcn.runtime.emulator import load
@@ -170,7 +180,7 @@ def estimate_compiled(k, full_args, flops):
     small.update({name: first_batch(shape, getattr(torch, dtype)) for name, shape, dtype in k.outputs})
     args = [small[a["name"]] for a in k.metadata["args"]]
     return estimate(load(k.hsaco, arch=k.arch), k.name, k.grid_for(list(full_args)), k.block, args,
-                    device=TIMING[k.arch].device, flops=flops)
+                    device=TIMING[k.arch].device, flops=flops, detail_iterations=DETAIL[0])
 
 
 def tilegcn_rows(arch, shape, causal, quick):
@@ -255,7 +265,7 @@ def triton_rows(folder, arch, shape, causal, tiles, checked):
             args, _ = triton_args(m, shape.batch, heads, shape.seq, shape.dim)
             est = estimate(load_triton(folder, file, arch), m["kernel"], triton_grid(m, shape.batch, heads, shape.seq),
                            tuple(m["block"]), args, device=TIMING[arch].device, shared_mem=m["shared_mem"],
-                           flops=shape.flops(causal))
+                           flops=shape.flops(causal), detail_iterations=DETAIL[0])
             rows.append((label, est, f"checked vs SDPA: {err:.1e}", tile_of(m)))
         except Exception as exc:  # an object the emulator stops at is reported, not fatal
             rows.append((label, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}", ""))
@@ -323,7 +333,10 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="one tilegcn candidate; Triton's 128x64 w4 object only")
     ap.add_argument("--triton-keep", type=int, default=3, help="Triton configs kept from the ranking (default 3)")
     ap.add_argument("--triton-tiles", help="skip the ranking: these BLOCK_MxBLOCK_Nxwarps, e.g. 128x64x4,128x32x4")
+    ap.add_argument("--detail", type=int, default=WHOLE_LOOPS,
+                    help="loop trips simulated before the model fast-forwards (default: all of them)")
     args = ap.parse_args(argv)
+    DETAIL[0] = args.detail
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     checked = {}
     shapes = [s for name in args.shape.split(",") for s in SHAPES[name]]

@@ -3,7 +3,7 @@ against the MFMA bound, for TileLang's GQA forward port (examples/tilelang/examp
 at the configs its autotune space offers on AMD (block_M / block_N 64 or 128, 128 or 256 threads, 1 or 2 stages):
 
     PYTHONPATH=$PWD python bench/attention_loop.py [--arch gfx950] [--dim 128] [--configs 128x64x2x256,...]
-                                                   [--shape gqa|mha] [--no-estimate]
+                                                   [--shape gqa|mha] [--no-estimate] [--detail N]
 
 For each config (block_M x block_N x num_stages x threads) it compiles the kernel at issue 21's GQA shape (64 query
 heads over 8 KV heads, d = --dim, b = 1, s = 16384; `--shape mha`: HipKittens' 16 heads, b = 16) without running it, finds the KV loop in the `.s` (the last
@@ -14,7 +14,8 @@ for the loop body (-iterations=50, one wave alone on its SIMD, every memory acce
 latency) against the MFMA bound: the loop's MFMA FLOPs at the arch's full f16 rate (2 * 32 * 32 * 16 per 8 passes on
 gfx950, 32x32x8 per 8 on gfx942), booked, like llvm-mca's AMDGPU model, at one cycle per pass (bench/loop_metrics.py's
 docstring says more). A loop that the pipeliner unrolled over S tiles is divided by S. Then the kernel's registers
-(VGPRs + AGPRs, scratch bytes) and the timing model's TFLOP/s (`kernel.estimate()`, MI355X for gfx950, MI300X for
+(VGPRs + AGPRs, scratch bytes) and the timing model's TFLOP/s (`kernel.estimate()` with every loop trip simulated,
+as bench/attention.py says why (`--detail N`: fast-forward after N trips); MI355X for gfx950, MI300X for
 gfx942) at the same shape; `--no-estimate` leaves it out.
 
 `--setprio` also prints, per config, the model's TFLOP/s of the same kernel with `s_setprio 1` before each run of
@@ -107,16 +108,19 @@ def main(argv=None):
                     "kernel, groups=1)")
     ap.add_argument("--setprio", action="store_true",
                     help="also estimate the kernel with s_setprio 1 / 0 around the loop's MFMA runs")
+    ap.add_argument("--detail", type=int, default=1 << 20,
+                    help="loop trips the model simulates before it fast-forwards (default: all of them)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help="skip the timing model's TFLOP/s at the GQA shape")
     args = ap.parse_args(argv)
     print(f"{'config':<28}" + "".join(f"{h:>8}" for h in HEAD) + f"{'regs':>9}{'TFLOP/s':>9}  limited by")
     for arch in args.arch.split(","):
         for config in args.configs.split(","):
-            _row(arch, config, args.dim, args.estimate, args.shape, args.setprio)
+            _row(arch, config, args.dim, args.estimate, args.shape, args.setprio, args.detail)
 
 
-def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", setprio: bool = False):
+def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", setprio: bool = False,
+         detail: int | None = None):
     bm, bn, stages, threads = (int(x) for x in config.split("x"))
     name = f"{arch} d{dim} {bm}x{bn} s{stages} {threads}t"
     try:
@@ -128,7 +132,7 @@ def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", s
     regs = f"{k.metadata['vgprs']}+{k.metadata['agprs']}"
     tail = ""
     if estimate:
-        e = k.estimate()
+        e = k.estimate(detail_iterations=detail)
         batch, heads, _, seq = SHAPES[shape]
         flops = 4 * batch * heads * seq * seq * dim
         limit = next(ln for ln in str(e).splitlines() if ln.strip().startswith("limited by")).split(None, 2)[2]
@@ -136,7 +140,7 @@ def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", s
         if setprio:
             path = Path(tempfile.mkdtemp()) / "setprio.s"
             path.write_text(with_mfma_priority(k.asm))
-            tail += f"; with s_setprio: {flops / k.with_asm(str(path)).estimate().seconds / 1e12:.1f}"
+            tail += f"; with s_setprio: {flops / k.with_asm(str(path)).estimate(detail_iterations=detail).seconds / 1e12:.1f}"
     print(f"{name:<28}" + "".join(f"{m[c]:>8.1f}" if c != "ratio" else f"{m[c]:>8.2f}" for c in COLUMNS)
           + f"{regs:>9}" + tail, flush=True)
 
