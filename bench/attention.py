@@ -169,10 +169,9 @@ def first_batch(shape, dtype):
 
 
 WHOLE_LOOPS = 1 << 20  # detail_iterations past any loop's trip count: every trip simulated, none extrapolated
-DETAIL = [WHOLE_LOOPS]  # main's --detail
 
 
-def estimate_compiled(k, full_args, flops):
+def estimate_compiled(k, full_args, flops, detail=WHOLE_LOOPS):
     """The model's estimate of CompiledKernel `k` launched as on `full_args`, on first_batch tensors."""
     from tilegcn.runtime.emulator import load
 
@@ -180,10 +179,10 @@ def estimate_compiled(k, full_args, flops):
     small.update({name: first_batch(shape, getattr(torch, dtype)) for name, shape, dtype in k.outputs})
     args = [small[a["name"]] for a in k.metadata["args"]]
     return estimate(load(k.hsaco, arch=k.arch), k.name, k.grid_for(list(full_args)), k.block, args,
-                    device=TIMING[k.arch].device, flops=flops, detail_iterations=DETAIL[0])
+                    device=TIMING[k.arch].device, flops=flops, detail_iterations=detail)
 
 
-def tilegcn_rows(arch, shape, causal, quick):
+def tilegcn_rows(arch, shape, causal, quick, detail=WHOLE_LOOPS):
     """[(label, estimate or error text, note)]."""
     rows = []
     candidates = tilegcn_candidates(arch, shape, causal)
@@ -191,7 +190,7 @@ def tilegcn_rows(arch, shape, causal, quick):
         try:
             kernel, args = build()
             k = kernel.compile(*args, arch=arch)
-            est = estimate_compiled(k, args, shape.flops(causal))
+            est = estimate_compiled(k, args, shape.flops(causal), detail)
             rows.append((label, est, f"P via {p_route(k.ir)}, {k.metadata['vgprs']} VGPRs"))
         except Exception as exc:  # a config that does not fit (LDS, registers) is reported, not fatal
             rows.append((label, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}", ""))
@@ -248,7 +247,7 @@ def check_triton(folder, file, m):
     return bool(torch.isfinite(o).all()) and err <= 1e-2, err  # the tutorial's test: atol 1e-2
 
 
-def triton_rows(folder, arch, shape, causal, tiles, checked):
+def triton_rows(folder, arch, shape, causal, tiles, checked, detail=WHOLE_LOOPS):
     """[(label, estimate or error text, note)] of bench/triton_attention.py's objects for (arch, causal) at `tiles`
     (None: all)."""
     rows = []
@@ -265,18 +264,18 @@ def triton_rows(folder, arch, shape, causal, tiles, checked):
             args, _ = triton_args(m, shape.batch, heads, shape.seq, shape.dim)
             est = estimate(load_triton(folder, file, arch), m["kernel"], triton_grid(m, shape.batch, heads, shape.seq),
                            tuple(m["block"]), args, device=TIMING[arch].device, shared_mem=m["shared_mem"],
-                           flops=shape.flops(causal), detail_iterations=DETAIL[0])
+                           flops=shape.flops(causal), detail_iterations=detail)
             rows.append((label, est, f"checked vs SDPA: {err:.1e}", tile_of(m)))
         except Exception as exc:  # an object the emulator stops at is reported, not fatal
             rows.append((label, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}", ""))
     return [row[:3] for row in rows] if tiles is not None else rows
 
 
-def triton_ranking(folder, arch, shape, checked, keep):
+def triton_ranking(folder, arch, shape, checked, keep, detail=WHOLE_LOOPS):
     """Triton's configs ranked by the model at `shape`, non-causal, as its autotuner ranks them by measurement for
     one (N_CTX, HEAD_DIM) key: prints every row, returns the best `keep` tiles."""
     print(f"== {TIMING[arch].device} ({arch}), Triton's configs ranked by the model at {shape}, non-causal")
-    rows = triton_rows(folder, arch, shape, False, None, checked)
+    rows = triton_rows(folder, arch, shape, False, None, checked, detail)
     print_rows([row[:3] for row in rows])
     good = sorted((row for row in rows if len(row) == 4 and trusted(row[1])), key=lambda row: -row[1].tflops)
     return [row[3] for row in good[:keep]]
@@ -336,7 +335,6 @@ def main(argv=None):
     ap.add_argument("--detail", type=int, default=WHOLE_LOOPS,
                     help="loop trips simulated before the model fast-forwards (default: all of them)")
     args = ap.parse_args(argv)
-    DETAIL[0] = args.detail
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     checked = {}
     shapes = [s for name in args.shape.split(",") for s in SHAPES[name]]
@@ -350,13 +348,15 @@ def main(argv=None):
                     tiles[shape.dim] = [tuple(int(v) for v in t.split("x")) for t in args.triton_tiles.split(",")]
                 else:
                     tiles[shape.dim] = ([QUICK_TRITON_TILE] if args.quick else
-                                        triton_ranking(args.triton, arch, shape, checked, args.triton_keep))
+                                        triton_ranking(args.triton, arch, shape, checked, args.triton_keep,
+                                                       args.detail))
             for causal in causals:
                 t1 = time.perf_counter()
                 print(f"== {device} ({arch}), {shape}, {'causal' if causal else 'non-causal'}: model TFLOP/s")
-                mine = tilegcn_rows(arch, shape, causal, args.quick)
+                mine = tilegcn_rows(arch, shape, causal, args.quick, args.detail)
                 print_rows(mine)
-                theirs = triton_rows(args.triton, arch, shape, causal, tiles[shape.dim], checked) if args.triton else []
+                theirs = (triton_rows(args.triton, arch, shape, causal, tiles[shape.dim], checked, args.detail)
+                          if args.triton else [])
                 print_rows(theirs)
                 summary(device, shape, causal, best(mine), best(theirs))
                 print(f"    ({time.perf_counter() - t1:.0f} s)", flush=True)

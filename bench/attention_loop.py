@@ -51,6 +51,7 @@ from tilegcn.amdgcn.arch import get_arch  # noqa: E402
 # issue 21's shapes: (batch, query heads, KV heads, seq): GQA as aiter's published FAv3 figure, MHA as HipKittens'
 SHAPES = {"gqa": (1, 64, 8, 16384), "mha": (16, 16, 16, 16384)}
 CONFIGS = "64x64x2x128,128x64x1x256,128x64x2x256,128x128x2x256,64x128x2x128"
+WHOLE_LOOPS = 1 << 20  # detail_iterations past any loop's trip count: every trip simulated (bench/attention.py)
 _MFMA = re.compile(r"v_mfma_\w+?_(\d+)x(\d+)x(\d+)")
 
 
@@ -108,7 +109,7 @@ def main(argv=None):
                     "kernel, groups=1)")
     ap.add_argument("--setprio", action="store_true",
                     help="also estimate the kernel with s_setprio 1 / 0 around the loop's MFMA runs")
-    ap.add_argument("--detail", type=int, default=1 << 20,
+    ap.add_argument("--detail", type=int, default=WHOLE_LOOPS,
                     help="loop trips the model simulates before it fast-forwards (default: all of them)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
                     help="skip the timing model's TFLOP/s at the GQA shape")
