@@ -18,9 +18,23 @@ docstring says more). A loop that the pipeliner unrolled over S tiles is divided
 as bench/attention.py says why (`--detail N`: fast-forward after N trips); MI355X for gfx950, MI300X for
 gfx942) at the same shape; `--no-estimate` leaves it out.
 
+`--probes` also prints, per config, the model's TFLOP/s and MFMA busy share of edited copies of the kernel (timing
+probes: the edits break what the code computes): its KV loop without its packed-f32 VALU ops (`v_pk_mul_f32`, ...,
+which cannot issue under an MFMA, arch.mfma_valu_holds) and without any VALU op, two ceilings of the in-wave loop;
+and, for an even number of waves, the same kernel with its KV loop hand-split the way an 8-wave ping-pong runs
+(HipKittens' attention, issue 21's "8-wave ping-pong or 4-wave interleave"): each step's MFMAs in one cluster, the
+rest (softmax, rescale, copies) in another, a barrier after each, and the second half of the workgroup's waves one
+barrier behind the first (an extra `s_barrier` before the loop for the one group, after it for the other), so one
+wave of each SIMD runs its MFMA cluster while the other runs its vector cluster. Two placements of the LDS reads:
+with their MFMAs (`reads in MFMA cluster`) and prefetched at the end of the vector cluster for the next step's MFMAs
+(`reads in VALU cluster`).
+The edit moves instructions across their dependencies (the rescale after the PV it should precede), so the code
+computes nothing useful: it is a timing probe only, the same instructions in the ping-pong's order.
+
 `--setprio` also prints, per config, the model's TFLOP/s of the same kernel with `s_setprio 1` before each run of
 MFMAs of the KV loop and `s_setprio 0` before the VALU instruction after it (the edited `.s` through
-`CompiledKernel.with_asm`): whether raising the MFMA issuer's priority pays, by the model.
+`CompiledKernel.with_asm`; the rule amdgcn/priority.py had before issue 21's session 26): whether raising the MFMA
+issuer's priority that way pays, by the model.
 
 Memory: the timing model's estimate at `--shape mha` (b = 16) takes about 5 GB of host memory (gfx950 256x64 over
 512 threads, every trip simulated: 5.1 GB peak, 42 s, 2026-11-27); `--no-estimate` leaves it out.
@@ -46,7 +60,7 @@ import torch  # noqa: E402
 
 import example_gqa_fwd_bshd  # noqa: E402
 from loop_metrics import loop_body, mca_cycles  # noqa: E402
-from tilegcn.amdgcn.arch import get_arch  # noqa: E402
+from tilegcn.amdgcn.arch import PACKED_F32_VALU, get_arch  # noqa: E402
 
 # issue 21's shapes: (batch, query heads, KV heads, seq): GQA as aiter's published FAv3 figure, MHA as HipKittens'
 SHAPES = {"gqa": (1, 64, 8, 16384), "mha": (16, 16, 16, 16384)}
@@ -109,6 +123,10 @@ def main(argv=None):
                     "kernel, groups=1)")
     ap.add_argument("--setprio", action="store_true",
                     help="also estimate the kernel with s_setprio 1 / 0 around the loop's MFMA runs")
+    ap.add_argument("--probes", action="store_true",
+                    help="also estimate edited copies of the kernel (timing probes, not runnable code): its KV loop "
+                    "without packed-f32 ops, without VALU ops, and split into MFMA / vector clusters with the wave "
+                    "groups one barrier apart (an 8-wave ping-pong's order)")
     ap.add_argument("--detail", type=int, default=WHOLE_LOOPS,
                     help="loop trips the model simulates before it fast-forwards (default: all of them)")
     ap.add_argument("--no-estimate", dest="estimate", action="store_false",
@@ -117,11 +135,11 @@ def main(argv=None):
     print(f"{'config':<28}" + "".join(f"{h:>8}" for h in HEAD) + f"{'regs':>9}{'TFLOP/s':>9}  limited by")
     for arch in args.arch.split(","):
         for config in args.configs.split(","):
-            _row(arch, config, args.dim, args.estimate, args.shape, args.setprio, args.detail)
+            _row(arch, config, args.dim, args.estimate, args.shape, args.setprio, args.detail, args.probes)
 
 
 def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", setprio: bool = False,
-         detail: int | None = None):
+         detail: int | None = None, probes: bool = False):
     bm, bn, stages, threads = (int(x) for x in config.split("x"))
     name = f"{arch} d{dim} {bm}x{bn} s{stages} {threads}t"
     try:
@@ -144,15 +162,102 @@ def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", s
             tail += f"; with s_setprio: {flops / k.with_asm(str(path)).estimate(detail_iterations=detail).seconds / 1e12:.1f}"
     print(f"{name:<28}" + "".join(f"{m[c]:>8.1f}" if c != "ratio" else f"{m[c]:>8.2f}" for c in COLUMNS)
           + f"{regs:>9}" + tail, flush=True)
+    if probes:
+        _probes(k, threads, 4 * SHAPES[shape][0] * SHAPES[shape][1] * SHAPES[shape][3] ** 2 * dim, detail)
+
+
+def _probes(k, threads: int, flops: float, detail):
+    """The `--probes` rows of one compiled kernel (the module docstring)."""
+    edits = {"in-wave loop without packed-f32 ops": lambda asm: without_loop_lines(asm, PACKED_F32_VALU.match),
+             "in-wave loop without VALU ops": lambda asm: without_loop_lines(asm, _is_valu)}
+    if threads % 128 == 0:
+        edits["ping-pong order, reads in MFMA cluster"] = lambda asm: ping_pong_order(asm, threads // 64, False)
+        edits["ping-pong order, reads in VALU cluster"] = lambda asm: ping_pong_order(asm, threads // 64, True)
+    for what, edit in edits.items():
+        path = Path(tempfile.mkdtemp()) / "probe.s"
+        path.write_text(edit(k.asm))
+        e = k.with_asm(str(path)).estimate(detail_iterations=detail)
+        print(f"  probe, {what}: {flops / e.seconds / 1e12:.1f} TFLOP/s, MFMA pipe "
+              f"{e.breakdown['mfma_busy_pct']:.1f} % busy, barrier stalls {e.breakdown['stall_barrier_pct']:.1f} %",
+              flush=True)
+
+
+def _is_valu(op: str) -> bool:
+    return op.startswith("v_") and not op.startswith("v_mfma")
+
+
+def _loop_span(lines: list) -> tuple:
+    """(label line, back-branch line) of the last loop of `lines`."""
+    end = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch") and ".L" in ln)
+    label = lines[end].split()[-1] + ":"
+    return max(i for i in range(end) if lines[i].strip() == label), end
+
+
+def without_loop_lines(asm: str, drop) -> str:
+    """`asm` without the instructions of its last loop whose opcode `drop` accepts (a timing probe)."""
+    lines = asm.splitlines()
+    start, end = _loop_span(lines)
+    body = [ln for ln in lines[start + 1:end] if not drop(ln.strip().split(" ")[0])]
+    return "\n".join(lines[:start + 1] + body + lines[end:]) + "\n"
+
+
+def _is_step_start(lines: list, i: int) -> bool:
+    """Whether lines[i:] begin a pipelined step: the `s_waitcnt vmcnt(0)` + `s_barrier` that publish its stage."""
+    return (lines[i].strip().startswith("s_waitcnt vmcnt(0)") and i + 1 < len(lines)
+            and lines[i + 1].strip().startswith("s_barrier"))
+
+
+def ping_pong_order(asm: str, waves: int, reads_ahead: bool) -> str:
+    """`asm` with its last loop's steps reordered as an 8-wave ping-pong would run them (the module docstring,
+    `--ping-pong-probe`): per step the wait and barrier that publish its stage, its MFMAs (with their LDS reads and
+    lgkmcnt waits unless `reads_ahead`), a barrier, the rest (then the next step's LDS reads if `reads_ahead`);
+    waves `waves // 2` and up pass one extra barrier before the loop, the others one after it. Timing only."""
+    lines = asm.splitlines()
+    start, end = _loop_span(lines)
+    body, steps = lines[start + 1:end], []
+    i = 0
+    while i < len(body):
+        if _is_step_start(body, i):
+            steps.append([])
+            i += 2
+            continue
+        if not steps:
+            raise ValueError("ping-pong probe: the loop does not begin with a stage's wait and barrier")
+        steps[-1].append(body[i])
+        i += 1
+    op = lambda ln: ln.strip().split(" ")[0]  # noqa: E731
+    mfmas = [[ln for ln in st if op(ln).startswith("v_mfma")] for st in steps]
+    reads = [[ln for ln in st if op(ln).startswith("ds_read") or ln.strip().startswith("s_waitcnt lgkmcnt")]
+             for st in steps]
+    rest = [[ln for ln in st if ln not in m and ln not in r] for st, m, r in zip(steps, mfmas, reads)]
+    new = []
+    for j in range(len(steps)):
+        if reads_ahead:
+            ahead = [ln for ln in reads[(j + 1) % len(steps)] if op(ln).startswith("ds_read")]
+            cluster = ["  s_waitcnt lgkmcnt(0)"] + mfmas[j]
+        else:
+            ahead = []
+            cluster = [ln for ln in steps[j] if ln in mfmas[j] or ln in reads[j]]
+        new += ["  s_waitcnt vmcnt(0)", "  s_barrier"] + cluster + ["  s_barrier"] + rest[j] + ahead
+    sgprs = re.search(r"\.amdhsa_next_free_sgpr (\d+)", asm)
+    group = f"s{sgprs.group(1)}"  # the wave's group: a free SGPR
+    first_wave_of_second = 64 * (waves // 2)
+
+    def extra_barrier(skip_group: int, name: str) -> list:
+        return [f"  s_cmp_eq_u32 {group}, {skip_group}", f"  s_cbranch_scc1 {name}", "  s_barrier", f"{name}:"]
+    before = [f"  v_readfirstlane_b32 {group}, v0", f"  s_cmp_ge_u32 {group}, {first_wave_of_second}",
+              f"  s_cselect_b32 {group}, 1, 0"] + extra_barrier(0, ".Lping_pong_probe_0")
+    out = lines[:start] + before + [lines[start]] + new + [lines[end]] + extra_barrier(1, ".Lping_pong_probe_1")
+    out += lines[end + 1:]
+    text = "\n".join(out) + "\n"
+    return text.replace(sgprs.group(0), f".amdhsa_next_free_sgpr {int(sgprs.group(1)) + 1}")
 
 
 def with_mfma_priority(asm: str) -> str:
     """`asm` with `s_setprio 1` before each run of MFMAs in the last loop and `s_setprio 0` before the first VALU
     instruction after it."""
     lines = asm.splitlines()
-    head = max(i for i, ln in enumerate(lines) if ln.strip().startswith("s_cbranch") and ".L" in ln)
-    label = lines[head].split()[-1] + ":"
-    start = max(i for i in range(head) if lines[i].strip() == label)
+    start, head = _loop_span(lines)
     out, raised = lines[:start], False
     for ln in lines[start:head + 1]:
         op = ln.strip().split(" ")[0]

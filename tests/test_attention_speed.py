@@ -200,28 +200,30 @@ def test_row_max_and_min_two_elements_an_instruction_match_torch(arch):
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num()), op
 
 
-def test_two_waves_a_simd_raise_the_priority_of_the_loops_mfma_runs():
-    """gfx942, 256 x 64 over 512 threads (two waves of the workgroup on each SIMD, one barrier a KV step): every MFMA
-    of the KV loop issues at `s_setprio 1` and every other vector instruction at 0 (one wave's softmax beside the
-    other's MFMAs; amdgcn/priority.py), the code after the loop at 0 again, and the results match torch on the
-    emulated device (2 workgroups, 4 key tiles). At 256 threads (one wave of a workgroup a SIMD) no s_setprio."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_two_waves_a_simd_raise_the_priority_of_the_mfmas_the_softmax_waits_for(arch):
+    """256 x 64 over 512 threads (two waves of the workgroup on each SIMD, one barrier a KV step): in each step of
+    the KV loop, QK^T's MFMAs (whose scores the softmax reads) issue at `s_setprio 1`, from the first to the last
+    of them, PV's MFMAs (which only the next step reads) at 0, and the code after the loop at 0 again
+    (amdgcn/priority.py); the results match torch on the emulated device (2 workgroups, 4 key tiles). At 256
+    threads (one wave of a workgroup a SIMD) no s_setprio."""
     q, k, v = _inputs(256)
     kernel = example_gqa_fwd_bshd.flashattn(1, HEADS, 256, DIM, False, groups=HEADS // KV_HEADS, block_M=256,
                                             block_N=64, num_stages=2, threads=512)
-    torch.testing.assert_close(kernel(q, k, v, arch="gfx942"), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
-    asm = kernel.compile(q, k, v, arch="gfx942").asm
+    torch.testing.assert_close(kernel(q, k, v, arch=arch), _reference(q, k, v).half(), rtol=1e-2, atol=1e-2)
+    asm = kernel.compile(q, k, v, arch=arch).asm
     body = loop_body(asm)
-    level, seen = 0, set()
+    level, levels = 0, {}
     for inst in body:
         op = inst.split()[0]
         if op == "s_setprio":
             level = int(inst.split()[1])
-        elif op.startswith("v_"):
-            seen.add((op.startswith("v_mfma"), level))
-    assert seen == {(True, 1), (False, 0)}
-    after = asm.split(body[-1], 1)[1].split("\n", 2)[1]  # the line after the back branch
-    assert after.split()[:2] == ["s_setprio", "0"]
-    assert "s_setprio" not in _kernel(256).compile(q, k, v, arch="gfx942").asm
+        elif op.startswith("v_mfma"):
+            scores = inst.endswith(", 0") or inst.split()[1] in {x.split()[1] for x in body if x.endswith(", 0")}
+            levels.setdefault("QK^T" if scores else "PV", set()).add(level)
+    assert levels == {"QK^T": {1}, "PV": {0}}, levels
+    assert level == 0  # the body ends at the normal priority: so does the code after the loop
+    assert "s_setprio" not in _kernel(256).compile(q, k, v, arch=arch).asm
 
 
 @tilegcn.jit

@@ -102,3 +102,79 @@ def test_ping_pong_on_a_device_trip_count_is_refused():
 
     with pytest.raises(CompileError, match="device value.*drop the annotation"):
         bad.compile(torch.zeros(64, 64).half(), torch.zeros(64, 64), arch="gfx950")
+
+
+ATT_TILES, ATT_BM, ATT_BN, ATT_D = 5, 128, 64, 128
+
+
+@tilegcn.jit
+def prefix_attention(Q: T.Tensor(((ATT_TILES + 1) * ATT_BM, ATT_D), "float16"),
+                     K: T.Tensor((ATT_TILES * ATT_BN, ATT_D), "float16"),
+                     V: T.Tensor((ATT_TILES * ATT_BN, ATT_D), "float16"),
+                     O: T.Tensor(((ATT_TILES + 1) * ATT_BM, ATT_D), "float16")):
+    """TileLang's flash-attention loop body (examples/tilelang/example_gqa_fwd_bshd.py) over the key tiles
+    [0, bx): query tile bx attends to the first bx key tiles, a device trip count of 0 .. ATT_TILES."""
+    scale = (1.0 / ATT_D) ** 0.5 * 1.44269504
+    with T.Kernel(ATT_TILES + 1, threads=256) as bx:
+        Q_shared = T.alloc_shared([ATT_BM, ATT_D], "float16")
+        K_shared = T.alloc_shared([ATT_BN, ATT_D], "float16")
+        V_shared = T.alloc_shared([ATT_BN, ATT_D], "float16")
+        acc_s = T.alloc_fragment([ATT_BM, ATT_BN], "float32")
+        acc_s_cast = T.alloc_fragment([ATT_BM, ATT_BN], "float16")
+        acc_o = T.alloc_fragment([ATT_BM, ATT_D], "float32")
+        scores_max = T.alloc_fragment([ATT_BM], "float32")
+        scores_max_prev = T.alloc_fragment([ATT_BM], "float32")
+        scores_scale = T.alloc_fragment([ATT_BM], "float32")
+        scores_sum = T.alloc_fragment([ATT_BM], "float32")
+        logsum = T.alloc_fragment([ATT_BM], "float32")
+        T.copy(Q[bx * ATT_BM, 0], Q_shared)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity("float32"))
+        for k in T.Pipelined(bx, num_stages=2):
+            T.copy(K[k * ATT_BN, 0], K_shared)
+            T.clear(acc_s)
+            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(scores_max, scores_max_prev)
+            T.fill(scores_max, -T.infinity("float32"))
+            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+            for i in T.Parallel(ATT_BM):
+                scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+            for i in T.Parallel(ATT_BM):
+                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+            for i, j in T.Parallel(ATT_BM, ATT_BN):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+            T.reduce_sum(acc_s, scores_sum, dim=1)
+            for i in T.Parallel(ATT_BM):
+                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            T.copy(acc_s, acc_s_cast)
+            for i, j in T.Parallel(ATT_BM, ATT_D):
+                acc_o[i, j] *= scores_scale[i]
+            T.copy(V[k * ATT_BN, 0], V_shared)
+            T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+        for i, j in T.Parallel(ATT_BM, ATT_D):
+            acc_o[i, j] /= logsum[i]
+        T.copy(acc_o, O[bx * ATT_BM, 0])
+
+
+def test_attention_over_0_to_5_device_key_tiles_runs_the_in_wave_pipeline():
+    """gfx950: a flash-attention KV loop whose trip count only the device knows (0 .. 5 key tiles, one launch) runs
+    as the in-wave software pipeline (the next tile's softmax beside this tile's PV, P and the rescale factor in
+    two copies, the last tile's PV in the copy of the trip count's parity: a branch), and every count matches torch:
+    0 tiles give TileLang's 0 / 0 (NaN), as a softmax over no keys; 1 tile runs no loop trip, 2 .. 5 whole trips
+    and trips left after their first step."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn((ATT_TILES + 1) * ATT_BM, ATT_D, generator=g).half()
+    k, v = (torch.randn(ATT_TILES * ATT_BN, ATT_D, generator=g).half() for _ in range(2))
+    out = torch.zeros_like(q)
+    prefix_attention(q, k, v, out, arch="gfx950")
+    for bx in range(ATT_TILES + 1):
+        rows, keys = slice(bx * ATT_BM, (bx + 1) * ATT_BM), bx * ATT_BN
+        if keys == 0:
+            assert out[rows].isnan().all()
+            continue
+        ref = F.scaled_dot_product_attention(q[None, rows].float(), k[None, :keys].float(), v[None, :keys].float())
+        torch.testing.assert_close(out[rows], ref[0].half(), rtol=1e-2, atol=1e-2, msg=f"{bx} key tiles")
+    ir = prefix_attention.compile(q, k, v, out, arch="gfx950").ir.split("after the tile-IR passes")[1]
+    assert "alloc fragment acc_s_cast_next" in ir and "exit loop unless" in ir
+    assert "if Mod(" in ir

@@ -82,9 +82,10 @@ def test_row_sums_add_pairs_as_a_tree_and_match_torch(arch):
 def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
     """TileLang's GQA forward (examples/tilelang/example_gqa_fwd_bshd.py, 128 x 64 tiles, 256 threads, 2 stages) at a
     small shape: its KV loop's exponent is one v_fma_f32 a score (`acc_s * scale - max * scale`), each row sum a
-    tree of v_pk_add_f32 on gfx950 (Arch.packed_f32_sums), and the output rescale's v_pk_mul_f32 reads the row factor's own register (no v_mov_b32
-    into the pair it reads; on gfx950 the row sum's lane swap takes no copy either); the result matches torch's
-    attention."""
+    tree of v_pk_add_f32 on gfx950 (Arch.packed_f32_sums), and the output rescale reads the row factor's own register:
+    gfx942's v_pk_mul_f32 with no v_mov_b32 into the pair it reads, gfx950's one v_mul_f32 an element
+    (Arch.packed_f32_scales) straight from the v_exp_f32 that computed it (on gfx950 the row sum's lane swap takes no
+    copy either); the result matches torch's attention."""
     import sys
 
     import torch.nn.functional as F
@@ -107,14 +108,21 @@ def test_flash_attention_loop_softmax_is_fmas_pair_sums_and_no_copies(arch):
         assert ops.count("v_pk_add_f32") >= 15 and ops.count("v_add_f32") < 8
     else:
         assert "v_pk_add_f32" not in ops
-    factors = {line.split()[3].rstrip(",") for line in body if line.startswith("v_pk_mul_f32")}
-    pair_lows = {f"v{f[2:].split(':')[0]}" for f in factors}
-    copied = [line for line in body if line.startswith("v_mov_b32") and line.split()[1].rstrip(",") in pair_lows]
-    # the in-wave software pipeline alternates the factor between two fragments (scores_scale and its _next twin):
-    # at most one move a KV tile into the pair the v_pk_mul_f32s read, never one a rescale
-    rotated = "scores_scale_next" in kernel.compile(q, k, v, arch=arch).ir
     tiles = sum(line.startswith("v_exp_f32") for line in body) // 33  # 32 scores and the factor a tile
-    assert factors and len(copied) <= (max(tiles, 1) if rotated else 0), copied
+    if arch == "gfx950":  # Arch.packed_f32_scales: beside MFMAs, one v_mul_f32 an element, reading the v_exp_f32's
+        rescales = [line.split() for line in body if line.startswith("v_mul_f32")]  # result (no copy between)
+        rescales = [x for x in rescales if x[1] == x[2]]  # in place: acc_o *= scores_scale
+        factors = {x[3] for x in rescales}
+        assert "v_pk_mul_f32" not in ops and len(rescales) == 64 * tiles
+        assert factors and all(any(line.startswith(f"v_exp_f32 {f},") for line in body) for f in factors), factors
+    else:
+        factors = {line.split()[3].rstrip(",") for line in body if line.startswith("v_pk_mul_f32")}
+        pair_lows = {f"v{f[2:].split(':')[0]}" for f in factors}
+        copied = [line for line in body if line.startswith("v_mov_b32") and line.split()[1].rstrip(",") in pair_lows]
+        # the in-wave software pipeline alternates the factor between two fragments (scores_scale and its _next
+        # twin): at most one move a KV tile into the pair the v_pk_mul_f32s read, never one a rescale
+        rotated = "scores_scale_next" in kernel.compile(q, k, v, arch=arch).ir
+        assert factors and len(copied) <= (max(tiles, 1) if rotated else 0), copied
     if arch == "gfx950":  # the row sum's v_permlane32_swap reads a pair the last v_pk_add_f32 filled twice: no copy
         assert any(line.startswith("v_pk_add_f32") and "op_sel:[0,1] op_sel_hi:[1,0]" in line for line in body)
     out = kernel(q, k, v, arch=arch)

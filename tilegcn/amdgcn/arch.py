@@ -267,6 +267,11 @@ class Arch:
     # a thread's fp32 values summed as a tree of v_pk_add_f32 (two adds an instruction: passes/reduce.py
     # _summed_in_pairs) rather than one v_add_f32 each; a packed-f32 op waits out an MFMA's whole hold (S33)
     packed_f32_sums: bool = True
+    # a fragment scaled by a per-row factor (flash attention's `acc_o *= scores_scale`) as v_pk_mul_f32 on pairs even
+    # in a kernel that runs MFMAs; False: there one v_mul_f32 an element, which issues under an MFMA where a
+    # packed-f32 op waits out the MFMA's whole hold (S33; the other wave's MFMAs of a SIMD hold it too). Kernels
+    # without MFMAs always take the packed form (half the instructions)
+    packed_f32_scales: bool = True
     extra: dict = field(default_factory=dict)
 
     def acc_fill_mfmas(self) -> tuple:
@@ -451,7 +456,7 @@ GFX942 = Arch(
     # 256x256x64 bf16 at 8192^3, 2.151 M cycles against 2.824 M with both groups in step, 2.730 M at 4 waves) and
     # s_setprio 0 in it (1 around the MFMA cluster: 2.157 M)
     gemm_ping_pong_staged_waves=8,
-    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI300X 428 -> 498 TFLOP/s
+    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI300X 468 -> 578 TFLOP/s
     mixed_loop_mfma_prio=1,
     # 16-pass f16 MFMAs hold a packed-f32 op 18 slots (S33), and beside another wave's MFMAs at s_setprio 1 the
     # row sum's v_pk_add_f32 tree waits them out: the model, issue 21's GQA attention at 256 x 64 over 512 threads
@@ -512,8 +517,12 @@ GFX950 = Arch(
     # 1.094 M cycles against 1.371 M with both groups in step) and s_setprio 0 in it (1 around the MFMA cluster:
     # 1.101 M; the two groups issue different categories, so the priority only costs its issue slots)
     gemm_ping_pong_waves=8,
-    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI355X 870 -> 899 TFLOP/s
-    # (its best, 128 x 64 over 256 threads, has one wave of a workgroup a SIMD: no s_setprio)
+    # flash attention, GQA 64/8 d=128 s=16384 on MI355X (bench/attention_loop.py, every trip simulated): 256x64 over
+    # 512 threads 1,123 -> 1,270 TFLOP/s with one v_mul_f32 an element, 128x64 over 256 threads 1,134 -> 1,201, its
+    # llvm-mca cycles a KV tile 341.1 -> 335.2; MI300X's 256x64 kernel measured 574 -> 564, so gfx942 keeps the pairs
+    packed_f32_scales=False,
+    # the model: issue 21's GQA attention (d 128, s 16384) at 256 x 64 over 512 threads on MI355X 1,288 -> 1,312
+    # TFLOP/s (amdgcn/priority.py; its best before, 128 x 64 over 256 threads, has one wave of a workgroup a SIMD)
     mixed_loop_mfma_prio=1,
     # gfx950 has v_permlane16/32_swap (LLVM checkPermlaneHazards: 2 after a VALU write of an operand, 4 after v_cmpx)
     **{**_COMMON, "lds_banks": 64,

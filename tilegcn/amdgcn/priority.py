@@ -1,21 +1,24 @@
-"""`s_setprio` around the MFMA runs of loops that alternate matrix work with vector work (flash attention's KV loop:
-QK^T, the softmax, PV), for workgroups that put two or more of their waves on a SIMD.
+"""`s_setprio` around the MFMAs that a loop step's vector work waits for (flash attention's KV loop: QK^T, whose
+scores the softmax reads), for workgroups that put two or more of their waves on a SIMD.
 
 Why: such a loop has one barrier a step, so the waves of a SIMD leave it together and would run the same phase at
 the same time: both their MFMAs, then both their softmaxes with the matrix pipe idle. A raised priority over the
-MFMA runs breaks the tie: the SIMD issues the MFMAs of the wave that reached them before the vector work of the
-wave still in its softmax, so one wave's softmax runs beside the other's MFMAs (the schedule the 8-wave FAv3
-assembly of aiter and HipKittens' attention kernels use; both raise `s_setprio` around their MFMA clusters). The
-timing model (perfmodel/cu.py: waves tried in s_setprio order, then oldest first) decides per arch
-(`Arch.mixed_loop_mfma_prio`): issue 21's GQA attention at 256 x 64 over 512 threads on MI300X, 428 -> 498
-TFLOP/s. A GEMM K loop (no vector work between its MFMA runs) gains nothing and is left alone (amdgcn/schedule.py
-says why s_setprio is not emitted there).
+MFMAs on the step's critical path (those whose results the step's vector work reads) breaks the tie: the SIMD issues
+them for the wave that reached them before the work of the wave past them (its softmax, its PV MFMAs), so one
+wave's QK^T runs beside the other's softmax and PV (the schedule the 8-wave FAv3 assembly of aiter and HipKittens'
+attention kernels use; both raise `s_setprio` around an MFMA cluster). The timing model (perfmodel/cu.py: waves
+tried in s_setprio order, then oldest first) decides per arch (`Arch.mixed_loop_mfma_prio`). Issue 21's GQA
+attention at 256 x 64 over 512 threads (bench/attention_loop.py, every trip simulated): MI355X 1,288 TFLOP/s with
+no s_setprio, 1,270 with it around every run of MFMAs (the rule before: each MFMA between the rescale's v_mul_f32s
+is a run of its own, 64 s_setprio a step), 1,312 with this rule; MI300X 468 with none, 574 around every run, 578
+with this rule. A GEMM K loop (no vector work between its MFMA runs) gains nothing and is left alone
+(amdgcn/schedule.py says why s_setprio is not emitted there).
 
-What counts: a run starts at an MFMA and lasts until the next VALU instruction that is not an MFMA (LDS reads,
-waits, scalar and memory instructions stay in it); `s_setprio level` goes before its first MFMA, `s_setprio 0`
-before that VALU instruction. A loop is the instructions from a label to the last branch back to it; a loop whose
-body ends inside a run gets `s_setprio 0` after its back branch, so the code after the loop runs at the normal
-priority (a branch out of the loop's middle leaves it raised until the next vector instruction).
+What counts, per barrier segment of a loop body (the instructions between two `s_barrier`s, or a barrier and the
+body's ends): the MFMAs whose results a later VALU instruction of the segment reads, directly or through the MFMAs
+that accumulate onto them. `s_setprio level` goes before the first of them and `s_setprio 0` after the last
+(everything between issues raised, vector work included), or before a branch between them, so no branch leaves the
+loop at a raised priority. A loop is the instructions from a label to the last branch back to it.
 """
 from __future__ import annotations
 
@@ -46,18 +49,47 @@ def _mixed_loops(insts: list) -> list:
 
 
 def _raised(body: list, level: int) -> list:
-    out, raised = [], False
+    """`body` (a loop from its label to its back branch) with each barrier segment's MFMAs that its vector work
+    waits for raised to `level` (module docstring)."""
+    out: list = []
+    segment: list = []
     for inst in body:
-        if inst.kind == isa.MFMA and not raised:
-            out.append(_setprio(level, "MFMAs first while another wave of the SIMD runs vector work"))
-            raised = True
-        elif inst.kind == isa.VALU and raised:
-            out.append(_setprio(0))
-            raised = False
-        out.append(inst)
-    if raised:  # after the back branch: the code after the loop runs at the normal priority
-        out.append(_setprio(0))
-    return out
+        segment.append(inst)
+        if inst.kind == isa.BARRIER:
+            out += _raised_segment(segment, level)
+            segment = []
+    return out + _raised_segment(segment, level)
+
+
+def _raised_segment(segment: list, level: int) -> list:
+    feeding = _feeding_mfmas(segment)
+    if not feeding:
+        return list(segment)
+    first, last = feeding[0], feeding[-1]
+    branch = next((i for i in range(first, last) if segment[i].kind == isa.BRANCH), None)
+    if branch is not None:  # (not seen in the loops this pass raises: no exit at a raised priority)
+        last = branch - 1
+    return (segment[:first] + [_setprio(level, "the MFMAs this step's vector work waits for go first")]
+            + segment[first:last + 1] + [_setprio(0)] + segment[last + 1:])
+
+
+def _feeding_mfmas(segment: list) -> list:
+    """Indices, in order, of the MFMAs of `segment` whose results a later VALU instruction of it reads, directly or
+    through the MFMAs accumulating onto them (QK^T's k steps into a score block the row max reads)."""
+    units = lambda regs: {u for r in regs for u in r.unit_ids}  # noqa: E731
+    needed: set = set()  # register units a later VALU instruction reads, as the walk back stands
+    feeding = []
+    for i in range(len(segment) - 1, -1, -1):
+        inst = segment[i]
+        written = units(inst.defs)
+        if inst.kind == isa.MFMA and written & needed:
+            feeding.append(i)
+            needed = (needed - written) | units(inst.uses)
+            continue
+        needed -= written
+        if inst.kind == isa.VALU:
+            needed |= units(inst.uses)
+    return feeding[::-1]
 
 
 def _setprio(level: int, comment: str = "") -> Inst:

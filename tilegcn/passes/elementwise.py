@@ -1218,8 +1218,11 @@ def _scaled_in_pairs(ctx: Context, s: TileOp, lay, ev: ElementEvaluator) -> bool
     fewer indices (flash attention's rescale of its output by each row's factor): two elements an instruction,
     v_pk_mul_f32 on register pairs (gfx90a and later; the emulated device runs it, tests/test_isa_table.py assembles
     it), y's one register read for both halves (op_sel_hi) where both elements take the same factor. Returns False,
-    emitting nothing, where the statement has another form or x's registers do not pair up."""
+    emitting nothing, where the statement has another form or x's registers do not pair up, or where the kernel runs
+    MFMAs on an arch whose packed-f32 ops would wait out their holds (Arch.packed_f32_scales)."""
     value, x = s.value, s.buffer
+    if ctx.gemm_plans and not ctx.b.arch.packed_f32_scales:  # Arch.packed_f32_scales: under MFMAs, one op each
+        return False
     if not (isinstance(value, N.Call) and value.fn == "mul" and len(value.args) == 2 and x.dtype == float32
             and lay.regs.file == "v" and not lay.packed and lay.elems % 2 == 0 and lay.regs.count >= 2):
         return False

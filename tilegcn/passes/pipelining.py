@@ -234,7 +234,14 @@ def _rewrite(stmts: list, arch, by_dma, split: dict, program: list, phases: bool
     out = []
     for s in stmts:
         if pipelinable(s, carried) and _on_device(s):
-            out.extend(_pipeline_on_device(s, wait_first=step_order(s, arch, by_dma, threads) != ISSUE_FIRST))
+            wait_first = step_order(s, arch, by_dma, threads) != ISSUE_FIRST
+            by_lds_dma = all(by_dma(c.dst.buffer) for c in _loads(s))  # (_pipeline_rotated_on_device says why)
+            rotated = _rotation(s, program, rotate) if wait_first and by_lds_dma and twins is not None else None
+            if rotated is not None:
+                twins.extend(rotated[2].values())
+                out.extend(_pipeline_rotated_on_device(s, *rotated))
+            else:
+                out.extend(_pipeline_on_device(s, wait_first=wait_first))
         elif pipelinable(s, carried):
             order = step_order(s, arch, by_dma, threads)
             if order in (PHASES, PING_PONG) and not phases:
@@ -501,7 +508,8 @@ def _rotated_split(loop, program: list, at: str = FIRST_GEMM):
     acc_o and PV); head = the ones before (score init, QK^T and the online softmax up to the cast of P), so the
     softmax of tile k + 1 sits beside PV of tile k.
 
-    Taken where reordering is exact: num_stages=2 and a known trip count; each tile loaded once, read by the head's
+    Taken where reordering is exact: num_stages=2 and a trip count known when compiling, or only on the device
+    (`_pipeline_rotated_on_device`: a causal bound); each tile loaded once, read by the head's
     or by the tail's statements, not both; the head writes fragments only; the tail writes nothing the head reads
     but has written first (head(k + 1) runs before tail(k)). The fragments the head writes and the tail touches are
     twinned (twins: fragment -> its second copy, the steps alternating: tail(k) reads tile k's while head(k + 1)
@@ -511,7 +519,7 @@ def _rotated_split(loop, program: list, at: str = FIRST_GEMM):
     the head alone touches (the online softmax's running max and sum) stay single: head(0), head(1), ... still
     run in order, each once, so they may be read after the loop (`_pipeline_rotated` then never runs a head on a
     tile past the end)."""
-    if loop.num_stages != 2 or not isinstance(loop.extent, int) or not _carried(loop):
+    if loop.num_stages != 2 or not (_on_device(loop) or isinstance(loop.extent, int)) or not _carried(loop):
         return None
     work = [x for x in loop.body if x.k_loop_role() != LOAD]
     cut = _first_gemm_cut(work) if at == FIRST_GEMM else _last_accumulator_cut(work)
@@ -591,22 +599,14 @@ def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
     one step to land."""
     n, k = loop.extent, loop.var
     AsyncCopy, CommitGroup, WaitGroup = (op_class(name) for name in ("async_copy", "commit_group", "wait_group"))
-    head_reads = {r.buffer for x in head for r in x.reads()}
-    head_copies = [c for c in _loads(loop) if c.dst.buffer in head_reads]
-    tail_copies = [c for c in _loads(loop) if c.dst.buffer not in head_reads]
+    head_copies, tail_copies = _head_and_tail_copies(loop, head)
     spare_head = {r.buffer for x in head for r in x.writes()} <= set(twins)  # a head past the end harms nothing
 
     def issue(copies, kk, stage: int, live) -> list:
         return [AsyncCopy(_at(c.src, k, kk), c.dst, stage=stage, loc=c.loc, live=live) for c in copies]
 
-    def part(stmts, kk, parity: int) -> list:  # the statements at loop variable kk, fragments of set `parity`
-        out = []
-        for x in stmts:
-            x = substituted(x, {k: kk})
-            if x.k_loop_role() == COMPUTE:
-                x = dataclasses.replace(x, stage=parity)
-            out.append(_with_buffers(x, twins) if parity else x)
-        return out
+    def part(stmts, kk, parity: int) -> list:
+        return _rotated_part(stmts, k, kk, parity, twins)
 
     def step(kk, j: int, live, ahead=True) -> list:  # step kk (kk % 2 == j): head(kk + 1) beside tail(kk)
         out = [WaitGroup(0, loc=loop.loc)] + (issue(head_copies, kk + 2, j, live(kk, 2)) if ahead else [])
@@ -636,6 +636,73 @@ def _pipeline_rotated(loop, head: list, tail: list, twins: dict) -> list:
             out.append(dataclasses.replace(loop, var=var, extent=1, num_stages=1, body=body))
     if n % 2 or not spare_head:
         out += [WaitGroup(0, loc=loop.loc)] + part(tail, sympy.Integer(n - 1), (n - 1) % 2)
+    return out
+
+
+def _pipeline_rotated_on_device(loop, head: list, tail: list, twins: dict) -> list:
+    """`_pipeline_rotated` for a trip count n = stop - start only the device knows (flash attention's causal bound):
+    the same steps, each copy masked by its tile (AsyncCopy.live = (tile, stop)), in a device loop over trips of
+    two steps that leaves where the steps run out (LoopExit), as `_pipeline_on_device` does:
+
+        if start < stop:
+            prologue:  copies of head tile start; commit; of head tile start + 1, tail tile start; commit;
+                       wait_group(1); head(start)
+            for k_ in range(start, stop - 1, 2):  step k_; exit unless k_ + 1 < stop - 1; step k_ + 1
+            wait_group(0); tail(stop - 1), its fragments and stages those of its parity: (n - 1) % 2, a branch
+
+    Step k is `_pipeline_rotated`'s (head(k + 1) beside tail(k), its parity (k - start) % 2, a constant in the
+    unrolled trip). No head runs past tile stop - 1 (the running max and sum stay exact); every step waits for all
+    its copies (wait_group(0)), so the early exit leaves no wait count to fix. n <= 0 runs nothing, as the loop.
+    Only for copies by LDS DMA (`_rewrite`): a register-staged copy (gfx942) is written to LDS at the wait after
+    it, and the wait after this loop, which the last tail needs, would write the staging registers of the trip's
+    second step on a path that left after its first (the emulator refuses the race that makes)."""
+    k, start, stop = loop.var, loop.start, loop.stop
+    AsyncCopy, CommitGroup, WaitGroup, LoopExit, If = (op_class(name) for name in (
+        "async_copy", "commit_group", "wait_group", "loop_exit", "if"))
+    head_copies, tail_copies = _head_and_tail_copies(loop, head)
+
+    def issue(copies, tile, stage: int) -> list:
+        return [AsyncCopy(_at(c.src, k, tile), c.dst, stage=stage, loc=c.loc, live=(tile, stop)) for c in copies]
+
+    def part(stmts, kk, parity: int) -> list:
+        return _rotated_part(stmts, k, kk, parity, twins)
+
+    def step(kk, j: int) -> list:  # step kk, (kk - start) % 2 == j: head(kk + 1) beside tail(kk)
+        out = [WaitGroup(0, loc=loop.loc)] + issue(head_copies, kk + 2, j) + issue(tail_copies, kk + 1, 1 - j)
+        return out + [CommitGroup(loc=loop.loc)] + part(head, kk + 1, 1 - j) + part(tail, kk, j)
+
+    body = issue(head_copies, start, 0) + [CommitGroup(loc=loop.loc)]
+    body += issue(head_copies, start + 1, 1) + issue(tail_copies, start, 0) + [CommitGroup(loc=loop.loc)]
+    body += [WaitGroup(1, loc=loop.loc)] + part(head, start, 0)
+    var = sympy.Symbol(f"{k}_", integer=True)
+    trip = step(var, 0) + [LoopExit(N.Condition("lt", (var + 1, stop - 1)), loc=loop.loc)] + step(var + 1, 1)
+    body.append(dataclasses.replace(loop, var=var, start=start, stop=stop - 1, step=2, num_stages=1, body=trip))
+    last = stop - 1
+    parity = sympy.Mod(stop - 1 - start, 2)  # SymPy may know it (a causal bound of even tile counts)
+    if parity.is_Integer:
+        final = part(tail, last, int(parity))
+    else:
+        final = [If(N.Condition("eq", (parity, 0)), part(tail, last, 0), part(tail, last, 1), loc=loop.loc)]
+    body += [WaitGroup(0, loc=loop.loc)] + final
+    return [If(N.Condition("lt", (start, stop)), body, [], loc=loop.loc)]
+
+
+def _head_and_tail_copies(loop, head: list) -> tuple:
+    """(the copies of the tiles `head` reads, the others) of a rotated loop."""
+    head_reads = {r.buffer for x in head for r in x.reads()}
+    loads = _loads(loop)
+    return [c for c in loads if c.dst.buffer in head_reads], [c for c in loads if c.dst.buffer not in head_reads]
+
+
+def _rotated_part(stmts: list, k, kk, parity: int, twins: dict) -> list:
+    """`stmts` at loop variable `k` = `kk`, their gemms reading stage `parity` and their twinned fragments those of
+    set `parity` (the second copies for 1)."""
+    out = []
+    for x in stmts:
+        x = substituted(x, {k: kk})
+        if x.k_loop_role() == COMPUTE:
+            x = dataclasses.replace(x, stage=parity)
+        out.append(_with_buffers(x, twins) if parity else x)
     return out
 
 
