@@ -178,3 +178,24 @@ def test_attention_over_0_to_5_device_key_tiles_runs_the_in_wave_pipeline():
     ir = prefix_attention.compile(q, k, v, out, arch="gfx950").ir.split("after the tile-IR passes")[1]
     assert "alloc fragment acc_s_cast_next" in ir and "exit loop unless" in ir
     assert "if Mod(" in ir
+
+
+def test_causal_loop_runs_its_whole_tiles_without_the_mask_and_matches_torch():
+    """gfx950, TileLang's causal GQA forward at d = 128 (128 x 64 tiles, 256 threads, two stages: the in-wave
+    pipeline), 576 tokens: query tile bx runs min(9, 2 bx + 2) key tiles, of which those up to 2 bx - 1 are whole
+    (left of the diagonal). Those steps run first in a loop of their own, an even number of them, whose scores start
+    from the mask's 0 (`fill acc_s = 0.0`: no compare, no select), the rest in the masked loop: 0 whole steps for
+    tile 0, then 0, 2, 4, 6 beside 2 to 3 masked ones, an odd key-tile count for the last; against torch."""
+    g = torch.Generator().manual_seed(4)
+    Q = torch.randn(1, 576, 2, 128, generator=g).half()
+    K, V = (torch.randn(1, 576, 1, 128, generator=g).half() for _ in range(2))
+    kernel = example_gqa_fwd_bshd.flashattn(1, 2, 576, 128, True, groups=2, block_M=128, block_N=64, num_stages=2,
+                                            threads=256)
+    out = kernel(Q, K, V, arch="gfx950")
+    bhsd = [x.float().transpose(1, 2).repeat_interleave(2 // x.size(2), dim=1) for x in (Q, K, V)]
+    ref = F.scaled_dot_product_attention(*bhsd, is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out, ref.half(), rtol=1e-2, atol=1e-2)
+    ir = kernel.compile(Q, K, V, arch="gfx950").ir.split("after the tile-IR passes")[1]
+    loops = ir.split("    for ")[1:]
+    assert len(loops) == 2 and "fill acc_s = 0.0" in loops[0] and "if_then_else" not in loops[0]
+    assert "if_then_else" in loops[1] and "exit loop unless" in loops[1]

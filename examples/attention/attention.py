@@ -11,8 +11,8 @@ The tile (`--block-m` query rows x `--block-n` keys per step, `--threads`, `--st
 of the configs upstream's autotune space offers by the timing model at issue 21's GQA shape, every loop trip
 simulated (bench/attention_loop.py prints them all), two stages each (the next K/V tiles in flight during a step, Q
 in registers): 256 x 64 over 512 threads, one workgroup of 8 waves a CU, on gfx950 (K/V by LDS DMA; non-causal
-1,312 TFLOP/s against 1,201 for 128 x 64 over 256 threads, causal 983 against 868) and on gfx942 (register-staged
-loads).
+1,312 TFLOP/s against 1,201 for 128 x 64 over 256 threads, causal 1,112 against 1,040) and on gfx942
+(register-staged loads).
 """
 import argparse
 import pathlib

@@ -653,6 +653,10 @@ def _pipeline_rotated_on_device(loop, head: list, tail: list, twins: dict) -> li
     Step k is `_pipeline_rotated`'s (head(k + 1) beside tail(k), its parity (k - start) % 2, a constant in the
     unrolled trip). No head runs past tile stop - 1 (the running max and sum stay exact); every step waits for all
     its copies (wait_group(0)), so the early exit leaves no wait count to fix. n <= 0 runs nothing, as the loop.
+    Where the head's mask keeps whole the tiles below a bound the device computes (`_full_tile_steps`: causal
+    attention's tiles left of the diagonal), the steps whose next tile is such come first, an even number of them,
+    in a loop of their own whose head writes the mask's constant instead (`T.fill`: zeros fold into QK^T's first
+    MFMAs), and the masked loop takes the rest from the same parity.
     Only for copies by LDS DMA (`_rewrite`): a register-staged copy (gfx942) is written to LDS at the wait after
     it, and the wait after this loop, which the last tail needs, would write the staging registers of the trip's
     second step on a path that left after its first (the emulator refuses the race that makes)."""
@@ -667,16 +671,25 @@ def _pipeline_rotated_on_device(loop, head: list, tail: list, twins: dict) -> li
     def part(stmts, kk, parity: int) -> list:
         return _rotated_part(stmts, k, kk, parity, twins)
 
-    def step(kk, j: int) -> list:  # step kk, (kk - start) % 2 == j: head(kk + 1) beside tail(kk)
+    def step(kk, j: int, head_stmts=head) -> list:  # step kk, (kk - start) % 2 == j: head(kk + 1) beside tail(kk)
         out = [WaitGroup(0, loc=loop.loc)] + issue(head_copies, kk + 2, j) + issue(tail_copies, kk + 1, 1 - j)
-        return out + [CommitGroup(loc=loop.loc)] + part(head, kk + 1, 1 - j) + part(tail, kk, j)
+        return out + [CommitGroup(loc=loop.loc)] + part(head_stmts, kk + 1, 1 - j) + part(tail, kk, j)
 
     body = issue(head_copies, start, 0) + [CommitGroup(loc=loop.loc)]
     body += issue(head_copies, start + 1, 1) + issue(tail_copies, start, 0) + [CommitGroup(loc=loop.loc)]
     body += [WaitGroup(1, loc=loop.loc)] + part(head, start, 0)
+    masked_from = start
+    full = _full_tile_steps(head, k, start, stop)
+    if full is not None:
+        masked_from, whole_head = full
+        var = sympy.Symbol(f"{k}_w", integer=True)
+        trip = step(var, 0, whole_head) + step(var + 1, 1, whole_head)
+        body.append(dataclasses.replace(loop, var=var, start=start, stop=masked_from, step=2, num_stages=1,
+                                        body=trip))
     var = sympy.Symbol(f"{k}_", integer=True)
     trip = step(var, 0) + [LoopExit(N.Condition("lt", (var + 1, stop - 1)), loc=loop.loc)] + step(var + 1, 1)
-    body.append(dataclasses.replace(loop, var=var, start=start, stop=stop - 1, step=2, num_stages=1, body=trip))
+    body.append(dataclasses.replace(loop, var=var, start=masked_from, stop=stop - 1, step=2, num_stages=1,
+                                    body=trip))
     last = stop - 1
     parity = sympy.Mod(stop - 1 - start, 2)  # SymPy may know it (a causal bound of even tile counts)
     if parity.is_Integer:
@@ -685,6 +698,56 @@ def _pipeline_rotated_on_device(loop, head: list, tail: list, twins: dict) -> li
         final = [If(N.Condition("eq", (parity, 0)), part(tail, last, 0), part(tail, last, 1), loc=loop.loc)]
     body += [WaitGroup(0, loc=loop.loc)] + final
     return [If(N.Condition("lt", (start, stop)), body, [], loc=loop.loc)]
+
+
+def _full_tile_steps(head: list, k, start, stop):
+    """(the first step of the masked loop, the head with its mask replaced) where `head` writes a fragment with
+    `T.if_then_else(a OP b, c1, c2)` (OP one of >=, >, <=, <; a, b index expressions affine in the T.Parallel indices
+    and the loop variable k; c1 a constant) and the condition holds for every element of tile k exactly when k <=
+    some bound K (causal attention: `bx * block_M + i >= k * block_N + j`, K = floor((bx * block_M - block_N + 1) /
+    block_N)). The whole-tile steps are those whose head tile k + 1 is <= K, an even number of them from `start`:
+    the masked loop starts at start + 2 * floor(max(0, min(K, stop - 1) - start) / 2); the replacement head writes c1
+    everywhere (a `T.fill`). None where no statement of the head has that form."""
+    Fill = op_class("fill")
+    for at, x in enumerate(head):
+        bound = _whole_below(x, k)
+        if bound is None:
+            continue
+        # (kept >= 0: the device divides by a power of two with a logical shift)
+        whole_steps = sympy.Max(0, sympy.Min(bound, stop - 1) - start)
+        first_masked = start + 2 * sympy.floor(whole_steps / 2)
+        whole = Fill(x.buffer, float(x.value.args[1].value), loc=x.loc)
+        return first_masked, head[:at] + [whole] + head[at + 1:]
+    return None
+
+
+def _whole_below(x, k):
+    """K for a T.Parallel mask `x` of `_full_tile_steps`'s form (its condition holds for every element exactly when
+    k <= K), else None."""
+    v = x.value if x.opname == "parallel" and x.index is None else None
+    if not (isinstance(v, N.Call) and v.fn == "if_then_else" and isinstance(v.args[1], N.Const)
+            and isinstance(v.args[1].value, (int, float)) and tuple(x.extents) == tuple(x.buffer.shape)):
+        return None
+    cond = v.args[0]
+    if not (isinstance(cond, N.Call) and cond.fn in ("ge", "gt", "le", "lt")
+            and all(isinstance(a, N.IndexValue) for a in cond.args)):
+        return None
+    a, b = (sympy.expand(sympy.sympify(c.expr)) for c in cond.args)
+    if cond.fn in ("le", "lt"):
+        a, b = b, a
+    d = a - b  # the condition: d >= t, t = 0 for >= and <=, 1 for > and < (ints)
+    least = d
+    for index, extent in zip(x.indices, x.extents):
+        c = d.coeff(index)
+        if not (c.is_Integer and (d - c * index).free_symbols.isdisjoint({index})):
+            return None
+        least = least.subs(index, 0 if c >= 0 else extent - 1)
+    ck = sympy.expand(least).coeff(k)
+    rest = sympy.expand(least - ck * k)
+    if not (ck.is_Integer and ck < 0 and k not in rest.free_symbols):
+        return None
+    # least = ck * k + rest >= t  <=>  k <= floor((rest - t) / -ck)
+    return sympy.floor((rest - {"ge": 0, "gt": 1, "le": 0, "lt": 1}[cond.fn]) / -ck)
 
 
 def _head_and_tail_copies(loop, head: list) -> tuple:
