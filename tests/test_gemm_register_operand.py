@@ -60,19 +60,22 @@ def test_accumulator_cast_is_the_next_gemms_a_operand(arch, threads, policy, rou
 
 
 @tilegcn.jit
-def _gemm_a_fragment(A, B, C):
+def _gemm_a_fragment(A, B, C, *, dtype=T.bfloat16, transpose_B=False):
+    """C = A @ B with A copied from memory straight into a fragment (the MFMA operand layout); B (N, K) where
+    `transpose_B`."""
     M, N, K = T.const("M, N, K")
-    A: T.Tensor((M, K), T.bfloat16)
-    B: T.Tensor((K, N), T.bfloat16)
+    b_shape = (N, K) if transpose_B else (K, N)
+    A: T.Tensor((M, K), dtype)
+    B: T.Tensor(b_shape, dtype)
     C: T.Tensor((M, N), T.float32)
     with T.Kernel(1, threads=128):
-        a = T.alloc_fragment((M, K), T.bfloat16)
-        b = T.alloc_shared((K, N), T.bfloat16)
+        a = T.alloc_fragment((M, K), dtype)
+        b = T.alloc_shared(b_shape, dtype)
         c = T.alloc_fragment((M, N), T.float32)
         T.clear(c)
-        T.copy(A, a)  # straight into the MFMA operand layout
+        T.copy(A, a)
         T.copy(B, b)
-        T.gemm(a, b, c)
+        T.gemm(a, b, c, transpose_B=transpose_B)
         T.copy(c, C)
 
 
@@ -83,32 +86,15 @@ def test_a_fragment_loaded_from_global_memory():
     torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
 
 
-@tilegcn.jit
-def _gemm_a_fragment_nt(A, B, C):
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor((M, K), T.float16)
-    B: T.Tensor((N, K), T.float16)
-    C: T.Tensor((M, N), T.float32)
-    with T.Kernel(1, threads=128):
-        a = T.alloc_fragment((M, K), T.float16)
-        b = T.alloc_shared((N, K), T.float16)
-        c = T.alloc_fragment((M, N), T.float32)
-        T.clear(c)
-        T.copy(A, a)
-        T.copy(B, b)
-        T.gemm(a, b, c, transpose_B=True)
-        T.copy(c, C)
-
-
 def test_a_fragment_from_memory_takes_one_b_read_an_mfma_on_gfx950():
     """An A fragment only loaded from memory (flash attention's Q) holds a lane's 8 k of a 32x32x16 MFMA as one
     16-byte chunk, so a K-major B is read as beside a shared A: one ds_read_b128 an MFMA, no ds_read_b64 pairs
     (those stay for an accumulator cast to A, whose k order is the accumulator's)."""
     A, B = _inputs(64, 64, D=64)
     C = torch.zeros(64, 64)
-    _gemm_a_fragment_nt(A, B, C, arch="gfx950")
+    _gemm_a_fragment(A, B, C, dtype=T.float16, transpose_B=True, arch="gfx950")
     torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
-    asm = _gemm_a_fragment_nt.compile(A, B, C, arch="gfx950").asm
+    asm = _gemm_a_fragment.compile(A, B, C, dtype=T.float16, transpose_B=True, arch="gfx950").asm
     assert "ds_read_b128" in asm and "ds_read_b64 " not in asm
 
 
