@@ -31,6 +31,12 @@ with their MFMAs (`reads in MFMA cluster`) and prefetched at the end of the vect
 The edit moves instructions across their dependencies (the rescale after the PV it should precede), so the code
 computes nothing useful: it is a timing probe only, the same instructions in the ping-pong's order.
 
+Two more probes put llvm-mca's one-wave view beside the model's (each probe row also gives its llvm-mca ratio): the
+rescale of the accumulator as `v_pk_mul_f32` pairs (half its instructions; llvm-mca books a packed op at one cycle,
+the model holds it behind every MFMA of the SIMD, S33), and the rescale's first multiplies, which the scheduler
+issues while QK^T's first LDS reads land, moved under QK^T's last MFMAs, where llvm-mca (LDS reads at 5 cycles, no
+other wave) sees the MFMA pipe wait for work.
+
 `--setprio` also prints, per config, the model's TFLOP/s of the same kernel with `s_setprio 1` before each run of
 MFMAs of the KV loop and `s_setprio 0` before the VALU instruction after it (the edited `.s` through
 `CompiledKernel.with_asm`; the rule amdgcn/priority.py had before issue 21's session 26): whether raising the MFMA
@@ -163,23 +169,80 @@ def _row(arch: str, config: str, dim: int, estimate: bool, shape: str = "gqa", s
     print(f"{name:<28}" + "".join(f"{m[c]:>8.1f}" if c != "ratio" else f"{m[c]:>8.2f}" for c in COLUMNS)
           + f"{regs:>9}" + tail, flush=True)
     if probes:
-        _probes(k, threads, 4 * SHAPES[shape][0] * SHAPES[shape][1] * SHAPES[shape][3] ** 2 * dim, detail)
+        flops = 4 * SHAPES[shape][0] * SHAPES[shape][1] * SHAPES[shape][3] ** 2 * dim
+        _probes(k, arch, threads, (bm, bn, threads, dim), flops, detail)
 
 
-def _probes(k, threads: int, flops: float, detail):
+def _probes(k, arch: str, threads: int, tile: tuple, flops: float, detail):
     """The `--probes` rows of one compiled kernel (the module docstring)."""
     edits = {"in-wave loop without packed-f32 ops": lambda asm: without_loop_lines(asm, PACKED_F32_VALU.match),
-             "in-wave loop without VALU ops": lambda asm: without_loop_lines(asm, _is_valu)}
+             "in-wave loop without VALU ops": lambda asm: without_loop_lines(asm, _is_valu),
+             "rescale as v_pk_mul_f32 pairs": packed_rescale,
+             "rescale's first muls moved under QK^T's last MFMAs": rescale_under_last_mfmas}
     if threads % 128 == 0:
         edits["ping-pong order, reads in MFMA cluster"] = lambda asm: ping_pong_order(asm, threads // 64, False)
         edits["ping-pong order, reads in VALU cluster"] = lambda asm: ping_pong_order(asm, threads // 64, True)
     for what, edit in edits.items():
         path = Path(tempfile.mkdtemp()) / "probe.s"
-        path.write_text(edit(k.asm))
+        text = edit(k.asm)
+        path.write_text(text)
         e = k.with_asm(str(path)).estimate(detail_iterations=detail)
         print(f"  probe, {what}: {flops / e.seconds / 1e12:.1f} TFLOP/s, MFMA pipe "
-              f"{e.breakdown['mfma_busy_pct']:.1f} % busy, barrier stalls {e.breakdown['stall_barrier_pct']:.1f} %",
-              flush=True)
+              f"{e.breakdown['mfma_busy_pct']:.1f} % busy, barrier stalls {e.breakdown['stall_barrier_pct']:.1f} %, "
+              f"llvm-mca {loop_metrics(text, arch, *tile)['ratio']:.2f} x the MFMA bound", flush=True)
+
+
+_RESCALE = re.compile(r"\s*v_mul_f32 v(\d+), v\1, v(\d+)$")  # acc_o *= scores_scale: one element a v_mul_f32
+
+
+def packed_rescale(asm: str) -> str:
+    """`asm` with its last loop's rescale of the accumulator (`v_mul_f32 vN, vN, vF`, gfx950's form:
+    Arch.packed_f32_scales) as one `v_pk_mul_f32` for each even N whose N + 1 follows within a few lines, in the
+    first one's place: the form with half the instructions, which llvm-mca books at one cycle like any VALU op and
+    the timing model holds behind every MFMA of the SIMD (S33). Computes what the kernel does (a probe all the same:
+    nothing runs it)."""
+    lines = asm.splitlines()
+    start, end = _loop_span(lines)
+    body = lines[start + 1:end]
+    for i, ln in enumerate(body):
+        first = _RESCALE.match(ln or "")
+        if not first or int(first[1]) % 2 or int(first[2]) % 2:
+            continue
+        n, f = int(first[1]), int(first[2])
+        for j in range(i + 1, min(i + 16, len(body))):
+            second = _RESCALE.match(body[j] or "")
+            if second and int(second[1]) == n + 1 and int(second[2]) == f:
+                body[i] = f"  v_pk_mul_f32 v[{n}:{n + 1}], v[{n}:{n + 1}], v[{f}:{f + 1}] op_sel_hi:[1,0]"
+                body[j] = None
+                break
+    return "\n".join(lines[:start + 1] + [ln for ln in body if ln is not None] + lines[end:]) + "\n"
+
+
+def rescale_under_last_mfmas(asm: str, moved: int = 9) -> str:
+    """`asm` with the first `moved` rescale multiplies of each step of its last loop (those the scheduler issues
+    while QK^T's first LDS reads land, before its first MFMA) moved, three at a time, before QK^T's last three MFMAs,
+    where llvm-mca's one-wave view sees the MFMA pipe stall for want of other work (timing only: a step's QK^T is
+    its first 16 MFMAs, d128 x 64 keys a wave)."""
+    lines = asm.splitlines()
+    start, end = _loop_span(lines)
+    body = lines[start + 1:end]
+    op = lambda ln: ln.strip().split(" ")[0]  # noqa: E731
+    barriers = [i for i, ln in enumerate(body) if op(ln) == "s_barrier"] + [len(body)]
+    out = body[:barriers[0]]
+    for b, nxt in zip(barriers, barriers[1:]):
+        step = body[b:nxt]
+        mfmas = [i for i, ln in enumerate(step) if op(ln).startswith("v_mfma")]
+        early = [i for i in range(mfmas[0]) if _RESCALE.match(step[i])][:moved] if mfmas else []
+        if len(mfmas) < 16 or not early:
+            out += step
+            continue
+        targets = [m - 1 if op(step[m - 1]) == "s_waitcnt" else m for m in mfmas[13:16]]
+        groups = [early[k::3] for k in range(3)]
+        placed = {t: [step[i] for i in g] for t, g in zip(targets, groups)}
+        for i, ln in enumerate(step):
+            if i not in early:
+                out += placed.get(i, []) + [ln]
+    return "\n".join(lines[:start + 1] + out + lines[end:]) + "\n"
 
 
 def _is_valu(op: str) -> bool:
