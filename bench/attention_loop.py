@@ -226,23 +226,26 @@ def rescale_under_last_mfmas(asm: str, moved: int = 9) -> str:
     lines = asm.splitlines()
     start, end = _loop_span(lines)
     body = lines[start + 1:end]
-    op = lambda ln: ln.strip().split(" ")[0]  # noqa: E731
-    barriers = [i for i, ln in enumerate(body) if op(ln) == "s_barrier"] + [len(body)]
+    barriers = [i for i, ln in enumerate(body) if _opcode(ln) == "s_barrier"] + [len(body)]
     out = body[:barriers[0]]
     for b, nxt in zip(barriers, barriers[1:]):
         step = body[b:nxt]
-        mfmas = [i for i, ln in enumerate(step) if op(ln).startswith("v_mfma")]
+        mfmas = [i for i, ln in enumerate(step) if _opcode(ln).startswith("v_mfma")]
         early = [i for i in range(mfmas[0]) if _RESCALE.match(step[i])][:moved] if mfmas else []
         if len(mfmas) < 16 or not early:
             out += step
             continue
-        targets = [m - 1 if op(step[m - 1]) == "s_waitcnt" else m for m in mfmas[13:16]]
+        targets = [m - 1 if _opcode(step[m - 1]) == "s_waitcnt" else m for m in mfmas[13:16]]
         groups = [early[k::3] for k in range(3)]
         placed = {t: [step[i] for i in g] for t, g in zip(targets, groups)}
         for i, ln in enumerate(step):
             if i not in early:
                 out += placed.get(i, []) + [ln]
     return "\n".join(lines[:start + 1] + out + lines[end:]) + "\n"
+
+
+def _opcode(line: str) -> str:
+    return line.strip().split(" ")[0]
 
 
 def _is_valu(op: str) -> bool:
@@ -260,7 +263,7 @@ def without_loop_lines(asm: str, drop) -> str:
     """`asm` without the instructions of its last loop whose opcode `drop` accepts (a timing probe)."""
     lines = asm.splitlines()
     start, end = _loop_span(lines)
-    body = [ln for ln in lines[start + 1:end] if not drop(ln.strip().split(" ")[0])]
+    body = [ln for ln in lines[start + 1:end] if not drop(_opcode(ln))]
     return "\n".join(lines[:start + 1] + body + lines[end:]) + "\n"
 
 
@@ -288,15 +291,14 @@ def ping_pong_order(asm: str, waves: int, reads_ahead: bool) -> str:
             raise ValueError("ping-pong probe: the loop does not begin with a stage's wait and barrier")
         steps[-1].append(body[i])
         i += 1
-    op = lambda ln: ln.strip().split(" ")[0]  # noqa: E731
-    mfmas = [[ln for ln in st if op(ln).startswith("v_mfma")] for st in steps]
-    reads = [[ln for ln in st if op(ln).startswith("ds_read") or ln.strip().startswith("s_waitcnt lgkmcnt")]
+    mfmas = [[ln for ln in st if _opcode(ln).startswith("v_mfma")] for st in steps]
+    reads = [[ln for ln in st if _opcode(ln).startswith("ds_read") or ln.strip().startswith("s_waitcnt lgkmcnt")]
              for st in steps]
     rest = [[ln for ln in st if ln not in m and ln not in r] for st, m, r in zip(steps, mfmas, reads)]
     new = []
     for j in range(len(steps)):
         if reads_ahead:
-            ahead = [ln for ln in reads[(j + 1) % len(steps)] if op(ln).startswith("ds_read")]
+            ahead = [ln for ln in reads[(j + 1) % len(steps)] if _opcode(ln).startswith("ds_read")]
             cluster = ["  s_waitcnt lgkmcnt(0)"] + mfmas[j]
         else:
             ahead = []
@@ -323,7 +325,7 @@ def with_mfma_priority(asm: str) -> str:
     start, head = _loop_span(lines)
     out, raised = lines[:start], False
     for ln in lines[start:head + 1]:
-        op = ln.strip().split(" ")[0]
+        op = _opcode(ln)
         if op.startswith("v_mfma") and not raised:
             out.append("  s_setprio 1")
             raised = True
